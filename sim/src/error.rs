@@ -1,0 +1,125 @@
+//! Error types, one per layer.
+//!
+//! Every error names where the bad input came from (`origin`: a file path or a
+//! command-line flag), the field inside it, and what was expected. The CLI
+//! maps all of them to exit code 2. Out-of-memory is *not* an error: it is a
+//! simulation outcome carried in the report.
+
+use thiserror::Error;
+
+/// Bad specification input: cluster, GPU, model, profile or workload.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum SpecError {
+    /// A field has a value outside what is accepted.
+    #[error("{origin}: field `{field}`: {message}")]
+    Invalid {
+        /// File path or flag the value came from.
+        origin: String,
+        /// Field path inside it (e.g. `nodes[1].gpus[0].type`).
+        field: String,
+        /// What is wrong and what was expected.
+        message: String,
+    },
+    /// Text could not be parsed as TOML / JSON.
+    #[error("{origin}: cannot parse: {message}")]
+    Parse {
+        /// File path or flag.
+        origin: String,
+        /// Parser message (with line / column where known).
+        message: String,
+    },
+    /// A GPU name is not in the catalog.
+    #[error("{origin}: unknown GPU `{name}` (known: {known})")]
+    UnknownGpu {
+        /// File path or flag.
+        origin: String,
+        /// The name given.
+        name: String,
+        /// Comma-separated canonical names of the catalog.
+        known: String,
+    },
+    /// A model name is not in the catalog.
+    #[error("{origin}: unknown model `{name}` (known: {known})")]
+    UnknownModel {
+        /// File path or flag.
+        origin: String,
+        /// The name given.
+        name: String,
+        /// Comma-separated canonical names of the catalog.
+        known: String,
+    },
+    /// No profile and no analytic fallback for a (gpu, model, seq, dtype).
+    #[error("no profile for gpu `{gpu}`, model `{model}`, seq {seq_len}, {dtype}: {why}")]
+    MissingProfile {
+        /// GPU name.
+        gpu: String,
+        /// Model name.
+        model: String,
+        /// Sequence length (tokens).
+        seq_len: u32,
+        /// Precision.
+        dtype: String,
+        /// Why no fallback was possible.
+        why: String,
+    },
+}
+
+impl SpecError {
+    /// Shorthand for [`SpecError::Invalid`].
+    pub fn invalid(origin: impl Into<String>, field: impl Into<String>, message: impl Into<String>) -> SpecError {
+        SpecError::Invalid {
+            origin: origin.into(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Shorthand for [`SpecError::Parse`].
+    pub fn parse(origin: impl Into<String>, message: impl std::fmt::Display) -> SpecError {
+        SpecError::Parse {
+            origin: origin.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+/// A plan that does not match its workload (wrong rank count, sums, zeros).
+#[derive(Debug, Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// A field of the plan is inconsistent with the workload.
+    #[error("{origin}: plan field `{field}`: {message}")]
+    Invalid {
+        /// Plan file or flag.
+        origin: String,
+        /// Field path (e.g. `gpus[2].batch`).
+        field: String,
+        /// What is wrong and what was expected.
+        message: String,
+    },
+    /// No plan fits in memory; says by how much the best attempt misses.
+    #[error("infeasible: {message}")]
+    Infeasible {
+        /// Human explanation including GPU, need and capacity.
+        message: String,
+        /// Smallest memory shortfall found (GiB).
+        shortfall_gib: f64,
+        /// The GPU (rank) with that shortfall, if one.
+        rank: Option<usize>,
+    },
+    /// Input specs were bad.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+}
+
+impl PlanError {
+    /// Shorthand for [`PlanError::Invalid`].
+    pub fn invalid(origin: impl Into<String>, field: impl Into<String>, message: impl Into<String>) -> PlanError {
+        PlanError::Invalid {
+            origin: origin.into(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
