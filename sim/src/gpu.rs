@@ -1,1 +1,726 @@
-//! placeholder
+//! GPU catalog: per GPU type, memory capacity (GiB), dense peak throughput per
+//! dtype (TFLOPS, 10^12 FLOP/s), memory bandwidth (GB/s, 10^9 B/s), host link
+//! (PCIe generation x lanes) and peer link (NVLink, GB/s per direction).
+//!
+//! The built-in catalog is `profiles/gpus.toml`, compiled in with
+//! `include_str!`; every figure there cites its datasheet. Users may load
+//! their own file with [`GpuCatalog::from_toml`].
+//!
+//! Invariants (checked by [`GpuCatalog::from_toml`]): every number is finite
+//! and positive; names and aliases are unique, both exactly (ignoring case)
+//! and after normalisation (see [`normalize_gpu_name`]), so a lookup never
+//! silently picks one of two GPUs.
+
+use crate::dtype::Dtype;
+use crate::error::SpecError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+/// The shipped catalog text (`profiles/gpus.toml`).
+pub const BUILTIN_GPUS_TOML: &str = include_str!("../../profiles/gpus.toml");
+
+/// GPU architectures the catalog accepts in `arch`.
+pub const ARCHS: [&str; 6] = ["pascal", "volta", "turing", "ampere", "ada", "hopper"];
+
+/// One GPU type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSpec {
+    /// Canonical name (what reports print), e.g. `a100-40gb`.
+    pub name: String,
+    /// Other accepted names (the reference data's names among them).
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Architecture: `pascal`, `volta`, `turing`, `ampere`, `ada` or `hopper`.
+    pub arch: String,
+    /// Whether fp16 matmuls run on tensor cores (false on Pascal).
+    #[serde(default)]
+    pub tensor_cores: bool,
+    /// Memory capacity, GiB (datasheet "GB" read as GiB).
+    pub mem_gib: f64,
+    /// The reference optimizer's memory figure for this GPU, GiB, if it has one.
+    #[serde(default)]
+    pub reference_mem_gib: Option<f64>,
+    /// Dense FP32 peak on CUDA cores (TF32 off), TFLOPS.
+    pub fp32_tflops: f64,
+    /// Dense TF32 tensor-core peak, TFLOPS; `None` before Ampere.
+    #[serde(default)]
+    pub tf32_tflops: Option<f64>,
+    /// Dense peak of fp16-input / fp32-accumulate GEMMs (what autocast runs),
+    /// TFLOPS: tensor-core rate where present, the fp32 rate on Pascal.
+    pub fp16_tflops: f64,
+    /// Dense BF16 tensor-core peak, TFLOPS; `None` = bf16 unsupported.
+    #[serde(default)]
+    pub bf16_tflops: Option<f64>,
+    /// Memory bandwidth, GB/s.
+    pub mem_bw_gbps: f64,
+    /// PCIe link to the host.
+    pub host_link: HostLink,
+    /// GPU-to-GPU link (NVLink or none).
+    #[serde(default)]
+    pub peer_link: PeerLink,
+    /// Approximate public on-demand price per GPU-hour, USD.
+    #[serde(default)]
+    pub price_per_hour_usd: Option<f64>,
+}
+
+/// PCIe connection between a GPU and its host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostLink {
+    /// PCIe generation (1..=6).
+    pub pcie_gen: u32,
+    /// Lane count (1, 2, 4, 8 or 16).
+    pub lanes: u32,
+}
+
+/// Fraction of the raw PCIe per-direction rate that large DMA copies reach.
+///
+/// Transaction-layer headers, flow control and DMA engine overheads leave
+/// about 80% of the encoded line rate for `cudaMemcpy` of pinned buffers:
+/// gen3 x16 gives ~12.6 GB/s (measured: 12-13), gen4 x16 ~25 GB/s
+/// (measured: 24-26), gen5 x16 ~50 GB/s.
+pub const PCIE_EFFICIENCY: f64 = 0.8;
+
+impl HostLink {
+    /// Raw per-lane, per-direction rate after line encoding, GB/s
+    /// (gen1/2: 8b/10b; gen3-5: 128b/130b; gen6: PAM4 with FLIT mode).
+    pub fn lane_raw_gbps(gen: u32) -> Option<f64> {
+        match gen {
+            1 => Some(0.25),
+            2 => Some(0.5),
+            3 => Some(8.0 * 128.0 / 130.0 / 8.0),
+            4 => Some(16.0 * 128.0 / 130.0 / 8.0),
+            5 => Some(32.0 * 128.0 / 130.0 / 8.0),
+            6 => Some(64.0 * 242.0 / 256.0 / 8.0),
+            _ => None,
+        }
+    }
+
+    /// Usable one-direction bandwidth, GB/s: lanes x raw lane rate x
+    /// [`PCIE_EFFICIENCY`] (gen3 x16 ~12.6, gen4 x16 ~25.2, gen5 x16 ~50.4).
+    /// An unknown generation counts as gen3.
+    pub fn bw_gbps(&self) -> f64 {
+        let lane = HostLink::lane_raw_gbps(self.pcie_gen).unwrap_or(8.0 * 128.0 / 130.0 / 8.0);
+        self.lanes as f64 * lane * PCIE_EFFICIENCY
+    }
+}
+
+/// Direct GPU-to-GPU link.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum PeerLink {
+    /// No peer link: GPU-to-GPU traffic goes over PCIe.
+    #[default]
+    None,
+    /// NVLink (or NVLink bridge, which links pairs only).
+    Nvlink {
+        /// Aggregate bandwidth per GPU per direction, GB/s.
+        bw_gbps: f64,
+    },
+}
+
+impl GpuSpec {
+    /// Dense peak TFLOPS for a training dtype: fp16 -> `fp16_tflops`,
+    /// bf16 -> `bf16_tflops` (`None` if unsupported), fp32 -> `fp32_tflops`
+    /// (TF32 off, as in the reference profiles).
+    pub fn peak_tflops(&self, dtype: Dtype) -> Option<f64> {
+        match dtype {
+            Dtype::Fp16 => Some(self.fp16_tflops),
+            Dtype::Bf16 => self.bf16_tflops,
+            Dtype::Fp32 => Some(self.fp32_tflops),
+        }
+    }
+
+    /// Whether this GPU can train in `dtype`.
+    pub fn supports(&self, dtype: Dtype) -> bool {
+        self.peak_tflops(dtype).is_some()
+    }
+
+    /// Memory capacity, GiB (= `mem_gib`).
+    pub fn capacity_gib(&self) -> f64 {
+        self.mem_gib
+    }
+
+    /// Memory the reference optimizer assumes for this GPU, GiB:
+    /// `reference_mem_gib` when the reference table has one, else `mem_gib`.
+    pub fn reference_capacity_gib(&self) -> f64 {
+        self.reference_mem_gib.unwrap_or(self.mem_gib)
+    }
+
+    /// Peer link bandwidth per direction, GB/s, if the GPU has NVLink.
+    pub fn nvlink_gbps(&self) -> Option<f64> {
+        match self.peer_link {
+            PeerLink::None => None,
+            PeerLink::Nvlink { bw_gbps } => Some(bw_gbps),
+        }
+    }
+
+    fn validate(&self, origin: &str, field: &str) -> Result<(), SpecError> {
+        let who = if self.name.is_empty() {
+            "?"
+        } else {
+            &self.name
+        };
+        if self.name.trim().is_empty() {
+            return Err(SpecError::invalid(
+                origin,
+                format!("{field}.name"),
+                "expected a non-empty name",
+            ));
+        }
+        for (i, a) in self.aliases.iter().enumerate() {
+            if a.trim().is_empty() {
+                return Err(SpecError::invalid(
+                    origin,
+                    format!("{field}.aliases[{i}]"),
+                    format!("{who}: expected a non-empty alias"),
+                ));
+            }
+        }
+        if !ARCHS.contains(&self.arch.as_str()) {
+            return Err(SpecError::invalid(
+                origin,
+                format!("{field}.arch"),
+                format!(
+                    "{who}: expected one of {}, got `{}`",
+                    ARCHS.join(", "),
+                    self.arch
+                ),
+            ));
+        }
+        let positive = |name: &str, v: f64, unit: &str| -> Result<(), SpecError> {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(SpecError::invalid(
+                    origin,
+                    format!("{field}.{name}"),
+                    format!("{who}: expected a positive number of {unit}, got {v}"),
+                ))
+            }
+        };
+        positive("mem_gib", self.mem_gib, "GiB")?;
+        if let Some(v) = self.reference_mem_gib {
+            positive("reference_mem_gib", v, "GiB")?;
+        }
+        positive("fp32_tflops", self.fp32_tflops, "TFLOPS")?;
+        if let Some(v) = self.tf32_tflops {
+            positive("tf32_tflops", v, "TFLOPS")?;
+        }
+        positive("fp16_tflops", self.fp16_tflops, "TFLOPS")?;
+        if let Some(v) = self.bf16_tflops {
+            positive("bf16_tflops", v, "TFLOPS")?;
+        }
+        positive("mem_bw_gbps", self.mem_bw_gbps, "GB/s")?;
+        if let PeerLink::Nvlink { bw_gbps } = self.peer_link {
+            positive("peer_link.bw_gbps", bw_gbps, "GB/s")?;
+        }
+        if let Some(v) = self.price_per_hour_usd {
+            positive("price_per_hour_usd", v, "USD per GPU-hour")?;
+        }
+        if HostLink::lane_raw_gbps(self.host_link.pcie_gen).is_none() {
+            return Err(SpecError::invalid(
+                origin,
+                format!("{field}.host_link.pcie_gen"),
+                format!(
+                    "{who}: expected a PCIe generation 1..=6, got {}",
+                    self.host_link.pcie_gen
+                ),
+            ));
+        }
+        if ![1, 2, 4, 8, 16].contains(&self.host_link.lanes) {
+            return Err(SpecError::invalid(
+                origin,
+                format!("{field}.host_link.lanes"),
+                format!(
+                    "{who}: expected 1, 2, 4, 8 or 16 lanes, got {}",
+                    self.host_link.lanes
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Normalises a GPU name for lookup: lower case; the words `nvidia`,
+/// `tesla`, `geforce` dropped; separators (anything not a letter, digit or
+/// `.`) removed; `gb` after a digit removed; an `x` between two digits or
+/// after `pcie` removed. So `RTX-3090`, `rtx_3090`, `NVIDIA GeForce RTX 3090`
+/// give `rtx3090`; `a100x40` and `A100-40GB` give `a10040`; `v100-pciex16`
+/// and `Tesla V100-PCIE-16GB` give `v100pcie16`.
+pub fn normalize_gpu_name(name: &str) -> String {
+    let lower = name.trim().to_ascii_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+        .filter(|w| !w.is_empty() && !matches!(*w, "nvidia" | "tesla" | "geforce"))
+        .collect();
+    let joined: Vec<char> = words.concat().chars().collect();
+    let mut out = String::with_capacity(joined.len());
+    let mut i = 0;
+    while i < joined.len() {
+        let c = joined[i];
+        let prev_digit = i > 0 && joined[i - 1].is_ascii_digit();
+        let next_digit = joined.get(i + 1).is_some_and(|n| n.is_ascii_digit());
+        if c == 'g' && prev_digit && joined.get(i + 1) == Some(&'b') {
+            i += 2;
+            continue;
+        }
+        if c == 'x' && next_digit && (prev_digit || out.ends_with("pcie")) {
+            i += 1;
+            continue;
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
+}
+
+/// Name lookup shared by the GPU and model catalogs.
+///
+/// Three tiers, tried in order: the exact name or alias ignoring case; the
+/// normalised canonical name; the normalised alias. Two different entries
+/// may not share a key within one tier (checked when built), so a lookup is
+/// never ambiguous; across tiers the earlier tier wins (the model catalog
+/// needs this: `gpt_2.7b` is an alias of the legacy HuggingFace model while
+/// `gpt-2.7b` is the canonical DeepSpeed one).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NameIndex {
+    exact: BTreeMap<String, usize>,
+    canonical: BTreeMap<String, usize>,
+    alias: BTreeMap<String, usize>,
+}
+
+impl NameIndex {
+    /// Builds the index. `entries[i] = (field path, canonical name, aliases)`;
+    /// `kind` is `GPU` or `model` (for messages).
+    pub(crate) fn build(
+        entries: &[(String, &str, &[String])],
+        normalize: fn(&str) -> String,
+        origin: &str,
+        kind: &str,
+    ) -> Result<NameIndex, SpecError> {
+        let mut idx = NameIndex::default();
+        let mut names: Vec<&str> = Vec::new();
+        for (i, (field, name, aliases)) in entries.iter().enumerate() {
+            names.push(name);
+            let keys = std::iter::once((format!("{field}.name"), *name, true)).chain(
+                aliases
+                    .iter()
+                    .enumerate()
+                    .map(|(j, a)| (format!("{field}.aliases[{j}]"), a.as_str(), false)),
+            );
+            for (f, key, is_name) in keys {
+                let clash = |map: &mut BTreeMap<String, usize>,
+                             k: String,
+                             how: &str|
+                 -> Result<(), SpecError> {
+                    match map.get(&k) {
+                        Some(&other) if other != i => Err(SpecError::invalid(
+                            origin,
+                            f.clone(),
+                            format!(
+                                "{kind} name `{key}` clashes with {kind} `{}` ({how}); names and aliases must be unique",
+                                names[other]
+                            ),
+                        )),
+                        _ => {
+                            map.insert(k, i);
+                            Ok(())
+                        }
+                    }
+                };
+                clash(
+                    &mut idx.exact,
+                    key.trim().to_ascii_lowercase(),
+                    "same name ignoring case",
+                )?;
+                let norm = normalize(key);
+                if norm.is_empty() {
+                    return Err(SpecError::invalid(
+                        origin,
+                        f.clone(),
+                        format!("`{key}` is not a usable name"),
+                    ));
+                }
+                if is_name {
+                    clash(&mut idx.canonical, norm, "same name after normalisation")?;
+                } else {
+                    clash(&mut idx.alias, norm, "same alias after normalisation")?;
+                }
+            }
+        }
+        Ok(idx)
+    }
+
+    /// Index of the entry `name` refers to, if any.
+    pub(crate) fn find(&self, name: &str, normalize: fn(&str) -> String) -> Option<usize> {
+        if let Some(&i) = self.exact.get(&name.trim().to_ascii_lowercase()) {
+            return Some(i);
+        }
+        let norm = normalize(name);
+        self.canonical
+            .get(&norm)
+            .or_else(|| self.alias.get(&norm))
+            .copied()
+    }
+}
+
+/// On-disk form of the catalog: `[[gpu]]` tables.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuFile {
+    #[serde(default)]
+    gpu: Vec<GpuSpec>,
+}
+
+/// A validated set of GPU types with name lookup.
+#[derive(Debug, Clone)]
+pub struct GpuCatalog {
+    gpus: Vec<GpuSpec>,
+    index: NameIndex,
+}
+
+impl GpuCatalog {
+    /// The built-in catalog (`profiles/gpus.toml`), parsed once.
+    ///
+    /// Panics only if the shipped file is broken, which a unit test guards.
+    pub fn builtin() -> &'static GpuCatalog {
+        static CATALOG: OnceLock<GpuCatalog> = OnceLock::new();
+        CATALOG.get_or_init(|| {
+            GpuCatalog::from_toml(BUILTIN_GPUS_TOML, "profiles/gpus.toml (built in)")
+                .unwrap_or_else(|e| panic!("built-in GPU catalog is broken: {e}"))
+        })
+    }
+
+    /// Parses and validates catalog text (`[[gpu]]` tables, format of
+    /// `profiles/gpus.toml`). `origin` names the file for errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<GpuCatalog, SpecError> {
+        let file: GpuFile = toml::from_str(text).map_err(|e| SpecError::parse(origin, e))?;
+        GpuCatalog::from_specs(file.gpu, origin)
+    }
+
+    /// Validates a list of specs into a catalog (order is kept).
+    pub fn from_specs(gpus: Vec<GpuSpec>, origin: &str) -> Result<GpuCatalog, SpecError> {
+        if gpus.is_empty() {
+            return Err(SpecError::invalid(
+                origin,
+                "gpu",
+                "expected at least one [[gpu]] table",
+            ));
+        }
+        for (i, g) in gpus.iter().enumerate() {
+            g.validate(origin, &format!("gpu[{i}]"))?;
+        }
+        let entries: Vec<(String, &str, &[String])> = gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (format!("gpu[{i}]"), g.name.as_str(), g.aliases.as_slice()))
+            .collect();
+        let index = NameIndex::build(&entries, normalize_gpu_name, origin, "GPU")?;
+        Ok(GpuCatalog { gpus, index })
+    }
+
+    /// The GPU `name` refers to: canonical name or alias, case-insensitive,
+    /// separators normalised (see [`normalize_gpu_name`]).
+    pub fn get(&self, name: &str) -> Option<&GpuSpec> {
+        self.index
+            .find(name, normalize_gpu_name)
+            .map(|i| &self.gpus[i])
+    }
+
+    /// Like [`GpuCatalog::get`], but an unknown name is a
+    /// [`SpecError::UnknownGpu`] listing the canonical names.
+    pub fn lookup(&self, name: &str, origin: &str) -> Result<&GpuSpec, SpecError> {
+        self.get(name).ok_or_else(|| SpecError::UnknownGpu {
+            origin: origin.to_string(),
+            name: name.to_string(),
+            known: self.names(),
+        })
+    }
+
+    /// All GPU types, in catalog order.
+    pub fn all(&self) -> &[GpuSpec] {
+        &self.gpus
+    }
+
+    /// Comma-separated canonical names, in catalog order.
+    pub fn names(&self) -> String {
+        self.gpus
+            .iter()
+            .map(|g| g.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The GPU names used by the reference data (README memory table and
+    /// `model_latencies.json`), with the canonical spec each must resolve to.
+    const REFERENCE_NAMES: [(&str, &str); 17] = [
+        ("a6000", "rtx-a6000"),
+        ("l4", "l4"),
+        ("p40", "p40"),
+        ("t4", "t4"),
+        ("v100", "v100-16gb"),
+        ("a10g", "a10g"),
+        ("rtx_3090", "rtx-3090"),
+        ("rtx3090", "rtx-3090"),
+        ("p100", "p100-16gb"),
+        ("v100x16", "v100-16gb"),
+        ("v100-pciex16", "v100-pcie-16gb"),
+        ("v100x32", "v100-32gb"),
+        ("a100x40", "a100-40gb"),
+        ("a100x80", "a100-80gb"),
+        ("h100-nvl", "h100-nvl"),
+        ("l40s", "l40s"),
+        ("RTX-3090", "rtx-3090"),
+    ];
+
+    #[test]
+    fn builtin_parses_and_covers_the_required_types() {
+        let c = GpuCatalog::builtin();
+        for want in [
+            "p40",
+            "p100-16gb",
+            "v100-16gb",
+            "v100-32gb",
+            "v100-pcie-16gb",
+            "v100-pcie-32gb",
+            "t4",
+            "a10g",
+            "l4",
+            "l40s",
+            "rtx-a6000",
+            "rtx-3090",
+            "a100-40gb",
+            "a100-80gb",
+            "h100-sxm",
+            "h100-pcie",
+            "h100-nvl",
+            "h200",
+        ] {
+            assert!(c.all().iter().any(|g| g.name == want), "missing {want}");
+        }
+        assert_eq!(c.all().len(), 18);
+    }
+
+    #[test]
+    fn reference_names_resolve() {
+        let c = GpuCatalog::builtin();
+        for (name, canon) in REFERENCE_NAMES {
+            assert_eq!(c.get(name).map(|g| g.name.as_str()), Some(canon), "{name}");
+        }
+        for (name, canon) in [
+            ("rtx-a6000", "rtx-a6000"),
+            ("NVIDIA RTX A6000", "rtx-a6000"),
+            ("Tesla V100-SXM2-16GB", "v100-16gb"),
+            ("Tesla V100-PCIE-16GB", "v100-pcie-16gb"),
+            ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+            ("NVIDIA GeForce RTX 3090", "rtx-3090"),
+            ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+            ("h100_sxm", "h100-sxm"),
+            ("V100-32GB", "v100-32gb"),
+            ("Tesla T4", "t4"),
+            ("H200", "h200"),
+        ] {
+            assert_eq!(c.get(name).map(|g| g.name.as_str()), Some(canon), "{name}");
+        }
+    }
+
+    #[test]
+    fn reference_memory_table() {
+        let c = GpuCatalog::builtin();
+        for (name, gib) in [
+            ("a6000", 47.99),
+            ("l4", 22.50),
+            ("p40", 22.50),
+            ("t4", 15.0),
+            ("v100", 16.0),
+            ("a10g", 22.49),
+            ("rtx_3090", 24.0),
+            ("p100", 12.0),
+            ("v100x16", 16.0),
+            ("v100-pciex16", 16.0),
+            ("v100x32", 32.0),
+            ("a100x40", 40.0),
+            ("a100x80", 80.0),
+            ("h100-nvl", 94.0),
+        ] {
+            assert_eq!(c.get(name).unwrap().reference_mem_gib, Some(gib), "{name}");
+        }
+        let l40s = c.get("l40s").unwrap();
+        assert_eq!(l40s.reference_mem_gib, None);
+        assert_eq!(l40s.reference_capacity_gib(), 48.0);
+    }
+
+    #[test]
+    fn gpus_in_reference_latencies_resolve() {
+        let Some(text) = crate::model::testdata::reference("model_latencies.json") else {
+            return;
+        };
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let c = GpuCatalog::builtin();
+        let mut n = 0;
+        for by_gpu in v.as_object().unwrap().values() {
+            for gpu in by_gpu.as_object().unwrap().keys() {
+                assert!(
+                    c.get(gpu).is_some(),
+                    "reference GPU `{gpu}` does not resolve"
+                );
+                n += 1;
+            }
+        }
+        assert!(n > 50);
+    }
+
+    #[test]
+    fn peaks_and_dtypes() {
+        let c = GpuCatalog::builtin();
+        let p40 = c.get("p40").unwrap();
+        assert!(!p40.tensor_cores);
+        assert!(!p40.supports(Dtype::Bf16));
+        assert!(p40.peak_tflops(Dtype::Fp16).unwrap() <= p40.fp32_tflops);
+        let t4 = c.get("t4").unwrap();
+        assert_eq!(t4.peak_tflops(Dtype::Bf16), None);
+        assert_eq!(t4.peak_tflops(Dtype::Fp16), Some(65.0));
+        let a100 = c.get("a100x40").unwrap();
+        assert_eq!(a100.peak_tflops(Dtype::Bf16), Some(312.0));
+        assert_eq!(a100.peak_tflops(Dtype::Fp32), Some(19.5));
+        assert_eq!(a100.capacity_gib(), 40.0);
+        assert_eq!(a100.nvlink_gbps(), Some(300.0));
+        for g in c.all() {
+            assert!(
+                g.supports(Dtype::Fp16) && g.supports(Dtype::Fp32),
+                "{}",
+                g.name
+            );
+            assert_eq!(
+                g.supports(Dtype::Bf16),
+                matches!(g.arch.as_str(), "ampere" | "ada" | "hopper")
+            );
+            assert_eq!(
+                g.tf32_tflops.is_some(),
+                g.supports(Dtype::Bf16),
+                "{}",
+                g.name
+            );
+            assert!(g.fp16_tflops >= g.fp32_tflops, "{}", g.name);
+            assert_eq!(g.tensor_cores, g.arch != "pascal", "{}", g.name);
+        }
+    }
+
+    #[test]
+    fn host_link_bandwidth() {
+        let bw = |g, l| {
+            HostLink {
+                pcie_gen: g,
+                lanes: l,
+            }
+            .bw_gbps()
+        };
+        assert!((bw(3, 16) - 12.6).abs() < 0.1);
+        assert!((bw(4, 16) - 25.2).abs() < 0.1);
+        assert!((bw(5, 16) - 50.4).abs() < 0.1);
+        assert!((bw(4, 8) - bw(3, 16)).abs() < 1e-9);
+        let c = GpuCatalog::builtin();
+        assert!((c.get("h100").unwrap().host_link.bw_gbps() - 50.4).abs() < 0.1);
+    }
+
+    #[test]
+    fn normalisation() {
+        assert_eq!(normalize_gpu_name("RTX_3090"), "rtx3090");
+        assert_eq!(normalize_gpu_name("a100x40"), "a10040");
+        assert_eq!(normalize_gpu_name("A100-40GB"), "a10040");
+        assert_eq!(normalize_gpu_name("v100-pciex16"), "v100pcie16");
+        assert_eq!(normalize_gpu_name("Tesla V100-PCIE-16GB"), "v100pcie16");
+        assert_eq!(normalize_gpu_name("rtx-a6000"), "rtxa6000");
+        assert_eq!(normalize_gpu_name("h100 nvl"), "h100nvl");
+    }
+
+    #[test]
+    fn unknown_gpu_is_an_error_listing_known_names() {
+        let c = GpuCatalog::builtin();
+        assert!(c.get("b200").is_none());
+        match c.lookup("b200", "--gpus") {
+            Err(SpecError::UnknownGpu {
+                origin,
+                name,
+                known,
+            }) => {
+                assert_eq!(origin, "--gpus");
+                assert_eq!(name, "b200");
+                assert!(known.contains("a100-40gb") && known.contains("p40"));
+            }
+            other => panic!("expected UnknownGpu, got {other:?}"),
+        }
+    }
+
+    const ONE: &str = r#"
+[[gpu]]
+name = "x1"
+aliases = ["xone"]
+arch = "ampere"
+mem_gib = MEM
+fp32_tflops = 10.0
+fp16_tflops = 20.0
+mem_bw_gbps = 500.0
+host_link = { pcie_gen = 4, lanes = 16 }
+"#;
+
+    #[test]
+    fn from_toml_rejects_negative_memory_naming_the_field() {
+        let err = GpuCatalog::from_toml(&ONE.replace("MEM", "-4.0"), "my.toml").unwrap_err();
+        match &err {
+            SpecError::Invalid {
+                origin,
+                field,
+                message,
+            } => {
+                assert_eq!(origin, "my.toml");
+                assert_eq!(field, "gpu[0].mem_gib");
+                assert!(message.contains("positive"), "{message}");
+            }
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+        let ok = GpuCatalog::from_toml(&ONE.replace("MEM", "8.0"), "my.toml").unwrap();
+        assert_eq!(ok.get("XONE").unwrap().peer_link, PeerLink::None);
+    }
+
+    #[test]
+    fn from_toml_rejects_bad_input() {
+        let two = format!(
+            "{}{}",
+            ONE.replace("MEM", "8.0"),
+            ONE.replace("MEM", "8.0").replace("\"x1\"", "\"x2\"")
+        );
+        let err = GpuCatalog::from_toml(&two, "t.toml").unwrap_err();
+        assert!(
+            matches!(&err, SpecError::Invalid { field, .. } if field == "gpu[1].aliases[0]"),
+            "{err}"
+        );
+        let err = GpuCatalog::from_toml("[[gpu]]\nname = ", "t.toml").unwrap_err();
+        assert!(matches!(err, SpecError::Parse { .. }));
+        let typo = ONE.replace("MEM", "8.0").replace("mem_bw_gbps", "mem_bw");
+        assert!(matches!(
+            GpuCatalog::from_toml(&typo, "t.toml"),
+            Err(SpecError::Parse { .. })
+        ));
+        let arch = ONE.replace("MEM", "8.0").replace("ampere", "blackwell");
+        assert!(
+            matches!(GpuCatalog::from_toml(&arch, "t.toml"), Err(SpecError::Invalid { field, .. }) if field == "gpu[0].arch")
+        );
+        let nv = ONE.replace("MEM", "8.0") + "peer_link = { kind = \"nvlink\", bw_gbps = -1.0 }\n";
+        assert!(
+            matches!(GpuCatalog::from_toml(&nv, "t.toml"), Err(SpecError::Invalid { field, .. }) if field == "gpu[0].peer_link.bw_gbps")
+        );
+        assert!(matches!(
+            GpuCatalog::from_toml("", "t.toml"),
+            Err(SpecError::Invalid { .. })
+        ));
+    }
+}
