@@ -67,7 +67,11 @@ pub enum SpecError {
 
 impl SpecError {
     /// Shorthand for [`SpecError::Invalid`].
-    pub fn invalid(origin: impl Into<String>, field: impl Into<String>, message: impl Into<String>) -> SpecError {
+    pub fn invalid(
+        origin: impl Into<String>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> SpecError {
         SpecError::Invalid {
             origin: origin.into(),
             field: field.into(),
@@ -111,15 +115,58 @@ pub enum PlanError {
     /// Input specs were bad.
     #[error(transparent)]
     Spec(#[from] SpecError),
+    /// The simulator could not run the plan's task graph (an internal bug,
+    /// never caused by user input: plan graphs are acyclic by construction).
+    #[error("simulator: {0}")]
+    Sim(#[from] SimError),
 }
 
 impl PlanError {
     /// Shorthand for [`PlanError::Invalid`].
-    pub fn invalid(origin: impl Into<String>, field: impl Into<String>, message: impl Into<String>) -> PlanError {
+    pub fn invalid(
+        origin: impl Into<String>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> PlanError {
         PlanError::Invalid {
             origin: origin.into(),
             field: field.into(),
             message: message.into(),
         }
     }
+}
+
+/// Errors of the discrete-event engine ([`crate::engine::run`]).
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SimError {
+    /// Some ops could never start: a dependency cycle, collectives issued in
+    /// different orders on different ranks, or an op issued on no stream.
+    #[error("deadlock: {stuck} of {total} ops never ran (first stuck: {first})")]
+    Deadlock {
+        /// Number of ops that never ran.
+        stuck: usize,
+        /// Number of ops in the graph.
+        total: usize,
+        /// Description of the lowest-numbered stuck ops and what they wait for.
+        first: String,
+    },
+    /// The graph refers to an op that does not exist.
+    #[error("op {op}: dependency on unknown op {dep}")]
+    UnknownOp {
+        /// The op with the bad dependency.
+        op: u32,
+        /// The unknown op id.
+        dep: u32,
+    },
+    /// An op is issued twice on the same stream.
+    #[error("op {op} issued twice on rank {rank} stream {stream}")]
+    DoubleIssue {
+        /// The op.
+        op: u32,
+        /// The rank.
+        rank: u32,
+        /// The stream name.
+        stream: &'static str,
+    },
 }

@@ -2,8 +2,8 @@
 //!
 //! Data flows one way (see `ARCHITECTURE.md`):
 //! specs ([`gpu`], [`model`], [`cluster`]) + profiles ([`profile`]) ->
-//! per-rank cost model ([`cost`], [`comm`]) -> planner ([`planner`]) -> [`plan::Plan`] ->
-//! discrete-event simulation ([`engine`], [`fsdp`]) -> [`report::Report`].
+//! per-rank cost model ([`cost`]) -> plan ([`plan::Plan`]) ->
+//! discrete-event simulation -> report.
 //!
 //! This crate does no I/O: it never prints, reads files or environment
 //! variables. Callers hand it text (TOML / JSON) or values and get values back.
@@ -11,9 +11,14 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod cluster;
+pub mod comm;
+pub mod cost;
 pub mod dtype;
+pub mod engine;
 pub mod error;
 pub mod gpu;
 pub mod model;
+pub mod perfmodel;
+pub mod plan;
 pub mod profile;
 pub mod units;

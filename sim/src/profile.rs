@@ -1,1 +1,454 @@
-//! placeholder
+//! Profiles: per (gpu, model, seq_len, dtype) cost tables and where they came from.
+//!
+//! A [`BlockProfile`] holds the forward and backward time of ONE transformer
+//! block (ms) against micro-batch size; a [`MemoryProfile`] holds the
+//! non-state GPU memory of one training step (GiB) against micro-batch size,
+//! with the meaning of the reference `profiled_compute_memory`: activations,
+//! unsharded unit buffers, logits and temporaries, everything except the
+//! 16 bytes/parameter of sharded training state.
+//!
+//! Three formats are read:
+//! * the reference JSON (`model_latencies.json`, `model_memory.json`) in all
+//!   four leaf forms of its README, with data-quality flags ([`mod@reference`]);
+//! * the project's own profile format, `cephalo-profile/1` ([`native`]),
+//!   written by `cephalo profile`;
+//! * nothing at all: the analytic predictor fills gaps (see `crate::perfmodel`).
+//!
+//! Every curve carries its [`Source`], so a report can say where each number
+//! came from.
+
+pub mod native;
+pub mod reference;
+
+use crate::dtype::Dtype;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Where a cost number came from, in order of trust.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Source {
+    /// Measured by this project's profiler (`cephalo profile`).
+    Measured {
+        /// File it was read from.
+        origin: String,
+    },
+    /// Imported from a reference-format file.
+    Imported {
+        /// File it was read from.
+        origin: String,
+        /// Entry key inside the file (`model/gpu/seq/dtype`).
+        entry: String,
+    },
+    /// Predicted by the analytic performance model.
+    Analytic {
+        /// Which model and coefficients (e.g. `roofline`, `calibrated:profiles/calibration.json`).
+        model: String,
+    },
+}
+
+impl Source {
+    /// Trust rank: lower is more trusted (measured 0, imported 1, analytic 2).
+    pub fn rank(&self) -> u8 {
+        match self {
+            Source::Measured { .. } => 0,
+            Source::Imported { .. } => 1,
+            Source::Analytic { .. } => 2,
+        }
+    }
+
+    /// Short label: `measured`, `imported` or `analytic`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Source::Measured { .. } => "measured",
+            Source::Imported { .. } => "imported",
+            Source::Analytic { .. } => "analytic",
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Measured { origin } => write!(f, "measured ({origin})"),
+            Source::Imported { origin, entry } => write!(f, "imported ({origin}: {entry})"),
+            Source::Analytic { model } => write!(f, "analytic ({model})"),
+        }
+    }
+}
+
+/// A straight line `y = slope * x + intercept` (ms per sample, ms).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LinearFit {
+    /// Slope (ms per sample, or GiB per sample).
+    pub slope: f64,
+    /// Intercept (ms or GiB).
+    pub intercept: f64,
+}
+
+impl LinearFit {
+    /// Evaluates the line at `x`.
+    pub fn at(&self, x: f64) -> f64 {
+        self.slope * x + self.intercept
+    }
+
+    /// Least-squares fit through the points; `None` with fewer than 2 distinct x.
+    pub fn least_squares(xs: &[f64], ys: &[f64]) -> Option<LinearFit> {
+        let n = xs.len().min(ys.len());
+        if n == 0 {
+            return None;
+        }
+        if n == 1 {
+            return None;
+        }
+        let mx = xs[..n].iter().sum::<f64>() / n as f64;
+        let my = ys[..n].iter().sum::<f64>() / n as f64;
+        let sxx: f64 = xs[..n].iter().map(|x| (x - mx) * (x - mx)).sum();
+        if sxx <= 0.0 {
+            return None;
+        }
+        let sxy: f64 = xs[..n]
+            .iter()
+            .zip(&ys[..n])
+            .map(|(x, y)| (x - mx) * (y - my))
+            .sum();
+        let slope = sxy / sxx;
+        Some(LinearFit {
+            slope,
+            intercept: my - slope * mx,
+        })
+    }
+}
+
+/// Smallest time any curve returns (ms): a kernel launch is never free and a
+/// negative fit intercept must not yield a negative duration.
+pub const MIN_OP_MS: f64 = 0.005;
+
+/// Forward / backward time of one block against micro-batch size.
+///
+/// Lookup rule (the reference optimizer's): the raw value when the micro-batch
+/// size was measured, linear interpolation between measured sizes, and the
+/// linear fit outside the measured range.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComputeCurve {
+    /// Measured micro-batch sizes, strictly increasing (may be empty).
+    pub batch_sizes: Vec<u32>,
+    /// Forward ms of one block at each size.
+    pub fwd_ms: Vec<f64>,
+    /// Backward ms (weight + input gradients) of one block at each size.
+    pub bwd_ms: Vec<f64>,
+    /// Forward fit used outside the measured sizes.
+    pub fwd_fit: LinearFit,
+    /// Backward fit used outside the measured sizes.
+    pub bwd_fit: LinearFit,
+    /// Where these numbers came from.
+    pub source: Source,
+}
+
+fn curve_lookup(sizes: &[u32], vals: &[f64], fit: &LinearFit, m: u32) -> f64 {
+    let v = match sizes.binary_search(&m) {
+        Ok(i) => vals[i],
+        Err(i) if i > 0 && i < sizes.len() => {
+            let (x0, x1) = (sizes[i - 1] as f64, sizes[i] as f64);
+            let t = (m as f64 - x0) / (x1 - x0);
+            vals[i - 1] * (1.0 - t) + vals[i] * t
+        }
+        _ => fit.at(m as f64),
+    };
+    v.max(MIN_OP_MS)
+}
+
+impl ComputeCurve {
+    /// Forward ms of one block for a micro-batch of `m` samples (`m >= 1`).
+    pub fn fwd_ms(&self, m: u32) -> f64 {
+        curve_lookup(&self.batch_sizes, &self.fwd_ms, &self.fwd_fit, m)
+    }
+
+    /// Backward ms of one block for a micro-batch of `m` samples (`m >= 1`).
+    pub fn bwd_ms(&self, m: u32) -> f64 {
+        curve_lookup(&self.batch_sizes, &self.bwd_ms, &self.bwd_fit, m)
+    }
+
+    /// Builds a curve from measured points, fitting the lines by least squares
+    /// (a single point gives a proportional line through the origin).
+    pub fn from_points(
+        batch_sizes: Vec<u32>,
+        fwd_ms: Vec<f64>,
+        bwd_ms: Vec<f64>,
+        source: Source,
+    ) -> ComputeCurve {
+        let xs: Vec<f64> = batch_sizes.iter().map(|&b| b as f64).collect();
+        let fit = |ys: &[f64]| {
+            LinearFit::least_squares(&xs, ys).unwrap_or(LinearFit {
+                slope: ys.first().copied().unwrap_or(0.0) / xs.first().copied().unwrap_or(1.0),
+                intercept: 0.0,
+            })
+        };
+        let fwd_fit = fit(&fwd_ms);
+        let bwd_fit = fit(&bwd_ms);
+        ComputeCurve {
+            batch_sizes,
+            fwd_ms,
+            bwd_ms,
+            fwd_fit,
+            bwd_fit,
+            source,
+        }
+    }
+}
+
+/// Block timing profile for one (gpu, model, seq_len, dtype).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockProfile {
+    /// Canonical GPU name.
+    pub gpu: String,
+    /// Canonical model name.
+    pub model: String,
+    /// Model key as written in the file (e.g. `deepspeedgpt_2.7b`).
+    pub model_key: String,
+    /// Tokens per sample.
+    pub seq_len: u32,
+    /// Precision.
+    pub dtype: Dtype,
+    /// The timing curve.
+    pub curve: ComputeCurve,
+    /// Data-quality warnings about this entry (empty when clean).
+    pub flags: Vec<String>,
+}
+
+/// Non-state memory of one training step against micro-batch size (GiB).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryProfile {
+    /// Cluster label the measurement belongs to (e.g. `paper`), or `measured`.
+    pub cluster: String,
+    /// Canonical model name.
+    pub model: String,
+    /// Model key as written in the file.
+    pub model_key: String,
+    /// Precision.
+    pub dtype: Dtype,
+    /// Total trainable parameters of the model as built for that measurement.
+    pub parameters: u64,
+    /// GiB at micro-batch size i+1.
+    pub act_gib: Vec<f64>,
+    /// Where these numbers came from.
+    pub source: Source,
+}
+
+impl MemoryProfile {
+    /// Non-state GiB at micro-batch size `m` (`m >= 1`): the list value, or past
+    /// its end a linear extrapolation with the mean slope of its last (up to) 5
+    /// points (the reference optimizer's rule).
+    pub fn act_gib(&self, m: u32) -> f64 {
+        let n = self.act_gib.len();
+        if n == 0 {
+            return 0.0;
+        }
+        let i = m.max(1) as usize - 1;
+        if i < n {
+            return self.act_gib[i];
+        }
+        if n == 1 {
+            return self.act_gib[0] * m as f64;
+        }
+        let k = n.min(5);
+        let tail = &self.act_gib[n - k..];
+        let slope = tail.windows(2).map(|w| w[1] - w[0]).sum::<f64>() / (k - 1) as f64;
+        self.act_gib[n - 1] + slope * (m as f64 - n as f64)
+    }
+}
+
+/// Measured time of one collective (for the measured-table communication mode).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveSample {
+    /// `all_gather` or `reduce_scatter`.
+    pub kind: String,
+    /// Group size (ranks).
+    pub ranks: u32,
+    /// Total buffer bytes (sum of pieces).
+    pub bytes: f64,
+    /// Largest piece / mean piece (1.0 = even).
+    #[serde(default = "one")]
+    pub imbalance: f64,
+    /// Median time, ms.
+    pub time_ms: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Fixed per-iteration costs of the non-block units, measured (ms).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnitProfile {
+    /// Canonical GPU name.
+    pub gpu: String,
+    /// Canonical model name.
+    pub model: String,
+    /// Tokens per sample.
+    pub seq_len: u32,
+    /// Precision.
+    pub dtype: Dtype,
+    /// Measured micro-batch sizes.
+    pub batch_sizes: Vec<u32>,
+    /// Embedding forward ms at each size.
+    pub embed_fwd_ms: Vec<f64>,
+    /// Embedding backward ms at each size.
+    pub embed_bwd_ms: Vec<f64>,
+    /// Head (final norm + LM head + loss) forward ms at each size.
+    pub head_fwd_ms: Vec<f64>,
+    /// Head backward ms at each size.
+    pub head_bwd_ms: Vec<f64>,
+    /// Optimizer step ms per million local parameters.
+    pub optimizer_ms_per_mparam: f64,
+    /// Where it came from.
+    pub source: Source,
+}
+
+/// All profiles loaded for a run, plus warnings gathered while loading.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfileSet {
+    /// Block timing profiles.
+    pub blocks: Vec<BlockProfile>,
+    /// Non-state memory profiles.
+    pub memory: Vec<MemoryProfile>,
+    /// Measured collective times.
+    pub collectives: Vec<CollectiveSample>,
+    /// Measured embedding / head / optimizer costs.
+    pub units: Vec<UnitProfile>,
+    /// Warnings (known-bad entries, skipped names) for the user.
+    pub warnings: Vec<String>,
+}
+
+impl ProfileSet {
+    /// An empty set (analytic predictions only).
+    pub fn new() -> ProfileSet {
+        ProfileSet::default()
+    }
+
+    /// Adds everything of `other` to this set.
+    pub fn merge(&mut self, other: ProfileSet) {
+        self.blocks.extend(other.blocks);
+        self.memory.extend(other.memory);
+        self.collectives.extend(other.collectives);
+        self.units.extend(other.units);
+        self.warnings.extend(other.warnings);
+    }
+
+    /// The most trusted block profile for the key: measured before imported;
+    /// among imported ones the current trainer's (`deepspeed*` keys) first;
+    /// then file order.
+    pub fn block(
+        &self,
+        gpu: &str,
+        model: &str,
+        seq_len: u32,
+        dtype: Dtype,
+    ) -> Option<&BlockProfile> {
+        self.blocks
+            .iter()
+            .filter(|b| {
+                b.gpu == gpu && b.model == model && b.seq_len == seq_len && b.dtype == dtype
+            })
+            .min_by_key(|b| (b.curve.source.rank(), !b.model_key.starts_with("deepspeed")))
+    }
+
+    /// The block profile whose file key is exactly `model_key` (compat mode).
+    pub fn block_by_key(
+        &self,
+        gpu: &str,
+        model_key: &str,
+        seq_len: u32,
+        dtype: Dtype,
+    ) -> Option<&BlockProfile> {
+        self.blocks
+            .iter()
+            .filter(|b| {
+                b.gpu == gpu && b.model_key == model_key && b.seq_len == seq_len && b.dtype == dtype
+            })
+            .min_by_key(|b| b.curve.source.rank())
+    }
+
+    /// The memory profile for a model and dtype: from the named cluster when
+    /// given, else measured ones first, then the first in file order.
+    pub fn memory(
+        &self,
+        cluster: Option<&str>,
+        model: &str,
+        dtype: Dtype,
+    ) -> Option<&MemoryProfile> {
+        let it = self.memory.iter().filter(|m| {
+            m.model == model && m.dtype == dtype && cluster.is_none_or(|c| m.cluster == c)
+        });
+        match cluster {
+            Some(_) => it.min_by_key(|m| !m.model_key.starts_with("deepspeed")),
+            None => it.min_by_key(|m| (m.source.rank(), !m.model_key.starts_with("deepspeed"))),
+        }
+    }
+
+    /// Names of the memory clusters present (sorted, unique).
+    pub fn memory_clusters(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.memory.iter().map(|m| m.cluster.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Measured unit costs for a key, if any.
+    pub fn unit(&self, gpu: &str, model: &str, seq_len: u32, dtype: Dtype) -> Option<&UnitProfile> {
+        self.units
+            .iter()
+            .find(|u| u.gpu == gpu && u.model == model && u.seq_len == seq_len && u.dtype == dtype)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src() -> Source {
+        Source::Analytic {
+            model: "test".into(),
+        }
+    }
+
+    #[test]
+    fn lookup_raw_interp_and_fit() {
+        let c = ComputeCurve::from_points(
+            vec![1, 2, 4],
+            vec![1.0, 2.0, 4.0],
+            vec![2.0, 4.0, 8.0],
+            src(),
+        );
+        assert_eq!(c.fwd_ms(2), 2.0);
+        assert!((c.fwd_ms(3) - 3.0).abs() < 1e-12);
+        assert!((c.fwd_ms(8) - 8.0).abs() < 1e-9);
+        assert!((c.bwd_ms(8) - 16.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn negative_fit_is_clamped() {
+        let mut c = ComputeCurve::from_points(vec![], vec![], vec![], src());
+        c.fwd_fit = LinearFit {
+            slope: 1.0,
+            intercept: -5.0,
+        };
+        assert_eq!(c.fwd_ms(1), MIN_OP_MS);
+    }
+
+    #[test]
+    fn memory_extrapolation_uses_mean_tail_slope() {
+        let m = MemoryProfile {
+            cluster: "x".into(),
+            model: "m".into(),
+            model_key: "m".into(),
+            dtype: Dtype::Fp16,
+            parameters: 1,
+            act_gib: vec![1.0, 2.0, 3.0, 5.0, 7.0, 9.0],
+            source: src(),
+        };
+        assert_eq!(m.act_gib(2), 2.0);
+        // last 5 points: 2,3,5,7,9 -> mean slope 7/4
+        assert!((m.act_gib(8) - (9.0 + 2.0 * 1.75)).abs() < 1e-12);
+    }
+}

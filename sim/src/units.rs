@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 pub const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// Simulated time in integer nanoseconds since the start of the iteration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 pub struct SimTime(pub u64);
 
 impl SimTime {

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite, exactly what CI runs (.ci/run calls this).
+#
+# Sets up libtorch 2.11.0 and OpenMPI (scripts/exec-env.sh: fetched into
+# $HOME/.cache/cephalo and installed from Debian on the first run only), then
+# checks formatting and lints, and runs every test of the workspace with real
+# execution compiled in (tch + MPI), plus the runnable examples.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# shellcheck source=scripts/exec-env.sh
+. scripts/exec-env.sh
+
+echo "== cargo fmt --check" >&2
+cargo fmt --all --check
+
+echo "== cargo clippy (all targets, exec features) -D warnings" >&2
+cargo clippy --workspace --all-targets --features exec -- -D warnings
+
+echo "== cargo test (workspace, exec features)" >&2
+cargo test --workspace --features exec --no-fail-fast 2>&1
+
+echo "== cargo doc (warnings denied)" >&2
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet

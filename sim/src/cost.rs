@@ -1,0 +1,523 @@
+//! Per-rank cost model of one workload: what each GPU pays for each piece of
+//! an FSDP iteration, and where each number came from.
+//!
+//! Built once from (cluster, model, seq_len, dtype) + profiles + a predictor;
+//! the simulator and every planner ask it, so all of them judge plans with
+//! the same numbers. Times are ms, memory GiB, bytes bytes.
+//!
+//! Sources, in order of trust: a measured profile (`cephalo profile`), an
+//! imported reference profile, the analytic predictor. Embedding, LM head and
+//! optimizer step are never in the reference data: they come from measured
+//! unit profiles when present, else from a roofline estimate.
+
+use crate::cluster::Cluster;
+use crate::comm::{CollectiveKind, CollectiveRank, CommModel, CommTopology, RingModel};
+use crate::dtype::Dtype;
+use crate::error::SpecError;
+use crate::gpu::GpuSpec;
+use crate::model::ModelSpec;
+use crate::perfmodel::Predictor;
+use crate::profile::{ComputeCurve, MemoryProfile, ProfileSet, Source, UnitProfile};
+use crate::units::GIB;
+use std::sync::Arc;
+
+/// Micro-batch sizes at which an analytic curve is tabulated (1..=N); beyond
+/// it the curve's least-squares line answers.
+pub const ANALYTIC_TABLE_MAX_BATCH: u32 = 64;
+/// Fraction of peak FLOPS reached by the head matmul in estimates.
+pub const UNIT_COMPUTE_EFFICIENCY: f64 = 0.5;
+/// Fraction of HBM bandwidth reached by memory-bound unit kernels.
+pub const UNIT_BANDWIDTH_EFFICIENCY: f64 = 0.7;
+/// Fixed cost of launching the optimizer step (ms).
+pub const OPTIMIZER_LAUNCH_MS: f64 = 0.2;
+/// HBM bytes moved per local parameter by an Adam step (read param, grad,
+/// two moments; write param, two moments; fp32).
+pub const OPTIMIZER_BYTES_PER_PARAM: f64 = 28.0;
+
+/// What a simulation or plan is about.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// The GPUs and their links.
+    pub cluster: Cluster,
+    /// The model.
+    pub model: ModelSpec,
+    /// Tokens per sample (for ViT: the real token count, e.g. 577).
+    pub seq_len: u32,
+    /// Precision.
+    pub dtype: Dtype,
+    /// Global batch (samples per iteration).
+    pub global_batch: u32,
+}
+
+/// Knobs of the cost and memory model.
+#[derive(Debug, Clone)]
+pub struct CostOptions {
+    /// Fraction of each GPU's memory a plan may use (the paper's 0.75).
+    pub mem_fraction: f64,
+    /// Fixed framework overhead per GPU (CUDA context, allocator slack), GiB.
+    pub overhead_gib: f64,
+    /// Memory cluster of the reference data to take non-state memory from.
+    pub memory_cluster: Option<String>,
+    /// Bytes per parameter of training state (params + grads + Adam moments).
+    pub state_bytes_per_param: f64,
+    /// Bytes per parameter moved by all-gather / reduce-scatter (fp32 flat
+    /// parameters and fp32 gradient reduction, as the reference trainer).
+    pub comm_bytes_per_param: f64,
+}
+
+impl Default for CostOptions {
+    fn default() -> Self {
+        CostOptions {
+            mem_fraction: 0.75,
+            overhead_gib: 2.0,
+            memory_cluster: None,
+            state_bytes_per_param: 16.0,
+            comm_bytes_per_param: 4.0,
+        }
+    }
+}
+
+/// Costs of one GPU type for this workload.
+#[derive(Debug, Clone)]
+pub struct GpuTypeCost {
+    /// The GPU.
+    pub gpu: GpuSpec,
+    /// Block forward/backward curve (carries its source).
+    pub block: ComputeCurve,
+    /// Data-quality flags of the block profile used.
+    pub block_flags: Vec<String>,
+    /// Measured unit costs, if any.
+    pub units: Option<UnitProfile>,
+}
+
+/// Non-state memory against micro-batch size.
+#[derive(Debug, Clone)]
+pub enum ActMemory {
+    /// From a memory profile (imported or measured).
+    Profile(MemoryProfile),
+    /// Tabulated from the predictor for m = 1..=len, linear beyond.
+    Analytic {
+        /// GiB at micro-batch size i+1.
+        act_gib: Vec<f64>,
+        /// Predictor description.
+        model: String,
+    },
+}
+
+impl ActMemory {
+    /// Non-state GiB at micro-batch size `m` (0 for `m == 0`).
+    pub fn gib(&self, m: u32) -> f64 {
+        if m == 0 {
+            return 0.0;
+        }
+        match self {
+            ActMemory::Profile(p) => p.act_gib(m),
+            ActMemory::Analytic { act_gib, .. } => {
+                let n = act_gib.len();
+                let i = m as usize - 1;
+                if i < n {
+                    act_gib[i]
+                } else {
+                    let slope = act_gib[n - 1] - act_gib[n - 2];
+                    act_gib[n - 1] + slope * (m as f64 - n as f64)
+                }
+            }
+        }
+    }
+
+    /// Where the numbers came from.
+    pub fn source(&self) -> Source {
+        match self {
+            ActMemory::Profile(p) => p.source.clone(),
+            ActMemory::Analytic { model, .. } => Source::Analytic {
+                model: model.clone(),
+            },
+        }
+    }
+}
+
+/// The per-rank cost model of one workload.
+#[derive(Debug, Clone)]
+pub struct CostModel {
+    /// The workload.
+    pub workload: Workload,
+    /// The knobs.
+    pub options: CostOptions,
+    /// Distinct GPU types of the cluster.
+    pub types: Vec<Arc<GpuTypeCost>>,
+    /// Index into `types` for every rank.
+    pub rank_type: Vec<usize>,
+    /// Non-state memory curve (independent of GPU type).
+    pub act: ActMemory,
+    /// Collective cost model.
+    pub comm: Arc<dyn CommModel>,
+    /// Warnings for the user (flagged profile entries used, fallbacks taken).
+    pub warnings: Vec<String>,
+}
+
+/// The comm topology of a cluster (intra-node links per node, the network).
+pub fn comm_topology(cluster: &Cluster) -> CommTopology {
+    CommTopology {
+        intra_bw_gbps: cluster.nodes.iter().map(|n| n.intra_bw_gbps).collect(),
+        intra_latency_us: cluster
+            .nodes
+            .iter()
+            .map(|n| n.intra_latency_us)
+            .fold(0.0, f64::max),
+        inter_bw_gbps: cluster.inter_bw_gbps(),
+        inter_latency_us: cluster.inter_latency_us,
+    }
+}
+
+fn analytic_curve(
+    pred: &dyn Predictor,
+    gpu: &GpuSpec,
+    model: &ModelSpec,
+    seq: u32,
+    dtype: Dtype,
+) -> Result<ComputeCurve, String> {
+    let sizes: Vec<u32> = (1..=ANALYTIC_TABLE_MAX_BATCH).collect();
+    let mut f = Vec::with_capacity(sizes.len());
+    let mut b = Vec::with_capacity(sizes.len());
+    for &m in &sizes {
+        let (x, y) = pred.block_ms(gpu, model, seq, dtype, m)?;
+        f.push(x);
+        b.push(y);
+    }
+    // The tail fit: the line through the last two points keeps large-m
+    // extrapolation on the predictor's asymptotic slope.
+    let mut c = ComputeCurve::from_points(sizes, f, b, Source::Analytic { model: pred.name() });
+    let n = c.batch_sizes.len();
+    for (vals, fit) in [(&c.fwd_ms, &mut c.fwd_fit), (&c.bwd_ms, &mut c.bwd_fit)] {
+        let slope = vals[n - 1] - vals[n - 2];
+        fit.slope = slope;
+        fit.intercept = vals[n - 1] - slope * n as f64;
+    }
+    Ok(c)
+}
+
+impl CostModel {
+    /// Resolves every rank's costs. Fails (naming the GPU, model, seq and
+    /// dtype) only when neither a profile nor the predictor can answer.
+    pub fn build(
+        workload: Workload,
+        profiles: &ProfileSet,
+        predictor: &dyn Predictor,
+        options: CostOptions,
+    ) -> Result<CostModel, SpecError> {
+        if workload.seq_len == 0 {
+            return Err(SpecError::invalid(
+                "--seq-len",
+                "seq_len",
+                "expected a sequence length >= 1",
+            ));
+        }
+        if workload.global_batch == 0 {
+            return Err(SpecError::invalid(
+                "--global-batch",
+                "global_batch",
+                "expected a global batch >= 1",
+            ));
+        }
+        if !(options.mem_fraction > 0.0 && options.mem_fraction <= 1.0) {
+            return Err(SpecError::invalid(
+                "--mem-fraction",
+                "mem_fraction",
+                format!(
+                    "expected a fraction in (0, 1], got {}",
+                    options.mem_fraction
+                ),
+            ));
+        }
+        if !(options.overhead_gib >= 0.0 && options.overhead_gib.is_finite()) {
+            return Err(SpecError::invalid(
+                "--overhead-gib",
+                "overhead_gib",
+                "expected a number >= 0",
+            ));
+        }
+        let mut warnings = Vec::new();
+        let mut types: Vec<Arc<GpuTypeCost>> = Vec::new();
+        let mut rank_type = Vec::with_capacity(workload.cluster.len());
+        let (model, seq, dtype) = (&workload.model, workload.seq_len, workload.dtype);
+        for g in &workload.cluster.gpus {
+            if let Some(i) = types.iter().position(|t| t.gpu.name == g.spec.name) {
+                rank_type.push(i);
+                continue;
+            }
+            let (block, flags) = match profiles.block(&g.spec.name, &model.name, seq, dtype) {
+                Some(p) => {
+                    for f in &p.flags {
+                        warnings.push(format!(
+                            "{} / {} / {seq} / {dtype}: {f}",
+                            g.spec.name, model.name
+                        ));
+                    }
+                    (p.curve.clone(), p.flags.clone())
+                }
+                None => {
+                    let c =
+                        analytic_curve(predictor, &g.spec, model, seq, dtype).map_err(|why| {
+                            SpecError::MissingProfile {
+                                gpu: g.spec.name.clone(),
+                                model: model.name.clone(),
+                                seq_len: seq,
+                                dtype: dtype.to_string(),
+                                why,
+                            }
+                        })?;
+                    (c, vec![])
+                }
+            };
+            let units = profiles
+                .unit(&g.spec.name, &model.name, seq, dtype)
+                .cloned();
+            rank_type.push(types.len());
+            types.push(Arc::new(GpuTypeCost {
+                gpu: g.spec.clone(),
+                block,
+                block_flags: flags,
+                units,
+            }));
+        }
+        let act = match profiles.memory(options.memory_cluster.as_deref(), &model.name, dtype) {
+            Some(p) => ActMemory::Profile(p.clone()),
+            None => {
+                if let Some(c) = &options.memory_cluster {
+                    let have = profiles.memory_clusters();
+                    if !have.contains(c) {
+                        return Err(SpecError::invalid(
+                            "--memory-cluster",
+                            "memory_cluster",
+                            format!(
+                                "no memory cluster `{c}` in the profiles (have: {})",
+                                have.join(", ")
+                            ),
+                        ));
+                    }
+                    warnings.push(format!(
+                        "memory cluster `{c}` has no {dtype} entry for {}; non-state memory is predicted analytically",
+                        model.name
+                    ));
+                }
+                ActMemory::Analytic {
+                    act_gib: (1..=ANALYTIC_TABLE_MAX_BATCH)
+                        .map(|m| predictor.act_mem_gib(model, seq, dtype, m))
+                        .collect(),
+                    model: predictor.name(),
+                }
+            }
+        };
+        let topo = comm_topology(&workload.cluster);
+        topo.validate("cluster")?;
+        let comm: Arc<dyn CommModel> = Arc::new(RingModel::new(topo));
+        Ok(CostModel {
+            workload,
+            options,
+            types,
+            rank_type,
+            act,
+            comm,
+            warnings,
+        })
+    }
+
+    /// Replaces the communication model (e.g. a measured table).
+    pub fn with_comm(mut self, comm: Arc<dyn CommModel>) -> CostModel {
+        self.comm = comm;
+        self
+    }
+
+    /// Number of ranks.
+    pub fn ranks(&self) -> usize {
+        self.rank_type.len()
+    }
+
+    /// The cost entry of a rank's GPU type.
+    pub fn gpu_type(&self, rank: usize) -> &GpuTypeCost {
+        &self.types[self.rank_type[rank]]
+    }
+
+    /// The GPU of a rank.
+    pub fn gpu(&self, rank: usize) -> &GpuSpec {
+        &self.gpu_type(rank).gpu
+    }
+
+    /// Forward ms of one block for a micro-batch of `m` samples on `rank`.
+    pub fn block_fwd_ms(&self, rank: usize, m: u32) -> f64 {
+        self.gpu_type(rank).block.fwd_ms(m)
+    }
+
+    /// Backward ms of one block for a micro-batch of `m` samples on `rank`.
+    pub fn block_bwd_ms(&self, rank: usize, m: u32) -> f64 {
+        self.gpu_type(rank).block.bwd_ms(m)
+    }
+
+    fn unit_ms(
+        &self,
+        rank: usize,
+        m: u32,
+        pick: fn(&UnitProfile) -> &Vec<f64>,
+        estimate: f64,
+    ) -> f64 {
+        match &self.gpu_type(rank).units {
+            Some(u) => {
+                let c = ComputeCurve::from_points(
+                    u.batch_sizes.clone(),
+                    pick(u).clone(),
+                    pick(u).clone(),
+                    u.source.clone(),
+                );
+                c.fwd_ms(m)
+            }
+            None => estimate,
+        }
+    }
+
+    fn roofline_ms(&self, rank: usize, flops: f64, bytes: f64) -> f64 {
+        let gpu = self.gpu(rank);
+        let peak = gpu
+            .peak_tflops(self.workload.dtype)
+            .unwrap_or(gpu.fp32_tflops);
+        let c = flops / (peak * 1e12 * UNIT_COMPUTE_EFFICIENCY) * 1e3;
+        let b = bytes / (gpu.mem_bw_gbps * 1e9 * UNIT_BANDWIDTH_EFFICIENCY) * 1e3;
+        c.max(b)
+    }
+
+    fn act_bytes(&self, m: u32) -> f64 {
+        let w = &self.workload;
+        m as f64
+            * w.model.tokens_per_sample(w.seq_len) as f64
+            * w.model.hidden as f64
+            * w.dtype.bytes()
+    }
+
+    /// Embedding forward ms for `m` samples.
+    pub fn embed_fwd_ms(&self, rank: usize, m: u32) -> f64 {
+        let w = &self.workload;
+        let est = self.roofline_ms(
+            rank,
+            w.model.embedding_flops_fwd(w.seq_len) * m as f64,
+            2.0 * self.act_bytes(m),
+        );
+        self.unit_ms(rank, m, |u| &u.embed_fwd_ms, est)
+    }
+
+    /// Embedding backward ms for `m` samples (dense gradient of the table).
+    pub fn embed_bwd_ms(&self, rank: usize, m: u32) -> f64 {
+        let w = &self.workload;
+        let table = w.model.embedding_params() as f64 * 4.0;
+        let est = self.roofline_ms(
+            rank,
+            2.0 * w.model.embedding_flops_fwd(w.seq_len) * m as f64,
+            table + self.act_bytes(m),
+        );
+        self.unit_ms(rank, m, |u| &u.embed_bwd_ms, est)
+    }
+
+    /// Head (final norm, LM head / classifier, loss) forward ms for `m` samples.
+    pub fn head_fwd_ms(&self, rank: usize, m: u32) -> f64 {
+        let w = &self.workload;
+        let logits =
+            m as f64 * w.model.tokens_per_sample(w.seq_len) as f64 * w.model.vocab as f64 * 4.0;
+        let est = self.roofline_ms(
+            rank,
+            w.model.head_flops_fwd(w.seq_len) * m as f64,
+            2.0 * logits,
+        );
+        self.unit_ms(rank, m, |u| &u.head_fwd_ms, est)
+    }
+
+    /// Head backward ms for `m` samples.
+    pub fn head_bwd_ms(&self, rank: usize, m: u32) -> f64 {
+        let w = &self.workload;
+        let logits =
+            m as f64 * w.model.tokens_per_sample(w.seq_len) as f64 * w.model.vocab as f64 * 4.0;
+        let est = self.roofline_ms(
+            rank,
+            2.0 * w.model.head_flops_fwd(w.seq_len) * m as f64,
+            2.0 * logits,
+        );
+        self.unit_ms(rank, m, |u| &u.head_bwd_ms, est)
+    }
+
+    /// Optimizer step ms on `rank` for `local_params` parameters.
+    pub fn optimizer_ms(&self, rank: usize, local_params: f64) -> f64 {
+        if local_params <= 0.0 {
+            return 0.0;
+        }
+        match &self.gpu_type(rank).units {
+            Some(u) => u.optimizer_ms_per_mparam * local_params / 1e6,
+            None => {
+                let gpu = self.gpu(rank);
+                OPTIMIZER_LAUNCH_MS
+                    + local_params * OPTIMIZER_BYTES_PER_PARAM
+                        / (gpu.mem_bw_gbps * 1e9 * UNIT_BANDWIDTH_EFFICIENCY)
+                        * 1e3
+            }
+        }
+    }
+
+    /// Bytes of one block's output for `m` samples (what layered gradient
+    /// accumulation offloads to the host, and loads back for the backward).
+    pub fn block_output_bytes(&self, m: u32) -> f64 {
+        self.act_bytes(m)
+    }
+
+    /// ms to copy `bytes` between `rank`'s GPU and host memory (PCIe).
+    pub fn host_copy_ms(&self, rank: usize, bytes: f64) -> f64 {
+        crate::units::transfer_ms(bytes, self.gpu(rank).host_link.bw_gbps())
+    }
+
+    /// Non-state memory (GiB) of one step at micro-batch size `m`.
+    pub fn act_mem_gib(&self, m: u32) -> f64 {
+        self.act.gib(m)
+    }
+
+    /// Training state (GiB) held by a rank with state fraction `r`.
+    pub fn state_gib(&self, fraction: f64) -> f64 {
+        self.options.state_bytes_per_param * self.workload.model.total_params() as f64 * fraction
+            / GIB
+    }
+
+    /// GPU memory capacity of `rank` (GiB).
+    pub fn capacity_gib(&self, rank: usize) -> f64 {
+        self.gpu(rank).mem_gib
+    }
+
+    /// Memory a plan may use on `rank` (capacity x allowed fraction), GiB.
+    pub fn usable_gib(&self, rank: usize) -> f64 {
+        self.capacity_gib(rank) * self.options.mem_fraction
+    }
+
+    /// Parameters of each FSDP unit in execution order: embedding, blocks, head.
+    pub fn unit_params(&self) -> Vec<u64> {
+        let m = &self.workload.model;
+        let mut v = Vec::with_capacity(m.layers as usize + 2);
+        v.push(m.embedding_params());
+        v.extend(std::iter::repeat_n(m.params_per_block(), m.layers as usize));
+        v.push(m.head_params());
+        v
+    }
+
+    /// ms of one collective over all ranks for a unit of `unit_params`
+    /// parameters split by `fractions` (one piece per rank).
+    pub fn collective_ms(&self, kind: CollectiveKind, unit_params: u64, fractions: &[f64]) -> f64 {
+        let bytes = unit_params as f64 * self.options.comm_bytes_per_param;
+        let ranks: Vec<CollectiveRank> = fractions
+            .iter()
+            .enumerate()
+            .map(|(r, f)| CollectiveRank {
+                node: self.workload.cluster.gpus[r].node,
+                piece_bytes: bytes * f,
+            })
+            .collect();
+        self.comm.time_ms(kind, &ranks)
+    }
+
+    /// Model FLOPs of one iteration (no recompute), for MFU.
+    pub fn iteration_model_flops(&self) -> f64 {
+        let w = &self.workload;
+        w.model.model_flops_per_sample(w.seq_len) * w.global_batch as f64
+    }
+}
