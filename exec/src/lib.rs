@@ -1,8 +1,50 @@
-//! `exec`: real execution of cephalo plans (profiler, trainer, validator).
+//! `exec`: real execution of cephalo plans: an FSDP trainer with uneven
+//! batches, layered gradient accumulation and uneven shards over MPI, the
+//! single-process reference it must match, and a profiler.
 //!
-//! tch and MPI sit behind the `torch` and `mpi` features; without them the
-//! public API returns [`ExecError::NotCompiled`].
+//! tch (libtorch) sits behind the `torch` feature and MPI behind the `mpi`
+//! feature; `cuda` adds the CUDA link flags and device memory readings.
+//! Without them the same API compiles and returns
+//! [`ExecError::NotCompiled`]. Plain data types ([`config`], [`report`],
+//! [`shard`], [`layout`]) and the launcher ([`launch`]) are always there.
+//!
+//! Set-up: `. scripts/exec-env.sh` (libtorch 2.11.0, OpenMPI), then
+//! `cargo build -p cephalo-exec --features torch,mpi`.
+//!
+//! Units throughout: ms, bytes, samples, f32 elements (see each module).
 #![warn(missing_docs, missing_debug_implementations)]
+
+pub mod comm;
+pub mod commprof;
+pub mod config;
+pub mod launch;
+pub mod layout;
+pub mod report;
+pub mod shard;
+
+#[cfg(feature = "torch")]
+pub mod adam;
+#[cfg(feature = "torch")]
+pub mod model;
+#[cfg(feature = "torch")]
+mod profiler;
+#[cfg(feature = "torch")]
+mod trainer;
+
+pub use comm::{Collectives, SelfComm};
+pub use commprof::{profile_collectives, CollectiveConfig};
+pub use config::{
+    AdamConfig, BlockConfig, DeviceKind, Dtype, Family, Fault, FaultKind, Job, ProfileConfig,
+    RankPlan,
+};
+pub use launch::{launch, launch_collectives, rank_main, LaunchOptions, RankOutput, RankTask};
+pub use report::{
+    CollectiveOp, CollectiveTiming, ComputeProfile, IterationRecord, PassTiming, RankIteration,
+    ReferenceRun, TrainReport,
+};
+
+#[cfg(feature = "mpi")]
+pub use comm::MpiComm;
 
 /// Errors of real execution.
 #[derive(Debug, thiserror::Error)]
@@ -11,4 +53,101 @@ pub enum ExecError {
     /// The binary was built without the features real execution needs.
     #[error("real execution is not compiled in: rebuild with `--features exec` (see README)")]
     NotCompiled,
+    /// A job or profile request is malformed (rejected before any work).
+    #[error("invalid job: {field}: {message}")]
+    InvalidJob {
+        /// Field path, e.g. `plan[2].state_fraction`.
+        field: String,
+        /// What was expected and what was found.
+        message: String,
+    },
+    /// libtorch reported an error.
+    #[error("libtorch: {0}")]
+    Torch(String),
+    /// A collective failed or was called with inconsistent buffers.
+    #[error("collective: {0}")]
+    Comm(String),
+    /// The requested device is not available.
+    #[error("device: {0}")]
+    NoDevice(String),
+    /// Reading or writing a job/report file failed.
+    #[error("i/o: {0}")]
+    Io(String),
+    /// `mpirun` could not be started.
+    #[error("launch: {0}")]
+    Launch(String),
+    /// A rank died or failed; the whole job was ended.
+    #[error(
+        "a rank failed (mpirun exit status {status} after {secs:.1} s); last output:\n{detail}"
+    )]
+    RankFailed {
+        /// mpirun's exit status.
+        status: i32,
+        /// Seconds from launch to the end of the job.
+        secs: f64,
+        /// Tail of the ranks' output.
+        detail: String,
+    },
+    /// The job ran past its wall-clock limit and was killed.
+    #[error("the job ran past its {secs:.0} s limit and was killed; last output:\n{detail}")]
+    Timeout {
+        /// The limit (s).
+        secs: f64,
+        /// Tail of the ranks' output.
+        detail: String,
+    },
 }
+
+/// Trains `job` on this rank of `comm` (every rank calls it with the same
+/// job): the FSDP schedule of [`trainer`](crate#) with uneven batches,
+/// micro-batches and shards. Returns the report on rank 0, `None` on the
+/// others. For one rank, `comm` is [`SelfComm`] and no MPI is needed.
+pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>, ExecError> {
+    #[cfg(feature = "torch")]
+    {
+        trainer::train(job, comm)
+    }
+    #[cfg(not(feature = "torch"))]
+    {
+        let _ = (job, comm);
+        Err(ExecError::NotCompiled)
+    }
+}
+
+/// Single-process reference: plain autograd on the whole global batch
+/// (samples 0..`global_batch`), same initialisation (`seed`), data, summed
+/// loss and Adam, for `steps` steps, CPU f32.
+pub fn reference_train(
+    model: &BlockConfig,
+    global_batch: usize,
+    steps: usize,
+    adam: &AdamConfig,
+    seed: u64,
+) -> Result<ReferenceRun, ExecError> {
+    #[cfg(feature = "torch")]
+    {
+        trainer::reference_train(model, global_batch, steps, adam, seed)
+    }
+    #[cfg(not(feature = "torch"))]
+    {
+        let _ = (model, global_batch, steps, adam, seed);
+        Err(ExecError::NotCompiled)
+    }
+}
+
+/// Profiles one block, the embedding and the head at each micro-batch size,
+/// and the Adam step (one process).
+pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError> {
+    #[cfg(feature = "torch")]
+    {
+        profiler::profile_compute(cfg)
+    }
+    #[cfg(not(feature = "torch"))]
+    {
+        let _ = cfg;
+        Err(ExecError::NotCompiled)
+    }
+}
+
+/// Whether this build can train and profile (`torch` and `mpi` features).
+pub const COMPILED: bool = cfg!(all(feature = "torch", feature = "mpi"));

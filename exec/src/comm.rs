@@ -1,0 +1,251 @@
+//! Collectives with unequal pieces on flat f32 host buffers: all-gather
+//! (`MPI_Allgatherv`) and reduce-scatter with a sum (`MPI_Reduce_scatter`),
+//! plus the few small helpers the trainer needs (barrier, gather of f64
+//! records to rank 0, abort).
+//!
+//! Units: element counts (f32). [`SelfComm`] is the one-rank implementation
+//! (always available); `MpiComm` (feature `mpi`) runs over `MPI_COMM_WORLD`.
+
+use crate::ExecError;
+
+/// Collectives of a group of ranks. Piece `i` of a split buffer belongs to
+/// rank `i`; `counts` has one entry per rank and sums to the full length.
+pub trait Collectives {
+    /// This rank (0-based).
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn size(&self) -> usize;
+    /// All-gather: `local` (length `counts[rank]`) from every rank into
+    /// `full` (length `sum(counts)`), pieces in rank order.
+    fn all_gather_v(
+        &self,
+        local: &[f32],
+        counts: &[usize],
+        full: &mut [f32],
+    ) -> Result<(), ExecError>;
+    /// Reduce-scatter with a sum: `full` (length `sum(counts)`) summed
+    /// elementwise over all ranks, piece `rank` of the sum into `local`
+    /// (length `counts[rank]`).
+    fn reduce_scatter_v(
+        &self,
+        full: &[f32],
+        counts: &[usize],
+        local: &mut [f32],
+    ) -> Result<(), ExecError>;
+    /// Blocks until every rank has called it.
+    fn barrier(&self);
+    /// Gathers `values` (same length on every rank) to rank 0: `Some` of
+    /// the concatenation in rank order on rank 0, `None` elsewhere.
+    fn gather_f64(&self, values: &[f64]) -> Option<Vec<f64>>;
+    /// Ends the whole job with `code` (never returns).
+    fn abort(&self, code: i32) -> !;
+}
+
+fn check_counts(
+    counts: &[usize],
+    size: usize,
+    rank: usize,
+    local: usize,
+    full: usize,
+) -> Result<(), ExecError> {
+    if counts.len() != size {
+        return Err(ExecError::Comm(format!(
+            "{} piece counts for {size} ranks",
+            counts.len()
+        )));
+    }
+    if counts[rank] != local || counts.iter().sum::<usize>() != full {
+        return Err(ExecError::Comm(format!(
+            "buffer lengths {local}/{full} do not match piece counts {counts:?} on rank {rank}"
+        )));
+    }
+    Ok(())
+}
+
+/// The one-rank group: collectives are copies.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SelfComm;
+
+impl Collectives for SelfComm {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn size(&self) -> usize {
+        1
+    }
+    fn all_gather_v(
+        &self,
+        local: &[f32],
+        counts: &[usize],
+        full: &mut [f32],
+    ) -> Result<(), ExecError> {
+        check_counts(counts, 1, 0, local.len(), full.len())?;
+        full.copy_from_slice(local);
+        Ok(())
+    }
+    fn reduce_scatter_v(
+        &self,
+        full: &[f32],
+        counts: &[usize],
+        local: &mut [f32],
+    ) -> Result<(), ExecError> {
+        check_counts(counts, 1, 0, local.len(), full.len())?;
+        local.copy_from_slice(full);
+        Ok(())
+    }
+    fn barrier(&self) {}
+    fn gather_f64(&self, values: &[f64]) -> Option<Vec<f64>> {
+        Some(values.to_vec())
+    }
+    fn abort(&self, code: i32) -> ! {
+        std::process::exit(code)
+    }
+}
+
+#[cfg(feature = "mpi")]
+pub use mpi_impl::MpiComm;
+
+#[cfg(feature = "mpi")]
+mod mpi_impl {
+    use super::{check_counts, Collectives};
+    use crate::ExecError;
+    use mpi::collective::{CommunicatorCollectives, Root};
+    use mpi::datatype::PartitionMut;
+    use mpi::raw::AsRaw;
+    use mpi::topology::{Communicator, SimpleCommunicator};
+
+    /// Collectives over `MPI_COMM_WORLD` (OpenMPI through rsmpi). Create it
+    /// after [`MpiComm::init`]; the returned universe must outlive it.
+    pub struct MpiComm {
+        world: SimpleCommunicator,
+    }
+
+    impl std::fmt::Debug for MpiComm {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("MpiComm")
+                .field("rank", &self.rank())
+                .field("size", &self.size())
+                .finish()
+        }
+    }
+
+    fn to_i32(counts: &[usize]) -> Result<Vec<i32>, ExecError> {
+        counts
+            .iter()
+            .map(|&c| {
+                i32::try_from(c).map_err(|_| {
+                    ExecError::Comm(format!("piece of {c} elements exceeds MPI's int count"))
+                })
+            })
+            .collect()
+    }
+
+    impl MpiComm {
+        /// Initialises MPI (once per process) and returns the universe
+        /// (finalises MPI when dropped) and the world communicator, or
+        /// `None` when MPI was already initialised.
+        pub fn init() -> Option<(mpi::environment::Universe, MpiComm)> {
+            let universe = mpi::initialize()?;
+            let world = universe.world();
+            Some((universe, MpiComm { world }))
+        }
+
+        /// Installs a panic hook that prints the panic and then calls
+        /// `MPI_Abort(MPI_COMM_WORLD, 101)`, so a panicking rank ends the
+        /// whole job instead of leaving the others blocked in a collective.
+        pub fn abort_on_panic() {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                previous(info);
+                eprintln!("cephalo-exec: rank panicked; aborting the MPI job");
+                // SAFETY: MPI_Abort may be called at any time after MPI_Init.
+                unsafe {
+                    mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 101);
+                }
+                std::process::abort();
+            }));
+        }
+    }
+
+    impl Collectives for MpiComm {
+        fn rank(&self) -> usize {
+            self.world.rank() as usize
+        }
+        fn size(&self) -> usize {
+            self.world.size() as usize
+        }
+        fn all_gather_v(
+            &self,
+            local: &[f32],
+            counts: &[usize],
+            full: &mut [f32],
+        ) -> Result<(), ExecError> {
+            check_counts(counts, self.size(), self.rank(), local.len(), full.len())?;
+            let c = to_i32(counts)?;
+            let displs = to_i32(&crate::shard::offsets(counts))?;
+            let mut part = PartitionMut::new(full, c, displs);
+            self.world.all_gather_varcount_into(local, &mut part);
+            Ok(())
+        }
+        fn reduce_scatter_v(
+            &self,
+            full: &[f32],
+            counts: &[usize],
+            local: &mut [f32],
+        ) -> Result<(), ExecError> {
+            check_counts(counts, self.size(), self.rank(), local.len(), full.len())?;
+            let c = to_i32(counts)?;
+            // rsmpi 0.8 has no variable-count reduce-scatter wrapper.
+            // SAFETY: buffers have the lengths MPI reads/writes (checked
+            // above), the datatype is f32, and the communicator is live.
+            let rc = unsafe {
+                mpi::ffi::MPI_Reduce_scatter(
+                    full.as_ptr() as *const std::ffi::c_void,
+                    local.as_mut_ptr() as *mut std::ffi::c_void,
+                    c.as_ptr(),
+                    mpi::ffi::RSMPI_FLOAT,
+                    mpi::ffi::RSMPI_SUM,
+                    self.world.as_raw(),
+                )
+            };
+            if rc != 0 {
+                return Err(ExecError::Comm(format!("MPI_Reduce_scatter returned {rc}")));
+            }
+            Ok(())
+        }
+        fn barrier(&self) {
+            self.world.barrier();
+        }
+        fn gather_f64(&self, values: &[f64]) -> Option<Vec<f64>> {
+            let root = self.world.process_at_rank(0);
+            if self.rank() == 0 {
+                let mut out = vec![0.0f64; values.len() * self.size()];
+                root.gather_into_root(values, &mut out[..]);
+                Some(out)
+            } else {
+                root.gather_into(values);
+                None
+            }
+        }
+        fn abort(&self, code: i32) -> ! {
+            self.world.abort(code)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_comm_copies_and_checks() {
+        let c = SelfComm;
+        let mut full = vec![0.0; 3];
+        c.all_gather_v(&[1.0, 2.0, 3.0], &[3], &mut full).unwrap();
+        assert_eq!(full, vec![1.0, 2.0, 3.0]);
+        let mut local = vec![0.0; 3];
+        c.reduce_scatter_v(&full, &[3], &mut local).unwrap();
+        assert_eq!(local, full);
+        assert!(c.all_gather_v(&[1.0], &[2], &mut full).is_err());
+    }
+}

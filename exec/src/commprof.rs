@@ -1,0 +1,122 @@
+//! Collective profiler: all-gather and reduce-scatter times vs message size
+//! and piece split over a [`Collectives`] group (MPI or the one-rank group).
+//!
+//! Units: ms (median over repetitions of the slowest rank), bytes, f32
+//! elements. Needs no libtorch.
+
+use std::time::Instant;
+
+use crate::comm::Collectives;
+use crate::report::{median, CollectiveOp, CollectiveTiming};
+use crate::shard::piece_sizes;
+use crate::ExecError;
+
+/// What [`profile_collectives`] measures.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CollectiveConfig {
+    /// Full buffer lengths to time (f32 elements).
+    pub sizes_elems: Vec<usize>,
+    /// Piece splits to time (one fraction per rank each; empty: even only).
+    pub splits: Vec<Vec<f64>>,
+    /// Untimed runs per point.
+    pub warmup: usize,
+    /// Timed runs per point (median of the slowest rank's times).
+    pub repetitions: usize,
+}
+
+/// Times all-gather and reduce-scatter on host f32 buffers for every size
+/// and split; every rank of `comm` must call it with the same config.
+/// Returns the table on rank 0 and `None` elsewhere.
+pub fn profile_collectives<C: Collectives>(
+    comm: &C,
+    cfg: &CollectiveConfig,
+) -> Result<Option<Vec<CollectiveTiming>>, ExecError> {
+    let size = comm.size();
+    let rank = comm.rank();
+    let mut splits = cfg.splits.clone();
+    if splits.is_empty() {
+        splits.push(vec![1.0 / size as f64; size]);
+    }
+    for (i, s) in splits.iter().enumerate() {
+        if s.len() != size {
+            return Err(ExecError::InvalidJob {
+                field: format!("splits[{i}]"),
+                message: format!("expected {size} fractions (one per rank), got {}", s.len()),
+            });
+        }
+    }
+    for split in &splits {
+        verify(comm, 1001, split)?;
+    }
+    let mut out = Vec::new();
+    for &n in &cfg.sizes_elems {
+        for split in &splits {
+            let counts = piece_sizes(n, split);
+            let full_buf: Vec<f32> = (0..n).map(|i| (i % 17) as f32).collect();
+            let mut full_out = vec![0f32; n];
+            let mut local = vec![1f32; counts[rank]];
+            for op in [CollectiveOp::AllGather, CollectiveOp::ReduceScatter] {
+                let mut times = Vec::with_capacity(cfg.repetitions);
+                for rep in 0..cfg.warmup + cfg.repetitions.max(1) {
+                    comm.barrier();
+                    let t = Instant::now();
+                    match op {
+                        CollectiveOp::AllGather => {
+                            comm.all_gather_v(&local, &counts, &mut full_out)?
+                        }
+                        CollectiveOp::ReduceScatter => {
+                            comm.reduce_scatter_v(&full_buf, &counts, &mut local)?
+                        }
+                    }
+                    let ms = t.elapsed().as_secs_f64() * 1e3;
+                    if rep >= cfg.warmup {
+                        times.push(ms);
+                    }
+                }
+                if let Some(all) = comm.gather_f64(&times) {
+                    let reps = times.len();
+                    let slowest: Vec<f64> = (0..reps)
+                        .map(|k| (0..size).map(|r| all[r * reps + k]).fold(0.0, f64::max))
+                        .collect();
+                    out.push(CollectiveTiming {
+                        op,
+                        ranks: size,
+                        elems: n,
+                        bytes: 4 * n,
+                        fractions: split.clone(),
+                        max_piece_bytes: 4 * counts.iter().copied().max().unwrap_or(0),
+                        time_ms: median(&slowest),
+                    });
+                }
+            }
+        }
+    }
+    Ok((rank == 0).then_some(out))
+}
+
+/// Checks the collectives' results on `n` elements split by `fractions`:
+/// all-gather of rank-tagged pieces and reduce-scatter of rank-valued
+/// buffers (sum = size (size + 1) / 2 everywhere).
+pub fn verify<C: Collectives>(comm: &C, n: usize, fractions: &[f64]) -> Result<(), ExecError> {
+    let (size, rank) = (comm.size(), comm.rank());
+    let counts = piece_sizes(n, fractions);
+    let offs = crate::shard::offsets(&counts);
+    let local: Vec<f32> = (0..counts[rank]).map(|i| (offs[rank] + i) as f32).collect();
+    let mut full = vec![-1f32; n];
+    comm.all_gather_v(&local, &counts, &mut full)?;
+    if let Some(i) = full.iter().enumerate().position(|(i, &x)| x != i as f32) {
+        return Err(ExecError::Comm(format!(
+            "all-gather check failed at element {i} on rank {rank} (pieces {counts:?})"
+        )));
+    }
+    let mine = vec![(rank + 1) as f32; n];
+    let mut out = vec![0f32; counts[rank]];
+    comm.reduce_scatter_v(&mine, &counts, &mut out)?;
+    let want = (size * (size + 1) / 2) as f32;
+    if out.iter().any(|&x| x != want) {
+        return Err(ExecError::Comm(format!(
+            "reduce-scatter check failed on rank {rank} (pieces {counts:?})"
+        )));
+    }
+    Ok(())
+}

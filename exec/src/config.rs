@@ -1,0 +1,379 @@
+//! Job description of a real run: model shape ([`BlockConfig`]), per-rank
+//! plan entries ([`RankPlan`]), optimizer ([`AdamConfig`]), device and dtype.
+//!
+//! Units: batches and micro-batch sizes in samples, sequence length in
+//! tokens, fractions dimensionless (sum to 1). Everything here is plain data
+//! (serde), available without the `torch`/`mpi` features, so a launcher can
+//! validate a job before any rank starts.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ExecError;
+
+/// Block family of a transformer built by the trainer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// GPT-style: post-LN blocks (`x = LN(x + attn(x)); x = LN(x + mlp(x))`),
+    /// GELU MLP of width `ffn`, biases everywhere, learned positions, eager
+    /// causal attention. Also used for BERT/ViT-like shapes.
+    Gpt,
+    /// LLaMA-style: pre-RMSNorm blocks, SwiGLU MLP of width `ffn`, no biases,
+    /// grouped-query attention (`kv_heads`), rotary position embedding
+    /// (rotate-half form, base 10000) on queries and keys, no learned
+    /// positions. Also used for Mistral-like shapes.
+    Llama,
+}
+
+impl Family {
+    /// Maps a catalog family name (`gpt`, `bert`, `vit`, `llama`, `mistral`)
+    /// to a block family; `None` for unknown names.
+    pub fn from_catalog(name: &str) -> Option<Family> {
+        match name.to_ascii_lowercase().as_str() {
+            "gpt" | "bert" | "vit" => Some(Family::Gpt),
+            "llama" | "mistral" => Some(Family::Llama),
+            _ => None,
+        }
+    }
+}
+
+/// Shape of the model to build (same field names as `sim::model::ModelSpec`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockConfig {
+    /// Block family.
+    pub family: Family,
+    /// Number of transformer blocks.
+    pub layers: usize,
+    /// Hidden size (model width).
+    pub hidden: usize,
+    /// Attention (query) heads; divides `hidden`.
+    pub heads: usize,
+    /// Key/value heads; divides `heads` (= `heads` for GPT).
+    pub kv_heads: usize,
+    /// MLP inner width.
+    pub ffn: usize,
+    /// Vocabulary size (tokens).
+    pub vocab: usize,
+    /// Sequence length (tokens per sample).
+    pub seq_len: usize,
+}
+
+impl BlockConfig {
+    /// A tiny GPT (2 blocks, hidden 32) that trains in milliseconds on CPU.
+    pub fn tiny_gpt() -> BlockConfig {
+        BlockConfig {
+            family: Family::Gpt,
+            layers: 2,
+            hidden: 32,
+            heads: 4,
+            kv_heads: 4,
+            ffn: 128,
+            vocab: 64,
+            seq_len: 16,
+        }
+    }
+
+    /// A tiny LLaMA (2 blocks, hidden 32, 2 KV heads) for CPU tests.
+    pub fn tiny_llama() -> BlockConfig {
+        BlockConfig {
+            family: Family::Llama,
+            layers: 2,
+            hidden: 32,
+            heads: 4,
+            kv_heads: 2,
+            ffn: 96,
+            vocab: 64,
+            seq_len: 16,
+        }
+    }
+
+    /// Head dimension (`hidden / heads`).
+    pub fn head_dim(&self) -> usize {
+        self.hidden / self.heads.max(1)
+    }
+
+    /// Checks that the shape can be built.
+    pub fn validate(&self) -> Result<(), ExecError> {
+        let bad = |field: &str, expected: &str, value: usize| {
+            Err(ExecError::InvalidJob {
+                field: format!("model.{field}"),
+                message: format!("expected {expected}, got {value}"),
+            })
+        };
+        for (field, v) in [
+            ("layers", self.layers),
+            ("hidden", self.hidden),
+            ("heads", self.heads),
+            ("kv_heads", self.kv_heads),
+            ("ffn", self.ffn),
+            ("vocab", self.vocab),
+            ("seq_len", self.seq_len),
+        ] {
+            if v == 0 {
+                return bad(field, "a positive integer", v);
+            }
+        }
+        if !self.hidden.is_multiple_of(self.heads) {
+            return bad("heads", "a divisor of hidden", self.heads);
+        }
+        if !self.heads.is_multiple_of(self.kv_heads) {
+            return bad("kv_heads", "a divisor of heads", self.kv_heads);
+        }
+        if self.family == Family::Gpt && self.kv_heads != self.heads {
+            return bad(
+                "kv_heads",
+                "equal to heads for the gpt family",
+                self.kv_heads,
+            );
+        }
+        if self.family == Family::Llama && !self.head_dim().is_multiple_of(2) {
+            return bad(
+                "heads",
+                "an even head dimension (rotary embedding) for the llama family",
+                self.heads,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Plan entry of one rank (one device).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankPlan {
+    /// Local batch b_i (samples per iteration), at least 1.
+    pub batch: usize,
+    /// Micro-batch count n_i, 1..=b_i. The micro-batch sizes are
+    /// `b_i / n_i` or one more (see [`crate::shard::micro_batch_sizes`]).
+    pub micro_batches: usize,
+    /// State fraction r_i of every unit's flattened parameters (and their
+    /// gradients and Adam moments) held by this rank; in [0, 1], sum 1.
+    pub state_fraction: f64,
+}
+
+/// Adam hyper-parameters (standard Adam with bias correction, no weight
+/// decay).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AdamConfig {
+    /// Learning rate.
+    pub lr: f64,
+    /// First-moment decay.
+    pub beta1: f64,
+    /// Second-moment decay.
+    pub beta2: f64,
+    /// Denominator epsilon.
+    pub eps: f64,
+}
+
+impl Default for AdamConfig {
+    fn default() -> Self {
+        AdamConfig {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        }
+    }
+}
+
+/// Device kind a rank computes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// The CPU (libtorch intra-op threads, see [`Job::threads`]).
+    Cpu,
+    /// A CUDA device: rank r uses `cuda:(local_rank % device_count)`.
+    Cuda,
+}
+
+/// Compute dtype of the blocks. Master parameters, gradients and Adam
+/// moments stay f32; parameters are cast to this dtype after the all-gather.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// 32-bit float.
+    Fp32,
+    /// IEEE half (CUDA only; no loss scaling: for timing, not convergence).
+    Fp16,
+    /// bfloat16 (CUDA only).
+    Bf16,
+}
+
+/// Fault injection for tests: `rank` fails during `iteration`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fault {
+    /// Rank that fails.
+    pub rank: usize,
+    /// Iteration (0-based, warm-up included) in which it fails, after the
+    /// forward pass of the first unit (mid-iteration).
+    pub iteration: usize,
+    /// How it fails.
+    pub kind: FaultKind,
+}
+
+/// How an injected fault kills a rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    /// A Rust panic (the rank's panic hook calls `MPI_Abort`).
+    Panic,
+    /// `std::process::exit(3)` without `MPI_Finalize`.
+    Exit,
+}
+
+/// Everything a rank needs to train (sent to the ranks as JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Model shape.
+    pub model: BlockConfig,
+    /// One entry per rank (its length is the rank count).
+    pub plan: Vec<RankPlan>,
+    /// Measured iterations (after the warm-up).
+    pub iterations: usize,
+    /// Warm-up iterations (trained, not recorded).
+    #[serde(default)]
+    pub warmup_iterations: usize,
+    /// Optimizer.
+    #[serde(default)]
+    pub adam: AdamConfig,
+    /// Device kind of every rank.
+    pub device: DeviceKind,
+    /// Compute dtype.
+    pub dtype: Dtype,
+    /// Seed of the parameter initialisation and of the token data.
+    #[serde(default)]
+    pub seed: u64,
+    /// libtorch intra-op threads per rank (`None`: libtorch's default).
+    #[serde(default)]
+    pub threads: Option<usize>,
+    /// Whether every collective is preceded by a barrier whose duration is
+    /// recorded as wait time (separating stall from transfer time).
+    #[serde(default = "yes")]
+    pub measure_wait: bool,
+    /// Whether the report carries the final full parameters of every unit
+    /// (for correctness tests; large for real models).
+    #[serde(default)]
+    pub return_params: bool,
+    /// Whether the report carries the full gradient of every unit in the
+    /// first iteration (reduce-scattered, then gathered; for correctness
+    /// tests).
+    #[serde(default)]
+    pub return_grads: bool,
+    /// Test-only fault injection.
+    #[serde(default)]
+    pub fault: Option<Fault>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Job {
+    /// Global batch B = sum of the local batches (samples).
+    pub fn global_batch(&self) -> usize {
+        self.plan.iter().map(|p| p.batch).sum()
+    }
+
+    /// Checks the job for `ranks` ranks (`None`: any count). Rejects a plan
+    /// whose length differs from the rank count, fractions outside [0, 1]
+    /// or not summing to 1 (within 1e-6), empty batches, micro-batch counts
+    /// outside 1..=b_i, `global_batch` (when given) not equal to the sum of
+    /// the local batches, and half dtypes on the CPU.
+    pub fn validate(
+        &self,
+        ranks: Option<usize>,
+        global_batch: Option<usize>,
+    ) -> Result<(), ExecError> {
+        let bad = |field: String, message: String| Err(ExecError::InvalidJob { field, message });
+        self.model.validate()?;
+        if self.plan.is_empty() {
+            return bad(
+                "plan".into(),
+                "expected at least one rank entry, got none".into(),
+            );
+        }
+        if let Some(r) = ranks {
+            if self.plan.len() != r {
+                return bad(
+                    "plan".into(),
+                    format!(
+                        "expected {r} entries (one per rank), got {}",
+                        self.plan.len()
+                    ),
+                );
+            }
+        }
+        let mut sum = 0.0;
+        for (i, p) in self.plan.iter().enumerate() {
+            if p.batch == 0 {
+                return bad(
+                    format!("plan[{i}].batch"),
+                    "expected at least 1 sample, got 0".into(),
+                );
+            }
+            if p.micro_batches == 0 || p.micro_batches > p.batch {
+                return bad(
+                    format!("plan[{i}].micro_batches"),
+                    format!(
+                        "expected 1..={} (the local batch), got {}",
+                        p.batch, p.micro_batches
+                    ),
+                );
+            }
+            if !(0.0..=1.0).contains(&p.state_fraction) || !p.state_fraction.is_finite() {
+                return bad(
+                    format!("plan[{i}].state_fraction"),
+                    format!("expected a fraction in [0, 1], got {}", p.state_fraction),
+                );
+            }
+            sum += p.state_fraction;
+        }
+        if (sum - 1.0).abs() > 1e-6 {
+            return bad(
+                "plan[*].state_fraction".into(),
+                format!("expected fractions summing to 1, got {sum}"),
+            );
+        }
+        if let Some(b) = global_batch {
+            if self.global_batch() != b {
+                return bad(
+                    "plan[*].batch".into(),
+                    format!(
+                        "expected local batches summing to the global batch {b}, got {}",
+                        self.global_batch()
+                    ),
+                );
+            }
+        }
+        if self.device == DeviceKind::Cpu && self.dtype != Dtype::Fp32 {
+            return bad("dtype".into(), "expected fp32 on the cpu device".into());
+        }
+        if let Some(f) = &self.fault {
+            if f.rank >= self.plan.len() {
+                return bad(
+                    "fault.rank".into(),
+                    format!("expected a rank < {}, got {}", self.plan.len(), f.rank),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What [`crate::profile_compute`] measures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileConfig {
+    /// Model (its block 0, embedding and head are timed).
+    pub model: BlockConfig,
+    /// Device kind (device 0 / local rank 0 for CUDA).
+    pub device: DeviceKind,
+    /// Compute dtype.
+    pub dtype: Dtype,
+    /// Micro-batch sizes to time (samples).
+    pub micro_batch_sizes: Vec<usize>,
+    /// Untimed runs before each point.
+    pub warmup: usize,
+    /// Timed runs per point (the median is reported).
+    pub repetitions: usize,
+    /// libtorch intra-op threads (`None`: libtorch's default).
+    pub threads: Option<usize>,
+}

@@ -1,0 +1,184 @@
+//! Compute profiler: per-unit forward and backward time vs micro-batch
+//! size (warm-up, then the median of repetitions) and the Adam step, on one
+//! process. Collectives are profiled by [`crate::commprof`].
+//!
+//! Units: ms (medians), bytes, samples.
+
+use std::time::Instant;
+
+use tch::{Device, Kind, Tensor};
+
+use crate::adam::{adam_step, AdamState};
+use crate::config::{AdamConfig, DeviceKind, Dtype, ProfileConfig};
+use crate::layout::init_values;
+use crate::model::{device_for, device_used_bytes, kind_of, sync, terr, Model, TResult};
+use crate::report::{median, ComputeProfile, PassTiming};
+use crate::ExecError;
+
+fn time_ms<F: FnMut() -> TResult<()>>(
+    device: Device,
+    warmup: usize,
+    reps: usize,
+    mut f: F,
+) -> TResult<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    sync(device);
+    let mut xs = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        f()?;
+        sync(device);
+        xs.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(&xs))
+}
+
+fn unit_params(model: &Model, u: usize, device: Device) -> TResult<Tensor> {
+    let l = &model.units[u];
+    Tensor::from_slice(&init_values(l, u, 0, 0..l.numel()))
+        .f_to_device(device)
+        .and_then(|t| t.f_to_kind(model.kind))
+        .map_err(terr)
+}
+
+/// Measures forward, backward and recompute+backward of one unit (`u`) at
+/// micro-batch size `m`; `input(m)` makes the unit's input.
+fn profile_unit(
+    model: &Model,
+    u: usize,
+    m: usize,
+    cfg: &ProfileConfig,
+    is_head: bool,
+) -> TResult<PassTiming> {
+    let dev = model.device;
+    let p = unit_params(model, u, dev)?;
+    let (tokens, targets) = model.batch(0, 0, 0, m)?;
+    let (s, h) = (model.cfg.seq_len as i64, model.cfg.hidden as i64);
+    let act = Tensor::f_randn([m as i64, s, h], (model.kind, dev)).map_err(terr)?;
+    let is_emb = u == 0;
+    let fwd = |grad: bool| -> TResult<Tensor> {
+        let pk = if grad {
+            p.f_detach().map_err(terr)?.set_requires_grad(true)
+        } else {
+            p.shallow_clone()
+        };
+        let x = if is_emb {
+            tokens.shallow_clone()
+        } else if grad {
+            act.f_detach().map_err(terr)?.set_requires_grad(true)
+        } else {
+            act.shallow_clone()
+        };
+        let y = if is_head {
+            model.head_loss(&pk, &x, &targets)?
+        } else {
+            model.forward(u, &pk, &x)?
+        };
+        if !grad {
+            return Ok(y);
+        }
+        let root = if is_head {
+            y
+        } else {
+            y.f_mul(&act)
+                .and_then(|t| t.f_sum(None::<Kind>))
+                .map_err(terr)?
+        };
+        let inputs: Vec<&Tensor> = if is_emb { vec![&pk] } else { vec![&pk, &x] };
+        let _ = Tensor::f_run_backward(&[&root], &inputs, false, false).map_err(terr)?;
+        Ok(root)
+    };
+    let mem0 = device_used_bytes(dev);
+    let forward_ms = time_ms(dev, cfg.warmup, cfg.repetitions, || {
+        let _g = tch::no_grad_guard();
+        fwd(false).map(drop)
+    })?;
+    let fwd_graph_ms = time_ms(dev, cfg.warmup, cfg.repetitions, || {
+        let pk = p.f_detach().map_err(terr)?.set_requires_grad(true);
+        let x = if is_emb {
+            tokens.shallow_clone()
+        } else {
+            act.f_detach().map_err(terr)?.set_requires_grad(true)
+        };
+        let y = if is_head {
+            model.head_loss(&pk, &x, &targets)?
+        } else {
+            model.forward(u, &pk, &x)?
+        };
+        drop(y);
+        Ok(())
+    })?;
+    let fb_ms = time_ms(dev, cfg.warmup, cfg.repetitions, || fwd(true).map(drop))?;
+    let mem1 = device_used_bytes(dev);
+    Ok(PassTiming {
+        micro_batch_size: m,
+        forward_ms,
+        backward_ms: (fb_ms - fwd_graph_ms).max(0.0),
+        recompute_backward_ms: fb_ms,
+        peak_mem_bytes: match (mem0, mem1) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        },
+    })
+}
+
+/// Times block 0, the embedding and the head at every micro-batch size, and
+/// the Adam step over one block's parameters. One process, no MPI.
+pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError> {
+    if cfg.micro_batch_sizes.is_empty() || cfg.micro_batch_sizes.contains(&0) {
+        return Err(ExecError::InvalidJob {
+            field: "micro_batch_sizes".into(),
+            message: "expected a non-empty list of positive sizes".into(),
+        });
+    }
+    if cfg.device == DeviceKind::Cpu && cfg.dtype != Dtype::Fp32 {
+        return Err(ExecError::InvalidJob {
+            field: "dtype".into(),
+            message: "expected fp32 on the cpu device".into(),
+        });
+    }
+    if let Some(t) = cfg.threads {
+        tch::set_num_threads(t as i32);
+    }
+    let device = device_for(cfg.device, 0)?;
+    let model = Model::new(&cfg.model, device, kind_of(cfg.dtype))?;
+    let head = model.n_units() - 1;
+    let mut block = Vec::new();
+    let mut embedding = Vec::new();
+    let mut head_t = Vec::new();
+    for &m in &cfg.micro_batch_sizes {
+        block.push(profile_unit(&model, 1, m, cfg, false)?);
+        embedding.push(profile_unit(&model, 0, m, cfg, false)?);
+        head_t.push(profile_unit(&model, head, m, cfg, true)?);
+    }
+    let n = model.units[1].numel();
+    let mut p = Tensor::from_slice(&init_values(&model.units[1], 1, 0, 0..n))
+        .f_to_device(device)
+        .map_err(terr)?;
+    let g = p.f_mul_scalar(1e-3).map_err(terr)?;
+    let mut st = AdamState::zeros_like(&p)?;
+    let mut step = 0u64;
+    let adam = AdamConfig::default();
+    let opt_ms = time_ms(device, cfg.warmup, cfg.repetitions, || {
+        step += 1;
+        adam_step(&mut p, &g, &mut st, step, &adam)
+    })?;
+    Ok(ComputeProfile {
+        model: cfg.model.clone(),
+        device: cfg.device,
+        dtype: cfg.dtype,
+        threads: tch::get_num_threads().max(0) as usize,
+        params_per_block: n,
+        params_embedding: model.units[0].numel(),
+        params_head: model.units[head].numel(),
+        block,
+        embedding,
+        head: head_t,
+        optimizer_ms_per_block: opt_ms,
+        optimizer_ns_per_param: opt_ms * 1e6 / n.max(1) as f64,
+        warmup: cfg.warmup,
+        repetitions: cfg.repetitions,
+    })
+}

@@ -1,0 +1,204 @@
+//! What a real run measured: per-iteration training records
+//! ([`TrainReport`]) and profiler tables ([`ComputeProfile`],
+//! [`CollectiveTiming`]).
+//!
+//! Units: times in milliseconds (`_ms`), memory in bytes (`_bytes`), sizes in
+//! samples or elements as named. Plain serde data, available without the
+//! `torch`/`mpi` features; the glue to the simulator's report and profile
+//! formats lives outside this crate.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{BlockConfig, DeviceKind, Dtype};
+
+/// One rank's share of one iteration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankIteration {
+    /// Rank.
+    pub rank: usize,
+    /// Local batch b_i (samples).
+    pub batch: usize,
+    /// Micro-batch count n_i.
+    pub micro_batches: usize,
+    /// Forward, head, recompute + backward and optimizer time (ms,
+    /// device-synchronised).
+    pub compute_ms: f64,
+    /// Time inside all-gathers and reduce-scatters after every rank arrived
+    /// (ms), including host staging copies on CUDA.
+    pub comm_ms: f64,
+    /// Time blocked before collectives waiting for other ranks (ms; the
+    /// barrier before each collective when `Job::measure_wait`).
+    pub wait_ms: f64,
+    /// Activation offload/reload copies between device and host buffers (ms;
+    /// 0 on the CPU where outputs stay in host memory).
+    pub copy_ms: f64,
+    /// Peak device memory in use during the iteration (bytes; CUDA only:
+    /// `cudaMemGetInfo` total - free sampled after every unit phase, so it
+    /// includes the CUDA context and the caching allocator's reserve).
+    pub peak_mem_bytes: Option<u64>,
+    /// Sum of this rank's token losses (nats).
+    pub loss_sum: f64,
+}
+
+/// One measured iteration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IterationRecord {
+    /// Iteration index (0-based, warm-up included).
+    pub iteration: usize,
+    /// Wall time from a barrier at the start to a barrier at the end (ms),
+    /// measured on rank 0: the makespan.
+    pub iteration_ms: f64,
+    /// Per-rank breakdown, in rank order.
+    pub ranks: Vec<RankIteration>,
+}
+
+/// Result of a training run (assembled on rank 0).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainReport {
+    /// Rank count.
+    pub ranks: usize,
+    /// Global batch B (samples).
+    pub global_batch: usize,
+    /// Parameter count per unit (embedding, blocks, head).
+    pub unit_params: Vec<usize>,
+    /// Recorded iterations (warm-up excluded).
+    pub iterations: Vec<IterationRecord>,
+    /// Global sum of token losses per iteration, warm-up included (nats).
+    pub loss_sums: Vec<f64>,
+    /// Final full parameters per unit when `Job::return_params`.
+    pub final_params: Option<Vec<Vec<f32>>>,
+    /// Full gradient per unit of the first iteration when
+    /// `Job::return_grads` (the reduce-scattered shards, gathered).
+    #[serde(default)]
+    pub first_grads: Option<Vec<Vec<f32>>>,
+}
+
+impl TrainReport {
+    /// Mean iteration time over the recorded iterations (ms); 0 if none.
+    pub fn mean_iteration_ms(&self) -> f64 {
+        if self.iterations.is_empty() {
+            return 0.0;
+        }
+        self.iterations.iter().map(|i| i.iteration_ms).sum::<f64>() / self.iterations.len() as f64
+    }
+
+    /// Median iteration time over the recorded iterations (ms); 0 if none.
+    pub fn median_iteration_ms(&self) -> f64 {
+        median(
+            &self
+                .iterations
+                .iter()
+                .map(|i| i.iteration_ms)
+                .collect::<Vec<_>>(),
+        )
+    }
+}
+
+/// Median of `xs` (mean of the middle two for even lengths); 0 for empty.
+pub fn median(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+/// Timing of one unit kind at one micro-batch size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PassTiming {
+    /// Micro-batch size m (samples).
+    pub micro_batch_size: usize,
+    /// Forward without autograd (the trainer's forward pass), median (ms).
+    pub forward_ms: f64,
+    /// Backward alone: median(forward with autograd + backward) minus
+    /// median(forward with autograd) (ms). The trainer's backward step per
+    /// micro-batch is `recompute_backward_ms`.
+    pub backward_ms: f64,
+    /// Forward with autograd + backward, median (ms): what the trainer does
+    /// per micro-batch in the backward pass (recompute, then backward).
+    pub recompute_backward_ms: f64,
+    /// Peak device memory during the measurement (bytes; CUDA only, see
+    /// [`RankIteration::peak_mem_bytes`]).
+    pub peak_mem_bytes: Option<u64>,
+}
+
+/// Compute profile of one model on one device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComputeProfile {
+    /// Model measured.
+    pub model: BlockConfig,
+    /// Device kind.
+    pub device: DeviceKind,
+    /// Compute dtype.
+    pub dtype: Dtype,
+    /// libtorch intra-op threads used (CPU).
+    pub threads: usize,
+    /// Parameters of one block.
+    pub params_per_block: usize,
+    /// Parameters of the embedding unit.
+    pub params_embedding: usize,
+    /// Parameters of the head unit.
+    pub params_head: usize,
+    /// One block, per micro-batch size.
+    pub block: Vec<PassTiming>,
+    /// Embedding unit (forward; backward of the embedding gradient).
+    pub embedding: Vec<PassTiming>,
+    /// Head unit; `forward_ms` includes the loss, `recompute_backward_ms` is
+    /// the head's forward + backward as done once per micro-batch.
+    pub head: Vec<PassTiming>,
+    /// Adam step over one block's (unsharded) parameters, median (ms).
+    pub optimizer_ms_per_block: f64,
+    /// Adam step cost per parameter (ns), from the block measurement.
+    pub optimizer_ns_per_param: f64,
+    /// Warm-up runs before timing.
+    pub warmup: usize,
+    /// Timed repetitions per point.
+    pub repetitions: usize,
+}
+
+/// Collective operation measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveOp {
+    /// `MPI_Allgatherv`.
+    AllGather,
+    /// `MPI_Reduce_scatter` (sum).
+    ReduceScatter,
+}
+
+/// Time of one collective at one message size and split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveTiming {
+    /// Operation.
+    pub op: CollectiveOp,
+    /// Ranks taking part.
+    pub ranks: usize,
+    /// Full (unsharded) buffer length (f32 elements).
+    pub elems: usize,
+    /// Full buffer size (bytes).
+    pub bytes: usize,
+    /// Piece fractions per rank.
+    pub fractions: Vec<f64>,
+    /// Largest piece (bytes).
+    pub max_piece_bytes: usize,
+    /// Median over repetitions of the slowest rank's time (ms), each
+    /// repetition started after a barrier.
+    pub time_ms: f64,
+}
+
+/// Result of the single-process reference ([`crate::reference_train`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReferenceRun {
+    /// Final parameters per unit.
+    pub params: Vec<Vec<f32>>,
+    /// Loss sum per step (nats).
+    pub loss_sums: Vec<f64>,
+    /// Full-batch gradient per unit at the first step (before any update).
+    pub first_grads: Vec<Vec<f32>>,
+}

@@ -1,0 +1,269 @@
+//! Real execution over MPI (features `torch` + `mpi`): the uneven-FSDP
+//! proof, faults, and the profilers.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use exec::{BlockConfig, CollectiveConfig, ExecError, Fault, FaultKind, LaunchOptions, SelfComm};
+
+use crate::validation::job;
+
+/// Whether `mpirun` works; under CI=true a missing one fails the test.
+fn mpi_ready() -> bool {
+    if exec::launch::mpirun_available(Path::new("mpirun")) {
+        return true;
+    }
+    let msg = "mpirun not found or not working: run `. scripts/exec-env.sh` first";
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{msg}");
+    }
+    eprintln!("skipping: {msg}");
+    false
+}
+
+fn opts() -> LaunchOptions {
+    let mut o = LaunchOptions::new(env!("CARGO_BIN_EXE_cephalo-exec-rank"));
+    o.oversubscribe = true;
+    o.timeout = Duration::from_secs(180);
+    o
+}
+
+/// Largest |a - b| over all units, and the largest |b|.
+fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> (f32, f32) {
+    assert_eq!(a.len(), b.len());
+    let mut d = 0f32;
+    let mut m = 0f32;
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x.len(), y.len());
+        for (p, q) in x.iter().zip(y) {
+            d = d.max((p - q).abs());
+            m = m.max(q.abs());
+        }
+    }
+    (d, m)
+}
+
+const STEPS: usize = 3;
+
+/// Adam epsilon of the comparison runs (both sides use the same Adam).
+///
+/// Components whose true gradient is exactly zero (GPT's key biases: softmax
+/// is invariant to them) come out of any f32 implementation as rounding
+/// noise (~1e-11), and with eps = 1e-8 Adam turns that noise into steps of
+/// about +-lr whose sign depends on summation order, so no two summation
+/// orders agree there. eps = 1e-4, still far below the typical |g| of a
+/// summed loss (1e-3..10), keeps that noise below 1e-7 lr.
+const EPS: f64 = 1e-4;
+
+/// Gradient tolerance, relative to the unit's largest |g|.
+///
+/// The distributed run and the reference sum the same terms in different
+/// orders (micro-batch accumulation, per-rank partial sums inside the
+/// reduce-scatter, batched vs split matmuls). Each gradient entry sums 256
+/// token terms (16 samples x 16 tokens), each from reductions over <= 128
+/// elements; with f32 unit roundoff 6e-8 the random-walk error is about
+/// sqrt(384) * 6e-8 = 1.2e-6 of the terms' scale (measured: <= 7e-7 over 16
+/// seeds). 1e-5 leaves ~10x margin, while any real mistake (a sample lost or
+/// counted twice, a micro-batch or shard misplaced) moves the gradient by
+/// ~1/16 of its size, 6000x the tolerance.
+const GRAD_TOL_REL: f32 = 1e-5;
+
+/// Parameter tolerance after STEPS Adam steps (absolute).
+///
+/// Adam's update lr * m_hat / (sqrt(v_hat) + eps) moves by at most about
+/// lr * |dg| / eps for a gradient change dg (steepest near g = 0) and much
+/// less where |g| >> eps. With the gradient differences above this stayed
+/// <= 6.4e-7 over 16 seeded runs of both families. 1e-5 is 15x that and
+/// 1/300 of the distance the parameters move (STEPS * lr = 3e-3). Adam is
+/// nearly scale-invariant, so the gradient check above is what catches a
+/// wrongly weighted gradient; this check catches wrong shards, moments or
+/// bias correction on the local shard.
+const PARAM_TOL: f32 = 1e-5;
+
+fn sci(xs: &[f32]) -> String {
+    xs.iter()
+        .map(|x| format!("{x:.1e}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Per unit: max |a - b| / max |b|.
+fn rel_diff_per_unit(a: &[Vec<f32>], b: &[Vec<f32>]) -> Vec<f32> {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| {
+            let (d, m) = max_diff(std::slice::from_ref(x), std::slice::from_ref(y));
+            d / m.max(f32::MIN_POSITIVE)
+        })
+        .collect()
+}
+
+fn check_against_reference(model: BlockConfig) {
+    let mut j = job(&[(3, 1, 0.5), (5, 2, 0.2), (8, 3, 0.3)], model.clone());
+    j.iterations = STEPS;
+    j.adam.eps = EPS;
+    j.return_params = true;
+    j.return_grads = true;
+    let t = Instant::now();
+    let rep = exec::launch(&j, &opts()).unwrap_or_else(|e| panic!("{e}"));
+    let launch_s = t.elapsed().as_secs_f64();
+    let refr = exec::reference_train(&model, 16, STEPS, &j.adam, j.seed).unwrap();
+    let grads = rel_diff_per_unit(
+        rep.first_grads.as_ref().expect("grads returned"),
+        &refr.first_grads,
+    );
+    let (d, m) = max_diff(
+        rep.final_params.as_ref().expect("params returned"),
+        &refr.params,
+    );
+    let init = exec::reference_train(&model, 16, 0, &j.adam, j.seed).unwrap();
+    let (moved, _) = max_diff(&init.params, &refr.params);
+    eprintln!(
+        "{:?}: 3 ranks (b 3/5/8, n 1/2/3, r .5/.2/.3) vs 1 process (b 16): first-step gradient \
+         max rel diff per unit {}; after {STEPS} Adam steps max |dparam| = {d:.3e} \
+         (max |param| {m:.3}, moved by up to {moved:.3e}); loss sums {:?} vs {:?}; launch {launch_s:.1} s",
+        model.family,
+        sci(&grads),
+        rep.loss_sums,
+        refr.loss_sums
+    );
+    for (u, g) in grads.iter().enumerate() {
+        assert!(
+            *g <= GRAD_TOL_REL,
+            "unit {u}: gradient differs by {g} (relative) > {GRAD_TOL_REL}"
+        );
+    }
+    assert!(
+        moved > 100.0 * PARAM_TOL,
+        "training did not move the parameters ({moved})"
+    );
+    assert!(d <= PARAM_TOL, "parameters differ by {d} > {PARAM_TOL}");
+    for (a, b) in rep.loss_sums.iter().zip(&refr.loss_sums) {
+        assert!(
+            (a - b).abs() <= 1e-5 * b.abs(),
+            "loss sums differ: {a} vs {b}"
+        );
+    }
+    assert_eq!(rep.iterations.len(), STEPS);
+    for it in &rep.iterations {
+        assert_eq!(it.ranks.len(), 3);
+        assert!(it.iteration_ms > 0.0);
+        for r in &it.ranks {
+            assert!(r.compute_ms > 0.0 && r.comm_ms >= 0.0 && r.wait_ms >= 0.0);
+            assert!(r.compute_ms + r.comm_ms + r.wait_ms <= it.iteration_ms * 1.05 + 1.0);
+        }
+    }
+}
+
+#[test]
+fn uneven_fsdp_gpt_matches_single_process() {
+    if mpi_ready() {
+        check_against_reference(BlockConfig::tiny_gpt());
+    }
+}
+
+#[test]
+fn uneven_fsdp_llama_matches_single_process() {
+    if mpi_ready() {
+        check_against_reference(BlockConfig::tiny_llama());
+    }
+}
+
+#[test]
+fn one_rank_layered_accumulation_matches_reference() {
+    // In process, no MPI: b = 16 in 5 uneven micro-batches (4,3,3,3,3).
+    let model = BlockConfig::tiny_llama();
+    let mut j = job(&[(16, 5, 1.0)], model.clone());
+    j.adam.eps = EPS;
+    j.return_params = true;
+    j.return_grads = true;
+    let rep = exec::train(&j, &SelfComm).unwrap().unwrap();
+    let refr = exec::reference_train(&model, 16, j.iterations, &j.adam, j.seed).unwrap();
+    let grads = rel_diff_per_unit(rep.first_grads.as_ref().unwrap(), &refr.first_grads);
+    let (d, _) = max_diff(rep.final_params.as_ref().unwrap(), &refr.params);
+    eprintln!(
+        "1 rank, 5 micro-batches vs full batch: gradient rel diff {}, max |dparam| = {d:.3e}",
+        sci(&grads)
+    );
+    assert!(grads.iter().all(|g| *g <= GRAD_TOL_REL), "{grads:?}");
+    assert!(d <= PARAM_TOL, "{d}");
+}
+
+fn check_fault(kind: FaultKind) {
+    let mut j = job(
+        &[(3, 1, 0.5), (5, 2, 0.2), (8, 3, 0.3)],
+        BlockConfig::tiny_gpt(),
+    );
+    j.iterations = 4;
+    j.fault = Some(Fault {
+        rank: 1,
+        iteration: 2,
+        kind,
+    });
+    let t = Instant::now();
+    let err = exec::launch(&j, &opts()).unwrap_err();
+    let secs = t.elapsed().as_secs_f64();
+    eprintln!("{kind:?} on rank 1 in iteration 2: job ended after {secs:.1} s with: {err}");
+    match err {
+        ExecError::RankFailed { status, .. } => assert_ne!(status, 0),
+        other => panic!("expected RankFailed, got {other}"),
+    }
+    // Well below the 180 s launch limit: the others did not hang.
+    assert!(secs < 30.0, "took {secs} s");
+}
+
+#[test]
+fn panicking_rank_ends_the_job() {
+    if mpi_ready() {
+        check_fault(FaultKind::Panic);
+    }
+}
+
+#[test]
+fn exiting_rank_ends_the_job() {
+    if mpi_ready() {
+        check_fault(FaultKind::Exit);
+    }
+}
+
+#[test]
+fn collectives_are_profiled_over_mpi() {
+    if !mpi_ready() {
+        return;
+    }
+    let cfg = CollectiveConfig {
+        sizes_elems: vec![1 << 10, 1 << 16],
+        splits: vec![vec![1.0 / 3.0; 3], vec![0.5, 0.2, 0.3]],
+        warmup: 1,
+        repetitions: 3,
+    };
+    let rows = exec::launch_collectives(3, &cfg, &opts()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rows.len(), 2 * 2 * 2);
+    for r in &rows {
+        eprintln!(
+            "{:?} {} B split {:?}: {:.3} ms",
+            r.op, r.bytes, r.fractions, r.time_ms
+        );
+        assert!(r.time_ms > 0.0 && r.ranks == 3);
+    }
+}
+
+#[test]
+fn compute_profile_is_sane() {
+    let p = exec::profile_compute(&exec::ProfileConfig {
+        model: BlockConfig::tiny_gpt(),
+        device: exec::DeviceKind::Cpu,
+        dtype: exec::Dtype::Fp32,
+        micro_batch_sizes: vec![1, 4],
+        warmup: 1,
+        repetitions: 3,
+        threads: Some(1),
+    })
+    .unwrap();
+    assert_eq!(p.block.len(), 2);
+    for t in p.block.iter().chain(&p.embedding).chain(&p.head) {
+        assert!(t.forward_ms > 0.0 && t.recompute_backward_ms > 0.0, "{t:?}");
+    }
+    assert!(p.optimizer_ms_per_block > 0.0);
+    assert!(p.params_per_block > 0);
+}
