@@ -46,7 +46,6 @@
 use crate::units::SimTime;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
-use thiserror::Error;
 
 /// One of a rank's in-order streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -218,40 +217,8 @@ impl Observer for NullObserver {
     fn on_op(&mut self, _rec: &OpRecord<'_>) {}
 }
 
-/// Errors of the engine.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SimError {
-    /// Some ops could never start: a dependency cycle, collectives issued in
-    /// different orders on different ranks, or an op issued on no stream.
-    #[error("deadlock: {stuck} of {total} ops never ran (first stuck: {first})")]
-    Deadlock {
-        /// Number of ops that never ran.
-        stuck: usize,
-        /// Number of ops in the graph.
-        total: usize,
-        /// Description of the lowest-numbered stuck ops and what they wait for.
-        first: String,
-    },
-    /// The graph refers to an op that does not exist.
-    #[error("op {op}: dependency on unknown op {dep}")]
-    UnknownOp {
-        /// The op with the bad dependency.
-        op: u32,
-        /// The unknown op id.
-        dep: u32,
-    },
-    /// An op is issued twice on the same stream.
-    #[error("op {op} issued twice on rank {rank} stream {stream}")]
-    DoubleIssue {
-        /// The op.
-        op: u32,
-        /// The rank.
-        rank: u32,
-        /// The stream name.
-        stream: &'static str,
-    },
-}
+/// Errors of the engine (defined in [`crate::error`], re-exported here).
+pub use crate::error::SimError;
 
 /// Summary of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,138 @@
+//! `cephalo simulate`: simulate one training iteration of a plan on a cluster
+//! and print the per-GPU breakdown and summary (table, JSON or CSV), and
+//! optionally a Chrome/Perfetto trace.
+//!
+//! Exit codes: 0 with a report (an out-of-memory plan is a report too), 2 for
+//! bad input (the error names the file or flag and the field).
+
+use crate::cli::workload::WorkloadArgs;
+use crate::cli::UserError;
+use crate::load;
+use anyhow::Result;
+use clap::{Args as ClapArgs, ValueEnum};
+use sim::fsdp::{simulate, SimOptions};
+use sim::plan::Plan;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Output format of the report on stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Human-readable table and summary.
+    Table,
+    /// JSON (`cephalo-report/1`, schema documented on `sim::report::Report`).
+    Json,
+}
+
+/// Flags of `cephalo simulate`.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct Args {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Plan file (`cephalo plan --out` JSON, or the reference optimizer's output).
+    #[arg(long, conflicts_with_all = ["batch", "microbatches", "state_fractions"])]
+    pub plan: Option<PathBuf>,
+    /// Local batch per rank, comma-separated (e.g. `13,12,34,5`); must sum to --global-batch.
+    #[arg(long, value_delimiter = ',')]
+    pub batch: Option<Vec<u32>>,
+    /// Micro-batch COUNT per rank, comma-separated (default 1 for every rank with samples).
+    #[arg(long, value_delimiter = ',', requires = "batch")]
+    pub microbatches: Option<Vec<u32>>,
+    /// Fraction of the sharded training state per rank, comma-separated (default even).
+    #[arg(long, value_delimiter = ',', requires = "batch")]
+    pub state_fractions: Option<Vec<f64>>,
+    /// Report format on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Also write the per-GPU rows as CSV to this file.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Also write a Chrome/Perfetto trace (JSON) to this file.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Do not prefetch the next unit's all-gather (what-if).
+    #[arg(long)]
+    pub no_prefetch: bool,
+    /// List every warning of the loaded profiles, not only those about entries used here.
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+/// Resolves the plan from `--plan` or the `--batch` lists and checks it
+/// against the workload, naming the file or flag on error.
+fn resolve_plan(args: &Args, ranks: usize, global_batch: u32) -> Result<Plan> {
+    let (plan, origin) = match (&args.plan, &args.batch) {
+        (Some(path), _) => {
+            let origin = path.display().to_string();
+            (Plan::from_json(&load::read_text(path)?, &origin)?, origin)
+        }
+        (None, Some(batch)) => {
+            let micro: Vec<u32> = match &args.microbatches {
+                Some(m) => m.clone(),
+                None => batch.iter().map(|&b| u32::from(b > 0)).collect(),
+            };
+            let fr = args.state_fractions.as_deref();
+            if let Some(f) = fr {
+                if let Some((i, v)) = f.iter().enumerate().find(|(_, v)| !(v.is_finite() && (0.0..=1.0).contains(*v))) {
+                    return Err(UserError(format!("--state-fractions: entry {i} is {v}, expected a fraction in [0, 1]")).into());
+                }
+            }
+            (Plan::from_lists(batch, &micro, fr, "--batch")?, "--batch".to_string())
+        }
+        (None, None) => {
+            return Err(UserError("give a plan with --plan FILE or --batch LIST [--microbatches LIST] [--state-fractions LIST]".into()).into())
+        }
+    };
+    plan.validate(ranks, global_batch, &origin)?;
+    Ok(plan)
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let resolved = args.workload.resolve()?;
+    let costs = &resolved.costs;
+    let plan = resolve_plan(&args, costs.ranks(), costs.workload.global_batch)?;
+    let opts = SimOptions {
+        trace: args.trace.is_some(),
+        prefetch: !args.no_prefetch,
+    };
+    let report = simulate(costs, &plan, &opts)?;
+    // Warnings about the entries this workload uses come from the cost
+    // model; the loader also flags every other entry of the files read.
+    for w in &costs.warnings {
+        eprintln!("warning: {w}");
+    }
+    let others = resolved.warnings.len().saturating_sub(costs.warnings.len());
+    if args.verbose {
+        for w in resolved
+            .warnings
+            .iter()
+            .filter(|w| !costs.warnings.contains(w))
+        {
+            eprintln!("warning: {w}");
+        }
+    } else if others > 0 {
+        eprintln!("note: {others} warnings about other entries of the loaded profiles (not used here); --verbose lists them");
+    }
+    if let (Some(path), Some(trace)) = (&args.trace, &report.trace) {
+        std::fs::write(path, trace.to_json()).map_err(|e| {
+            UserError(format!(
+                "{}: cannot write the trace (--trace): {e}",
+                path.display()
+            ))
+        })?;
+    }
+    if let Some(path) = &args.csv {
+        std::fs::write(path, report.to_csv()).map_err(|e| {
+            UserError(format!(
+                "{}: cannot write the CSV (--csv): {e}",
+                path.display()
+            ))
+        })?;
+    }
+    match args.format {
+        Format::Json => print!("{}", report.to_json()),
+        Format::Table => print!("{}", report.to_table()),
+    }
+    Ok(ExitCode::SUCCESS)
+}
