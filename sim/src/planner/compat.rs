@@ -1,0 +1,499 @@
+//! `cephalo-compat`: the reference Cephalo optimizer's rules (strategy
+//! `dp_ga`), reproduced exactly so its plans can be checked against the
+//! paper's code (DESIGN.md section 5; `../shared/reference-profiles`).
+//!
+//! Algorithm (as read from the reference code):
+//! * per-block times `f(m)`, `b(m)`: the raw profile value at micro-batch size
+//!   `m` when measured, else the linear fit `slope * m + intercept`;
+//! * rank `i` with `n` micro-batches of `m`: `F = n f(m)`,
+//!   `B = n b(m) + 10 ms (n - 1)`, `T_i = max(AG', F) + max(AG' + RS', F + B)`
+//!   where `AG'`/`RS'` are the given per-block collective times, x1.25 when
+//!   `m` exceeds the rank's even-shard bound;
+//! * memory of a micro-batch `act(m) + 2 GiB` (the memory cluster's profile);
+//!   even-shard bound: largest `m` with `act(m) + 2 <= 0.75 mem_i - 16 P / G`;
+//!   hard bound: the same without the state term (`mem_i` from the reference
+//!   GPU memory table, `P` the memory entry's `parameters`);
+//! * a dynamic program over (ranks so far, samples so far, sum of micro-batch
+//!   sizes so far) minimises the slowest `T_i`, every rank getting at least
+//!   one sample with `b_i = n_i m_i`, candidates tried in increasing `m` then
+//!   `n`, replacing the incumbent only when strictly better;
+//! * for each sum of micro-batch sizes `s = 1..B` the DP's plan is a
+//!   candidate; the one with the highest `B / T` (strictly higher replaces)
+//!   among those whose `sum(act(m_i) + 2) + 16 P` stays under
+//!   `0.75 sum(mem_i)` wins; the first plan is kept if none fits.
+//!
+//! Units: ms, GiB, samples. Cost: `O(G B^2 B log B)` cell updates in the
+//! worst case; rows of the table are filled in parallel. The plan's state
+//! fractions are the corrected split (water-filling into each rank's free
+//! memory); [`super::CompatDetails::reference_state_fractions`] keeps the
+//! reference code's own (even) output.
+
+use super::{CompatDetails, Objective, Planned, Planner, Problem, SearchStats};
+use crate::error::{PlanError, SpecError};
+use crate::plan::Plan;
+use crate::profile::{BlockProfile, ComputeCurve, MemoryProfile};
+use crate::units::GIB;
+use rayon::prelude::*;
+
+/// Extra ms the reference charges per additional micro-batch.
+pub const GA_OVERHEAD_MS: f64 = 10.0;
+/// Factor on collective times for a rank whose micro-batch exceeds its
+/// even-shard bound (its state is assumed moved elsewhere).
+pub const COLLECTIVE_PENALTY: f64 = 1.25;
+/// Largest global batch the compat table accepts (16-bit packed choices).
+pub const MAX_GLOBAL_BATCH: u32 = 4096;
+/// Largest estimated DP work (cell updates) compat mode accepts; the
+/// reference table grows like `G B^3 log B`.
+pub const MAX_CELLS: f64 = 4e9;
+
+/// The reference optimizer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Compat;
+
+/// Reference lookup of a block time: raw value at `m` if measured, else the fit.
+pub fn reference_ms(curve: &ComputeCurve, m: u32, fwd: bool) -> f64 {
+    let (vals, fit) = if fwd {
+        (&curve.fwd_ms, &curve.fwd_fit)
+    } else {
+        (&curve.bwd_ms, &curve.bwd_fit)
+    };
+    match curve.batch_sizes.binary_search(&m) {
+        Ok(i) => vals[i],
+        Err(_) => fit.at(m as f64),
+    }
+}
+
+/// The reference memory curve (`act(m)`, GiB) and parameter count.
+#[derive(Debug, Clone)]
+struct MemoryCurve {
+    act: Option<MemoryProfile>,
+    parameters: f64,
+}
+
+impl MemoryCurve {
+    fn act(&self, problem: &Problem<'_>, m: u32) -> f64 {
+        match &self.act {
+            Some(p) => p.act_gib(m),
+            None => problem.costs.act_mem_gib(m),
+        }
+    }
+}
+
+/// Everything the reference DP needs, resolved once.
+#[derive(Debug, Clone)]
+pub struct CompatInputs {
+    /// Model key whose profiles are used.
+    pub model_key: String,
+    /// Per rank: largest micro-batch with an even state shard.
+    pub even_bound: Vec<u32>,
+    /// Per rank: largest micro-batch with no state.
+    pub hard_bound: Vec<u32>,
+    /// Per rank: `f(m)` for m = 1..=hard (index m-1).
+    pub fwd_ms: Vec<Vec<f64>>,
+    /// Per rank: `b(m)` for m = 1..=hard (index m-1).
+    pub bwd_ms: Vec<Vec<f64>>,
+    /// `act(m) + overhead` for m = 1..=max hard (index m-1), GiB.
+    pub mb_mem_gib: Vec<f64>,
+    /// Training state of the whole model, GiB (`16 P / 2^30`).
+    pub state_gib: f64,
+    /// Per rank: reference memory x allowed fraction, GiB.
+    pub usable_gib: Vec<f64>,
+    /// Per-block all-gather time, ms.
+    pub ag_ms: f64,
+    /// Per-block reduce-scatter time, ms.
+    pub rs_ms: f64,
+    /// Global batch.
+    pub global_batch: u32,
+}
+
+impl CompatInputs {
+    /// Resolves the reference inputs of a problem: profiles by the exact
+    /// reference model key, reference GPU memory, the memory cluster's curve.
+    pub fn resolve(problem: &Problem<'_>) -> Result<CompatInputs, PlanError> {
+        let costs = problem.costs;
+        let w = &costs.workload;
+        let g = costs.ranks();
+        let big_b = w.global_batch;
+        if big_b > MAX_GLOBAL_BATCH {
+            return Err(PlanError::invalid(
+                "--global-batch",
+                "global_batch",
+                format!("compat mode handles global batches up to {MAX_GLOBAL_BATCH}, got {big_b}"),
+            ));
+        }
+        let est = (g.saturating_sub(2).max(1) as f64)
+            * (big_b as f64).powi(3)
+            * (big_b.max(2) as f64).ln()
+            / 6.0;
+        if est > MAX_CELLS {
+            return Err(PlanError::invalid(
+                "--global-batch",
+                "global_batch",
+                format!("compat mode's table for {g} GPUs at global batch {big_b} is too large (~{est:.1e} cells); use the native planner"),
+            ));
+        }
+        let profiles = problem.profiles;
+        let cluster = costs.options.memory_cluster.as_deref();
+        // The key: the name the user typed when profiles use it, else the key
+        // of the memory entry in use, else any block entry of the model.
+        let user_key = problem.options.model_key.as_deref();
+        let has_blocks = |k: &str| {
+            profiles
+                .blocks
+                .iter()
+                .any(|b| b.model_key == k && b.dtype == w.dtype)
+        };
+        let mem_entry = |k: Option<&str>| {
+            profiles
+                .memory
+                .iter()
+                .filter(|m| m.dtype == w.dtype && cluster.is_none_or(|c| m.cluster == c))
+                .find(|m| match k {
+                    Some(k) => m.model_key == k,
+                    None => m.model == w.model.name,
+                })
+        };
+        let model_key = match user_key {
+            Some(k) if has_blocks(k) => k.to_string(),
+            _ => match profiles.memory(cluster, &w.model.name, w.dtype) {
+                Some(m) if has_blocks(&m.model_key) => m.model_key.clone(),
+                _ => profiles
+                    .blocks
+                    .iter()
+                    .filter(|b| {
+                        b.model == w.model.name && b.dtype == w.dtype && b.seq_len == w.seq_len
+                    })
+                    .min_by_key(|b| (!b.model_key.starts_with("deepspeed"), b.model_key.clone()))
+                    .map(|b| b.model_key.clone())
+                    .unwrap_or_else(|| w.model.name.clone()),
+            },
+        };
+        let memory = match mem_entry(Some(&model_key)).or_else(|| mem_entry(None)) {
+            Some(m) => MemoryCurve {
+                act: Some(m.clone()),
+                parameters: m.parameters as f64,
+            },
+            None => MemoryCurve {
+                act: None,
+                parameters: w.model.total_params() as f64,
+            },
+        };
+        let opts = &costs.options;
+        let state_gib = opts.state_bytes_per_param * memory.parameters / GIB;
+        let usable_gib: Vec<f64> = (0..g)
+            .map(|r| opts.mem_fraction * costs.gpu(r).reference_capacity_gib())
+            .collect();
+        let mb = |m: u32| memory.act(problem, m) + opts.overhead_gib;
+        let bound = |room: f64| {
+            let mut m = 0u32;
+            while m < 1 << 20 && mb(m + 1) <= room {
+                m += 1;
+            }
+            m
+        };
+        let even_bound: Vec<u32> = usable_gib
+            .iter()
+            .map(|u| bound(u - state_gib / g as f64))
+            .collect();
+        let hard_bound: Vec<u32> = usable_gib.iter().map(|&u| bound(u)).collect();
+        let max_hard = hard_bound.iter().copied().max().unwrap_or(0).min(big_b);
+        let mb_mem_gib: Vec<f64> = (1..=max_hard.max(1)).map(mb).collect();
+        let mut fwd_ms = Vec::with_capacity(g);
+        let mut bwd_ms = Vec::with_capacity(g);
+        for (r, &hb) in hard_bound.iter().enumerate() {
+            let gpu = &costs.gpu(r).name;
+            let p: &BlockProfile = profiles
+                .block_by_key(gpu, &model_key, w.seq_len, w.dtype)
+                .ok_or_else(|| SpecError::MissingProfile {
+                    gpu: gpu.clone(),
+                    model: model_key.clone(),
+                    seq_len: w.seq_len,
+                    dtype: w.dtype.to_string(),
+                    why: "compat mode needs the reference profile entry under this exact model key (no analytic fallback)".into(),
+                })?;
+            let h = hb.min(big_b);
+            fwd_ms.push((1..=h).map(|m| reference_ms(&p.curve, m, true)).collect());
+            bwd_ms.push((1..=h).map(|m| reference_ms(&p.curve, m, false)).collect());
+        }
+        Ok(CompatInputs {
+            model_key,
+            even_bound,
+            hard_bound,
+            fwd_ms,
+            bwd_ms,
+            mb_mem_gib,
+            state_gib,
+            usable_gib,
+            ag_ms: problem.options.compat_ag_ms,
+            rs_ms: problem.options.compat_rs_ms,
+            global_batch: big_b,
+        })
+    }
+
+    /// The reference per-block time of rank `r` with `n` micro-batches of `m`.
+    pub fn rank_ms(&self, r: usize, m: u32, n: u32) -> f64 {
+        let f = self.fwd_ms[r][m as usize - 1];
+        let b = self.bwd_ms[r][m as usize - 1];
+        let big_f = n as f64 * f;
+        let big_b = n as f64 * b + GA_OVERHEAD_MS * (n - 1) as f64;
+        let (mut ag, mut rs) = (self.ag_ms, self.rs_ms);
+        if m > self.even_bound[r] {
+            ag *= COLLECTIVE_PENALTY;
+            rs *= COLLECTIVE_PENALTY;
+        }
+        ag.max(big_f) + (ag + rs).max(big_f + big_b)
+    }
+
+    /// `act(m) + overhead`, GiB.
+    pub fn mb_gib(&self, m: u32) -> f64 {
+        self.mb_mem_gib[m as usize - 1]
+    }
+
+    /// Whether a choice of micro-batch sizes passes the cluster-wide cap.
+    pub fn fits_cluster(&self, ms: &[u32]) -> bool {
+        let need: f64 = ms.iter().map(|&m| self.mb_gib(m)).sum::<f64>() + self.state_gib;
+        need < self.usable_gib.iter().sum::<f64>()
+    }
+}
+
+/// Result of the reference search: per rank (m, n) and the objective.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompatSolution {
+    /// Per rank (micro-batch size, micro-batch count).
+    pub choice: Vec<(u32, u32)>,
+    /// Slowest rank's per-block time, ms.
+    pub makespan_ms_per_block: f64,
+    /// Whether it passed the cluster-wide memory cap.
+    pub fits_cluster_memory: bool,
+    /// DP value for every sum of micro-batch sizes s = 1..=B (index s-1;
+    /// infinity where no plan has that sum).
+    pub per_sum_ms: Vec<f64>,
+    /// DP cell updates performed.
+    pub cells: u64,
+}
+
+const INF: f64 = f64::INFINITY;
+
+fn pack(m: u32, n: u32) -> u32 {
+    (m << 16) | n
+}
+
+fn unpack(c: u32) -> (u32, u32) {
+    (c >> 16, c & 0xffff)
+}
+
+/// Runs the reference dynamic program and selection. `None` when no plan
+/// gives every rank a sample within its hard bound.
+pub fn solve(inp: &CompatInputs) -> Option<CompatSolution> {
+    let g = inp.hard_bound.len();
+    let bb = inp.global_batch as usize;
+    if g == 0 || bb < g || bb > 0xffff {
+        return None;
+    }
+    let w = bb + 1;
+    // Per rank (m, n) candidates in the reference order with their times.
+    let cands: Vec<Vec<(u32, u32, f64)>> = (0..g)
+        .map(|r| {
+            let h = inp.hard_bound[r].min(inp.global_batch);
+            let mut v = Vec::new();
+            for m in 1..=h {
+                for n in 1..=inp.global_batch / m {
+                    v.push((m, n, inp.rank_ms(r, m, n)));
+                }
+            }
+            v
+        })
+        .collect();
+    let mut cells = 0u64;
+    let mut choices: Vec<Vec<u32>> = Vec::with_capacity(g);
+    let mut prev = vec![INF; w * w];
+    prev[0] = 0.0;
+    for (i, cand) in cands.iter().enumerate() {
+        let last = i + 1 == g;
+        let mut cur = vec![INF; w * w];
+        let mut ch = vec![0u32; w * w];
+        if i == 0 {
+            // Only (0, 0) is reachable before rank 0: each cell has one candidate.
+            for &(m, n, t) in cand {
+                let (b, s) = ((n * m) as usize, m as usize);
+                if last && b != bb {
+                    continue;
+                }
+                cur[b * w + s] = t;
+                ch[b * w + s] = pack(m, n);
+                cells += 1;
+            }
+        } else {
+            let rows: Vec<usize> = if last {
+                vec![bb]
+            } else {
+                (i + 1..=bb).collect()
+            };
+            let prev_ref = &prev;
+            let work: Vec<(usize, Vec<f64>, Vec<u32>, u64)> = rows
+                .into_par_iter()
+                .map(|b| {
+                    let mut row = vec![INF; w];
+                    let mut crow = vec![0u32; w];
+                    let mut count = 0u64;
+                    for &(m, n, t) in cand {
+                        let x = (n * m) as usize;
+                        if x + i > b {
+                            continue;
+                        }
+                        let m = m as usize;
+                        let pr = &prev_ref[(b - x) * w..(b - x + 1) * w];
+                        // prev valid for s' in [i, b - x]; s = s' + m.
+                        let lo = m + i;
+                        let hi = (b - x + m).min(bb);
+                        if lo > hi {
+                            continue;
+                        }
+                        let code = pack(m as u32, n);
+                        for s in lo..=hi {
+                            let c = pr[s - m].max(t);
+                            if c < row[s] {
+                                row[s] = c;
+                                crow[s] = code;
+                            }
+                        }
+                        count += (hi - lo + 1) as u64;
+                    }
+                    (b, row, crow, count)
+                })
+                .collect();
+            for (b, row, crow, count) in work {
+                cur[b * w..(b + 1) * w].copy_from_slice(&row);
+                ch[b * w..(b + 1) * w].copy_from_slice(&crow);
+                cells += count;
+            }
+        }
+        choices.push(ch);
+        prev = cur;
+    }
+    // Selection over the sum of micro-batch sizes.
+    let per_sum_ms: Vec<f64> = (1..=bb).map(|s| prev[bb * w + s]).collect();
+    type Pick = (Vec<(u32, u32)>, f64, bool);
+    let mut best: Option<Pick> = None;
+    let mut best_tput = -1.0f64;
+    for s in 1..=bb {
+        let v = prev[bb * w + s];
+        if !v.is_finite() {
+            continue;
+        }
+        let mut plan = vec![(0u32, 0u32); g];
+        let (mut b, mut ss) = (bb, s);
+        for r in (0..g).rev() {
+            let (m, n) = unpack(choices[r][b * w + ss]);
+            plan[r] = (m, n);
+            b -= (m * n) as usize;
+            ss -= m as usize;
+        }
+        let ms: Vec<u32> = plan.iter().map(|p| p.0).collect();
+        let fits = inp.fits_cluster(&ms);
+        let tput = inp.global_batch as f64 / v;
+        if best.is_none() {
+            best = Some((plan.clone(), v, fits));
+        }
+        if fits && tput > best_tput {
+            best_tput = tput;
+            best = Some((plan, v, fits));
+        }
+    }
+    best.map(|(choice, v, fits)| CompatSolution {
+        choice,
+        makespan_ms_per_block: v,
+        fits_cluster_memory: fits,
+        per_sum_ms,
+        cells,
+    })
+}
+
+impl Planner for Compat {
+    fn name(&self) -> &'static str {
+        "cephalo-compat"
+    }
+
+    fn summary(&self) -> &'static str {
+        "the reference Cephalo optimizer's rules (dp_ga), bit-compatible with the paper's code"
+    }
+
+    fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
+        let inp = CompatInputs::resolve(problem)?;
+        let g = inp.hard_bound.len();
+        if (inp.global_batch as usize) < g {
+            return Err(PlanError::invalid(
+                "--global-batch",
+                "global_batch",
+                format!(
+                    "compat mode gives every GPU at least one sample: expected a global batch >= {g}, got {}",
+                    inp.global_batch
+                ),
+            ));
+        }
+        if let Some((r, _)) = inp.hard_bound.iter().enumerate().find(|(_, &h)| h == 0) {
+            let need = inp.mb_mem_gib.first().copied().unwrap_or(0.0);
+            let short = need - inp.usable_gib[r];
+            return Err(PlanError::Infeasible {
+                message: format!(
+                    "GPU {r} ({}) cannot hold one sample under the reference memory rule: \
+                     act(1) + overhead = {need:.2} GiB > {:.2} GiB usable (short by {short:.2} GiB)",
+                    problem.costs.gpu(r).name,
+                    inp.usable_gib[r]
+                ),
+                shortfall_gib: short,
+                rank: Some(r),
+            });
+        }
+        let sol = solve(&inp).ok_or_else(|| PlanError::Infeasible {
+            message: "the reference dynamic program found no plan".into(),
+            shortfall_gib: 0.0,
+            rank: None,
+        })?;
+        // Corrected state split: water-fill into each rank's free memory.
+        let caps: Vec<f64> = sol
+            .choice
+            .iter()
+            .enumerate()
+            .map(|(r, &(m, _))| (inp.usable_gib[r] - inp.mb_gib(m)) / inp.state_gib)
+            .collect();
+        let mut notes = Vec::new();
+        let fractions = match super::water_fill(&caps) {
+            Some(f) => f,
+            None => {
+                notes.push("the training state does not fit in the GPUs' free memory under the reference rule; state split evenly".into());
+                vec![1.0 / g as f64; g]
+            }
+        };
+        if !sol.fits_cluster_memory {
+            notes.push("no candidate passed the reference's cluster-wide memory cap; kept the first plan as the reference does".into());
+        }
+        let pairs: Vec<(u32, u32)> = sol.choice.iter().map(|&(m, n)| (m * n, n)).collect();
+        let plan: Plan = super::plan_from(self.name(), &pairs, &fractions);
+        let cells = sol.cells;
+        Ok(Planned {
+            plan,
+            objective: Some(Objective {
+                name: "makespan_ms_per_block",
+                value_ms: sol.makespan_ms_per_block,
+            }),
+            compat: Some(CompatDetails {
+                makespan_ms_per_block: sol.makespan_ms_per_block,
+                max_bs_even_shard: inp.even_bound.clone(),
+                max_bs: inp.hard_bound.clone(),
+                model_key: inp.model_key.clone(),
+                fits_cluster_memory: sol.fits_cluster_memory,
+                reference_state_fractions: vec![1.0 / g as f64; g],
+            }),
+            stats: SearchStats {
+                candidates: cells,
+                feasible: sol.per_sum_ms.iter().filter(|v| v.is_finite()).count() as u64,
+                infeasible: 0,
+                subproblems: g as u64,
+                simulated: 0,
+                proven_optimal: true,
+            },
+            notes,
+        })
+    }
+}
