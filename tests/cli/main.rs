@@ -1,0 +1,3 @@
+//! End-to-end tests of the `cephalo` command line (one binary, CONVENTIONS.md item 11).
+
+mod simulate;

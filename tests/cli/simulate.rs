@@ -1,0 +1,401 @@
+//! `cephalo simulate` end to end: the issue-2 paper case (needs
+//! `../shared/reference-profiles`), the JSON contract, determinism, the
+//! trace, out-of-memory reporting, and bad input exiting 2 with the file or
+//! field named and no panic.
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn shared_dir() -> Option<PathBuf> {
+    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference-profiles");
+    if d.join("model_latencies.json").is_file() {
+        return Some(d);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true but {} has no reference profiles", d.display());
+    }
+    eprintln!(
+        "skipping: {} not found (reference profiles are not part of the repository)",
+        d.display()
+    );
+    None
+}
+
+fn tmp(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-simulate-{name}"))
+}
+
+fn cephalo(args: &[&str]) -> Command {
+    let mut c = Command::cargo_bin("cephalo").unwrap();
+    c.arg("simulate").args(args);
+    c
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(args: &[&str]) -> Out {
+    let o = cephalo(args).output().unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(o.stdout).unwrap(),
+        stderr: String::from_utf8(o.stderr).unwrap(),
+    }
+}
+
+const CONTRACT_TOP: [&str; 6] = [
+    "iteration_ms",
+    "samples_per_s",
+    "tokens_per_s",
+    "tflops",
+    "mfu",
+    "oom",
+];
+const CONTRACT_GPU: [&str; 13] = [
+    "gpu",
+    "batch",
+    "microbatches",
+    "microbatch_size",
+    "state_fraction",
+    "compute_ms",
+    "exposed_comm_ms",
+    "copy_ms",
+    "idle_ms",
+    "peak_mem_gib",
+    "capacity_gib",
+    "oom",
+    "rank",
+];
+
+fn check_contract(j: &Value, gpus: usize) {
+    for k in CONTRACT_TOP {
+        assert!(j.get(k).is_some(), "missing `{k}`");
+    }
+    let g = j["gpus"].as_array().unwrap();
+    assert_eq!(g.len(), gpus);
+    for x in g {
+        for k in CONTRACT_GPU {
+            assert!(x.get(k).is_some(), "missing gpus[].{k}");
+        }
+    }
+}
+
+/// See: issue 2, first "Must show" item.
+#[test]
+fn r2_paper_case_runs_with_a_bounded_time_and_a_valid_trace() {
+    let Some(d) = shared_dir() else { return };
+    let d = d.to_str().unwrap();
+    let trace = tmp("paper-trace.json");
+    let csv = tmp("paper.csv");
+    let args = [
+        "--gpus",
+        "l4,l4,a6000,p40",
+        "--model",
+        "deepspeedgpt_2.7b",
+        "--global-batch",
+        "64",
+        "--dtype",
+        "fp16",
+        "--batch",
+        "13,12,34,5",
+        "--microbatches",
+        "1,2,1,1",
+        "--profiles",
+        d,
+        "--memory-cluster",
+        "paper",
+        "--format",
+        "json",
+    ];
+    let mut with_files = args.to_vec();
+    with_files.extend([
+        "--trace",
+        trace.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    let o = run(&with_files);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!o.stderr.contains("panicked"));
+    let j: Value = serde_json::from_str(&o.stdout).unwrap();
+    check_contract(&j, 4);
+    assert_eq!(j["oom"], false);
+    // Slowest GPU's per-block compute from the profile, recompute counted:
+    // rank 0, L4, one micro-batch of 13: fits fwd = 7.415036 m + 1.181504,
+    // bwd = 10.94616 m + 4.842824 (model_latencies.json, float16).
+    let f = 7.415035999999968 * 13.0 + 1.1815040000000743;
+    let b = 10.946160000000095 * 13.0 + 4.842823999999591;
+    let lower = 32.0 * (2.0 * f + b);
+    let it = j["iteration_ms"].as_f64().unwrap();
+    assert!(it >= lower && it < 1.05 * lower, "{it} vs {lower}");
+    for g in j["gpus"].as_array().unwrap() {
+        let sum: f64 = ["compute_ms", "exposed_comm_ms", "copy_ms", "idle_ms"]
+            .iter()
+            .map(|k| g[k].as_f64().unwrap())
+            .sum();
+        assert!((sum - it).abs() < 1e-6);
+    }
+    // Trace: valid JSON, one process per GPU, one thread per stream.
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let evs = t["traceEvents"].as_array().unwrap();
+    let tracks = evs.iter().filter(|e| e["name"] == "thread_name").count();
+    assert_eq!(tracks, 12);
+    assert!(evs.iter().filter(|e| e["ph"] == "X").count() > 500);
+    let c = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(c.lines().count(), 5);
+    assert!(c.starts_with("rank,gpu,"));
+    // Same bytes again (stdout and trace).
+    let first_trace = std::fs::read(&trace).unwrap();
+    let again = run(&with_files);
+    assert_eq!(again.stdout, o.stdout);
+    assert_eq!(std::fs::read(&trace).unwrap(), first_trace);
+    // The table says the same.
+    let mut table = args.to_vec();
+    table.truncate(table.len() - 2);
+    let o = run(&table);
+    assert_eq!(o.code, 0);
+    assert!(
+        o.stdout.contains("iteration ") && o.stdout.contains("MFU"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn output_is_byte_identical_across_runs() {
+    let (t1, t2) = (tmp("det1.json"), tmp("det2.json"));
+    let go = |t: &PathBuf| {
+        run(&[
+            "--gpus",
+            "a10g,t4,v100x16",
+            "--model",
+            "llama-tiny",
+            "--global-batch",
+            "24",
+            "--batch",
+            "12,4,8",
+            "--microbatches",
+            "3,1,2",
+            "--state-fractions",
+            "0.5,0.2,0.3",
+            "--format",
+            "json",
+            "--trace",
+            t.to_str().unwrap(),
+        ])
+    };
+    let (a, b) = (go(&t1), go(&t2));
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    assert_eq!(a.stdout, b.stdout);
+    assert_eq!(std::fs::read(&t1).unwrap(), std::fs::read(&t2).unwrap());
+    check_contract(&serde_json::from_str(&a.stdout).unwrap(), 3);
+}
+
+#[test]
+fn plan_file_and_lists_agree() {
+    let plan = tmp("plan.json");
+    std::fs::write(
+        &plan,
+        r#"{"uneven_batch_sizes":[6,2],"uneven_microbatches":[2,1],"split_uneven_partitions":[0.6,0.4]}"#,
+    )
+    .unwrap();
+    let common = [
+        "--gpus",
+        "a10g,t4",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "8",
+        "--format",
+        "json",
+    ];
+    let mut a = common.to_vec();
+    a.extend(["--plan", plan.to_str().unwrap()]);
+    let mut b = common.to_vec();
+    b.extend([
+        "--batch",
+        "6,2",
+        "--microbatches",
+        "2,1",
+        "--state-fractions",
+        "0.6,0.4",
+    ]);
+    let (x, y) = (run(&a), run(&b));
+    assert_eq!(x.code, 0, "{}", x.stderr);
+    let (jx, jy): (Value, Value) = (
+        serde_json::from_str(&x.stdout).unwrap(),
+        serde_json::from_str(&y.stdout).unwrap(),
+    );
+    assert_eq!(jx["iteration_ms"], jy["iteration_ms"]);
+    assert_eq!(jx["gpus"], jy["gpus"]);
+}
+
+/// See: issue 2 ("an even plan that cannot fit ... reported as out of memory").
+#[test]
+fn r2_llama7b_fp32_batch_8_on_four_t4_is_out_of_memory() {
+    let args = [
+        "--gpus",
+        "t4,t4,t4,t4",
+        "--model",
+        "deepspeedllama_7b",
+        "--dtype",
+        "fp32",
+        "--global-batch",
+        "32",
+        "--batch",
+        "8,8,8,8",
+    ];
+    let o = run(&args);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("OUT OF MEMORY"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("rank 0 (t4): peak") && o.stdout.contains("capacity 16.00 GiB"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        !o.stdout.contains("samples/s"),
+        "no time is presented as a result:\n{}",
+        o.stdout
+    );
+    let mut j = args.to_vec();
+    j.extend(["--format", "json"]);
+    let o = run(&j);
+    assert_eq!(o.code, 0);
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    check_contract(&v, 4);
+    assert_eq!(v["oom"], true);
+    for k in [
+        "iteration_ms",
+        "samples_per_s",
+        "tokens_per_s",
+        "tflops",
+        "mfu",
+    ] {
+        assert!(v[k].is_null(), "{k} must be null when out of memory");
+    }
+    let bad = v["oom_gpus"].as_array().unwrap();
+    assert_eq!(bad.len(), 4);
+    for g in bad {
+        assert_eq!(g["gpu"], "t4");
+        assert!(g["peak_mem_gib"].as_f64().unwrap() > g["usable_gib"].as_f64().unwrap());
+        assert_eq!(g["capacity_gib"].as_f64().unwrap(), 16.0);
+    }
+}
+
+/// Bad input exits 2, names the file / flag / field, and never panics.
+#[test]
+fn bad_input_exits_2_naming_the_culprit() {
+    let neg = tmp("neg.toml");
+    std::fs::write(&neg, "name = \"x\"\n[network]\nbw_gbit_s = -10.0\n[[nodes]]\ngpus = [ { type = \"l4\", count = 2 } ]\n").unwrap();
+    let bad_toml = tmp("bad.toml");
+    std::fs::write(&bad_toml, "nodes = [\n").unwrap();
+    let bad_json = tmp("bad.json");
+    std::fs::write(&bad_json, "{ \"gpus\": [ ").unwrap();
+    let missing = tmp("missing.json");
+    let (neg, bad_toml, bad_json, missing) = (
+        neg.to_str().unwrap().to_string(),
+        bad_toml.to_str().unwrap().to_string(),
+        bad_json.to_str().unwrap().to_string(),
+        missing.to_str().unwrap().to_string(),
+    );
+    let m = ["--model", "gpt-1.3b", "--global-batch", "2"];
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            vec!["--cluster", &neg, "--batch", "1,1"],
+            vec![&neg, "bw_gbit_s"],
+        ),
+        (
+            vec!["--cluster", &bad_toml, "--batch", "1,1"],
+            vec![&bad_toml, "parse"],
+        ),
+        (
+            vec!["--gpus", "l4,l4", "--plan", &bad_json],
+            vec![&bad_json, "JSON"],
+        ),
+        (vec!["--gpus", "l4,l4", "--plan", &missing], vec![&missing]),
+        (
+            vec!["--gpus", "l4,xyz", "--batch", "1,1"],
+            vec!["--gpus", "unknown GPU `xyz`"],
+        ),
+        (
+            vec!["--gpus", "l4,l4", "--batch", "1,2"],
+            vec!["--batch", "batch", "sum to 3", "global batch is 2"],
+        ),
+        (
+            vec!["--gpus", "l4,l4", "--batch", "1,1,0"],
+            vec!["--batch", "3 entries", "2 GPUs"],
+        ),
+        (
+            vec![
+                "--gpus",
+                "l4,l4",
+                "--batch",
+                "1,1",
+                "--state-fractions",
+                "0.3,0.3",
+            ],
+            vec!["state_fractions"],
+        ),
+        (
+            vec!["--gpus", "l4,l4", "--batch", "1,1", "--microbatches", "2,1"],
+            vec!["microbatches[0]"],
+        ),
+        (
+            vec!["--gpus", "p40,p40", "--dtype", "bf16", "--batch", "1,1"],
+            vec!["p40", "bf16"],
+        ),
+        (
+            vec!["--gpus", "l4,l4", "--dtype", "fp8", "--batch", "1,1"],
+            vec!["--dtype"],
+        ),
+        (
+            vec!["--gpus", "l4,l4", "--batch", "1,1", "--mem-fraction", "1.5"],
+            vec!["mem_fraction"],
+        ),
+        (vec!["--gpus", "l4,l4"], vec!["--plan", "--batch"]),
+    ];
+    for (args, needles) in cases {
+        let mut a = args.clone();
+        a.extend(m);
+        let o = run(&a);
+        assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
+        assert!(!o.stderr.contains("panicked"), "{args:?}: {}", o.stderr);
+        assert!(o.stdout.is_empty(), "{args:?}: nothing on stdout");
+        for n in needles {
+            assert!(o.stderr.contains(n), "{args:?}: `{n}` not in: {}", o.stderr);
+        }
+    }
+    let o = run(&[
+        "--gpus",
+        "l4,l4",
+        "--model",
+        "gpt-9000",
+        "--global-batch",
+        "2",
+        "--batch",
+        "1,1",
+    ]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.contains("--model") && o.stderr.contains("gpt-9000"),
+        "{}",
+        o.stderr
+    );
+    let o = run(&[
+        "--gpus",
+        "l4,l4",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "2",
+        "--batch",
+        "-1,3",
+    ]);
+    assert_eq!(o.code, 2);
+    assert!(!o.stderr.contains("panicked"));
+}
