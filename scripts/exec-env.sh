@@ -131,8 +131,11 @@ PY
     fi
 
     # ---- 2. OpenMPI and libclang ---------------------------------------
-    if ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1 \
-        || ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/x86_64-linux-gnu/libclang*.so* 2>/dev/null | grep -q 'libclang[-.0-9]*\.so'; then
+    local have_clang=0 f
+    for f in /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-*.so* /usr/lib/*-linux-gnu/libclang-[0-9]*.so*; do
+        if [ -e "$f" ]; then have_clang=1; break; fi
+    done
+    if ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1 || [ "$have_clang" = 0 ]; then
         __cephalo_apt libopenmpi-dev openmpi-bin libclang-dev || {
             echo "exec-env: cannot install libopenmpi-dev openmpi-bin libclang-dev" >&2
             return 1

@@ -218,6 +218,9 @@ pub enum FaultKind {
     Panic,
     /// `std::process::exit(3)` without `MPI_Finalize`.
     Exit,
+    /// `std::process::abort()`: death by a signal (SIGABRT), as after a
+    /// crash in native code.
+    Abort,
 }
 
 /// Everything a rank needs to train (sent to the ranks as JSON).

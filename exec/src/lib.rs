@@ -6,10 +6,21 @@
 //! feature; `cuda` adds the CUDA link flags and device memory readings.
 //! Without them the same API compiles and returns
 //! [`ExecError::NotCompiled`]. Plain data types ([`config`], [`report`],
-//! [`shard`], [`layout`]) and the launcher ([`launch`]) are always there.
+//! [`shard`], [`layout`]) and the launcher ([`mod@launch`]) are always there.
 //!
 //! Set-up: `. scripts/exec-env.sh` (libtorch 2.11.0, OpenMPI), then
 //! `cargo build -p cephalo-exec --features torch,mpi`.
+//!
+//! Entry points:
+//! - [`launch()`]: validate a [`Job`] (model, per-rank [`RankPlan`]s, device,
+//!   dtype, Adam) and run it on `plan.len()` MPI ranks through `mpirun` and
+//!   the `cephalo-exec-rank` binary (or any program calling [`rank_main`]);
+//!   returns rank 0's [`TrainReport`].
+//! - [`train`]: the same in-process on a [`Collectives`] group
+//!   ([`SelfComm`] for one rank, `MpiComm` inside an MPI program).
+//! - [`reference_train`]: plain single-process full-batch training.
+//! - [`profile_compute`] and [`launch_collectives`] /
+//!   [`profile_collectives`]: profiler tables as plain structs.
 //!
 //! Units throughout: ms, bytes, samples, f32 elements (see each module).
 #![warn(missing_docs, missing_debug_implementations)]
@@ -99,7 +110,9 @@ pub enum ExecError {
 }
 
 /// Trains `job` on this rank of `comm` (every rank calls it with the same
-/// job): the FSDP schedule of [`trainer`](crate#) with uneven batches,
+/// job): Cephalo's FSDP schedule (layer-major forward with outputs kept in
+/// host buffers, head, backward with recompute, unequal all-gathers and
+/// reduce-scatters, Adam on the local shard) with uneven batches,
 /// micro-batches and shards. Returns the report on rank 0, `None` on the
 /// others. For one rank, `comm` is [`SelfComm`] and no MPI is needed.
 pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>, ExecError> {

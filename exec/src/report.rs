@@ -30,7 +30,8 @@ pub struct RankIteration {
     /// barrier before each collective when `Job::measure_wait`).
     pub wait_ms: f64,
     /// Activation offload/reload copies between device and host buffers (ms;
-    /// 0 on the CPU where outputs stay in host memory).
+    /// 0 on the CPU, where outputs already are in host memory, and without
+    /// gradient accumulation, where they stay on the device).
     pub copy_ms: f64,
     /// Peak device memory in use during the iteration (bytes; CUDA only:
     /// `cudaMemGetInfo` total - free sampled after every unit phase, so it

@@ -224,8 +224,15 @@ impl<'a, C: Collectives> Rank<'a, C> {
         Ok(out)
     }
 
+    /// Whether unit outputs leave the device between passes (with gradient
+    /// accumulation on CUDA, as Cephalo does; without it, or on the CPU,
+    /// they stay where they are).
+    fn offloads(&self) -> bool {
+        self.device() != Device::Cpu && self.mb_sizes.len() > 1
+    }
+
     fn offload(&mut self, t: Tensor) -> TResult<Tensor> {
-        if self.device() == Device::Cpu {
+        if !self.offloads() {
             return Ok(t);
         }
         let s = Instant::now();
@@ -235,7 +242,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
     }
 
     fn reload(&mut self, t: &Tensor) -> TResult<Tensor> {
-        if self.device() == Device::Cpu {
+        if !self.offloads() {
             return Ok(t.shallow_clone());
         }
         let s = Instant::now();
@@ -258,6 +265,13 @@ impl<'a, C: Collectives> Rank<'a, C> {
                             f.rank
                         );
                         std::process::exit(3)
+                    }
+                    FaultKind::Abort => {
+                        eprintln!(
+                            "cephalo-exec: injected abort on rank {} in iteration {iteration}",
+                            f.rank
+                        );
+                        std::process::abort()
                     }
                 }
             }

@@ -227,6 +227,13 @@ fn exiting_rank_ends_the_job() {
 }
 
 #[test]
+fn aborting_rank_ends_the_job() {
+    if mpi_ready() {
+        check_fault(FaultKind::Abort);
+    }
+}
+
+#[test]
 fn collectives_are_profiled_over_mpi() {
     if !mpi_ready() {
         return;
