@@ -221,6 +221,8 @@ pub enum FaultKind {
     /// `std::process::abort()`: death by a signal (SIGABRT), as after a
     /// crash in native code.
     Abort,
+    /// Sleeps forever (a hung rank; the launcher's time limit ends the job).
+    Hang,
 }
 
 /// Everything a rank needs to train (sent to the ranks as JSON).

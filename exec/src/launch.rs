@@ -106,6 +106,26 @@ pub fn mpirun_available(mpirun: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Ends a running `mpirun`: SIGTERM first (mpirun then kills its ranks),
+/// SIGKILL after 5 s if it is still there.
+fn stop(child: &mut std::process::Child) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// Runs `job` on `job.plan.len()` MPI ranks and returns rank 0's report.
 /// The job is validated first, so a plan that does not match the rank
 /// count, bad fractions or a bad batch list fail before any rank starts
@@ -196,8 +216,7 @@ pub fn run_task(
         match child.try_wait() {
             Ok(Some(s)) => break Some(s),
             Ok(None) if started.elapsed() > opts.timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
+                stop(&mut child);
                 break None;
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),

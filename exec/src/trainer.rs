@@ -266,6 +266,9 @@ impl<'a, C: Collectives> Rank<'a, C> {
                         );
                         std::process::exit(3)
                     }
+                    FaultKind::Hang => loop {
+                        std::thread::sleep(std::time::Duration::from_secs(3600));
+                    },
                     FaultKind::Abort => {
                         eprintln!(
                             "cephalo-exec: injected abort on rank {} in iteration {iteration}",

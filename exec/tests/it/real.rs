@@ -233,6 +233,47 @@ fn aborting_rank_ends_the_job() {
     }
 }
 
+/// Processes whose command line contains `tag`.
+fn processes_with(tag: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(tag) {
+                found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn hung_rank_is_stopped_by_the_time_limit() {
+    if !mpi_ready() {
+        return;
+    }
+    let mut j = job(&[(3, 1, 0.5), (5, 2, 0.5)], BlockConfig::tiny_gpt());
+    j.fault = Some(Fault {
+        rank: 0,
+        iteration: 1,
+        kind: FaultKind::Hang,
+    });
+    let mut o = opts();
+    o.timeout = Duration::from_secs(5);
+    // Marks this job's processes (the rank program ignores unknown args).
+    let tag = format!("hung-rank-test-{}", std::process::id());
+    o.rank_args = vec!["--tag".into(), tag.clone()];
+    let t = Instant::now();
+    let err = exec::launch(&j, &o).unwrap_err();
+    let secs = t.elapsed().as_secs_f64();
+    eprintln!("hung rank: launch returned after {secs:.1} s with: {err}");
+    assert!(matches!(err, ExecError::Timeout { .. }), "{err}");
+    assert!(secs < 15.0, "{secs}");
+    std::thread::sleep(Duration::from_millis(500));
+    let alive = processes_with(&tag);
+    assert!(alive.is_empty(), "ranks left running: {alive:?}");
+}
+
 #[test]
 fn collectives_are_profiled_over_mpi() {
     if !mpi_ready() {
