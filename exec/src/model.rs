@@ -105,7 +105,9 @@ impl Model {
         Ok((inp.map_err(terr)?, tgt.map_err(terr)?))
     }
 
-    fn params(&self, unit: usize, flat: &Tensor) -> TResult<Vec<Tensor>> {
+    /// Views of unit `unit`'s tensors inside its flat vector `flat`, in
+    /// layout order (gradients of these views flow back into `flat`).
+    pub fn split(&self, unit: usize, flat: &Tensor) -> TResult<Vec<Tensor>> {
         self.units[unit]
             .segments
             .iter()
@@ -118,17 +120,47 @@ impl Model {
             .collect()
     }
 
+    /// Unit `unit`'s tensors as separate autograd leaves sharing `flat`'s
+    /// storage. Backpropagating into per-tensor leaves avoids autograd's
+    /// narrow-backward, which would materialise a zero-filled gradient of
+    /// the whole flat vector for every tensor of the unit.
+    pub fn leaves(&self, unit: usize, flat: &Tensor) -> TResult<Vec<Tensor>> {
+        self.split(unit, flat)?
+            .into_iter()
+            .map(|t| {
+                t.f_detach()
+                    .map(|t| t.set_requires_grad(true))
+                    .map_err(terr)
+            })
+            .collect()
+    }
+
+    /// Adds per-tensor gradients `grads` (layout order, any float kind) of
+    /// unit `unit` into its flat f32 accumulator `acc`.
+    pub fn accumulate(&self, unit: usize, acc: &Tensor, grads: &[Tensor]) -> TResult<()> {
+        let _g = tch::no_grad_guard();
+        for (view, g) in self.split(unit, acc)?.iter_mut().zip(grads) {
+            let g = g.f_to_kind(Kind::Float).map_err(terr)?;
+            let _ = view.f_add_(&g).map_err(terr)?;
+        }
+        Ok(())
+    }
+
     /// Forward of unit `unit` with flat parameters `flat` (compute dtype,
-    /// on the device). Input: token ids for the embedding, activations
-    /// otherwise. Output: activations `[m, S, H]` (not for the head: use
-    /// [`Model::head_loss`]).
+    /// on the device); see [`Model::forward_p`].
     pub fn forward(&self, unit: usize, flat: &Tensor, x: &Tensor) -> TResult<Tensor> {
-        let p = self.params(unit, flat)?;
+        self.forward_p(unit, &self.split(unit, flat)?, x)
+    }
+
+    /// Forward of unit `unit` with its tensors `p` (layout order). Input:
+    /// token ids for the embedding, activations otherwise. Output:
+    /// activations `[m, S, H]` (not for the head: use [`Model::head_loss_p`]).
+    pub fn forward_p(&self, unit: usize, p: &[Tensor], x: &Tensor) -> TResult<Tensor> {
         match self.units[unit].kind {
-            UnitKind::Embedding => self.embedding(&p, x),
+            UnitKind::Embedding => self.embedding(p, x),
             UnitKind::Block(_) => match self.cfg.family {
-                Family::Gpt => self.gpt_block(&p, x),
-                Family::Llama => self.llama_block(&p, x),
+                Family::Gpt => self.gpt_block(p, x),
+                Family::Llama => self.llama_block(p, x),
             },
             UnitKind::Head => Err(ExecError::Torch(
                 "forward() called on the head; use head_loss".into(),
@@ -136,10 +168,14 @@ impl Model {
         }
     }
 
-    /// Head forward and summed cross-entropy against `targets` (f32 scalar).
+    /// Head forward and summed cross-entropy against `targets` (f32 scalar)
+    /// with flat parameters `flat`.
     pub fn head_loss(&self, flat: &Tensor, x: &Tensor, targets: &Tensor) -> TResult<Tensor> {
-        let head = self.n_units() - 1;
-        let p = self.params(head, flat)?;
+        self.head_loss_p(&self.split(self.n_units() - 1, flat)?, x, targets)
+    }
+
+    /// Head forward and summed cross-entropy with the head's tensors `p`.
+    pub fn head_loss_p(&self, p: &[Tensor], x: &Tensor, targets: &Tensor) -> TResult<Tensor> {
         let h = self.cfg.hidden as i64;
         let (normed, w) = match self.cfg.family {
             Family::Gpt => (

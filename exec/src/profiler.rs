@@ -44,7 +44,8 @@ fn unit_params(model: &Model, u: usize, device: Device) -> TResult<Tensor> {
 }
 
 /// Measures forward, backward and recompute+backward of one unit (`u`) at
-/// micro-batch size `m`; `input(m)` makes the unit's input.
+/// micro-batch size `m` with the trainer's exact per-micro-batch operations
+/// (random activations as the input of blocks and the head).
 fn profile_unit(
     model: &Model,
     u: usize,
@@ -58,27 +59,40 @@ fn profile_unit(
     let (s, h) = (model.cfg.seq_len as i64, model.cfg.hidden as i64);
     let act = Tensor::f_randn([m as i64, s, h], (model.kind, dev)).map_err(terr)?;
     let is_emb = u == 0;
-    let fwd = |grad: bool| -> TResult<Tensor> {
-        let pk = if grad {
-            p.f_detach().map_err(terr)?.set_requires_grad(true)
-        } else {
-            p.shallow_clone()
-        };
-        let x = if is_emb {
-            tokens.shallow_clone()
+    let numel = model.units[u].numel() as i64;
+    let gacc = Tensor::f_zeros([numel], (Kind::Float, dev)).map_err(terr)?;
+    // Exactly what the trainer does per micro-batch.
+    let input = |grad: bool| -> TResult<Tensor> {
+        if is_emb {
+            Ok(tokens.shallow_clone())
         } else if grad {
-            act.f_detach().map_err(terr)?.set_requires_grad(true)
+            Ok(act.f_detach().map_err(terr)?.set_requires_grad(true))
         } else {
-            act.shallow_clone()
-        };
-        let y = if is_head {
-            model.head_loss(&pk, &x, &targets)?
-        } else {
-            model.forward(u, &pk, &x)?
-        };
-        if !grad {
-            return Ok(y);
+            Ok(act.shallow_clone())
         }
+    };
+    let forward = |leaves: &[Tensor], x: &Tensor| -> TResult<Tensor> {
+        if is_head {
+            model.head_loss_p(leaves, x, &targets)
+        } else {
+            model.forward_p(u, leaves, x)
+        }
+    };
+    let mem0 = device_used_bytes(dev);
+    let forward_ms = time_ms(dev, cfg.warmup, cfg.repetitions, || {
+        let _g = tch::no_grad_guard();
+        let x = input(false)?;
+        forward(&model.split(u, &p)?, &x).map(drop)
+    })?;
+    let fwd_graph_ms = time_ms(dev, cfg.warmup, cfg.repetitions, || {
+        let leaves = model.leaves(u, &p)?;
+        let x = input(true)?;
+        forward(&leaves, &x).map(drop)
+    })?;
+    let fb_ms = time_ms(dev, cfg.warmup, cfg.repetitions, || {
+        let leaves = model.leaves(u, &p)?;
+        let x = input(true)?;
+        let y = forward(&leaves, &x)?;
         let root = if is_head {
             y
         } else {
@@ -86,31 +100,13 @@ fn profile_unit(
                 .and_then(|t| t.f_sum(None::<Kind>))
                 .map_err(terr)?
         };
-        let inputs: Vec<&Tensor> = if is_emb { vec![&pk] } else { vec![&pk, &x] };
-        let _ = Tensor::f_run_backward(&[&root], &inputs, false, false).map_err(terr)?;
-        Ok(root)
-    };
-    let mem0 = device_used_bytes(dev);
-    let forward_ms = time_ms(dev, cfg.warmup, cfg.repetitions, || {
-        let _g = tch::no_grad_guard();
-        fwd(false).map(drop)
+        let mut inputs: Vec<&Tensor> = leaves.iter().collect();
+        if !is_emb {
+            inputs.push(&x);
+        }
+        let g = Tensor::f_run_backward(&[&root], &inputs, false, false).map_err(terr)?;
+        model.accumulate(u, &gacc, &g[..leaves.len()])
     })?;
-    let fwd_graph_ms = time_ms(dev, cfg.warmup, cfg.repetitions, || {
-        let pk = p.f_detach().map_err(terr)?.set_requires_grad(true);
-        let x = if is_emb {
-            tokens.shallow_clone()
-        } else {
-            act.f_detach().map_err(terr)?.set_requires_grad(true)
-        };
-        let y = if is_head {
-            model.head_loss(&pk, &x, &targets)?
-        } else {
-            model.forward(u, &pk, &x)?
-        };
-        drop(y);
-        Ok(())
-    })?;
-    let fb_ms = time_ms(dev, cfg.warmup, cfg.repetitions, || fwd(true).map(drop))?;
     let mem1 = device_used_bytes(dev);
     Ok(PassTiming {
         micro_batch_size: m,

@@ -338,12 +338,10 @@ impl<'a, C: Collectives> Rank<'a, C> {
         let mut dys: Vec<Tensor> = Vec::with_capacity(n);
         let p = self.gather(head)?;
         let t = Instant::now();
-        let pk = p
-            .f_to_kind(kind)
-            .and_then(|t| t.f_detach())
-            .map_err(terr)?
-            .set_requires_grad(true);
+        let pk = p.f_to_kind(kind).map_err(terr)?;
         drop(p);
+        let leaves = self.model.leaves(head, &pk)?;
+        let k = leaves.len();
         let mut gacc = Tensor::f_zeros([self.model.units[head].numel() as i64], (Kind::Float, dev))
             .map_err(terr)?;
         let mut copy_before = self.clock.copy_ms;
@@ -353,15 +351,16 @@ impl<'a, C: Collectives> Rank<'a, C> {
                 .f_detach()
                 .map_err(terr)?
                 .set_requires_grad(true);
-            let loss = self.model.head_loss(&pk, &x, tgt)?;
-            let g = Tensor::f_run_backward(&[&loss], &[&pk, &x], false, false).map_err(terr)?;
-            let _ = gacc
-                .f_add_(&g[0].f_to_kind(Kind::Float).map_err(terr)?)
-                .map_err(terr)?;
+            let loss = self.model.head_loss_p(&leaves, &x, tgt)?;
+            let mut inputs: Vec<&Tensor> = leaves.iter().collect();
+            inputs.push(&x);
+            let g = Tensor::f_run_backward(&[&loss], &inputs, false, false).map_err(terr)?;
+            self.model.accumulate(head, &gacc, &g[..k])?;
             loss_sum += loss.f_double_value(&[]).map_err(terr)?;
-            let dy = g[1].shallow_clone();
+            let dy = g[k].shallow_clone();
             dys.push(self.offload(dy)?);
         }
+        drop(leaves);
         drop(pk);
         sync(dev);
         self.clock.compute_ms += ms_since(t) - (self.clock.copy_ms - copy_before);
@@ -374,15 +373,14 @@ impl<'a, C: Collectives> Rank<'a, C> {
             let p = self.gather(u)?;
             let t = Instant::now();
             copy_before = self.clock.copy_ms;
-            let pk = p
-                .f_to_kind(kind)
-                .and_then(|t| t.f_detach())
-                .map_err(terr)?
-                .set_requires_grad(true);
+            let pk = p.f_to_kind(kind).map_err(terr)?;
             drop(p);
+            let leaves = self.model.leaves(u, &pk)?;
+            let k = leaves.len();
             gacc = Tensor::f_zeros([self.model.units[u].numel() as i64], (Kind::Float, dev))
                 .map_err(terr)?;
-            let inputs = if u > 0 { outputs.pop() } else { None };
+            // The output of unit u is no longer needed once u is reached.
+            let done = if u > 0 { outputs.pop() } else { None };
             for j in 0..n {
                 let dy = self.reload(&dys[j])?;
                 let x = if u == 0 {
@@ -394,26 +392,25 @@ impl<'a, C: Collectives> Rank<'a, C> {
                         .map_err(terr)?
                         .set_requires_grad(true)
                 };
-                let y = self.model.forward(u, &pk, &x)?;
+                let y = self.model.forward_p(u, &leaves, &x)?;
                 let surrogate = y
                     .f_mul(&dy)
                     .and_then(|t| t.f_sum(None::<Kind>))
                     .map_err(terr)?;
-                let g = if u == 0 {
-                    Tensor::f_run_backward(&[&surrogate], &[&pk], false, false)
-                } else {
-                    Tensor::f_run_backward(&[&surrogate], &[&pk, &x], false, false)
-                }
-                .map_err(terr)?;
-                let _ = gacc
-                    .f_add_(&g[0].f_to_kind(Kind::Float).map_err(terr)?)
-                    .map_err(terr)?;
+                let mut inputs: Vec<&Tensor> = leaves.iter().collect();
                 if u > 0 {
-                    let dx = g[1].shallow_clone();
+                    inputs.push(&x);
+                }
+                let g =
+                    Tensor::f_run_backward(&[&surrogate], &inputs, false, false).map_err(terr)?;
+                self.model.accumulate(u, &gacc, &g[..k])?;
+                if u > 0 {
+                    let dx = g[k].shallow_clone();
                     dys[j] = self.offload(dx)?;
                 }
             }
-            drop(inputs);
+            drop(done);
+            drop(leaves);
             drop(pk);
             sync(dev);
             self.clock.compute_ms += ms_since(t) - (self.clock.copy_ms - copy_before);
