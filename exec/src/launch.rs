@@ -95,6 +95,36 @@ fn tail(s: &str, max: usize) -> String {
     lines[start..].join("\n")
 }
 
+/// The most telling line of a failed job's output: a rank's own error or
+/// panic first, then mpirun's note of how a process ended.
+fn cause(output: &str) -> String {
+    let lines: Vec<&str> = output
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let first = |keys: &[&str]| {
+        lines
+            .iter()
+            .position(|l| keys.iter().any(|k| l.contains(k)))
+    };
+    if let Some(i) = first(&["failed:", "panicked at", "injected"]) {
+        // A panic's message is on the line after its location.
+        return match (lines[i].contains("panicked at"), lines.get(i + 1)) {
+            (true, Some(next)) => format!("{} {next}", lines[i]),
+            _ => lines[i].to_string(),
+        };
+    }
+    first(&[
+        "exited on signal",
+        "Exit code:",
+        "MPI_ABORT was invoked",
+        "exited without calling",
+    ])
+    .map(|i| lines[i].to_string())
+    .unwrap_or_else(|| "no diagnostic in the ranks' output".into())
+}
+
 /// Whether an `mpirun` can be started (`mpirun --version` succeeds).
 pub fn mpirun_available(mpirun: &Path) -> bool {
     Command::new(mpirun)
@@ -237,6 +267,7 @@ pub fn run_task(
         let _ = std::fs::remove_dir_all(&dir);
         return Err(ExecError::RankFailed {
             status: status.code().unwrap_or(-1),
+            cause: cause(&combined),
             secs: started.elapsed().as_secs_f64(),
             detail: tail(&combined, 30),
         });

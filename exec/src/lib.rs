@@ -89,11 +89,14 @@ pub enum ExecError {
     Launch(String),
     /// A rank died or failed; the whole job was ended.
     #[error(
-        "a rank failed (mpirun exit status {status} after {secs:.1} s); last output:\n{detail}"
+        "a rank failed (mpirun exit status {status} after {secs:.1} s): {cause}\nlast output:\n{detail}"
     )]
     RankFailed {
         /// mpirun's exit status.
         status: i32,
+        /// The most telling line of the ranks' output (a rank's error, a
+        /// panic, or mpirun's note of a rank's exit or signal).
+        cause: String,
         /// Seconds from launch to the end of the job.
         secs: f64,
         /// Tail of the ranks' output.
@@ -159,6 +162,19 @@ pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError>
     {
         let _ = cfg;
         Err(ExecError::NotCompiled)
+    }
+}
+
+/// Whether libtorch sees a usable CUDA device (always `false` without the
+/// `torch` feature or with a CPU-only libtorch).
+pub fn cuda_available() -> bool {
+    #[cfg(feature = "torch")]
+    {
+        tch::Cuda::is_available()
+    }
+    #[cfg(not(feature = "torch"))]
+    {
+        false
     }
 }
 

@@ -275,6 +275,27 @@ fn hung_rank_is_stopped_by_the_time_limit() {
 }
 
 #[test]
+fn cuda_job_without_a_gpu_fails_cleanly() {
+    if !mpi_ready() || exec::cuda_available() {
+        return;
+    }
+    let mut j = job(&[(2, 1, 0.5), (2, 1, 0.5)], BlockConfig::tiny_gpt());
+    j.device = exec::DeviceKind::Cuda;
+    let t = Instant::now();
+    let err = exec::launch(&j, &opts()).unwrap_err();
+    eprintln!(
+        "cuda job on a cpu-only machine: {:.1} s: {err}",
+        t.elapsed().as_secs_f64()
+    );
+    match err {
+        ExecError::RankFailed { detail, .. } => {
+            assert!(detail.contains("no CUDA device"), "{detail}")
+        }
+        other => panic!("expected RankFailed, got {other}"),
+    }
+}
+
+#[test]
 fn collectives_are_profiled_over_mpi() {
     if !mpi_ready() {
         return;
