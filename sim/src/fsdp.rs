@@ -457,12 +457,11 @@ pub fn build_graph(
                                 None
                             };
                             if let Some((ph, kk)) = next {
-                                let dp: Vec<OpId> = s.prev_step_end.into_iter().collect();
                                 next_h2d = Some(g.add_op(
                                     r32,
                                     Stream::Copy,
                                     h2d(ph, &s.micro[kk]),
-                                    &dp,
+                                    s.prev_step_end.as_slice(),
                                     at(lb.h2d, ph.unit(layers), kk),
                                 ));
                             }
@@ -558,10 +557,15 @@ pub fn build_graph(
             ag[next] = Some(make_ag(&mut g, next, &phase_ends, &st));
         }
     }
-    let opt_deps: Vec<OpId> = last_rs.into_iter().collect();
-    for r in 0..ranks {
-        let d = dur(costs.optimizer_ms(r, fr[r] * total_params));
-        g.add_op(r as u32, Stream::Compute, d, &opt_deps, lb.optimizer);
+    for (r, &f) in fr.iter().enumerate() {
+        let d = dur(costs.optimizer_ms(r, f * total_params));
+        g.add_op(
+            r as u32,
+            Stream::Compute,
+            d,
+            last_rs.as_slice(),
+            lb.optimizer,
+        );
     }
 
     let base_mem_bytes: Vec<i64> = fr

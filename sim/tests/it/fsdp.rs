@@ -90,6 +90,12 @@ fn plan(batch: &[u32], micro: &[u32], fractions: Option<&[f64]>) -> Plan {
     Plan::from_lists(batch, micro, fractions, "test").unwrap()
 }
 
+/// An op's run on one stream: (op, start, end).
+type Interval = (OpId, SimTime, SimTime);
+
+/// What one rank did, as comparable records: (stream, unit, micro, name, start, end).
+type Timeline = Vec<(Stream, u32, u32, String, SimTime, SimTime)>;
+
 /// Runs a plan with a recorder and a memory tracker and checks every
 /// invariant of the raw timeline; returns the report.
 fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report {
@@ -102,7 +108,7 @@ fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report {
     // Every op ran; per-op (start, end) and per-stream sequences.
     let mut start = vec![None; g.len()];
     let mut end = vec![SimTime::ZERO; g.len()];
-    let mut slots: BTreeMap<(u32, Stream), Vec<(OpId, SimTime, SimTime)>> = BTreeMap::new();
+    let mut slots: BTreeMap<(u32, Stream), Vec<Interval>> = BTreeMap::new();
     let mut parts = vec![0u32; g.len()];
     for &(op, rank, stream, s, e) in &rec.ops {
         let i = op.0 as usize;
@@ -363,7 +369,7 @@ gpus = [ { type = "a10g", count = 2 } ]
     let ig = build_graph(&c, &p, &SimOptions::default()).unwrap();
     let mut rec = Recorder::default();
     let r = simulate_observed(&c, &p, &SimOptions::default(), &mut rec).unwrap();
-    let mut per_rank: Vec<Vec<(Stream, u32, u32, String, SimTime, SimTime)>> = vec![vec![]; 4];
+    let mut per_rank: Vec<Timeline> = vec![vec![]; 4];
     for &(op, rank, stream, s, e) in &rec.ops {
         let l = ig.graph.op_label(op);
         let name = ig.graph.name(l.name).to_string();
@@ -372,7 +378,7 @@ gpus = [ { type = "a10g", count = 2 } ]
     assert!(per_rank[0].len() > 100);
     for v in &mut per_rank {
         // Records of one instant may arrive in any rank order; compare sets.
-        v.sort_by(|a, b| (a.4, a.0, a.1, a.2).cmp(&(b.4, b.0, b.1, b.2)));
+        v.sort_by_key(|a| (a.4, a.0, a.1, a.2));
     }
     for k in 1..4 {
         if let Some(i) = (0..per_rank[0].len()).find(|&i| per_rank[0].get(i) != per_rank[k].get(i))
