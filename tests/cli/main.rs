@@ -1,3 +1,4 @@
 //! End-to-end tests of the `cephalo` command line (one binary, CONVENTIONS.md item 11).
 
 mod simulate;
+mod plan;

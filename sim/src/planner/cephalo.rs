@@ -28,8 +28,10 @@
 //!    interval; its plan's exact cost is an upper bound; intervals split at
 //!    that plan's level and are pruned when the bound cannot win;
 //! 4. the tie among plans with the optimal bottleneck is broken by the least
-//!    total rank time (a min-plus pass), and variants of the optimum (fewest
-//!    micro-batches, most memory headroom) are kept;
+//!    total rank time (a min-plus pass); variants of the optimum (fewest
+//!    micro-batches, most memory headroom) and the least-total-time plans
+//!    under slightly relaxed bottlenecks ([`RELAXED_SLACK`]) are kept as
+//!    near-optimal candidates;
 //! 5. the best few candidates — plus the baselines' and the compat
 //!    planner's plans as seeds — run through the simulator ([`super::Judge`],
 //!    in parallel with rayon) and the fastest plan that fits wins.
@@ -48,6 +50,9 @@ pub struct Cephalo;
 pub const OPT_TOL: f64 = 1e-12;
 /// Gap left below a split point of the λ branch and bound.
 pub const LEVEL_GAP: f64 = 1e-9;
+/// Relative slacks on the optimal bottleneck under which near-optimal,
+/// better balanced plans are generated for the simulator to judge.
+pub const RELAXED_SLACK: [f64; 3] = [0.003, 0.01, 0.03];
 /// Most λ intervals the branch and bound explores before giving up the proof.
 pub const MAX_INTERVALS: usize = 400;
 
@@ -135,13 +140,13 @@ struct Priced {
 }
 
 impl<'c, 'a> Search<'c, 'a> {
-    fn new(cf: &'c ClosedForm<'a>) -> Search<'c, 'a> {
+    fn new(cf: &'c ClosedForm<'a>, bmax: &[u32]) -> Search<'c, 'a> {
         let costs = cf.costs();
         let big_b = costs.workload.global_batch as usize;
         let types: Vec<TypeOptions> = (0..cf.type_count())
             .into_par_iter()
             .map(|t| {
-                let by_b = (0..=big_b as u32)
+                let by_b = (0..=bmax[t].min(big_b as u32))
                     .map(|b| {
                         if b == 0 {
                             return cf.option(t, 0, 0).into_iter().collect();
@@ -183,9 +188,10 @@ impl<'c, 'a> Search<'c, 'a> {
                 .iter()
                 .enumerate()
                 .map(|(t, to)| {
+                    let opt = self.cf.optimizer_ms(t, level);
                     to.by_b
                         .iter()
-                        .map(|v| v.iter().map(|o| self.cf.rank_ms(t, o, &c, level)).collect())
+                        .map(|v| v.iter().map(|o| self.cf.rank_ms_with(o, &c, opt)).collect())
                         .collect()
                 })
                 .collect(),
@@ -202,31 +208,8 @@ impl<'c, 'a> Search<'c, 'a> {
         min_cap: Option<f64>,
         want_plan: bool,
     ) -> Option<(f64, Option<Choice>)> {
-        let priced = self.price(cost_level);
+        let best = self.best_table(cost_level, min_cap);
         let nb = self.big_b + 1;
-        // best[t][b] = (cost, option index)
-        let best: Vec<Vec<(f64, usize)>> = self
-            .types
-            .iter()
-            .enumerate()
-            .map(|(t, to)| {
-                (0..nb)
-                    .map(|b| {
-                        let mut r = (f64::INFINITY, usize::MAX);
-                        for (k, o) in to.by_b[b].iter().enumerate() {
-                            if min_cap.is_some_and(|l| o.cap < l - FILL_TOL) {
-                                continue;
-                            }
-                            let c = priced.cost[t][b][k];
-                            if c < r.0 {
-                                r = (c, k);
-                            }
-                        }
-                        r
-                    })
-                    .collect()
-            })
-            .collect();
         let mut th: Vec<f64> = best
             .iter()
             .flatten()
@@ -242,7 +225,7 @@ impl<'c, 'a> Search<'c, 'a> {
         let feasible = |tau: f64| -> bool {
             let allowed: Vec<Vec<usize>> = best
                 .iter()
-                .map(|v| (0..nb).filter(|&b| v[b].0 <= tau).collect())
+                .map(|v| (0..v.len()).filter(|&b| v[b].0 <= tau).collect())
                 .collect();
             let mut cur = vec![0u64; words];
             cur[0] = 1;
@@ -274,26 +257,68 @@ impl<'c, 'a> Search<'c, 'a> {
         if !want_plan {
             return Some((tau, None));
         }
-        // Min-plus pass: least total rank time among plans under tau.
+        let plan = self.min_sum(&best, tau);
+        plan.map(|p| (tau, Some(p)))
+    }
+
+    /// Per type and batch: the cheapest option at `cost_level` among those
+    /// whose cap is at least `min_cap` (`(cost, option index)`).
+    fn best_table(&self, cost_level: f64, min_cap: Option<f64>) -> Vec<Vec<(f64, usize)>> {
+        let priced = self.price(cost_level);
+        self.types
+            .iter()
+            .enumerate()
+            .map(|(t, to)| {
+                to.by_b
+                    .iter()
+                    .enumerate()
+                    .map(|(b, opts)| {
+                        let mut r = (f64::INFINITY, usize::MAX);
+                        for (k, o) in opts.iter().enumerate() {
+                            if min_cap.is_some_and(|l| o.cap < l - FILL_TOL) {
+                                continue;
+                            }
+                            let c = priced.cost[t][b][k];
+                            if c < r.0 {
+                                r = (c, k);
+                            }
+                        }
+                        r
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Min-plus pass: the plan of least total rank time among plans whose
+    /// every rank is within `tau` (`None` when there is none).
+    fn min_sum(&mut self, best: &[Vec<(f64, usize)>], tau: f64) -> Option<Choice> {
+        self.stats.subproblems += 1;
+        let nb = self.big_b + 1;
         let g = self.rank_type.len();
         let mut dp = vec![f64::INFINITY; nb];
         dp[0] = 0.0;
+        let mut reach = 0usize;
         let mut arg = vec![vec![u32::MAX; nb]; g];
         for (i, &t) in self.rank_type.iter().enumerate() {
-            let allowed: Vec<usize> = (0..nb).filter(|&b| best[t][b].0 <= tau).collect();
+            let allowed: Vec<usize> = (0..best[t].len())
+                .filter(|&b| best[t][b].0 <= tau)
+                .collect();
             let mut nd = vec![f64::INFINITY; nb];
-            for y in 0..nb {
-                for &b in &allowed {
-                    if b > y {
-                        break;
-                    }
-                    let v = dp[y - b] + best[t][b].0;
-                    if v < nd[y] {
-                        nd[y] = v;
-                        arg[i][y] = b as u32;
+            let top = allowed.last().map_or(0, |&b| b);
+            for &b in &allowed {
+                let wb = best[t][b].0;
+                let hi = (reach + b).min(nb - 1);
+                let (src, dst, ar) = (&dp[..=hi - b], &mut nd[b..=hi], &mut arg[i][b..=hi]);
+                for ((d, &x), a) in dst.iter_mut().zip(src).zip(ar.iter_mut()) {
+                    let v = x + wb;
+                    if v < *d {
+                        *d = v;
+                        *a = b as u32;
                     }
                 }
             }
+            reach = (reach + top).min(nb - 1);
             dp = nd;
         }
         if !dp[self.big_b].is_finite() {
@@ -308,22 +333,35 @@ impl<'c, 'a> Search<'c, 'a> {
             choice[i] = (o.batch, o.microbatches);
             y -= b;
         }
-        Some((tau, Some(choice)))
+        Some(choice)
+    }
+
+    /// Near-optimal plans: the least total rank time under slightly relaxed
+    /// bottlenecks `tau x (1 + d)` (more balanced plans the simulator may
+    /// prefer, since it synchronises every phase separately).
+    fn relaxed(&mut self, level: f64, tau: f64, slack: &[f64]) -> Vec<Choice> {
+        let best = self.best_table(level, Some(level));
+        slack
+            .iter()
+            .filter_map(|d| self.min_sum(&best, tau * (1.0 + d)))
+            .collect()
     }
 
     /// Bottleneck search with the state constraint `sum min(cap_i, feas) >= 1`
-    /// and costs at `cost_level`. Returns the optimal threshold and the plan
-    /// with the most room for state under it.
-    fn solve_knapsack(&mut self, cost_level: f64, feas: f64) -> Option<(f64, Choice)> {
+    /// and costs at `cost_level`, over plans strictly better than `below`.
+    /// Returns the optimal threshold and the plan with the most room for
+    /// state under it (`None`: no such plan).
+    fn solve_knapsack(&mut self, cost_level: f64, feas: f64, below: f64) -> Option<(f64, Choice)> {
         let priced = self.price(cost_level);
         let nb = self.big_b + 1;
+        let limit = below * (1.0 - OPT_TOL);
         let mut th: Vec<f64> = priced
             .cost
             .iter()
             .flatten()
             .flatten()
             .copied()
-            .filter(|c| c.is_finite())
+            .filter(|c| c.is_finite() && *c < limit)
             .collect();
         th.sort_by(f64::total_cmp);
         th.dedup();
@@ -337,7 +375,7 @@ impl<'c, 'a> Search<'c, 'a> {
                 .iter()
                 .enumerate()
                 .map(|(t, to)| {
-                    (0..nb)
+                    (0..to.by_b.len())
                         .map(|b| {
                             let mut r = (f64::NEG_INFINITY, usize::MAX);
                             for (k, o) in to.by_b[b].iter().enumerate() {
@@ -357,25 +395,34 @@ impl<'c, 'a> Search<'c, 'a> {
         let run = |w: &Vec<Vec<(f64, usize)>>, keep: bool| -> (f64, Vec<Vec<u32>>) {
             let mut dp = vec![f64::NEG_INFINITY; nb];
             dp[0] = 0.0;
+            let mut reach = 0usize;
             let mut args = Vec::new();
             for &t in &self.rank_type {
-                let allowed: Vec<usize> = (0..nb).filter(|&b| w[t][b].0.is_finite()).collect();
+                let allowed: Vec<usize> =
+                    (0..w[t].len()).filter(|&b| w[t][b].0.is_finite()).collect();
+                let top = allowed.last().map_or(0, |&b| b);
                 let mut nd = vec![f64::NEG_INFINITY; nb];
                 let mut arg = vec![u32::MAX; if keep { nb } else { 0 }];
-                for y in 0..nb {
-                    for &b in &allowed {
-                        if b > y {
-                            break;
-                        }
-                        let v = dp[y - b] + w[t][b].0;
-                        if v > nd[y] {
-                            nd[y] = v;
-                            if keep {
+                for &b in &allowed {
+                    let wb = w[t][b].0;
+                    let hi = (reach + b).min(nb - 1);
+                    let src = &dp[..=hi - b];
+                    if keep {
+                        for (y, &x) in (b..=hi).zip(src) {
+                            let v = x + wb;
+                            if v > nd[y] {
+                                nd[y] = v;
                                 arg[y] = b as u32;
                             }
                         }
+                    } else {
+                        for (d, &x) in nd[b..=hi].iter_mut().zip(src) {
+                            let v = x + wb;
+                            *d = if v > *d { v } else { *d };
+                        }
                     }
                 }
+                reach = (reach + top).min(nb - 1);
                 dp = nd;
                 if keep {
                     args.push(arg);
@@ -423,10 +470,9 @@ impl<'c, 'a> Search<'c, 'a> {
             .map(|to| {
                 (0..nb)
                     .map(|b| {
-                        to.by_b[b]
-                            .iter()
-                            .map(|o| o.cap)
-                            .fold(f64::NEG_INFINITY, f64::max)
+                        to.by_b.get(b).map_or(f64::NEG_INFINITY, |v| {
+                            v.iter().map(|o| o.cap).fold(f64::NEG_INFINITY, f64::max)
+                        })
                     })
                     .collect()
             })
@@ -538,8 +584,73 @@ fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
 }
 
 /// Exact search of the closed-form objective (steps 1-4 of the module doc).
+///
+/// Each GPU type first gets a batch range of about 1.5x its speed share
+/// (the options of larger batches are never built); any option of batch `b`
+/// costs at least `b` times the type's per-sample floor
+/// ([`ClosedForm::per_sample_floor_ms`]), so when the optimum found is below
+/// the floor of every excluded batch it is the optimum over all batches;
+/// otherwise the ranges grow to what the found optimum certifies and the
+/// search runs once more.
 pub fn search(cf: &ClosedForm<'_>) -> Result<Found, PlanError> {
-    let mut s = Search::new(cf);
+    let costs = cf.costs();
+    let big_b = costs.workload.global_batch;
+    let nt = cf.type_count();
+    let floor: Vec<f64> = (0..nt).map(|t| cf.per_sample_floor_ms(t)).collect();
+    let speed: f64 = costs
+        .rank_type
+        .iter()
+        .map(|&t| 1.0 / floor[t])
+        .filter(|x| x.is_finite())
+        .sum();
+    let mut bmax: Vec<u32> = floor
+        .iter()
+        .map(|&f| {
+            let share = if speed > 0.0 && f.is_finite() && f > 0.0 {
+                big_b as f64 / f / speed
+            } else {
+                big_b as f64
+            };
+            ((1.5 * share).ceil() as u32).saturating_add(8).min(big_b)
+        })
+        .collect();
+    let mut stats = SearchStats::default();
+    loop {
+        let full = bmax.iter().all(|&b| b >= big_b);
+        match search_with(cf, &bmax) {
+            Ok(mut found) => {
+                stats.candidates += found.stats.candidates;
+                stats.feasible += found.stats.feasible;
+                stats.subproblems += found.stats.subproblems;
+                let j = found.eval.iteration_ms;
+                let certified =
+                    (0..nt).all(|t| bmax[t] >= big_b || floor[t] * (bmax[t] as f64 + 1.0) >= j);
+                if certified {
+                    stats.proven_optimal = found.stats.proven_optimal;
+                    found.stats = stats;
+                    return Ok(found);
+                }
+                bmax = (0..nt)
+                    .map(|t| {
+                        if floor[t].is_finite() && floor[t] > 0.0 {
+                            ((j / floor[t]).floor() as u32)
+                                .saturating_add(1)
+                                .clamp(bmax[t], big_b)
+                        } else {
+                            big_b
+                        }
+                    })
+                    .collect();
+            }
+            Err(e) if full => return Err(e),
+            Err(_) => bmax = vec![big_b; nt],
+        }
+    }
+}
+
+/// [`search`] over options whose batch on type `t` is at most `bmax[t]`.
+fn search_with(cf: &ClosedForm<'_>, bmax: &[u32]) -> Result<Found, PlanError> {
+    let mut s = Search::new(cf, bmax);
     let g = s.rank_type.len();
     let lmin = 1.0 / g as f64;
     let mut best: Option<(Choice, Evaluation, f64)> = None;
@@ -586,7 +697,8 @@ pub fn search(cf: &ClosedForm<'_>) -> Result<Found, PlanError> {
                 proven = false;
                 break;
             }
-            let Some((lb, choice)) = s.solve_knapsack(lo, hi) else {
+            let incumbent = best.as_ref().map_or(f64::INFINITY, |b| b.1.iteration_ms);
+            let Some((lb, choice)) = s.solve_knapsack(lo, hi, incumbent) else {
                 continue;
             };
             let ev_level = cf.evaluate(&choice).map(|e| e.level);
@@ -609,6 +721,7 @@ pub fn search(cf: &ClosedForm<'_>) -> Result<Found, PlanError> {
         return Err(infeasible(&mut s));
     };
     let mut alts = s.variants(&choice, eval.level, tau.max(eval.iteration_ms));
+    alts.extend(s.relaxed(eval.level, eval.iteration_ms, &RELAXED_SLACK));
     alts.extend(alternatives);
     let mut distinct: Vec<Choice> = Vec::new();
     for a in alts {

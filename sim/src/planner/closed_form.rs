@@ -315,6 +315,11 @@ impl<'a> ClosedForm<'a> {
     /// times `c` and largest state fraction `level`, ms. Nondecreasing in
     /// `level` (through `c` and the optimizer term).
     pub fn rank_ms(&self, t: usize, o: &RankCost, c: &CommTimes, level: f64) -> f64 {
+        self.rank_ms_with(o, c, self.optimizer_ms(t, level))
+    }
+
+    /// [`ClosedForm::rank_ms`] with the optimizer term given (ms).
+    pub fn rank_ms_with(&self, o: &RankCost, c: &CommTimes, optimizer_ms: f64) -> f64 {
         let [ef, f, h, w, eb] = o.phase_ms;
         let l = self.layers;
         let fwd =
@@ -328,7 +333,19 @@ impl<'a> ClosedForm<'a> {
             (c.embed_ag + c.head_rs).max(w)
         };
         let tail = c.block_rs.max(eb) + c.embed_rs;
-        fwd + head + bwd + tail + self.optimizer_ms(t, level)
+        fwd + head + bwd + tail + optimizer_ms
+    }
+
+    /// A lower bound on the rank time per sample of type `t`, ms: every
+    /// sample costs at least `L` blocks of forward, recompute and backward at
+    /// the most efficient micro-batch size (`L min_s (2 f(s) + b(s)) / s`);
+    /// infinite when not even one sample fits.
+    pub fn per_sample_floor_ms(&self, t: usize) -> f64 {
+        let tt = &self.types[t];
+        (1..=tt.max_m as usize)
+            .map(|s| (2.0 * tt.fwd[s] + tt.bwd[s]) / s as f64)
+            .fold(f64::INFINITY, f64::min)
+            * self.layers
     }
 
     /// Evaluates a whole choice (per rank `(b, n)`): `None` when a

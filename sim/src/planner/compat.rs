@@ -23,7 +23,7 @@
 //!   `0.75 sum(mem_i)` wins; the first plan is kept if none fits.
 //!
 //! Units: ms, GiB, samples. Cost: `O(G B^2 B log B)` cell updates in the
-//! worst case; rows of the table are filled in parallel. The plan's state
+//! worst case, a vectorised min-max fill with rows in parallel. The plan's state
 //! fractions are the corrected split (water-filling into each rank's free
 //! memory); [`super::CompatDetails::reference_state_fractions`] keeps the
 //! reference code's own (even) output.
@@ -40,8 +40,9 @@ pub const GA_OVERHEAD_MS: f64 = 10.0;
 /// Factor on collective times for a rank whose micro-batch exceeds its
 /// even-shard bound (its state is assumed moved elsewhere).
 pub const COLLECTIVE_PENALTY: f64 = 1.25;
-/// Largest global batch the compat table accepts (16-bit packed choices).
-pub const MAX_GLOBAL_BATCH: u32 = 4096;
+/// Largest global batch the compat tables accept (each rank's table holds
+/// `(B + 1)^2` values).
+pub const MAX_GLOBAL_BATCH: u32 = 2048;
 /// Largest estimated DP work (cell updates) compat mode accepts; the
 /// reference table grows like `G B^3 log B`.
 pub const MAX_CELLS: f64 = 4e9;
@@ -274,20 +275,29 @@ pub struct CompatSolution {
 
 const INF: f64 = f64::INFINITY;
 
-fn pack(m: u32, n: u32) -> u32 {
-    (m << 16) | n
-}
-
-fn unpack(c: u32) -> (u32, u32) {
-    (c >> 16, c & 0xffff)
+/// `max(prev, t)` exactly as the table fill computes it (backtracking must
+/// reproduce the same bits).
+#[inline]
+fn cell(prev: f64, t: f64) -> f64 {
+    if prev > t {
+        prev
+    } else {
+        t
+    }
 }
 
 /// Runs the reference dynamic program and selection. `None` when no plan
 /// gives every rank a sample within its hard bound.
+///
+/// The tables hold values only (a vectorisable min-max fill, rows in
+/// parallel); the reference's choice at a cell — the first `(m, n)` in
+/// increasing `m`, then `n` that attains the cell's value, which is what
+/// "replace only when strictly better" keeps — is recovered afterwards for
+/// the cells on the backtracking paths.
 pub fn solve(inp: &CompatInputs) -> Option<CompatSolution> {
     let g = inp.hard_bound.len();
     let bb = inp.global_batch as usize;
-    if g == 0 || bb < g || bb > 0xffff {
+    if g == 0 || bb < g {
         return None;
     }
     let w = bb + 1;
@@ -305,13 +315,10 @@ pub fn solve(inp: &CompatInputs) -> Option<CompatSolution> {
         })
         .collect();
     let mut cells = 0u64;
-    let mut choices: Vec<Vec<u32>> = Vec::with_capacity(g);
-    let mut prev = vec![INF; w * w];
-    prev[0] = 0.0;
+    let mut layers: Vec<Vec<f64>> = Vec::with_capacity(g);
     for (i, cand) in cands.iter().enumerate() {
         let last = i + 1 == g;
         let mut cur = vec![INF; w * w];
-        let mut ch = vec![0u32; w * w];
         if i == 0 {
             // Only (0, 0) is reachable before rank 0: each cell has one candidate.
             for &(m, n, t) in cand {
@@ -320,21 +327,16 @@ pub fn solve(inp: &CompatInputs) -> Option<CompatSolution> {
                     continue;
                 }
                 cur[b * w + s] = t;
-                ch[b * w + s] = pack(m, n);
                 cells += 1;
             }
         } else {
-            let rows: Vec<usize> = if last {
-                vec![bb]
-            } else {
-                (i + 1..=bb).collect()
-            };
-            let prev_ref = &prev;
-            let work: Vec<(usize, Vec<f64>, Vec<u32>, u64)> = rows
-                .into_par_iter()
-                .map(|b| {
-                    let mut row = vec![INF; w];
-                    let mut crow = vec![0u32; w];
+            let prev = &layers[i - 1];
+            let first = if last { bb } else { i + 1 };
+            cells += cur
+                .par_chunks_mut(w)
+                .enumerate()
+                .skip(first)
+                .map(|(b, row)| {
                     let mut count = 0u64;
                     for &(m, n, t) in cand {
                         let x = (n * m) as usize;
@@ -342,49 +344,65 @@ pub fn solve(inp: &CompatInputs) -> Option<CompatSolution> {
                             continue;
                         }
                         let m = m as usize;
-                        let pr = &prev_ref[(b - x) * w..(b - x + 1) * w];
                         // prev valid for s' in [i, b - x]; s = s' + m.
                         let lo = m + i;
                         let hi = (b - x + m).min(bb);
                         if lo > hi {
                             continue;
                         }
-                        let code = pack(m as u32, n);
-                        for s in lo..=hi {
-                            let c = pr[s - m].max(t);
-                            if c < row[s] {
-                                row[s] = c;
-                                crow[s] = code;
-                            }
+                        let base = (b - x) * w + lo - m;
+                        let pr = &prev[base..base + (hi - lo + 1)];
+                        for (r, &p) in row[lo..=hi].iter_mut().zip(pr) {
+                            let c = cell(p, t);
+                            *r = if c < *r { c } else { *r };
                         }
                         count += (hi - lo + 1) as u64;
                     }
-                    (b, row, crow, count)
+                    count
                 })
-                .collect();
-            for (b, row, crow, count) in work {
-                cur[b * w..(b + 1) * w].copy_from_slice(&row);
-                ch[b * w..(b + 1) * w].copy_from_slice(&crow);
-                cells += count;
+                .sum::<u64>();
+        }
+        layers.push(cur);
+    }
+    // The reference's choice at cell (b, s) of rank i.
+    let choose = |i: usize, b: usize, s: usize| -> (u32, u32) {
+        let target = layers[i][b * w + s];
+        for &(m, n, t) in &cands[i] {
+            let (x, mu) = ((n * m) as usize, m as usize);
+            if x > b || mu > s {
+                continue;
+            }
+            let pv = if i == 0 {
+                if x == b && mu == s {
+                    0.0
+                } else {
+                    continue;
+                }
+            } else {
+                layers[i - 1][(b - x) * w + s - mu]
+            };
+            let c = if i == 0 { t } else { cell(pv, t) };
+            if c == target {
+                return (m, n);
             }
         }
-        choices.push(ch);
-        prev = cur;
-    }
+        unreachable!("a finite cell has a candidate attaining it")
+    };
+    let fin = &layers[g - 1];
     // Selection over the sum of micro-batch sizes.
-    let per_sum_ms: Vec<f64> = (1..=bb).map(|s| prev[bb * w + s]).collect();
+    let per_sum_ms: Vec<f64> = (1..=bb).map(|s| fin[bb * w + s]).collect();
     type Pick = (Vec<(u32, u32)>, f64, bool);
     let mut best: Option<Pick> = None;
     let mut best_tput = -1.0f64;
     for s in 1..=bb {
-        let v = prev[bb * w + s];
+        let v = fin[bb * w + s];
         if !v.is_finite() {
             continue;
         }
         let mut plan = vec![(0u32, 0u32); g];
         let (mut b, mut ss) = (bb, s);
         for r in (0..g).rev() {
-            let (m, n) = unpack(choices[r][b * w + ss]);
+            let (m, n) = choose(r, b, ss);
             plan[r] = (m, n);
             b -= (m * n) as usize;
             ss -= m as usize;
@@ -491,7 +509,9 @@ impl Planner for Compat {
                 infeasible: 0,
                 subproblems: g as u64,
                 simulated: 0,
-                proven_optimal: true,
+                // Exact per sum of micro-batch sizes, but the selection is
+                // the reference's heuristic, not a proof.
+                proven_optimal: false,
             },
             notes,
         })

@@ -125,7 +125,7 @@ impl Default for PlannerOptions {
             model_key: None,
             compat_ag_ms: 0.0,
             compat_rs_ms: 0.0,
-            confirm_candidates: 6,
+            confirm_candidates: 8,
             seed_with_baselines: true,
         }
     }

@@ -1,0 +1,397 @@
+//! `cephalo plan`: choose a plan for a workload with one planner, simulate
+//! it, and print both (table or JSON); `--out plan.json` writes the plan in
+//! the form `cephalo simulate --plan` reads.
+//!
+//! Exit codes: 0 with a plan (a baseline's out-of-memory plan is a plan
+//! too), 2 for bad input or an infeasible workload (the message gives the
+//! smallest memory shortfall and the GPU).
+
+use crate::cli::workload::{Resolved, WorkloadArgs};
+use crate::cli::UserError;
+use anyhow::Result;
+use clap::{Args as ClapArgs, ValueEnum};
+use serde::Serialize;
+use sim::fsdp::{simulate, SimOptions};
+use sim::planner::{self, Planned, Planner, PlannerOptions, Problem, SearchStats, SimJudge};
+use sim::report::Report;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Output format on stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Human-readable table.
+    Table,
+    /// JSON ([`PlanOutput`]).
+    Json,
+}
+
+/// Planner flags shared by `plan` and `compare`.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct PlannerFlags {
+    /// Compat mode: per-block all-gather time given to the reference
+    /// optimizer, ms (its `--ag_time`).
+    #[arg(long, default_value_t = 0.0)]
+    pub ag_ms: f64,
+    /// Compat mode: per-block reduce-scatter time, ms (its `--rs_time`).
+    #[arg(long, default_value_t = 0.0)]
+    pub rs_ms: f64,
+    /// Native planner: closed-form candidates confirmed with the simulator.
+    #[arg(long, default_value_t = 8)]
+    pub candidates: usize,
+    /// Native planner: do not also confirm the baselines' and compat plans
+    /// as seeds (by default the native plan is never worse than them).
+    #[arg(long)]
+    pub no_seeds: bool,
+}
+
+impl PlannerFlags {
+    /// Validates the flags into planner options.
+    pub fn options(&self, model_key: &str) -> Result<PlannerOptions> {
+        for (name, v) in [("--ag-ms", self.ag_ms), ("--rs-ms", self.rs_ms)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(
+                    UserError(format!("{name}: expected a time in ms >= 0, got {v}")).into(),
+                );
+            }
+        }
+        Ok(PlannerOptions {
+            model_key: Some(model_key.to_string()),
+            compat_ag_ms: self.ag_ms,
+            compat_rs_ms: self.rs_ms,
+            confirm_candidates: self.candidates.max(1),
+            seed_with_baselines: !self.no_seeds,
+        })
+    }
+}
+
+/// Flags of `cephalo plan`.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct Args {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Planner: cephalo | cephalo-compat | fsdp | fsdp-ga | speed-proportional | speed-proportional-mem.
+    #[arg(long, default_value = "cephalo")]
+    pub planner: String,
+    /// Use the reference optimizer's rules (same as `--planner cephalo-compat`).
+    #[arg(long)]
+    pub compat: bool,
+    #[command(flatten)]
+    pub flags: PlannerFlags,
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write the plan (the form `cephalo simulate --plan` reads) to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Summary of the simulated outcome of a plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimulatedSummary {
+    /// Simulated iteration time, ms.
+    pub iteration_ms: f64,
+    /// Samples per second.
+    pub samples_per_s: f64,
+    /// Tokens per second.
+    pub tokens_per_s: f64,
+    /// Model FLOPs utilisation (0..1).
+    pub mfu: f64,
+    /// Whether some GPU runs out of memory.
+    pub oom: bool,
+    /// Peak memory per GPU, GiB.
+    pub peak_mem_gib: Vec<f64>,
+    /// Peak memory per GPU, % of capacity.
+    pub peak_mem_pct: Vec<f64>,
+    /// Usable memory per GPU (capacity x allowed fraction), GiB.
+    pub usable_gib: Vec<f64>,
+}
+
+impl SimulatedSummary {
+    /// Extracts the summary of a report.
+    pub fn of(r: &Report) -> SimulatedSummary {
+        SimulatedSummary {
+            iteration_ms: r.iteration_ms,
+            samples_per_s: r.samples_per_s,
+            tokens_per_s: r.tokens_per_s,
+            mfu: r.mfu,
+            oom: r.oom,
+            peak_mem_gib: r.gpus.iter().map(|g| g.peak_mem_gib).collect(),
+            peak_mem_pct: r.gpus.iter().map(|g| g.mem_pct).collect(),
+            usable_gib: r.gpus.iter().map(|g| g.usable_gib).collect(),
+        }
+    }
+}
+
+/// Search counts as printed (no timings: output bytes depend on inputs only).
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchSummary {
+    /// Closed-form candidate evaluations (options or DP cells).
+    pub candidates: u64,
+    /// Sub-problems solved.
+    pub subproblems: u64,
+    /// Plans run through the simulator.
+    pub simulated: u64,
+    /// Whether the planner proved its answer optimal on its own objective.
+    pub proven_optimal: bool,
+}
+
+impl From<&SearchStats> for SearchSummary {
+    fn from(s: &SearchStats) -> Self {
+        SearchSummary {
+            candidates: s.candidates,
+            subproblems: s.subproblems,
+            simulated: s.simulated,
+            proven_optimal: s.proven_optimal,
+        }
+    }
+}
+
+/// `cephalo plan --format json` output (`cephalo-plan-output/1`).
+///
+/// * `batch_sizes`, `microbatches` (counts), `microbatch_sizes` (largest
+///   micro-batch), `state_fractions`: per rank, in rank order;
+/// * `makespan_ms_per_block`, `max_bs_even_shard`, `max_bs`: the reference
+///   optimizer's figures (compat planner only, else absent);
+/// * `objective`: the planner's own objective (name and ms), if it has one;
+/// * `simulated`: the simulator's verdict on the plan;
+/// * `plan`: the plan file form (`--out`).
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanOutput {
+    /// Schema tag.
+    pub format: &'static str,
+    /// Planner name.
+    pub planner: String,
+    /// Model (canonical name).
+    pub model: String,
+    /// GPUs in rank order.
+    pub gpus: Vec<String>,
+    /// Global batch.
+    pub global_batch: u32,
+    /// Precision.
+    pub dtype: String,
+    /// Tokens per sample.
+    pub seq_len: u32,
+    /// Local batch per rank.
+    pub batch_sizes: Vec<u32>,
+    /// Micro-batch count per rank.
+    pub microbatches: Vec<u32>,
+    /// Largest micro-batch size per rank.
+    pub microbatch_sizes: Vec<u32>,
+    /// State fraction per rank.
+    pub state_fractions: Vec<f64>,
+    /// Compat: the reference objective (slowest rank's per-block ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub makespan_ms_per_block: Option<f64>,
+    /// Compat: per-rank micro-batch bound with an even shard.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_bs_even_shard: Option<Vec<u32>>,
+    /// Compat: per-rank micro-batch bound with no state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_bs: Option<Vec<u32>>,
+    /// Compat: the reference code's own (even) state fractions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference_state_fractions: Option<Vec<f64>>,
+    /// The planner's objective, if any.
+    pub objective: Option<ObjectiveOut>,
+    /// Simulated outcome.
+    pub simulated: SimulatedSummary,
+    /// Search counts.
+    pub search: SearchSummary,
+    /// Remarks (state-only GPUs, fallbacks).
+    pub notes: Vec<String>,
+    /// The plan in file form.
+    pub plan: sim::plan::Plan,
+}
+
+/// A named objective value.
+#[derive(Debug, Clone, Serialize)]
+pub struct ObjectiveOut {
+    /// Objective name.
+    pub name: String,
+    /// Value, ms.
+    pub value_ms: f64,
+}
+
+/// Builds the output of a planned + simulated workload.
+pub fn output(res: &Resolved, planned: &Planned, report: &Report) -> PlanOutput {
+    let w = &res.costs.workload;
+    let p = &planned.plan;
+    let compat = planned.compat.as_ref();
+    PlanOutput {
+        format: "cephalo-plan-output/1",
+        planner: p.planner.clone(),
+        model: w.model.name.clone(),
+        gpus: w.cluster.gpu_names(),
+        global_batch: w.global_batch,
+        dtype: w.dtype.to_string(),
+        seq_len: w.seq_len,
+        batch_sizes: p.gpus.iter().map(|g| g.batch).collect(),
+        microbatches: p.gpus.iter().map(|g| g.microbatches).collect(),
+        microbatch_sizes: p.gpus.iter().map(|g| g.microbatch_size).collect(),
+        state_fractions: p.state_fractions(),
+        makespan_ms_per_block: compat.map(|c| c.makespan_ms_per_block),
+        max_bs_even_shard: compat.map(|c| c.max_bs_even_shard.clone()),
+        max_bs: compat.map(|c| c.max_bs.clone()),
+        reference_state_fractions: compat.map(|c| c.reference_state_fractions.clone()),
+        objective: planned.objective.as_ref().map(|o| ObjectiveOut {
+            name: o.name.to_string(),
+            value_ms: o.value_ms,
+        }),
+        simulated: SimulatedSummary::of(report),
+        search: SearchSummary::from(&planned.stats),
+        notes: planned.notes.clone(),
+        plan: p.clone(),
+    }
+}
+
+/// Prints the search counts and speed on stderr (timing never reaches stdout).
+pub fn log_search(name: &str, s: &SearchStats, elapsed_s: f64) {
+    let rate = if elapsed_s > 0.0 {
+        s.candidates as f64 / elapsed_s
+    } else {
+        0.0
+    };
+    eprintln!(
+        "planner {name}: {} candidates ({} fit, {} do not), {} sub-problems, {} simulated, {:.3} ms ({:.3e} candidates/s){}",
+        s.candidates,
+        s.feasible,
+        s.infeasible,
+        s.subproblems,
+        s.simulated,
+        elapsed_s * 1e3,
+        rate,
+        if s.proven_optimal { ", proven optimal" } else { "" }
+    );
+}
+
+fn table(o: &PlanOutput, summary: &str) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "planner: {}  ({summary})", o.planner);
+    let _ = writeln!(
+        s,
+        "workload: {} x {} on [{}], global batch {}, {}, seq {}",
+        o.model,
+        o.gpus.len(),
+        o.gpus.join(", "),
+        o.global_batch,
+        o.dtype,
+        o.seq_len
+    );
+    let _ = writeln!(
+        s,
+        "{:>4}  {:<14} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9} {:>6}",
+        "rank", "gpu", "batch", "micro", "size", "state%", "peak GiB", "usable", "mem%"
+    );
+    for i in 0..o.gpus.len() {
+        let _ = writeln!(
+            s,
+            "{:>4}  {:<14} {:>6} {:>6} {:>6} {:>8.2} {:>9.2} {:>9.2} {:>6.1}{}",
+            i,
+            o.gpus[i],
+            o.batch_sizes[i],
+            o.microbatches[i],
+            o.microbatch_sizes[i],
+            o.state_fractions[i] * 100.0,
+            o.simulated.peak_mem_gib[i],
+            o.simulated.usable_gib[i],
+            o.simulated.peak_mem_pct[i],
+            if o.simulated.peak_mem_gib[i] > o.simulated.usable_gib[i] {
+                "  OOM"
+            } else {
+                ""
+            }
+        );
+    }
+    if let Some(m) = o.makespan_ms_per_block {
+        let _ = writeln!(s, "makespan_ms_per_block (reference objective): {m:.6}");
+        if let (Some(e), Some(h)) = (&o.max_bs_even_shard, &o.max_bs) {
+            let _ = writeln!(s, "max_bs_even_shard: {e:?}   max_bs: {h:?}");
+        }
+    }
+    if let Some(obj) = &o.objective {
+        if o.makespan_ms_per_block.is_none() {
+            let _ = writeln!(s, "{}: {:.3}", obj.name, obj.value_ms);
+        }
+    }
+    let _ = writeln!(
+        s,
+        "simulated: iteration {:.1} ms, {:.2} samples/s, {:.0} tokens/s, MFU {:.1}%, OOM: {}",
+        o.simulated.iteration_ms,
+        o.simulated.samples_per_s,
+        o.simulated.tokens_per_s,
+        o.simulated.mfu * 100.0,
+        if o.simulated.oom { "yes" } else { "no" }
+    );
+    for n in &o.notes {
+        let _ = writeln!(s, "note: {n}");
+    }
+    s
+}
+
+/// Plans one workload with one planner and simulates the plan.
+pub fn plan_and_simulate(
+    res: &Resolved,
+    pl: &dyn Planner,
+    opts: &PlannerOptions,
+) -> Result<(Planned, Report, f64)> {
+    let judge = SimJudge::new(&res.costs);
+    let problem = Problem {
+        costs: &res.costs,
+        profiles: &res.profiles,
+        options: opts,
+        judge: Some(&judge),
+    };
+    let t0 = Instant::now();
+    let planned = pl.plan(&problem)?;
+    let elapsed = t0.elapsed().as_secs_f64();
+    let report = simulate(&res.costs, &planned.plan, &SimOptions::default())?;
+    Ok((planned, report, elapsed))
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let name = if args.compat {
+        "cephalo-compat"
+    } else {
+        args.planner.as_str()
+    };
+    if args.compat
+        && args.planner != "cephalo"
+        && planner::by_name(&args.planner, "--planner")?.name() != "cephalo-compat"
+    {
+        return Err(UserError(format!(
+            "--compat conflicts with --planner {}",
+            args.planner
+        ))
+        .into());
+    }
+    let pl = planner::by_name(name, "--planner")?;
+    let opts = args.flags.options(&args.workload.model)?;
+    let res = args.workload.resolve()?;
+    for w in &res.costs.warnings {
+        eprintln!("warning: {w}");
+    }
+    let (planned, report, elapsed) = plan_and_simulate(&res, pl.as_ref(), &opts)?;
+    log_search(pl.name(), &planned.stats, elapsed);
+    let out = output(&res, &planned, &report);
+    if let Some(path) = &args.out {
+        std::fs::write(path, planned.plan.to_json()).map_err(|e| {
+            UserError(format!(
+                "{}: cannot write the plan (--out): {e}",
+                path.display()
+            ))
+        })?;
+    }
+    match args.format {
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(&out)?;
+            s.push('\n');
+            print!("{s}");
+        }
+        Format::Table => print!("{}", table(&out, pl.summary())),
+    }
+    Ok(ExitCode::SUCCESS)
+}

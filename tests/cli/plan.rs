@@ -1,0 +1,210 @@
+//! `cephalo plan` and `cephalo compare` end to end: the issue-3 compat case
+//! (needs `../shared/reference-profiles`), the JSON contracts, `--out` read
+//! back by `simulate --plan`, determinism, and infeasible workloads exiting
+//! 2 with the shortfall and the GPU.
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn shared_dir() -> Option<PathBuf> {
+    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference-profiles");
+    if d.join("model_latencies.json").is_file() {
+        return Some(d);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true but {} has no reference profiles", d.display());
+    }
+    eprintln!(
+        "skipping: {} not found (reference profiles are not part of the repository)",
+        d.display()
+    );
+    None
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(args: &[&str]) -> Out {
+    let o = Command::cargo_bin("cephalo")
+        .unwrap()
+        .args(args)
+        .output()
+        .unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(o.stdout).unwrap(),
+        stderr: String::from_utf8(o.stderr).unwrap(),
+    }
+}
+
+fn paper(cmd: &str, d: &str, extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [
+        cmd,
+        "--gpus",
+        "l4,l4,a6000,p40",
+        "--model",
+        "deepspeedgpt_2.7b",
+        "--global-batch",
+        "64",
+        "--dtype",
+        "fp16",
+        "--profiles",
+        d,
+        "--memory-cluster",
+        "paper",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn r3_compat_plan_matches_the_reference() {
+    // See: issue 3 ("Must show", first bullet).
+    let Some(d) = shared_dir() else { return };
+    let d = d.to_str().unwrap();
+    let o = run(&args(&paper("plan", d, &["--compat", "--format", "json"])));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["batch_sizes"], serde_json::json!([13, 12, 34, 5]));
+    assert_eq!(v["microbatches"], serde_json::json!([1, 2, 1, 1]));
+    assert_eq!(v["microbatch_sizes"], serde_json::json!([13, 6, 34, 5]));
+    assert!((v["makespan_ms_per_block"].as_f64().unwrap() / 342.2968480000001 - 1.0).abs() < 1e-6);
+    for k in ["state_fractions", "simulated", "plan"] {
+        assert!(v.get(k).is_some(), "missing {k}");
+    }
+    assert!(v["simulated"]["iteration_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["simulated"]["oom"], Value::Bool(false));
+    // Same inputs, same bytes.
+    let again = run(&args(&paper("plan", d, &["--compat", "--format", "json"])));
+    assert_eq!(again.stdout, o.stdout);
+}
+
+#[test]
+fn plan_out_is_read_back_by_simulate() {
+    let Some(d) = shared_dir() else { return };
+    let d = d.to_str().unwrap();
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-plan-out.json");
+    let p = path.to_str().unwrap();
+    let o = run(&args(&paper("plan", d, &["--format", "json", "--out", p])));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let planned: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(planned["planner"], "cephalo");
+    let s = run(&args(&paper(
+        "simulate",
+        d,
+        &["--plan", p, "--format", "json"],
+    )));
+    assert_eq!(s.code, 0, "{}", s.stderr);
+    let sim: Value = serde_json::from_str(&s.stdout).unwrap();
+    let a = sim["iteration_ms"].as_f64().unwrap();
+    let b = planned["simulated"]["iteration_ms"].as_f64().unwrap();
+    assert!((a - b).abs() <= 1e-9 * b, "{a} vs {b}");
+}
+
+#[test]
+fn compare_rows_contract_and_ours_wins() {
+    let Some(d) = shared_dir() else { return };
+    let d = d.to_str().unwrap();
+    let o = run(&args(&paper("compare", d, &["--format", "json"])));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let rows: Vec<Value> = serde_json::from_str(&o.stdout).unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["planner"].as_str().unwrap())
+        .collect();
+    for want in [
+        "cephalo",
+        "cephalo-compat",
+        "fsdp",
+        "fsdp-ga",
+        "speed-proportional",
+        "speed-proportional-mem",
+    ] {
+        assert!(names.contains(&want), "{names:?}");
+    }
+    for r in &rows {
+        for k in [
+            "planner",
+            "samples_per_s",
+            "iteration_ms",
+            "speedup_vs_even_fsdp",
+            "oom",
+        ] {
+            assert!(r.get(k).is_some(), "{k} missing in {r}");
+        }
+    }
+    let ours = rows[0]["samples_per_s"].as_f64().unwrap();
+    assert_eq!(rows[0]["planner"], "cephalo");
+    for r in &rows {
+        if r["oom"] == Value::Bool(false) {
+            if let Some(x) = r["samples_per_s"].as_f64() {
+                assert!(ours >= x * (1.0 - 1e-9), "{} beats cephalo", r["planner"]);
+            }
+        }
+    }
+    let fsdp = rows.iter().find(|r| r["planner"] == "fsdp").unwrap();
+    assert!((fsdp["speedup_vs_even_fsdp"].as_f64().unwrap() - 1.0).abs() < 1e-12);
+    let csv = run(&args(&paper("compare", d, &["--format", "csv"])));
+    assert_eq!(csv.code, 0);
+    assert!(csv
+        .stdout
+        .starts_with("planner,samples_per_s,iteration_ms,speedup_vs_even_fsdp"));
+    assert_eq!(csv.stdout.lines().count(), rows.len() + 1);
+}
+
+#[test]
+fn infeasible_workload_exits_2_with_shortfall_and_gpu() {
+    // LLaMA-2-70B's training state (~1 TiB) on two T4s.
+    let o = run(&[
+        "plan",
+        "--gpus",
+        "t4,t4",
+        "--model",
+        "llama2-70b",
+        "--global-batch",
+        "8",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("infeasible"), "{}", o.stderr);
+    assert!(o.stderr.contains("short by"), "{}", o.stderr);
+    let c = run(&[
+        "compare",
+        "--gpus",
+        "t4,t4",
+        "--model",
+        "llama2-70b",
+        "--global-batch",
+        "8",
+    ]);
+    assert_eq!(c.code, 2, "{}", c.stderr);
+    assert!(c.stdout.contains("cephalo"), "the table is still printed");
+    assert!(!o.stderr.contains("panicked"));
+}
+
+#[test]
+fn unknown_planner_exits_2() {
+    let o = run(&[
+        "plan",
+        "--gpus",
+        "l4,a6000",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "8",
+        "--planner",
+        "nope",
+    ]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("unknown planner `nope`"), "{}", o.stderr);
+}
