@@ -13,6 +13,7 @@ use sim::fsdp::{build_graph, simulate, simulate_observed, IterationGraph, SimOpt
 use sim::gpu::GpuCatalog;
 use sim::memory::MemoryTracker;
 use sim::model::ModelCatalog;
+use sim::perfmodel::Roofline;
 use sim::plan::{Plan, RankPlan};
 use sim::profile::{reference, ProfileSet};
 use sim::report::Report;
@@ -69,7 +70,8 @@ fn build(w: Workload, profiles: &ProfileSet, memory_cluster: Option<&str>) -> Co
         memory_cluster: memory_cluster.map(str::to_string),
         ..CostOptions::default()
     };
-    CostModel::build(w, profiles, sim::perfmodel::builtin().as_ref(), options).unwrap()
+    // The uncalibrated roofline: stable numbers for simulator tests.
+    CostModel::build(w, profiles, &Roofline::default(), options).unwrap()
 }
 
 /// Analytic cost model of `gpus` (one PCIe node).
