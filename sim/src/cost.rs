@@ -9,9 +9,24 @@
 //! imported reference profile, the analytic predictor. Embedding, LM head and
 //! optimizer step are never in the reference data: they come from measured
 //! unit profiles when present, else from a roofline estimate.
+//!
+//! Collectives: when the profiles carry measured collective times
+//! ([`ProfileSet::collectives`], written by `cephalo profile --ranks N`),
+//! the communication model is a [`MeasuredTable`] over them (each sample at
+//! its even-equivalent size `bytes x imbalance`), with the analytic ring as
+//! its fallback; otherwise the analytic ring alone.
+//!
+//! CPU devices (catalog `arch = "cpu"`): device memory is host memory, so
+//! host copies cost nothing ([`CostModel::host_copy_ms`]), and MPI moves
+//! data with the same cores that compute, so communication cannot hide
+//! behind compute ([`CostModel::comm_overlaps_compute`] is false and the
+//! simulator serialises them).
 
 use crate::cluster::Cluster;
-use crate::comm::{CollectiveKind, CollectiveRank, CommModel, CommTopology, RingModel};
+use crate::comm::{
+    CollectiveKind, CollectiveRank, CommModel, CommTopology, MeasuredPoint, MeasuredTable,
+    RingModel,
+};
 use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuSpec;
@@ -196,6 +211,37 @@ fn analytic_curve(
     Ok(c)
 }
 
+/// Whether a catalog device is a CPU (arch `cpu`).
+pub fn is_cpu(gpu: &GpuSpec) -> bool {
+    gpu.arch == "cpu"
+}
+
+/// Measured collective samples as table points: kind, group size and the
+/// even-equivalent buffer `bytes x imbalance` (the table's lookup key: a
+/// ring is paced by its largest piece). Samples of one rank or zero bytes
+/// carry no information and are skipped; unknown kinds were rejected when
+/// the profile was read.
+pub fn measured_points(profiles: &ProfileSet) -> Vec<MeasuredPoint> {
+    profiles
+        .collectives
+        .iter()
+        .filter(|c| c.ranks >= 2 && c.bytes > 0.0)
+        .filter_map(|c| {
+            let kind = match c.kind.as_str() {
+                "all_gather" => CollectiveKind::AllGather,
+                "reduce_scatter" => CollectiveKind::ReduceScatter,
+                _ => return None,
+            };
+            Some(MeasuredPoint {
+                kind,
+                group_size: c.ranks as usize,
+                total_bytes: c.bytes * c.imbalance.max(1.0),
+                time_ms: c.time_ms,
+            })
+        })
+        .collect()
+}
+
 impl CostModel {
     /// Resolves every rank's costs. Fails (naming the GPU, model, seq and
     /// dtype) only when neither a profile nor the predictor can answer.
@@ -310,7 +356,13 @@ impl CostModel {
         };
         let topo = comm_topology(&workload.cluster);
         topo.validate("cluster")?;
-        let comm: Arc<dyn CommModel> = Arc::new(RingModel::new(topo));
+        let ring = RingModel::new(topo);
+        let points = measured_points(profiles);
+        let comm: Arc<dyn CommModel> = if points.is_empty() {
+            Arc::new(ring)
+        } else {
+            Arc::new(MeasuredTable::new("profiles: collectives", ring, &points)?)
+        };
         Ok(CostModel {
             workload,
             options,
@@ -464,9 +516,23 @@ impl CostModel {
         self.act_bytes(m)
     }
 
-    /// ms to copy `bytes` between `rank`'s GPU and host memory (PCIe).
+    /// ms to copy `bytes` between `rank`'s GPU and host memory (PCIe); 0 on
+    /// a CPU device, whose memory is host memory.
     pub fn host_copy_ms(&self, rank: usize, bytes: f64) -> f64 {
+        if is_cpu(self.gpu(rank)) {
+            return 0.0;
+        }
         crate::units::transfer_ms(bytes, self.gpu(rank).host_link.bw_gbps())
+    }
+
+    /// Whether communication can overlap compute on every rank: false when
+    /// some rank is a CPU device (arch `cpu`), whose collectives run on the
+    /// cores that compute (MPI copies through shared memory with the rank's
+    /// own core), so a collective and a compute op of that rank cannot run
+    /// at the same time. The simulator then runs without prefetch, which
+    /// serialises every rank's collectives with its compute.
+    pub fn comm_overlaps_compute(&self) -> bool {
+        !self.types.iter().any(|t| is_cpu(&t.gpu))
     }
 
     /// Non-state memory (GiB) of one step at micro-batch size `m`.
@@ -519,5 +585,95 @@ impl CostModel {
     pub fn iteration_model_flops(&self) -> f64 {
         let w = &self.workload;
         w.model.model_flops_per_sample(w.seq_len) * w.global_batch as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::CollectiveKind;
+    use crate::gpu::GpuCatalog;
+    use crate::model::ModelCatalog;
+    use crate::profile::CollectiveSample;
+
+    /// A constant predictor (the tests below do not depend on its numbers).
+    #[derive(Debug)]
+    struct Flat;
+
+    impl Predictor for Flat {
+        fn block_ms(
+            &self,
+            _: &GpuSpec,
+            _: &ModelSpec,
+            _: u32,
+            _: Dtype,
+            m: u32,
+        ) -> Result<(f64, f64), String> {
+            Ok((m as f64, 2.0 * m as f64))
+        }
+        fn act_mem_gib(&self, _: &ModelSpec, _: u32, _: Dtype, m: u32) -> f64 {
+            0.1 * m as f64
+        }
+        fn name(&self) -> String {
+            "flat".into()
+        }
+    }
+
+    fn costs(gpus: &str, profiles: &ProfileSet) -> CostModel {
+        let w = Workload {
+            cluster: Cluster::from_gpu_list(gpus, "--gpus", GpuCatalog::builtin()).unwrap(),
+            model: ModelCatalog::builtin().get("gpt-test").unwrap().clone(),
+            seq_len: 64,
+            dtype: Dtype::Fp32,
+            global_batch: 8,
+        };
+        CostModel::build(w, profiles, &Flat, CostOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn cpu_devices_copy_for_free_and_do_not_overlap() {
+        let none = ProfileSet::new();
+        let cpu = costs("cpu,cpu", &none);
+        assert_eq!(cpu.host_copy_ms(0, 1e9), 0.0);
+        assert!(!cpu.comm_overlaps_compute());
+        let gpu = costs("l4,l4", &none);
+        assert!(gpu.host_copy_ms(0, 1e9) > 10.0);
+        assert!(gpu.comm_overlaps_compute());
+    }
+
+    #[test]
+    fn measured_collectives_drive_the_comm_model() {
+        let mut p = ProfileSet::new();
+        for (kind, t) in [("all_gather", 2.0), ("reduce_scatter", 3.0)] {
+            for (bytes, imbalance, scale) in [(1e6, 1.0, 1.0), (1e8, 1.0, 50.0), (1e6, 1.5, 1.2)] {
+                p.collectives.push(CollectiveSample {
+                    kind: kind.into(),
+                    ranks: 2,
+                    bytes,
+                    imbalance,
+                    time_ms: t * scale,
+                });
+            }
+        }
+        let pts = measured_points(&p);
+        assert_eq!(pts.len(), 6);
+        assert_eq!(pts[2].total_bytes, 1.5e6);
+        let c = costs("cpu,cpu", &p);
+        assert!(
+            c.comm.describe().starts_with("measured table"),
+            "{}",
+            c.comm.describe()
+        );
+        // 1e6 bytes as params of 4 bytes, even split: the measured point.
+        let ag = c.collective_ms(CollectiveKind::AllGather, 250_000, &[0.5, 0.5]);
+        assert!((ag - 2.0).abs() < 1e-9, "{ag}");
+        let rs = c.collective_ms(CollectiveKind::ReduceScatter, 250_000, &[0.5, 0.5]);
+        assert!((rs - 3.0).abs() < 1e-9, "{rs}");
+        // Uneven 0.25 / 0.75: even-equivalent 1.5e6 bytes, the measured uneven point.
+        let un = c.collective_ms(CollectiveKind::AllGather, 250_000, &[0.25, 0.75]);
+        assert!((un - 2.4).abs() < 1e-9, "{un}");
+        // Without samples: the analytic ring.
+        let ring = costs("cpu,cpu", &ProfileSet::new());
+        assert!(ring.comm.describe().starts_with("analytic"));
     }
 }

@@ -40,7 +40,10 @@
 //! units are unsharded at a time. After the compute of phase p ends on every
 //! rank, the communication stream receives RS(p) (FSDP's post-backward hook
 //! fires first) and then AG(p+2). Without prefetch, AG(p+1) waits for the
-//! compute of phase p. Host-to-device copies of the backward are prefetched
+//! compute of phase p, so each rank's collectives and compute run one after
+//! the other. Prefetch is also off when a rank is a CPU device
+//! ([`CostModel::comm_overlaps_compute`]): its collectives run on the cores
+//! that compute. Host-to-device copies of the backward are prefetched
 //! one micro-batch ahead: the copy for step j+1 waits for the compute of
 //! step j-1 (two input buffers), and on the copy stream it precedes the
 //! device-to-host copy of step j.
@@ -383,7 +386,8 @@ pub fn build_graph(
         op
     };
 
-    let ahead = usize::from(opts.prefetch);
+    // CPU ranks cannot overlap communication with compute (see the docs).
+    let ahead = usize::from(opts.prefetch && costs.comm_overlaps_compute());
     let mut ag: Vec<Option<OpId>> = vec![None; np];
     for (p, a) in ag.iter_mut().enumerate().take(ahead + 1) {
         *a = Some(make_ag(&mut g, p, &[], &st));

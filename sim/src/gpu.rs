@@ -20,8 +20,11 @@ use std::sync::OnceLock;
 /// The shipped catalog text (`profiles/gpus.toml`).
 pub const BUILTIN_GPUS_TOML: &str = include_str!("../../profiles/gpus.toml");
 
-/// GPU architectures the catalog accepts in `arch`.
-pub const ARCHS: [&str; 6] = ["pascal", "volta", "turing", "ampere", "ada", "hopper"];
+/// Device architectures the catalog accepts in `arch` (`cpu`: a host CPU
+/// rank of real execution, see `profiles/gpus.toml` and [`crate::cost`]).
+pub const ARCHS: [&str; 7] = [
+    "pascal", "volta", "turing", "ampere", "ada", "hopper", "cpu",
+];
 
 /// One GPU type.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,7 +35,8 @@ pub struct GpuSpec {
     /// Other accepted names (the reference data's names among them).
     #[serde(default)]
     pub aliases: Vec<String>,
-    /// Architecture: `pascal`, `volta`, `turing`, `ampere`, `ada` or `hopper`.
+    /// Architecture: `pascal`, `volta`, `turing`, `ampere`, `ada`, `hopper`,
+    /// or `cpu` for a host CPU rank of real execution.
     pub arch: String,
     /// Whether fp16 matmuls run on tensor cores (false on Pascal).
     #[serde(default)]
@@ -506,7 +510,8 @@ mod tests {
         ] {
             assert!(c.all().iter().any(|g| g.name == want), "missing {want}");
         }
-        assert_eq!(c.all().len(), 18);
+        // 18 GPUs plus the `cpu` device of real execution.
+        assert_eq!(c.all().len(), 19);
     }
 
     #[test]
@@ -610,7 +615,12 @@ mod tests {
                 g.name
             );
             assert!(g.fp16_tflops >= g.fp32_tflops, "{}", g.name);
-            assert_eq!(g.tensor_cores, g.arch != "pascal", "{}", g.name);
+            assert_eq!(
+                g.tensor_cores,
+                !matches!(g.arch.as_str(), "pascal" | "cpu"),
+                "{}",
+                g.name
+            );
         }
     }
 
