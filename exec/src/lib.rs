@@ -21,6 +21,10 @@
 //! - [`reference_train`]: plain single-process full-batch training.
 //! - [`profile_compute`] and [`launch_collectives`] /
 //!   [`profile_collectives`]: profiler tables as plain structs.
+//! - [`sim_glue`]: conversions to and from the simulator's types (catalog
+//!   model -> [`BlockConfig`], plan -> [`Job`], profiler tables ->
+//!   `cephalo-profile/1`, [`TrainReport`] -> a report comparable with the
+//!   simulator's).
 //!
 //! Units throughout: ms, bytes, samples, f32 elements (see each module).
 #![warn(missing_docs, missing_debug_implementations)]
@@ -32,6 +36,7 @@ pub mod launch;
 pub mod layout;
 pub mod report;
 pub mod shard;
+pub mod sim_glue;
 
 #[cfg(feature = "torch")]
 pub mod adam;

@@ -140,6 +140,8 @@ pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError>
     }
     let device = device_for(cfg.device, 0)?;
     let model = Model::new(&cfg.model, device, kind_of(cfg.dtype))?;
+    sync(device);
+    let baseline_mem_bytes = device_used_bytes(device);
     let head = model.n_units() - 1;
     let mut block = Vec::new();
     let mut embedding = Vec::new();
@@ -176,5 +178,6 @@ pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError>
         optimizer_ns_per_param: opt_ms * 1e6 / n.max(1) as f64,
         warmup: cfg.warmup,
         repetitions: cfg.repetitions,
+        baseline_mem_bytes,
     })
 }

@@ -161,6 +161,10 @@ pub struct ComputeProfile {
     pub warmup: usize,
     /// Timed repetitions per point.
     pub repetitions: usize,
+    /// Device memory in use before any unit was materialised (bytes; CUDA
+    /// only): subtracted from the units' peaks to get what a step adds.
+    #[serde(default)]
+    pub baseline_mem_bytes: Option<u64>,
 }
 
 /// Collective operation measured.
