@@ -22,6 +22,7 @@ pub mod memory;
 pub mod model;
 pub mod perfmodel;
 pub mod plan;
+pub mod planner;
 pub mod profile;
 pub mod report;
 pub mod trace;
