@@ -2,3 +2,4 @@
 
 mod simulate;
 mod plan;
+mod predict;

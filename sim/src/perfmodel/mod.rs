@@ -2,14 +2,32 @@
 //! for any (GPU, model, seq_len, dtype, micro-batch) from the catalogs alone.
 //!
 //! The [`Predictor`] trait is what the cost model asks when no measured or
-//! imported profile exists. [`Roofline`] is the uncalibrated baseline:
-//! `max(FLOPs / (peak x efficiency), bytes / bandwidth)` per block pass.
-//! Times are ms, memory GiB.
+//! imported profile exists. Two implementations:
+//! * [`Roofline`], the uncalibrated baseline:
+//!   `max(FLOPs / (peak x efficiency), bytes / bandwidth)` per block pass;
+//! * [`Calibrated`], the shipped model ([`builtin`]): matmul FLOPs at a
+//!   per-generation efficiency of peak (bounded by board power, growing with
+//!   model width and micro-batch tokens), elementwise and weight traffic at a
+//!   fraction of HBM bandwidth, and a fixed kernel floor; forward and
+//!   backward separately. Its coefficients are fitted by [`calibrate`] to
+//!   measured profiles and shipped in `profiles/calibration.json`.
+//!
+//! Times are ms of ONE transformer block, memory GiB. Every prediction is at
+//! least the roofline bound ([`roofline_bound_ms`]).
+
+pub mod arch;
+pub mod calibrate;
+pub mod coeffs;
+pub mod features;
+mod lm;
 
 use crate::dtype::Dtype;
+use crate::error::SpecError;
 use crate::gpu::GpuSpec;
 use crate::model::ModelSpec;
 use crate::units::GIB;
+use coeffs::{Calibration, MemTheta, TimeTheta, CALIBRATION_FORMAT};
+use features::{MemFeat, TimeFeat};
 
 /// Predicts block costs where no profile exists.
 pub trait Predictor: Send + Sync + std::fmt::Debug {
@@ -28,6 +46,39 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
     fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: Dtype, m: u32) -> f64;
     /// Name and coefficients source, for provenance (`roofline`, `calibrated:...`).
     fn name(&self) -> String;
+}
+
+/// Lower bound of one block's forward and backward ms (the roofline at 100%
+/// of the catalog's dense peak and HBM bandwidth): forward
+/// `max(m*F/peak, (W + m*A)/bw)`, backward `max(2*m*F/peak, (W + m*A)/bw)`,
+/// with `F` = [`ModelSpec::block_flops_fwd`], `W` the block weights
+/// ([`ModelSpec::block_weight_bytes`]) and `A` the forward activation traffic
+/// per sample ([`ModelSpec::block_activation_io_bytes_fwd`]).
+/// `None` when the GPU has no peak for `dtype`.
+pub fn roofline_bound_ms(
+    gpu: &GpuSpec,
+    model: &ModelSpec,
+    seq_len: u32,
+    dtype: Dtype,
+    m: u32,
+) -> Option<(f64, f64)> {
+    let peak = gpu.peak_tflops(dtype)? * 1e12;
+    let m = m as f64;
+    let flops = model.block_flops_fwd(seq_len) * m;
+    let bytes =
+        model.block_weight_bytes(dtype) + model.block_activation_io_bytes_fwd(seq_len, dtype) * m;
+    let mem_ms = bytes / (gpu.mem_bw_gbps * 1e9) * 1e3;
+    Some((
+        (flops / peak * 1e3).max(mem_ms),
+        (2.0 * flops / peak * 1e3).max(mem_ms),
+    ))
+}
+
+fn unsupported(gpu: &GpuSpec, dtype: Dtype) -> String {
+    format!(
+        "{} cannot run {dtype} (no {dtype} peak in the GPU catalog)",
+        gpu.name
+    )
 }
 
 /// Uncalibrated roofline: compute at a fixed fraction of peak, memory-bound
@@ -60,7 +111,7 @@ impl Predictor for Roofline {
     ) -> Result<(f64, f64), String> {
         let peak = gpu
             .peak_tflops(dtype)
-            .ok_or_else(|| format!("{} cannot run {dtype}", gpu.name))?;
+            .ok_or_else(|| unsupported(gpu, dtype))?;
         let m = m as f64;
         let flops_f = model.block_flops_fwd(seq_len) * m;
         let bytes_f = model.block_bytes_fwd(seq_len, dtype) * m;
@@ -91,7 +142,83 @@ impl Predictor for Roofline {
     }
 }
 
-/// The predictor the tools use by default (the best one the project ships).
+/// The calibrated model (see the module doc and [`coeffs`]).
+#[derive(Debug, Clone)]
+pub struct Calibrated {
+    /// The coefficients as stored in the file.
+    pub calibration: Calibration,
+    time: TimeTheta,
+    mem: MemTheta,
+    origin: String,
+}
+
+/// The calibration shipped with the project (`profiles/calibration.json`).
+pub const BUILTIN_CALIBRATION_JSON: &str = include_str!("../../../profiles/calibration.json");
+
+impl Calibrated {
+    /// Builds the predictor from calibration coefficients.
+    pub fn new(calibration: Calibration, origin: &str) -> Result<Calibrated, SpecError> {
+        if calibration.format != CALIBRATION_FORMAT {
+            return Err(SpecError::invalid(
+                origin,
+                "format",
+                format!(
+                    "expected `{CALIBRATION_FORMAT}`, got `{}`",
+                    calibration.format
+                ),
+            ));
+        }
+        let time = TimeTheta::from_coefficients(&calibration.time, origin)?;
+        let mem = MemTheta::from_coefficients(&calibration.memory, origin)?;
+        Ok(Calibrated {
+            calibration,
+            time,
+            mem,
+            origin: origin.to_string(),
+        })
+    }
+
+    /// Parses a calibration file (`cephalo-calibration/1` JSON).
+    pub fn from_json(text: &str, origin: &str) -> Result<Calibrated, SpecError> {
+        let c: Calibration = serde_json::from_str(text).map_err(|e| SpecError::parse(origin, e))?;
+        Calibrated::new(c, origin)
+    }
+
+    /// The shipped calibration. The file is compiled in and checked by a test,
+    /// so failing to parse it is a build defect, not a user error.
+    pub fn builtin() -> Calibrated {
+        Calibrated::from_json(BUILTIN_CALIBRATION_JSON, "profiles/calibration.json")
+            .expect("the shipped profiles/calibration.json is valid (checked by tests)")
+    }
+}
+
+impl Predictor for Calibrated {
+    fn block_ms(
+        &self,
+        gpu: &GpuSpec,
+        model: &ModelSpec,
+        seq_len: u32,
+        dtype: Dtype,
+        m: u32,
+    ) -> Result<(f64, f64), String> {
+        let f = TimeFeat::new(gpu, model, seq_len, dtype, m.max(1))
+            .ok_or_else(|| unsupported(gpu, dtype))?;
+        let bound = roofline_bound_ms(gpu, model, seq_len, dtype, m.max(1))
+            .ok_or_else(|| unsupported(gpu, dtype))?;
+        Ok(calibrate::clamp_to_bound(self.time.time_ms(&f), bound))
+    }
+
+    fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: Dtype, m: u32) -> f64 {
+        self.mem
+            .act_gib(&MemFeat::new(model, seq_len, dtype, m.max(1)))
+    }
+
+    fn name(&self) -> String {
+        format!("calibrated:{}", self.origin)
+    }
+}
+
+/// The predictor the tools use by default: the shipped calibration.
 pub fn builtin() -> Box<dyn Predictor> {
-    Box::new(Roofline::default())
+    Box::new(Calibrated::builtin())
 }

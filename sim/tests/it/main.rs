@@ -2,3 +2,4 @@
 
 mod fsdp;
 mod planner;
+mod perfmodel;

@@ -1,0 +1,216 @@
+//! GPU generations as the performance model groups them, the math path a
+//! dtype takes on a GPU, and board power (W) per catalog GPU.
+//!
+//! Efficiency coefficients are shared by every GPU of an [`ArchClass`], so a
+//! GPU nobody measured is predicted from its class (or, when its class has no
+//! data at all, from the nearest class along [`ArchClass::fallback`]). The
+//! catalog's `ampere` is split in two: the data-center GA100 (A100) and the
+//! GA10x cards (A10G, RTX A6000, RTX 3090), whose datasheet FP32 rate counts
+//! dual-issue FP32 lanes that SGEMM cannot keep busy. The split is read off
+//! the specs: GA10x has `fp32_tflops / fp16_tflops > 0.15`, GA100 0.0625.
+//!
+//! Board power bounds sustained throughput: small cards (T4 70 W, L4 72 W,
+//! A10G 150 W) clock down under dense GEMMs long before their datasheet peak.
+//! The values are datasheet maximum board power (sources next to each).
+
+use crate::dtype::Dtype;
+use crate::gpu::GpuSpec;
+use serde::{Deserialize, Serialize};
+
+/// A GPU generation with its own efficiency coefficients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ArchClass {
+    /// Pascal (P40, P100): no tensor cores.
+    Pascal,
+    /// Volta (V100).
+    Volta,
+    /// Turing (T4).
+    Turing,
+    /// Ampere data-center GA100 (A100).
+    AmpereDc,
+    /// Ampere GA10x (A10G, RTX A6000, RTX 3090).
+    Ampere,
+    /// Ada Lovelace (L4, L40S).
+    Ada,
+    /// Hopper (H100, H200).
+    Hopper,
+}
+
+impl ArchClass {
+    /// All classes in index order.
+    pub const ALL: [ArchClass; 7] = [
+        ArchClass::Pascal,
+        ArchClass::Volta,
+        ArchClass::Turing,
+        ArchClass::AmpereDc,
+        ArchClass::Ampere,
+        ArchClass::Ada,
+        ArchClass::Hopper,
+    ];
+
+    /// Index into per-class tables (0..7).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Class of a catalog GPU (unknown arch strings count as Ampere DC).
+    pub fn of(gpu: &GpuSpec) -> ArchClass {
+        match gpu.arch.to_ascii_lowercase().as_str() {
+            "pascal" => ArchClass::Pascal,
+            "volta" => ArchClass::Volta,
+            "turing" => ArchClass::Turing,
+            "ampere" => {
+                if gpu.fp32_tflops / gpu.fp16_tflops.max(1e-9) > 0.15 {
+                    ArchClass::Ampere
+                } else {
+                    ArchClass::AmpereDc
+                }
+            }
+            "ada" => ArchClass::Ada,
+            "hopper" => ArchClass::Hopper,
+            _ => ArchClass::AmpereDc,
+        }
+    }
+
+    /// The class whose coefficients stand in when this one has none: the
+    /// nearest generation with the same kind of design (Turing and Pascal
+    /// from Volta, Hopper from GA100, GA10x and Ada from each other).
+    pub fn fallback(self) -> ArchClass {
+        match self {
+            ArchClass::Pascal => ArchClass::Volta,
+            ArchClass::Volta => ArchClass::AmpereDc,
+            ArchClass::Turing => ArchClass::Volta,
+            ArchClass::AmpereDc => ArchClass::Volta,
+            ArchClass::Ampere => ArchClass::Ada,
+            ArchClass::Ada => ArchClass::Ampere,
+            ArchClass::Hopper => ArchClass::AmpereDc,
+        }
+    }
+
+    /// Whether the datasheet FP32 rate counts dual-issue lanes that share
+    /// their issue slot with integer work (GA10x, Ada): SGEMM reaches a
+    /// smaller fraction of it.
+    pub fn dual_issue_fp32(self) -> bool {
+        matches!(self, ArchClass::Ampere | ArchClass::Ada)
+    }
+
+    /// Lower-case name used in the calibration file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArchClass::Pascal => "pascal",
+            ArchClass::Volta => "volta",
+            ArchClass::Turing => "turing",
+            ArchClass::AmpereDc => "ampere-dc",
+            ArchClass::Ampere => "ampere",
+            ArchClass::Ada => "ada",
+            ArchClass::Hopper => "hopper",
+        }
+    }
+}
+
+/// Which units run the block matmuls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MathPath {
+    /// fp16/bf16 on tensor cores.
+    Tensor,
+    /// fp32 CUDA cores (fp32, and fp16 on GPUs without tensor cores).
+    Simt,
+}
+
+impl MathPath {
+    /// Index into per-path tables (0, 1).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The path `dtype` takes on `gpu`.
+    pub fn of(gpu: &GpuSpec, dtype: Dtype) -> MathPath {
+        match dtype {
+            Dtype::Fp32 => MathPath::Simt,
+            Dtype::Fp16 | Dtype::Bf16 if gpu.tensor_cores => MathPath::Tensor,
+            Dtype::Fp16 | Dtype::Bf16 => MathPath::Simt,
+        }
+    }
+}
+
+/// Datasheet maximum board power of a catalog GPU (W), by canonical name.
+///
+/// Sources: NVIDIA datasheets. P40 250 W; P100 PCIe 250 W; V100 SXM2 300 W,
+/// V100 PCIe 250 W; T4 70 W; A10 (A10G) 150 W; RTX A6000 300 W; RTX 3090
+/// 350 W; A100 SXM4 400 W; L4 72 W; L40S 350 W; H100 SXM 700 W, H100 PCIe
+/// 350 W, H100 NVL 400 W; H200 SXM 700 W.
+pub const BOARD_POWER_W: [(&str, f64); 18] = [
+    ("p40", 250.0),
+    ("p100-16gb", 250.0),
+    ("v100-16gb", 300.0),
+    ("v100-32gb", 300.0),
+    ("v100-pcie-16gb", 250.0),
+    ("v100-pcie-32gb", 250.0),
+    ("t4", 70.0),
+    ("a10g", 150.0),
+    ("rtx-a6000", 300.0),
+    ("rtx-3090", 350.0),
+    ("a100-40gb", 400.0),
+    ("a100-80gb", 400.0),
+    ("l4", 72.0),
+    ("l40s", 350.0),
+    ("h100-sxm", 700.0),
+    ("h100-pcie", 350.0),
+    ("h100-nvl", 400.0),
+    ("h200", 700.0),
+];
+
+/// Board power of a GPU (W): the table value for catalog GPUs, else a
+/// conservative guess that never binds (1 kW), so a user-defined GPU is
+/// limited by its peak alone.
+pub fn board_power_w(gpu: &GpuSpec) -> f64 {
+    BOARD_POWER_W
+        .iter()
+        .find(|(n, _)| *n == gpu.name)
+        .map(|(_, w)| *w)
+        .unwrap_or(1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::GpuCatalog;
+
+    #[test]
+    fn every_catalog_gpu_has_power_and_a_class() {
+        // The `cpu` device of real execution is not a GPU (no board power).
+        for g in GpuCatalog::builtin()
+            .all()
+            .iter()
+            .filter(|g| g.arch != "cpu")
+        {
+            assert!(
+                BOARD_POWER_W.iter().any(|(n, _)| *n == g.name),
+                "no board power for {}",
+                g.name
+            );
+            let _ = ArchClass::of(g);
+        }
+    }
+
+    #[test]
+    fn ampere_split() {
+        let c = GpuCatalog::builtin();
+        assert_eq!(
+            ArchClass::of(c.get("a100x40").unwrap()),
+            ArchClass::AmpereDc
+        );
+        assert_eq!(ArchClass::of(c.get("a10g").unwrap()), ArchClass::Ampere);
+        assert_eq!(ArchClass::of(c.get("a6000").unwrap()), ArchClass::Ampere);
+        assert_eq!(
+            MathPath::of(c.get("p40").unwrap(), Dtype::Fp16),
+            MathPath::Simt
+        );
+        assert_eq!(
+            MathPath::of(c.get("t4").unwrap(), Dtype::Fp16),
+            MathPath::Tensor
+        );
+    }
+}

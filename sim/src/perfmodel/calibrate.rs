@@ -1,0 +1,660 @@
+//! Calibration: choosing the measurements, fitting the coefficients, and
+//! cross-validating them.
+//!
+//! Input: a [`ProfileSet`] imported from the reference JSON (or any measured
+//! profiles). Timing entries are (gpu, model, seq, dtype) with raw per-batch
+//! lists; memory entries are (cluster, model, dtype) lists of non-state GiB.
+//! The fit minimises squared log errors (relative errors) of forward and
+//! backward ms, each point weighted `1/sqrt(points of its entry)` so long
+//! lists do not drown short ones, plus a weak prior pulling every
+//! parameter towards its physical base value. Memory is fitted the same way.
+//!
+//! Cross-validation refits from scratch without one GPU type (leave-one-GPU-
+//! out) or one model (leave-one-model-out) and predicts the held-out points;
+//! errors are absolute percentage errors of forward+backward ms per point.
+//! Everything is deterministic (folds in sorted order, no randomness).
+
+use super::coeffs::{
+    pwf, Calibration, MemTheta, Provenance, TimeTheta, CALIBRATION_FORMAT, N_MEM, N_TIME,
+};
+use super::features::{MemFeat, TimeFeat};
+use super::lm::{minimize, LmOptions};
+use super::roofline_bound_ms;
+use crate::dtype::Dtype;
+use crate::gpu::GpuCatalog;
+use crate::model::ModelCatalog;
+use crate::profile::ProfileSet;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// A raw value this far below its predecessor marks a list non-monotonic.
+pub const EXCLUDE_DROP_REL: f64 = 0.10;
+/// Per-sample time at the largest batch this much above the per-sample time
+/// at half of it marks superlinear growth (thermal throttling).
+pub const EXCLUDE_SUPERLINEAR_REL: f64 = 0.20;
+/// The batch-2 value this far (relative) from the mean of its neighbours
+/// marks a hand-edited batch-2 value.
+pub const EXCLUDE_BS2_REL: f64 = 0.20;
+
+/// Memory cluster of the reference data left out of the memory fit.
+pub const EXCLUDED_MEMORY_CLUSTER: &str = "trpro";
+
+/// One measured timing entry with its points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimeEntry {
+    /// Canonical GPU name.
+    pub gpu: String,
+    /// Canonical model name.
+    pub model: String,
+    /// Tokens per sample.
+    pub seq_len: u32,
+    /// Precision.
+    pub dtype: Dtype,
+    /// Entry label (`model_key/gpu_key/seq/dtype`).
+    pub entry: String,
+    /// Micro-batch sizes.
+    pub batches: Vec<u32>,
+    /// Measured forward ms.
+    pub fwd_ms: Vec<f64>,
+    /// Measured backward ms.
+    pub bwd_ms: Vec<f64>,
+    feats: Vec<TimeFeat>,
+    bounds: Vec<(f64, f64)>,
+}
+
+/// One measured memory entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemEntry {
+    /// Memory cluster label.
+    pub cluster: String,
+    /// Canonical model name.
+    pub model: String,
+    /// Precision.
+    pub dtype: Dtype,
+    /// Entry label.
+    pub entry: String,
+    /// Non-state GiB at micro-batch 1..=n.
+    pub act_gib: Vec<f64>,
+    feats: Vec<MemFeat>,
+}
+
+/// An entry left out of the fit, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Excluded {
+    /// Entry label.
+    pub entry: String,
+    /// Reason.
+    pub reason: String,
+}
+
+/// The measurements a calibration uses.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Dataset {
+    /// Timing entries kept.
+    pub time: Vec<TimeEntry>,
+    /// Memory entries kept.
+    pub memory: Vec<MemEntry>,
+    /// Entries left out.
+    pub excluded: Vec<Excluded>,
+}
+
+/// Why a raw list should not be trusted, if it should not.
+pub fn raw_list_problem(name: &str, raw: &[f64]) -> Option<String> {
+    if let Some(i) = raw
+        .windows(2)
+        .position(|w| w[1] < w[0] * (1.0 - EXCLUDE_DROP_REL))
+    {
+        return Some(format!(
+            "{name} non-monotonic: batch {} is {:.0}% below batch {} ({:.2} -> {:.2} ms)",
+            i + 2,
+            (1.0 - raw[i + 1] / raw[i]) * 100.0,
+            i + 1,
+            raw[i],
+            raw[i + 1]
+        ));
+    }
+    let n = raw.len();
+    if n >= 6 {
+        let half = n / 2;
+        let (a, b) = (raw[half - 1] / half as f64, raw[n - 1] / n as f64);
+        if b > a * (1.0 + EXCLUDE_SUPERLINEAR_REL) {
+            return Some(format!(
+                "{name} superlinear (thermal throttling?): {a:.2} ms/sample at batch {half}, {b:.2} at {n}"
+            ));
+        }
+    }
+    if n >= 3 {
+        let mid = 0.5 * (raw[0] + raw[2]);
+        if (raw[1] - mid).abs() > EXCLUDE_BS2_REL * raw[1] {
+            return Some(format!(
+                "{name} batch-2 value {:.2} ms is off the line through batches 1 and 3 ({mid:.2} ms; hand-edited?)",
+                raw[1]
+            ));
+        }
+    }
+    None
+}
+
+/// Selects the usable measurements of a profile set.
+///
+/// Timing: entries with raw per-batch lists from the current trainer
+/// (`deepspeed*` keys, or measured by this project); legacy HuggingFace keys,
+/// fit-only entries, and entries with non-monotonic, superlinear or
+/// hand-edited raw lists are excluded (listed with the reason). Memory: every
+/// `deepspeed*` (or measured) memory list of a catalog model.
+pub fn dataset(profiles: &ProfileSet, gpus: &GpuCatalog, models: &ModelCatalog) -> Dataset {
+    let mut ds = Dataset::default();
+    for b in &profiles.blocks {
+        let label = match &b.curve.source {
+            crate::profile::Source::Imported { entry, .. } => entry.clone(),
+            s => format!(
+                "{}/{}/{}/{} ({})",
+                b.model,
+                b.gpu,
+                b.seq_len,
+                b.dtype,
+                s.label()
+            ),
+        };
+        let imported = matches!(b.curve.source, crate::profile::Source::Imported { .. });
+        if imported && !b.model_key.starts_with("deepspeed") {
+            ds.excluded.push(Excluded {
+                entry: label,
+                reason: "legacy HuggingFace-model key (a different block implementation); not a current-trainer measurement"
+                    .into(),
+            });
+            continue;
+        }
+        let c = &b.curve;
+        if c.batch_sizes.is_empty() {
+            ds.excluded.push(Excluded {
+                entry: label,
+                reason: "linear fits only, no measured points".into(),
+            });
+            continue;
+        }
+        if let Some(why) = raw_list_problem("forward", &c.fwd_ms)
+            .or_else(|| raw_list_problem("backward", &c.bwd_ms))
+        {
+            ds.excluded.push(Excluded {
+                entry: label,
+                reason: why,
+            });
+            continue;
+        }
+        let (Some(gpu), Some(model)) = (gpus.get(&b.gpu), models.get(&b.model)) else {
+            ds.excluded.push(Excluded {
+                entry: label,
+                reason: "GPU or model not in the catalogs".into(),
+            });
+            continue;
+        };
+        let mut feats = Vec::new();
+        let mut bounds = Vec::new();
+        for &m in &c.batch_sizes {
+            match (
+                TimeFeat::new(gpu, model, b.seq_len, b.dtype, m),
+                roofline_bound_ms(gpu, model, b.seq_len, b.dtype, m),
+            ) {
+                (Some(f), Some(bd)) => {
+                    feats.push(f);
+                    bounds.push(bd);
+                }
+                _ => break,
+            }
+        }
+        if feats.len() != c.batch_sizes.len() {
+            ds.excluded.push(Excluded {
+                entry: label,
+                reason: format!("{} cannot run {} in the catalog", gpu.name, b.dtype),
+            });
+            continue;
+        }
+        ds.time.push(TimeEntry {
+            gpu: gpu.name.clone(),
+            model: model.name.clone(),
+            seq_len: b.seq_len,
+            dtype: b.dtype,
+            entry: label,
+            batches: c.batch_sizes.clone(),
+            fwd_ms: c.fwd_ms.clone(),
+            bwd_ms: c.bwd_ms.clone(),
+            feats,
+            bounds,
+        });
+    }
+    for m in &profiles.memory {
+        let label = match &m.source {
+            crate::profile::Source::Imported { entry, .. } => entry.clone(),
+            s => format!("{}/{}/{} ({})", m.cluster, m.model, m.dtype, s.label()),
+        };
+        let imported = matches!(m.source, crate::profile::Source::Imported { .. });
+        if imported && !m.model_key.starts_with("deepspeed") {
+            ds.excluded.push(Excluded {
+                entry: label,
+                reason: "legacy HuggingFace-model memory entry; not used".into(),
+            });
+            continue;
+        }
+        let Some(model) = models.get(&m.model) else {
+            continue;
+        };
+        if imported && m.cluster == EXCLUDED_MEMORY_CLUSTER {
+            ds.excluded.push(Excluded {
+                entry: label,
+                reason: "memory cluster `trpro`: undocumented set-up whose lists barely grow with the batch \
+                         (vit_1b 0.25 -> 0.26 GiB over batches 1-4); not comparable with the other clusters"
+                    .into(),
+            });
+            continue;
+        }
+        if m.act_gib.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+            ds.excluded.push(Excluded {
+                entry: label,
+                reason: "non-positive memory value".into(),
+            });
+            continue;
+        }
+        let s = model.tokens_per_sample(model.seq_len);
+        let feats = (1..=m.act_gib.len() as u32)
+            .map(|i| MemFeat::new(model, s, m.dtype, i))
+            .collect();
+        ds.memory.push(MemEntry {
+            cluster: m.cluster.clone(),
+            model: model.name.clone(),
+            dtype: m.dtype,
+            entry: label,
+            act_gib: m.act_gib.clone(),
+            feats,
+        });
+    }
+    ds
+}
+
+/// Forward and backward ms of a point: model time, clamped by the roofline.
+pub(crate) fn clamp_to_bound(t: (f64, f64), bound: (f64, f64)) -> (f64, f64) {
+    (t.0.max(bound.0), t.1.max(bound.1))
+}
+
+/// Prior strength on every time parameter (towards its base value).
+const PRIOR_TIME: f64 = 0.05;
+/// Prior strength on the per-class power factors (unidentified when no GPU
+/// of the class is power-bound).
+const PRIOR_POWER_CLASS: f64 = 0.5;
+const PRIOR_MEM: f64 = 0.02;
+/// Prior strength on a class's deviation from the global matmul efficiency
+/// (logit units): classes differ, but by less than the data of one GPU says.
+const PRIOR_CLASS_EFFICIENCY: f64 = 0.05;
+
+/// Fits the time parameters to the entries.
+pub fn fit_time(entries: &[&TimeEntry]) -> TimeTheta {
+    let mut th = TimeTheta::default();
+    for e in entries {
+        for f in &e.feats {
+            th.fitted[f.class.index()][f.path.index()] = true;
+        }
+    }
+    let fitted = th.fitted;
+    let x0 = th.v.clone();
+    let x = minimize(
+        |v, r| {
+            r.clear();
+            let t = TimeTheta {
+                v: v.to_vec(),
+                fitted,
+            };
+            for e in entries {
+                let w = 1.0 / (e.feats.len() as f64).sqrt();
+                for (i, f) in e.feats.iter().enumerate() {
+                    let (pf, pb) = clamp_to_bound(t.time_ms(f), e.bounds[i]);
+                    r.push(w * (pf / e.fwd_ms[i]).ln());
+                    r.push(w * (pb / e.bwd_ms[i]).ln());
+                }
+            }
+            for (i, (x, x0)) in v.iter().zip(&x0).enumerate() {
+                let lam = if (pwf(0)..pwf(0) + 7).contains(&i) {
+                    PRIOR_POWER_CLASS
+                } else if i < pwf(0) {
+                    PRIOR_CLASS_EFFICIENCY
+                } else {
+                    PRIOR_TIME
+                };
+                // Parameters of pairs without data only feel the prior.
+                r.push(lam * (x - x0));
+            }
+        },
+        &x0,
+        LmOptions {
+            max_iter: 120,
+            rel_tol: 1e-8,
+            ..LmOptions::default()
+        },
+    );
+    debug_assert_eq!(x.len(), N_TIME);
+    TimeTheta { v: x, fitted }
+}
+
+/// Fits the memory parameters to the entries.
+pub fn fit_memory(entries: &[&MemEntry]) -> MemTheta {
+    let x0 = MemTheta::base().v;
+    let x = minimize(
+        |v, r| {
+            r.clear();
+            let t = MemTheta { v: v.to_vec() };
+            for e in entries {
+                let w = 1.0 / (e.feats.len() as f64).sqrt();
+                for (f, y) in e.feats.iter().zip(&e.act_gib) {
+                    r.push(w * (t.act_gib(f) / y).ln());
+                }
+            }
+            r.extend(v.iter().map(|x| PRIOR_MEM * x));
+        },
+        &x0,
+        LmOptions::default(),
+    );
+    debug_assert_eq!(x.len(), N_MEM);
+    MemTheta { v: x }
+}
+
+/// Median and 90th percentile of absolute percentage errors.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ErrorStats {
+    /// Points.
+    pub points: usize,
+    /// Median absolute percentage error, %.
+    pub median_ape_pct: f64,
+    /// 90th-percentile absolute percentage error, %.
+    pub p90_ape_pct: f64,
+}
+
+impl ErrorStats {
+    /// Statistics of a list of absolute relative errors (fractions).
+    pub fn of(errs: &[f64]) -> ErrorStats {
+        let mut v = errs.to_vec();
+        v.sort_by(f64::total_cmp);
+        let q = |p: f64| -> f64 {
+            if v.is_empty() {
+                return f64::NAN;
+            }
+            // Nearest-rank percentile.
+            let k = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
+            v[k - 1] * 100.0
+        };
+        ErrorStats {
+            points: v.len(),
+            median_ape_pct: q(0.5),
+            p90_ape_pct: q(0.9),
+        }
+    }
+}
+
+/// One predicted-vs-measured point of forward+backward time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CvPoint {
+    /// GPU.
+    pub gpu: String,
+    /// Model.
+    pub model: String,
+    /// Tokens per sample.
+    pub seq_len: u32,
+    /// Precision.
+    pub dtype: Dtype,
+    /// Micro-batch size.
+    pub batch: u32,
+    /// Measured forward+backward ms.
+    pub measured_ms: f64,
+    /// Predicted forward+backward ms.
+    pub predicted_ms: f64,
+}
+
+/// Errors of one group (one GPU or one model).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupErrors {
+    /// Group name.
+    pub group: String,
+    /// Its errors.
+    pub stats: ErrorStats,
+}
+
+/// One cross-validation mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CvMode {
+    /// `in-sample`, `leave-one-gpu-out` or `leave-one-model-out`.
+    pub mode: String,
+    /// All points pooled.
+    pub overall: ErrorStats,
+    /// Per GPU.
+    pub per_gpu: Vec<GroupErrors>,
+    /// Per model.
+    pub per_model: Vec<GroupErrors>,
+    /// Every point.
+    pub points: Vec<CvPoint>,
+}
+
+/// One memory point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemPoint {
+    /// Cluster label.
+    pub cluster: String,
+    /// Model.
+    pub model: String,
+    /// Precision.
+    pub dtype: Dtype,
+    /// Micro-batch size.
+    pub batch: u32,
+    /// Measured GiB.
+    pub measured_gib: f64,
+    /// Predicted GiB.
+    pub predicted_gib: f64,
+}
+
+/// Memory errors of one mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemCv {
+    /// `in-sample` or `leave-one-model-out`.
+    pub mode: String,
+    /// Pooled errors.
+    pub overall: ErrorStats,
+    /// Per model.
+    pub per_model: Vec<GroupErrors>,
+    /// Every point.
+    pub points: Vec<MemPoint>,
+}
+
+/// The cross-validation report written next to a calibration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CvReport {
+    /// Timing, fitted on everything.
+    pub time_in_sample: CvMode,
+    /// Timing, leave one GPU type out.
+    pub time_leave_one_gpu_out: CvMode,
+    /// Timing, leave one model out.
+    pub time_leave_one_model_out: CvMode,
+    /// Memory, fitted on everything.
+    pub memory_in_sample: MemCv,
+    /// Memory, leave one model out.
+    pub memory_leave_one_model_out: MemCv,
+    /// Entries left out and why.
+    pub excluded: Vec<Excluded>,
+}
+
+/// A fitted calibration with its report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CalibrationRun {
+    /// The coefficients (what `profiles/calibration.json` holds).
+    pub calibration: Calibration,
+    /// Cross-validation.
+    pub report: CvReport,
+}
+
+fn predict_points(th: &TimeTheta, entries: &[&TimeEntry]) -> Vec<CvPoint> {
+    let mut out = Vec::new();
+    for e in entries {
+        for (i, f) in e.feats.iter().enumerate() {
+            let (pf, pb) = clamp_to_bound(th.time_ms(f), e.bounds[i]);
+            out.push(CvPoint {
+                gpu: e.gpu.clone(),
+                model: e.model.clone(),
+                seq_len: e.seq_len,
+                dtype: e.dtype,
+                batch: e.batches[i],
+                measured_ms: e.fwd_ms[i] + e.bwd_ms[i],
+                predicted_ms: pf + pb,
+            });
+        }
+    }
+    out
+}
+
+fn groups<T>(points: &[T], key: impl Fn(&T) -> &str, err: impl Fn(&T) -> f64) -> Vec<GroupErrors> {
+    let mut names: Vec<&str> = points.iter().map(&key).collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|n| GroupErrors {
+            group: n.to_string(),
+            stats: ErrorStats::of(
+                &points
+                    .iter()
+                    .filter(|p| key(p) == n)
+                    .map(&err)
+                    .collect::<Vec<_>>(),
+            ),
+        })
+        .collect()
+}
+
+fn time_mode(mode: &str, points: Vec<CvPoint>) -> CvMode {
+    let err = |p: &CvPoint| (p.predicted_ms / p.measured_ms - 1.0).abs();
+    CvMode {
+        mode: mode.to_string(),
+        overall: ErrorStats::of(&points.iter().map(err).collect::<Vec<_>>()),
+        per_gpu: groups(&points, |p| p.gpu.as_str(), err),
+        per_model: groups(&points, |p| p.model.as_str(), err),
+        points,
+    }
+}
+
+fn mem_points(th: &MemTheta, entries: &[&MemEntry]) -> Vec<MemPoint> {
+    let mut out = Vec::new();
+    for e in entries {
+        for (i, f) in e.feats.iter().enumerate() {
+            out.push(MemPoint {
+                cluster: e.cluster.clone(),
+                model: e.model.clone(),
+                dtype: e.dtype,
+                batch: i as u32 + 1,
+                measured_gib: e.act_gib[i],
+                predicted_gib: th.act_gib(f),
+            });
+        }
+    }
+    out
+}
+
+fn mem_mode(mode: &str, points: Vec<MemPoint>) -> MemCv {
+    let err = |p: &MemPoint| (p.predicted_gib / p.measured_gib - 1.0).abs();
+    MemCv {
+        mode: mode.to_string(),
+        overall: ErrorStats::of(&points.iter().map(err).collect::<Vec<_>>()),
+        per_model: groups(&points, |p| p.model.as_str(), err),
+        points,
+    }
+}
+
+/// Leave-one-group-out predictions: refits without each group in turn.
+fn leave_one_out(ds: &Dataset, key: impl Fn(&TimeEntry) -> &str + Sync) -> Vec<CvPoint> {
+    let mut names: Vec<&str> = ds.time.iter().map(&key).collect();
+    names.sort();
+    names.dedup();
+    let per: Vec<Vec<CvPoint>> = names
+        .par_iter()
+        .map(|n| {
+            let train: Vec<&TimeEntry> = ds.time.iter().filter(|e| key(e) != *n).collect();
+            let test: Vec<&TimeEntry> = ds.time.iter().filter(|e| key(e) == *n).collect();
+            predict_points(&fit_time(&train), &test)
+        })
+        .collect();
+    per.into_iter().flatten().collect()
+}
+
+/// Fits everything, cross-validates, and returns the calibration file content
+/// and the report. `reference` labels where the data came from.
+pub fn calibrate(ds: &Dataset, reference: &str) -> CalibrationRun {
+    let all: Vec<&TimeEntry> = ds.time.iter().collect();
+    let mem_all: Vec<&MemEntry> = ds.memory.iter().collect();
+    let ((th, mem), (logo, lomo)) = rayon::join(
+        || (fit_time(&all), fit_memory(&mem_all)),
+        || {
+            rayon::join(
+                || leave_one_out(ds, |e| e.gpu.as_str()),
+                || leave_one_out(ds, |e| e.model.as_str()),
+            )
+        },
+    );
+    let mut mem_names: Vec<&str> = ds.memory.iter().map(|e| e.model.as_str()).collect();
+    mem_names.sort();
+    mem_names.dedup();
+    let mem_lomo: Vec<MemPoint> = mem_names
+        .iter()
+        .flat_map(|n| {
+            let train: Vec<&MemEntry> = ds.memory.iter().filter(|e| e.model != *n).collect();
+            let test: Vec<&MemEntry> = ds.memory.iter().filter(|e| e.model == *n).collect();
+            mem_points(&fit_memory(&train), &test)
+        })
+        .collect();
+    let report = CvReport {
+        time_in_sample: time_mode("in-sample", predict_points(&th, &all)),
+        time_leave_one_gpu_out: time_mode("leave-one-gpu-out", logo),
+        time_leave_one_model_out: time_mode("leave-one-model-out", lomo),
+        memory_in_sample: mem_mode("in-sample", mem_points(&mem, &mem_all)),
+        memory_leave_one_model_out: mem_mode("leave-one-model-out", mem_lomo),
+        excluded: ds.excluded.clone(),
+    };
+    let calibration = Calibration {
+        format: CALIBRATION_FORMAT.to_string(),
+        time: th.to_coefficients(),
+        memory: mem.to_coefficients(),
+        provenance: Provenance {
+            reference: reference.to_string(),
+            time_entries: ds.time.len(),
+            time_points: ds.time.iter().map(|e| e.batches.len()).sum(),
+            memory_entries: ds.memory.len(),
+            excluded: ds
+                .excluded
+                .iter()
+                .map(|e| format!("{}: {}", e.entry, e.reason))
+                .collect(),
+        },
+    };
+    CalibrationRun {
+        calibration,
+        report,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_list_checks() {
+        assert!(raw_list_problem("f", &[1.0, 2.0, 3.0, 4.0]).is_none());
+        assert!(raw_list_problem("f", &[1.0, 2.0, 1.5, 4.0])
+            .unwrap()
+            .contains("non-monotonic"));
+        let hot: Vec<f64> = (1..=8).map(|i| (i * i) as f64).collect();
+        assert!(raw_list_problem("f", &hot).unwrap().contains("superlinear"));
+        assert!(raw_list_problem("f", &[1.0, 3.0, 3.1])
+            .unwrap()
+            .contains("batch-2"));
+    }
+
+    #[test]
+    fn percentiles() {
+        let s = ErrorStats::of(&[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]);
+        assert!((s.median_ape_pct - 50.0).abs() < 1e-9);
+        assert!((s.p90_ape_pct - 90.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,623 @@
+//! The calibrated performance model: its parameters, its formulas and the
+//! calibration file that stores them (`profiles/calibration.json`,
+//! format `cephalo-calibration/1`).
+//!
+//! Per block pass (times in ms, `F` = forward matmul FLOPs of the
+//! micro-batch, `E` = elementwise bytes, `P` = block parameters):
+//!
+//! ```text
+//! rate  = smoothmin(eff[class,path] * peak, power_w * flops_per_w[path] * k[class])
+//!         * h / (h + h_half[path]) * T / (T + T_half[path])        (T = m*s tokens)
+//! E     = m*A + act_bytes * c_m[fam] * m*s^2     (A = ModelSpec::block_activation_io_bytes_fwd)
+//! fwd   = F / rate + (E + w_fwd*P) / (bw * bw_eff) + fixed_fwd
+//! bwd   = r_gemm * 2F / rate + (r_elem*E + w_bwd*P) / (bw * bw_eff) + fixed_bwd
+//! ```
+//!
+//! and both are clamped from below by the roofline bound (peak FLOPs and full
+//! bandwidth, see [`super::roofline_bound_ms`]). Non-state memory (GiB):
+//!
+//! ```text
+//! act(m) = fixed + (w_block*P + w_edge*P_edge
+//!          + m*(act_bytes*(b_h*s*h + b_f*s*ffn + b_s*a*s^2) + b_v*4*logits)) / 2^30
+//! ```
+//!
+//! Internally the parameters are an unconstrained vector ([`TimeTheta`],
+//! [`MemTheta`]): positive quantities are `base * exp(x)`, fractions are
+//! logistic. The file stores the physical values.
+
+use super::arch::{ArchClass, MathPath};
+use super::features::{MemFeat, TimeFeat, FAMILIES};
+use crate::error::SpecError;
+use crate::units::GIB;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+const NC: usize = 7;
+/// Index of the efficiency logit of (class, path).
+pub(crate) const fn eff(c: usize, p: usize) -> usize {
+    2 * c + p
+}
+/// Index of the power factor of a class.
+pub(crate) const fn pwf(c: usize) -> usize {
+    14 + c
+}
+pub(crate) const TFW: usize = 21;
+pub(crate) const H0: usize = 23;
+pub(crate) const T0: usize = 25;
+pub(crate) const EBW: usize = 27;
+pub(crate) const CM: usize = 28;
+pub(crate) const WB: usize = 32;
+pub(crate) const RMM: usize = 36;
+pub(crate) const REL: usize = 37;
+pub(crate) const T0F: usize = 38;
+pub(crate) const T0B: usize = 39;
+/// Index of the global efficiency logit of a path.
+pub(crate) const EG: usize = 40;
+/// Index of the dual-issue FP32 factor.
+pub(crate) const DUAL: usize = 42;
+/// Number of time parameters.
+pub(crate) const N_TIME: usize = 43;
+const DUAL_BASE: f64 = 0.6;
+
+const TFW_BASE: [f64; 2] = [0.3e12, 0.06e12];
+const H0_BASE: f64 = 1000.0;
+const T0_BASE: f64 = 500.0;
+const CM_BASE: f64 = 4.0;
+const W_BASE: [f64; 4] = [2.0, 12.0, 4.0, 12.0];
+const RMM_BASE: f64 = 1.0;
+const REL_BASE: f64 = 1.5;
+const FIXED_BASE_MS: f64 = 0.05;
+
+fn logistic(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn logit(p: f64) -> f64 {
+    let p = p.clamp(1e-9, 1.0 - 1e-9);
+    (p / (1.0 - p)).ln()
+}
+
+/// Smooth minimum of two rates (a p-norm of the reciprocals, p = 4).
+fn smooth_min(a: f64, b: f64) -> f64 {
+    (a.powi(-4) + b.powi(-4)).powf(-0.25)
+}
+
+/// Time-model parameters in unconstrained form, plus which (class, path)
+/// pairs were fitted to data (the others fall back, see [`ArchClass::fallback`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimeTheta {
+    /// The parameter vector (length [`N_TIME`]).
+    pub v: Vec<f64>,
+    /// `fitted[class][path]`: the pair had training points.
+    pub fitted: [[bool; 2]; NC],
+}
+
+impl Default for TimeTheta {
+    fn default() -> Self {
+        let mut v = vec![0.0; N_TIME];
+        v[EBW] = logit(0.7);
+        v[EG] = logit(0.8);
+        v[EG + 1] = logit(0.8);
+        TimeTheta {
+            v,
+            fitted: [[false; 2]; NC],
+        }
+    }
+}
+
+impl TimeTheta {
+    /// The class whose efficiency stands for `class` on path `p`: itself when
+    /// fitted, else the first fitted class along the fallback chain.
+    fn fitted_along_chain(&self, class: ArchClass, p: usize) -> Option<ArchClass> {
+        let mut c = class;
+        for _ in 0..NC {
+            if self.fitted[c.index()][p] {
+                return Some(c);
+            }
+            c = c.fallback();
+        }
+        None
+    }
+
+    fn power_class(&self, class: ArchClass) -> ArchClass {
+        let mut c = class;
+        for _ in 0..NC {
+            if self.fitted[c.index()].iter().any(|f| *f) {
+                return c;
+            }
+            c = c.fallback();
+        }
+        class
+    }
+
+    /// Asymptotic fraction of peak of (class, path): the global value of the
+    /// path shifted by the class's own deviation when the class was fitted,
+    /// times the dual-issue factor for CUDA-core math on GA10x / Ada.
+    pub fn efficiency(&self, class: ArchClass, path: MathPath) -> f64 {
+        let p = path.index();
+        let dev = match self.fitted_along_chain(class, p) {
+            Some(c) => self.v[eff(c.index(), p)],
+            None => 0.0,
+        };
+        let mut e = logistic(self.v[EG + p] + dev);
+        if path == MathPath::Simt && class.dual_issue_fp32() {
+            e *= DUAL_BASE * self.v[DUAL].exp();
+        }
+        e.min(1.0)
+    }
+
+    /// Sustained matmul rate (FLOP/s) for these features.
+    pub fn rate(&self, f: &TimeFeat) -> f64 {
+        let p = f.path.index();
+        let top = self.efficiency(f.class, f.path) * f.peak_flops;
+        let pc = self.power_class(f.class).index();
+        let cap = f.power_w * TFW_BASE[p] * self.v[TFW + p].exp() * self.v[pwf(pc)].exp();
+        let h0 = H0_BASE * self.v[H0 + p].exp();
+        let t0 = T0_BASE * self.v[T0 + p].exp();
+        smooth_min(top, cap) * f.hidden / (f.hidden + h0) * f.tokens / (f.tokens + t0)
+    }
+
+    /// Forward and backward ms of one block (before the roofline clamp).
+    pub fn time_ms(&self, f: &TimeFeat) -> (f64, f64) {
+        let v = &self.v;
+        let rate = self.rate(f);
+        let bw = f.bw_bps * logistic(v[EBW]);
+        let elem = f.act_io_bytes + f.act_bytes * CM_BASE * v[CM + f.family].exp() * f.elem_mask;
+        let (wf, wb) = if f.half {
+            (W_BASE[0] * v[WB].exp(), W_BASE[1] * v[WB + 1].exp())
+        } else {
+            (W_BASE[2] * v[WB + 2].exp(), W_BASE[3] * v[WB + 3].exp())
+        };
+        let gemm = f.flops / rate * 1e3;
+        let fwd = gemm + (elem + wf * f.params) / bw * 1e3 + FIXED_BASE_MS * v[T0F].exp();
+        let bwd = RMM_BASE * v[RMM].exp() * 2.0 * gemm
+            + (REL_BASE * v[REL].exp() * elem + wb * f.params) / bw * 1e3
+            + FIXED_BASE_MS * v[T0B].exp();
+        (fwd, bwd)
+    }
+}
+
+const MA0: usize = 0;
+const MAW: usize = 1;
+const MAE: usize = 2;
+const MBH: usize = 3;
+const MBF: usize = 4;
+const MBS: usize = 5;
+const MBV: usize = 6;
+/// Number of memory parameters.
+pub(crate) const N_MEM: usize = 7;
+const MEM_BASE: [f64; N_MEM] = [0.3, 8.0, 4.0, 10.0, 2.0, 2.0, 4.0];
+
+/// Memory-model parameters in unconstrained form (`base * exp(x)`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MemTheta {
+    /// The parameter vector (length [`N_MEM`]).
+    pub v: Vec<f64>,
+}
+
+impl MemTheta {
+    /// All parameters at their base values.
+    pub fn base() -> MemTheta {
+        MemTheta {
+            v: vec![0.0; N_MEM],
+        }
+    }
+
+    fn p(&self, i: usize) -> f64 {
+        MEM_BASE[i] * self.v[i].exp()
+    }
+
+    /// Non-state GiB of one training step.
+    pub fn act_gib(&self, f: &MemFeat) -> f64 {
+        let fixed = self.p(MA0) * GIB + self.p(MAW) * f.block_params + self.p(MAE) * f.edge_params;
+        let per_sample = f.act_bytes
+            * (self.p(MBH) * f.elem_hidden
+                + self.p(MBF) * f.elem_ffn
+                + self.p(MBS) * f.elem_scores)
+            + self.p(MBV) * 4.0 * f.elem_logits;
+        (fixed + f.m * per_sample) / GIB
+    }
+}
+
+/// A value per math path.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PerPath {
+    /// Tensor-core path (fp16/bf16 on GPUs with tensor cores).
+    pub tensor: f64,
+    /// CUDA-core path (fp32; fp16 on Pascal).
+    pub simt: f64,
+}
+
+/// A value per math path, absent where no data was fitted.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PerPathOpt {
+    /// Tensor-core path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor: Option<f64>,
+    /// CUDA-core path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simt: Option<f64>,
+}
+
+/// Bytes of weight traffic per block parameter per pass.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WeightBytes {
+    /// Forward, fp16/bf16 autocast.
+    pub fwd_half: f64,
+    /// Backward, fp16/bf16 autocast.
+    pub bwd_half: f64,
+    /// Forward, fp32.
+    pub fwd_fp32: f64,
+    /// Backward, fp32.
+    pub bwd_fp32: f64,
+}
+
+/// Physical time coefficients (see the module doc for the formula).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimeCoefficients {
+    /// Asymptotic fraction of dense peak reached by block matmuls, per arch
+    /// class and math path (only pairs with measurements).
+    pub gemm_efficiency: BTreeMap<ArchClass, PerPathOpt>,
+    /// The efficiency of classes (or paths) without measurements.
+    pub gemm_efficiency_default: PerPath,
+    /// Factor on CUDA-core efficiency for GA10x / Ada, whose datasheet FP32
+    /// rate counts dual-issue lanes shared with integer work.
+    pub dual_issue_simt_factor: f64,
+    /// Sustained matmul FLOP/s per watt of board power (TFLOPS/W).
+    pub power_tflops_per_w: PerPath,
+    /// Per-class multiplier of `power_tflops_per_w` (classes with data).
+    pub power_class_factor: BTreeMap<ArchClass, f64>,
+    /// Model width at which matmul efficiency is half its maximum.
+    pub hidden_half: PerPath,
+    /// Tokens per micro-batch at which matmul efficiency is half its maximum.
+    pub tokens_half: PerPath,
+    /// Fraction of HBM bandwidth reached by elementwise kernels.
+    pub bw_efficiency: f64,
+    /// Extra memory passes over `s x s` mask-shaped tensors per sample, per
+    /// family, on top of the catalog's activation traffic.
+    pub passes_mask: BTreeMap<String, f64>,
+    /// Weight traffic per parameter.
+    pub weight_bytes_per_param: WeightBytes,
+    /// Backward matmul time over twice the forward's.
+    pub bwd_gemm_ratio: f64,
+    /// Backward elementwise traffic over the forward's.
+    pub bwd_elem_ratio: f64,
+    /// Fixed forward cost per block (kernel floor), ms.
+    pub fixed_fwd_ms: f64,
+    /// Fixed backward cost per block, ms.
+    pub fixed_bwd_ms: f64,
+}
+
+/// Physical memory coefficients (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MemoryCoefficients {
+    /// Fixed GiB (allocator, workspace).
+    pub fixed_gib: f64,
+    /// Bytes per block parameter (unsharded units in flight, gradients).
+    pub bytes_per_block_param: f64,
+    /// Bytes per embedding + head parameter.
+    pub bytes_per_edge_param: f64,
+    /// Saved width-h activations per token (elements).
+    pub passes_hidden: f64,
+    /// Saved MLP activations per token (elements).
+    pub passes_ffn: f64,
+    /// Saved score matrices per sample (elements / (a s^2)).
+    pub passes_scores: f64,
+    /// fp32 logit copies per token.
+    pub logit_copies: f64,
+}
+
+/// What a calibration was fitted on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Provenance {
+    /// Where the measurements came from (directory as given).
+    pub reference: String,
+    /// Timing entries (gpu, model, seq, dtype) fitted.
+    pub time_entries: usize,
+    /// Timing points (batch sizes) fitted.
+    pub time_points: usize,
+    /// Memory entries (cluster, model, dtype) fitted.
+    pub memory_entries: usize,
+    /// Entries left out, each with the reason.
+    pub excluded: Vec<String>,
+}
+
+/// The calibration file (`cephalo-calibration/1`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Format tag, `cephalo-calibration/1`.
+    pub format: String,
+    /// Timing coefficients.
+    pub time: TimeCoefficients,
+    /// Memory coefficients.
+    pub memory: MemoryCoefficients,
+    /// What the fit used.
+    pub provenance: Provenance,
+}
+
+/// The format tag of calibration files.
+pub const CALIBRATION_FORMAT: &str = "cephalo-calibration/1";
+
+fn fam_map(v: &[f64], base: f64) -> BTreeMap<String, f64> {
+    FAMILIES
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.to_string(), base * v[i].exp()))
+        .collect()
+}
+
+impl TimeTheta {
+    /// Physical coefficients of this parameter vector.
+    pub fn to_coefficients(&self) -> TimeCoefficients {
+        let v = &self.v;
+        let mut gemm_efficiency = BTreeMap::new();
+        let mut power_class_factor = BTreeMap::new();
+        for c in ArchClass::ALL {
+            let i = c.index();
+            let get = |p: usize| self.fitted[i][p].then(|| logistic(v[EG + p] + v[eff(i, p)]));
+            if self.fitted[i].iter().any(|f| *f) {
+                gemm_efficiency.insert(
+                    c,
+                    PerPathOpt {
+                        tensor: get(0),
+                        simt: get(1),
+                    },
+                );
+                power_class_factor.insert(c, v[pwf(i)].exp());
+            }
+        }
+        let pp = |i: usize, base: [f64; 2]| PerPath {
+            tensor: base[0] * v[i].exp(),
+            simt: base[1] * v[i + 1].exp(),
+        };
+        TimeCoefficients {
+            gemm_efficiency,
+            gemm_efficiency_default: PerPath {
+                tensor: logistic(v[EG]),
+                simt: logistic(v[EG + 1]),
+            },
+            dual_issue_simt_factor: DUAL_BASE * v[DUAL].exp(),
+            power_tflops_per_w: {
+                let p = pp(TFW, TFW_BASE);
+                PerPath {
+                    tensor: p.tensor / 1e12,
+                    simt: p.simt / 1e12,
+                }
+            },
+            power_class_factor,
+            hidden_half: pp(H0, [H0_BASE; 2]),
+            tokens_half: pp(T0, [T0_BASE; 2]),
+            bw_efficiency: logistic(v[EBW]),
+            passes_mask: fam_map(&v[CM..CM + 4], CM_BASE),
+            weight_bytes_per_param: WeightBytes {
+                fwd_half: W_BASE[0] * v[WB].exp(),
+                bwd_half: W_BASE[1] * v[WB + 1].exp(),
+                fwd_fp32: W_BASE[2] * v[WB + 2].exp(),
+                bwd_fp32: W_BASE[3] * v[WB + 3].exp(),
+            },
+            bwd_gemm_ratio: RMM_BASE * v[RMM].exp(),
+            bwd_elem_ratio: REL_BASE * v[REL].exp(),
+            fixed_fwd_ms: FIXED_BASE_MS * v[T0F].exp(),
+            fixed_bwd_ms: FIXED_BASE_MS * v[T0B].exp(),
+        }
+    }
+
+    /// Parameter vector of physical coefficients; errors name the field.
+    pub fn from_coefficients(t: &TimeCoefficients, origin: &str) -> Result<TimeTheta, SpecError> {
+        fn ln(x: f64, base: f64, origin: &str, field: &str) -> Result<f64, SpecError> {
+            if x.is_finite() && x > 0.0 {
+                Ok((x / base).ln())
+            } else {
+                Err(SpecError::invalid(
+                    origin,
+                    field,
+                    format!("expected a positive number, got {x}"),
+                ))
+            }
+        }
+        fn frac(x: f64, origin: &str, field: &str) -> Result<f64, SpecError> {
+            if x.is_finite() && x > 0.0 && x < 1.0 {
+                Ok(logit(x))
+            } else {
+                Err(SpecError::invalid(
+                    origin,
+                    field,
+                    format!("expected a fraction in (0, 1), got {x}"),
+                ))
+            }
+        }
+        let mut th = TimeTheta::default();
+        th.v[EG] = frac(
+            t.gemm_efficiency_default.tensor,
+            origin,
+            "time.gemm_efficiency_default.tensor",
+        )?;
+        th.v[EG + 1] = frac(
+            t.gemm_efficiency_default.simt,
+            origin,
+            "time.gemm_efficiency_default.simt",
+        )?;
+        th.v[DUAL] = ln(
+            t.dual_issue_simt_factor,
+            DUAL_BASE,
+            origin,
+            "time.dual_issue_simt_factor",
+        )?;
+        for (c, pp) in &t.gemm_efficiency {
+            let i = c.index();
+            if let Some(x) = pp.tensor {
+                th.v[eff(i, 0)] = frac(
+                    x,
+                    origin,
+                    &format!("time.gemm_efficiency.{}.tensor", c.as_str()),
+                )? - th.v[EG];
+                th.fitted[i][0] = true;
+            }
+            if let Some(x) = pp.simt {
+                th.v[eff(i, 1)] = frac(
+                    x,
+                    origin,
+                    &format!("time.gemm_efficiency.{}.simt", c.as_str()),
+                )? - th.v[EG + 1];
+                th.fitted[i][1] = true;
+            }
+        }
+        for (c, x) in &t.power_class_factor {
+            th.v[pwf(c.index())] = ln(
+                *x,
+                1.0,
+                origin,
+                &format!("time.power_class_factor.{}", c.as_str()),
+            )?;
+        }
+        let v = &mut th.v;
+        v[TFW] = ln(
+            t.power_tflops_per_w.tensor * 1e12,
+            TFW_BASE[0],
+            origin,
+            "time.power_tflops_per_w.tensor",
+        )?;
+        v[TFW + 1] = ln(
+            t.power_tflops_per_w.simt * 1e12,
+            TFW_BASE[1],
+            origin,
+            "time.power_tflops_per_w.simt",
+        )?;
+        v[H0] = ln(
+            t.hidden_half.tensor,
+            H0_BASE,
+            origin,
+            "time.hidden_half.tensor",
+        )?;
+        v[H0 + 1] = ln(t.hidden_half.simt, H0_BASE, origin, "time.hidden_half.simt")?;
+        v[T0] = ln(
+            t.tokens_half.tensor,
+            T0_BASE,
+            origin,
+            "time.tokens_half.tensor",
+        )?;
+        v[T0 + 1] = ln(t.tokens_half.simt, T0_BASE, origin, "time.tokens_half.simt")?;
+        v[EBW] = frac(t.bw_efficiency, origin, "time.bw_efficiency")?;
+        for (i, fam) in FAMILIES.iter().enumerate() {
+            let get = |m: &BTreeMap<String, f64>, field: &str| {
+                m.get(*fam).copied().ok_or_else(|| {
+                    SpecError::invalid(origin, format!("time.{field}.{fam}"), "missing family")
+                })
+            };
+            v[CM + i] = ln(
+                get(&t.passes_mask, "passes_mask")?,
+                CM_BASE,
+                origin,
+                "time.passes_mask",
+            )?;
+        }
+        let w = &t.weight_bytes_per_param;
+        v[WB] = ln(
+            w.fwd_half,
+            W_BASE[0],
+            origin,
+            "time.weight_bytes_per_param.fwd_half",
+        )?;
+        v[WB + 1] = ln(
+            w.bwd_half,
+            W_BASE[1],
+            origin,
+            "time.weight_bytes_per_param.bwd_half",
+        )?;
+        v[WB + 2] = ln(
+            w.fwd_fp32,
+            W_BASE[2],
+            origin,
+            "time.weight_bytes_per_param.fwd_fp32",
+        )?;
+        v[WB + 3] = ln(
+            w.bwd_fp32,
+            W_BASE[3],
+            origin,
+            "time.weight_bytes_per_param.bwd_fp32",
+        )?;
+        v[RMM] = ln(t.bwd_gemm_ratio, RMM_BASE, origin, "time.bwd_gemm_ratio")?;
+        v[REL] = ln(t.bwd_elem_ratio, REL_BASE, origin, "time.bwd_elem_ratio")?;
+        v[T0F] = ln(t.fixed_fwd_ms, FIXED_BASE_MS, origin, "time.fixed_fwd_ms")?;
+        v[T0B] = ln(t.fixed_bwd_ms, FIXED_BASE_MS, origin, "time.fixed_bwd_ms")?;
+        if !th.fitted.iter().any(|c| c.iter().any(|f| *f)) {
+            return Err(SpecError::invalid(
+                origin,
+                "time.gemm_efficiency",
+                "expected at least one fitted class",
+            ));
+        }
+        Ok(th)
+    }
+}
+
+impl MemTheta {
+    /// Physical coefficients.
+    pub fn to_coefficients(&self) -> MemoryCoefficients {
+        MemoryCoefficients {
+            fixed_gib: self.p(MA0),
+            bytes_per_block_param: self.p(MAW),
+            bytes_per_edge_param: self.p(MAE),
+            passes_hidden: self.p(MBH),
+            passes_ffn: self.p(MBF),
+            passes_scores: self.p(MBS),
+            logit_copies: self.p(MBV),
+        }
+    }
+
+    /// Parameter vector of physical coefficients.
+    pub fn from_coefficients(m: &MemoryCoefficients, origin: &str) -> Result<MemTheta, SpecError> {
+        let vals = [
+            ("memory.fixed_gib", m.fixed_gib),
+            ("memory.bytes_per_block_param", m.bytes_per_block_param),
+            ("memory.bytes_per_edge_param", m.bytes_per_edge_param),
+            ("memory.passes_hidden", m.passes_hidden),
+            ("memory.passes_ffn", m.passes_ffn),
+            ("memory.passes_scores", m.passes_scores),
+            ("memory.logit_copies", m.logit_copies),
+        ];
+        let mut v = vec![0.0; N_MEM];
+        for (i, (field, x)) in vals.iter().enumerate() {
+            if !(x.is_finite() && *x > 0.0) {
+                return Err(SpecError::invalid(
+                    origin,
+                    *field,
+                    format!("expected a positive number, got {x}"),
+                ));
+            }
+            v[i] = (x / MEM_BASE[i]).ln();
+        }
+        Ok(MemTheta { v })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coefficients_roundtrip() {
+        let mut th = TimeTheta::default();
+        for (i, x) in th.v.iter_mut().enumerate() {
+            *x += 0.01 * i as f64 - 0.2;
+        }
+        th.fitted[1] = [true, true];
+        th.fitted[4][1] = true;
+        let c = th.to_coefficients();
+        let back = TimeTheta::from_coefficients(&c, "t").unwrap();
+        for i in 0..N_TIME {
+            let used = !(i < 21 && {
+                let c = if i < 14 { i / 2 } else { i - 14 };
+                !th.fitted[c].iter().any(|f| *f) || (i < 14 && !th.fitted[i / 2][i % 2])
+            });
+            if used {
+                assert!((back.v[i] - th.v[i]).abs() < 1e-9, "param {i}");
+            }
+        }
+        let m = MemTheta {
+            v: vec![0.1; N_MEM],
+        };
+        let mb = MemTheta::from_coefficients(&m.to_coefficients(), "t").unwrap();
+        assert!(m.v.iter().zip(&mb.v).all(|(a, b)| (a - b).abs() < 1e-12));
+    }
+}

@@ -1,0 +1,133 @@
+//! Shape-derived work of one block pass: the inputs of the calibrated model.
+//!
+//! Everything here is catalog facts (GPU peaks, bandwidth, board power) and
+//! model shapes (FLOPs, element counts, parameters) for one
+//! (GPU, model, tokens per sample, dtype, micro-batch) query; nothing is
+//! fitted. Units: FLOP, elements, bytes, FLOP/s, B/s, W.
+
+use super::arch::{board_power_w, ArchClass, MathPath};
+use crate::dtype::Dtype;
+use crate::gpu::GpuSpec;
+use crate::model::{Family, ModelSpec};
+
+/// Block families with their own attention/elementwise coefficients
+/// (Mistral shares LLaMA's block).
+pub const FAMILIES: [&str; 4] = ["gpt", "bert", "vit", "llama"];
+
+/// Index of a model family into [`FAMILIES`].
+pub fn family_index(f: Family) -> usize {
+    match f {
+        Family::Gpt => 0,
+        Family::Bert => 1,
+        Family::Vit => 2,
+        Family::Llama | Family::Mistral => 3,
+    }
+}
+
+/// Work of one block forward for a micro-batch, plus the GPU it runs on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimeFeat {
+    /// GPU generation.
+    pub class: ArchClass,
+    /// Math path of the dtype on this GPU.
+    pub path: MathPath,
+    /// Dense peak of that path, FLOP/s.
+    pub peak_flops: f64,
+    /// Memory bandwidth, B/s.
+    pub bw_bps: f64,
+    /// Board power, W.
+    pub power_w: f64,
+    /// Model width h.
+    pub hidden: f64,
+    /// Tokens in the micro-batch (`m * s`).
+    pub tokens: f64,
+    /// Matmul FLOPs of the forward (projections, MLP, `QK^T`, `AV`).
+    pub flops: f64,
+    /// Activation traffic of the forward (bytes), from the model's shapes
+    /// (`m * ModelSpec::block_activation_io_bytes_fwd`).
+    pub act_io_bytes: f64,
+    /// Mask-shaped elements: `m * s^2`.
+    pub elem_mask: f64,
+    /// Family index into [`FAMILIES`].
+    pub family: usize,
+    /// Whether the compute dtype is 16-bit (fp16/bf16 autocast).
+    pub half: bool,
+    /// Bytes of one activation element (2 or 4).
+    pub act_bytes: f64,
+    /// Parameters of the block.
+    pub params: f64,
+}
+
+impl TimeFeat {
+    /// Features of a query; `None` when the GPU has no peak for the dtype.
+    pub fn new(
+        gpu: &GpuSpec,
+        model: &ModelSpec,
+        tokens_per_sample: u32,
+        dtype: Dtype,
+        m: u32,
+    ) -> Option<TimeFeat> {
+        let peak = gpu.peak_tflops(dtype)?;
+        let s = model.tokens_per_sample(tokens_per_sample) as f64;
+        let m = m as f64;
+        let h = model.hidden as f64;
+        Some(TimeFeat {
+            class: ArchClass::of(gpu),
+            path: MathPath::of(gpu, dtype),
+            peak_flops: peak * 1e12,
+            bw_bps: gpu.mem_bw_gbps * 1e9,
+            power_w: board_power_w(gpu),
+            hidden: h,
+            tokens: m * s,
+            flops: m * (2.0 * model.block_matmul_params() as f64 * s + 4.0 * s * s * h),
+            act_io_bytes: m * model.block_activation_io_bytes_fwd(tokens_per_sample, dtype),
+            elem_mask: m * s * s,
+            family: family_index(model.family),
+            half: dtype != Dtype::Fp32,
+            act_bytes: dtype.bytes(),
+            params: model.params_per_block() as f64,
+        })
+    }
+}
+
+/// Shape terms of the non-state memory of one training step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemFeat {
+    /// Micro-batch size.
+    pub m: f64,
+    /// Parameters of one block.
+    pub block_params: f64,
+    /// Parameters of the embedding and head units.
+    pub edge_params: f64,
+    /// `s * h` per sample.
+    pub elem_hidden: f64,
+    /// `s * ffn` per sample.
+    pub elem_ffn: f64,
+    /// `heads * s^2` per sample.
+    pub elem_scores: f64,
+    /// `s * vocab` per sample (logits; ViT: classes, tiny).
+    pub elem_logits: f64,
+    /// Bytes of one activation element.
+    pub act_bytes: f64,
+}
+
+impl MemFeat {
+    /// Features of a model at `tokens_per_sample`, `dtype`, micro-batch `m`.
+    pub fn new(model: &ModelSpec, tokens_per_sample: u32, dtype: Dtype, m: u32) -> MemFeat {
+        let s = model.tokens_per_sample(tokens_per_sample) as f64;
+        let logits_per_sample = match model.family {
+            Family::Vit => model.vocab as f64,
+            _ => s * model.vocab as f64,
+        };
+        MemFeat {
+            m: m as f64,
+            block_params: model.params_per_block() as f64,
+            edge_params: (model.embedding_params() + model.head_params()) as f64,
+            elem_hidden: s * model.hidden as f64,
+            elem_ffn: s * model.ffn as f64,
+            elem_scores: model.heads as f64 * s * s,
+            elem_logits: logits_per_sample,
+            act_bytes: dtype.bytes(),
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! `cephalo calibrate`: fits the performance model's coefficients to measured
+//! profiles, writes them (`profiles/calibration.json` by default) and a
+//! cross-validation report (JSON with every point, Markdown tables, and
+//! predicted-vs-measured scatter figures in PNG and SVG).
+
+use crate::cli::UserError;
+use crate::load;
+use anyhow::{Context, Result};
+use clap::Args as ClapArgs;
+use sim::gpu::GpuCatalog;
+use sim::model::ModelCatalog;
+use sim::perfmodel::calibrate::{calibrate, dataset, CvMode, CvReport, ErrorStats, GroupErrors};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Flags of `cephalo calibrate`.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Directory (or file) of measured profiles: the reference JSON
+    /// (`model_latencies.json`, `model_memory.json`) or cephalo-profile/1 files.
+    #[arg(long, default_value = "../shared/reference-profiles")]
+    pub reference: PathBuf,
+    /// Where to write the fitted coefficients.
+    #[arg(long, default_value = "profiles/calibration.json")]
+    pub out: PathBuf,
+    /// Directory for the cross-validation report and figures
+    /// (cv_report.json, cv_report.md, cv_*.png/svg).
+    #[arg(long, default_value = "target/calibration-report")]
+    pub report_dir: PathBuf,
+    /// Skip the figures (report tables and JSON only).
+    #[arg(long)]
+    pub no_figures: bool,
+}
+
+fn stats_cells(s: &ErrorStats) -> String {
+    format!(
+        "{:.1} | {:.1} | {}",
+        s.median_ape_pct, s.p90_ape_pct, s.points
+    )
+}
+
+fn group_table(
+    out: &mut String,
+    title: &str,
+    a: &[GroupErrors],
+    b: &[GroupErrors],
+    la: &str,
+    lb: &str,
+) {
+    let _ = writeln!(out, "\n### {title}\n");
+    let _ = writeln!(
+        out,
+        "| {title} | {la} median % | {la} p90 % | points | {lb} median % | {lb} p90 % | points |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
+    let mut names: Vec<&str> = a.iter().chain(b).map(|g| g.group.as_str()).collect();
+    names.sort();
+    names.dedup();
+    for n in names {
+        let cell = |v: &[GroupErrors]| {
+            v.iter()
+                .find(|g| g.group == n)
+                .map(|g| stats_cells(&g.stats))
+                .unwrap_or_else(|| "- | - | 0".into())
+        };
+        let _ = writeln!(out, "| {n} | {} | {} |", cell(a), cell(b));
+    }
+}
+
+/// The report as Markdown tables (no measured values, only error statistics).
+pub fn markdown(report: &CvReport, reference: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Calibration cross-validation\n");
+    let _ = writeln!(
+        s,
+        "Data: `{reference}`. Error = |predicted / measured - 1| of forward+backward ms of one block, per (gpu, model, seq, dtype, micro-batch) point; nearest-rank percentiles.\n"
+    );
+    let _ = writeln!(s, "| mode | median % | p90 % | points |");
+    let _ = writeln!(s, "|---|---:|---:|---:|");
+    for m in [
+        &report.time_in_sample,
+        &report.time_leave_one_gpu_out,
+        &report.time_leave_one_model_out,
+    ] {
+        let _ = writeln!(s, "| time, {} | {} |", m.mode, stats_cells(&m.overall));
+    }
+    for m in [&report.memory_in_sample, &report.memory_leave_one_model_out] {
+        let _ = writeln!(
+            s,
+            "| activation memory, {} | {} |",
+            m.mode,
+            stats_cells(&m.overall)
+        );
+    }
+    let (g, m): (&CvMode, &CvMode) = (
+        &report.time_leave_one_gpu_out,
+        &report.time_leave_one_model_out,
+    );
+    group_table(&mut s, "GPU", &g.per_gpu, &m.per_gpu, "LOGO", "LOMO");
+    group_table(&mut s, "model", &g.per_model, &m.per_model, "LOGO", "LOMO");
+    group_table(
+        &mut s,
+        "memory model",
+        &report.memory_in_sample.per_model,
+        &report.memory_leave_one_model_out.per_model,
+        "in-sample",
+        "LOMO",
+    );
+    let _ = writeln!(s, "\n### Excluded entries ({})\n", report.excluded.len());
+    for e in &report.excluded {
+        let _ = writeln!(s, "- `{}`: {}", e.entry, e.reason);
+    }
+    s
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("{}: cannot create directory", dir.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("{}: cannot write", path.display()))
+}
+
+fn figures(report: &CvReport, dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    for (mode, name, title) in [
+        (
+            &report.time_leave_one_gpu_out,
+            "cv_leave_one_gpu_out",
+            "Leave-one-GPU-out: fwd+bwd ms per block",
+        ),
+        (
+            &report.time_leave_one_model_out,
+            "cv_leave_one_model_out",
+            "Leave-one-model-out: fwd+bwd ms per block",
+        ),
+    ] {
+        let pts: Vec<plots::scatter::ScatterPoint> = mode
+            .points
+            .iter()
+            .map(|p| plots::scatter::ScatterPoint {
+                measured: p.measured_ms,
+                predicted: p.predicted_ms,
+                group: p.gpu.clone(),
+            })
+            .collect();
+        let spec = plots::scatter::ScatterSpec {
+            title: title.to_string(),
+            x_label: "measured ms".into(),
+            y_label: "predicted ms".into(),
+            band: 0.25,
+        };
+        let base = dir.join(name);
+        written.extend(
+            plots::scatter::render(&pts, &spec, &base)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", base.display()))?,
+        );
+    }
+    let pts: Vec<plots::scatter::ScatterPoint> = report
+        .memory_leave_one_model_out
+        .points
+        .iter()
+        .map(|p| plots::scatter::ScatterPoint {
+            measured: p.measured_gib,
+            predicted: p.predicted_gib,
+            group: p.model.clone(),
+        })
+        .collect();
+    let spec = plots::scatter::ScatterSpec {
+        title: "Leave-one-model-out: non-state memory".into(),
+        x_label: "measured GiB".into(),
+        y_label: "predicted GiB".into(),
+        band: 0.15,
+    };
+    let base = dir.join("cv_memory_leave_one_model_out");
+    written.extend(
+        plots::scatter::render(&pts, &spec, &base)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", base.display()))?,
+    );
+    Ok(written)
+}
+
+/// Runs `cephalo calibrate`.
+pub fn run(a: Args) -> Result<ExitCode> {
+    if !a.reference.exists() {
+        return Err(UserError(format!(
+            "--reference: {}: no such file or directory",
+            a.reference.display()
+        ))
+        .into());
+    }
+    let set = load::load_profiles(&a.reference)?;
+    let ds = dataset(&set, GpuCatalog::builtin(), ModelCatalog::builtin());
+    if ds.time.is_empty() {
+        return Err(UserError(format!(
+            "--reference: {}: no usable timing entries (need raw per-batch lists)",
+            a.reference.display()
+        ))
+        .into());
+    }
+    if ds.memory.is_empty() {
+        return Err(UserError(format!(
+            "--reference: {}: no memory profiles (model_memory.json)",
+            a.reference.display()
+        ))
+        .into());
+    }
+    let label = a.reference.display().to_string();
+    let run = calibrate(&ds, &label);
+    write(
+        &a.out,
+        &(serde_json::to_string_pretty(&run.calibration)? + "\n"),
+    )?;
+    let md = markdown(&run.report, &label);
+    write(&a.report_dir.join("cv_report.md"), &md)?;
+    write(
+        &a.report_dir.join("cv_report.json"),
+        &(serde_json::to_string_pretty(&run.report)? + "\n"),
+    )?;
+    print!("{md}");
+    println!("\nwrote {}", a.out.display());
+    println!(
+        "wrote {}/cv_report.md, cv_report.json",
+        a.report_dir.display()
+    );
+    if !a.no_figures {
+        for p in figures(&run.report, &a.report_dir)? {
+            println!("wrote {}", p.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

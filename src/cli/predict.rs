@@ -1,0 +1,228 @@
+//! `cephalo predict`: per-block forward/backward ms and non-state memory of
+//! one (GPU, model, seq len, dtype) at several micro-batch sizes.
+//!
+//! `--source analytic` answers from the calibrated performance model alone,
+//! never from a measured or imported profile. `--source best` (default) uses
+//! the most trusted source available: a measured or imported profile from
+//! `--profiles` when one exists for the exact key, else the model; every row
+//! says which.
+//!
+//! JSON output (`--format json`): an array, one object per batch size:
+//! `{"batch", "fwd_ms", "bwd_ms", "act_mem_gib", "time_source", "mem_source"}`
+//! (ms of ONE transformer block; GiB of non-state memory of one step).
+
+use crate::load;
+use anyhow::Result;
+use clap::{Args as ClapArgs, ValueEnum};
+use serde::Serialize;
+use sim::dtype::Dtype;
+use sim::error::SpecError;
+use sim::gpu::GpuCatalog;
+use sim::model::ModelCatalog;
+use sim::perfmodel::{Calibrated, Predictor};
+use sim::profile::ProfileSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Where predictions may come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SourceChoice {
+    /// The calibrated performance model only.
+    Analytic,
+    /// A measured/imported profile when one exists, else the model.
+    Best,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Aligned text table.
+    Table,
+    /// JSON array.
+    Json,
+}
+
+/// Flags of `cephalo predict`.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// GPU type (catalog name or alias, e.g. `h100-sxm`, `v100x16`).
+    #[arg(long)]
+    pub gpu: String,
+    /// Model (catalog name or alias, e.g. `llama2-13b`).
+    #[arg(long)]
+    pub model: String,
+    /// Tokens per sample (default: the model's; ViT uses its image's tokens).
+    #[arg(long)]
+    pub seq_len: Option<u32>,
+    /// Precision: fp16 | bf16 | fp32.
+    #[arg(long, default_value = "fp16")]
+    pub dtype: String,
+    /// Micro-batch sizes, comma-separated.
+    #[arg(long, default_value = "1,2,4,8,16")]
+    pub batch_sizes: String,
+    /// Source of the numbers.
+    #[arg(long, value_enum, default_value_t = SourceChoice::Best)]
+    pub source: SourceChoice,
+    /// Profile files or directories (reference JSON or cephalo-profile/1); repeatable.
+    #[arg(long)]
+    pub profiles: Vec<PathBuf>,
+    /// Calibration file to use instead of the shipped one.
+    #[arg(long)]
+    pub calibration: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// One output row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Micro-batch size.
+    pub batch: u32,
+    /// Forward ms of one block.
+    pub fwd_ms: f64,
+    /// Backward ms of one block.
+    pub bwd_ms: f64,
+    /// Non-state memory of one step, GiB.
+    pub act_mem_gib: f64,
+    /// Where the times came from.
+    pub time_source: String,
+    /// Where the memory came from.
+    pub mem_source: String,
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+/// Parses `1,2,4` into batch sizes (each >= 1).
+pub fn parse_batches(s: &str) -> Result<Vec<u32>, SpecError> {
+    let bad = |what: &str| {
+        SpecError::invalid(
+            "--batch-sizes",
+            "batch_sizes",
+            format!("expected comma-separated integers >= 1, {what}"),
+        )
+    };
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let b: u32 = part.parse().map_err(|_| bad(&format!("got `{part}`")))?;
+        if b == 0 {
+            return Err(bad("got 0 (a micro-batch holds at least one sample)"));
+        }
+        out.push(b);
+    }
+    if out.is_empty() {
+        return Err(bad("got none"));
+    }
+    Ok(out)
+}
+
+/// Runs `cephalo predict`.
+pub fn run(a: Args) -> Result<ExitCode> {
+    let gpu = GpuCatalog::builtin().lookup(&a.gpu, "--gpu")?;
+    let model = ModelCatalog::builtin().lookup(&a.model, "--model")?;
+    let dtype = Dtype::parse(&a.dtype).ok_or_else(|| {
+        SpecError::invalid(
+            "--dtype",
+            "dtype",
+            format!("expected fp16, bf16 or fp32, got `{}`", a.dtype),
+        )
+    })?;
+    if !gpu.supports(dtype) {
+        let can: Vec<String> = Dtype::ALL
+            .iter()
+            .filter(|d| gpu.supports(**d))
+            .map(|d| d.to_string())
+            .collect();
+        return Err(SpecError::invalid(
+            "--dtype",
+            "dtype",
+            format!(
+                "{} cannot run {dtype} (it supports {})",
+                gpu.name,
+                can.join(", ")
+            ),
+        )
+        .into());
+    }
+    let seq = match a.seq_len {
+        Some(0) => {
+            return Err(SpecError::invalid(
+                "--seq-len",
+                "seq_len",
+                "expected a sequence length >= 1, got 0",
+            )
+            .into())
+        }
+        Some(s) => model.tokens_per_sample(s),
+        None => model.tokens_per_sample(model.seq_len),
+    };
+    let batches = parse_batches(&a.batch_sizes)?;
+    let predictor = match &a.calibration {
+        Some(p) => Calibrated::from_json(&load::read_text(p)?, &p.display().to_string())?,
+        None => Calibrated::builtin(),
+    };
+    let mut profiles = ProfileSet::new();
+    if a.source == SourceChoice::Best {
+        for p in &a.profiles {
+            profiles.merge(load::load_profiles(p)?);
+        }
+    }
+    let block = profiles.block(&gpu.name, &model.name, seq, dtype);
+    let memory = profiles.memory(None, &model.name, dtype);
+    let analytic = format!("analytic ({})", predictor.name());
+    let mut rows = Vec::new();
+    for &m in &batches {
+        let (fwd, bwd, ts) = match block {
+            Some(b) => (
+                b.curve.fwd_ms(m),
+                b.curve.bwd_ms(m),
+                b.curve.source.to_string(),
+            ),
+            None => {
+                let (f, b) = predictor
+                    .block_ms(gpu, model, seq, dtype, m)
+                    .map_err(|why| SpecError::invalid("--dtype", "dtype", why))?;
+                (f, b, analytic.clone())
+            }
+        };
+        let (mem, ms) = match memory {
+            Some(p) => (p.act_gib(m), p.source.to_string()),
+            None => (
+                predictor.act_mem_gib(model, seq, dtype, m),
+                analytic.clone(),
+            ),
+        };
+        rows.push(Row {
+            batch: m,
+            fwd_ms: round4(fwd),
+            bwd_ms: round4(bwd),
+            act_mem_gib: round4(mem),
+            time_source: ts,
+            mem_source: ms,
+        });
+    }
+    match a.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Table => {
+            println!(
+                "{} on {}, {} tokens/sample, {}; ms per block",
+                model.name, gpu.name, seq, dtype
+            );
+            println!("time source: {}", rows[0].time_source);
+            println!("memory source: {}", rows[0].mem_source);
+            println!(
+                "{:>6} {:>12} {:>12} {:>14}",
+                "batch", "fwd_ms", "bwd_ms", "act_mem_gib"
+            );
+            for r in &rows {
+                println!(
+                    "{:>6} {:>12.3} {:>12.3} {:>14.3}",
+                    r.batch, r.fwd_ms, r.bwd_ms, r.act_mem_gib
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,155 @@
+//! `cephalo predict` end to end (issue 5): the JSON contract from the
+//! calibrated model alone, the best-source mode with imported profiles, and
+//! bad queries exiting 2.
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn shared_dir() -> Option<PathBuf> {
+    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference-profiles");
+    if d.join("model_latencies.json").is_file() {
+        return Some(d);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true but {} has no reference profiles", d.display());
+    }
+    eprintln!(
+        "skipping: {} not found (reference profiles are not part of the repository)",
+        d.display()
+    );
+    None
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let o = Command::cargo_bin("cephalo")
+        .unwrap()
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8(o.stdout).unwrap(),
+        String::from_utf8(o.stderr).unwrap(),
+    )
+}
+
+const H100_13B: [&str; 12] = [
+    "predict",
+    "--gpu",
+    "h100-sxm",
+    "--model",
+    "llama2-13b",
+    "--seq-len",
+    "512",
+    "--dtype",
+    "bf16",
+    "--batch-sizes",
+    "1,2,4,8,16",
+    "--format",
+];
+
+#[test]
+fn analytic_json_for_an_unmeasured_gpu() {
+    let mut args = H100_13B.to_vec();
+    args.extend(["json", "--source", "analytic"]);
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 5);
+    let mut last = 0.0;
+    for (r, b) in rows.iter().zip([1, 2, 4, 8, 16]) {
+        assert_eq!(r["batch"], b);
+        let (f, bw, mem) = (
+            r["fwd_ms"].as_f64().unwrap(),
+            r["bwd_ms"].as_f64().unwrap(),
+            r["act_mem_gib"].as_f64().unwrap(),
+        );
+        assert!(f > 0.0 && bw > f && mem > 0.0);
+        assert!(f + bw > last);
+        last = f + bw;
+        assert!(r["time_source"].as_str().unwrap().starts_with("analytic"));
+    }
+    // Same inputs, same bytes.
+    assert_eq!(run(&args).1, out);
+}
+
+#[test]
+fn best_source_prefers_imported_profiles_and_says_so() {
+    let Some(d) = shared_dir() else { return };
+    let d = d.display().to_string();
+    let base = [
+        "predict",
+        "--gpu",
+        "a100x40",
+        "--model",
+        "deepspeedllama_7b",
+        "--seq-len",
+        "512",
+        "--dtype",
+        "fp16",
+        "--batch-sizes",
+        "1,2",
+        "--format",
+        "json",
+        "--profiles",
+        &d,
+    ];
+    let (code, out, err) = run(&base);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v[0]["time_source"]
+            .as_str()
+            .unwrap()
+            .starts_with("imported"),
+        "{out}"
+    );
+    // --source analytic never uses the imported entry.
+    let mut a = base.to_vec();
+    a.extend(["--source", "analytic"]);
+    let (code, out, _) = run(&a);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v[0]["time_source"]
+        .as_str()
+        .unwrap()
+        .starts_with("analytic"));
+    assert!(v[0]["mem_source"].as_str().unwrap().starts_with("analytic"));
+}
+
+#[test]
+fn bad_queries_exit_2() {
+    let cases: [(&[&str], &str); 7] = [
+        (&["--gpu", "gtx-9090", "--model", "llama-7b"], "unknown GPU"),
+        (&["--gpu", "t4", "--model", "llama-999b"], "unknown model"),
+        (
+            &["--gpu", "t4", "--model", "llama-7b", "--batch-sizes", "0,1"],
+            "batch",
+        ),
+        (
+            &["--gpu", "t4", "--model", "llama-7b", "--seq-len", "0"],
+            "seq",
+        ),
+        (
+            &["--gpu", "v100x16", "--model", "llama-7b", "--dtype", "bf16"],
+            "cannot run bf16",
+        ),
+        (
+            &["--gpu", "t4", "--model", "llama-7b", "--dtype", "bf16"],
+            "cannot run bf16",
+        ),
+        (
+            &["--gpu", "p40", "--model", "llama-7b", "--dtype", "bf16"],
+            "cannot run bf16",
+        ),
+    ];
+    for (args, want) in cases {
+        let mut a = vec!["predict"];
+        a.extend_from_slice(args);
+        let (code, _, err) = run(&a);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
