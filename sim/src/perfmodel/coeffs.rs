@@ -17,7 +17,7 @@
 //! bandwidth, see [`super::roofline_bound_ms`]). Non-state memory (GiB):
 //!
 //! ```text
-//! act(m) = fixed + (w_block*P + w_edge*P_edge
+//! act(m) = fixed + (act_bytes/4 * (w_block*P + w_edge*P_edge)
 //!          + m*(act_bytes*(b_h*s*h + b_f*s*ffn + b_s*a*s^2) + b_v*4*logits)) / 2^30
 //! ```
 //!
@@ -209,7 +209,10 @@ impl MemTheta {
 
     /// Non-state GiB of one training step.
     pub fn act_gib(&self, f: &MemFeat) -> f64 {
-        let fixed = self.p(MA0) * GIB + self.p(MAW) * f.block_params + self.p(MAE) * f.edge_params;
+        // Unsharded parameter / gradient buffers are in the compute dtype.
+        let scale = f.act_bytes / 4.0;
+        let fixed = self.p(MA0) * GIB
+            + scale * (self.p(MAW) * f.block_params + self.p(MAE) * f.edge_params);
         let per_sample = f.act_bytes
             * (self.p(MBH) * f.elem_hidden
                 + self.p(MBF) * f.elem_ffn
@@ -293,9 +296,11 @@ pub struct TimeCoefficients {
 pub struct MemoryCoefficients {
     /// Fixed GiB (allocator, workspace).
     pub fixed_gib: f64,
-    /// Bytes per block parameter (unsharded units in flight, gradients).
+    /// Bytes per block parameter in fp32 (unsharded units in flight,
+    /// gradients); scaled by `act_bytes / 4` for 16-bit training.
     pub bytes_per_block_param: f64,
-    /// Bytes per embedding + head parameter.
+    /// Bytes per embedding + head parameter in fp32 (scaled like
+    /// `bytes_per_block_param`).
     pub bytes_per_edge_param: f64,
     /// Saved width-h activations per token (elements).
     pub passes_hidden: f64,
