@@ -95,6 +95,22 @@ impl ArchClass {
         matches!(self, ArchClass::Ampere | ArchClass::Ada)
     }
 
+    /// Process node of the class's chips (nm, the foundry's marketing name):
+    /// dynamic energy per FLOP falls with it, so at the same board power a
+    /// newer node sustains more FLOP/s. Sources: NVIDIA architecture
+    /// whitepapers. Pascal GP100/GP102 TSMC 16 nm FinFET; Volta GV100 TSMC
+    /// 12 nm FFN; Turing TU104 TSMC 12 nm; GA100 TSMC 7 nm; GA10x Samsung
+    /// 8 nm; Ada AD10x and Hopper GH100 TSMC 4N.
+    pub fn process_nm(self) -> f64 {
+        match self {
+            ArchClass::Pascal => 16.0,
+            ArchClass::Volta | ArchClass::Turing => 12.0,
+            ArchClass::AmpereDc => 7.0,
+            ArchClass::Ampere => 8.0,
+            ArchClass::Ada | ArchClass::Hopper => 4.0,
+        }
+    }
+
     /// Lower-case name used in the calibration file.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -191,6 +207,7 @@ mod tests {
                 "no board power for {}",
                 g.name
             );
+
             let _ = ArchClass::of(g);
         }
     }

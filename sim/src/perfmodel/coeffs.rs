@@ -6,7 +6,8 @@
 //! micro-batch, `E` = elementwise bytes, `P` = block parameters):
 //!
 //! ```text
-//! rate  = smoothmin(eff[class,path] * peak, power_w * flops_per_w[path] * k[class])
+//! rate  = smoothmin(eff[class,path] * peak,
+//!                   power_w * flops_per_w[path] * k[class] * (node_nm / 8)^-beta)
 //!         * h / (h + h_half[path]) * T / (T + T_half[path])        (T = m*s tokens)
 //! E     = m*A + act_bytes * c_m[fam] * m*s^2     (A = ModelSpec::block_activation_io_bytes_fwd)
 //! fwd   = F / rate + (E + w_fwd*P) / (bw * bw_eff) + fixed_fwd
@@ -55,8 +56,12 @@ pub(crate) const T0B: usize = 39;
 pub(crate) const EG: usize = 40;
 /// Index of the dual-issue FP32 factor.
 pub(crate) const DUAL: usize = 42;
+/// Index of the process-node exponent of the power cap.
+pub(crate) const NODE: usize = 43;
 /// Number of time parameters.
-pub(crate) const N_TIME: usize = 43;
+pub(crate) const N_TIME: usize = 44;
+/// Process node (nm) at which `power_tflops_per_w` applies as is.
+const NODE_REF_NM: f64 = 8.0;
 const DUAL_BASE: f64 = 0.6;
 
 const TFW_BASE: [f64; 2] = [0.3e12, 0.06e12];
@@ -151,7 +156,11 @@ impl TimeTheta {
         let p = f.path.index();
         let top = self.efficiency(f.class, f.path) * f.peak_flops;
         let pc = self.power_class(f.class).index();
-        let cap = f.power_w * TFW_BASE[p] * self.v[TFW + p].exp() * self.v[pwf(pc)].exp();
+        let cap = f.power_w
+            * TFW_BASE[p]
+            * self.v[TFW + p].exp()
+            * self.v[pwf(pc)].exp()
+            * (f.node_nm / NODE_REF_NM).powf(-self.v[NODE]);
         let h0 = H0_BASE * self.v[H0 + p].exp();
         let t0 = T0_BASE * self.v[T0 + p].exp();
         smooth_min(top, cap) * f.hidden / (f.hidden + h0) * f.tokens / (f.tokens + t0)
@@ -270,6 +279,11 @@ pub struct TimeCoefficients {
     pub power_tflops_per_w: PerPath,
     /// Per-class multiplier of `power_tflops_per_w` (classes with data).
     pub power_class_factor: BTreeMap<ArchClass, f64>,
+    /// Exponent `beta` of the process-node scaling of sustained FLOP/s per
+    /// watt: the cap is multiplied by `(node_nm / 8)^-beta` (dimensionless;
+    /// 0 = no node effect; absent in older files).
+    #[serde(default)]
+    pub power_node_exponent: f64,
     /// Model width at which matmul efficiency is half its maximum.
     pub hidden_half: PerPath,
     /// Tokens per micro-batch at which matmul efficiency is half its maximum.
@@ -390,6 +404,7 @@ impl TimeTheta {
                 }
             },
             power_class_factor,
+            power_node_exponent: v[NODE],
             hidden_half: pp(H0, [H0_BASE; 2]),
             tokens_half: pp(T0, [T0_BASE; 2]),
             bw_efficiency: logistic(v[EBW]),
@@ -476,6 +491,14 @@ impl TimeTheta {
             )?;
         }
         let v = &mut th.v;
+        if !t.power_node_exponent.is_finite() {
+            return Err(SpecError::invalid(
+                origin,
+                "time.power_node_exponent",
+                format!("expected a finite number, got {}", t.power_node_exponent),
+            ));
+        }
+        v[NODE] = t.power_node_exponent;
         v[TFW] = ln(
             t.power_tflops_per_w.tensor * 1e12,
             TFW_BASE[0],

@@ -37,6 +37,8 @@ pub struct TimeFeat {
     pub bw_bps: f64,
     /// Board power, W.
     pub power_w: f64,
+    /// Process node of the GPU's chip, nm ([`ArchClass::process_nm`]).
+    pub node_nm: f64,
     /// Model width h.
     pub hidden: f64,
     /// Tokens in the micro-batch (`m * s`).
@@ -77,6 +79,7 @@ impl TimeFeat {
             peak_flops: peak * 1e12,
             bw_bps: gpu.mem_bw_gbps * 1e9,
             power_w: board_power_w(gpu),
+            node_nm: ArchClass::of(gpu).process_nm(),
             hidden: h,
             tokens: m * s,
             flops: m * (2.0 * model.block_matmul_params() as f64 * s + 4.0 * s * s * h),
