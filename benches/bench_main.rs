@@ -98,4 +98,213 @@ criterion_group!(engine_benches, engine::engine_1024_gpus);
 
 // ---- planner_* (append planner groups below and to criterion_main!) ---------
 
-criterion_main!(engine_benches);
+mod planner {
+    //! `planner_compat_4gpu`: the reference optimizer's rules for the paper's
+    //! cluster (L4, L4, A6000, P40), GPT-2.7B, global batch 128 (the
+    //! reference Python takes ~10 s for it). `planner_cephalo_4gpu`: the
+    //! native planner on the same cluster at batch 64. `planner_cephalo_64gpu`:
+    //! the native planner for 64 GPUs of 5 types (8 nodes) at global batch
+    //! 2048, LLaMA-2-7B at 2048 tokens, where memory binds on the T4s (the
+    //! branch and bound on the state split runs). `plan` includes the
+    //! simulator confirmation of the candidates and seeds; `search` is the
+    //! exact closed-form search alone. Throughput: closed-form candidates.
+    use criterion::{Criterion, Throughput};
+    use sim::cluster::Cluster;
+    use sim::cost::{CostModel, CostOptions, Workload};
+    use sim::dtype::Dtype;
+    use sim::gpu::GpuCatalog;
+    use sim::model::ModelCatalog;
+    use sim::planner::cephalo::{self, Cephalo};
+    use sim::planner::closed_form::ClosedForm;
+    use sim::planner::compat::Compat;
+    use sim::planner::{Planner, PlannerOptions, Problem, SimJudge};
+    use sim::profile::{reference, BlockProfile, ProfileSet};
+    use std::hint::black_box;
+    use std::path::PathBuf;
+
+    /// The reference profiles from `../shared` when present, else `None`
+    /// (the compat case then runs on analytic curves registered under the
+    /// model's name).
+    fn reference_profiles() -> Option<ProfileSet> {
+        let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference-profiles");
+        let lat = std::fs::read_to_string(d.join("model_latencies.json")).ok()?;
+        let mem = std::fs::read_to_string(d.join("model_memory.json")).ok()?;
+        let (g, m) = (GpuCatalog::builtin(), ModelCatalog::builtin());
+        let mut set = reference::import_latencies(&lat, "model_latencies.json", g, m).ok()?;
+        set.merge(reference::import_memory(&mem, "model_memory.json", m).ok()?);
+        Some(set)
+    }
+
+    fn costs(
+        cluster: Cluster,
+        model: &str,
+        seq: Option<u32>,
+        batch: u32,
+        profiles: &ProfileSet,
+        mem: Option<&str>,
+    ) -> CostModel {
+        let spec = ModelCatalog::builtin()
+            .lookup(model, "bench")
+            .unwrap()
+            .clone();
+        let seq_len = spec.tokens_per_sample(seq.unwrap_or(spec.seq_len));
+        let w = Workload {
+            cluster,
+            model: spec,
+            seq_len,
+            dtype: Dtype::Fp16,
+            global_batch: batch,
+        };
+        let options = CostOptions {
+            memory_cluster: mem.map(str::to_string),
+            ..CostOptions::default()
+        };
+        CostModel::build(w, profiles, sim::perfmodel::builtin().as_ref(), options)
+            .expect("bench costs")
+    }
+
+    fn paper(batch: u32) -> (CostModel, ProfileSet) {
+        let cl = Cluster::from_gpu_list("l4,l4,a6000,p40", "bench", GpuCatalog::builtin()).unwrap();
+        match reference_profiles() {
+            Some(p) => (
+                costs(cl, "deepspeedgpt_2.7b", Some(512), batch, &p, Some("paper")),
+                p,
+            ),
+            None => {
+                eprintln!("planner benches: ../shared/reference-profiles not found; analytic curves instead");
+                let c = costs(
+                    cl,
+                    "deepspeedgpt_2.7b",
+                    Some(512),
+                    batch,
+                    &ProfileSet::new(),
+                    None,
+                );
+                let mut p = ProfileSet::new();
+                for r in 0..c.ranks() {
+                    p.blocks.push(BlockProfile {
+                        gpu: c.gpu(r).name.clone(),
+                        model: c.workload.model.name.clone(),
+                        model_key: "deepspeedgpt_2.7b".into(),
+                        seq_len: c.workload.seq_len,
+                        dtype: c.workload.dtype,
+                        curve: c.gpu_type(r).block.clone(),
+                        flags: vec![],
+                    });
+                }
+                (c, p)
+            }
+        }
+    }
+
+    /// 64 GPUs of 5 types: 2 nodes of 8 H100 SXM and 2 of 8 A100-40GB
+    /// (NVLink), 1 of 8 V100-16GB (NVLink), 2 of 8 L4 (PCIe 4), 1 of 8 T4
+    /// (PCIe 3); 100 Gbit/s between nodes.
+    fn cluster64() -> Cluster {
+        let types = [
+            ("h100-sxm", "nvlink", 2),
+            ("a100-40gb", "nvlink", 2),
+            ("v100-16gb", "nvlink", 1),
+            ("l4", "pcie4", 2),
+            ("t4", "pcie3", 1),
+        ];
+        let mut toml =
+            String::from("name = \"bench-64\"\n[network]\nbw_gbit_s = 100.0\nlatency_us = 10.0\n");
+        let mut n = 0;
+        for (gpu, link, nodes) in types {
+            for _ in 0..nodes {
+                toml.push_str(&format!(
+                    "[[nodes]]\nname = \"n{n}\"\nintra_link = \"{link}\"\ngpus = [ {{ type = \"{gpu}\", count = 8 }} ]\n"
+                ));
+                n += 1;
+            }
+        }
+        Cluster::from_toml(&toml, "bench", GpuCatalog::builtin()).expect("bench cluster")
+    }
+
+    pub fn planner_compat_4gpu(c: &mut Criterion) {
+        let (costs, profiles) = paper(128);
+        let opts = PlannerOptions {
+            model_key: Some("deepspeedgpt_2.7b".into()),
+            ..PlannerOptions::default()
+        };
+        let p = Problem {
+            costs: &costs,
+            profiles: &profiles,
+            options: &opts,
+            judge: None,
+        };
+        let out = Compat.plan(&p).expect("compat plan");
+        let mut g = c.benchmark_group("planner_compat_4gpu");
+        g.throughput(Throughput::Elements(out.stats.candidates));
+        g.bench_function("b128", |b| {
+            b.iter(|| black_box(Compat.plan(&p).unwrap().plan.gpus.len()))
+        });
+        g.finish();
+    }
+
+    fn bench_native(
+        c: &mut Criterion,
+        group: &str,
+        costs: &CostModel,
+        profiles: &ProfileSet,
+        key: &str,
+    ) {
+        let opts = PlannerOptions {
+            model_key: Some(key.into()),
+            ..PlannerOptions::default()
+        };
+        let judge = SimJudge::new(costs);
+        let p = Problem {
+            costs,
+            profiles,
+            options: &opts,
+            judge: Some(&judge),
+        };
+        let cf = ClosedForm::new(costs);
+        let found = cephalo::search(&cf).expect("native search");
+        let mut g = c.benchmark_group(group);
+        g.sample_size(10);
+        g.throughput(Throughput::Elements(found.stats.candidates));
+        g.bench_function("search", |b| {
+            b.iter(|| {
+                black_box(
+                    cephalo::search(&ClosedForm::new(costs))
+                        .unwrap()
+                        .eval
+                        .iteration_ms,
+                )
+            })
+        });
+        g.bench_function("plan", |b| {
+            b.iter(|| black_box(Cephalo.plan(&p).unwrap().plan.gpus.len()))
+        });
+        g.finish();
+    }
+
+    pub fn planner_cephalo_4gpu(c: &mut Criterion) {
+        let (costs, profiles) = paper(64);
+        bench_native(
+            c,
+            "planner_cephalo_4gpu",
+            &costs,
+            &profiles,
+            "deepspeedgpt_2.7b",
+        );
+    }
+
+    pub fn planner_cephalo_64gpu(c: &mut Criterion) {
+        let empty = ProfileSet::new();
+        let costs = costs(cluster64(), "llama2-7b", Some(2048), 2048, &empty, None);
+        bench_native(c, "planner_cephalo_64gpu", &costs, &empty, "llama2-7b");
+    }
+}
+
+criterion_group!(
+    planner_benches,
+    planner::planner_compat_4gpu,
+    planner::planner_cephalo_4gpu,
+    planner::planner_cephalo_64gpu
+);
+
+criterion_main!(engine_benches, planner_benches);

@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# shellcheck source=scripts/system-deps.sh
+. scripts/system-deps.sh
 # shellcheck source=scripts/exec-env.sh
 . scripts/exec-env.sh
 

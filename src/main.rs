@@ -1,2 +1,22 @@
 //! `cephalo`: plan, simulate and validate FSDP training on heterogeneous GPU clusters.
-fn main() {}
+//!
+//! Parses the command line, dispatches to one subcommand under `cli/`, and
+//! turns errors into exit codes: 0 success (an out-of-memory plan is a valid
+//! answer), 2 bad input or infeasible workload, 1 internal failure.
+
+mod cli;
+mod load;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    match cli::run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(cli::exit_code(&e))
+        }
+    }
+}

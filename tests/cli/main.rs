@@ -1,5 +1,5 @@
 //! End-to-end tests of the `cephalo` command line (one binary, CONVENTIONS.md item 11).
 
-mod simulate;
 mod plan;
 mod predict;
+mod simulate;

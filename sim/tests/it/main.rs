@@ -1,5 +1,5 @@
 //! Integration tests of the `sim` crate (one binary, CONVENTIONS.md item 11).
 
 mod fsdp;
-mod planner;
 mod perfmodel;
+mod planner;

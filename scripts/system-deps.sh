@@ -1,0 +1,18 @@
+# shellcheck shell=bash
+# Debian packages the simulator side needs (sourced; idempotent):
+# plotters renders text through fontconfig + a TrueType font.
+#     . scripts/system-deps.sh
+__cephalo_system_deps() {
+    local missing=()
+    command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+    pkg-config --exists fontconfig 2>/dev/null || missing+=(libfontconfig1-dev)
+    fc-list 2>/dev/null | grep -qi dejavu || missing+=(fonts-dejavu-core)
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    local sudo=""
+    if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
+    echo "system-deps: apt-get install ${missing[*]}" >&2
+    $sudo apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+__cephalo_system_deps
+unset -f __cephalo_system_deps

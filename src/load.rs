@@ -1,0 +1,95 @@
+//! Reading input files: every path the CLI touches goes through here, so every
+//! error names its file.
+
+use crate::cli::UserError;
+use anyhow::Result;
+use sim::gpu::GpuCatalog;
+use sim::model::ModelCatalog;
+use sim::profile::{native, reference, ProfileSet};
+use std::path::Path;
+
+/// Reads a whole text file; a missing or unreadable file is a user error.
+pub fn read_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| UserError(format!("{}: cannot read: {e}", path.display())).into())
+}
+
+/// What kind of profile file a JSON text is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProfileKind {
+    Native,
+    ReferenceLatencies,
+    ReferenceMemory,
+}
+
+fn sniff(text: &str, path: &Path) -> Result<ProfileKind> {
+    let v: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| sim::error::SpecError::parse(path.display().to_string(), e))?;
+    let Some(obj) = v.as_object() else {
+        return Err(UserError(format!(
+            "{}: expected a JSON object (a cephalo-profile/1 file, model_latencies.json or model_memory.json)",
+            path.display()
+        ))
+        .into());
+    };
+    if obj.contains_key("format") {
+        return Ok(ProfileKind::Native);
+    }
+    let is_memory = obj
+        .values()
+        .filter_map(|c| c.as_object())
+        .flat_map(|c| c.values())
+        .any(|m| m.get("profiled_compute_memory").is_some());
+    Ok(if is_memory {
+        ProfileKind::ReferenceMemory
+    } else {
+        ProfileKind::ReferenceLatencies
+    })
+}
+
+/// Loads one profile file of any supported format.
+pub fn load_profile_file(path: &Path) -> Result<ProfileSet> {
+    let text = read_text(path)?;
+    let origin = path.display().to_string();
+    let (g, m) = (GpuCatalog::builtin(), ModelCatalog::builtin());
+    let set = match sniff(&text, path)? {
+        ProfileKind::Native => native::import(&text, &origin, g, m)?,
+        ProfileKind::ReferenceLatencies => reference::import_latencies(&text, &origin, g, m)?,
+        ProfileKind::ReferenceMemory => reference::import_memory(&text, &origin, m)?,
+    };
+    Ok(set)
+}
+
+/// Loads a profile file, or every `*.json` of a directory (sorted by name so
+/// the result does not depend on directory order).
+pub fn load_profiles(path: &Path) -> Result<ProfileSet> {
+    if !path.exists() {
+        return Err(UserError(format!(
+            "{}: no such file or directory (--profiles)",
+            path.display()
+        ))
+        .into());
+    }
+    if path.is_file() {
+        return load_profile_file(path);
+    }
+    let mut files: Vec<_> = std::fs::read_dir(path)
+        .map_err(|e| UserError(format!("{}: cannot list: {e}", path.display())))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json") && p.is_file())
+        .collect();
+    files.sort();
+    let mut set = ProfileSet::new();
+    for f in files {
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        // Files of the reference directory that are not profiles.
+        if name == "model_stats.json"
+            || name == "reference_plans.json"
+            || name.starts_with("example_plan")
+        {
+            continue;
+        }
+        set.merge(load_profile_file(&f)?);
+    }
+    Ok(set)
+}
