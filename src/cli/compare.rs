@@ -178,7 +178,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     for pl in &list {
         match plan_and_simulate(&res, pl.as_ref(), &opts) {
             Ok((planned, report, elapsed)) => {
-                log_search(pl.name(), &planned.stats, elapsed);
+                // Baselines follow a rule and search nothing: only searches are logged.
+                if planned.stats.candidates > 0 {
+                    log_search(pl.name(), &planned.stats, elapsed);
+                }
                 let p = &planned.plan;
                 rows.push(Row {
                     planner: pl.name().to_string(),

@@ -208,3 +208,35 @@ fn unknown_planner_exits_2() {
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("unknown planner `nope`"), "{}", o.stderr);
 }
+
+/// Compat mode on built-in data alone: the reference rules run on the
+/// calibrated curves, and the output says so for every GPU.
+#[test]
+fn compat_without_reference_profiles_says_which_curves_it_used() {
+    let o = run(&[
+        "plan",
+        "--compat",
+        "--gpus",
+        "l4,a6000",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "16",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    let b: u64 = v["batch_sizes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .sum();
+    assert_eq!(b, 16);
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains("no reference profile for l4") && notes.contains("analytic"),
+        "{notes}"
+    );
+}

@@ -833,7 +833,7 @@ impl Planner for Cephalo {
         for (i, gp) in plan.gpus.iter_mut().enumerate() {
             if gp.batch == 0 {
                 let msg = format!(
-                    "GPU {i} ({}) gets no samples: it only holds {:.1}% of the training state (chosen: it is too slow to shorten the iteration)",
+                    "GPU {i} ({}) gets no samples and only holds {:.1}% of the training state: giving it samples does not shorten the iteration",
                     costs.gpu(i).name,
                     gp.state_fraction * 100.0
                 );

@@ -29,9 +29,9 @@
 //! reference code's own (even) output.
 
 use super::{CompatDetails, Objective, Planned, Planner, Problem, SearchStats};
-use crate::error::{PlanError, SpecError};
+use crate::error::PlanError;
 use crate::plan::Plan;
-use crate::profile::{BlockProfile, ComputeCurve, MemoryProfile};
+use crate::profile::{ComputeCurve, MemoryProfile};
 use crate::units::GIB;
 use rayon::prelude::*;
 
@@ -83,6 +83,9 @@ impl MemoryCurve {
 /// Everything the reference DP needs, resolved once.
 #[derive(Debug, Clone)]
 pub struct CompatInputs {
+    /// GPUs with no reference entry under the key, and the source of the
+    /// curve used instead (empty when every GPU has its reference entry).
+    pub substituted: Vec<(String, String)>,
     /// Model key whose profiles are used.
     pub model_key: String,
     /// Per rank: largest micro-batch with an even state shard.
@@ -201,22 +204,28 @@ impl CompatInputs {
         let mb_mem_gib: Vec<f64> = (1..=max_hard.max(1)).map(mb).collect();
         let mut fwd_ms = Vec::with_capacity(g);
         let mut bwd_ms = Vec::with_capacity(g);
+        let mut substituted = Vec::new();
         for (r, &hb) in hard_bound.iter().enumerate() {
             let gpu = &costs.gpu(r).name;
-            let p: &BlockProfile = profiles
-                .block_by_key(gpu, &model_key, w.seq_len, w.dtype)
-                .ok_or_else(|| SpecError::MissingProfile {
-                    gpu: gpu.clone(),
-                    model: model_key.clone(),
-                    seq_len: w.seq_len,
-                    dtype: w.dtype.to_string(),
-                    why: "compat mode needs the reference profile entry under this exact model key (no analytic fallback)".into(),
-                })?;
+            // The reference entry under the exact key; without one, the
+            // curve the cost model resolved (another profile or the
+            // calibrated prediction), so the reference rules still apply.
+            let curve = match profiles.block_by_key(gpu, &model_key, w.seq_len, w.dtype) {
+                Some(p) => &p.curve,
+                None => {
+                    let c = &costs.gpu_type(r).block;
+                    if !substituted.iter().any(|(g, _): &(String, String)| g == gpu) {
+                        substituted.push((gpu.clone(), c.source.to_string()));
+                    }
+                    c
+                }
+            };
             let h = hb.min(big_b);
-            fwd_ms.push((1..=h).map(|m| reference_ms(&p.curve, m, true)).collect());
-            bwd_ms.push((1..=h).map(|m| reference_ms(&p.curve, m, false)).collect());
+            fwd_ms.push((1..=h).map(|m| reference_ms(curve, m, true)).collect());
+            bwd_ms.push((1..=h).map(|m| reference_ms(curve, m, false)).collect());
         }
         Ok(CompatInputs {
+            substituted,
             model_key,
             even_bound,
             hard_bound,
@@ -475,7 +484,16 @@ impl Planner for Compat {
             .enumerate()
             .map(|(r, &(m, _))| (inp.usable_gib[r] - inp.mb_gib(m)) / inp.state_gib)
             .collect();
-        let mut notes = Vec::new();
+        let mut notes: Vec<String> = inp
+            .substituted
+            .iter()
+            .map(|(gpu, src)| {
+                format!(
+                    "no reference profile for {gpu} under `{}`: the reference rules ran on {src}",
+                    inp.model_key
+                )
+            })
+            .collect();
         let fractions = match super::water_fill(&caps) {
             Some(f) => f,
             None => {
