@@ -3,3 +3,4 @@
 mod fsdp;
 mod perfmodel;
 mod planner;
+mod tidy;
