@@ -52,23 +52,29 @@ pub fn profile_collectives<C: Collectives>(
     for &n in &cfg.sizes_elems {
         for split in &splits {
             let counts = piece_sizes(n, split);
+            // Inputs are warm (the trainer's shard and freshly accumulated
+            // gradient); outputs are allocated per call and timed with
+            // their first-touch page faults, as the trainer allocates them.
             let full_buf: Vec<f32> = (0..n).map(|i| (i % 17) as f32).collect();
-            let mut full_out = vec![0f32; n];
-            let mut local = vec![1f32; counts[rank]];
+            let local = vec![1f32; counts[rank]];
             for op in [CollectiveOp::AllGather, CollectiveOp::ReduceScatter] {
                 let mut times = Vec::with_capacity(cfg.repetitions);
                 for rep in 0..cfg.warmup + cfg.repetitions.max(1) {
+                    // Untouched (lazily zeroed) memory, freed after timing.
+                    let mut out = match op {
+                        CollectiveOp::AllGather => vec![0f32; n],
+                        CollectiveOp::ReduceScatter => vec![0f32; counts[rank]],
+                    };
                     comm.barrier();
                     let t = Instant::now();
                     match op {
-                        CollectiveOp::AllGather => {
-                            comm.all_gather_v(&local, &counts, &mut full_out)?
-                        }
+                        CollectiveOp::AllGather => comm.all_gather_v(&local, &counts, &mut out)?,
                         CollectiveOp::ReduceScatter => {
-                            comm.reduce_scatter_v(&full_buf, &counts, &mut local)?
+                            comm.reduce_scatter_v(&full_buf, &counts, &mut out)?
                         }
                     }
                     let ms = t.elapsed().as_secs_f64() * 1e3;
+                    drop(out);
                     if rep >= cfg.warmup {
                         times.push(ms);
                     }

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::commprof::CollectiveConfig;
-use crate::config::Job;
-use crate::report::{CollectiveTiming, TrainReport};
+use crate::config::{Job, ProfileConfig};
+use crate::report::{CollectiveTiming, ComputeProfile, TrainReport};
 use crate::ExecError;
 
 /// What the ranks of one `mpirun` do (the `--job` file).
@@ -24,6 +24,9 @@ use crate::ExecError;
 pub enum RankTask {
     /// Train a job (one rank per plan entry).
     Train(Job),
+    /// Profile compute on every rank at the same time (see
+    /// [`launch_compute`]).
+    Compute(ProfileConfig),
     /// Time collectives on this many ranks.
     Collectives {
         /// Rank count.
@@ -41,6 +44,8 @@ pub enum RankOutput {
     Train(TrainReport),
     /// Result of [`RankTask::Collectives`].
     Collectives(Vec<CollectiveTiming>),
+    /// Result of [`RankTask::Compute`].
+    Compute(ComputeProfile),
 }
 
 /// How to start the ranks.
@@ -166,8 +171,32 @@ pub fn launch(job: &Job, opts: &LaunchOptions) -> Result<TrainReport, ExecError>
     job.validate(None, None)?;
     match run_task(&RankTask::Train(job.clone()), job.plan.len(), opts)? {
         RankOutput::Train(r) => Ok(r),
-        RankOutput::Collectives(_) => Err(ExecError::Io(
-            "rank 0 wrote a collectives report for a training job".into(),
+        _ => Err(ExecError::Io(
+            "rank 0 wrote another kind of report for a training job".into(),
+        )),
+    }
+}
+
+/// Profiles compute (see [`crate::profile_compute`]) on `ranks` MPI ranks
+/// at the same time and returns the mean of their timings: the device as
+/// it performs while every rank of a run computes (on a CPU the ranks share
+/// memory bandwidth, caches and possibly physical cores, so a lone
+/// process's profile is optimistic). One rank is the plain profile.
+pub fn launch_compute(
+    ranks: usize,
+    config: &ProfileConfig,
+    opts: &LaunchOptions,
+) -> Result<ComputeProfile, ExecError> {
+    if ranks == 0 {
+        return Err(ExecError::InvalidJob {
+            field: "ranks".into(),
+            message: "expected at least 1 rank, got 0".into(),
+        });
+    }
+    match run_task(&RankTask::Compute(config.clone()), ranks, opts)? {
+        RankOutput::Compute(p) => Ok(p),
+        _ => Err(ExecError::Io(
+            "rank 0 wrote another kind of report for a compute profile".into(),
         )),
     }
 }
@@ -191,8 +220,8 @@ pub fn launch_collectives(
     };
     match run_task(&task, ranks, opts)? {
         RankOutput::Collectives(t) => Ok(t),
-        RankOutput::Train(_) => Err(ExecError::Io(
-            "rank 0 wrote a training report for a collectives job".into(),
+        _ => Err(ExecError::Io(
+            "rank 0 wrote another kind of report for a collectives job".into(),
         )),
     }
 }
@@ -307,6 +336,7 @@ pub fn parse_rank_args<I: IntoIterator<Item = String>>(
 #[cfg(all(feature = "torch", feature = "mpi"))]
 pub fn rank_main(job_path: &Path, report_path: &Path) -> Result<(), ExecError> {
     use crate::comm::{Collectives, MpiComm};
+    crate::keep_freed_memory();
     let Some((_universe, comm)) = MpiComm::init() else {
         return Err(ExecError::Comm("MPI was already initialised".into()));
     };
@@ -326,6 +356,15 @@ pub fn rank_main(job_path: &Path, report_path: &Path) -> Result<(), ExecError> {
                     });
                 }
                 crate::commprof::profile_collectives(&comm, &config)?.map(RankOutput::Collectives)
+            }
+            RankTask::Compute(config) => {
+                comm.barrier();
+                let mut p = crate::profiler::profile_compute(&config)?;
+                let all = comm.gather_f64(&p.timings());
+                all.map(|all| {
+                    p.set_mean_timings(&all, comm.size());
+                    RankOutput::Compute(p)
+                })
             }
         };
         if let Some(out) = out {

@@ -146,6 +146,18 @@ impl Model {
         Ok(())
     }
 
+    /// Copies per-tensor gradients `grads` (layout order, any float kind)
+    /// of unit `unit` into its flat f32 accumulator `acc`, overwriting it
+    /// (the first micro-batch: saves zero-filling the buffer, which costs a
+    /// pass over memory per unit per iteration on the CPU).
+    pub fn store(&self, unit: usize, acc: &Tensor, grads: &[Tensor]) -> TResult<()> {
+        let _g = tch::no_grad_guard();
+        for (view, g) in self.split(unit, acc)?.iter_mut().zip(grads) {
+            let _ = view.f_copy_(g).map_err(terr)?;
+        }
+        Ok(())
+    }
+
     /// Forward of unit `unit` with flat parameters `flat` (compute dtype,
     /// on the device); see [`Model::forward_p`].
     pub fn forward(&self, unit: usize, flat: &Tensor, x: &Tensor) -> TResult<Tensor> {

@@ -120,8 +120,13 @@ fn profile_unit(
     })
 }
 
+/// Largest parameter count the Adam step is timed over (16 Mi: 256 MiB of
+/// f32 parameters, gradient and moments).
+const OPT_MAX_PARAMS: usize = 1 << 24;
+
 /// Times block 0, the embedding and the head at every micro-batch size, and
-/// the Adam step over one block's parameters. One process, no MPI.
+/// the Adam step (over the largest unit's parameter count, capped at
+/// [`OPT_MAX_PARAMS`], reported per block). One process, no MPI.
 pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError> {
     if cfg.micro_batch_sizes.is_empty() || cfg.micro_batch_sizes.contains(&0) {
         return Err(ExecError::InvalidJob {
@@ -135,6 +140,7 @@ pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError>
             message: "expected fp32 on the cpu device".into(),
         });
     }
+    crate::keep_freed_memory();
     if let Some(t) = cfg.threads {
         tch::set_num_threads(t as i32);
     }
@@ -151,18 +157,24 @@ pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError>
         embedding.push(profile_unit(&model, 0, m, cfg, false)?);
         head_t.push(profile_unit(&model, head, m, cfg, true)?);
     }
+    // Adam is memory-bound: time it over as many parameters as the largest
+    // unit (capped at OPT_MAX_PARAMS, at least one block), where a rank's
+    // big shards live, and scale to one block.
     let n = model.units[1].numel();
-    let mut p = Tensor::from_slice(&init_values(&model.units[1], 1, 0, 0..n))
-        .f_to_device(device)
+    let largest = model.units.iter().map(|u| u.numel()).max().unwrap_or(n);
+    let n_opt = largest.min(OPT_MAX_PARAMS).max(n);
+    let mut p = Tensor::f_randn([n_opt as i64], (Kind::Float, device))
+        .and_then(|t| t.f_mul_scalar(0.02))
         .map_err(terr)?;
     let g = p.f_mul_scalar(1e-3).map_err(terr)?;
     let mut st = AdamState::zeros_like(&p)?;
     let mut step = 0u64;
     let adam = AdamConfig::default();
-    let opt_ms = time_ms(device, cfg.warmup, cfg.repetitions, || {
+    let opt_all_ms = time_ms(device, cfg.warmup, cfg.repetitions, || {
         step += 1;
         adam_step(&mut p, &g, &mut st, step, &adam)
     })?;
+    let opt_ms = opt_all_ms * n as f64 / n_opt as f64;
     Ok(ComputeProfile {
         model: cfg.model.clone(),
         device: cfg.device,
@@ -179,5 +191,6 @@ pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError>
         warmup: cfg.warmup,
         repetitions: cfg.repetitions,
         baseline_mem_bytes,
+        concurrent_ranks: 1,
     })
 }

@@ -153,9 +153,10 @@ pub struct ComputeProfile {
     /// Head unit; `forward_ms` includes the loss, `recompute_backward_ms` is
     /// the head's forward + backward as done once per micro-batch.
     pub head: Vec<PassTiming>,
-    /// Adam step over one block's (unsharded) parameters, median (ms).
+    /// Adam step over one block's worth of parameters, median (ms): timed
+    /// over the largest unit's parameter count (capped at 16 Mi) and scaled.
     pub optimizer_ms_per_block: f64,
-    /// Adam step cost per parameter (ns), from the block measurement.
+    /// Adam step cost per parameter (ns), from that measurement.
     pub optimizer_ns_per_param: f64,
     /// Warm-up runs before timing.
     pub warmup: usize,
@@ -165,6 +166,54 @@ pub struct ComputeProfile {
     /// only): subtracted from the units' peaks to get what a step adds.
     #[serde(default)]
     pub baseline_mem_bytes: Option<u64>,
+    /// Processes that profiled at the same time (one per rank, see
+    /// [`crate::launch_compute`]); the timings are their means. 1 for a
+    /// profile taken by a single process.
+    #[serde(default = "one")]
+    pub concurrent_ranks: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl ComputeProfile {
+    /// Every timing as one flat list (block, embedding, head passes:
+    /// forward, backward, recompute + backward; then the optimizer step), ms.
+    pub fn timings(&self) -> Vec<f64> {
+        let mut v = Vec::new();
+        for list in [&self.block, &self.embedding, &self.head] {
+            for p in list {
+                v.extend([p.forward_ms, p.backward_ms, p.recompute_backward_ms]);
+            }
+        }
+        v.push(self.optimizer_ms_per_block);
+        v
+    }
+
+    /// Replaces every timing by its mean over `ranks` concatenated
+    /// [`ComputeProfile::timings`] lists (as gathered from the ranks that
+    /// profiled at the same time) and records `ranks`.
+    pub fn set_mean_timings(&mut self, all: &[f64], ranks: usize) {
+        let n = self.timings().len();
+        if ranks == 0 || all.len() != n * ranks {
+            return;
+        }
+        let mean = |k: usize| (0..ranks).map(|r| all[r * n + k]).sum::<f64>() / ranks as f64;
+        let mut k = 0;
+        for list in [&mut self.block, &mut self.embedding, &mut self.head] {
+            for p in list.iter_mut() {
+                p.forward_ms = mean(k);
+                p.backward_ms = mean(k + 1);
+                p.recompute_backward_ms = mean(k + 2);
+                k += 3;
+            }
+        }
+        self.optimizer_ms_per_block = mean(k);
+        self.optimizer_ns_per_param =
+            self.optimizer_ms_per_block * 1e6 / self.params_per_block.max(1) as f64;
+        self.concurrent_ranks = ranks;
+    }
 }
 
 /// Collective operation measured.

@@ -642,6 +642,7 @@ mod tests {
             warmup: 1,
             repetitions: 3,
             baseline_mem_bytes: None,
+            concurrent_ranks: 1,
         };
         let t = CollectiveTiming {
             op: CollectiveOp::AllGather,

@@ -342,7 +342,9 @@ impl<'a, C: Collectives> Rank<'a, C> {
         drop(p);
         let leaves = self.model.leaves(head, &pk)?;
         let k = leaves.len();
-        let mut gacc = Tensor::f_zeros([self.model.units[head].numel() as i64], (Kind::Float, dev))
+        // Gradient buffers are not zero-filled: the first micro-batch's
+        // gradient is copied in, the others added (see `Model::store`).
+        let mut gacc = Tensor::f_empty([self.model.units[head].numel() as i64], (Kind::Float, dev))
             .map_err(terr)?;
         let mut copy_before = self.clock.copy_ms;
         for (j, (_, tgt)) in data.iter().enumerate() {
@@ -355,7 +357,11 @@ impl<'a, C: Collectives> Rank<'a, C> {
             let mut inputs: Vec<&Tensor> = leaves.iter().collect();
             inputs.push(&x);
             let g = Tensor::f_run_backward(&[&loss], &inputs, false, false).map_err(terr)?;
-            self.model.accumulate(head, &gacc, &g[..k])?;
+            if j == 0 {
+                self.model.store(head, &gacc, &g[..k])?;
+            } else {
+                self.model.accumulate(head, &gacc, &g[..k])?;
+            }
             loss_sum += loss.f_double_value(&[]).map_err(terr)?;
             let dy = g[k].shallow_clone();
             dys.push(self.offload(dy)?);
@@ -377,7 +383,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
             drop(p);
             let leaves = self.model.leaves(u, &pk)?;
             let k = leaves.len();
-            gacc = Tensor::f_zeros([self.model.units[u].numel() as i64], (Kind::Float, dev))
+            gacc = Tensor::f_empty([self.model.units[u].numel() as i64], (Kind::Float, dev))
                 .map_err(terr)?;
             // The output of unit u is no longer needed once u is reached.
             let done = if u > 0 { outputs.pop() } else { None };
@@ -403,7 +409,11 @@ impl<'a, C: Collectives> Rank<'a, C> {
                 }
                 let g =
                     Tensor::f_run_backward(&[&surrogate], &inputs, false, false).map_err(terr)?;
-                self.model.accumulate(u, &gacc, &g[..k])?;
+                if j == 0 {
+                    self.model.store(u, &gacc, &g[..k])?;
+                } else {
+                    self.model.accumulate(u, &gacc, &g[..k])?;
+                }
                 if u > 0 {
                     let dx = g[k].shallow_clone();
                     dys[j] = self.offload(dx)?;
