@@ -153,7 +153,7 @@ impl Model {
     pub fn store(&self, unit: usize, acc: &Tensor, grads: &[Tensor]) -> TResult<()> {
         let _g = tch::no_grad_guard();
         for (view, g) in self.split(unit, acc)?.iter_mut().zip(grads) {
-            let _ = view.f_copy_(g).map_err(terr)?;
+            view.f_copy_(g).map_err(terr)?;
         }
         Ok(())
     }

@@ -3,3 +3,4 @@
 mod plan;
 mod predict;
 mod simulate;
+mod validate;

@@ -1,0 +1,645 @@
+//! `cephalo validate` (built with `--features exec`): profile a device (or
+//! load a profile), plan, simulate the plan, train it for real over MPI, and
+//! print predicted vs measured side by side with relative errors.
+//!
+//! Steps, in order (nothing starts a rank before the plan is checked):
+//! 1. the plan: `--batch` / `--microbatches` / `--state-fractions` lists,
+//!    or by default an uneven demonstration plan ([`demo_plan`]: batches
+//!    proportional to 3, 5, 7, ..., micro-batch counts 1, 2, 3, ..., state
+//!    fractions proportional to 2, 3, 4, ...; for 2 ranks and a global batch
+//!    of 8: batches 3 + 5, micro-batches 1 and 2, fractions 0.4 / 0.6), so
+//!    unequal batches, gradient accumulation and uneven shards are all
+//!    exercised even on identical devices where a planner would split
+//!    evenly; or `--planner NAME` (after profiling). A plan that does not
+//!    match `--ranks`, fractions that do not sum to 1, or batches that do not
+//!    sum to `--global-batch` exit 2 here;
+//! 2. the profile: `--profile FILE` (any format `simulate` reads), else
+//!    measured now (`cephalo profile` of micro-batch sizes 1..=the plan's
+//!    largest, and the collectives over `--ranks` ranks at the model's unit
+//!    sizes with the plan's split and an even one);
+//! 3. the prediction: `sim::fsdp::simulate` with the trainer's model sizes
+//!    (`exec::sim_glue::model_for_trainer`) and **without prefetch**: the
+//!    trainer issues every collective synchronously (a barrier, then the
+//!    collective, then compute), on every device;
+//! 4. the run: `--warmup` + `--iterations` iterations over `mpirun -n
+//!    ranks`, this binary's hidden `exec-rank` subcommand as the rank
+//!    program; medians over the recorded iterations;
+//! 5. the comparison (`exec::sim_glue::compare`).
+//!
+//! Units: ms, GiB, relative errors as fractions. Exit codes: 0 with a
+//! comparison (whatever the error), 2 for bad input, 1 when a run fails.
+
+use crate::cli::profile::{self, Device};
+use crate::cli::UserError;
+use crate::load;
+use anyhow::{Context, Result};
+use clap::{Args as ClapArgs, ValueEnum};
+use exec::sim_glue::{self, Comparison, MeasuredReport, RunSettings};
+use exec::{AdamConfig, ExecError};
+use serde::Serialize;
+use sim::cluster::Cluster;
+use sim::cost::{CostModel, CostOptions, Workload};
+use sim::fsdp::{simulate, SimOptions};
+use sim::gpu::GpuCatalog;
+use sim::plan::Plan;
+use sim::planner::{self, PlannerOptions, Problem, SimJudge};
+use sim::profile::Source;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Output format on stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Side-by-side table.
+    Table,
+    /// JSON ([`ValidateOutput`]).
+    Json,
+}
+
+/// Flags of `cephalo validate`.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct Args {
+    /// Model name or alias (e.g. `deepspeedgpt_test`).
+    #[arg(long)]
+    pub model: String,
+    /// Tokens per sample (default: the model's).
+    #[arg(long)]
+    pub seq_len: Option<u32>,
+    /// Global batch (samples per iteration).
+    #[arg(long)]
+    pub global_batch: u32,
+    /// MPI ranks (one device each).
+    #[arg(long, default_value_t = 2)]
+    pub ranks: usize,
+    /// Recorded iterations.
+    #[arg(long, default_value_t = 3)]
+    pub iterations: usize,
+    /// Warm-up iterations before them (trained, not recorded).
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Device of every rank.
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    pub device: Device,
+    /// Catalog name of the device (default: `cpu`, or the CUDA device's name).
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Precision (default fp32 on the CPU, bf16 on CUDA).
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// Profile file or directory to use instead of measuring one.
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// Also write the profile measured here to this file.
+    #[arg(long, conflicts_with = "profile")]
+    pub save_profile: Option<PathBuf>,
+    /// Local batch per rank, comma-separated (default: the demo plan).
+    #[arg(long, value_delimiter = ',', conflicts_with = "planner")]
+    pub batch: Option<Vec<u32>>,
+    /// Micro-batch COUNT per rank, comma-separated (default 1 each with --batch).
+    #[arg(long, value_delimiter = ',', requires = "batch")]
+    pub microbatches: Option<Vec<u32>>,
+    /// State fraction per rank, comma-separated (default even with --batch).
+    #[arg(long, value_delimiter = ',', requires = "batch")]
+    pub state_fractions: Option<Vec<f64>>,
+    /// Plan with this planner instead (cephalo, fsdp, fsdp-ga, ...).
+    #[arg(long)]
+    pub planner: Option<String>,
+    /// libtorch threads per rank (default 1 on the CPU).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Seed of parameters and data.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Profiler: untimed runs before each point.
+    #[arg(long, default_value_t = 2)]
+    pub profile_warmup: usize,
+    /// Profiler: timed runs per point.
+    #[arg(long, default_value_t = 5)]
+    pub profile_repetitions: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Kill a profiling or training job after this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    pub timeout_s: u64,
+}
+
+/// The default uneven plan of `ranks` ranks for `global_batch` samples:
+/// batches proportional to 3, 5, 7, ... (largest remainders, at least 1
+/// each), micro-batch counts 1, 2, 3, ... (at most the batch), state
+/// fractions proportional to 2, 3, 4, .... `None` when `global_batch <
+/// ranks`.
+pub fn demo_plan(ranks: usize, global_batch: u32) -> Option<Plan> {
+    if ranks == 0 || (global_batch as usize) < ranks {
+        return None;
+    }
+    let w: Vec<f64> = (0..ranks).map(|i| (3 + 2 * i) as f64).collect();
+    let total: f64 = w.iter().sum();
+    // One sample each, the rest by largest remainder of the weights.
+    let rest = global_batch as usize - ranks;
+    let exact: Vec<f64> = w.iter().map(|x| x / total * rest as f64).collect();
+    let mut b: Vec<u32> = exact.iter().map(|e| e.floor() as u32 + 1).collect();
+    let mut left = global_batch - b.iter().sum::<u32>();
+    let mut order: Vec<usize> = (0..ranks).collect();
+    order.sort_by(|&x, &y| {
+        let (rx, ry) = (exact[x] - exact[x].floor(), exact[y] - exact[y].floor());
+        ry.total_cmp(&rx).then(y.cmp(&x))
+    });
+    let mut k = 0;
+    while left > 0 {
+        b[order[k % ranks]] += 1;
+        left -= 1;
+        k += 1;
+    }
+    let fr = profile::ramp(ranks);
+    let gpus = (0..ranks)
+        .map(|i| sim::plan::RankPlan::new(b[i], (i as u32 + 1).min(b[i]), fr[i]))
+        .collect();
+    Some(Plan {
+        planner: "demo-uneven".into(),
+        gpus,
+    })
+}
+
+/// `cephalo validate --format json` (`cephalo-validate/1`): the workload,
+/// the plan, where the profile came from, and the comparison flattened in
+/// (`predicted_iteration_ms`, `measured_iteration_ms`,
+/// `iteration_error_rel`, `ranks[]` of `{predicted, measured, error_rel}`
+/// pairs: see `exec::sim_glue::Comparison`), plus every measured
+/// iteration, the simulator's communication model and notes.
+#[derive(Debug, Serialize)]
+pub struct ValidateOutput {
+    /// Schema tag.
+    pub format: &'static str,
+    /// Model (canonical name).
+    pub model: String,
+    /// Device kind (`cpu` or `cuda`).
+    pub device: String,
+    /// Catalog name of the device.
+    pub gpu: String,
+    /// Precision.
+    pub dtype: String,
+    /// Tokens per sample.
+    pub seq_len: u32,
+    /// Global batch.
+    pub global_batch: u32,
+    /// Recorded iterations.
+    pub iterations: usize,
+    /// Warm-up iterations.
+    pub warmup_iterations: usize,
+    /// libtorch threads per rank (null: libtorch's default).
+    pub threads: Option<usize>,
+    /// How the plan was chosen.
+    pub plan_source: String,
+    /// The plan run.
+    pub plan: Plan,
+    /// Where the profile came from (`measured now` or the file).
+    pub profile_source: String,
+    /// Source of the block times the prediction used.
+    pub compute_source: String,
+    /// The simulator's communication model.
+    pub comm_model: String,
+    /// The comparison.
+    #[serde(flatten)]
+    pub comparison: Comparison,
+    /// Measured iteration times, ms.
+    pub measured_iteration_ms_each: Vec<f64>,
+    /// Measured per-rank details (medians).
+    pub measured: MeasuredReport,
+    /// CPU use of other processes on the host while profiling and while
+    /// training, % of all cores (`null` where unknown or not profiled).
+    pub background_cpu_pct: BackgroundLoad,
+    /// Remarks (model adjustments, warnings).
+    pub notes: Vec<String>,
+}
+
+/// Background CPU use during the two measured steps, % of all cores.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct BackgroundLoad {
+    /// While profiling (`null` with `--profile`).
+    pub profile: Option<f64>,
+    /// While training.
+    pub run: Option<f64>,
+}
+
+/// Background load above which `validate` warns that the measurement was
+/// disturbed, % of all cores.
+pub const BUSY_PCT: f64 = 5.0;
+
+fn exec_err(e: ExecError) -> anyhow::Error {
+    match e {
+        ExecError::InvalidJob { .. } => UserError(e.to_string()).into(),
+        other => anyhow::Error::new(other),
+    }
+}
+
+fn user_plan(args: &Args) -> Result<Option<(Plan, String)>> {
+    if args.planner.is_some() {
+        return Ok(None);
+    }
+    let ranks = args.ranks;
+    match &args.batch {
+        Some(batch) => {
+            let micro: Vec<u32> = match &args.microbatches {
+                Some(m) => m.clone(),
+                None => batch.iter().map(|&b| u32::from(b > 0)).collect(),
+            };
+            let plan = Plan::from_lists(batch, &micro, args.state_fractions.as_deref(), "--batch")?;
+            Ok(Some((plan, "--batch / --microbatches / --state-fractions".into())))
+        }
+        None => match demo_plan(ranks, args.global_batch) {
+            Some(p) => Ok(Some((
+                p,
+                "default uneven demo plan: batches proportional to 3, 5, 7, ..., micro-batch counts 1, 2, 3, ..., state fractions proportional to 2, 3, 4, ...".into(),
+            ))),
+            None => Err(UserError(format!(
+                "--global-batch: expected at least one sample per rank ({ranks} ranks), got {}",
+                args.global_batch
+            ))
+            .into()),
+        },
+    }
+}
+
+fn pct(x: Option<f64>) -> String {
+    match x {
+        Some(e) if e.is_finite() => format!("{:+.1}%", e * 100.0),
+        _ => "-".into(),
+    }
+}
+
+fn num(x: Option<f64>, prec: usize) -> String {
+    match x {
+        Some(v) => format!("{v:.prec$}"),
+        None => "n/a".into(),
+    }
+}
+
+fn table(o: &ValidateOutput) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let c = &o.comparison;
+    let _ = writeln!(
+        s,
+        "validate: {} on {} x {} ({}, seq {}, global batch {}), {} iterations after {} warm-up, {} thread(s) per rank",
+        o.model,
+        o.plan.gpus.len(),
+        o.gpu,
+        o.dtype,
+        o.seq_len,
+        o.global_batch,
+        o.iterations,
+        o.warmup_iterations,
+        o.threads.map_or("default".into(), |t| t.to_string())
+    );
+    let _ = writeln!(s, "plan: {}", o.plan_source);
+    for g in &o.plan.gpus {
+        let _ = writeln!(
+            s,
+            "  batch {:>3} = {} micro-batch(es) of <= {}, state {:.1}%",
+            g.batch,
+            g.microbatches,
+            g.microbatch_size,
+            g.state_fraction * 100.0
+        );
+    }
+    let _ = writeln!(s, "profile: {}", o.profile_source);
+    let _ = writeln!(s, "compute: {}", o.compute_source);
+    let _ = writeln!(s, "communication: {}", o.comm_model);
+    let _ = writeln!(
+        s,
+        "{:<26} {:>12} {:>12} {:>8}",
+        "", "predicted", "measured", "error"
+    );
+    let _ = writeln!(
+        s,
+        "{:<26} {:>12.1} {:>12.1} {:>8}",
+        "iteration ms",
+        c.predicted_iteration_ms,
+        c.measured_iteration_ms,
+        pct(Some(c.iteration_error_rel))
+    );
+    for r in &c.ranks {
+        for (name, p, prec) in [
+            ("compute ms", &r.compute_ms, 1),
+            ("communication ms", &r.comm_ms, 1),
+            ("idle / wait ms", &r.idle_ms, 1),
+            ("copy ms", &r.copy_ms, 1),
+            ("peak memory GiB", &r.peak_mem_gib, 2),
+        ] {
+            let _ = writeln!(
+                s,
+                "{:<26} {:>12} {:>12} {:>8}",
+                format!("rank {} {name}", r.rank),
+                num(p.predicted, prec),
+                num(p.measured, prec),
+                pct(p.error_rel)
+            );
+        }
+    }
+    let each: Vec<String> = o
+        .measured_iteration_ms_each
+        .iter()
+        .map(|x| format!("{x:.1}"))
+        .collect();
+    let _ = writeln!(s, "measured iterations ms: {}", each.join(", "));
+    let bg = |x: Option<f64>| x.map_or("-".to_string(), |p| format!("{p:.1}%"));
+    let _ = writeln!(
+        s,
+        "other processes' CPU use: {} while profiling, {} while training",
+        bg(o.background_cpu_pct.profile),
+        bg(o.background_cpu_pct.run)
+    );
+    for n in &o.notes {
+        let _ = writeln!(s, "note: {n}");
+    }
+    s
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> Result<ExitCode> {
+    // 1. Everything that can be checked without running anything.
+    let spec = profile::model(&args.model, "--model")?;
+    let seq_len = match args.seq_len {
+        Some(0) => {
+            return Err(UserError("--seq-len: expected a sequence length >= 1".into()).into())
+        }
+        Some(s) => s,
+        None => spec.seq_len,
+    };
+    let (spec, mut notes) = sim_glue::model_for_trainer(&spec, seq_len);
+    let cfg = sim_glue::block_config(&spec, seq_len).map_err(exec_err)?;
+    let dtype = profile::dtype(args.dtype.as_deref(), args.device)?;
+    let gpu = profile::device_name(args.gpu.as_deref(), args.device)?;
+    if args.ranks == 0 {
+        return Err(UserError("--ranks: expected at least 1".into()).into());
+    }
+    if args.global_batch == 0 {
+        return Err(UserError("--global-batch: expected a global batch >= 1".into()).into());
+    }
+    if args.iterations == 0 {
+        return Err(UserError("--iterations: expected at least 1".into()).into());
+    }
+    let threads = match (args.threads, args.device) {
+        (Some(0), _) => return Err(UserError("--threads: expected at least 1".into()).into()),
+        (Some(t), _) => Some(t),
+        (None, Device::Cpu) => Some(1),
+        (None, Device::Cuda) => None,
+    };
+    let settings = RunSettings {
+        device: args.device.kind(),
+        dtype: sim_glue::exec_dtype(dtype),
+        iterations: args.iterations,
+        warmup_iterations: args.warmup,
+        seed: args.seed,
+        threads,
+        adam: AdamConfig::default(),
+    };
+    let planner = match &args.planner {
+        Some(name) => Some(planner::by_name(name, "--planner")?),
+        None => None,
+    };
+    let fixed = user_plan(&args)?;
+    if let Some((plan, origin)) = &fixed {
+        plan.validate(args.ranks, args.global_batch, origin)?;
+        let job = sim_glue::job_from_plan(plan, &cfg, &settings).map_err(exec_err)?;
+        job.validate(Some(args.ranks), Some(args.global_batch as usize))
+            .map_err(exec_err)?;
+    }
+    let timeout = Duration::from_secs(args.timeout_s.max(1));
+
+    // 2. The profile.
+    let mut bg_profile = None;
+    let (profiles, profile_source) = match &args.profile {
+        Some(path) => (load::load_profiles(path)?, path.display().to_string()),
+        None => {
+            let max_m = match &fixed {
+                Some((p, _)) => p.gpus.iter().map(|g| g.microbatch_size).max().unwrap_or(1),
+                None => args.global_batch.min(8),
+            };
+            let mut splits = profile::default_splits(args.ranks);
+            if let Some((p, _)) = &fixed {
+                let fr = p.state_fractions();
+                if !splits.contains(&fr) && args.ranks >= 2 {
+                    splits.insert(0, fr);
+                }
+            }
+            let cfg_elems = sim_glue::trainer_unit_params(&cfg)
+                .into_iter()
+                .map(|p| p as usize)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let req = profile::Request {
+                model: spec.clone(),
+                seq_len,
+                dtype,
+                device: args.device,
+                gpu: gpu.clone(),
+                batch_sizes: (1..=max_m).collect(),
+                ranks: args.ranks,
+                collective_elems: cfg_elems,
+                splits,
+                threads,
+                warmup: args.profile_warmup,
+                repetitions: args.profile_repetitions.max(1),
+                timeout,
+            };
+            eprintln!(
+                "validate: profiling {} on {} (micro-batch sizes 1..={max_m}{})",
+                spec.name,
+                gpu,
+                if args.ranks >= 2 {
+                    format!(", collectives over {} ranks", args.ranks)
+                } else {
+                    String::new()
+                }
+            );
+            let probe = profile::LoadProbe::start();
+            let native = profile::measure(&req)?;
+            bg_profile = probe.and_then(|p| p.others_pct());
+            let text = sim::profile::native::to_json(&native);
+            if let Some(path) = &args.save_profile {
+                std::fs::write(path, &text).map_err(|e| {
+                    UserError(format!(
+                        "{}: cannot write the profile (--save-profile): {e}",
+                        path.display()
+                    ))
+                })?;
+            }
+            let set = sim::profile::native::import(
+                &text,
+                "measured now",
+                GpuCatalog::builtin(),
+                sim::model::ModelCatalog::builtin(),
+            )?;
+            (set, "measured now (cephalo profile)".to_string())
+        }
+    };
+
+    // 3. Cost model, plan, prediction.
+    let list = vec![gpu.as_str(); args.ranks].join(",");
+    let cluster = Cluster::from_gpu_list(&list, "--device", GpuCatalog::builtin())?;
+    let workload = Workload {
+        cluster,
+        model: spec.clone(),
+        seq_len: spec.tokens_per_sample(seq_len),
+        dtype,
+        global_batch: args.global_batch,
+    };
+    let predictor = sim::perfmodel::builtin();
+    let costs = CostModel::build(
+        workload,
+        &profiles,
+        predictor.as_ref(),
+        CostOptions::default(),
+    )?;
+    let compute_source = costs.gpu_type(0).block.source.clone();
+    if !matches!(
+        compute_source,
+        Source::Measured { .. } | Source::Imported { .. }
+    ) {
+        notes.push(format!(
+            "no profile of {} / {} / seq {seq_len} / {dtype} was found: block times are analytic",
+            gpu, spec.name
+        ));
+    }
+    if costs.gpu_type(0).units.is_none() {
+        notes.push("no measured embedding / head / optimizer times: they are estimated".into());
+    }
+    notes.extend(costs.warnings.iter().cloned());
+    let sim_opts = SimOptions {
+        trace: false,
+        prefetch: false,
+    };
+    let (plan, plan_source) = match (fixed, planner) {
+        (Some(p), _) => p,
+        (None, Some(pl)) => {
+            let judge = SimJudge {
+                costs: &costs,
+                options: sim_opts,
+            };
+            let popts = PlannerOptions::default();
+            let problem = Problem {
+                costs: &costs,
+                profiles: &profiles,
+                options: &popts,
+                judge: Some(&judge),
+            };
+            let planned = pl.plan(&problem)?;
+            notes.extend(planned.notes.iter().cloned());
+            (planned.plan, format!("planner {}", pl.name()))
+        }
+        (None, None) => unreachable!("user_plan returns a plan unless --planner is given"),
+    };
+    let predicted = simulate(&costs, &plan, &sim_opts)?;
+
+    // 4. The real run.
+    let job = sim_glue::job_from_plan(&plan, &cfg, &settings).map_err(exec_err)?;
+    job.validate(Some(args.ranks), Some(args.global_batch as usize))
+        .map_err(exec_err)?;
+    eprintln!(
+        "validate: training {} + {} iterations on {} ranks",
+        args.warmup, args.iterations, args.ranks
+    );
+    let probe = profile::LoadProbe::start();
+    let report = exec::launch(&job, &profile::launch_options(args.ranks, timeout)?)
+        .map_err(exec_err)
+        .context("training the plan")?;
+    let bg_run = probe.and_then(|p| p.others_pct());
+    for (what, pct) in [("profiling", bg_profile), ("training", bg_run)] {
+        if let Some(p) = pct.filter(|p| *p > BUSY_PCT) {
+            notes.push(format!(
+                "other processes used {p:.0}% of the host's CPU time while {what}: the measurement was disturbed"
+            ));
+        }
+    }
+    let built: Vec<u64> = report.unit_params.iter().map(|&p| p as u64).collect();
+    if built != costs.unit_params() {
+        notes.push(format!(
+            "the trainer's unit sizes {:?} differ from the simulated {:?}",
+            built,
+            costs.unit_params()
+        ));
+    }
+
+    // 5. Comparison.
+    let measured = sim_glue::measured_report(&report);
+    let comparison = sim_glue::compare(&predicted, &measured);
+    let out = ValidateOutput {
+        format: "cephalo-validate/1",
+        model: spec.name.clone(),
+        device: match args.device {
+            Device::Cpu => "cpu".into(),
+            Device::Cuda => "cuda".into(),
+        },
+        gpu,
+        dtype: dtype.to_string(),
+        seq_len,
+        global_batch: args.global_batch,
+        iterations: args.iterations,
+        warmup_iterations: args.warmup,
+        threads,
+        plan_source,
+        plan,
+        profile_source,
+        compute_source: compute_source.to_string(),
+        comm_model: predicted.comm_model.clone(),
+        measured_iteration_ms_each: measured.iteration_ms_each.clone(),
+        measured,
+        comparison,
+        background_cpu_pct: BackgroundLoad {
+            profile: bg_profile,
+            run: bg_run,
+        },
+        notes,
+    };
+    match args.format {
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(&out).context("serialising the output")?;
+            s.push('\n');
+            print!("{s}");
+        }
+        Format::Table => print!("{}", table(&out)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Flags of the hidden `exec-rank` subcommand (one MPI rank of a job that
+/// `validate` or `profile` launched).
+#[derive(Debug, Clone, ClapArgs)]
+pub struct RankArgs {
+    /// Job file written by the launcher.
+    #[arg(long)]
+    pub job: PathBuf,
+    /// Report file rank 0 writes.
+    #[arg(long)]
+    pub report: PathBuf,
+}
+
+/// Runs one rank.
+pub fn run_rank(args: RankArgs) -> Result<ExitCode> {
+    exec::rank_main(&args.job, &args.report)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demo_plan_is_uneven_with_accumulation() {
+        let p = demo_plan(2, 8).unwrap();
+        let b: Vec<u32> = p.gpus.iter().map(|g| g.batch).collect();
+        let n: Vec<u32> = p.gpus.iter().map(|g| g.microbatches).collect();
+        assert_eq!(b, vec![3, 5]);
+        assert_eq!(n, vec![1, 2]);
+        assert!((p.gpus[0].state_fraction - 0.4).abs() < 1e-12);
+        for (r, gb) in [(1, 1), (3, 3), (3, 16), (4, 100), (2, 2)] {
+            let p = demo_plan(r, gb).unwrap();
+            p.validate(r, gb, "t").unwrap();
+        }
+        assert!(demo_plan(3, 2).is_none());
+    }
+}

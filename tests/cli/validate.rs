@@ -1,0 +1,347 @@
+//! `cephalo profile` and `cephalo validate` end to end (real execution over
+//! MPI on the CPU): a measured profile loads unchanged in `simulate` and
+//! `plan`; `validate` profiles, plans unequal batches with gradient
+//! accumulation, trains and compares (the issue's exact command, and a
+//! quick run on `gpt-tiny` reusing a profile); bad plans exit 2 before any
+//! rank starts.
+//!
+//! Needs the `exec` feature and `. scripts/exec-env.sh` (libtorch, OpenMPI).
+//! Without them the tests print why and pass, except under `CI=true`, where
+//! they fail.
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Whether real execution can run here; under CI=true a missing piece fails.
+fn exec_ready() -> bool {
+    let why = if !cfg!(feature = "exec") {
+        Some("built without the `exec` feature (cargo test --features exec)")
+    } else if !exec::launch::mpirun_available(Path::new("mpirun")) {
+        Some("mpirun not found or not working: run `. scripts/exec-env.sh` first")
+    } else {
+        None
+    };
+    match why {
+        None => true,
+        Some(why) => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("CI=true but real execution cannot run: {why}");
+            }
+            eprintln!("skipping: {why}");
+            false
+        }
+    }
+}
+
+fn tmp(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-validate-{name}"))
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    secs: f64,
+}
+
+fn run(args: &[&str]) -> Out {
+    let t = Instant::now();
+    let o = Command::cargo_bin("cephalo")
+        .unwrap()
+        .args(args)
+        .timeout(Duration::from_secs(600))
+        .output()
+        .unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        secs: t.elapsed().as_secs_f64(),
+    }
+}
+
+fn ok_json(o: &Out) -> Value {
+    assert_eq!(o.code, 0, "exit {}\nstderr:\n{}", o.code, o.stderr);
+    serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("{e}\n{}", o.stdout))
+}
+
+/// Profiles gpt-tiny on the CPU with collectives over 2 ranks (once per
+/// test binary run; every test below may use it).
+fn tiny_profile() -> PathBuf {
+    static ONCE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        let path = tmp("tiny-profile.json");
+        let o = run(&[
+            "profile",
+            "--model",
+            "gpt-tiny",
+            "--batch-sizes",
+            "1,2,3",
+            "--ranks",
+            "2",
+            "--warmup",
+            "1",
+            "--repetitions",
+            "3",
+            "--out",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(o.code, 0, "cephalo profile failed:\n{}", o.stderr);
+        path
+    })
+    .clone()
+}
+
+#[test]
+fn profile_is_cephalo_profile_1_and_loads_in_simulate_and_plan() {
+    if !exec_ready() {
+        return;
+    }
+    let path = tiny_profile();
+    let p: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(p["format"], "cephalo-profile/1");
+    let b = &p["blocks"][0];
+    assert_eq!(b["gpu"], "cpu");
+    assert_eq!(b["model"], "gpt-tiny");
+    assert_eq!(b["dtype"], "fp32");
+    assert_eq!(b["batch_sizes"], serde_json::json!([1, 2, 3]));
+    for k in ["fwd_ms", "bwd_ms"] {
+        let v: Vec<f64> = serde_json::from_value(b[k].clone()).unwrap();
+        assert!(v.iter().all(|x| *x > 0.0), "{k}: {v:?}");
+    }
+    assert!(
+        b.get("act_mem_gib").is_none(),
+        "no memory readings on the CPU"
+    );
+    assert!(p["units"][0]["optimizer_ms_per_mparam"].as_f64().unwrap() > 0.0);
+    let colls = p["collectives"].as_array().unwrap();
+    // 2 ops x (3 unit sizes + 1, 4, 16 MiB) x (even, ramp) splits
+    assert_eq!(colls.len(), 24, "{colls:?}");
+    assert!(colls.iter().any(|c| c["imbalance"].as_f64().unwrap() > 1.1));
+
+    let prof = path.to_str().unwrap();
+    let common = [
+        "--gpus",
+        "cpu,cpu",
+        "--model",
+        "gpt-tiny",
+        "--global-batch",
+        "8",
+        "--dtype",
+        "fp32",
+        "--profiles",
+        prof,
+        "--format",
+        "json",
+    ];
+    let mut sim_args = vec!["simulate"];
+    sim_args.extend(common);
+    sim_args.extend(["--batch", "3,5", "--microbatches", "1,2"]);
+    let r = ok_json(&run(&sim_args));
+    assert!(r["iteration_ms"].as_f64().unwrap() > 0.0);
+    for g in r["gpus"].as_array().unwrap() {
+        assert!(
+            g["compute_source"]
+                .as_str()
+                .unwrap()
+                .starts_with("measured"),
+            "{g}"
+        );
+        assert!(g["unit_source"].as_str().unwrap().starts_with("measured"));
+        assert_eq!(g["copy_ms"].as_f64().unwrap(), 0.0, "cpu: no host copies");
+    }
+    assert!(
+        r["comm_model"]
+            .as_str()
+            .unwrap()
+            .starts_with("measured table"),
+        "{}",
+        r["comm_model"]
+    );
+    let mut plan_args = vec!["plan"];
+    plan_args.extend(common);
+    let pl = ok_json(&run(&plan_args));
+    let b: Vec<u32> = serde_json::from_value(pl["batch_sizes"].clone()).unwrap();
+    assert_eq!(b.iter().sum::<u32>(), 8);
+}
+
+/// Pairs of the comparison must be present and carry both sides.
+fn check_comparison(v: &Value, ranks: usize) {
+    for k in [
+        "predicted_iteration_ms",
+        "measured_iteration_ms",
+        "iteration_error_rel",
+    ] {
+        assert!(v[k].as_f64().is_some_and(f64::is_finite), "{k}: {}", v[k]);
+    }
+    let rs = v["ranks"].as_array().unwrap();
+    assert_eq!(rs.len(), ranks);
+    for r in rs {
+        for k in ["compute_ms", "comm_ms", "idle_ms"] {
+            assert!(r[k]["predicted"].as_f64().is_some(), "{k} {r}");
+            assert!(r[k]["measured"].as_f64().is_some(), "{k} {r}");
+        }
+        assert!(r["compute_ms"]["measured"].as_f64().unwrap() > 0.0);
+        assert!(r["peak_mem_gib"]["measured"].is_null(), "cpu: no reading");
+    }
+}
+
+#[test]
+fn validate_reuses_a_profile_and_runs_the_uneven_demo_plan() {
+    if !exec_ready() {
+        return;
+    }
+    let prof = tiny_profile();
+    let o = run(&[
+        "validate",
+        "--model",
+        "gpt-tiny",
+        "--global-batch",
+        "8",
+        "--ranks",
+        "2",
+        "--iterations",
+        "2",
+        "--profile",
+        prof.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let v = ok_json(&o);
+    assert!(!o.stderr.contains("profiling"), "{}", o.stderr);
+    assert_eq!(v["format"], "cephalo-validate/1");
+    assert_eq!(v["plan"]["planner"], "demo-uneven");
+    let gpus = v["plan"]["gpus"].as_array().unwrap();
+    let b: Vec<u64> = gpus.iter().map(|g| g["batch"].as_u64().unwrap()).collect();
+    let n: Vec<u64> = gpus
+        .iter()
+        .map(|g| g["microbatches"].as_u64().unwrap())
+        .collect();
+    assert_eq!((b, n), (vec![3, 5], vec![1, 2]));
+    check_comparison(&v, 2);
+    assert_eq!(v["measured_iteration_ms_each"].as_array().unwrap().len(), 2);
+    assert!(v["comm_model"]
+        .as_str()
+        .unwrap()
+        .starts_with("measured table"));
+
+    // The table form shows the same comparison.
+    let t = run(&[
+        "validate",
+        "--model",
+        "gpt-tiny",
+        "--global-batch",
+        "4",
+        "--ranks",
+        "2",
+        "--iterations",
+        "1",
+        "--warmup",
+        "0",
+        "--batch",
+        "1,3",
+        "--microbatches",
+        "1,3",
+        "--state-fractions",
+        "0.25,0.75",
+        "--profile",
+        prof.to_str().unwrap(),
+    ]);
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    for want in ["iteration ms", "rank 1 compute ms", "predicted", "measured"] {
+        assert!(t.stdout.contains(want), "{want}:\n{}", t.stdout);
+    }
+}
+
+/// The issue's acceptance command, exactly: profile, plan unequal batches,
+/// train 3 iterations over MPI, compare.
+#[test]
+fn validate_issue_command_works_out_of_the_box() {
+    if !exec_ready() {
+        return;
+    }
+    let o = run(&[
+        "validate",
+        "--model",
+        "deepspeedgpt_test",
+        "--seq-len",
+        "64",
+        "--global-batch",
+        "8",
+        "--ranks",
+        "2",
+        "--iterations",
+        "3",
+        "--device",
+        "cpu",
+        "--format",
+        "json",
+    ]);
+    let v = ok_json(&o);
+    check_comparison(&v, 2);
+    let b: Vec<u64> = v["plan"]["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["batch"].as_u64().unwrap())
+        .collect();
+    assert_eq!(b, vec![3, 5]);
+    assert_eq!(v["model"], "gpt-test");
+    assert_eq!(v["measured_iteration_ms_each"].as_array().unwrap().len(), 3);
+    let err = v["iteration_error_rel"].as_f64().unwrap();
+    eprintln!(
+        "deepspeedgpt_test seq 64, 2 CPU ranks: predicted {:.0} ms, measured {:.0} ms, error {:+.1}% (background CPU {})",
+        v["predicted_iteration_ms"].as_f64().unwrap(),
+        v["measured_iteration_ms"].as_f64().unwrap(),
+        err * 100.0,
+        v["background_cpu_pct"]
+    );
+    // Accuracy is asserted loosely here (CI machines are shared and noisy);
+    // the README quotes the error measured on an idle machine.
+    assert!(err.abs() < 0.5, "prediction off by {:+.0}%", err * 100.0);
+}
+
+#[test]
+fn bad_plans_exit_2_before_any_rank_starts() {
+    if !exec_ready() {
+        return;
+    }
+    let base = [
+        "validate",
+        "--model",
+        "gpt-tiny",
+        "--global-batch",
+        "8",
+        "--ranks",
+        "2",
+    ];
+    for (extra, want) in [
+        (vec!["--batch", "3,4,1"], "3 entries"),
+        (
+            vec!["--batch", "3,5", "--state-fractions", "0.5,0.6"],
+            "state_fractions",
+        ),
+        (vec!["--batch", "3,4"], "global batch"),
+        (
+            vec!["--batch", "3,5", "--microbatches", "4,1"],
+            "microbatches",
+        ),
+    ] {
+        let mut args = base.to_vec();
+        args.extend(extra.iter().copied());
+        let o = run(&args);
+        assert_eq!(o.code, 2, "{extra:?}: exit {}\n{}", o.code, o.stderr);
+        assert!(o.stderr.contains(want), "{extra:?}: {}", o.stderr);
+        assert!(!o.stderr.contains("profiling"), "{extra:?}: a rank started");
+        assert!(o.secs < 10.0, "{extra:?}: took {:.1} s", o.secs);
+    }
+    // Unknown model and a CPU half-precision request: exit 2 as well.
+    let o = run(&["validate", "--model", "gpt-9000b", "--global-batch", "8"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    let o = run(&[
+        "profile", "--model", "gpt-tiny", "--dtype", "bf16", "--device", "cpu",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+}
