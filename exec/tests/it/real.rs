@@ -336,3 +336,65 @@ fn compute_profile_is_sane() {
     assert!(p.optimizer_ms_per_block > 0.0);
     assert!(p.params_per_block > 0);
 }
+
+#[test]
+fn compute_is_profiled_on_concurrent_ranks() {
+    if !mpi_ready() {
+        return;
+    }
+    let cfg = exec::ProfileConfig {
+        model: BlockConfig::tiny_gpt(),
+        device: exec::DeviceKind::Cpu,
+        dtype: exec::Dtype::Fp32,
+        micro_batch_sizes: vec![1, 2],
+        warmup: 1,
+        repetitions: 3,
+        threads: Some(1),
+    };
+    let p = exec::launch_compute(2, &cfg, &opts()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.concurrent_ranks, 2);
+    assert_eq!(p.block.len(), 2);
+    assert!(p.timings().iter().all(|t| *t > 0.0), "{:?}", p.timings());
+    // The mean of identical lists is the list.
+    let mut q = p.clone();
+    let t = q.timings();
+    q.set_mean_timings(&[t.clone(), t.clone()].concat(), 2);
+    assert_eq!(q.timings(), t);
+}
+
+#[test]
+fn a_simulator_plan_trains_and_compares() {
+    use exec::sim_glue::{self, RunSettings};
+    if !mpi_ready() {
+        return;
+    }
+    // gpt-tiny from the catalog, the plan in the simulator's form.
+    let spec = sim::model::ModelCatalog::builtin().get("gpt-tiny").unwrap();
+    let (spec, _) = sim_glue::model_for_trainer(spec, 16);
+    let cfg = sim_glue::block_config(&spec, 16).unwrap();
+    let plan = sim::plan::Plan {
+        planner: "test".into(),
+        gpus: vec![
+            sim::plan::RankPlan::new(1, 1, 0.3),
+            sim::plan::RankPlan::new(3, 2, 0.7),
+        ],
+    };
+    let s = RunSettings {
+        device: exec::DeviceKind::Cpu,
+        dtype: exec::Dtype::Fp32,
+        iterations: 2,
+        warmup_iterations: 0,
+        seed: 3,
+        threads: Some(1),
+        adam: exec::AdamConfig::default(),
+    };
+    let job = sim_glue::job_from_plan(&plan, &cfg, &s).unwrap();
+    let rep = exec::launch(&job, &opts()).unwrap_or_else(|e| panic!("{e}"));
+    let built: Vec<u64> = rep.unit_params.iter().map(|&p| p as u64).collect();
+    assert_eq!(built, sim_glue::trainer_unit_params(&cfg));
+    let m = sim_glue::measured_report(&rep);
+    assert_eq!(m.iterations, 2);
+    assert_eq!(m.gpus.len(), 2);
+    assert_eq!((m.gpus[1].batch, m.gpus[1].microbatches), (3, 2));
+    assert!(m.iteration_ms > 0.0 && m.gpus.iter().all(|g| g.compute_ms > 0.0));
+}
