@@ -139,8 +139,9 @@ pub fn raw_list_problem(name: &str, raw: &[f64]) -> Option<String> {
 ///
 /// Timing: entries with raw per-batch lists from the current trainer
 /// (`deepspeed*` keys, or measured by this project); legacy HuggingFace keys,
-/// fit-only entries, and entries with non-monotonic, superlinear or
-/// hand-edited raw lists are excluded (listed with the reason). Memory: every
+/// fit-only entries, entries whose fit disagrees with the least-squares line
+/// of their raw list (the importer's flag: hand-edited values), and entries
+/// with non-monotonic, superlinear or hand-edited raw lists are excluded (listed with the reason). Memory: every
 /// `deepspeed*` (or measured) memory list of a catalog model.
 pub fn dataset(profiles: &ProfileSet, gpus: &GpuCatalog, models: &ModelCatalog) -> Dataset {
     let mut ds = Dataset::default();
@@ -162,6 +163,17 @@ pub fn dataset(profiles: &ProfileSet, gpus: &GpuCatalog, models: &ModelCatalog) 
                 entry: label,
                 reason: "legacy HuggingFace-model key (a different block implementation); not a current-trainer measurement"
                     .into(),
+            });
+            continue;
+        }
+        if let Some(flag) = b
+            .flags
+            .iter()
+            .find(|f| f.contains("fit disagrees with the least-squares line"))
+        {
+            ds.excluded.push(Excluded {
+                entry: label,
+                reason: flag.clone(),
             });
             continue;
         }

@@ -9,7 +9,9 @@
 //! rate  = smoothmin(eff[class,path] * peak,
 //!                   power_w * flops_per_w[path] * k[class] * (node_nm / 8)^-beta)
 //!         * h / (h + h_half[path]) * T / (T + T_half[path])        (T = m*s tokens)
-//! E     = m*A + act_bytes * c_m[fam] * m*s^2     (A = ModelSpec::block_activation_io_bytes_fwd)
+//! E     = m*(A - S) + k_s[half|fp32] * m*S + act_bytes * c_m[fam] * m*s^2
+//!         (A = ModelSpec::block_activation_io_bytes_fwd, S its score-shaped
+//!          part, features::score_io_bytes_per_sample)
 //! fwd   = F / rate + (E + w_fwd*P) / (bw * bw_eff) + fixed_fwd
 //! bwd   = r_gemm * 2F / rate + (r_elem*E + w_bwd*P) / (bw * bw_eff) + fixed_bwd
 //! ```
@@ -58,8 +60,10 @@ pub(crate) const EG: usize = 40;
 pub(crate) const DUAL: usize = 42;
 /// Index of the process-node exponent of the power cap.
 pub(crate) const NODE: usize = 43;
+/// Index of the score-traffic factor of 16-bit (then fp32) training.
+pub(crate) const SCR: usize = 44;
 /// Number of time parameters.
-pub(crate) const N_TIME: usize = 44;
+pub(crate) const N_TIME: usize = 46;
 /// Process node (nm) at which `power_tflops_per_w` applies as is.
 const NODE_REF_NM: f64 = 8.0;
 const DUAL_BASE: f64 = 0.6;
@@ -171,7 +175,10 @@ impl TimeTheta {
         let v = &self.v;
         let rate = self.rate(f);
         let bw = f.bw_bps * logistic(v[EBW]);
-        let elem = f.act_io_bytes + f.act_bytes * CM_BASE * v[CM + f.family].exp() * f.elem_mask;
+        let score = if f.half { v[SCR] } else { v[SCR + 1] }.exp();
+        let elem = f.act_io_bytes - f.score_io_bytes
+            + score * f.score_io_bytes
+            + f.act_bytes * CM_BASE * v[CM + f.family].exp() * f.elem_mask;
         let (wf, wb) = if f.half {
             (W_BASE[0] * v[WB].exp(), W_BASE[1] * v[WB + 1].exp())
         } else {
@@ -295,6 +302,11 @@ pub struct TimeCoefficients {
     pub passes_mask: BTreeMap<String, f64>,
     /// Weight traffic per parameter.
     pub weight_bytes_per_param: WeightBytes,
+    /// Factor on the catalog's score-shaped (`heads x s x s`) traffic of
+    /// eager attention: `tensor` applies to 16-bit training, `simt` to fp32
+    /// (dimensionless; 1 = the catalog's count, absent in older files).
+    #[serde(default = "unit_per_path")]
+    pub score_traffic_factor: PerPath,
     /// Backward matmul time over twice the forward's.
     pub bwd_gemm_ratio: f64,
     /// Backward elementwise traffic over the forward's.
@@ -357,6 +369,13 @@ pub struct Calibration {
 /// The format tag of calibration files.
 pub const CALIBRATION_FORMAT: &str = "cephalo-calibration/1";
 
+fn unit_per_path() -> PerPath {
+    PerPath {
+        tensor: 1.0,
+        simt: 1.0,
+    }
+}
+
 fn fam_map(v: &[f64], base: f64) -> BTreeMap<String, f64> {
     FAMILIES
         .iter()
@@ -414,6 +433,10 @@ impl TimeTheta {
                 bwd_half: W_BASE[1] * v[WB + 1].exp(),
                 fwd_fp32: W_BASE[2] * v[WB + 2].exp(),
                 bwd_fp32: W_BASE[3] * v[WB + 3].exp(),
+            },
+            score_traffic_factor: PerPath {
+                tensor: v[SCR].exp(),
+                simt: v[SCR + 1].exp(),
             },
             bwd_gemm_ratio: RMM_BASE * v[RMM].exp(),
             bwd_elem_ratio: REL_BASE * v[REL].exp(),
@@ -563,6 +586,18 @@ impl TimeTheta {
             W_BASE[3],
             origin,
             "time.weight_bytes_per_param.bwd_fp32",
+        )?;
+        v[SCR] = ln(
+            t.score_traffic_factor.tensor,
+            1.0,
+            origin,
+            "time.score_traffic_factor.tensor",
+        )?;
+        v[SCR + 1] = ln(
+            t.score_traffic_factor.simt,
+            1.0,
+            origin,
+            "time.score_traffic_factor.simt",
         )?;
         v[RMM] = ln(t.bwd_gemm_ratio, RMM_BASE, origin, "time.bwd_gemm_ratio")?;
         v[REL] = ln(t.bwd_elem_ratio, REL_BASE, origin, "time.bwd_elem_ratio")?;

@@ -48,6 +48,9 @@ pub struct TimeFeat {
     /// Activation traffic of the forward (bytes), from the model's shapes
     /// (`m * ModelSpec::block_activation_io_bytes_fwd`).
     pub act_io_bytes: f64,
+    /// The part of `act_io_bytes` that moves `heads x s x s` score tensors
+    /// (bytes; [`score_io_bytes_per_sample`] times `m`).
+    pub score_io_bytes: f64,
     /// Mask-shaped elements: `m * s^2`.
     pub elem_mask: f64,
     /// Family index into [`FAMILIES`].
@@ -84,12 +87,36 @@ impl TimeFeat {
             tokens: m * s,
             flops: m * (2.0 * model.block_matmul_params() as f64 * s + 4.0 * s * s * h),
             act_io_bytes: m * model.block_activation_io_bytes_fwd(tokens_per_sample, dtype),
+            score_io_bytes: m * score_io_bytes_per_sample(model, tokens_per_sample, dtype),
             elem_mask: m * s * s,
             family: family_index(model.family),
             half: dtype != Dtype::Fp32,
             act_bytes: dtype.bytes(),
             params: model.params_per_block() as f64,
         })
+    }
+}
+
+/// Bytes of the forward's score-shaped (`heads x s x s`) traffic for ONE
+/// sample, as [`ModelSpec::block_activation_io_bytes_fwd`] counts it for
+/// eager attention: LLaMA-like `a*s^2*(4e + (e + 4) + (4 + e if e < 4))`
+/// (QK^T write, scale+mask, AV read; softmax to fp32; cast back), others
+/// `a*s^2*(e*(6 + 2 if dropout) + 1 if dropout)` (QK^T write, scale+mask,
+/// softmax, AV read, dropout; `e` = activation bytes).
+pub fn score_io_bytes_per_sample(model: &ModelSpec, tokens_per_sample: u32, dtype: Dtype) -> f64 {
+    let e = dtype.bytes();
+    let s = model.tokens_per_sample(tokens_per_sample) as f64;
+    let scores = model.heads as f64 * s * s;
+    if model.family.is_llama_like() {
+        let mut b = scores * e * 4.0 + scores * (e + 4.0);
+        if e < 4.0 {
+            b += scores * (4.0 + e);
+        }
+        b
+    } else if model.family.has_dropout() {
+        scores * (8.0 * e + 1.0)
+    } else {
+        scores * 6.0 * e
     }
 }
 

@@ -184,6 +184,8 @@ fn shipped_calibration_fits_the_reference_data() {
     for bad in [
         "deepspeedllama_33b/p40/512/float16",
         "deepspeedllama_33b/l4/512/float32",
+        // hand-edited seq-4096 lists (fit disagrees with the raw list)
+        "deepspeedllama_7b/a100x80/4096/float16",
     ] {
         assert!(
             ds.excluded.iter().any(|e| e.entry == bad),
@@ -258,7 +260,7 @@ fn cross_validation_targets() {
     // guard against regressions beyond today's numbers.
     let logo = r.time_leave_one_gpu_out.overall;
     assert!(
-        logo.median_ape_pct <= 16.0 && logo.p90_ape_pct <= 39.0,
+        logo.median_ape_pct <= 13.5 && logo.p90_ape_pct <= 35.0,
         "LOGO {logo:?}"
     );
 }
