@@ -22,6 +22,12 @@ pub struct CollectiveConfig {
     pub warmup: usize,
     /// Timed runs per point (median of the slowest rank's times).
     pub repetitions: usize,
+    /// Bytes of scratch memory every rank rewrites before each run, so the
+    /// buffers come from memory rather than from the caches a tight loop
+    /// leaves them in (0: none). In training, compute evicts them between
+    /// collectives; on a host with a large last-level cache this matters.
+    #[serde(default)]
+    pub flush_bytes: usize,
 }
 
 /// Times all-gather and reduce-scatter on host f32 buffers for every size
@@ -48,6 +54,7 @@ pub fn profile_collectives<C: Collectives>(
     for split in &splits {
         verify(comm, 1001, split)?;
     }
+    let mut scratch = vec![0u8; cfg.flush_bytes];
     let mut out = Vec::new();
     for &n in &cfg.sizes_elems {
         for split in &splits {
@@ -65,6 +72,11 @@ pub fn profile_collectives<C: Collectives>(
                         CollectiveOp::AllGather => vec![0f32; n],
                         CollectiveOp::ReduceScatter => vec![0f32; counts[rank]],
                     };
+                    if !scratch.is_empty() {
+                        let v = scratch[rep % scratch.len()].wrapping_add(1);
+                        scratch.fill(v);
+                        std::hint::black_box(&scratch);
+                    }
                     comm.barrier();
                     let t = Instant::now();
                     match op {

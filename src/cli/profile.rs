@@ -130,6 +130,8 @@ pub struct Request {
     pub repetitions: usize,
     /// Limit of the collective measurement.
     pub timeout: Duration,
+    /// Scratch bytes rewritten before each collective run (cold caches).
+    pub flush_bytes: usize,
 }
 
 /// Resolves the model name (exit 2 when unknown).
@@ -308,8 +310,37 @@ impl Args {
             warmup: self.warmup,
             repetitions: self.repetitions,
             timeout: Duration::from_secs(self.timeout_s.max(1)),
+            flush_bytes: flush_bytes(self.device),
         })
     }
+}
+
+/// Scratch memory rewritten before each timed collective by every rank: on
+/// the CPU the last-level cache (from sysfs; 32 MiB when unknown, at most
+/// 1 GiB), so together the ranks evict it and buffers come
+/// from memory as they do in training, where compute evicts them; none for
+/// CUDA devices, whose buffers are staged through host memory anyway.
+pub fn flush_bytes(device: Device) -> usize {
+    if device != Device::Cpu {
+        return 0;
+    }
+    let llc = (0..8)
+        .filter_map(|i| {
+            let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+            let size = std::fs::read_to_string(format!("{dir}/size")).ok()?;
+            let size = size.trim();
+            let (num, mult) = match size.strip_suffix('K') {
+                Some(n) => (n, 1usize << 10),
+                None => match size.strip_suffix('M') {
+                    Some(n) => (n, 1 << 20),
+                    None => (size, 1),
+                },
+            };
+            num.parse::<usize>().ok().map(|n| n * mult)
+        })
+        .max()
+        .unwrap_or(32 << 20);
+    llc.min(1 << 30)
 }
 
 /// Even and ramp splits for `ranks` ranks (none below 2 ranks).
@@ -373,6 +404,7 @@ pub fn measure(r: &Request) -> Result<NativeProfile> {
             splits: r.splits.clone(),
             warmup: r.warmup.max(1),
             repetitions: r.repetitions,
+            flush_bytes: r.flush_bytes,
         };
         exec::launch_collectives(r.ranks, &cc, &launch_options(r.ranks, r.timeout)?)
             .context("profiling collectives over MPI")?

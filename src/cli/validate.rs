@@ -445,6 +445,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 warmup: args.profile_warmup,
                 repetitions: args.profile_repetitions.max(1),
                 timeout,
+                flush_bytes: profile::flush_bytes(args.device),
             };
             eprintln!(
                 "validate: profiling {} on {} (micro-batch sizes 1..={max_m}{})",

@@ -305,6 +305,7 @@ fn collectives_are_profiled_over_mpi() {
         splits: vec![vec![1.0 / 3.0; 3], vec![0.5, 0.2, 0.3]],
         warmup: 1,
         repetitions: 3,
+        flush_bytes: 1 << 20,
     };
     let rows = exec::launch_collectives(3, &cfg, &opts()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(rows.len(), 2 * 2 * 2);
