@@ -167,7 +167,9 @@ impl<'a, C: Collectives> Rank<'a, C> {
         let t = Instant::now();
         let n = self.model.units[u].numel();
         let full = if self.comm.size() == 1 {
-            self.shards[u].f_detach_copy().map_err(terr)?
+            // One rank: the shard is the whole unit. Nothing writes to the
+            // gathered parameters before the optimizer step, so share it.
+            self.shards[u].f_detach().map_err(terr)?
         } else if self.device() == Device::Cpu {
             let full = Tensor::f_empty([n as i64], (Kind::Float, Device::Cpu)).map_err(terr)?;
             // SAFETY: both are fresh or owned contiguous f32 CPU tensors.

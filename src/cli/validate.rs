@@ -7,7 +7,8 @@
 //!    or by default an uneven demonstration plan ([`demo_plan`]: batches
 //!    proportional to 3, 5, 7, ..., micro-batch counts 1, 2, 3, ..., state
 //!    fractions proportional to 2, 3, 4, ...; for 2 ranks and a global batch
-//!    of 8: batches 3 + 5, micro-batches 1 and 2, fractions 0.4 / 0.6), so
+//!    of 8: batches 3 + 5, micro-batches 1 and 2, fractions 0.4 / 0.6; one
+//!    rank: 2 micro-batches), so
 //!    unequal batches, gradient accumulation and uneven shards are all
 //!    exercised even on identical devices where a planner would split
 //!    evenly; or `--planner NAME` (after profiling). A plan that does not
@@ -127,9 +128,9 @@ pub struct Args {
 
 /// The default uneven plan of `ranks` ranks for `global_batch` samples:
 /// batches proportional to 3, 5, 7, ... (largest remainders, at least 1
-/// each), micro-batch counts 1, 2, 3, ... (at most the batch), state
-/// fractions proportional to 2, 3, 4, .... `None` when `global_batch <
-/// ranks`.
+/// each), micro-batch counts 1, 2, 3, ... (at most the batch; 2 for a
+/// single rank, so it still accumulates), state fractions proportional to
+/// 2, 3, 4, .... `None` when `global_batch < ranks`.
 pub fn demo_plan(ranks: usize, global_batch: u32) -> Option<Plan> {
     if ranks == 0 || (global_batch as usize) < ranks {
         return None;
@@ -153,8 +154,10 @@ pub fn demo_plan(ranks: usize, global_batch: u32) -> Option<Plan> {
         k += 1;
     }
     let fr = profile::ramp(ranks);
+    // One rank alone still accumulates gradients (2 micro-batches).
+    let first = if ranks == 1 { 2 } else { 1 };
     let gpus = (0..ranks)
-        .map(|i| sim::plan::RankPlan::new(b[i], (i as u32 + 1).min(b[i]), fr[i]))
+        .map(|i| sim::plan::RankPlan::new(b[i], (i as u32 + first).min(b[i]), fr[i]))
         .collect();
     Some(Plan {
         planner: "demo-uneven".into(),
@@ -642,5 +645,7 @@ mod tests {
             p.validate(r, gb, "t").unwrap();
         }
         assert!(demo_plan(3, 2).is_none());
+        let one = demo_plan(1, 8).unwrap();
+        assert_eq!((one.gpus[0].batch, one.gpus[0].microbatches), (8, 2));
     }
 }

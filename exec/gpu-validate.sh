@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Prepared GPU check (one run on a CUDA machine, e.g. an H200 with PyTorch
+# 2.11 preinstalled and no network): build with the `cuda` feature against
+# the preinstalled libtorch, profile GPT and LLaMA blocks (fp16 and bf16,
+# seq 512 and 1024, micro-batch 1..16) into $OUT (default
+# profiles/measured/), and validate a single-rank plan with gradient
+# accumulation. Prints one summary line per step; everything else goes to
+# $OUT/gpu-validate.log. Not run by CI (no GPU there).
+#
+#     bash exec/gpu-validate.sh            # from the repository root
+#
+# Environment: OUT (output folder), MODELS (default "gpt-2.7b llama-3b"),
+# SEQS (default "512 1024"), DTYPES (default "bf16 fp16"), TARGET_DIR.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-profiles/measured}"
+MODELS="${MODELS:-gpt-2.7b llama-3b}"
+SEQS="${SEQS:-512 1024}"
+DTYPES="${DTYPES:-bf16 fp16}"
+export CARGO_TARGET_DIR="${TARGET_DIR:-target}"
+mkdir -p "$OUT"
+LOG="$OUT/gpu-validate.log"
+: >"$LOG"
+
+. scripts/exec-env.sh >>"$LOG" 2>&1 || { echo "exec-env failed (see $LOG)"; exit 1; }
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$LOG"
+if ! cargo build --release --features cuda >>"$LOG" 2>&1; then
+    echo "build with --features cuda failed (see $LOG)"; exit 1
+fi
+C="$CARGO_TARGET_DIR/release/cephalo"
+GPU="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+echo "device: $GPU" | tee -a "$LOG"
+
+for m in $MODELS; do
+    for s in $SEQS; do
+        for d in $DTYPES; do
+            f="$OUT/$(echo "$GPU" | tr 'A-Z ' 'a-z-')-$m-seq$s-$d.json"
+            t0=$(date +%s)
+            if $C profile --model "$m" --seq-len "$s" --dtype "$d" --device cuda \
+                --batch-sizes 1,2,3,4,5,6,7,8,10,12,14,16 --warmup 2 --repetitions 5 \
+                --out "$f" >>"$LOG" 2>&1; then
+                echo "profile $m seq $s $d: $f ($(( $(date +%s) - t0 )) s)"
+            else
+                echo "profile $m seq $s $d: FAILED (see $LOG)"
+            fi
+        done
+    done
+done
+
+# Single-rank validation with gradient accumulation (4 micro-batches of 4),
+# from the first profile measured above.
+m="${MODELS%% *}"; s="${SEQS%% *}"; d="${DTYPES%% *}"
+f="$OUT/$(echo "$GPU" | tr 'A-Z ' 'a-z-')-$m-seq$s-$d.json"
+$C validate --model "$m" --seq-len "$s" --dtype "$d" --device cuda --ranks 1 \
+    --global-batch 16 --batch 16 --microbatches 4 --iterations 5 --warmup 2 \
+    --profile "$f" --format json >"$OUT/gpu-validate-$m-seq$s-$d.json" 2>>"$LOG" \
+    && python3 - "$OUT/gpu-validate-$m-seq$s-$d.json" <<'PY'
+import json, sys
+o = json.load(open(sys.argv[1]))
+r = o["ranks"][0]
+print("validate %s seq %s %s (1 rank, 4 x 4): predicted %.1f ms, measured %.1f ms, error %+.1f%%; peak GiB predicted %.2f measured %s"
+      % (o["model"], o["seq_len"], o["dtype"], o["predicted_iteration_ms"], o["measured_iteration_ms"],
+         100 * o["iteration_error_rel"], r["peak_mem_gib"]["predicted"], r["peak_mem_gib"]["measured"]))
+PY
