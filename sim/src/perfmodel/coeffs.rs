@@ -95,7 +95,7 @@ fn smooth_min(a: f64, b: f64) -> f64 {
 /// pairs were fitted to data (the others fall back, see [`ArchClass::fallback`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimeTheta {
-    /// The parameter vector (length [`N_TIME`]).
+    /// The parameter vector (length `N_TIME`).
     pub v: Vec<f64>,
     /// `fitted[class][path]`: the pair had training points.
     pub fitted: [[bool; 2]; NC],
@@ -207,7 +207,7 @@ const MEM_BASE: [f64; N_MEM] = [0.3, 8.0, 4.0, 10.0, 2.0, 2.0, 4.0];
 /// Memory-model parameters in unconstrained form (`base * exp(x)`).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct MemTheta {
-    /// The parameter vector (length [`N_MEM`]).
+    /// The parameter vector (length `N_MEM`).
     pub v: Vec<f64>,
 }
 

@@ -28,7 +28,7 @@
 //! bytes of the collective; `optimizer_ms_per_mparam` ms per million local
 //! parameters. `gpu` and `model` accept catalog names and aliases; `dtype`
 //! accepts `fp16|bf16|fp32` (and `float16|float32`). Blocks become
-//! [`Source::Measured`](super::Source::Measured).
+//! `Source::Measured`.
 
 use super::{
     BlockProfile, CollectiveSample, ComputeCurve, MemoryProfile, ProfileSet, Source, UnitProfile,
