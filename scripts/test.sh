@@ -22,5 +22,8 @@ cargo clippy --workspace --all-targets --features exec -- -D warnings
 echo "== cargo test (workspace, exec features)" >&2
 cargo test --workspace --features exec --no-fail-fast 2>&1
 
+echo "== calibration cross-validation targets (release; slow in debug)" >&2
+cargo test --release -p cephalo-sim --test it -- --ignored 2>&1
+
 echo "== cargo doc (warnings denied)" >&2
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
