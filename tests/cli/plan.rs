@@ -3,24 +3,10 @@
 //! back by `simulate --plan`, determinism, and infeasible workloads exiting
 //! 2 with the shortfall and the GPU.
 
+use crate::common::shared_dir;
 use assert_cmd::Command;
 use serde_json::Value;
 use std::path::PathBuf;
-
-fn shared_dir() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference-profiles");
-    if d.join("model_latencies.json").is_file() {
-        return Some(d);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but {} has no reference profiles", d.display());
-    }
-    eprintln!(
-        "skipping: {} not found (reference profiles are not part of the repository)",
-        d.display()
-    );
-    None
-}
 
 struct Out {
     code: i32,

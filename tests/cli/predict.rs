@@ -2,24 +2,9 @@
 //! calibrated model alone, the best-source mode with imported profiles, and
 //! bad queries exiting 2.
 
+use crate::common::shared_dir;
 use assert_cmd::Command;
 use serde_json::Value;
-use std::path::PathBuf;
-
-fn shared_dir() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference-profiles");
-    if d.join("model_latencies.json").is_file() {
-        return Some(d);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but {} has no reference profiles", d.display());
-    }
-    eprintln!(
-        "skipping: {} not found (reference profiles are not part of the repository)",
-        d.display()
-    );
-    None
-}
 
 fn run(args: &[&str]) -> (i32, String, String) {
     let o = Command::cargo_bin("cephalo")

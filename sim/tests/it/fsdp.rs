@@ -3,6 +3,7 @@
 //! reporting, and the paper's 4-GPU plan against its own profile (needs
 //! `../shared/reference-profiles`).
 
+use crate::common::{reference_profiles, shared_dir};
 use proptest::prelude::*;
 use sim::cluster::Cluster;
 use sim::cost::{CostModel, CostOptions, Workload};
@@ -15,41 +16,10 @@ use sim::memory::MemoryTracker;
 use sim::model::ModelCatalog;
 use sim::perfmodel::Roofline;
 use sim::plan::{Plan, RankPlan};
-use sim::profile::{reference, ProfileSet};
+use sim::profile::ProfileSet;
 use sim::report::Report;
 use sim::units::SimTime;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::OnceLock;
-
-fn shared_dir() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference-profiles");
-    if d.join("model_latencies.json").is_file() {
-        return Some(d);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but {} has no reference profiles", d.display());
-    }
-    eprintln!(
-        "skipping: {} not found (reference profiles are not part of the repository)",
-        d.display()
-    );
-    None
-}
-
-fn reference_profiles() -> Option<&'static ProfileSet> {
-    static SET: OnceLock<Option<ProfileSet>> = OnceLock::new();
-    SET.get_or_init(|| {
-        let d = shared_dir()?;
-        let (g, m) = (GpuCatalog::builtin(), ModelCatalog::builtin());
-        let lat = std::fs::read_to_string(d.join("model_latencies.json")).unwrap();
-        let mem = std::fs::read_to_string(d.join("model_memory.json")).unwrap();
-        let mut set = reference::import_latencies(&lat, "model_latencies.json", g, m).unwrap();
-        set.merge(reference::import_memory(&mem, "model_memory.json", m).unwrap());
-        Some(set)
-    })
-    .as_ref()
-}
 
 fn workload(cluster: Cluster, model: &str, dtype: Dtype, global_batch: u32) -> Workload {
     let model = ModelCatalog::builtin()

@@ -3,28 +3,13 @@
 //! below the roofline bound, unsupported dtypes are refused, and the shipped
 //! calibration fits the reference measurements.
 
+use crate::common::shared_dir;
 use sim::dtype::Dtype;
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;
 use sim::perfmodel::calibrate::{calibrate, dataset, fit_time, Dataset, ErrorStats, TimeEntry};
 use sim::perfmodel::{roofline_bound_ms, Calibrated, Predictor};
 use sim::profile::{reference, ProfileSet};
-use std::path::PathBuf;
-
-fn shared_dir() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference-profiles");
-    if d.join("model_latencies.json").is_file() {
-        return Some(d);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but {} has no reference profiles", d.display());
-    }
-    eprintln!(
-        "skipping: {} not found (reference profiles are not part of the repository)",
-        d.display()
-    );
-    None
-}
 
 fn reference_dataset(d: &std::path::Path) -> Dataset {
     let (g, m) = (GpuCatalog::builtin(), ModelCatalog::builtin());

@@ -2,6 +2,7 @@
 //! outputs, both searches against brute force, native vs every other planner
 //! in the simulator, infeasibility explanations.
 
+use crate::common::{reference_profiles, shared_dir};
 use proptest::prelude::*;
 use sim::cluster::Cluster;
 use sim::cost::{CostModel, CostOptions, Workload};
@@ -13,38 +14,7 @@ use sim::planner::cephalo::{self, Choice};
 use sim::planner::closed_form::ClosedForm;
 use sim::planner::compat::{self, CompatInputs};
 use sim::planner::{self, Planner, PlannerOptions, Problem, SimJudge};
-use sim::profile::{reference, ProfileSet};
-use std::path::PathBuf;
-use std::sync::OnceLock;
-
-fn shared_dir() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference-profiles");
-    if d.join("model_latencies.json").is_file() {
-        return Some(d);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but {} has no reference profiles", d.display());
-    }
-    eprintln!(
-        "skipping: {} not found (reference profiles are not part of the repository)",
-        d.display()
-    );
-    None
-}
-
-fn reference_profiles() -> Option<&'static ProfileSet> {
-    static SET: OnceLock<Option<ProfileSet>> = OnceLock::new();
-    SET.get_or_init(|| {
-        let d = shared_dir()?;
-        let (g, m) = (GpuCatalog::builtin(), ModelCatalog::builtin());
-        let lat = std::fs::read_to_string(d.join("model_latencies.json")).unwrap();
-        let mem = std::fs::read_to_string(d.join("model_memory.json")).unwrap();
-        let mut set = reference::import_latencies(&lat, "model_latencies.json", g, m).unwrap();
-        set.merge(reference::import_memory(&mem, "model_memory.json", m).unwrap());
-        Some(set)
-    })
-    .as_ref()
-}
+use sim::profile::ProfileSet;
 
 struct Case {
     costs: CostModel,
