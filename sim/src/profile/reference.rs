@@ -161,6 +161,22 @@ pub fn quality_flags(name: &str, raw: &[f64], fit: &LinearFit) -> Vec<String> {
     flags
 }
 
+/// Parses `text` as JSON whose root must be an object shaped like `shape`.
+fn root_object(
+    text: &str,
+    origin: &str,
+    shape: &str,
+) -> Result<serde_json::Map<String, Value>, SpecError> {
+    match serde_json::from_str(text).map_err(|e| SpecError::parse(origin, e))? {
+        Value::Object(m) => Ok(m),
+        _ => Err(SpecError::invalid(
+            origin,
+            "<root>",
+            format!("expected an object `{shape}`"),
+        )),
+    }
+}
+
 /// Imports `model_latencies.json` text. Unknown GPU or model names and
 /// malformed leaves become warnings (the file holds entries no catalog has);
 /// a file that is not a JSON object of objects is an error.
@@ -170,16 +186,9 @@ pub fn import_latencies(
     gpus: &GpuCatalog,
     models: &ModelCatalog,
 ) -> Result<ProfileSet, SpecError> {
-    let root: Value = serde_json::from_str(text).map_err(|e| SpecError::parse(origin, e))?;
-    let root = root.as_object().ok_or_else(|| {
-        SpecError::invalid(
-            origin,
-            "<root>",
-            "expected an object `model -> gpu -> seq -> dtype -> entry`",
-        )
-    })?;
+    let root = root_object(text, origin, "model -> gpu -> seq -> dtype -> entry")?;
     let mut set = ProfileSet::new();
-    for (model_key, by_gpu) in root {
+    for (model_key, by_gpu) in &root {
         let Some(model) = models.get(model_key) else {
             set.warnings.push(format!(
                 "{origin}: model `{model_key}` is not in the model catalog; skipped"
@@ -270,16 +279,9 @@ pub fn import_memory(
     origin: &str,
     models: &ModelCatalog,
 ) -> Result<ProfileSet, SpecError> {
-    let root: Value = serde_json::from_str(text).map_err(|e| SpecError::parse(origin, e))?;
-    let root = root.as_object().ok_or_else(|| {
-        SpecError::invalid(
-            origin,
-            "<root>",
-            "expected an object `cluster -> model -> {...}`",
-        )
-    })?;
+    let root = root_object(text, origin, "cluster -> model -> {...}")?;
     let mut set = ProfileSet::new();
-    for (cluster, by_model) in root {
+    for (cluster, by_model) in &root {
         let by_model = by_model.as_object().ok_or_else(|| {
             SpecError::invalid(origin, cluster.clone(), "expected an object keyed by model")
         })?;
