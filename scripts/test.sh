@@ -22,6 +22,9 @@ cargo clippy --workspace --all-targets --features exec -- -D warnings
 echo "== cargo test (workspace, exec features)" >&2
 cargo test --workspace --features exec --no-fail-fast 2>&1
 
+echo "== examples (each asserts what it shows)" >&2
+cargo run --quiet -p cephalo-sim --example simulate_paper_cluster
+
 echo "== calibration cross-validation targets (release; slow in debug)" >&2
 cargo test --release -p cephalo-sim --test it -- --ignored 2>&1
 
