@@ -749,6 +749,7 @@ pub fn simulate_observed(
         tflops,
         mfu,
         peak_tflops,
+        price_per_hour_usd: w.cluster.gpus.iter().map(|g| g.price_per_hour_usd).sum(),
         model_tflop: model_flops / 1e12,
         mem_fraction: costs.options.mem_fraction,
         overhead_gib: costs.options.overhead_gib,

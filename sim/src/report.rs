@@ -164,7 +164,10 @@ pub struct CollectiveTimes {
 ///                                                   -- present only when oom: what the
 ///                                                      iteration would take with unlimited memory
 ///   "oom_gpus": [{rank, gpu, peak_mem_gib, usable_gib, capacity_gib}],  -- empty unless oom
-///   "peak_tflops": num (sum of dense peaks at the dtype), "model_tflop": num (per iteration),
+///   "peak_tflops": num (sum of dense peaks at the dtype),
+///   "price_per_hour_usd": num|null (whole cluster; null unless every GPU is priced),
+///   "usd_per_million_tokens": num|null (null when unpriced or oom),
+///   "model_tflop": num (per iteration),
 ///   "mem_fraction": num, "overhead_gib": num, "buffers_ref_gib": num,
 ///   "collectives": {ag_embedding_ms, ag_block_ms, ag_head_ms,
 ///                   rs_embedding_ms, rs_block_ms, rs_head_ms},
@@ -211,6 +214,9 @@ pub struct Report {
     pub mfu: f64,
     /// Sum of the GPUs' dense peak TFLOPS at the dtype.
     pub peak_tflops: f64,
+    /// Price of the whole cluster per hour (USD), when every GPU has a price
+    /// (cluster file or catalog).
+    pub price_per_hour_usd: Option<f64>,
     /// Model TFLOP of one iteration (10^12 FLOP, no recompute).
     pub model_tflop: f64,
     /// Allowed fraction of each GPU's memory.
@@ -257,6 +263,8 @@ struct ReportJson<'a> {
     timing_if_it_fit: Option<Timing>,
     oom_gpus: &'a [OomGpu],
     peak_tflops: f64,
+    price_per_hour_usd: Option<f64>,
+    usd_per_million_tokens: Option<f64>,
     model_tflop: f64,
     mem_fraction: f64,
     overhead_gib: f64,
@@ -286,6 +294,17 @@ impl Report {
         (!self.oom).then_some(self.iteration_ms)
     }
 
+    /// Cluster cost of training on one million tokens (USD), when the
+    /// cluster is priced and the plan fits.
+    pub fn usd_per_million_tokens(&self) -> Option<f64> {
+        match self.price_per_hour_usd {
+            Some(p) if !self.oom && self.tokens_per_s > 0.0 => {
+                Some(p / 3600.0 / self.tokens_per_s * 1e6)
+            }
+            _ => None,
+        }
+    }
+
     /// The report as pretty JSON (schema on [`Report`]), newline-terminated.
     pub fn to_json(&self) -> String {
         let ok = |v: f64| (!self.oom).then_some(v);
@@ -306,6 +325,8 @@ impl Report {
             timing_if_it_fit: self.oom.then(|| self.timing()),
             oom_gpus: &self.oom_gpus,
             peak_tflops: self.peak_tflops,
+            price_per_hour_usd: self.price_per_hour_usd,
+            usd_per_million_tokens: self.usd_per_million_tokens(),
             model_tflop: self.model_tflop,
             mem_fraction: self.mem_fraction,
             overhead_gib: self.overhead_gib,
@@ -455,6 +476,12 @@ impl Report {
                 self.tflops,
                 self.mfu * 100.0
             );
+            if let (Some(p), Some(c)) = (self.price_per_hour_usd, self.usd_per_million_tokens()) {
+                let _ = writeln!(
+                    s,
+                    "cost ${p:.2}/h for the cluster | ${c:.3} per million tokens"
+                );
+            }
         }
         s
     }

@@ -385,3 +385,50 @@ fn bad_input_exits_2_naming_the_culprit() {
     assert_eq!(o.code, 2);
     assert!(!o.stderr.contains("panicked"));
 }
+
+/// A priced cluster reports its hourly price and the cost of a million
+/// tokens; a cluster with an unpriced GPU (P40: no public list price) reports
+/// neither.
+#[test]
+fn cost_per_million_tokens_follows_prices() {
+    let priced = run(&[
+        "--gpus",
+        "l4,l4",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "4",
+        "--batch",
+        "2,2",
+        "--microbatches",
+        "1,1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(priced.code, 0, "{}", priced.stderr);
+    let v: Value = serde_json::from_str(&priced.stdout).unwrap();
+    let p = v["price_per_hour_usd"].as_f64().unwrap();
+    let tok = v["tokens_per_s"].as_f64().unwrap();
+    let c = v["usd_per_million_tokens"].as_f64().unwrap();
+    assert!(p > 0.0);
+    assert!(
+        (c - p / 3600.0 / tok * 1e6).abs() < 1e-9 * c,
+        "{c} vs {p} {tok}"
+    );
+    let unpriced = run(&[
+        "--gpus",
+        "l4,p40",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "4",
+        "--batch",
+        "2,2",
+        "--microbatches",
+        "1,1",
+        "--format",
+        "json",
+    ]);
+    let v: Value = serde_json::from_str(&unpriced.stdout).unwrap();
+    assert!(v["price_per_hour_usd"].is_null() && v["usd_per_million_tokens"].is_null());
+}
