@@ -276,6 +276,11 @@ impl Cluster {
                 format!("expected a comma-separated list of GPU names, got `{list}`"),
             ));
         }
+        // Name each unknown entry by its position in the list, not by the
+        // internal node/group path the shorthand expands to.
+        for (i, n) in names.iter().enumerate() {
+            catalog.lookup(n, &format!("{origin} (entry {})", i + 1))?;
+        }
         let file = ClusterFile {
             name: Some(names.join(",")),
             network: None,
