@@ -14,6 +14,24 @@ use crate::error::PlanError;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FsdpGa;
 
+/// The plan of given local batches with even `1/G` state shards, each GPU
+/// using the fewest micro-batches that fit next to its shard; GPUs where not
+/// even one sample fits are named in the notes (the simulator reports the OOM).
+pub fn even_shard_plan(name: &str, problem: &Problem<'_>, batch: &[u32]) -> Planned {
+    let g = problem.costs.ranks();
+    let fr = vec![1.0 / g as f64; g];
+    let (n, oom) = per_rank_microbatches(problem, batch, &fr);
+    let pairs: Vec<(u32, u32)> = batch.iter().zip(&n).map(|(&b, &n)| (b, n)).collect();
+    let mut out = Planned::bare(plan_from(name, &pairs, &fr));
+    for i in oom {
+        out.notes.push(format!(
+            "not even one sample fits on GPU {i} ({}) with an even state shard",
+            problem.costs.gpu(i).name
+        ));
+    }
+    out
+}
+
 /// Per rank, the fewest micro-batches whose size fits with state fraction
 /// `fractions[i]`; ranks where one sample does not fit get single-sample
 /// micro-batches and are returned in the second list.
@@ -53,18 +71,7 @@ impl Planner for FsdpGa {
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
-        let g = problem.costs.ranks();
-        let batch = even_split(problem.costs.workload.global_batch, g);
-        let fr = vec![1.0 / g as f64; g];
-        let (n, oom) = per_rank_microbatches(problem, &batch, &fr);
-        let pairs: Vec<(u32, u32)> = batch.iter().zip(&n).map(|(&b, &n)| (b, n)).collect();
-        let mut out = Planned::bare(plan_from(self.name(), &pairs, &fr));
-        for i in oom {
-            out.notes.push(format!(
-                "not even one sample fits on GPU {i} ({}) with an even state shard",
-                problem.costs.gpu(i).name
-            ));
-        }
-        Ok(out)
+        let batch = even_split(problem.costs.workload.global_batch, problem.costs.ranks());
+        Ok(even_shard_plan(self.name(), problem, &batch))
     }
 }

@@ -5,9 +5,9 @@
 //! shard. Where not even one sample fits, the plan is returned anyway and the
 //! simulator reports the OOM. Units: samples, GiB.
 
-use super::fsdp_ga::per_rank_microbatches;
+use super::fsdp_ga::even_shard_plan;
 use super::proportional::speed_batches;
-use super::{plan_from, Planned, Planner, Problem};
+use super::{Planned, Planner, Problem};
 use crate::error::PlanError;
 
 /// Speed-proportional batch, memory-sized micro-batches, even shards.
@@ -24,18 +24,10 @@ impl Planner for SpeedProportionalMem {
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
-        let g = problem.costs.ranks();
-        let batch = speed_batches(problem);
-        let fr = vec![1.0 / g as f64; g];
-        let (n, oom) = per_rank_microbatches(problem, &batch, &fr);
-        let pairs: Vec<(u32, u32)> = batch.iter().zip(&n).map(|(&b, &n)| (b, n)).collect();
-        let mut out = Planned::bare(plan_from(self.name(), &pairs, &fr));
-        for i in oom {
-            out.notes.push(format!(
-                "not even one sample fits on GPU {i} ({}) with an even state shard",
-                problem.costs.gpu(i).name
-            ));
-        }
-        Ok(out)
+        Ok(even_shard_plan(
+            self.name(),
+            problem,
+            &speed_batches(problem),
+        ))
     }
 }
