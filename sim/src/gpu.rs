@@ -67,6 +67,15 @@ pub struct GpuSpec {
     /// Approximate public on-demand price per GPU-hour, USD.
     #[serde(default)]
     pub price_per_hour_usd: Option<f64>,
+    /// Maximum board power, W (datasheet TDP / power limit). With
+    /// `boost_clock_mhz` it lets the performance model clock a card down
+    /// under dense GEMMs; `None` = never power-bound.
+    #[serde(default)]
+    pub board_power_w: Option<f64>,
+    /// Boost clock, MHz: the clock the datasheet peaks assume
+    /// (`peak = FLOP per cycle x boost clock`).
+    #[serde(default)]
+    pub boost_clock_mhz: Option<f64>,
 }
 
 /// PCIe connection between a GPU and its host.
@@ -223,6 +232,12 @@ impl GpuSpec {
         }
         if let Some(v) = self.price_per_hour_usd {
             positive("price_per_hour_usd", v, "USD per GPU-hour")?;
+        }
+        if let Some(v) = self.board_power_w {
+            positive("board_power_w", v, "W")?;
+        }
+        if let Some(v) = self.boost_clock_mhz {
+            positive("boost_clock_mhz", v, "MHz")?;
         }
         if HostLink::lane_raw_gbps(self.host_link.pcie_gen).is_none() {
             return Err(SpecError::invalid(

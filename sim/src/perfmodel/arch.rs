@@ -9,9 +9,9 @@
 //! dual-issue FP32 lanes that SGEMM cannot keep busy. The split is read off
 //! the specs: GA10x has `fp32_tflops / fp16_tflops > 0.15`, GA100 0.0625.
 //!
-//! Board power bounds sustained throughput: small cards (T4 70 W, L4 72 W,
-//! A10G 150 W) clock down under dense GEMMs long before their datasheet peak.
-//! The values are datasheet maximum board power (sources next to each).
+//! Board power bounds sustained throughput: small cards (T4 70 W, L4 72 W)
+//! clock down under dense GEMMs long before their datasheet peak. Board power
+//! and boost clock are catalog fields (`profiles/gpus.toml`, with sources).
 
 use crate::dtype::Dtype;
 use crate::gpu::GpuSpec;
@@ -151,42 +151,14 @@ impl MathPath {
     }
 }
 
-/// Datasheet maximum board power of a catalog GPU (W), by canonical name.
-///
-/// Sources: NVIDIA datasheets. P40 250 W; P100 PCIe 250 W; V100 SXM2 300 W,
-/// V100 PCIe 250 W; T4 70 W; A10 (A10G) 150 W; RTX A6000 300 W; RTX 3090
-/// 350 W; A100 SXM4 400 W; L4 72 W; L40S 350 W; H100 SXM 700 W, H100 PCIe
-/// 350 W, H100 NVL 400 W; H200 SXM 700 W.
-pub const BOARD_POWER_W: [(&str, f64); 18] = [
-    ("p40", 250.0),
-    ("p100-16gb", 250.0),
-    ("v100-16gb", 300.0),
-    ("v100-32gb", 300.0),
-    ("v100-pcie-16gb", 250.0),
-    ("v100-pcie-32gb", 250.0),
-    ("t4", 70.0),
-    ("a10g", 150.0),
-    ("rtx-a6000", 300.0),
-    ("rtx-3090", 350.0),
-    ("a100-40gb", 400.0),
-    ("a100-80gb", 400.0),
-    ("l4", 72.0),
-    ("l40s", 350.0),
-    ("h100-sxm", 700.0),
-    ("h100-pcie", 350.0),
-    ("h100-nvl", 400.0),
-    ("h200", 700.0),
-];
-
-/// Board power of a GPU (W): the table value for catalog GPUs, else a
-/// conservative guess that never binds (1 kW), so a user-defined GPU is
-/// limited by its peak alone.
-pub fn board_power_w(gpu: &GpuSpec) -> f64 {
-    BOARD_POWER_W
-        .iter()
-        .find(|(n, _)| *n == gpu.name)
-        .map(|(_, w)| *w)
-        .unwrap_or(1000.0)
+/// Board power of a GPU (W) and its FLOP per clock cycle on the `dtype`'s
+/// math path (`peak / boost clock`), when the catalog gives both
+/// `board_power_w` and `boost_clock_mhz`; `None` = the power cap never binds.
+pub fn power_and_cycle_flops(gpu: &GpuSpec, dtype: Dtype) -> Option<(f64, f64)> {
+    let w = gpu.board_power_w?;
+    let mhz = gpu.boost_clock_mhz?;
+    let peak_flops = gpu.peak_tflops(dtype)? * 1e12;
+    Some((w, peak_flops / (mhz * 1e6)))
 }
 
 #[cfg(test)]
@@ -203,8 +175,8 @@ mod tests {
             .filter(|g| g.arch != "cpu")
         {
             assert!(
-                BOARD_POWER_W.iter().any(|(n, _)| *n == g.name),
-                "no board power for {}",
+                power_and_cycle_flops(g, Dtype::Fp32).is_some(),
+                "no board power or boost clock for {}",
                 g.name
             );
 

@@ -6,9 +6,10 @@
 //! micro-batch, `E` = elementwise bytes, `P` = block parameters):
 //!
 //! ```text
-//! rate  = smoothmin(eff[class,path] * peak,
-//!                   power_w * flops_per_w[path] * k[class] * (node_nm / 8)^-beta)
+//! rate  = smoothmin(eff[class,path] * peak, u * f_sus)
 //!         * h / (h + h_half[path]) * T / (T + T_half[path])        (T = m*s tokens)
+//! f_sus = f0[path] * k[class] * (node_nm / 8)^-beta * (W / u / W_ref[path])^gamma
+//!         (u = peak / boost clock, FLOP per cycle; W = board power)
 //! E     = m*(A - S) + k_s[half|fp32] * m*S + act_bytes * c_m[fam] * m*s^2
 //!         (A = ModelSpec::block_activation_io_bytes_fwd, S its score-shaped
 //!          part, features::score_io_bytes_per_sample)
@@ -23,6 +24,14 @@
 //! act(m) = fixed + (act_bytes/4 * (w_block*P + w_edge*P_edge)
 //!          + m*(act_bytes*(b_h*s*h + b_f*s*ffn + b_s*a*s^2) + b_v*4*logits)) / 2^30
 //! ```
+//!
+//! `f_sus` is the clock a card can hold under dense GEMMs within its board
+//! power: dynamic power grows with units x clock x voltage^2 and voltage
+//! rises with clock, so the sustainable clock grows like a power `gamma < 1`
+//! of the watts per unit (1/3 is the ideal DVFS cube law); a newer process
+//! node spends less energy per FLOP. This is what lets a 70 W T4 or a 72 W
+//! L4 be predicted from the other cards' data: their slowness is power, not
+//! a property of their generation.
 //!
 //! Internally the parameters are an unconstrained vector ([`TimeTheta`],
 //! [`MemTheta`]): positive quantities are `base * exp(x)`, fractions are
@@ -62,13 +71,20 @@ pub(crate) const DUAL: usize = 42;
 pub(crate) const NODE: usize = 43;
 /// Index of the score-traffic factor of 16-bit (then fp32) training.
 pub(crate) const SCR: usize = 44;
+/// Index of the power exponent `gamma` of the sustained clock.
+pub(crate) const GAM: usize = 46;
 /// Number of time parameters.
-pub(crate) const N_TIME: usize = 46;
+pub(crate) const N_TIME: usize = 47;
 /// Process node (nm) at which `power_tflops_per_w` applies as is.
 const NODE_REF_NM: f64 = 8.0;
 const DUAL_BASE: f64 = 0.6;
 
-const TFW_BASE: [f64; 2] = [0.3e12, 0.06e12];
+/// Base sustained clock (Hz) of the power cap, per path.
+const CLOCK_BASE_HZ: f64 = 1.5e9;
+/// Board watts per FLOP/cycle at which `power_clock_ghz` applies, per path
+/// (tensor, CUDA cores): about a V100's.
+const W_PER_CYCLE_FLOP_REF: [f64; 2] = [0.003, 0.02];
+const GAM_BASE: f64 = 0.5;
 const H0_BASE: f64 = 1000.0;
 const T0_BASE: f64 = 500.0;
 const CM_BASE: f64 = 4.0;
@@ -160,11 +176,13 @@ impl TimeTheta {
         let p = f.path.index();
         let top = self.efficiency(f.class, f.path) * f.peak_flops;
         let pc = self.power_class(f.class).index();
-        let cap = f.power_w
-            * TFW_BASE[p]
+        let gamma = GAM_BASE * self.v[GAM].exp();
+        let clock_hz = CLOCK_BASE_HZ
             * self.v[TFW + p].exp()
             * self.v[pwf(pc)].exp()
-            * (f.node_nm / NODE_REF_NM).powf(-self.v[NODE]);
+            * (f.node_nm / NODE_REF_NM).powf(-self.v[NODE])
+            * (f.power_w / f.cycle_flops / W_PER_CYCLE_FLOP_REF[p]).powf(gamma);
+        let cap = f.cycle_flops * clock_hz;
         let h0 = H0_BASE * self.v[H0 + p].exp();
         let t0 = T0_BASE * self.v[T0 + p].exp();
         smooth_min(top, cap) * f.hidden / (f.hidden + h0) * f.tokens / (f.tokens + t0)
@@ -282,8 +300,14 @@ pub struct TimeCoefficients {
     /// Factor on CUDA-core efficiency for GA10x / Ada, whose datasheet FP32
     /// rate counts dual-issue lanes shared with integer work.
     pub dual_issue_simt_factor: f64,
-    /// Sustained matmul FLOP/s per watt of board power (TFLOPS/W).
-    pub power_tflops_per_w: PerPath,
+    /// Sustained clock (GHz) under dense GEMMs of a card at 8 nm with the
+    /// reference board watts per FLOP/cycle (0.003 on tensor cores, 0.02 on
+    /// CUDA cores, about a V100's), per path.
+    pub power_clock_ghz: PerPath,
+    /// Exponent `gamma` of the sustained clock in board watts per FLOP/cycle
+    /// (dimensionless; 1/3 is the DVFS cube law with voltage proportional to
+    /// clock, 1 a fixed energy per FLOP).
+    pub power_clock_exponent: f64,
     /// Per-class multiplier of `power_tflops_per_w` (classes with data).
     pub power_class_factor: BTreeMap<ArchClass, f64>,
     /// Exponent `beta` of the process-node scaling of sustained FLOP/s per
@@ -415,13 +439,14 @@ impl TimeTheta {
                 simt: logistic(v[EG + 1]),
             },
             dual_issue_simt_factor: DUAL_BASE * v[DUAL].exp(),
-            power_tflops_per_w: {
-                let p = pp(TFW, TFW_BASE);
+            power_clock_ghz: {
+                let p = pp(TFW, [CLOCK_BASE_HZ; 2]);
                 PerPath {
-                    tensor: p.tensor / 1e12,
-                    simt: p.simt / 1e12,
+                    tensor: p.tensor / 1e9,
+                    simt: p.simt / 1e9,
                 }
             },
+            power_clock_exponent: GAM_BASE * v[GAM].exp(),
             power_class_factor,
             power_node_exponent: v[NODE],
             hidden_half: pp(H0, [H0_BASE; 2]),
@@ -523,16 +548,22 @@ impl TimeTheta {
         }
         v[NODE] = t.power_node_exponent;
         v[TFW] = ln(
-            t.power_tflops_per_w.tensor * 1e12,
-            TFW_BASE[0],
+            t.power_clock_ghz.tensor * 1e9,
+            CLOCK_BASE_HZ,
             origin,
-            "time.power_tflops_per_w.tensor",
+            "time.power_clock_ghz.tensor",
         )?;
         v[TFW + 1] = ln(
-            t.power_tflops_per_w.simt * 1e12,
-            TFW_BASE[1],
+            t.power_clock_ghz.simt * 1e9,
+            CLOCK_BASE_HZ,
             origin,
-            "time.power_tflops_per_w.simt",
+            "time.power_clock_ghz.simt",
+        )?;
+        v[GAM] = ln(
+            t.power_clock_exponent,
+            GAM_BASE,
+            origin,
+            "time.power_clock_exponent",
         )?;
         v[H0] = ln(
             t.hidden_half.tensor,

@@ -5,7 +5,7 @@
 //! (GPU, model, tokens per sample, dtype, micro-batch) query; nothing is
 //! fitted. Units: FLOP, elements, bytes, FLOP/s, B/s, W.
 
-use super::arch::{board_power_w, ArchClass, MathPath};
+use super::arch::{power_and_cycle_flops, ArchClass, MathPath};
 use crate::dtype::Dtype;
 use crate::gpu::GpuSpec;
 use crate::model::{Family, ModelSpec};
@@ -35,8 +35,10 @@ pub struct TimeFeat {
     pub peak_flops: f64,
     /// Memory bandwidth, B/s.
     pub bw_bps: f64,
-    /// Board power, W.
+    /// Board power, W (infinite when the catalog has no power or clock).
     pub power_w: f64,
+    /// FLOP per clock cycle on this math path (`peak / boost clock`).
+    pub cycle_flops: f64,
     /// Process node of the GPU's chip, nm ([`ArchClass::process_nm`]).
     pub node_nm: f64,
     /// Model width h.
@@ -76,12 +78,15 @@ impl TimeFeat {
         let s = model.tokens_per_sample(tokens_per_sample) as f64;
         let m = m as f64;
         let h = model.hidden as f64;
+        let (power_w, cycle_flops) =
+            power_and_cycle_flops(gpu, dtype).unwrap_or((f64::INFINITY, peak * 1e12 / 1.5e9));
         Some(TimeFeat {
             class: ArchClass::of(gpu),
             path: MathPath::of(gpu, dtype),
             peak_flops: peak * 1e12,
             bw_bps: gpu.mem_bw_gbps * 1e9,
-            power_w: board_power_w(gpu),
+            power_w,
+            cycle_flops,
             node_nm: ArchClass::of(gpu).process_nm(),
             hidden: h,
             tokens: m * s,

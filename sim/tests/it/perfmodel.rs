@@ -8,7 +8,7 @@ use sim::dtype::Dtype;
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;
 use sim::perfmodel::calibrate::{calibrate, dataset, fit_time, Dataset, ErrorStats, TimeEntry};
-use sim::perfmodel::{roofline_bound_ms, Calibrated, Predictor};
+use sim::perfmodel::{roofline_bound_ms, Calibrated, Predictor, BUILTIN_CALIBRATION_JSON};
 use sim::profile::{reference, ProfileSet};
 
 fn reference_dataset(d: &std::path::Path) -> Dataset {
@@ -161,6 +161,29 @@ fn gpus_without_data_extrapolate_sensibly() {
 }
 
 #[test]
+fn board_power_limits_the_sustained_rate() {
+    // The same card with less board power is slower on a GEMM-heavy block,
+    // and a user-defined card without power or clock is never power-limited.
+    let p = Calibrated::builtin();
+    let m = ModelCatalog::builtin().get("llama-7b").unwrap();
+    let t4 = GpuCatalog::builtin().get("t4").unwrap().clone();
+    let total = |g: &sim::gpu::GpuSpec| {
+        let (f, b) = p.block_ms(g, m, 2048, Dtype::Fp16, 8).unwrap();
+        f + b
+    };
+    let base = total(&t4);
+    let mut starved = t4.clone();
+    starved.board_power_w = Some(35.0);
+    let mut unlimited = t4.clone();
+    unlimited.board_power_w = None;
+    assert!(total(&starved) > base * 1.1, "{} vs {base}", total(&starved));
+    assert!(total(&unlimited) < base, "{} vs {base}", total(&unlimited));
+    let mut no_clock = t4;
+    no_clock.boost_clock_mhz = None;
+    assert_eq!(total(&no_clock), total(&unlimited));
+}
+
+#[test]
 fn shipped_calibration_fits_the_reference_data() {
     let Some(d) = shared_dir() else { return };
     let ds = reference_dataset(&d);
@@ -241,11 +264,41 @@ fn cross_validation_targets() {
     );
     assert!(r.memory_in_sample.overall.median_ape_pct <= 15.0);
     assert!(r.memory_leave_one_model_out.overall.median_ape_pct <= 15.0);
-    // Leave-one-GPU-out misses the target (see profiles/calibration-cv.md);
-    // guard against regressions beyond today's numbers.
     let logo = r.time_leave_one_gpu_out.overall;
     assert!(
-        logo.median_ape_pct <= 13.5 && logo.p90_ape_pct <= 35.0,
+        logo.median_ape_pct <= 10.0 && logo.p90_ape_pct <= 25.0,
         "LOGO {logo:?}"
     );
+    // The shipped coefficients are this fit (rerun `cephalo calibrate` after
+    // changing the model, the catalogs or the priors).
+    let shipped: serde_json::Value = serde_json::from_str(BUILTIN_CALIBRATION_JSON).unwrap();
+    let fresh = serde_json::to_value(&run.calibration).unwrap();
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12);
+    for part in ["time", "memory"] {
+        assert!(
+            json_close(&fresh[part], &shipped[part], &close),
+            "profiles/calibration.json `{part}` is stale: rerun `cephalo calibrate`"
+        );
+    }
+}
+
+/// Whether two JSON values are equal, numbers compared with `close`.
+fn json_close(
+    a: &serde_json::Value,
+    b: &serde_json::Value,
+    close: &dyn Fn(f64, f64) -> bool,
+) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => close(x.as_f64().unwrap(), y.as_f64().unwrap()),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_close(p, q, close))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_close(v, w, close)))
+        }
+        _ => a == b,
+    }
 }
