@@ -9,7 +9,9 @@ use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;
-use sim::perfmodel::calibrate::{calibrate, dataset, CvMode, CvReport, ErrorStats, GroupErrors};
+use sim::perfmodel::calibrate::{
+    calibrate, dataset, CvMode, CvReport, ErrorStats, GroupErrors, HOLDOUT_BATCHES,
+};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -107,6 +109,19 @@ pub fn markdown(report: &CvReport, reference: &str) -> String {
         "in-sample",
         "LOMO",
     );
+    let h = &report.time_fit_only_holdout;
+    let _ = writeln!(s, "\n### Hold-out: fit-only entries\n");
+    let _ = writeln!(
+        s,
+        "Entries with linear fits but no measured points are never fitted. Here the in-sample calibration predicts them at micro-batch {} and is compared with their own fit lines (fwd+bwd). Among them are GPU types with no measured points at all (e.g. the RTX 3090).\n",
+        HOLDOUT_BATCHES.map(|b| b.to_string()).join(", ")
+    );
+    let _ = writeln!(s, "| GPU | median % | p90 % | points |");
+    let _ = writeln!(s, "|---|---:|---:|---:|");
+    for g in &h.per_gpu {
+        let _ = writeln!(s, "| {} | {} |", g.group, stats_cells(&g.stats));
+    }
+    let _ = writeln!(s, "| all | {} |", stats_cells(&h.overall));
     let _ = writeln!(s, "\n### Excluded entries ({})\n", report.excluded.len());
     for e in &report.excluded {
         let _ = writeln!(s, "- `{}`: {}", e.entry, e.reason);

@@ -96,7 +96,15 @@ pub struct Dataset {
     pub memory: Vec<MemEntry>,
     /// Entries left out.
     pub excluded: Vec<Excluded>,
+    /// Fit-only entries (linear fits without measured points): never fitted,
+    /// compared as a hold-out at [`HOLDOUT_BATCHES`], their "measured" values
+    /// being their own lines there.
+    pub holdout: Vec<TimeEntry>,
 }
+
+/// Micro-batch sizes at which fit-only entries are compared (inside the
+/// range the reference fits were made on for every GPU that has them).
+pub const HOLDOUT_BATCHES: [u32; 3] = [1, 2, 4];
 
 /// Why a raw list should not be trusted, if it should not.
 pub fn raw_list_problem(name: &str, raw: &[f64]) -> Option<String> {
@@ -135,13 +143,52 @@ pub fn raw_list_problem(name: &str, raw: &[f64]) -> Option<String> {
     None
 }
 
+/// A fit-only entry as hold-out points: its fit lines at [`HOLDOUT_BATCHES`];
+/// `None` when its GPU, model or dtype is outside the catalogs.
+fn holdout_entry(
+    b: &crate::profile::BlockProfile,
+    label: &str,
+    gpus: &GpuCatalog,
+    models: &ModelCatalog,
+) -> Option<TimeEntry> {
+    let (gpu, model) = (gpus.get(&b.gpu)?, models.get(&b.model)?);
+    let mut e = TimeEntry {
+        gpu: gpu.name.clone(),
+        model: model.name.clone(),
+        seq_len: b.seq_len,
+        dtype: b.dtype,
+        entry: label.to_string(),
+        batches: HOLDOUT_BATCHES.to_vec(),
+        fwd_ms: Vec::new(),
+        bwd_ms: Vec::new(),
+        feats: Vec::new(),
+        bounds: Vec::new(),
+    };
+    for m in HOLDOUT_BATCHES {
+        e.feats
+            .push(TimeFeat::new(gpu, model, b.seq_len, b.dtype, m)?);
+        e.bounds
+            .push(roofline_bound_ms(gpu, model, b.seq_len, b.dtype, m)?);
+        e.fwd_ms.push(b.curve.fwd_fit.at(m as f64));
+        e.bwd_ms.push(b.curve.bwd_fit.at(m as f64));
+    }
+    (e.fwd_ms
+        .iter()
+        .chain(&e.bwd_ms)
+        .all(|x| x.is_finite() && *x > 0.0)
+        && b.model_key.starts_with("deepspeed"))
+    .then_some(e)
+}
+
 /// Selects the usable measurements of a profile set.
 ///
 /// Timing: entries with raw per-batch lists from the current trainer
 /// (`deepspeed*` keys, or measured by this project); legacy HuggingFace keys,
 /// fit-only entries, entries whose fit disagrees with the least-squares line
 /// of their raw list (the importer's flag: hand-edited values), and entries
-/// with non-monotonic, superlinear or hand-edited raw lists are excluded (listed with the reason). Memory: every
+/// with non-monotonic, superlinear or hand-edited raw lists are excluded
+/// (listed with the reason); the fit-only ones are kept aside as hold-out
+/// points ([`Dataset::holdout`]). Memory: every
 /// `deepspeed*` (or measured) memory list of a catalog model.
 pub fn dataset(profiles: &ProfileSet, gpus: &GpuCatalog, models: &ModelCatalog) -> Dataset {
     let mut ds = Dataset::default();
@@ -179,10 +226,17 @@ pub fn dataset(profiles: &ProfileSet, gpus: &GpuCatalog, models: &ModelCatalog) 
         }
         let c = &b.curve;
         if c.batch_sizes.is_empty() {
+            let held = holdout_entry(b, &label, gpus, models);
             ds.excluded.push(Excluded {
                 entry: label,
-                reason: "linear fits only, no measured points".into(),
+                reason: if held.is_some() {
+                    "linear fits only, no measured points (not fitted; checked as a hold-out)"
+                        .into()
+                } else {
+                    "linear fits only, no measured points".into()
+                },
             });
+            ds.holdout.extend(held);
             continue;
         }
         if let Some(why) = raw_list_problem("forward", &c.fwd_ms)
@@ -493,6 +547,9 @@ pub struct CvReport {
     pub memory_in_sample: MemCv,
     /// Memory, leave one model out.
     pub memory_leave_one_model_out: MemCv,
+    /// Timing of the fit-only entries (never fitted) against their own
+    /// linear fits, predicted by the in-sample calibration.
+    pub time_fit_only_holdout: CvMode,
     /// Entries left out and why.
     pub excluded: Vec<Excluded>,
 }
@@ -629,6 +686,10 @@ pub fn calibrate(ds: &Dataset, reference: &str) -> CalibrationRun {
         time_leave_one_model_out: time_mode("leave-one-model-out", lomo),
         memory_in_sample: mem_mode("in-sample", mem_points(&mem, &mem_all)),
         memory_leave_one_model_out: mem_mode("leave-one-model-out", mem_lomo),
+        time_fit_only_holdout: time_mode(
+            "fit-only hold-out",
+            predict_points(&th, &ds.holdout.iter().collect::<Vec<_>>()),
+        ),
         excluded: ds.excluded.clone(),
     };
     let calibration = Calibration {

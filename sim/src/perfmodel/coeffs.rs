@@ -75,7 +75,7 @@ pub(crate) const SCR: usize = 44;
 pub(crate) const GAM: usize = 46;
 /// Number of time parameters.
 pub(crate) const N_TIME: usize = 47;
-/// Process node (nm) at which `power_tflops_per_w` applies as is.
+/// Process node (nm) at which `power_clock_ghz` applies as is.
 const NODE_REF_NM: f64 = 8.0;
 const DUAL_BASE: f64 = 0.6;
 
@@ -308,7 +308,7 @@ pub struct TimeCoefficients {
     /// (dimensionless; 1/3 is the DVFS cube law with voltage proportional to
     /// clock, 1 a fixed energy per FLOP).
     pub power_clock_exponent: f64,
-    /// Per-class multiplier of `power_tflops_per_w` (classes with data).
+    /// Per-class multiplier of `power_clock_ghz` (classes with data).
     pub power_class_factor: BTreeMap<ArchClass, f64>,
     /// Exponent `beta` of the process-node scaling of sustained FLOP/s per
     /// watt: the cap is multiplied by `(node_nm / 8)^-beta` (dimensionless;

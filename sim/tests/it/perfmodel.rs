@@ -176,7 +176,11 @@ fn board_power_limits_the_sustained_rate() {
     starved.board_power_w = Some(35.0);
     let mut unlimited = t4.clone();
     unlimited.board_power_w = None;
-    assert!(total(&starved) > base * 1.1, "{} vs {base}", total(&starved));
+    assert!(
+        total(&starved) > base * 1.1,
+        "{} vs {base}",
+        total(&starved)
+    );
     assert!(total(&unlimited) < base, "{} vs {base}", total(&unlimited));
     let mut no_clock = t4;
     no_clock.boost_clock_mhz = None;
