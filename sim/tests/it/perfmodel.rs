@@ -7,7 +7,9 @@ use crate::common::shared_dir;
 use sim::dtype::Dtype;
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;
-use sim::perfmodel::calibrate::{calibrate, dataset, fit_time, Dataset, ErrorStats, TimeEntry};
+use sim::perfmodel::calibrate::{
+    calibrate, dataset, fit_time, Dataset, ErrorStats, TimeEntry, HOLDOUT_BATCHES,
+};
 use sim::perfmodel::{roofline_bound_ms, Calibrated, Predictor, BUILTIN_CALIBRATION_JSON};
 use sim::profile::{reference, ProfileSet};
 
@@ -253,6 +255,23 @@ fn fit_is_deterministic() {
     assert_eq!(a, b);
 }
 
+#[test]
+fn fit_only_entries_are_held_out_not_fitted() {
+    let Some(d) = shared_dir() else { return };
+    let ds = reference_dataset(&d);
+    // The RTX 3090 has fit-only entries and no raw lists at all.
+    assert!(ds.holdout.iter().any(|e| e.gpu == "rtx-3090"));
+    assert!(!ds.time.iter().any(|e| e.gpu == "rtx-3090"));
+    for e in &ds.holdout {
+        assert_eq!(e.batches, HOLDOUT_BATCHES.to_vec(), "{}", e.entry);
+        assert!(!ds.time.iter().any(|t| t.entry == e.entry), "{}", e.entry);
+        assert!(ds
+            .excluded
+            .iter()
+            .any(|x| x.entry == e.entry && x.reason.contains("hold-out")));
+    }
+}
+
 /// The full cross-validation (27 refits); slow in debug builds, so run it
 /// with `cargo test --release -p cephalo-sim --test it -- --ignored`.
 #[test]
@@ -268,6 +287,12 @@ fn cross_validation_targets() {
     );
     assert!(r.memory_in_sample.overall.median_ape_pct <= 15.0);
     assert!(r.memory_leave_one_model_out.overall.median_ape_pct <= 15.0);
+    // Fit-only entries, never fitted: a guard at today's level (9.2 / 30.8).
+    let h = r.time_fit_only_holdout.overall;
+    assert!(
+        h.points >= 150 && h.median_ape_pct <= 12.0,
+        "hold-out {h:?}"
+    );
     let logo = r.time_leave_one_gpu_out.overall;
     assert!(
         logo.median_ape_pct <= 10.0 && logo.p90_ape_pct <= 25.0,
