@@ -10,6 +10,7 @@ use sim::cost::{CostModel, CostOptions, Workload};
 use sim::dtype::Dtype;
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;
+use sim::perfmodel::Calibrated;
 use sim::profile::ProfileSet;
 use std::path::PathBuf;
 
@@ -37,6 +38,10 @@ pub struct WorkloadArgs {
     /// Profile file or directory (reference JSON or cephalo-profile/1); repeatable.
     #[arg(long)]
     pub profiles: Vec<PathBuf>,
+    /// Calibration file (`cephalo calibrate --out`) for GPUs and models
+    /// without a profile, instead of the shipped `profiles/calibration.json`.
+    #[arg(long)]
+    pub calibration: Option<PathBuf>,
     /// Memory cluster of the reference `model_memory.json` to take non-state memory from.
     #[arg(long)]
     pub memory_cluster: Option<String>,
@@ -105,7 +110,10 @@ impl WorkloadArgs {
             memory_cluster: self.memory_cluster.clone(),
             ..CostOptions::default()
         };
-        let predictor = sim::perfmodel::builtin();
+        let predictor = match &self.calibration {
+            Some(p) => Calibrated::from_json(&load::read_text(p)?, &p.display().to_string())?,
+            None => Calibrated::builtin(),
+        };
         let workload = Workload {
             cluster,
             model,
@@ -113,7 +121,7 @@ impl WorkloadArgs {
             dtype,
             global_batch: self.global_batch,
         };
-        let costs = CostModel::build(workload, &profiles, predictor.as_ref(), options)?;
+        let costs = CostModel::build(workload, &profiles, &predictor, options)?;
         let mut warnings = profiles.warnings.clone();
         warnings.extend(costs.warnings.iter().cloned());
         Ok(Resolved {

@@ -226,3 +226,65 @@ fn compat_without_reference_profiles_says_which_curves_it_used() {
         "{notes}"
     );
 }
+
+#[test]
+fn calibration_flag_replaces_the_shipped_model() {
+    // A calibration whose fixed per-block costs are 100x the shipped ones
+    // must slow a built-in-data plan down; a stale or missing file exits 2.
+    let shipped: Value =
+        serde_json::from_str(&std::fs::read_to_string("profiles/calibration.json").unwrap())
+            .unwrap();
+    let mut slow = shipped.clone();
+    for k in ["fixed_fwd_ms", "fixed_bwd_ms"] {
+        let v = slow["time"][k].as_f64().unwrap();
+        slow["time"][k] = Value::from(v * 100.0);
+    }
+    let dir = std::env::temp_dir().join(format!("cephalo-cal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let slow_path = dir.join("slow.json");
+    std::fs::write(&slow_path, slow.to_string()).unwrap();
+    let mut stale = shipped;
+    stale["time"]
+        .as_object_mut()
+        .unwrap()
+        .remove("power_clock_ghz");
+    let stale_path = dir.join("stale.json");
+    std::fs::write(&stale_path, stale.to_string()).unwrap();
+
+    let base = [
+        "plan",
+        "--gpus",
+        "t4,l4",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "8",
+        "--format",
+        "json",
+    ];
+    let iter_ms = |extra: &[&str]| {
+        let o = run(&[&base[..], extra].concat());
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let v: Value = serde_json::from_str(&o.stdout).unwrap();
+        v["simulated"]["iteration_ms"].as_f64().unwrap()
+    };
+    let default_ms = iter_ms(&[]);
+    let slow_ms = iter_ms(&["--calibration", slow_path.to_str().unwrap()]);
+    assert!(slow_ms > default_ms * 1.05, "{slow_ms} vs {default_ms}");
+
+    let o = run(&[&base[..], &["--calibration", stale_path.to_str().unwrap()]].concat());
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.contains("stale.json") && o.stderr.contains("power_clock_ghz"),
+        "{}",
+        o.stderr
+    );
+    let o = run(&[&base[..], &["--calibration", "no/such/calibration.json"]].concat());
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.contains("no/such/calibration.json"),
+        "{}",
+        o.stderr
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
