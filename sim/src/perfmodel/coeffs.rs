@@ -53,7 +53,8 @@ pub(crate) const fn eff(c: usize, p: usize) -> usize {
 pub(crate) const fn pwf(c: usize) -> usize {
     14 + c
 }
-pub(crate) const TFW: usize = 21;
+/// Index of the sustained-clock factor of a path (tensor, then CUDA cores).
+pub(crate) const CLK: usize = 21;
 pub(crate) const H0: usize = 23;
 pub(crate) const T0: usize = 25;
 pub(crate) const EBW: usize = 27;
@@ -178,7 +179,7 @@ impl TimeTheta {
         let pc = self.power_class(f.class).index();
         let gamma = GAM_BASE * self.v[GAM].exp();
         let clock_hz = CLOCK_BASE_HZ
-            * self.v[TFW + p].exp()
+            * self.v[CLK + p].exp()
             * self.v[pwf(pc)].exp()
             * (f.node_nm / NODE_REF_NM).powf(-self.v[NODE])
             * (f.power_w / f.cycle_flops / W_PER_CYCLE_FLOP_REF[p]).powf(gamma);
@@ -310,9 +311,9 @@ pub struct TimeCoefficients {
     pub power_clock_exponent: f64,
     /// Per-class multiplier of `power_clock_ghz` (classes with data).
     pub power_class_factor: BTreeMap<ArchClass, f64>,
-    /// Exponent `beta` of the process-node scaling of sustained FLOP/s per
-    /// watt: the cap is multiplied by `(node_nm / 8)^-beta` (dimensionless;
-    /// 0 = no node effect; absent in older files).
+    /// Exponent `beta` of the process-node scaling of the sustained clock:
+    /// it is multiplied by `(node_nm / 8)^-beta` (dimensionless; 0 = no node
+    /// effect).
     #[serde(default)]
     pub power_node_exponent: f64,
     /// Model width at which matmul efficiency is half its maximum.
@@ -440,7 +441,7 @@ impl TimeTheta {
             },
             dual_issue_simt_factor: DUAL_BASE * v[DUAL].exp(),
             power_clock_ghz: {
-                let p = pp(TFW, [CLOCK_BASE_HZ; 2]);
+                let p = pp(CLK, [CLOCK_BASE_HZ; 2]);
                 PerPath {
                     tensor: p.tensor / 1e9,
                     simt: p.simt / 1e9,
@@ -547,13 +548,13 @@ impl TimeTheta {
             ));
         }
         v[NODE] = t.power_node_exponent;
-        v[TFW] = ln(
+        v[CLK] = ln(
             t.power_clock_ghz.tensor * 1e9,
             CLOCK_BASE_HZ,
             origin,
             "time.power_clock_ghz.tensor",
         )?;
-        v[TFW + 1] = ln(
+        v[CLK + 1] = ln(
             t.power_clock_ghz.simt * 1e9,
             CLOCK_BASE_HZ,
             origin,

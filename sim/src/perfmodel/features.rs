@@ -78,6 +78,8 @@ impl TimeFeat {
         let s = model.tokens_per_sample(tokens_per_sample) as f64;
         let m = m as f64;
         let h = model.hidden as f64;
+        // Without power or clock the cap never binds (infinite watts); the
+        // cycle count then only needs to be finite.
         let (power_w, cycle_flops) =
             power_and_cycle_flops(gpu, dtype).unwrap_or((f64::INFINITY, peak * 1e12 / 1.5e9));
         Some(TimeFeat {
