@@ -720,6 +720,7 @@ pub fn simulate_observed(
             capacity_gib,
             usable_gib,
             mem_pct: if capacity_gib > 0.0 { 100.0 * peak_gib / capacity_gib } else { 0.0 },
+            usable_pct: if usable_gib > 0.0 { 100.0 * peak_gib / usable_gib } else { 0.0 },
             oom,
             compute_source: ty.block.source.to_string(),
             memory_source: memory_source.clone(),

@@ -3,7 +3,9 @@
 //!
 //! Units: times in ms (`_ms`), memory in GiB (`_gib`, 2^30 bytes),
 //! throughput in samples/s and tokens/s, model TFLOPS (10^12 FLOP/s), MFU as
-//! a fraction in [0, 1], memory use as a percentage of capacity (`mem_pct`).
+//! a fraction in [0, 1], memory use as a percentage of capacity (`mem_pct`)
+//! and of the usable memory (`usable_pct`, above 100 exactly when the GPU is
+//! out of memory).
 //!
 //! # Per-GPU time breakdown
 //!
@@ -87,6 +89,9 @@ pub struct GpuReport {
     pub usable_gib: f64,
     /// Peak as a percentage of capacity.
     pub mem_pct: f64,
+    /// Peak as a percentage of the usable memory (above 100 exactly when
+    /// `oom`): the headroom a plan really has.
+    pub usable_pct: f64,
     /// Peak exceeds the usable memory.
     pub oom: bool,
     /// Where the block times came from (`imported (...)`, `analytic (...)`).
@@ -177,7 +182,7 @@ pub struct CollectiveTimes {
 ///             forward_ms, recompute_ms, backward_ms, optimizer_ms, -- sum = compute_ms
 ///             comm_busy_ms, copy_busy_ms, finish_ms,
 ///             peak_mem_gib, peak_at_ms, base_mem_gib, capacity_gib, usable_gib, mem_pct,
-///             oom, compute_source, memory_source, unit_source}],
+///             usable_pct, oom, compute_source, memory_source, unit_source}],
 ///   "warnings": [str],
 ///   "ops": int, "events": int                       -- size of the simulated task graph
 /// }
@@ -348,16 +353,16 @@ impl Report {
     /// fields quoted): `rank,gpu,node,batch,microbatches,microbatch_size,
     /// state_fraction,compute_ms,exposed_comm_ms,copy_ms,idle_ms,forward_ms,
     /// recompute_ms,backward_ms,optimizer_ms,finish_ms,peak_mem_gib,
-    /// capacity_gib,usable_gib,mem_pct,oom,compute_source,memory_source`.
+    /// capacity_gib,usable_gib,mem_pct,usable_pct,oom,compute_source,memory_source`.
     pub fn to_csv(&self) -> String {
         let mut s = String::from(
-            "rank,gpu,node,batch,microbatches,microbatch_size,state_fraction,compute_ms,exposed_comm_ms,copy_ms,idle_ms,forward_ms,recompute_ms,backward_ms,optimizer_ms,finish_ms,peak_mem_gib,capacity_gib,usable_gib,mem_pct,oom,compute_source,memory_source\n",
+            "rank,gpu,node,batch,microbatches,microbatch_size,state_fraction,compute_ms,exposed_comm_ms,copy_ms,idle_ms,forward_ms,recompute_ms,backward_ms,optimizer_ms,finish_ms,peak_mem_gib,capacity_gib,usable_gib,mem_pct,usable_pct,oom,compute_source,memory_source\n",
         );
         let q = |t: &str| format!("\"{}\"", t.replace('"', "\"\""));
         for g in &self.gpus {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.3},{},{},{}",
+                "{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.3},{:.3},{},{},{}",
                 g.rank,
                 q(&g.gpu),
                 g.node,
@@ -378,6 +383,7 @@ impl Report {
                 g.capacity_gib,
                 g.usable_gib,
                 g.mem_pct,
+                g.usable_pct,
                 g.oom,
                 q(&g.compute_source),
                 q(&g.memory_source)
@@ -407,7 +413,7 @@ impl Report {
             "copy ms",
             "idle ms",
             "peak GiB",
-            "mem %",
+            "% usable",
             "OOM",
             "source",
         ];
@@ -432,7 +438,7 @@ impl Report {
                 t(g.copy_ms),
                 t(g.idle_ms),
                 format!("{:.2}", g.peak_mem_gib),
-                format!("{:.1}", g.mem_pct),
+                format!("{:.1}", g.usable_pct),
                 if g.oom { "OOM".into() } else { "ok".into() },
                 g.compute_source.split(' ').next().unwrap_or("").to_string(),
             ]);

@@ -62,6 +62,8 @@ pub struct Row {
     pub oom: bool,
     /// Peak memory per GPU, % of capacity.
     pub peak_mem_pct: Vec<f64>,
+    /// Peak memory per GPU, % of the usable memory (above 100 = OOM).
+    pub peak_usable_pct: Vec<f64>,
     /// Local batch per rank.
     pub batch_sizes: Vec<u32>,
     /// Micro-batch count per rank.
@@ -84,11 +86,11 @@ fn csv(rows: &[Row]) -> String {
     let join = |v: Vec<String>| v.join(";");
     let opt = |x: Option<f64>| x.map(|v| format!("{v}")).unwrap_or_default();
     let mut s = String::from(
-        "planner,samples_per_s,iteration_ms,speedup_vs_even_fsdp,cephalo_speedup,oom,peak_mem_pct,batch_sizes,microbatches,state_fractions,error\n",
+        "planner,samples_per_s,iteration_ms,speedup_vs_even_fsdp,cephalo_speedup,oom,peak_mem_pct,peak_usable_pct,batch_sizes,microbatches,state_fractions,error\n",
     );
     for r in rows {
         s.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},\"{}\"\n",
+            "{},{},{},{},{},{},{},{},{},{},{},\"{}\"\n",
             r.planner,
             opt(r.samples_per_s),
             opt(r.iteration_ms),
@@ -96,6 +98,12 @@ fn csv(rows: &[Row]) -> String {
             opt(r.cephalo_speedup),
             r.oom,
             join(r.peak_mem_pct.iter().map(|x| format!("{x:.2}")).collect()),
+            join(
+                r.peak_usable_pct
+                    .iter()
+                    .map(|x| format!("{x:.2}"))
+                    .collect()
+            ),
             join(r.batch_sizes.iter().map(|x| x.to_string()).collect()),
             join(r.microbatches.iter().map(|x| x.to_string()).collect()),
             join(r.state_fractions.iter().map(|x| format!("{x}")).collect()),
@@ -112,11 +120,21 @@ fn table(rows: &[Row], title: &str) -> String {
     let _ = writeln!(
         s,
         "{:<24} {:>10} {:>10} {:>10} {:>12}  {:<28} {:<4}  batches / micro-batches",
-        "planner", "samples/s", "vs fsdp", "cephalo x", "iter ms", "peak mem % per GPU", "OOM"
+        "planner",
+        "samples/s",
+        "vs fsdp",
+        "cephalo x",
+        "iter ms",
+        "peak % of usable per GPU",
+        "OOM"
     );
     let f = |x: Option<f64>, p: usize| x.map(|v| format!("{v:.p$}")).unwrap_or_else(|| "-".into());
     for r in rows {
-        let mem: Vec<String> = r.peak_mem_pct.iter().map(|x| format!("{x:.0}")).collect();
+        let mem: Vec<String> = r
+            .peak_usable_pct
+            .iter()
+            .map(|x| format!("{x:.0}"))
+            .collect();
         let plan = if r.batch_sizes.is_empty() {
             r.error.clone().unwrap_or_default()
         } else {
@@ -191,6 +209,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     cephalo_speedup: None,
                     oom: report.oom,
                     peak_mem_pct: report.gpus.iter().map(|g| g.mem_pct).collect(),
+                    peak_usable_pct: report.gpus.iter().map(|g| g.usable_pct).collect(),
                     batch_sizes: p.gpus.iter().map(|g| g.batch).collect(),
                     microbatches: p.gpus.iter().map(|g| g.microbatches).collect(),
                     state_fractions: p.state_fractions(),
@@ -211,6 +230,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     cephalo_speedup: None,
                     oom: false,
                     peak_mem_pct: vec![],
+                    peak_usable_pct: vec![],
                     batch_sizes: vec![],
                     microbatches: vec![],
                     state_fractions: vec![],

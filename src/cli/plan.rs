@@ -104,6 +104,8 @@ pub struct SimulatedSummary {
     pub peak_mem_gib: Vec<f64>,
     /// Peak memory per GPU, % of capacity.
     pub peak_mem_pct: Vec<f64>,
+    /// Peak memory per GPU, % of the usable memory (above 100 = OOM).
+    pub peak_usable_pct: Vec<f64>,
     /// Usable memory per GPU (capacity x allowed fraction), GiB.
     pub usable_gib: Vec<f64>,
 }
@@ -119,6 +121,7 @@ impl SimulatedSummary {
             oom: r.oom,
             peak_mem_gib: r.gpus.iter().map(|g| g.peak_mem_gib).collect(),
             peak_mem_pct: r.gpus.iter().map(|g| g.mem_pct).collect(),
+            peak_usable_pct: r.gpus.iter().map(|g| g.usable_pct).collect(),
             usable_gib: r.gpus.iter().map(|g| g.usable_gib).collect(),
         }
     }
@@ -282,13 +285,13 @@ fn table(o: &PlanOutput, summary: &str) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>4}  {:<14} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9} {:>6}",
-        "rank", "gpu", "batch", "micro", "size", "state%", "peak GiB", "usable", "mem%"
+        "{:>4}  {:<14} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9} {:>8}",
+        "rank", "gpu", "batch", "micro", "size", "state%", "peak GiB", "usable", "%usable"
     );
     for i in 0..o.gpus.len() {
         let _ = writeln!(
             s,
-            "{:>4}  {:<14} {:>6} {:>6} {:>6} {:>8.2} {:>9.2} {:>9.2} {:>6.1}{}",
+            "{:>4}  {:<14} {:>6} {:>6} {:>6} {:>8.2} {:>9.2} {:>9.2} {:>8.1}{}",
             i,
             o.gpus[i],
             o.batch_sizes[i],
@@ -297,7 +300,7 @@ fn table(o: &PlanOutput, summary: &str) -> String {
             o.state_fractions[i] * 100.0,
             o.simulated.peak_mem_gib[i],
             o.simulated.usable_gib[i],
-            o.simulated.peak_mem_pct[i],
+            o.simulated.peak_usable_pct[i],
             if o.simulated.peak_mem_gib[i] > o.simulated.usable_gib[i] {
                 "  OOM"
             } else {

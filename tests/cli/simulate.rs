@@ -67,6 +67,9 @@ fn check_contract(j: &Value, gpus: usize) {
         for k in CONTRACT_GPU {
             assert!(x.get(k).is_some(), "missing gpus[].{k}");
         }
+        // The % of usable memory crosses 100 exactly where the GPU is OOM.
+        let pct = x["usable_pct"].as_f64().unwrap();
+        assert_eq!(pct > 100.0, x["oom"].as_bool().unwrap(), "{x}");
     }
 }
 
