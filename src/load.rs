@@ -5,6 +5,7 @@ use crate::cli::UserError;
 use anyhow::Result;
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;
+use sim::perfmodel::Calibrated;
 use sim::profile::{native, reference, ProfileSet};
 use std::path::Path;
 
@@ -12,6 +13,15 @@ use std::path::Path;
 pub fn read_text(path: &Path) -> Result<String> {
     std::fs::read_to_string(path)
         .map_err(|e| UserError(format!("{}: cannot read: {e}", path.display())).into())
+}
+
+/// The calibrated performance model: from `path` (`cephalo calibrate --out`)
+/// when given, else the shipped `profiles/calibration.json`.
+pub fn calibration(path: Option<&Path>) -> Result<Calibrated> {
+    Ok(match path {
+        Some(p) => Calibrated::from_json(&read_text(p)?, &p.display().to_string())?,
+        None => Calibrated::builtin(),
+    })
 }
 
 /// What kind of profile file a JSON text is.

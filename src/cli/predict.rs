@@ -19,7 +19,7 @@ use sim::dtype::Dtype;
 use sim::error::SpecError;
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;
-use sim::perfmodel::{Calibrated, Predictor};
+use sim::perfmodel::Predictor;
 use sim::profile::ProfileSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -159,10 +159,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         None => model.tokens_per_sample(model.seq_len),
     };
     let batches = parse_batches(&a.batch_sizes)?;
-    let predictor = match &a.calibration {
-        Some(p) => Calibrated::from_json(&load::read_text(p)?, &p.display().to_string())?,
-        None => Calibrated::builtin(),
-    };
+    let predictor = load::calibration(a.calibration.as_deref())?;
     let mut profiles = ProfileSet::new();
     if a.source == SourceChoice::Best {
         for p in &a.profiles {

@@ -10,7 +10,6 @@ use sim::cost::{CostModel, CostOptions, Workload};
 use sim::dtype::Dtype;
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;
-use sim::perfmodel::Calibrated;
 use sim::profile::ProfileSet;
 use std::path::PathBuf;
 
@@ -110,10 +109,7 @@ impl WorkloadArgs {
             memory_cluster: self.memory_cluster.clone(),
             ..CostOptions::default()
         };
-        let predictor = match &self.calibration {
-            Some(p) => Calibrated::from_json(&load::read_text(p)?, &p.display().to_string())?,
-            None => Calibrated::builtin(),
-        };
+        let predictor = load::calibration(self.calibration.as_deref())?;
         let workload = Workload {
             cluster,
             model,
