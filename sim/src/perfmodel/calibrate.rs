@@ -21,9 +21,9 @@ use super::features::{MemFeat, TimeFeat};
 use super::lm::{minimize, LmOptions};
 use super::roofline_bound_ms;
 use crate::dtype::Dtype;
-use crate::gpu::GpuCatalog;
-use crate::model::ModelCatalog;
-use crate::profile::ProfileSet;
+use crate::gpu::{GpuCatalog, GpuSpec};
+use crate::model::{ModelCatalog, ModelSpec};
+use crate::profile::{BlockProfile, LinearFit, ProfileSet};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -143,41 +143,71 @@ pub fn raw_list_problem(name: &str, raw: &[f64]) -> Option<String> {
     None
 }
 
+impl TimeEntry {
+    /// The entry of profile `b` (its seq len and dtype) on catalog `gpu` x
+    /// `model`, with per-batch features and roofline bounds; `None` when the
+    /// GPU cannot run the dtype.
+    fn new(
+        b: &BlockProfile,
+        gpu: &GpuSpec,
+        model: &ModelSpec,
+        entry: String,
+        batches: Vec<u32>,
+        fwd_ms: Vec<f64>,
+        bwd_ms: Vec<f64>,
+    ) -> Option<TimeEntry> {
+        let (seq_len, dtype) = (b.seq_len, b.dtype);
+        let mut feats = Vec::new();
+        let mut bounds = Vec::new();
+        for &m in &batches {
+            feats.push(TimeFeat::new(gpu, model, seq_len, dtype, m)?);
+            bounds.push(roofline_bound_ms(gpu, model, seq_len, dtype, m)?);
+        }
+        Some(TimeEntry {
+            gpu: gpu.name.clone(),
+            model: model.name.clone(),
+            seq_len,
+            dtype,
+            entry,
+            batches,
+            fwd_ms,
+            bwd_ms,
+            feats,
+            bounds,
+        })
+    }
+}
+
 /// A fit-only entry as hold-out points: its fit lines at [`HOLDOUT_BATCHES`];
-/// `None` when its GPU, model or dtype is outside the catalogs.
+/// `None` when its GPU, model or dtype is outside the catalogs or a line is
+/// not positive there. (Legacy HuggingFace keys never get here: `dataset`
+/// excludes them first.)
 fn holdout_entry(
-    b: &crate::profile::BlockProfile,
+    b: &BlockProfile,
     label: &str,
     gpus: &GpuCatalog,
     models: &ModelCatalog,
 ) -> Option<TimeEntry> {
-    let (gpu, model) = (gpus.get(&b.gpu)?, models.get(&b.model)?);
-    let mut e = TimeEntry {
-        gpu: gpu.name.clone(),
-        model: model.name.clone(),
-        seq_len: b.seq_len,
-        dtype: b.dtype,
-        entry: label.to_string(),
-        batches: HOLDOUT_BATCHES.to_vec(),
-        fwd_ms: Vec::new(),
-        bwd_ms: Vec::new(),
-        feats: Vec::new(),
-        bounds: Vec::new(),
+    let at = |fit: &LinearFit| -> Vec<f64> {
+        HOLDOUT_BATCHES.iter().map(|&m| fit.at(m as f64)).collect()
     };
-    for m in HOLDOUT_BATCHES {
-        e.feats
-            .push(TimeFeat::new(gpu, model, b.seq_len, b.dtype, m)?);
-        e.bounds
-            .push(roofline_bound_ms(gpu, model, b.seq_len, b.dtype, m)?);
-        e.fwd_ms.push(b.curve.fwd_fit.at(m as f64));
-        e.bwd_ms.push(b.curve.bwd_fit.at(m as f64));
-    }
-    (e.fwd_ms
+    let (fwd_ms, bwd_ms) = (at(&b.curve.fwd_fit), at(&b.curve.bwd_fit));
+    if !fwd_ms
         .iter()
-        .chain(&e.bwd_ms)
+        .chain(&bwd_ms)
         .all(|x| x.is_finite() && *x > 0.0)
-        && b.model_key.starts_with("deepspeed"))
-    .then_some(e)
+    {
+        return None;
+    }
+    TimeEntry::new(
+        b,
+        gpus.get(&b.gpu)?,
+        models.get(&b.model)?,
+        label.to_string(),
+        HOLDOUT_BATCHES.to_vec(),
+        fwd_ms,
+        bwd_ms,
+    )
 }
 
 /// Selects the usable measurements of a profile set.
@@ -255,39 +285,22 @@ pub fn dataset(profiles: &ProfileSet, gpus: &GpuCatalog, models: &ModelCatalog) 
             });
             continue;
         };
-        let mut feats = Vec::new();
-        let mut bounds = Vec::new();
-        for &m in &c.batch_sizes {
-            match (
-                TimeFeat::new(gpu, model, b.seq_len, b.dtype, m),
-                roofline_bound_ms(gpu, model, b.seq_len, b.dtype, m),
-            ) {
-                (Some(f), Some(bd)) => {
-                    feats.push(f);
-                    bounds.push(bd);
-                }
-                _ => break,
-            }
-        }
-        if feats.len() != c.batch_sizes.len() {
+        let Some(entry) = TimeEntry::new(
+            b,
+            gpu,
+            model,
+            label.clone(),
+            c.batch_sizes.clone(),
+            c.fwd_ms.clone(),
+            c.bwd_ms.clone(),
+        ) else {
             ds.excluded.push(Excluded {
                 entry: label,
                 reason: format!("{} cannot run {} in the catalog", gpu.name, b.dtype),
             });
             continue;
-        }
-        ds.time.push(TimeEntry {
-            gpu: gpu.name.clone(),
-            model: model.name.clone(),
-            seq_len: b.seq_len,
-            dtype: b.dtype,
-            entry: label,
-            batches: c.batch_sizes.clone(),
-            fwd_ms: c.fwd_ms.clone(),
-            bwd_ms: c.bwd_ms.clone(),
-            feats,
-            bounds,
-        });
+        };
+        ds.time.push(entry);
     }
     for m in &profiles.memory {
         let label = match &m.source {
