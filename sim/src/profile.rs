@@ -120,6 +120,25 @@ impl LinearFit {
     }
 }
 
+/// Where a raw per-batch list first drops by more than the fraction `rel`
+/// (`raw[i + 1] < raw[i] * (1 - rel)`): the index `i`, or `None`.
+pub fn first_drop(raw: &[f64], rel: f64) -> Option<usize> {
+    raw.windows(2).position(|w| w[1] < w[0] * (1.0 - rel))
+}
+
+/// Superlinear growth of a raw per-batch list of at least 6 points (batch
+/// sizes 1..=n): `(half, per-sample ms at batch half, per-sample ms at n)`
+/// when the latter is more than the fraction `rel` above the former.
+pub fn superlinear_growth(raw: &[f64], rel: f64) -> Option<(usize, f64, f64)> {
+    let n = raw.len();
+    if n < 6 {
+        return None;
+    }
+    let half = n / 2;
+    let (per_half, per_last) = (raw[half - 1] / half as f64, raw[n - 1] / n as f64);
+    (per_last > per_half * (1.0 + rel)).then_some((half, per_half, per_last))
+}
+
 /// Smallest time any curve returns (ms): a kernel launch is never free and a
 /// negative fit intercept must not yield a negative duration.
 pub const MIN_OP_MS: f64 = 0.005;

@@ -23,7 +23,7 @@ use super::roofline_bound_ms;
 use crate::dtype::Dtype;
 use crate::gpu::{GpuCatalog, GpuSpec};
 use crate::model::{ModelCatalog, ModelSpec};
-use crate::profile::{BlockProfile, LinearFit, ProfileSet};
+use crate::profile::{first_drop, superlinear_growth, BlockProfile, LinearFit, ProfileSet};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -108,10 +108,7 @@ pub const HOLDOUT_BATCHES: [u32; 3] = [1, 2, 4];
 
 /// Why a raw list should not be trusted, if it should not.
 pub fn raw_list_problem(name: &str, raw: &[f64]) -> Option<String> {
-    if let Some(i) = raw
-        .windows(2)
-        .position(|w| w[1] < w[0] * (1.0 - EXCLUDE_DROP_REL))
-    {
+    if let Some(i) = first_drop(raw, EXCLUDE_DROP_REL) {
         return Some(format!(
             "{name} non-monotonic: batch {} is {:.0}% below batch {} ({:.2} -> {:.2} ms)",
             i + 2,
@@ -121,17 +118,13 @@ pub fn raw_list_problem(name: &str, raw: &[f64]) -> Option<String> {
             raw[i + 1]
         ));
     }
-    let n = raw.len();
-    if n >= 6 {
-        let half = n / 2;
-        let (a, b) = (raw[half - 1] / half as f64, raw[n - 1] / n as f64);
-        if b > a * (1.0 + EXCLUDE_SUPERLINEAR_REL) {
-            return Some(format!(
-                "{name} superlinear (thermal throttling?): {a:.2} ms/sample at batch {half}, {b:.2} at {n}"
-            ));
-        }
+    if let Some((half, a, b)) = superlinear_growth(raw, EXCLUDE_SUPERLINEAR_REL) {
+        return Some(format!(
+            "{name} superlinear (thermal throttling?): {a:.2} ms/sample at batch {half}, {b:.2} at {}",
+            raw.len()
+        ));
     }
-    if n >= 3 {
+    if raw.len() >= 3 {
         let mid = 0.5 * (raw[0] + raw[2]);
         if (raw[1] - mid).abs() > EXCLUDE_BS2_REL * raw[1] {
             return Some(format!(

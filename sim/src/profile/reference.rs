@@ -22,7 +22,10 @@
 //! Known-bad data is flagged, not rejected: fits that disagree with their raw
 //! lists, non-monotonic raw lists, and superlinear growth (thermal throttling).
 
-use super::{BlockProfile, ComputeCurve, LinearFit, MemoryProfile, ProfileSet, Source};
+use super::{
+    first_drop, superlinear_growth, BlockProfile, ComputeCurve, LinearFit, MemoryProfile,
+    ProfileSet, Source,
+};
 use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuCatalog;
@@ -135,10 +138,7 @@ pub fn quality_flags(name: &str, raw: &[f64], fit: &LinearFit) -> Vec<String> {
             ));
         }
     }
-    if let Some(i) = raw
-        .windows(2)
-        .position(|w| w[1] < w[0] * (1.0 - NON_MONOTONIC_REL))
-    {
+    if let Some(i) = first_drop(raw, NON_MONOTONIC_REL) {
         flags.push(format!(
             "{name} raw list is non-monotonic at batch {} ({:.2} ms -> {:.2} ms)",
             i + 2,
@@ -146,17 +146,11 @@ pub fn quality_flags(name: &str, raw: &[f64], fit: &LinearFit) -> Vec<String> {
             raw[i + 1]
         ));
     }
-    let n = raw.len();
-    if n >= 6 {
-        let half = n / 2;
-        let per_half = raw[half - 1] / half as f64;
-        let per_last = raw[n - 1] / n as f64;
-        if per_last > per_half * (1.0 + SUPERLINEAR_REL) {
-            flags.push(format!(
-                "{name} grows superlinearly ({:.2} ms/sample at batch {half}, {:.2} at {n}; thermal throttling?)",
-                per_half, per_last
-            ));
-        }
+    if let Some((half, per_half, per_last)) = superlinear_growth(raw, SUPERLINEAR_REL) {
+        flags.push(format!(
+            "{name} grows superlinearly ({per_half:.2} ms/sample at batch {half}, {per_last:.2} at {}; thermal throttling?)",
+            raw.len()
+        ));
     }
     flags
 }
