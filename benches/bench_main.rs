@@ -1,6 +1,7 @@
-//! Criterion benchmarks: `engine_*` groups (the discrete-event FSDP
-//! simulator) and `planner_*` groups (planners). Throughput is reported in
-//! simulated engine events per second (one start + one end per op).
+//! Criterion benchmarks: `engine_*` groups (the discrete-event simulator
+//! and the fast model) and `planner_*` groups (planners). Throughput is
+//! reported in simulated engine events per second (one start + one end per
+//! op) for the engine, closed-form candidates for planners.
 //!
 //! Run with `cargo bench --bench bench_main [-- GROUP]`.
 
@@ -14,12 +15,13 @@ mod engine {
     use sim::cost::{CostModel, CostOptions, Workload};
     use sim::dtype::Dtype;
     use sim::engine::{run, NullObserver};
-    use sim::fsdp::{build_graph, simulate, SimOptions};
     use sim::gpu::GpuCatalog;
     use sim::model::ModelCatalog;
     use sim::perfmodel::Roofline;
     use sim::plan::Plan;
     use sim::profile::ProfileSet;
+    use sim::simulate::{build_graph, simulate, SimOptions};
+    use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding, Strategy};
     use std::hint::black_box;
 
     /// 1,024 GPUs of 4 types: 128 nodes x 8 (32 nodes of each type),
@@ -71,13 +73,72 @@ mod engine {
         (costs, plan)
     }
 
+    /// The strategies of `engine_1024_gpus_strategies`, by name.
+    fn strategies(ranks: u32) -> Vec<(&'static str, Strategy)> {
+        let cephalo = Strategy::cephalo(ranks, Attention::Eager);
+        let fsdp = Strategy {
+            accumulation: Accumulation::NoSync,
+            checkpointing: Checkpointing::Full,
+            offload: Offload::None,
+            param_dtype: Dtype::Bf16,
+            ..cephalo
+        };
+        vec![
+            ("layered", cephalo),
+            ("no-sync", fsdp),
+            (
+                "sync",
+                Strategy {
+                    accumulation: Accumulation::Sync,
+                    ..fsdp
+                },
+            ),
+            (
+                "grad-op",
+                Strategy {
+                    sharding: Sharding::GradOp,
+                    ..fsdp
+                },
+            ),
+            (
+                "ddp",
+                Strategy {
+                    sharding: Sharding::NoShard,
+                    ..fsdp
+                },
+            ),
+            (
+                "hybrid",
+                Strategy {
+                    sharding: Sharding::Hybrid,
+                    shard_group: 8,
+                    ..fsdp
+                },
+            ),
+            (
+                "selective",
+                Strategy {
+                    checkpointing: Checkpointing::Selective,
+                    ..fsdp
+                },
+            ),
+            (
+                "offload-optimizer",
+                Strategy {
+                    offload: Offload::Optimizer,
+                    ..fsdp
+                },
+            ),
+        ]
+    }
+
     /// `engine_1024_gpus`: `simulate` = build the task graph + run + report;
-    /// `run` = the engine alone on a prebuilt graph.
+    /// `run` = the engine alone on a prebuilt graph; `fast` = the fast model.
     pub fn engine_1024_gpus(c: &mut Criterion) {
         let (costs, plan) = case();
         let opts = SimOptions::default();
-        let ig = build_graph(&costs, &plan, &opts).unwrap();
-        let stats = run(&ig.graph, &mut NullObserver).unwrap();
+        let low = build_graph(&costs, &plan, &opts).unwrap();
+        let stats = run(&low.graph, &mut NullObserver).unwrap();
         let mut g = c.benchmark_group("engine_1024_gpus");
         g.sample_size(10);
         g.throughput(Throughput::Elements(stats.events));
@@ -85,16 +146,53 @@ mod engine {
             b.iter(|| black_box(simulate(&costs, &plan, &opts).unwrap().iteration_ms))
         });
         g.bench_function("run", |b| {
-            b.iter(|| black_box(run(&ig.graph, &mut NullObserver).unwrap().makespan))
+            b.iter(|| black_box(run(&low.graph, &mut NullObserver).unwrap().makespan))
         });
         g.bench_function("build_graph", |b| {
             b.iter(|| black_box(build_graph(&costs, &plan, &opts).unwrap().graph.len()))
         });
+        g.bench_function("fast", |b| {
+            b.iter(|| {
+                black_box(
+                    sim::fast::evaluate(&costs, &plan, &opts)
+                        .unwrap()
+                        .iteration_ms,
+                )
+            })
+        });
+        g.finish();
+    }
+
+    /// `engine_1024_gpus_strategies`: one simulated iteration of the same
+    /// 1,024-GPU LLaMA-65B workload under each strategy (4 micro-batches of
+    /// one sample per GPU; hybrid shards inside each 8-GPU node).
+    pub fn engine_1024_gpus_strategies(c: &mut Criterion) {
+        let (costs, plan) = case();
+        let opts = SimOptions::default();
+        let ranks = costs.ranks() as u32;
+        let mut g = c.benchmark_group("engine_1024_gpus_strategies");
+        g.sample_size(10);
+        for (name, s) in strategies(ranks) {
+            let mut p = plan.clone().with_strategy(s);
+            for gp in &mut p.gpus {
+                gp.state_fraction = 1.0 / s.shard_group as f64;
+            }
+            let low = build_graph(&costs, &p, &opts).unwrap();
+            let stats = run(&low.graph, &mut NullObserver).unwrap();
+            g.throughput(Throughput::Elements(stats.events));
+            g.bench_function(name, |b| {
+                b.iter(|| black_box(simulate(&costs, &p, &opts).unwrap().iteration_ms))
+            });
+        }
         g.finish();
     }
 }
 
-criterion_group!(engine_benches, engine::engine_1024_gpus);
+criterion_group!(
+    engine_benches,
+    engine::engine_1024_gpus,
+    engine::engine_1024_gpus_strategies
+);
 
 // ---- planner_* (append planner groups below and to criterion_main!) ---------
 
@@ -105,9 +203,11 @@ mod planner {
     //! native planner on the same cluster at batch 64. `planner_cephalo_64gpu`:
     //! the native planner for 64 GPUs of 5 types (8 nodes) at global batch
     //! 2048, LLaMA-2-7B at 2048 tokens, where memory binds on the T4s (the
-    //! branch and bound on the state split runs). `plan` includes the
-    //! simulator confirmation of the candidates and seeds; `search` is the
-    //! exact closed-form search alone. Throughput: closed-form candidates.
+    //! branch and bound on the state split runs). `plan` is the whole
+    //! planner: the search of every strategy in its space, the fast model's
+    //! ranking and the simulator's confirmation of candidates and seeds;
+    //! `search` is the exact closed-form search of Cephalo's own strategy
+    //! alone. Throughput: closed-form candidates.
     use criterion::{Criterion, Throughput};
     use sim::cluster::Cluster;
     use sim::cost::{CostModel, CostOptions, Workload};
@@ -119,6 +219,7 @@ mod planner {
     use sim::planner::compat::Compat;
     use sim::planner::{Planner, PlannerOptions, Problem, SimJudge};
     use sim::profile::{reference, BlockProfile, ProfileSet};
+    use sim::strategy::{Attention, Strategy, StrategySpec};
     use std::hint::black_box;
     use std::path::PathBuf;
 
@@ -189,6 +290,7 @@ mod planner {
                         seq_len: c.workload.seq_len,
                         dtype: c.workload.dtype,
                         curve: c.gpu_type(r).block.clone(),
+                        attention: sim::strategy::Attention::Eager,
                         flags: vec![],
                     });
                 }
@@ -232,6 +334,7 @@ mod planner {
             costs: &costs,
             profiles: &profiles,
             options: &opts,
+            strategy: &StrategySpec::NONE,
             judge: None,
         };
         let out = Compat.plan(&p).expect("compat plan");
@@ -259,23 +362,24 @@ mod planner {
             costs,
             profiles,
             options: &opts,
+            strategy: &StrategySpec::NONE,
             judge: Some(&judge),
         };
-        let cf = ClosedForm::new(costs);
+        // One strategy's exact search (Cephalo's own schedule) ...
+        let layered = Strategy::cephalo(costs.ranks() as u32, Attention::Eager);
+        let cf = ClosedForm::new(costs, layered, 1).expect("closed form");
         let found = cephalo::search(&cf).expect("native search");
         let mut g = c.benchmark_group(group);
         g.sample_size(10);
         g.throughput(Throughput::Elements(found.stats.candidates));
         g.bench_function("search", |b| {
             b.iter(|| {
-                black_box(
-                    cephalo::search(&ClosedForm::new(costs))
-                        .unwrap()
-                        .eval
-                        .iteration_ms,
-                )
+                let cf = ClosedForm::new(costs, layered, 1).unwrap();
+                black_box(cephalo::search(&cf).unwrap().eval.iteration_ms)
             })
         });
+        // ... and the whole planner: every strategy searched, candidates
+        // ranked by the fast model, the best confirmed by the simulator.
         g.bench_function("plan", |b| {
             b.iter(|| black_box(Cephalo.plan(&p).unwrap().plan.gpus.len()))
         });

@@ -172,10 +172,27 @@ pub struct RunSettings {
 }
 
 /// The training job for `plan` (one rank per plan entry). Fails with the
-/// field named when a rank has no samples (the trainer needs b_i >= 1) or
-/// the plan's micro-batch size is not the trainer's split of its batch;
-/// [`Job::validate`] checks the rest.
+/// field named when the plan's strategy is not the one the trainer runs
+/// (Cephalo's: full sharding, layered accumulation, full recompute; the
+/// gather and reduction dtypes and the attention kernel follow the
+/// trainer's compute dtype), when a rank has no samples (the trainer needs
+/// b_i >= 1) or the plan's micro-batch size is not the trainer's split of
+/// its batch; [`Job::validate`] checks the rest.
 pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Result<Job, ExecError> {
+    use sim::strategy::{Accumulation, Checkpointing, Sharding};
+    let st = &plan.strategy;
+    if st.sharding != Sharding::Full
+        || st.accumulation != Accumulation::Layered
+        || st.checkpointing != Checkpointing::Full
+    {
+        return Err(invalid(
+            "plan.strategy",
+            format!(
+                "the trainer runs full sharding with layered accumulation and full recompute; this plan's strategy is {}",
+                st.label()
+            ),
+        ));
+    }
     let mut ranks = Vec::with_capacity(plan.gpus.len());
     for (i, g) in plan.gpus.iter().enumerate() {
         if g.batch == 0 {
@@ -221,10 +238,15 @@ pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Resul
     Ok(job)
 }
 
-/// The simulator plan a job runs (planner `manual`).
+/// The simulator plan a job runs (planner `manual`, Cephalo's strategy:
+/// what the trainer does).
 pub fn plan_of_job(job: &Job) -> Plan {
     Plan {
         planner: "manual".into(),
+        strategy: sim::strategy::Strategy::cephalo(
+            job.plan.len() as u32,
+            sim::strategy::Attention::Eager,
+        ),
         gpus: job
             .plan
             .iter()
@@ -311,6 +333,7 @@ pub fn native_profile(
             .map(|p| diff(p.recompute_backward_ms, p.forward_ms))
             .collect(),
         act_mem_gib: act,
+        attention: Some(sim::strategy::Attention::Eager),
     };
     let units = NativeUnits {
         gpu: l.gpu.clone(),
@@ -587,6 +610,7 @@ mod tests {
     fn plan_becomes_job_and_back() {
         let plan = Plan {
             planner: "x".into(),
+            strategy: sim::strategy::Strategy::cephalo(2, sim::strategy::Attention::Eager),
             gpus: vec![
                 sim::plan::RankPlan::new(3, 1, 0.4),
                 sim::plan::RankPlan::new(5, 2, 0.6),

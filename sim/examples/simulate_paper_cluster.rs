@@ -16,12 +16,12 @@
 use sim::cluster::Cluster;
 use sim::cost::{CostModel, CostOptions, Workload};
 use sim::dtype::Dtype;
-use sim::fsdp::{simulate, SimOptions};
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;
 use sim::perfmodel::Roofline;
 use sim::plan::Plan;
 use sim::profile::ProfileSet;
+use sim::simulate::{simulate, SimOptions};
 
 fn main() {
     let cluster =
@@ -58,7 +58,7 @@ fn main() {
 
     // Every GPU's breakdown adds up to the iteration.
     for g in &report.gpus {
-        let sum = g.compute_ms + g.exposed_comm_ms + g.copy_ms + g.idle_ms;
+        let sum = g.compute_ms + g.exposed_comm_ms + g.copy_ms + g.host_ms + g.idle_ms;
         assert!((sum - report.iteration_ms).abs() < 1e-6);
     }
     // No GPU computes less than its own blocks: 32 x n x (2 f(m) + b(m)).
@@ -71,7 +71,7 @@ fn main() {
     }
     // The trace has a track per GPU stream; the JSON says null only on OOM.
     let trace = report.trace.as_ref().unwrap();
-    assert_eq!(trace.processes.len(), 4);
+    assert_eq!(trace.processes.len(), 5); // 4 GPUs and the host
     let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
     assert_eq!(json["iteration_ms"].is_null(), report.oom);
 }

@@ -12,8 +12,17 @@
 //! name = "box0"
 //! intra_link = "pcie4"      # pcie3 | pcie4 | pcie5 | nvlink
 //! # intra_bw_gbps = 20.0    # optional override, GB/s per direction
+//! # host_mem_gib = 512      # host (pinned) memory for offload; default below
+//! # host_mem_bw_gbps = 100  # host memory bandwidth (CPU optimizer step); default below
 //! gpus = [ { type = "l4", count = 2 }, { type = "a6000", price_per_hour_usd = 0.8 } ]
 //! ```
+//!
+//! Host memory (what activation and optimizer offload may use, per node):
+//! by default twice the node's GPU memory, at least
+//! [`DEFAULT_HOST_MEM_MIN_GIB`] (cloud GPU instances ship 2-4x their GPU
+//! memory: p4d.24xlarge 1152 GiB for 320 GiB of A100s, g5.12xlarge 192 GiB
+//! for 96 GiB of A10Gs). Host memory bandwidth defaults to
+//! [`DEFAULT_HOST_MEM_BW_GBPS`].
 //!
 //! or as the `--gpus l4,l4,a6000,p40` shorthand (one node, PCIe between GPUs).
 //! Ranks are numbered in file order. Bandwidths are GB/s (10^9 bytes/s) per
@@ -29,6 +38,15 @@ pub const DEFAULT_INTRA_LATENCY_US: f64 = 10.0;
 pub const DEFAULT_INTER_BW_GBIT_S: f64 = 25.0;
 /// Default latency of one inter-node message step (µs): TCP over Ethernet.
 pub const DEFAULT_INTER_LATENCY_US: f64 = 30.0;
+/// Smallest default host memory of a node (GiB); the default is twice the
+/// node's GPU memory, at least this.
+pub const DEFAULT_HOST_MEM_MIN_GIB: f64 = 64.0;
+/// Default host memory per GiB of the node's GPU memory.
+pub const DEFAULT_HOST_MEM_PER_GPU_GIB: f64 = 2.0;
+/// Default host memory bandwidth of a node (GB/s): one socket of a
+/// server-class host (8-channel DDR4-3200, 205 GB/s peak) at the ~50% a
+/// multi-threaded optimizer loop sustains. Set `host_mem_bw_gbps` for yours.
+pub const DEFAULT_HOST_MEM_BW_GBPS: f64 = 100.0;
 
 /// Raw TOML form of a cluster file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -71,6 +89,12 @@ pub struct NodeFile {
     /// Override of the intra-node latency, µs.
     #[serde(default)]
     pub intra_latency_us: Option<f64>,
+    /// Host memory offload may use, GiB (default: see the module docs).
+    #[serde(default)]
+    pub host_mem_gib: Option<f64>,
+    /// Host memory bandwidth, GB/s (default [`DEFAULT_HOST_MEM_BW_GBPS`]).
+    #[serde(default)]
+    pub host_mem_bw_gbps: Option<f64>,
     /// GPU groups of this node.
     pub gpus: Vec<GpuGroupFile>,
 }
@@ -114,6 +138,10 @@ pub struct Node {
     pub intra_latency_us: f64,
     /// Human description of the link (e.g. `pcie4 x16`).
     pub intra_link: String,
+    /// Host (pinned) memory offload may use, GiB.
+    pub host_mem_gib: f64,
+    /// Host memory bandwidth, GB/s (paces a CPU optimizer step).
+    pub host_mem_bw_gbps: f64,
 }
 
 /// A validated cluster: GPUs in rank order, nodes and the network.
@@ -246,11 +274,26 @@ impl Cluster {
                 &format!("nodes[{ni}].intra_latency_us"),
                 node.intra_latency_us.unwrap_or(DEFAULT_INTRA_LATENCY_US),
             )?;
+            let gpu_mem: f64 = node_specs.iter().map(|s| s.mem_gib).sum();
+            let host_mem_gib = non_negative(
+                origin,
+                &format!("nodes[{ni}].host_mem_gib"),
+                node.host_mem_gib.unwrap_or(
+                    (DEFAULT_HOST_MEM_PER_GPU_GIB * gpu_mem).max(DEFAULT_HOST_MEM_MIN_GIB),
+                ),
+            )?;
+            let host_mem_bw_gbps = positive(
+                origin,
+                &format!("nodes[{ni}].host_mem_bw_gbps"),
+                node.host_mem_bw_gbps.unwrap_or(DEFAULT_HOST_MEM_BW_GBPS),
+            )?;
             nodes.push(Node {
                 name,
                 intra_bw_gbps,
                 intra_latency_us,
                 intra_link: link_name,
+                host_mem_gib,
+                host_mem_bw_gbps,
             });
         }
         Ok(Cluster {
@@ -289,6 +332,8 @@ impl Cluster {
                 intra_link: None,
                 intra_bw_gbps: None,
                 intra_latency_us: None,
+                host_mem_gib: None,
+                host_mem_bw_gbps: None,
                 gpus: names
                     .iter()
                     .map(|n| GpuGroupFile {
@@ -327,6 +372,27 @@ impl Cluster {
     /// Names of the GPUs in rank order.
     pub fn gpu_names(&self) -> Vec<String> {
         self.gpus.iter().map(|g| g.spec.name.clone()).collect()
+    }
+
+    /// A copy with every bandwidth (intra-node links, network, host memory)
+    /// multiplied by `factor` (what-if studies, monotonicity tests).
+    pub fn with_all_bw_scaled(&self, factor: f64) -> Cluster {
+        let mut c = self.clone();
+        c.inter_bw_gbit_s *= factor;
+        for n in &mut c.nodes {
+            n.intra_bw_gbps *= factor;
+            n.host_mem_bw_gbps *= factor;
+        }
+        c
+    }
+
+    /// GPUs (ranks) on node `n`.
+    pub fn node_ranks(&self, n: usize) -> Vec<usize> {
+        self.gpus
+            .iter()
+            .filter(|g| g.node == n)
+            .map(|g| g.rank)
+            .collect()
     }
 }
 
@@ -468,5 +534,20 @@ mod tests {
         assert!((c.inter_bw_gbps() - 12.5).abs() < 1e-12);
         assert!(c.nodes[0].intra_bw_gbps > c.nodes[1].intra_bw_gbps);
         assert_eq!(c.with_inter_bw_scaled(2.0).inter_bw_gbit_s, 200.0);
+        // Host memory: twice the GPU memory (8 x 40 GiB), at least 64 GiB.
+        assert_eq!(c.nodes[0].host_mem_gib, 640.0);
+        assert_eq!(c.nodes[1].host_mem_gib, 128.0);
+        assert_eq!(c.nodes[0].host_mem_bw_gbps, DEFAULT_HOST_MEM_BW_GBPS);
+        let t = "[[nodes]]\nhost_mem_gib = 32\nhost_mem_bw_gbps = 40\ngpus = [{ type = \"t4\" }]\n";
+        let c = Cluster::from_toml(t, "c.toml", cat()).unwrap();
+        assert_eq!(
+            (c.nodes[0].host_mem_gib, c.nodes[0].host_mem_bw_gbps),
+            (32.0, 40.0)
+        );
+        let t = "[[nodes]]\nhost_mem_bw_gbps = 0\ngpus = [{ type = \"t4\" }]\n";
+        let e = Cluster::from_toml(t, "c.toml", cat())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nodes[0].host_mem_bw_gbps"), "{e}");
     }
 }

@@ -1,4 +1,5 @@
-//! Communication model for FSDP collectives (all-gather, reduce-scatter).
+//! Communication model for data-parallel collectives (all-gather,
+//! reduce-scatter, all-reduce).
 //!
 //! Units: piece and buffer sizes in bytes (`f64`), bandwidths in GB/s
 //! (10^9 bytes per second, per direction), latencies in microseconds, and
@@ -49,6 +50,15 @@
 //! (one add per received element) runs at GPU memory bandwidth, two orders of
 //! magnitude above the link bandwidth, and is ignored.
 //!
+//! # All-reduce
+//!
+//! Every rank holds the whole buffer `S` ([`CollectiveRank::piece_bytes`] is
+//! `S` on every rank). A ring all-reduce is a reduce-scatter followed by an
+//! all-gather of the same even pieces `S / p`, so it costs twice that
+//! reduce-scatter: `2 (p - 1) (latency + S / p / bw)` on a flat ring, the
+//! nccl-tests bus-bandwidth convention `busbw = algbw * 2 (p - 1) / p`.
+//! DDP buckets and the replica all-reduce of hybrid sharding use it.
+//!
 //! # Measured tables
 //!
 //! [`MeasuredTable`] answers from measured `(kind, group size, total bytes)
@@ -70,7 +80,8 @@ use std::collections::BTreeMap;
 pub struct CollectiveRank {
     /// Index of the node (into [`CommTopology::intra_bw_gbps`]).
     pub node: usize,
-    /// Bytes this rank contributes (all-gather) or receives (reduce-scatter).
+    /// Bytes this rank contributes (all-gather) or receives (reduce-scatter);
+    /// for an all-reduce, the whole buffer (the same on every rank).
     pub piece_bytes: f64,
 }
 
@@ -186,6 +197,44 @@ pub enum CollectiveKind {
     AllGather,
     /// Every rank ends with its piece of the element-wise sum.
     ReduceScatter,
+    /// Every rank ends with the whole element-wise sum.
+    AllReduce,
+}
+
+impl CollectiveKind {
+    /// The name profiles and reports use (`all_gather`, `reduce_scatter`, `all_reduce`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveKind::AllGather => "all_gather",
+            CollectiveKind::ReduceScatter => "reduce_scatter",
+            CollectiveKind::AllReduce => "all_reduce",
+        }
+    }
+
+    /// Parses a profile's kind name.
+    pub fn parse(s: &str) -> Option<CollectiveKind> {
+        match s {
+            "all_gather" => Some(CollectiveKind::AllGather),
+            "reduce_scatter" => Some(CollectiveKind::ReduceScatter),
+            "all_reduce" => Some(CollectiveKind::AllReduce),
+            _ => None,
+        }
+    }
+
+    /// The buffer a collective over `ranks` moves, the size nccl-tests and
+    /// NCCL call `nBytes`: the gathered size (sum of pieces at the pace of
+    /// the largest, `p x max piece`) for all-gather and reduce-scatter, the
+    /// buffer for an all-reduce.
+    pub fn buffer_bytes(self, ranks: &[CollectiveRank]) -> f64 {
+        let max_piece = ranks
+            .iter()
+            .map(|r| r.piece_bytes.max(0.0))
+            .fold(0.0, f64::max);
+        match self {
+            CollectiveKind::AllReduce => max_piece,
+            _ => max_piece * ranks.len() as f64,
+        }
+    }
 }
 
 /// A communication cost model: time of one collective over given ranks.
@@ -298,11 +347,26 @@ impl RingModel {
 }
 
 impl CommModel for RingModel {
-    fn time_ms(&self, _kind: CollectiveKind, ranks: &[CollectiveRank]) -> f64 {
+    fn time_ms(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> f64 {
         if ranks.len() < 2 {
             return 0.0;
         }
-        self.flat_ms(ranks).min(self.hierarchical_ms(ranks))
+        match kind {
+            CollectiveKind::AllReduce => {
+                // Reduce-scatter + all-gather of even pieces S / p.
+                let p = ranks.len() as f64;
+                let buffer = CollectiveKind::AllReduce.buffer_bytes(ranks);
+                let pieces: Vec<CollectiveRank> = ranks
+                    .iter()
+                    .map(|r| CollectiveRank {
+                        node: r.node,
+                        piece_bytes: buffer / p,
+                    })
+                    .collect();
+                2.0 * self.flat_ms(&pieces).min(self.hierarchical_ms(&pieces))
+            }
+            _ => self.flat_ms(ranks).min(self.hierarchical_ms(ranks)),
+        }
     }
 
     fn describe(&self) -> String {
@@ -325,7 +389,8 @@ pub struct MeasuredPoint {
     pub kind: CollectiveKind,
     /// Number of ranks in the group.
     pub group_size: usize,
-    /// Total buffer in bytes (sum of the even pieces).
+    /// Buffer in bytes ([`CollectiveKind::buffer_bytes`]: the sum of the
+    /// even pieces for all-gather / reduce-scatter, the buffer for all-reduce).
     pub total_bytes: f64,
     /// Measured time, ms.
     pub time_ms: f64,
@@ -345,9 +410,10 @@ pub enum CommSource {
 
 /// Measured-table mode: `(kind, group size, total bytes) -> ms` points.
 ///
-/// Lookup for a group of `p` ranks uses the even-equivalent buffer
-/// `p * max_piece` (a ring is paced by its largest piece, so uneven pieces
-/// cost what even pieces of that size cost). Inside the measured byte range
+/// Lookup for a group of `p` ranks uses [`CollectiveKind::buffer_bytes`]:
+/// the even-equivalent buffer `p * max_piece` for all-gather and
+/// reduce-scatter (a ring is paced by its largest piece, so uneven pieces
+/// cost what even pieces of that size cost), the buffer for all-reduce. Inside the measured byte range
 /// the time is interpolated linearly in bytes between the neighbouring points;
 /// outside it, or for a group size that was not measured, the analytic
 /// fallback answers, scaled by `measured / analytic` at the nearest measured
@@ -430,21 +496,21 @@ impl MeasuredTable {
             Some(c) if !c.is_empty() => c,
             _ => return (self.fallback.time_ms(kind, ranks), CommSource::Analytic),
         };
-        let max_piece = ranks
-            .iter()
-            .map(|r| r.piece_bytes.max(0.0))
-            .fold(0.0, f64::max);
-        let bytes = max_piece * p as f64;
+        let bytes = kind.buffer_bytes(ranks);
         let first = curve[0];
         let last = curve[curve.len() - 1];
         if bytes < first.0 || bytes > last.0 {
             let anchor = if bytes < first.0 { first } else { last };
             let analytic = self.fallback.time_ms(kind, ranks);
+            let anchor_piece = match kind {
+                CollectiveKind::AllReduce => anchor.0,
+                _ => anchor.0 / p as f64,
+            };
             let anchor_ranks: Vec<CollectiveRank> = ranks
                 .iter()
                 .map(|r| CollectiveRank {
                     node: r.node,
-                    piece_bytes: anchor.0 / p as f64,
+                    piece_bytes: anchor_piece,
                 })
                 .collect();
             let analytic_anchor = self.fallback.time_ms(kind, &anchor_ranks);
@@ -576,6 +642,29 @@ mod tests {
             m.time_ms(CollectiveKind::AllGather, &r),
             m.time_ms(CollectiveKind::ReduceScatter, &r)
         );
+    }
+
+    #[test]
+    fn all_reduce_is_reduce_scatter_plus_all_gather() {
+        // 4 ranks, 1 GB buffer, 10 GB/s, 5 µs: 2 x 3 x (5 µs + 250 MB / 10 GB/s).
+        let m = RingModel::new(topo(1, 10.0, 1.0));
+        let r: Vec<_> = (0..4)
+            .map(|_| CollectiveRank {
+                node: 0,
+                piece_bytes: 1e9,
+            })
+            .collect();
+        let t = m.time_ms(CollectiveKind::AllReduce, &r);
+        assert!(close(t, 2.0 * 3.0 * (0.005 + 25.0)), "{t}");
+        assert_eq!(CollectiveKind::AllReduce.buffer_bytes(&r), 1e9);
+        assert_eq!(CollectiveKind::AllGather.buffer_bytes(&r), 4e9);
+        for k in [
+            CollectiveKind::AllGather,
+            CollectiveKind::ReduceScatter,
+            CollectiveKind::AllReduce,
+        ] {
+            assert_eq!(CollectiveKind::parse(k.name()), Some(k));
+        }
     }
 
     #[test]

@@ -16,12 +16,29 @@
 //! its even-equivalent size `bytes x imbalance`), with the analytic ring as
 //! its fallback; otherwise the analytic ring alone.
 //!
+//! Attention kernels: every GPU type has a block curve per kernel (eager,
+//! flash). The curve of the kernel a profile was measured with is the
+//! profile; the other one is the profile scaled point by point by the
+//! predictor's ratio of the two kernels on that GPU (a measured eager
+//! profile becomes a flash estimate that keeps the GPU's measured speed).
+//! Selective recompute costs the predictor's fraction of the forward.
+//!
+//! Activation memory ([`ActivationModel`]): the analytic tensor-by-tensor
+//! sizes of [`crate::activation`], anchored to the measured (or
+//! calibrated) non-state memory of the reference configuration: the curve
+//! `act(m)` is read as `B_ref + F0 + s(m) x A_ref(m)` (unit buffers, a fixed
+//! workspace fitted over the measured sizes, and the analytic reference
+//! peak scaled by `s(m)`), and every strategy's activation bytes are the
+//! analytic ones times `s(m)`. So the reference configuration reproduces the
+//! measurement, and other strategies inherit its calibration.
+//!
 //! CPU devices (catalog `arch = "cpu"`): device memory is host memory, so
 //! host copies cost nothing ([`CostModel::host_copy_ms`]), and MPI moves
 //! data with the same cores that compute, so communication cannot hide
 //! behind compute ([`CostModel::comm_overlaps_compute`] is false and the
 //! simulator serialises them).
 
+use crate::activation::BlockActivations;
 use crate::cluster::Cluster;
 use crate::comm::{
     CollectiveKind, CollectiveRank, CommModel, CommTopology, MeasuredPoint, MeasuredTable,
@@ -33,6 +50,7 @@ use crate::gpu::GpuSpec;
 use crate::model::ModelSpec;
 use crate::perfmodel::Predictor;
 use crate::profile::{ComputeCurve, MemoryProfile, ProfileSet, Source, UnitProfile};
+use crate::strategy::{Attention, STATE_BYTES_PER_PARAM};
 use crate::units::GIB;
 use std::sync::Arc;
 
@@ -48,6 +66,13 @@ pub const OPTIMIZER_LAUNCH_MS: f64 = 0.2;
 /// HBM bytes moved per local parameter by an Adam step (read param, grad,
 /// two moments; write param, two moments; fp32).
 pub const OPTIMIZER_BYTES_PER_PARAM: f64 = 28.0;
+/// Fixed cost of a host (CPU) optimizer step, ms: thread fork/join of a
+/// multi-threaded CPU Adam (DeepSpeed's `DeepSpeedCPUAdam`).
+pub const HOST_OPTIMIZER_LAUNCH_MS: f64 = 1.0;
+/// Bytes per parameter of the unit buffers Cephalo's trainer held when the
+/// reference non-state memory was measured: fp32 gathered parameters and
+/// fp32 gradient buffers (4 B each).
+pub const REFERENCE_BUFFER_BYTES_PER_PARAM: f64 = 4.0;
 
 /// What a simulation or plan is about.
 #[derive(Debug, Clone)]
@@ -73,11 +98,6 @@ pub struct CostOptions {
     pub overhead_gib: f64,
     /// Memory cluster of the reference data to take non-state memory from.
     pub memory_cluster: Option<String>,
-    /// Bytes per parameter of training state (params + grads + Adam moments).
-    pub state_bytes_per_param: f64,
-    /// Bytes per parameter moved by all-gather / reduce-scatter (fp32 flat
-    /// parameters and fp32 gradient reduction, as the reference trainer).
-    pub comm_bytes_per_param: f64,
 }
 
 impl Default for CostOptions {
@@ -86,8 +106,6 @@ impl Default for CostOptions {
             mem_fraction: 0.75,
             overhead_gib: 2.0,
             memory_cluster: None,
-            state_bytes_per_param: 16.0,
-            comm_bytes_per_param: 4.0,
         }
     }
 }
@@ -97,12 +115,139 @@ impl Default for CostOptions {
 pub struct GpuTypeCost {
     /// The GPU.
     pub gpu: GpuSpec,
-    /// Block forward/backward curve (carries its source).
+    /// Block forward/backward curve as profiled (or predicted), with the
+    /// kernel of [`GpuTypeCost::measured_attention`]; carries its source.
     pub block: ComputeCurve,
+    /// The attention kernel `block` was measured (or predicted) with.
+    pub measured_attention: Attention,
+    /// Block curve per attention kernel ([`Attention::index`]); the
+    /// measured kernel's entry is `block`, the other one scaled from it by
+    /// the predictor's kernel ratio (`None` when the predictor cannot run
+    /// this GPU and dtype).
+    pub kernels: [Option<ComputeCurve>; 2],
+    /// Per attention kernel: the fraction of the forward a selective
+    /// recompute reruns, at micro-batch sizes 1..=N (the last value beyond).
+    pub selective_fraction: [Vec<f64>; 2],
     /// Data-quality flags of the block profile used.
     pub block_flags: Vec<String>,
     /// Measured unit costs, if any.
     pub units: Option<UnitProfile>,
+}
+
+impl GpuTypeCost {
+    /// The block curve of `attention`, if this GPU has one.
+    pub fn curve(&self, attention: Attention) -> Option<&ComputeCurve> {
+        self.kernels[attention.index()].as_ref()
+    }
+
+    /// Where the block times of `attention` come from, for reports.
+    pub fn curve_source(&self, attention: Attention) -> String {
+        if attention == self.measured_attention {
+            self.block.source.to_string()
+        } else {
+            format!(
+                "{} scaled to {} attention by the predictor's kernel ratio",
+                self.block.source,
+                attention.name()
+            )
+        }
+    }
+}
+
+/// Activation memory of the workload: the analytic sizes anchored to the
+/// measured non-state memory (see the module docs). Bytes.
+#[derive(Debug, Clone)]
+pub struct ActivationModel {
+    /// Analytic sizes per attention kernel ([`Attention::index`]), bytes per sample.
+    pub per_sample: [BlockActivations; 2],
+    /// The kernel the non-state memory curve was measured with.
+    pub measured_attention: Attention,
+    /// Unit buffers inside the measured curve (`B_ref`), bytes.
+    pub buffers_ref_bytes: f64,
+    /// Constant part of the measured curve beyond the buffers (workspaces,
+    /// allocator slack), bytes; part of every GPU's base memory.
+    pub fixed_bytes: f64,
+    /// `s(m)` for m = 1..=N (the last value beyond): measured activation
+    /// peak over the analytic one.
+    pub scale: Vec<f64>,
+}
+
+impl ActivationModel {
+    /// Anchors the analytic sizes to `act_gib(m)` measured at m = 1..=`measured`.
+    fn anchor(
+        act: &ActMemory,
+        per_sample: [BlockActivations; 2],
+        measured_attention: Attention,
+        layers: u32,
+        buffers_ref_bytes: f64,
+        measured: usize,
+    ) -> ActivationModel {
+        let a_ref = per_sample[measured_attention.index()].reference_peak(layers);
+        let n = measured.clamp(1, ANALYTIC_TABLE_MAX_BATCH as usize);
+        let y: Vec<f64> = (1..=n as u32)
+            .map(|m| act.gib(m) * GIB - buffers_ref_bytes)
+            .collect();
+        // Least squares y = F0 + s x with x = m * a_ref; F0 >= 0, no more
+        // than the smallest measurement.
+        let fixed = if n >= 2 && a_ref > 0.0 {
+            let xs: Vec<f64> = (1..=n).map(|m| m as f64 * a_ref).collect();
+            let (mx, my) = (
+                xs.iter().sum::<f64>() / n as f64,
+                y.iter().sum::<f64>() / n as f64,
+            );
+            let var: f64 = xs.iter().map(|x| (x - mx) * (x - mx)).sum();
+            let cov: f64 = xs.iter().zip(&y).map(|(x, v)| (x - mx) * (v - my)).sum();
+            let slope = if var > 0.0 { cov / var } else { 0.0 };
+            (my - slope * mx).clamp(
+                0.0,
+                y.iter().copied().fold(f64::INFINITY, f64::min).max(0.0),
+            )
+        } else {
+            0.0
+        };
+        let scale = (1..=ANALYTIC_TABLE_MAX_BATCH)
+            .map(|m| {
+                let ym = act.gib(m) * GIB - buffers_ref_bytes - fixed;
+                let x = m as f64 * a_ref;
+                if x > 0.0 && ym.is_finite() {
+                    (ym / x).max(0.0)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        ActivationModel {
+            per_sample,
+            measured_attention,
+            buffers_ref_bytes,
+            fixed_bytes: fixed,
+            scale,
+        }
+    }
+
+    /// `s(m)`: the factor on every analytic activation size at micro-batch `m`.
+    pub fn scale_at(&self, m: u32) -> f64 {
+        if m == 0 || self.scale.is_empty() {
+            return 0.0;
+        }
+        let i = (m as usize - 1).min(self.scale.len() - 1);
+        self.scale[i]
+    }
+
+    /// Activation sizes of a micro-batch of `m` samples with `attention`,
+    /// bytes (analytic per-sample sizes times `m` times `s(m)`).
+    pub fn micro(&self, m: u32, attention: Attention) -> BlockActivations {
+        let k = m as f64 * self.scale_at(m);
+        let b = &self.per_sample[attention.index()];
+        BlockActivations {
+            checkpoint: b.checkpoint * k,
+            saved_none: b.saved_none * k,
+            saved_selective: b.saved_selective * k,
+            grad_work: b.grad_work * k,
+            nograd_work: b.nograd_work * k,
+            head_work: b.head_work * k,
+        }
+    }
 }
 
 /// Non-state memory against micro-batch size.
@@ -164,10 +309,39 @@ pub struct CostModel {
     pub rank_type: Vec<usize>,
     /// Non-state memory curve (independent of GPU type).
     pub act: ActMemory,
+    /// Activation sizes anchored to `act`.
+    pub activations: ActivationModel,
     /// Collective cost model.
     pub comm: Arc<dyn CommModel>,
     /// Warnings for the user (flagged profile entries used, fallbacks taken).
     pub warnings: Vec<String>,
+}
+
+/// Bytes of the unit buffers Cephalo's trainer held at its memory peak in
+/// the reference configuration (prefetch on, previous reduce-scatter done):
+/// the largest over its phases of this unit's fp32 parameters, the next
+/// phase's prefetched parameters and this unit's fp32 gradients. For block
+/// phases that is `3 x P_block x 4 B`; the head phase (head parameters and
+/// gradients plus the prefetched last block) is larger when the head is
+/// untied.
+pub fn reference_buffers_bytes(model: &ModelSpec) -> f64 {
+    let l = model.layers as usize;
+    let mut unit = Vec::with_capacity(l + 2);
+    unit.push(model.embedding_params() as f64);
+    unit.extend(std::iter::repeat_n(model.params_per_block() as f64, l));
+    unit.push(model.head_params() as f64);
+    // Phases: Forward(0..=L), Head, Backward(L..=0): (unit, reduces).
+    let mut phases: Vec<(usize, bool)> = (0..=l).map(|u| (u, false)).collect();
+    phases.push((l + 1, true));
+    phases.extend((0..=l).rev().map(|u| (u, true)));
+    let b = REFERENCE_BUFFER_BYTES_PER_PARAM;
+    (0..phases.len())
+        .map(|p| {
+            let (u, reduces) = phases[p];
+            let next = phases.get(p + 1).map_or(0.0, |q| unit[q.0]);
+            b * (unit[u] + next + if reduces { unit[u] } else { 0.0 })
+        })
+        .fold(0.0, f64::max)
 }
 
 /// The comm topology of a cluster (intra-node links per node, the network).
@@ -211,6 +385,65 @@ fn analytic_curve(
     Ok(c)
 }
 
+/// The curve of the attention kernel `to`, from `measured` (taken with
+/// `from`) scaled at every micro-batch size 1..=N by the predictor's ratio
+/// of the two kernels on `gpu`; beyond N the line through the last two
+/// points. `None` when the predictor cannot run this GPU and dtype.
+#[allow(clippy::too_many_arguments)]
+fn kernel_curve(
+    pred: &dyn Predictor,
+    gpu: &GpuSpec,
+    model: &ModelSpec,
+    seq: u32,
+    dtype: Dtype,
+    measured: &ComputeCurve,
+    from: Attention,
+    to: Attention,
+) -> Option<ComputeCurve> {
+    let sizes: Vec<u32> = (1..=ANALYTIC_TABLE_MAX_BATCH).collect();
+    let mut f = Vec::with_capacity(sizes.len());
+    let mut b = Vec::with_capacity(sizes.len());
+    for &m in &sizes {
+        let p0 = pred
+            .block_prediction(gpu, model, seq, dtype, m, from)
+            .ok()?;
+        let p1 = pred.block_prediction(gpu, model, seq, dtype, m, to).ok()?;
+        if !(p0.fwd_ms > 0.0 && p0.bwd_ms > 0.0) {
+            return None;
+        }
+        f.push(measured.fwd_ms(m) * p1.fwd_ms / p0.fwd_ms);
+        b.push(measured.bwd_ms(m) * p1.bwd_ms / p0.bwd_ms);
+    }
+    let mut c = ComputeCurve::from_points(sizes, f, b, measured.source.clone());
+    let n = c.batch_sizes.len();
+    for (vals, fit) in [(&c.fwd_ms, &mut c.fwd_fit), (&c.bwd_ms, &mut c.bwd_fit)] {
+        let slope = vals[n - 1] - vals[n - 2];
+        fit.slope = slope;
+        fit.intercept = vals[n - 1] - slope * n as f64;
+    }
+    Some(c)
+}
+
+/// Per micro-batch size 1..=N, the predictor's fraction of the forward a
+/// selective recompute reruns (0 where it cannot predict).
+fn selective_fractions(
+    pred: &dyn Predictor,
+    gpu: &GpuSpec,
+    model: &ModelSpec,
+    seq: u32,
+    dtype: Dtype,
+    attention: Attention,
+) -> Vec<f64> {
+    (1..=ANALYTIC_TABLE_MAX_BATCH)
+        .map(
+            |m| match pred.block_prediction(gpu, model, seq, dtype, m, attention) {
+                Ok(p) if p.fwd_ms > 0.0 => (p.selective_recompute_ms / p.fwd_ms).clamp(0.0, 1.0),
+                _ => 0.0,
+            },
+        )
+        .collect()
+}
+
 /// Whether a catalog device is a CPU (arch `cpu`).
 pub fn is_cpu(gpu: &GpuSpec) -> bool {
     gpu.arch == "cpu"
@@ -230,6 +463,7 @@ pub fn measured_points(profiles: &ProfileSet) -> Vec<MeasuredPoint> {
             let kind = match c.kind.as_str() {
                 "all_gather" => CollectiveKind::AllGather,
                 "reduce_scatter" => CollectiveKind::ReduceScatter,
+                "all_reduce" => CollectiveKind::AllReduce,
                 _ => return None,
             };
             Some(MeasuredPoint {
@@ -291,37 +525,59 @@ impl CostModel {
                 rank_type.push(i);
                 continue;
             }
-            let (block, flags) = match profiles.block(&g.spec.name, &model.name, seq, dtype) {
-                Some(p) => {
-                    for f in &p.flags {
-                        warnings.push(format!(
-                            "{} / {} / {seq} / {dtype}: {f}",
-                            g.spec.name, model.name
-                        ));
+            let (block, flags, measured_attention) =
+                match profiles.block(&g.spec.name, &model.name, seq, dtype) {
+                    Some(p) => {
+                        for f in &p.flags {
+                            warnings.push(format!(
+                                "{} / {} / {seq} / {dtype}: {f}",
+                                g.spec.name, model.name
+                            ));
+                        }
+                        (p.curve.clone(), p.flags.clone(), p.attention)
                     }
-                    (p.curve.clone(), p.flags.clone())
-                }
-                None => {
-                    let c =
-                        analytic_curve(predictor, &g.spec, model, seq, dtype).map_err(|why| {
-                            SpecError::MissingProfile {
+                    None => {
+                        let c = analytic_curve(predictor, &g.spec, model, seq, dtype).map_err(
+                            |why| SpecError::MissingProfile {
                                 gpu: g.spec.name.clone(),
                                 model: model.name.clone(),
                                 seq_len: seq,
                                 dtype: dtype.to_string(),
                                 why,
-                            }
-                        })?;
-                    (c, vec![])
-                }
-            };
+                            },
+                        )?;
+                        (c, vec![], Attention::Eager)
+                    }
+                };
             let units = profiles
                 .unit(&g.spec.name, &model.name, seq, dtype)
                 .cloned();
+            let other = match measured_attention {
+                Attention::Eager => Attention::Flash,
+                Attention::Flash => Attention::Eager,
+            };
+            let derived = kernel_curve(
+                predictor,
+                &g.spec,
+                model,
+                seq,
+                dtype,
+                &block,
+                measured_attention,
+                other,
+            );
+            let mut kernels = [None, None];
+            kernels[measured_attention.index()] = Some(block.clone());
+            kernels[other.index()] = derived;
+            let selective_fraction = [Attention::Eager, Attention::Flash]
+                .map(|a| selective_fractions(predictor, &g.spec, model, seq, dtype, a));
             rank_type.push(types.len());
             types.push(Arc::new(GpuTypeCost {
                 gpu: g.spec.clone(),
                 block,
+                measured_attention,
+                kernels,
+                selective_fraction,
                 block_flags: flags,
                 units,
             }));
@@ -354,6 +610,27 @@ impl CostModel {
                 }
             }
         };
+        let measured_len = match &act {
+            ActMemory::Profile(p) => p.act_gib.len(),
+            ActMemory::Analytic { act_gib, .. } => act_gib.len(),
+        };
+        let measured_attention = if types
+            .iter()
+            .all(|t| t.measured_attention == Attention::Flash)
+        {
+            Attention::Flash
+        } else {
+            Attention::Eager
+        };
+        let activations = ActivationModel::anchor(
+            &act,
+            [Attention::Eager, Attention::Flash]
+                .map(|a| BlockActivations::new(model, seq, dtype, a)),
+            measured_attention,
+            model.layers,
+            reference_buffers_bytes(model),
+            measured_len,
+        );
         let topo = comm_topology(&workload.cluster);
         topo.validate("cluster")?;
         let ring = RingModel::new(topo);
@@ -369,6 +646,7 @@ impl CostModel {
             types,
             rank_type,
             act,
+            activations,
             comm,
             warnings,
         })
@@ -395,14 +673,60 @@ impl CostModel {
         &self.gpu_type(rank).gpu
     }
 
-    /// Forward ms of one block for a micro-batch of `m` samples on `rank`.
+    /// Forward ms of one block for a micro-batch of `m` samples on `rank`,
+    /// with the attention kernel the profile was measured with.
     pub fn block_fwd_ms(&self, rank: usize, m: u32) -> f64 {
         self.gpu_type(rank).block.fwd_ms(m)
     }
 
-    /// Backward ms of one block for a micro-batch of `m` samples on `rank`.
+    /// Backward ms of one block for a micro-batch of `m` samples on `rank`,
+    /// with the attention kernel the profile was measured with.
     pub fn block_bwd_ms(&self, rank: usize, m: u32) -> f64 {
         self.gpu_type(rank).block.bwd_ms(m)
+    }
+
+    /// The attention kernel the block profiles in use were measured with:
+    /// flash only when every GPU's profile was (predictions are eager).
+    pub fn profile_attention(&self) -> Attention {
+        self.activations.measured_attention
+    }
+
+    /// Forward and backward ms of one block at micro-batch `m` on `rank`
+    /// with `attention`; `Err` naming the GPU when it has no such curve.
+    pub fn block_ms_with(
+        &self,
+        rank: usize,
+        m: u32,
+        attention: Attention,
+    ) -> Result<(f64, f64), String> {
+        let t = self.gpu_type(rank);
+        match t.curve(attention) {
+            Some(c) => Ok((c.fwd_ms(m), c.bwd_ms(m))),
+            None => Err(format!(
+                "no {} attention times for {}: the profile was measured with {} attention and the predictor cannot run {} {}",
+                attention.name(),
+                t.gpu.name,
+                t.measured_attention.name(),
+                t.gpu.name,
+                self.workload.dtype
+            )),
+        }
+    }
+
+    /// ms of a selective recompute of one block at micro-batch `m` on
+    /// `rank` with `attention` (the predictor's fraction of that forward).
+    pub fn selective_recompute_ms(
+        &self,
+        rank: usize,
+        m: u32,
+        attention: Attention,
+        fwd_ms: f64,
+    ) -> f64 {
+        let v = &self.gpu_type(rank).selective_fraction[attention.index()];
+        if m == 0 || v.is_empty() {
+            return 0.0;
+        }
+        v[(m as usize - 1).min(v.len() - 1)] * fwd_ms
     }
 
     fn unit_ms(
@@ -510,6 +834,28 @@ impl CostModel {
         }
     }
 
+    /// Host (CPU) optimizer step of `rank` over `local_params` parameters,
+    /// ms, while `sharing` ranks of its node step at the same time: Adam
+    /// is memory-bound on a CPU (DeepSpeed's CPU Adam is vectorised and
+    /// multi-threaded), so it streams [`OPTIMIZER_BYTES_PER_PARAM`] plus the
+    /// updated parameter in `param_bytes` per parameter through the node's
+    /// host memory bandwidth, shared by the `sharing` ranks.
+    pub fn host_optimizer_ms(
+        &self,
+        rank: usize,
+        local_params: f64,
+        param_bytes: f64,
+        sharing: usize,
+    ) -> f64 {
+        if local_params <= 0.0 {
+            return 0.0;
+        }
+        let node = &self.workload.cluster.nodes[self.workload.cluster.gpus[rank].node];
+        let bw = node.host_mem_bw_gbps * 1e9 / sharing.max(1) as f64;
+        HOST_OPTIMIZER_LAUNCH_MS
+            + local_params * (OPTIMIZER_BYTES_PER_PARAM + param_bytes) / bw * 1e3
+    }
+
     /// Bytes of one block's output for `m` samples (what layered gradient
     /// accumulation offloads to the host, and loads back for the backward).
     pub fn block_output_bytes(&self, m: u32) -> f64 {
@@ -540,10 +886,10 @@ impl CostModel {
         self.act.gib(m)
     }
 
-    /// Training state (GiB) held by a rank with state fraction `r`.
+    /// Mixed-precision Adam training state (GiB, 16 B per parameter) held
+    /// by a rank with state fraction `fraction` of the whole model.
     pub fn state_gib(&self, fraction: f64) -> f64 {
-        self.options.state_bytes_per_param * self.workload.model.total_params() as f64 * fraction
-            / GIB
+        STATE_BYTES_PER_PARAM * self.workload.model.total_params() as f64 * fraction / GIB
     }
 
     /// GPU memory capacity of `rank` (GiB).
@@ -566,19 +912,39 @@ impl CostModel {
         v
     }
 
-    /// ms of one collective over all ranks for a unit of `unit_params`
-    /// parameters split by `fractions` (one piece per rank).
-    pub fn collective_ms(&self, kind: CollectiveKind, unit_params: u64, fractions: &[f64]) -> f64 {
-        let bytes = unit_params as f64 * self.options.comm_bytes_per_param;
-        let ranks: Vec<CollectiveRank> = fractions
+    /// ms of collective `kind` over the GPUs `ranks` (in ring order) with
+    /// per-rank `pieces` (bytes: each rank's piece for all-gather and
+    /// reduce-scatter, the buffer for all-reduce).
+    pub fn group_collective_ms(
+        &self,
+        kind: CollectiveKind,
+        ranks: &[usize],
+        pieces: &[f64],
+    ) -> f64 {
+        let group: Vec<CollectiveRank> = ranks
             .iter()
-            .enumerate()
-            .map(|(r, f)| CollectiveRank {
+            .zip(pieces)
+            .map(|(&r, &p)| CollectiveRank {
                 node: self.workload.cluster.gpus[r].node,
-                piece_bytes: bytes * f,
+                piece_bytes: p,
             })
             .collect();
-        self.comm.time_ms(kind, &ranks)
+        self.comm.time_ms(kind, &group)
+    }
+
+    /// [`CostModel::group_collective_ms`] over all ranks for a unit of
+    /// `unit_params` parameters of `bytes_per_param` split by `fractions`.
+    pub fn collective_ms(
+        &self,
+        kind: CollectiveKind,
+        unit_params: u64,
+        bytes_per_param: f64,
+        fractions: &[f64],
+    ) -> f64 {
+        let bytes = unit_params as f64 * bytes_per_param;
+        let ranks: Vec<usize> = (0..fractions.len()).collect();
+        let pieces: Vec<f64> = fractions.iter().map(|f| bytes * f).collect();
+        self.group_collective_ms(kind, &ranks, &pieces)
     }
 
     /// Model FLOPs of one iteration (no recompute), for MFU.
@@ -611,6 +977,26 @@ mod tests {
         ) -> Result<(f64, f64), String> {
             Ok((m as f64, 2.0 * m as f64))
         }
+        fn block_prediction(
+            &self,
+            _: &GpuSpec,
+            _: &ModelSpec,
+            _: u32,
+            _: Dtype,
+            m: u32,
+            attention: Attention,
+        ) -> Result<crate::perfmodel::BlockPrediction, String> {
+            let k = if attention == Attention::Flash {
+                0.5
+            } else {
+                1.0
+            };
+            Ok(crate::perfmodel::BlockPrediction {
+                fwd_ms: k * m as f64,
+                bwd_ms: 2.0 * k * m as f64,
+                selective_recompute_ms: 0.25 * k * m as f64,
+            })
+        }
         fn act_mem_gib(&self, _: &ModelSpec, _: u32, _: Dtype, m: u32) -> f64 {
             0.1 * m as f64
         }
@@ -642,6 +1028,37 @@ mod tests {
     }
 
     #[test]
+    fn both_kernels_and_the_activation_anchor() {
+        let c = costs("l4,l4", &ProfileSet::new());
+        // The flat predictor makes flash half as long as eager.
+        let (fe, be) = c.block_ms_with(0, 4, Attention::Eager).unwrap();
+        let (ff, bf) = c.block_ms_with(0, 4, Attention::Flash).unwrap();
+        assert!((ff - 0.5 * fe).abs() < 1e-9 && (bf - 0.5 * be).abs() < 1e-9);
+        assert!((c.selective_recompute_ms(0, 4, Attention::Eager, fe) - 0.25 * fe).abs() < 1e-9);
+        // The anchored reference peak reproduces act(m) = B_ref + F0 + s(m)
+        // A_ref(m) wherever the measurement exceeds the unit buffers (below
+        // that, activations are 0 and the buffers alone set the peak).
+        let a = &c.activations;
+        let l = c.workload.model.layers;
+        let mut checked = 0;
+        for m in [1, 3, 8, 64, 100] {
+            let peak = a.micro(m, Attention::Eager);
+            let per = a.per_sample[0];
+            let k = m as f64 * a.scale_at(m);
+            assert!((peak.checkpoint - per.checkpoint * k).abs() < 1e-6);
+            let got = a.buffers_ref_bytes + a.fixed_bytes + per.reference_peak(l) * k;
+            let want = c.act_mem_gib(m) * GIB;
+            if want > a.buffers_ref_bytes && m <= 64 {
+                assert!((got - want).abs() < 1e-3 * want, "m={m}: {got} vs {want}");
+                checked += 1;
+            } else if want <= a.buffers_ref_bytes {
+                assert_eq!(a.scale_at(m), 0.0);
+            }
+        }
+        assert!(checked >= 2);
+    }
+
+    #[test]
     fn measured_collectives_drive_the_comm_model() {
         let mut p = ProfileSet::new();
         for (kind, t) in [("all_gather", 2.0), ("reduce_scatter", 3.0)] {
@@ -665,12 +1082,12 @@ mod tests {
             c.comm.describe()
         );
         // 1e6 bytes as params of 4 bytes, even split: the measured point.
-        let ag = c.collective_ms(CollectiveKind::AllGather, 250_000, &[0.5, 0.5]);
+        let ag = c.collective_ms(CollectiveKind::AllGather, 250_000, 4.0, &[0.5, 0.5]);
         assert!((ag - 2.0).abs() < 1e-9, "{ag}");
-        let rs = c.collective_ms(CollectiveKind::ReduceScatter, 250_000, &[0.5, 0.5]);
+        let rs = c.collective_ms(CollectiveKind::ReduceScatter, 250_000, 4.0, &[0.5, 0.5]);
         assert!((rs - 3.0).abs() < 1e-9, "{rs}");
         // Uneven 0.25 / 0.75: even-equivalent 1.5e6 bytes, the measured uneven point.
-        let un = c.collective_ms(CollectiveKind::AllGather, 250_000, &[0.25, 0.75]);
+        let un = c.collective_ms(CollectiveKind::AllGather, 250_000, 4.0, &[0.25, 0.75]);
         assert!((un - 2.4).abs() < 1e-9, "{un}");
         // Without samples: the analytic ring.
         let ring = costs("cpu,cpu", &ProfileSet::new());

@@ -5,11 +5,16 @@
 //!
 //! # Model
 //!
-//! Every rank (GPU) has three in-order streams ([`Stream`]): compute,
-//! communication and host copy. A [`Graph`] holds ops; each op has a
-//! duration, dependencies (other ops whose *completion* it waits for), a
-//! label for observers, and optional memory changes applied at its start or
-//! end. An op is *issued* on one or more `(rank, stream)` queues:
+//! Every rank (GPU) has five in-order streams ([`Stream`]): compute,
+//! communication (the data-parallel communicator), reduce (a second
+//! communicator, for the replica all-reduce of hybrid sharding), host copy
+//! and host (work the CPU does for this rank, e.g. an offloaded optimizer
+//! step). A [`Graph`] holds ops; each op has a duration, dependencies (other
+//! ops whose *completion* it waits for), a label for observers, and the
+//! memory changes it causes, given together with the op ([`MemChange`]:
+//! a signed byte count on one memory *pool*, at the op's start or end; the
+//! caller decides what pools mean, e.g. one per GPU and one per host). An op
+//! is *issued* on one or more `(rank, stream)` queues:
 //!
 //! * a **local op** ([`Graph::add_op`]) is issued on one stream;
 //! * a **collective** ([`Graph::add_collective`], or [`Graph::new_collective`]
@@ -52,17 +57,31 @@ use std::collections::{BTreeMap, BinaryHeap};
 pub enum Stream {
     /// Kernels: forward, backward, recompute, optimizer.
     Compute,
-    /// Collectives (NCCL-like): all-gather, reduce-scatter.
+    /// Collectives of the data-parallel communicator (NCCL-like): all-gather,
+    /// reduce-scatter, DDP all-reduce; one at a time, in issue order.
     Comm,
-    /// Host copies over PCIe: activation offload (D2H) and reload (H2D).
+    /// Collectives of a second communicator: the all-reduce across replica
+    /// groups of hybrid sharding (FSDP runs it on its own stream and process
+    /// group, so it overlaps the shard group's all-gathers).
+    Reduce,
+    /// Host copies over PCIe: activation offload (D2H) and reload (H2D),
+    /// gradient and parameter copies of an offloaded optimizer.
     Copy,
+    /// Work of the host CPU on this rank's behalf (an offloaded optimizer step).
+    Host,
 }
 
 impl Stream {
     /// Number of streams per rank.
-    pub const COUNT: usize = 3;
+    pub const COUNT: usize = 5;
     /// All streams in index order.
-    pub const ALL: [Stream; Stream::COUNT] = [Stream::Compute, Stream::Comm, Stream::Copy];
+    pub const ALL: [Stream; Stream::COUNT] = [
+        Stream::Compute,
+        Stream::Comm,
+        Stream::Reduce,
+        Stream::Copy,
+        Stream::Host,
+    ];
 
     /// Index of this stream within a rank, `0..Stream::COUNT`.
     pub fn index(self) -> usize {
@@ -74,7 +93,9 @@ impl Stream {
         match self {
             Stream::Compute => "compute",
             Stream::Comm => "comm",
+            Stream::Reduce => "reduce",
             Stream::Copy => "copy",
+            Stream::Host => "host",
         }
     }
 }
@@ -94,6 +115,8 @@ pub enum Category {
     AllGather,
     /// Gradient reduce-scatter.
     ReduceScatter,
+    /// Gradient all-reduce (DDP buckets, hybrid sharding across replicas).
+    AllReduce,
     /// Device-to-host copy (activation offload).
     CopyD2H,
     /// Host-to-device copy (activation reload).
@@ -114,6 +137,7 @@ impl Category {
             Category::Optimizer => "optimizer",
             Category::AllGather => "all_gather",
             Category::ReduceScatter => "reduce_scatter",
+            Category::AllReduce => "all_reduce",
             Category::CopyD2H => "copy_d2h",
             Category::CopyH2D => "copy_h2d",
             Category::Barrier => "barrier",
@@ -126,6 +150,14 @@ impl Category {
         matches!(
             self,
             Category::Forward | Category::Backward | Category::Recompute | Category::Optimizer
+        )
+    }
+
+    /// True for collectives (all-gather, reduce-scatter, all-reduce).
+    pub fn is_collective(self) -> bool {
+        matches!(
+            self,
+            Category::AllGather | Category::ReduceScatter | Category::AllReduce
         )
     }
 }
@@ -167,15 +199,36 @@ pub enum MemAt {
     End,
 }
 
-/// A memory change on one rank tied to an op's start or end.
+/// A memory change on one pool tied to an op's start or end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemChange {
-    /// Rank whose memory changes.
-    pub rank: u32,
+    /// Memory pool that changes (the caller's numbering, e.g. GPUs first,
+    /// then hosts).
+    pub pool: u32,
     /// Start or end of the op.
     pub at: MemAt,
     /// Signed change in bytes (positive = allocate, negative = free).
     pub delta_bytes: i64,
+}
+
+impl MemChange {
+    /// `delta_bytes` on `pool` at the op's start.
+    pub fn start(pool: u32, delta_bytes: i64) -> MemChange {
+        MemChange {
+            pool,
+            at: MemAt::Start,
+            delta_bytes,
+        }
+    }
+
+    /// `delta_bytes` on `pool` at the op's end.
+    pub fn end(pool: u32, delta_bytes: i64) -> MemChange {
+        MemChange {
+            pool,
+            at: MemAt::End,
+            delta_bytes,
+        }
+    }
 }
 
 /// One op execution on one `(rank, stream)`, as an [`Observer`] sees it.
@@ -205,8 +258,8 @@ pub struct OpRecord<'a> {
 pub trait Observer {
     /// An op started on one `(rank, stream)`; its end time is already known.
     fn on_op(&mut self, rec: &OpRecord<'_>);
-    /// Memory on `rank` changed by `delta_bytes` at `time` because of `op`.
-    fn on_mem(&mut self, _rank: u32, _time: SimTime, _delta_bytes: i64, _op: OpId) {}
+    /// Memory of `pool` changed by `delta_bytes` at `time` because of `op`.
+    fn on_mem(&mut self, _pool: u32, _time: SimTime, _delta_bytes: i64, _op: OpId) {}
 }
 
 /// An observer that ignores everything.
@@ -259,6 +312,7 @@ pub struct Graph {
     names: Vec<String>,
     name_index: BTreeMap<String, NameId>,
     ranks: u32,
+    pools: u32,
 }
 
 fn slot(rank: u32, stream: Stream) -> u32 {
@@ -333,6 +387,11 @@ impl Graph {
         self.ranks
     }
 
+    /// Number of memory pools (one more than the highest pool used).
+    pub fn pools(&self) -> u32 {
+        self.pools
+    }
+
     /// Number of dependency edges.
     pub fn edges(&self) -> usize {
         self.deps.len() + self.extra_deps.len()
@@ -364,7 +423,13 @@ impl Graph {
         self.ops[i].dep_start as usize..end
     }
 
-    fn push_op(&mut self, duration: SimTime, deps: &[OpId], label: OpLabel) -> OpId {
+    fn push_op(
+        &mut self,
+        duration: SimTime,
+        deps: &[OpId],
+        label: OpLabel,
+        mems: &[MemChange],
+    ) -> OpId {
         let id = OpId(self.ops.len() as u32);
         self.ops.push(OpData {
             duration_ns: duration.0,
@@ -373,6 +438,10 @@ impl Graph {
             mem_start: self.mems.len() as u32,
         });
         self.deps.extend(deps.iter().map(|d| d.0));
+        for m in mems.iter().filter(|m| m.delta_bytes != 0) {
+            self.pools = self.pools.max(m.pool + 1);
+            self.mems.push(*m);
+        }
         id
     }
 
@@ -382,7 +451,8 @@ impl Graph {
     }
 
     /// Adds a local op on `(rank, stream)`, issued after everything already
-    /// issued there; it waits for every op in `deps` to complete.
+    /// issued there; it waits for every op in `deps` to complete and causes
+    /// the memory changes `mems` (zero changes are dropped).
     pub fn add_op(
         &mut self,
         rank: u32,
@@ -390,33 +460,44 @@ impl Graph {
         duration: SimTime,
         deps: &[OpId],
         label: OpLabel,
+        mems: &[MemChange],
     ) -> OpId {
-        let id = self.push_op(duration, deps, label);
+        let id = self.push_op(duration, deps, label, mems);
         self.issue(id, rank, stream);
         id
     }
 
-    /// Adds a collective over `ranks`' [`Stream::Comm`] streams, issued now
-    /// on each; it waits for every op in `deps` (typically each rank's local
-    /// predecessors) and for every participant's stream.
+    /// Adds a collective over `ranks`' `stream` queues (normally
+    /// [`Stream::Comm`]), issued now on each; it waits for every op in `deps`
+    /// (typically each rank's local predecessors) and for every
+    /// participant's stream, and causes the memory changes `mems`.
     pub fn add_collective(
         &mut self,
         ranks: &[u32],
+        stream: Stream,
         duration: SimTime,
         deps: &[OpId],
         label: OpLabel,
+        mems: &[MemChange],
     ) -> OpId {
-        let id = self.push_op(duration, deps, label);
+        let id = self.push_op(duration, deps, label, mems);
         for &r in ranks {
-            self.issue(id, r, Stream::Comm);
+            self.issue(id, r, stream);
         }
         id
     }
 
-    /// Creates a collective issued on no stream yet; each participant then
-    /// calls [`Graph::join`] at its place in its own program order.
-    pub fn new_collective(&mut self, duration: SimTime, deps: &[OpId], label: OpLabel) -> OpId {
-        self.push_op(duration, deps, label)
+    /// Creates a collective issued on no stream yet, with its memory
+    /// changes; each participant then calls [`Graph::join`] at its place in
+    /// its own program order.
+    pub fn new_collective(
+        &mut self,
+        duration: SimTime,
+        deps: &[OpId],
+        label: OpLabel,
+        mems: &[MemChange],
+    ) -> OpId {
+        self.push_op(duration, deps, label, mems)
     }
 
     /// Issues existing op `op` on `(rank, stream)` now (a rank joining a
@@ -429,21 +510,6 @@ impl Graph {
     /// a cycle is reported by [`run`] as a deadlock).
     pub fn add_dep(&mut self, op: OpId, dep: OpId) {
         self.extra_deps.push((op.0, dep.0));
-    }
-
-    /// Attaches a memory change on `rank` to the most recently added op.
-    /// Memory changes must be attached right after their op is created;
-    /// called before any op exists it does nothing.
-    pub fn add_mem(&mut self, rank: u32, at: MemAt, delta_bytes: i64) {
-        if self.ops.is_empty() {
-            return;
-        }
-        self.ranks = self.ranks.max(rank + 1);
-        self.mems.push(MemChange {
-            rank,
-            at,
-            delta_bytes,
-        });
     }
 
     /// Memory changes of `op`.
@@ -583,7 +649,7 @@ pub fn run(graph: &Graph, observer: &mut dyn Observer) -> Result<RunStats, SimEr
         {
             state
                 .observer
-                .on_mem(m.rank, SimTime(now), m.delta_bytes, OpId(op));
+                .on_mem(m.pool, SimTime(now), m.delta_bytes, OpId(op));
         }
         for &s in succ.get(o) {
             let p = &mut pending[s as usize];
@@ -700,7 +766,7 @@ impl RunState<'_, '_> {
         }
         for m in g.op_mems(OpId(op)).iter().filter(|m| m.at == MemAt::Start) {
             self.observer
-                .on_mem(m.rank, SimTime(now), m.delta_bytes, OpId(op));
+                .on_mem(m.pool, SimTime(now), m.delta_bytes, OpId(op));
         }
         self.makespan = self.makespan.max(end);
         let key = (end as u128) << 64 | (self.seq as u128) << 32 | op as u128;
@@ -780,7 +846,7 @@ fn fmt_index(i: u32) -> String {
 pub struct Recorder {
     /// `(op, rank, stream, start, end)` in the order the engine reported them.
     pub ops: Vec<(OpId, u32, Stream, SimTime, SimTime)>,
-    /// `(rank, time, delta_bytes, op)` in the order the engine reported them.
+    /// `(pool, time, delta_bytes, op)` in the order the engine reported them.
     pub mems: Vec<(u32, SimTime, i64, OpId)>,
 }
 
@@ -790,8 +856,8 @@ impl Observer for Recorder {
             .push((rec.op, rec.rank, rec.stream, rec.start, rec.end));
     }
 
-    fn on_mem(&mut self, rank: u32, time: SimTime, delta_bytes: i64, op: OpId) {
-        self.mems.push((rank, time, delta_bytes, op));
+    fn on_mem(&mut self, pool: u32, time: SimTime, delta_bytes: i64, op: OpId) {
+        self.mems.push((pool, time, delta_bytes, op));
     }
 }
 
@@ -825,10 +891,10 @@ mod tests {
         let mut prev: Vec<OpId> = vec![];
         let mut total = 0u64;
         for i in 0..50u64 {
-            let stream = Stream::ALL[(i % 3) as usize];
+            let stream = Stream::ALL[(i % 5) as usize];
             let d = SimTime(1000 + 37 * i);
             total += d.0;
-            prev = vec![g.add_op((i % 4) as u32, stream, d, &prev, l)];
+            prev = vec![g.add_op((i % 4) as u32, stream, d, &prev, l, &[])];
         }
         assert_eq!(run(&g, &mut NullObserver).unwrap().makespan, SimTime(total));
     }
@@ -837,9 +903,9 @@ mod tests {
     fn stream_serialises_and_streams_overlap() {
         let mut g = Graph::new();
         let l = g.label(Category::Forward, "f");
-        g.add_op(0, Stream::Compute, ms(2.0), &[], l);
-        g.add_op(0, Stream::Compute, ms(3.0), &[], l);
-        g.add_op(0, Stream::Copy, ms(4.0), &[], l);
+        g.add_op(0, Stream::Compute, ms(2.0), &[], l, &[]);
+        g.add_op(0, Stream::Compute, ms(3.0), &[], l, &[]);
+        g.add_op(0, Stream::Copy, ms(4.0), &[], l, &[]);
         let mut r = Recorder::default();
         let s = run(&g, &mut r).unwrap();
         assert_eq!(s.makespan, ms(5.0));
@@ -851,11 +917,11 @@ mod tests {
         let mut g = Graph::new();
         let f = g.label(Category::Forward, "f");
         let ag = g.label(Category::AllGather, "ag");
-        let a = g.add_op(0, Stream::Compute, ms(1.0), &[], f);
-        let b = g.add_op(1, Stream::Compute, ms(7.0), &[], f);
+        let a = g.add_op(0, Stream::Compute, ms(1.0), &[], f, &[]);
+        let b = g.add_op(1, Stream::Compute, ms(7.0), &[], f, &[]);
         // Rank 1's comm stream is busy until 9 ms.
-        g.add_op(2, Stream::Comm, ms(9.0), &[], ag);
-        let c = g.add_collective(&[0, 1, 2], ms(2.0), &[a, b], ag);
+        g.add_op(2, Stream::Comm, ms(9.0), &[], ag, &[]);
+        let c = g.add_collective(&[0, 1, 2], Stream::Comm, ms(2.0), &[a, b], ag, &[]);
         let mut r = Recorder::default();
         run(&g, &mut r).unwrap();
         let recs: Vec<_> = r.ops.iter().filter(|x| x.0 == c).collect();
@@ -871,11 +937,11 @@ mod tests {
         let mut g = Graph::new();
         let ag = g.label(Category::AllGather, "ag");
         let f = g.label(Category::Forward, "f");
-        let c0 = g.new_collective(ms(1.0), &[], ag);
-        let c1 = g.new_collective(ms(1.0), &[], ag);
+        let c0 = g.new_collective(ms(1.0), &[], ag, &[]);
+        let c1 = g.new_collective(ms(1.0), &[], ag, &[]);
         for r in 0..2 {
             g.join(c0, r, Stream::Comm);
-            g.add_op(r, Stream::Compute, ms(5.0), &[c0], f);
+            g.add_op(r, Stream::Compute, ms(5.0), &[c0], f, &[]);
             g.join(c1, r, Stream::Comm);
         }
         let s = run(&g, &mut NullObserver).unwrap();
@@ -886,8 +952,8 @@ mod tests {
     fn mismatched_collective_order_deadlocks() {
         let mut g = Graph::new();
         let ag = g.label(Category::AllGather, "ag");
-        let x = g.new_collective(ms(1.0), &[], ag);
-        let y = g.new_collective(ms(1.0), &[], ag);
+        let x = g.new_collective(ms(1.0), &[], ag, &[]);
+        let y = g.new_collective(ms(1.0), &[], ag, &[]);
         g.join(x, 0, Stream::Comm);
         g.join(y, 0, Stream::Comm);
         g.join(y, 1, Stream::Comm);
@@ -908,8 +974,8 @@ mod tests {
     fn cycle_and_bad_graphs_are_errors() {
         let mut g = Graph::new();
         let l = g.label(Category::Other, "x");
-        let a = g.add_op(0, Stream::Compute, ms(1.0), &[], l);
-        let b = g.add_op(1, Stream::Compute, ms(1.0), &[a], l);
+        let a = g.add_op(0, Stream::Compute, ms(1.0), &[], l, &[]);
+        let b = g.add_op(1, Stream::Compute, ms(1.0), &[a], l, &[]);
         g.add_dep(a, b);
         assert!(matches!(
             run(&g, &mut NullObserver),
@@ -917,19 +983,19 @@ mod tests {
         ));
 
         let mut g = Graph::new();
-        g.new_collective(ms(1.0), &[], l);
+        g.new_collective(ms(1.0), &[], l, &[]);
         let e = run(&g, &mut NullObserver).unwrap_err();
         assert!(e.to_string().contains("issued on no stream"), "{e}");
 
         let mut g = Graph::new();
-        g.add_op(0, Stream::Compute, ms(1.0), &[OpId(7)], l);
+        g.add_op(0, Stream::Compute, ms(1.0), &[OpId(7)], l, &[]);
         assert_eq!(
             run(&g, &mut NullObserver),
             Err(SimError::UnknownOp { op: 0, dep: 7 })
         );
 
         let mut g = Graph::new();
-        g.add_collective(&[0, 0], ms(1.0), &[], l);
+        g.add_collective(&[0, 0], Stream::Comm, ms(1.0), &[], l, &[]);
         assert!(matches!(
             run(&g, &mut NullObserver),
             Err(SimError::DoubleIssue { .. })
@@ -943,10 +1009,10 @@ mod tests {
         let mut g = Graph::new();
         let l = g.label(Category::Forward, "f");
         let parents: Vec<OpId> = (0..3)
-            .map(|r| g.add_op(r, Stream::Compute, ms(1.0), &[], l))
+            .map(|r| g.add_op(r, Stream::Compute, ms(1.0), &[], l, &[]))
             .collect();
         for (i, &p) in parents.iter().enumerate().rev() {
-            g.add_op(10 + i as u32, Stream::Compute, SimTime::ZERO, &[p], l);
+            g.add_op(10 + i as u32, Stream::Compute, SimTime::ZERO, &[p], l, &[]);
         }
         let mut r = Recorder::default();
         run(&g, &mut r).unwrap();
@@ -958,12 +1024,16 @@ mod tests {
     fn memory_events_in_time_order() {
         let mut g = Graph::new();
         let l = g.label(Category::AllGather, "ag");
-        g.add_collective(&[0, 1], ms(2.0), &[], l);
-        g.add_mem(0, MemAt::Start, 100);
-        g.add_mem(1, MemAt::Start, 100);
+        g.add_collective(
+            &[0, 1],
+            Stream::Comm,
+            ms(2.0),
+            &[],
+            l,
+            &[MemChange::start(0, 100), MemChange::start(1, 100)],
+        );
         let c = g.label(Category::Forward, "f");
-        g.add_op(0, Stream::Comm, ms(1.0), &[], c);
-        g.add_mem(0, MemAt::End, -100);
+        g.add_op(0, Stream::Comm, ms(1.0), &[], c, &[MemChange::end(0, -100)]);
         let mut r = Recorder::default();
         run(&g, &mut r).unwrap();
         assert_eq!(
@@ -983,7 +1053,7 @@ mod tests {
     fn arb_graph() -> impl Strategy<Value = Graph> {
         let op = (
             0u32..4,                              // rank
-            0usize..3,                            // stream
+            0usize..5,                            // stream
             prop::collection::vec(0u32..4, 0..4), // extra collective ranks
             0u64..5,                              // duration (coarse: many ties)
             prop::collection::vec(any::<prop::sample::Index>(), 0..3),
@@ -998,13 +1068,13 @@ mod tests {
                     deps.iter().map(|x| OpId(x.index(i) as u32)).collect()
                 };
                 if coll.is_empty() {
-                    g.add_op(rank, Stream::ALL[stream], SimTime(d), &deps, l);
+                    g.add_op(rank, Stream::ALL[stream], SimTime(d), &deps, l, &[]);
                 } else {
                     let mut ranks = coll;
                     ranks.push(rank);
                     ranks.sort_unstable();
                     ranks.dedup();
-                    g.add_collective(&ranks, SimTime(d), &deps, l);
+                    g.add_collective(&ranks, Stream::Comm, SimTime(d), &deps, l, &[]);
                 }
             }
             g
@@ -1069,7 +1139,7 @@ mod tests {
         let mut deps = Vec::new();
         for pass in 0..2 {
             for u in 0..units {
-                let gather = g.add_collective(&all, SimTime(50_000), &[], ag);
+                let gather = g.add_collective(&all, Stream::Comm, SimTime(50_000), &[], ag, &[]);
                 for r in 0..ranks {
                     let d = SimTime(100_000 + 1_000 * (r as u64 % 7));
                     for m in 0..micro {
@@ -1079,14 +1149,14 @@ mod tests {
                         let mut l = if pass == 0 { fwd } else { bwd };
                         l.unit = u;
                         l.micro = m;
-                        let c = g.add_op(r, Stream::Compute, d, &deps, l);
-                        g.add_op(r, Stream::Copy, SimTime(20_000), &[c], d2h);
+                        let c = g.add_op(r, Stream::Compute, d, &deps, l, &[]);
+                        g.add_op(r, Stream::Copy, SimTime(20_000), &[c], d2h, &[]);
                         last[r as usize] = Some(c);
                     }
                 }
                 if pass == 1 {
                     let deps: Vec<OpId> = last.iter().flatten().copied().collect();
-                    g.add_collective(&all, SimTime(50_000), &deps, rs);
+                    g.add_collective(&all, Stream::Comm, SimTime(50_000), &deps, rs, &[]);
                 }
             }
         }

@@ -1,19 +1,27 @@
-//! Memory timeline of every GPU during a simulated iteration.
+//! Memory timeline of every memory pool (each GPU, each node's host) during
+//! a simulated iteration.
 //!
 //! Units: bytes (`i64`), times [`SimTime`] (ns). A [`MemoryTracker`] is an
-//! engine [`Observer`]: it starts each rank at a constant base (sharded
-//! training state + framework overhead, which never changes during an
-//! iteration) and applies the signed changes the task graph attaches to op
-//! starts and ends (unsharded parameters, gradient buffers, activations).
+//! engine [`Observer`]: it starts each pool at a constant base (for a GPU:
+//! training state + framework overhead, which never change during an
+//! iteration; for a host: an offloaded optimizer's state) and applies the
+//! signed changes the task graph attaches to op starts and ends (unsharded
+//! parameters, gradient buffers, activations, offloaded tensors). Methods
+//! take a pool index (`rank` for GPUs).
 //!
-//! Invariants (checked by the FSDP tests): the dynamic part never goes
+//! Peaks are taken per instant: all changes at one simulated time are
+//! applied together (an op starting as another ends reuses its memory, as
+//! the caching allocator does), so the peak does not depend on the order
+//! in which the engine reports simultaneous events.
+//!
+//! Invariants (checked by the simulator tests): the dynamic part never goes
 //! below zero, and every allocation of an iteration is freed by its end, so
 //! [`MemoryTracker::current_bytes`] equals the base after a run.
 
 use crate::engine::{Observer, OpId, OpRecord};
 use crate::units::SimTime;
 
-/// Per-rank running memory total, its peak and when the peak was reached.
+/// Per-pool running memory total, its peak and when the peak was reached.
 #[derive(Debug, Clone)]
 pub struct MemoryTracker {
     base: Vec<i64>,
@@ -21,6 +29,9 @@ pub struct MemoryTracker {
     peak: Vec<i64>,
     peak_at: Vec<SimTime>,
     min_dynamic: Vec<i64>,
+    /// The instant whose changes are being applied, and the pools it touched.
+    now: SimTime,
+    touched: Vec<u32>,
 }
 
 impl MemoryTracker {
@@ -33,10 +44,37 @@ impl MemoryTracker {
             base: base_bytes,
             peak_at: vec![SimTime::ZERO; n],
             min_dynamic: vec![0; n],
+            now: SimTime::ZERO,
+            touched: Vec::new(),
         }
     }
 
-    /// Number of ranks tracked.
+    /// Closes the current instant: the totals after all its changes count
+    /// for the peak and the minimum.
+    fn settle(&mut self) {
+        for &r in &self.touched {
+            let r = r as usize;
+            let c = self.current[r];
+            if c > self.peak[r] {
+                self.peak[r] = c;
+                self.peak_at[r] = self.now;
+            }
+            let d = c - self.base[r];
+            if d < self.min_dynamic[r] {
+                self.min_dynamic[r] = d;
+            }
+        }
+        self.touched.clear();
+    }
+
+    /// The instant a query is about, with the pending instant settled.
+    fn settled(&self) -> MemoryTracker {
+        let mut m = self.clone();
+        m.settle();
+        m
+    }
+
+    /// Number of pools tracked.
     pub fn ranks(&self) -> usize {
         self.base.len()
     }
@@ -48,12 +86,20 @@ impl MemoryTracker {
 
     /// Highest total of `rank` seen so far (bytes).
     pub fn peak_bytes(&self, rank: usize) -> i64 {
-        self.peak[rank]
+        if self.touched.is_empty() {
+            self.peak[rank]
+        } else {
+            self.settled().peak[rank]
+        }
     }
 
     /// First time `rank` reached its peak.
     pub fn peak_time(&self, rank: usize) -> SimTime {
-        self.peak_at[rank]
+        if self.touched.is_empty() {
+            self.peak_at[rank]
+        } else {
+            self.settled().peak_at[rank]
+        }
     }
 
     /// Current total of `rank` (bytes); equals the base after a full iteration.
@@ -61,10 +107,14 @@ impl MemoryTracker {
         self.current[rank]
     }
 
-    /// Lowest value of the dynamic part (total - base) of `rank` (bytes);
-    /// negative would mean a free without an allocation.
+    /// Lowest value of the dynamic part (total - base) of `rank` after any
+    /// instant (bytes); negative would mean a free without an allocation.
     pub fn min_dynamic_bytes(&self, rank: usize) -> i64 {
-        self.min_dynamic[rank]
+        if self.touched.is_empty() {
+            self.min_dynamic[rank]
+        } else {
+            self.settled().min_dynamic[rank]
+        }
     }
 }
 
@@ -76,15 +126,13 @@ impl Observer for MemoryTracker {
         if r >= self.current.len() {
             return;
         }
-        let c = self.current[r] + delta_bytes;
-        self.current[r] = c;
-        if c > self.peak[r] {
-            self.peak[r] = c;
-            self.peak_at[r] = time;
+        if time != self.now {
+            self.settle();
+            self.now = time;
         }
-        let d = c - self.base[r];
-        if d < self.min_dynamic[r] {
-            self.min_dynamic[r] = d;
+        self.current[r] += delta_bytes;
+        if !self.touched.contains(&rank) {
+            self.touched.push(rank);
         }
     }
 }
@@ -105,5 +153,20 @@ mod tests {
         assert_eq!(m.current_bytes(0), 100);
         assert_eq!(m.min_dynamic_bytes(1), -1);
         assert_eq!(m.peak_bytes(1), 0);
+    }
+
+    #[test]
+    fn simultaneous_changes_count_together() {
+        // An op ends (-40) as the next starts (+40) at t = 3, in either order.
+        for order in [[-40i64, 40], [40, -40]] {
+            let mut m = MemoryTracker::new(vec![0]);
+            m.on_mem(0, SimTime(1), 40, OpId(0));
+            for d in order {
+                m.on_mem(0, SimTime(3), d, OpId(1));
+            }
+            m.on_mem(0, SimTime(5), -40, OpId(2));
+            assert_eq!(m.peak_bytes(0), 40);
+            assert_eq!(m.min_dynamic_bytes(0), 0);
+        }
     }
 }

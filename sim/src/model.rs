@@ -524,6 +524,37 @@ impl ModelSpec {
         }
     }
 
+    /// The element-wise part of [`ModelSpec::block_activation_io_bytes_fwd`]
+    /// for ONE sample: the traffic of the cheap ops a selective recompute
+    /// reruns (norms, residual adds, activation functions, dropout with its
+    /// 1-byte masks, rotary, the GQA `repeat_kv` copies), without the
+    /// matmuls' reads and writes and without the score chain.
+    pub fn block_pointwise_io_bytes_fwd(&self, seq_len: u32, dtype: Dtype) -> f64 {
+        let e = dtype.bytes();
+        let t = self.tokens_per_sample(seq_len) as f64;
+        let (h, kv, f) = (self.hidden as f64, self.kv_dim() as f64, self.ffn as f64);
+        if self.family.is_llama_like() {
+            let mut elems = 2.0 * t * h; // RMSNorm 1
+            elems += 2.0 * t * (h + kv); // rotary on q, k
+            if self.kv_heads < self.heads {
+                elems += 2.0 * t * kv + 2.0 * t * h; // repeat_kv of k and v
+            }
+            elems += 3.0 * t * h; // residual add
+            elems += 2.0 * t * h; // RMSNorm 2
+            elems += 2.0 * t * f + 3.0 * t * f; // SiLU, gating multiply
+            elems += 3.0 * t * h; // residual add
+            elems * e
+        } else {
+            let mut elems = 2.0 * t * h + 3.0 * t * h + 2.0 * t * h + 2.0 * t * f + 3.0 * t * h;
+            let mut mask_bytes = 0.0;
+            if self.family.has_dropout() {
+                elems += 2.0 * 2.0 * t * h;
+                mask_bytes += 2.0 * t * h;
+            }
+            elems * e + mask_bytes
+        }
+    }
+
     /// Bytes moved to/from GPU memory by one block forward for ONE sample:
     /// [`ModelSpec::block_weight_bytes`] (the weights once) plus
     /// [`ModelSpec::block_activation_io_bytes_fwd`]. For a micro-batch of `m`

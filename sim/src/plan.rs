@@ -1,23 +1,37 @@
-//! The plan: what every GPU does in one iteration.
+//! The plan: the training strategy and what every GPU does in one iteration.
 //!
 //! Per rank i: local batch `b_i` (samples), micro-batch count `n_i`,
 //! micro-batch size `m_i` and state fraction `r_i` (share of the sharded
-//! training state it holds). `b_i` is split into `n_i` micro-batches whose
-//! sizes differ by at most one (`m_i` is the largest); planners emit exact
-//! splits `b_i = n_i * m_i`. A rank with `b_i = 0` computes nothing but still
-//! holds its state shard and joins every collective.
+//! training state it holds, within its shard group). `b_i` is split into
+//! `n_i` micro-batches whose sizes differ by at most one (`m_i` is the
+//! largest); planners emit exact splits `b_i = n_i * m_i`. A rank with
+//! `b_i = 0` computes nothing but still holds its state shard and joins
+//! every collective. The [`Strategy`] says how the iteration runs; its shard
+//! group size makes the shard groups (consecutive ranks) part of the plan.
 //!
 //! File form (`plan.json`, what `cephalo plan --out` writes):
 //!
 //! ```json
 //! { "planner": "cephalo",
+//!   "strategy": { "sharding": "full", "shard_group": 4, "accumulation": "layered",
+//!                 "checkpointing": "full", "offload": "activations",
+//!                 "param_dtype": "fp32", "reduce_dtype": "fp32", "attention": "eager" },
 //!   "gpus": [ { "batch": 13, "microbatches": 1, "microbatch_size": 13, "state_fraction": 0.2253 }, ... ] }
 //! ```
 //!
-//! The reference optimizer's output (`uneven_batch_sizes`,
-//! `uneven_microbatches`, `split_uneven_partitions`) is accepted too.
+//! A file without `strategy` (older files, the reference optimizer's output
+//! `uneven_batch_sizes` / `uneven_microbatches` / `split_uneven_partitions`)
+//! gets the strategy of the command's flags ([`PlanFile::into_plan`]).
+//!
+//! Validity per strategy: state fractions sum to 1 inside every shard group,
+//! and under hybrid sharding position `j` holds the same fraction in every
+//! group (its shard is all-reduced with the others'). Micro-batch-major
+//! accumulation runs as many passes as the largest micro-batch count; a
+//! GPU with fewer micro-batches joins the remaining passes' collectives
+//! without computing (an empty micro-batch).
 
 use crate::error::PlanError;
+use crate::strategy::{Attention, Sharding, Strategy};
 use serde::{Deserialize, Serialize};
 
 /// Tolerance on the sum of state fractions.
@@ -65,11 +79,67 @@ impl RankPlan {
 
 /// A plan for every rank of a cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Plan {
     /// Name of the planner that produced it (`manual` for user-given plans).
     pub planner: String,
+    /// How the iteration runs.
+    pub strategy: Strategy,
     /// One entry per rank, in rank order.
     pub gpus: Vec<RankPlan>,
+}
+
+/// What a plan file holds: a plan whose strategy may be missing (older
+/// files, the reference optimizer's output).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanFile {
+    /// Planner name.
+    pub planner: String,
+    /// The recorded strategy, if any.
+    #[serde(default)]
+    pub strategy: Option<Strategy>,
+    /// Per-rank entries.
+    pub gpus: Vec<RankPlan>,
+}
+
+impl PlanFile {
+    /// Parses a plan file (this project's form or the reference optimizer's).
+    pub fn from_json(text: &str, origin: &str) -> Result<PlanFile, PlanError> {
+        let v: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| PlanError::invalid(origin, "<root>", format!("cannot parse JSON: {e}")))?;
+        if v.get("uneven_batch_sizes").is_some() {
+            let r: ReferencePlanFile = serde_json::from_value(v)
+                .map_err(|e| PlanError::invalid(origin, "<root>", e.to_string()))?;
+            let p = Plan::from_lists(
+                &r.uneven_batch_sizes,
+                &r.uneven_microbatches,
+                r.split_uneven_partitions.as_deref(),
+                origin,
+            )?;
+            return Ok(PlanFile {
+                planner: "reference".into(),
+                strategy: None,
+                gpus: p.gpus,
+            });
+        }
+        serde_json::from_value(v).map_err(|e| {
+            PlanError::invalid(
+                origin,
+                "<root>",
+                format!("expected {{\"planner\": .., \"strategy\": {{..}}, \"gpus\": [{{\"batch\", \"microbatches\", \"microbatch_size\", \"state_fraction\"}}]}}: {e}"),
+            )
+        })
+    }
+
+    /// The plan with the recorded strategy, or `fallback` when none was recorded.
+    pub fn into_plan(self, fallback: Strategy) -> Plan {
+        Plan {
+            planner: self.planner,
+            strategy: self.strategy.unwrap_or(fallback),
+            gpus: self.gpus,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -82,7 +152,9 @@ struct ReferencePlanFile {
 
 impl Plan {
     /// Builds a plan from per-rank lists (`--batch`, `--microbatches`,
-    /// `--state-fractions`); missing fractions mean an even split.
+    /// `--state-fractions`); missing fractions mean an even split. The
+    /// strategy is Cephalo's ([`Strategy::cephalo`], eager attention); set
+    /// another with [`Plan::with_strategy`].
     pub fn from_lists(
         batch: &[u32],
         microbatches: &[u32],
@@ -135,34 +207,15 @@ impl Plan {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Plan {
             planner: "manual".into(),
+            strategy: Strategy::cephalo(g as u32, Attention::Eager),
             gpus,
         })
     }
 
-    /// Parses a plan file (this project's form or the reference optimizer's).
-    pub fn from_json(text: &str, origin: &str) -> Result<Plan, PlanError> {
-        let v: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| PlanError::invalid(origin, "<root>", format!("cannot parse JSON: {e}")))?;
-        if v.get("uneven_batch_sizes").is_some() {
-            let r: ReferencePlanFile = serde_json::from_value(v)
-                .map_err(|e| PlanError::invalid(origin, "<root>", e.to_string()))?;
-            let mut p = Plan::from_lists(
-                &r.uneven_batch_sizes,
-                &r.uneven_microbatches,
-                r.split_uneven_partitions.as_deref(),
-                origin,
-            )?;
-            p.planner = "reference".into();
-            return Ok(p);
-        }
-        let p: Plan = serde_json::from_value(v).map_err(|e| {
-            PlanError::invalid(
-                origin,
-                "<root>",
-                format!("expected {{\"planner\": .., \"gpus\": [{{\"batch\", \"microbatches\", \"microbatch_size\", \"state_fraction\"}}]}}: {e}"),
-            )
-        })?;
-        Ok(p)
+    /// The same plan under `strategy`.
+    pub fn with_strategy(mut self, strategy: Strategy) -> Plan {
+        self.strategy = strategy;
+        self
     }
 
     /// The global batch (sum of local batches).
@@ -177,7 +230,8 @@ impl Plan {
 
     /// Checks the plan against a workload of `ranks` GPUs and `global_batch`
     /// samples: counts, sums, micro-batch consistency, fractions in [0, 1]
-    /// summing to 1.
+    /// summing to 1 in every shard group, and what the strategy requires
+    /// (see the module docs).
     pub fn validate(&self, ranks: usize, global_batch: u32, origin: &str) -> Result<(), PlanError> {
         if self.gpus.len() != ranks {
             return Err(PlanError::invalid(
@@ -242,15 +296,61 @@ impl Plan {
                 ));
             }
         }
-        let sum: f64 = self.gpus.iter().map(|g| g.state_fraction).sum();
-        if (sum - 1.0).abs() > FRACTION_SUM_TOL {
+        let st = &self.strategy;
+        let g = st.shard_group as usize;
+        if g == 0 || !ranks.is_multiple_of(g) {
             return Err(PlanError::invalid(
                 origin,
-                "state_fractions",
-                format!("state fractions sum to {sum:.9}, expected 1"),
+                "strategy.shard_group",
+                format!("a shard group of {g} GPUs does not divide the {ranks} GPUs"),
             ));
         }
+        if st.sharding != Sharding::Hybrid && g != ranks {
+            return Err(PlanError::invalid(
+                origin,
+                "strategy.shard_group",
+                format!(
+                    "sharding `{}` uses one group of all {ranks} GPUs, got {g}",
+                    st.sharding.name()
+                ),
+            ));
+        }
+        let groups = st.groups(ranks);
+        for k in 0..groups.count() {
+            let sum: f64 = self.gpus[groups.shard_group(k)]
+                .iter()
+                .map(|g| g.state_fraction)
+                .sum();
+            if (sum - 1.0).abs() > FRACTION_SUM_TOL {
+                let what = if groups.count() > 1 {
+                    format!("state fractions of shard group {k} (ranks {:?}) sum to {sum:.9}, expected 1", groups.shard_group(k))
+                } else {
+                    format!("state fractions sum to {sum:.9}, expected 1")
+                };
+                return Err(PlanError::invalid(origin, "state_fractions", what));
+            }
+        }
+        for r in g..ranks {
+            let (a, b) = (self.gpus[r].state_fraction, self.gpus[r % g].state_fraction);
+            if (a - b).abs() > FRACTION_SUM_TOL {
+                return Err(PlanError::invalid(
+                    origin,
+                    format!("gpus[{r}].state_fraction"),
+                    format!(
+                        "hybrid sharding all-reduces the shard at position {} of every group, so it needs the same fraction in every group: {a} here, {b} at rank {}",
+                        r % g,
+                        r % g
+                    ),
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// The micro-batch passes of a micro-batch-major schedule (the common
+    /// count), or of a layered one the largest count.
+    pub fn passes(&self) -> u32 {
+        self.gpus.iter().map(|g| g.microbatches).max().unwrap_or(0)
     }
 
     /// Serialises the plan as pretty JSON (the `--out plan.json` form).
@@ -292,9 +392,46 @@ mod tests {
     #[test]
     fn reads_reference_plan() {
         let t = r#"{"uneven_batch_sizes":[13,12,34,5],"uneven_microbatches":[1,2,1,1],"split_uneven_partitions":[0.25,0.25,0.25,0.25]}"#;
-        let p = Plan::from_json(t, "f").unwrap();
+        let f = PlanFile::from_json(t, "f").unwrap();
+        assert_eq!(f.strategy, None);
+        let p = f.into_plan(Strategy::cephalo(4, Attention::Flash));
         assert_eq!(p.gpus[1].microbatches, 2);
-        let back = Plan::from_json(&p.to_json(), "g").unwrap();
-        assert_eq!(back, p);
+        assert_eq!(p.strategy.attention, Attention::Flash);
+        let back = PlanFile::from_json(&p.to_json(), "g").unwrap();
+        assert_eq!(back.strategy, Some(p.strategy));
+        assert_eq!(back.into_plan(Strategy::cephalo(4, Attention::Eager)), p);
+        let unknown = r#"{"planner":"x","gpus":[],"extra":1}"#;
+        let e = PlanFile::from_json(unknown, "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("p.json") && e.contains("extra"), "{e}");
+    }
+
+    #[test]
+    fn strategy_rules() {
+        use crate::strategy::{Accumulation, Sharding};
+        let base = Plan::from_lists(&[4, 4, 4, 4], &[2, 2, 1, 2], None, "t").unwrap();
+        let mut s = base.strategy;
+        s.accumulation = Accumulation::NoSync;
+        let p = base.clone().with_strategy(s);
+        p.validate(4, 16, "t").unwrap();
+        assert_eq!(p.passes(), 2);
+        let mut h = base.strategy;
+        h.sharding = Sharding::Hybrid;
+        h.shard_group = 2;
+        let p = Plan::from_lists(&[4, 4, 4, 4], &[1; 4], Some(&[0.5, 0.5, 0.5, 0.5]), "t")
+            .unwrap()
+            .with_strategy(h);
+        p.validate(4, 16, "t").unwrap();
+        let q = Plan::from_lists(&[4, 4, 4, 4], &[1; 4], Some(&[0.4, 0.6, 0.6, 0.4]), "t")
+            .unwrap()
+            .with_strategy(h);
+        let e = q.validate(4, 16, "t").unwrap_err().to_string();
+        assert!(
+            e.contains("gpus[2].state_fraction") && e.contains("same fraction"),
+            "{e}"
+        );
+        h.shard_group = 3;
+        assert!(p.with_strategy(h).validate(4, 16, "t").is_err());
     }
 }

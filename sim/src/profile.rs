@@ -21,6 +21,7 @@ pub mod native;
 pub mod reference;
 
 use crate::dtype::Dtype;
+use crate::strategy::Attention;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -231,6 +232,9 @@ pub struct BlockProfile {
     pub dtype: Dtype,
     /// The timing curve.
     pub curve: ComputeCurve,
+    /// The attention kernel the blocks ran when measured (the reference
+    /// profiles: eager; `cephalo profile`: eager unless the file says so).
+    pub attention: Attention,
     /// Data-quality warnings about this entry (empty when clean).
     pub flags: Vec<String>,
 }

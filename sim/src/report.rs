@@ -2,41 +2,55 @@
 //! breakdown and memory, and how each is written (JSON, table, CSV).
 //!
 //! Units: times in ms (`_ms`), memory in GiB (`_gib`, 2^30 bytes),
-//! throughput in samples/s and tokens/s, model TFLOPS (10^12 FLOP/s), MFU as
-//! a fraction in [0, 1], memory use as a percentage of capacity (`mem_pct`)
-//! and of the usable memory (`usable_pct`, above 100 exactly when the GPU is
-//! out of memory).
+//! throughput in samples/s and tokens/s, model TFLOPS (10^12 FLOP/s), MFU
+//! and HFU as fractions in [0, 1], memory use as a percentage of capacity
+//! (`mem_pct`) and of the usable memory (`usable_pct`, above 100 exactly
+//! when the GPU is out of memory).
+//!
+//! [`assemble`] turns a run of a lowered iteration (the engine's stats and
+//! the observers below) into a [`Report`]; it knows nothing of schedules.
 //!
 //! # Per-GPU time breakdown
 //!
-//! For every GPU, `compute_ms + exposed_comm_ms + copy_ms + idle_ms =
-//! iteration_ms` exactly (the parts are accumulated in integer ns).
-//! `compute_ms` is the busy time of the compute stream. Every gap on the
-//! compute stream is charged to what the next compute op waited for: its
-//! dependency that finished last. If that is a collective, the part of the gap
-//! during which this GPU's communication stream was busy is `exposed_comm_ms`
-//! and the rest (the collective had not started because some other rank had
-//! not joined it yet: a straggler stall) is `idle_ms`; if it is a host copy,
-//! the part during which the copy stream was busy is `copy_ms` and the rest
-//! `idle_ms`; anything else, and the wait from this GPU's last op to the end
-//! of the iteration (the barrier), is `idle_ms`.
+//! For every GPU, `compute_ms + exposed_comm_ms + copy_ms + host_ms +
+//! idle_ms = iteration_ms` exactly (the parts are accumulated in integer
+//! ns). `compute_ms` is the busy time of the compute stream. Every gap on
+//! the compute stream is charged to what the next compute op waited for:
+//! its dependency that finished last. If that is a collective, the part of
+//! the gap during which this GPU's communication streams (data-parallel and
+//! replica) were busy is `exposed_comm_ms` and the rest (the collective had
+//! not started because some other rank had not joined it yet: a straggler
+//! stall) is `idle_ms`; if it is a host copy, the part during which the
+//! copy stream was busy is `copy_ms` and the rest `idle_ms`; anything else
+//! is `idle_ms`. After the GPU's last compute op, until its own last op
+//! ends (an offloaded optimizer: gradient copies, the host step, the
+//! parameter copy back), time is charged to the host stream when busy
+//! (`host_ms`), else the copy stream, else the communication streams, else
+//! idle; the wait from there to the end of the iteration (the barrier) is
+//! `idle_ms`.
 //!
 //! # Out of memory
 //!
 //! A GPU is out of memory when its simulated peak exceeds its usable memory
-//! (capacity x the allowed fraction). An out-of-memory plan is a valid
-//! answer, not an error: [`Report::oom`] is true, [`Report::oom_gpus`] lists
-//! the offending GPUs with peak and capacity, and the JSON and table do not
-//! present the iteration time as a result (see [`Report::to_json`]).
+//! (capacity x the allowed fraction); a node's host is out of memory when
+//! its peak exceeds the host memory of the cluster spec. An out-of-memory
+//! plan is a valid answer, not an error: [`Report::oom`] is true,
+//! [`Report::oom_gpus`] / [`Report::oom_hosts`] list the offenders with
+//! peak and capacity, and the JSON and table do not present the iteration
+//! time as a result (see [`Report::to_json`]).
 
-use crate::engine::{Category, Graph, Observer, OpRecord, Stream};
+use crate::engine::{Category, Graph, Observer, OpRecord, RunStats, Stream};
+use crate::memory::MemoryTracker;
+use crate::schedule::lower::{CollectiveRecord, Group};
+use crate::strategy::Strategy;
 use crate::trace::Trace;
+use crate::units::GIB;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 
 /// Identifier of the JSON schema written by [`Report::to_json`].
-pub const REPORT_FORMAT: &str = "cephalo-report/1";
+pub const REPORT_FORMAT: &str = "cephalo-report/2";
 
 /// What one GPU did during the iteration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -61,6 +75,9 @@ pub struct GpuReport {
     pub exposed_comm_ms: f64,
     /// Compute-stream wait while this GPU's host-copy stream was busy, ms.
     pub copy_ms: f64,
+    /// Wait after the last compute op while the host works for this GPU
+    /// (an offloaded optimizer step), ms.
+    pub host_ms: f64,
     /// Remaining wait: straggler stalls and the end-of-iteration barrier, ms.
     pub idle_ms: f64,
     /// Part of `compute_ms` spent in forward passes (embedding, blocks, head), ms.
@@ -71,10 +88,12 @@ pub struct GpuReport {
     pub backward_ms: f64,
     /// Part of `compute_ms` spent in the optimizer step, ms.
     pub optimizer_ms: f64,
-    /// Total busy time of the communication stream (overlapped or not), ms.
+    /// Total busy time of the communication streams (overlapped or not), ms.
     pub comm_busy_ms: f64,
     /// Total busy time of the host-copy stream (overlapped or not), ms.
     pub copy_busy_ms: f64,
+    /// Total busy time of the host (CPU) stream, ms.
+    pub host_busy_ms: f64,
     /// When this GPU's last op ended, ms.
     pub finish_ms: f64,
     /// Peak simulated memory, GiB.
@@ -94,6 +113,10 @@ pub struct GpuReport {
     pub usable_pct: f64,
     /// Peak exceeds the usable memory.
     pub oom: bool,
+    /// The factor on the analytic activation sizes at this GPU's
+    /// micro-batch size, from anchoring them to the measured non-state
+    /// memory (`crate::cost::ActivationModel`).
+    pub activation_scale: f64,
     /// Where the block times came from (`imported (...)`, `analytic (...)`).
     pub compute_source: String,
     /// Where the non-state memory curve came from.
@@ -117,6 +140,53 @@ pub struct OomGpu {
     pub capacity_gib: f64,
 }
 
+/// A node's host memory over the iteration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostReport {
+    /// Node index.
+    pub node: usize,
+    /// Node name.
+    pub name: String,
+    /// Peak host memory used by offload (pinned), GiB.
+    pub peak_gib: f64,
+    /// Constant part (an offloaded optimizer's state), GiB.
+    pub base_gib: f64,
+    /// Host memory the cluster spec gives the node, GiB.
+    pub capacity_gib: f64,
+    /// Peak exceeds capacity.
+    pub oom: bool,
+}
+
+/// Collectives of one kind that one GPU joins in an iteration (rank 0's
+/// view: every GPU joins the same number).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KindSummary {
+    /// `all_gather`, `reduce_scatter` or `all_reduce`.
+    pub kind: String,
+    /// Collectives per iteration.
+    pub count: u32,
+    /// Sum of their buffers (NCCL's `nBytes`), GiB.
+    pub buffer_gib: f64,
+    /// Sum of their durations, ms.
+    pub time_ms: f64,
+}
+
+/// Collectives of one kind on one unit that one GPU joins in an iteration
+/// (rank 0's view).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CollectiveStat {
+    /// `all_gather`, `reduce_scatter` or `all_reduce`.
+    pub kind: String,
+    /// Unit (0 embedding, 1..=L blocks, L+1 head).
+    pub unit: u32,
+    /// Collectives per iteration (DDP buckets count one each).
+    pub count: u32,
+    /// Sum of their buffers, bytes.
+    pub buffer_bytes: f64,
+    /// Sum of their durations, ms.
+    pub time_ms: f64,
+}
+
 /// Iteration timing and throughput (what [`Report`] reports at top level).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Timing {
@@ -130,23 +200,8 @@ pub struct Timing {
     pub tflops: f64,
     /// `tflops` / sum of the GPUs' dense peak at the dtype.
     pub mfu: f64,
-}
-
-/// Durations of one collective per FSDP unit kind (ms), as simulated.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct CollectiveTimes {
-    /// All-gather of the embedding unit.
-    pub ag_embedding_ms: f64,
-    /// All-gather of one block.
-    pub ag_block_ms: f64,
-    /// All-gather of the head unit.
-    pub ag_head_ms: f64,
-    /// Reduce-scatter of the embedding unit.
-    pub rs_embedding_ms: f64,
-    /// Reduce-scatter of one block.
-    pub rs_block_ms: f64,
-    /// Reduce-scatter of the head unit.
-    pub rs_head_ms: f64,
+    /// Executed FLOPs (model plus recompute) / time / peak.
+    pub hfu: f64,
 }
 
 /// The simulated iteration.
@@ -155,34 +210,38 @@ pub struct CollectiveTimes {
 /// [`Report::oom`] (or use [`Report::time_ms`]) before treating them as a
 /// result. In JSON they are `null` when the plan is out of memory.
 ///
-/// # JSON schema (`cephalo-report/1`, written by [`Report::to_json`])
+/// # JSON schema (`cephalo-report/2`, written by [`Report::to_json`])
 ///
 /// ```text
 /// {
-///   "format": "cephalo-report/1",
+///   "format": "cephalo-report/2",
 ///   "planner": str, "model": str, "cluster": str, "dtype": "fp16"|"bf16"|"fp32",
 ///   "seq_len": int (tokens per sample), "global_batch": int,
+///   "strategy": {sharding, shard_group, accumulation, checkpointing, offload,
+///                param_dtype, reduce_dtype, attention},
 ///   "oom": bool,
 ///   "iteration_ms": num|null, "samples_per_s": num|null, "tokens_per_s": num|null,
-///   "tflops": num|null, "mfu": num|null,            -- null exactly when oom
-///   "timing_if_it_fit": {iteration_ms, samples_per_s, tokens_per_s, tflops, mfu}
+///   "tflops": num|null, "mfu": num|null, "hfu": num|null,   -- null exactly when oom
+///   "timing_if_it_fit": {iteration_ms, samples_per_s, tokens_per_s, tflops, mfu, hfu}
 ///                                                   -- present only when oom: what the
 ///                                                      iteration would take with unlimited memory
-///   "oom_gpus": [{rank, gpu, peak_mem_gib, usable_gib, capacity_gib}],  -- empty unless oom
+///   "oom_gpus": [{rank, gpu, peak_mem_gib, usable_gib, capacity_gib}],
+///   "oom_hosts": [{node, name, peak_gib, base_gib, capacity_gib, oom}],
+///   "hosts": [{node, name, peak_gib, base_gib, capacity_gib, oom}],
 ///   "peak_tflops": num (sum of dense peaks at the dtype),
 ///   "price_per_hour_usd": num|null (whole cluster; null unless every GPU is priced),
 ///   "usd_per_million_tokens": num|null (null when unpriced or oom),
-///   "model_tflop": num (per iteration),
-///   "mem_fraction": num, "overhead_gib": num, "buffers_ref_gib": num,
-///   "collectives": {ag_embedding_ms, ag_block_ms, ag_head_ms,
-///                   rs_embedding_ms, rs_block_ms, rs_head_ms},
+///   "model_tflop": num (per iteration), "hardware_tflop": num (with recompute),
+///   "mem_fraction": num, "overhead_gib": num, "buffers_ref_gib": num, "act_fixed_gib": num,
+///   "collective_summary": [{kind, count, buffer_gib, time_ms}],     -- per GPU and iteration
+///   "collectives": [{kind, unit, count, buffer_bytes, time_ms}],    -- per unit, likewise
 ///   "comm_model": str,
 ///   "gpus": [{rank, gpu, node, batch, microbatches, microbatch_size, state_fraction,
-///             compute_ms, exposed_comm_ms, copy_ms, idle_ms,      -- sum = iteration time
-///             forward_ms, recompute_ms, backward_ms, optimizer_ms, -- sum = compute_ms
-///             comm_busy_ms, copy_busy_ms, finish_ms,
+///             compute_ms, exposed_comm_ms, copy_ms, host_ms, idle_ms,   -- sum = iteration time
+///             forward_ms, recompute_ms, backward_ms, optimizer_ms,       -- sum = compute_ms
+///             comm_busy_ms, copy_busy_ms, host_busy_ms, finish_ms,
 ///             peak_mem_gib, peak_at_ms, base_mem_gib, capacity_gib, usable_gib, mem_pct,
-///             usable_pct, oom, compute_source, memory_source, unit_source}],
+///             usable_pct, oom, activation_scale, compute_source, memory_source, unit_source}],
 ///   "warnings": [str],
 ///   "ops": int, "events": int                       -- size of the simulated task graph
 /// }
@@ -205,7 +264,9 @@ pub struct Report {
     pub seq_len: u32,
     /// Samples per iteration.
     pub global_batch: u32,
-    /// Some GPU is out of memory.
+    /// The training strategy simulated.
+    pub strategy: Strategy,
+    /// Some GPU or host is out of memory.
     pub oom: bool,
     /// Simulated iteration time, ms (meaningful only when `!oom`).
     pub iteration_ms: f64,
@@ -217,6 +278,8 @@ pub struct Report {
     pub tflops: f64,
     /// Model FLOPS utilisation, fraction (meaningful only when `!oom`).
     pub mfu: f64,
+    /// Hardware FLOPS utilisation (recompute counted), fraction.
+    pub hfu: f64,
     /// Sum of the GPUs' dense peak TFLOPS at the dtype.
     pub peak_tflops: f64,
     /// Price of the whole cluster per hour (USD), when every GPU has a price
@@ -224,17 +287,28 @@ pub struct Report {
     pub price_per_hour_usd: Option<f64>,
     /// Model TFLOP of one iteration (10^12 FLOP, no recompute).
     pub model_tflop: f64,
+    /// Executed TFLOP of one iteration (model plus recompute).
+    pub hardware_tflop: f64,
     /// Allowed fraction of each GPU's memory.
     pub mem_fraction: f64,
     /// Framework overhead per GPU, GiB.
     pub overhead_gib: f64,
-    /// Unit buffers assumed inside the measured non-state memory (`B_ref`
-    /// of [`crate::fsdp`]), GiB.
+    /// Unit buffers assumed inside the measured non-state memory (`B_ref`,
+    /// [`crate::cost::reference_buffers_bytes`]), GiB.
     pub buffers_ref_gib: f64,
-    /// GPUs out of memory (empty unless `oom`).
+    /// Fixed workspace of the measured non-state memory, GiB (part of every
+    /// GPU's base).
+    pub act_fixed_gib: f64,
+    /// GPUs out of memory.
     pub oom_gpus: Vec<OomGpu>,
-    /// Collective durations per unit kind.
-    pub collectives: CollectiveTimes,
+    /// Hosts out of memory.
+    pub oom_hosts: Vec<HostReport>,
+    /// Host memory per node.
+    pub hosts: Vec<HostReport>,
+    /// Collectives per kind one GPU joins.
+    pub collective_summary: Vec<KindSummary>,
+    /// Collectives per (kind, unit) one GPU joins.
+    pub collectives: Vec<CollectiveStat>,
     /// Communication model description.
     pub comm_model: String,
     /// Per-GPU details in rank order.
@@ -258,23 +332,30 @@ struct ReportJson<'a> {
     dtype: &'a str,
     seq_len: u32,
     global_batch: u32,
+    strategy: &'a Strategy,
     oom: bool,
     iteration_ms: Option<f64>,
     samples_per_s: Option<f64>,
     tokens_per_s: Option<f64>,
     tflops: Option<f64>,
     mfu: Option<f64>,
+    hfu: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     timing_if_it_fit: Option<Timing>,
     oom_gpus: &'a [OomGpu],
+    oom_hosts: &'a [HostReport],
+    hosts: &'a [HostReport],
     peak_tflops: f64,
     price_per_hour_usd: Option<f64>,
     usd_per_million_tokens: Option<f64>,
     model_tflop: f64,
+    hardware_tflop: f64,
     mem_fraction: f64,
     overhead_gib: f64,
     buffers_ref_gib: f64,
-    collectives: CollectiveTimes,
+    act_fixed_gib: f64,
+    collective_summary: &'a [KindSummary],
+    collectives: &'a [CollectiveStat],
     comm_model: &'a str,
     gpus: &'a [GpuReport],
     warnings: &'a [String],
@@ -291,6 +372,7 @@ impl Report {
             tokens_per_s: self.tokens_per_s,
             tflops: self.tflops,
             mfu: self.mfu,
+            hfu: self.hfu,
         }
     }
 
@@ -321,22 +403,29 @@ impl Report {
             dtype: &self.dtype,
             seq_len: self.seq_len,
             global_batch: self.global_batch,
+            strategy: &self.strategy,
             oom: self.oom,
             iteration_ms: ok(self.iteration_ms),
             samples_per_s: ok(self.samples_per_s),
             tokens_per_s: ok(self.tokens_per_s),
             tflops: ok(self.tflops),
             mfu: ok(self.mfu),
+            hfu: ok(self.hfu),
             timing_if_it_fit: self.oom.then(|| self.timing()),
             oom_gpus: &self.oom_gpus,
+            oom_hosts: &self.oom_hosts,
+            hosts: &self.hosts,
             peak_tflops: self.peak_tflops,
             price_per_hour_usd: self.price_per_hour_usd,
             usd_per_million_tokens: self.usd_per_million_tokens(),
             model_tflop: self.model_tflop,
+            hardware_tflop: self.hardware_tflop,
             mem_fraction: self.mem_fraction,
             overhead_gib: self.overhead_gib,
             buffers_ref_gib: self.buffers_ref_gib,
-            collectives: self.collectives,
+            act_fixed_gib: self.act_fixed_gib,
+            collective_summary: &self.collective_summary,
+            collectives: &self.collectives,
             comm_model: &self.comm_model,
             gpus: &self.gpus,
             warnings: &self.warnings,
@@ -351,18 +440,18 @@ impl Report {
 
     /// Per-GPU rows as CSV (header + one row per GPU, `,`-separated, text
     /// fields quoted): `rank,gpu,node,batch,microbatches,microbatch_size,
-    /// state_fraction,compute_ms,exposed_comm_ms,copy_ms,idle_ms,forward_ms,
-    /// recompute_ms,backward_ms,optimizer_ms,finish_ms,peak_mem_gib,
+    /// state_fraction,compute_ms,exposed_comm_ms,copy_ms,host_ms,idle_ms,
+    /// forward_ms,recompute_ms,backward_ms,optimizer_ms,finish_ms,peak_mem_gib,
     /// capacity_gib,usable_gib,mem_pct,usable_pct,oom,compute_source,memory_source`.
     pub fn to_csv(&self) -> String {
         let mut s = String::from(
-            "rank,gpu,node,batch,microbatches,microbatch_size,state_fraction,compute_ms,exposed_comm_ms,copy_ms,idle_ms,forward_ms,recompute_ms,backward_ms,optimizer_ms,finish_ms,peak_mem_gib,capacity_gib,usable_gib,mem_pct,usable_pct,oom,compute_source,memory_source\n",
+            "rank,gpu,node,batch,microbatches,microbatch_size,state_fraction,compute_ms,exposed_comm_ms,copy_ms,host_ms,idle_ms,forward_ms,recompute_ms,backward_ms,optimizer_ms,finish_ms,peak_mem_gib,capacity_gib,usable_gib,mem_pct,usable_pct,oom,compute_source,memory_source\n",
         );
         let q = |t: &str| format!("\"{}\"", t.replace('"', "\"\""));
         for g in &self.gpus {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.3},{:.3},{},{},{}",
+                "{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.3},{:.3},{},{},{}",
                 g.rank,
                 q(&g.gpu),
                 g.node,
@@ -373,6 +462,7 @@ impl Report {
                 g.compute_ms,
                 g.exposed_comm_ms,
                 g.copy_ms,
+                g.host_ms,
                 g.idle_ms,
                 g.forward_ms,
                 g.recompute_ms,
@@ -401,6 +491,7 @@ impl Report {
             "{} ({}, seq {}), global batch {}, planner {}, cluster {}",
             self.model, self.dtype, self.seq_len, self.global_batch, self.planner, self.cluster
         );
+        let _ = writeln!(s, "strategy: {}", self.strategy.label());
         let header = [
             "rank",
             "gpu",
@@ -411,6 +502,7 @@ impl Report {
             "compute ms",
             "exp.comm ms",
             "copy ms",
+            "host ms",
             "idle ms",
             "peak GiB",
             "% usable",
@@ -436,6 +528,7 @@ impl Report {
                 t(g.compute_ms),
                 t(g.exposed_comm_ms),
                 t(g.copy_ms),
+                t(g.host_ms),
                 t(g.idle_ms),
                 format!("{:.2}", g.peak_mem_gib),
                 format!("{:.1}", g.usable_pct),
@@ -451,7 +544,7 @@ impl Report {
             for (c, cell) in r.iter().enumerate() {
                 let w = widths[c];
                 // Text columns left-aligned, numbers right-aligned.
-                if c == 1 || c == 12 || c == 13 {
+                if c == 1 || c == 13 || c == 14 {
                     let _ = write!(line, "{cell:<w$}  ");
                 } else {
                     let _ = write!(line, "{cell:>w$}  ");
@@ -460,6 +553,32 @@ impl Report {
             let _ = writeln!(s, "{}", line.trim_end());
         }
         s.push('\n');
+        if self.hosts.iter().any(|h| h.peak_gib > 0.0) {
+            for h in &self.hosts {
+                let _ = writeln!(
+                    s,
+                    "host {} ({}): peak {:.2} GiB of {:.2} GiB{}",
+                    h.node,
+                    h.name,
+                    h.peak_gib,
+                    h.capacity_gib,
+                    if h.oom { "  OUT OF MEMORY" } else { "" }
+                );
+            }
+        }
+        let coll: Vec<String> = self
+            .collective_summary
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} x {} ({:.2} GiB, {:.1} ms)",
+                    k.count, k.kind, k.buffer_gib, k.time_ms
+                )
+            })
+            .collect();
+        if !coll.is_empty() {
+            let _ = writeln!(s, "collectives per GPU: {}", coll.join(", "));
+        }
         if self.oom {
             let _ = writeln!(
                 s,
@@ -472,15 +591,23 @@ impl Report {
                     o.rank, o.gpu, o.peak_mem_gib, o.usable_gib, o.capacity_gib, self.mem_fraction
                 );
             }
+            for h in &self.oom_hosts {
+                let _ = writeln!(
+                    s,
+                    "  host of node {} ({}): peak {:.2} GiB > {:.2} GiB of host memory",
+                    h.node, h.name, h.peak_gib, h.capacity_gib
+                );
+            }
         } else {
             let _ = writeln!(
                 s,
-                "iteration {:.1} ms | {:.2} samples/s | {:.0} tokens/s | {:.2} TFLOPS | MFU {:.1}%",
+                "iteration {:.1} ms | {:.2} samples/s | {:.0} tokens/s | {:.2} TFLOPS | MFU {:.1}% | HFU {:.1}%",
                 self.iteration_ms,
                 self.samples_per_s,
                 self.tokens_per_s,
                 self.tflops,
-                self.mfu * 100.0
+                self.mfu * 100.0,
+                self.hfu * 100.0
             );
             if let (Some(p), Some(c)) = (self.price_per_hour_usd, self.usd_per_million_tokens()) {
                 let _ = writeln!(
@@ -499,15 +626,18 @@ pub(crate) struct RankTimes {
     pub(crate) compute: u64,
     pub(crate) exposed_comm: u64,
     pub(crate) copy: u64,
+    pub(crate) host: u64,
     pub(crate) idle: u64,
     /// forward, recompute, backward, optimizer.
     pub(crate) by_kind: [u64; 4],
     pub(crate) comm_busy: u64,
     pub(crate) copy_busy: u64,
+    pub(crate) host_busy: u64,
     pub(crate) finish: u64,
     prev_compute_end: u64,
     comm_iv: VecDeque<(u64, u64)>,
     copy_iv: VecDeque<(u64, u64)>,
+    host_iv: VecDeque<(u64, u64)>,
 }
 
 /// Busy time of `iv` inside `[a, b)`.
@@ -515,6 +645,11 @@ fn overlap(iv: &VecDeque<(u64, u64)>, a: u64, b: u64) -> u64 {
     iv.iter()
         .map(|&(s, e)| e.min(b).saturating_sub(s.max(a)))
         .sum()
+}
+
+/// Whether `t` lies inside one of `iv`'s intervals.
+fn covered(iv: &VecDeque<(u64, u64)>, t: u64) -> bool {
+    iv.iter().any(|&(s, e)| s <= t && t < e)
 }
 
 /// Observer computing the per-GPU time breakdown (see the module docs).
@@ -534,10 +669,37 @@ impl<'g> Breakdown<'g> {
         }
     }
 
-    /// Closes every rank's timeline at the iteration end (`makespan_ns`).
+    /// Closes every rank's timeline at the iteration end (`makespan_ns`):
+    /// the tail after its last compute op, by priority host, copy,
+    /// communication, idle; then the barrier.
     pub(crate) fn finish(&mut self, makespan_ns: u64) {
         for r in &mut self.ranks {
-            r.idle += makespan_ns.saturating_sub(r.prev_compute_end);
+            let (a, f) = (r.prev_compute_end, r.finish.max(r.prev_compute_end));
+            if f > a {
+                // Sweep the breakpoints of the tail's intervals.
+                let mut points: Vec<u64> = vec![a, f];
+                for iv in [&r.host_iv, &r.copy_iv, &r.comm_iv] {
+                    for &(s, e) in iv {
+                        points.extend([s.clamp(a, f), e.clamp(a, f)]);
+                    }
+                }
+                points.sort_unstable();
+                points.dedup();
+                for w in points.windows(2) {
+                    let (x, y) = (w[0], w[1]);
+                    let d = y - x;
+                    if covered(&r.host_iv, x) {
+                        r.host += d;
+                    } else if covered(&r.copy_iv, x) {
+                        r.copy += d;
+                    } else if covered(&r.comm_iv, x) {
+                        r.exposed_comm += d;
+                    } else {
+                        r.idle += d;
+                    }
+                }
+            }
+            r.idle += makespan_ns.saturating_sub(f);
             r.prev_compute_end = makespan_ns;
         }
     }
@@ -552,7 +714,7 @@ impl Observer for Breakdown<'_> {
         };
         r.finish = r.finish.max(e);
         match rec.stream {
-            Stream::Comm => {
+            Stream::Comm | Stream::Reduce => {
                 r.comm_busy += e - s;
                 if e > s {
                     r.comm_iv.push_back((s, e));
@@ -562,6 +724,12 @@ impl Observer for Breakdown<'_> {
                 r.copy_busy += e - s;
                 if e > s {
                     r.copy_iv.push_back((s, e));
+                }
+            }
+            Stream::Host => {
+                r.host_busy += e - s;
+                if e > s {
+                    r.host_iv.push_back((s, e));
                 }
             }
             Stream::Compute => {
@@ -577,9 +745,7 @@ impl Observer for Breakdown<'_> {
                         }
                     }
                     let (busy, is_comm) = match last.map(|x| x.1) {
-                        Some(Category::AllGather | Category::ReduceScatter) => {
-                            (overlap(&r.comm_iv, a, s), true)
-                        }
+                        Some(c) if c.is_collective() => (overlap(&r.comm_iv, a, s), true),
                         Some(Category::CopyD2H | Category::CopyH2D) => {
                             (overlap(&r.copy_iv, a, s), false)
                         }
@@ -604,13 +770,226 @@ impl Observer for Breakdown<'_> {
                 r.by_kind[k] += d;
                 r.prev_compute_end = e;
                 // Intervals ending before this op starts cannot overlap later gaps.
-                while r.comm_iv.front().is_some_and(|&(_, x)| x <= s) {
-                    r.comm_iv.pop_front();
-                }
-                while r.copy_iv.front().is_some_and(|&(_, x)| x <= s) {
-                    r.copy_iv.pop_front();
+                for iv in [&mut r.comm_iv, &mut r.copy_iv, &mut r.host_iv] {
+                    while iv.front().is_some_and(|&(_, x)| x <= s) {
+                        iv.pop_front();
+                    }
                 }
             }
         }
+    }
+}
+
+/// Everything [`assemble`] needs besides the run's observers.
+#[derive(Debug)]
+pub struct Assembly<'a> {
+    /// The cost model of the workload.
+    pub costs: &'a crate::cost::CostModel,
+    /// The plan simulated.
+    pub plan: &'a crate::plan::Plan,
+    /// Constant GPU memory per rank (bytes) and host memory per node.
+    pub base_device_bytes: &'a [i64],
+    /// Constant host memory per node, bytes.
+    pub base_host_bytes: &'a [i64],
+    /// The collectives of the iteration.
+    pub collectives: &'a [CollectiveRecord],
+    /// Executed FLOPs of the iteration beyond the model's (recompute).
+    pub recompute_flops: f64,
+}
+
+/// Builds the report of a finished run: `stats` from the engine, the
+/// breakdown and memory observers, the trace if recorded.
+pub(crate) fn assemble(
+    a: &Assembly<'_>,
+    stats: &RunStats,
+    breakdown: &Breakdown<'_>,
+    memory: &MemoryTracker,
+    trace: Option<Trace>,
+) -> Report {
+    use crate::cost::{
+        OPTIMIZER_BYTES_PER_PARAM, UNIT_BANDWIDTH_EFFICIENCY, UNIT_COMPUTE_EFFICIENCY,
+    };
+    let costs = a.costs;
+    let plan = a.plan;
+    let ranks = costs.ranks();
+    let w = &costs.workload;
+    let dtype = w.dtype;
+    let makespan = stats.makespan.0;
+    let iteration_ms = makespan as f64 / 1e6;
+    let secs = iteration_ms / 1e3;
+    let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
+    let samples_per_s = per_s(w.global_batch as f64);
+    let tokens_per_s = samples_per_s * w.model.tokens_per_sample(w.seq_len) as f64;
+    let model_flops = costs.iteration_model_flops();
+    let tflops = per_s(model_flops) / 1e12;
+    let peak_tflops: f64 = (0..ranks)
+        .map(|r| {
+            let g = costs.gpu(r);
+            g.peak_tflops(dtype).unwrap_or(g.fp32_tflops)
+        })
+        .sum();
+    let util = |flops: f64| {
+        if peak_tflops > 0.0 {
+            per_s(flops) / 1e12 / peak_tflops
+        } else {
+            0.0
+        }
+    };
+    let hw_flops = model_flops + a.recompute_flops;
+    let ns_ms = |ns: u64| ns as f64 / 1e6;
+    let memory_source = costs.act.source().to_string();
+    let strategy = plan.strategy;
+    let mut gpus = Vec::with_capacity(ranks);
+    let mut oom_gpus = Vec::new();
+    for r in 0..ranks {
+        let t = &breakdown.ranks[r];
+        let rp = &plan.gpus[r];
+        let ty = costs.gpu_type(r);
+        let peak_gib = memory.peak_bytes(r) as f64 / GIB;
+        let capacity_gib = costs.capacity_gib(r);
+        let usable_gib = costs.usable_gib(r);
+        let oom = peak_gib > usable_gib;
+        if oom {
+            oom_gpus.push(OomGpu {
+                rank: r,
+                gpu: ty.gpu.name.clone(),
+                peak_mem_gib: peak_gib,
+                usable_gib,
+                capacity_gib,
+            });
+        }
+        gpus.push(GpuReport {
+            rank: r,
+            gpu: ty.gpu.name.clone(),
+            node: w.cluster.gpus[r].node,
+            batch: rp.batch,
+            microbatches: rp.microbatches,
+            microbatch_size: rp.microbatch_size,
+            state_fraction: rp.state_fraction,
+            compute_ms: ns_ms(t.compute),
+            exposed_comm_ms: ns_ms(t.exposed_comm),
+            copy_ms: ns_ms(t.copy),
+            host_ms: ns_ms(t.host),
+            idle_ms: ns_ms(t.idle),
+            forward_ms: ns_ms(t.by_kind[0]),
+            recompute_ms: ns_ms(t.by_kind[1]),
+            backward_ms: ns_ms(t.by_kind[2]),
+            optimizer_ms: ns_ms(t.by_kind[3]),
+            comm_busy_ms: ns_ms(t.comm_busy),
+            copy_busy_ms: ns_ms(t.copy_busy),
+            host_busy_ms: ns_ms(t.host_busy),
+            finish_ms: ns_ms(t.finish),
+            peak_mem_gib: peak_gib,
+            peak_at_ms: memory.peak_time(r).as_ms(),
+            base_mem_gib: a.base_device_bytes[r] as f64 / GIB,
+            capacity_gib,
+            usable_gib,
+            mem_pct: if capacity_gib > 0.0 { 100.0 * peak_gib / capacity_gib } else { 0.0 },
+            usable_pct: if usable_gib > 0.0 { 100.0 * peak_gib / usable_gib } else { 0.0 },
+            oom,
+            activation_scale: costs.activations.scale_at(rp.microbatch_size),
+            compute_source: ty.curve_source(strategy.attention),
+            memory_source: memory_source.clone(),
+            unit_source: match &ty.units {
+                Some(u) => u.source.to_string(),
+                None => format!(
+                    "estimated (roofline: embedding/head at {:.0}% of peak FLOPS, optimizer {} B/param at {:.0}% of HBM bandwidth)",
+                    UNIT_COMPUTE_EFFICIENCY * 100.0,
+                    OPTIMIZER_BYTES_PER_PARAM,
+                    UNIT_BANDWIDTH_EFFICIENCY * 100.0
+                ),
+            },
+        });
+    }
+    let mut hosts = Vec::new();
+    for (n, node) in w.cluster.nodes.iter().enumerate() {
+        let pool = ranks + n;
+        let peak_gib = if pool < memory.ranks() {
+            memory.peak_bytes(pool) as f64 / GIB
+        } else {
+            0.0
+        };
+        hosts.push(HostReport {
+            node: n,
+            name: node.name.clone(),
+            peak_gib,
+            base_gib: a.base_host_bytes.get(n).copied().unwrap_or(0) as f64 / GIB,
+            capacity_gib: node.host_mem_gib,
+            oom: peak_gib > node.host_mem_gib,
+        });
+    }
+    let oom_hosts: Vec<HostReport> = hosts.iter().filter(|h| h.oom).cloned().collect();
+    // Collectives as rank 0 sees them.
+    let groups = strategy.groups(ranks);
+    let in_view = |g: Group| match g {
+        Group::Shard(k) => k == groups.group_of(0),
+        Group::Replica(j) => j == groups.position(0),
+    };
+    let mut stats_by: std::collections::BTreeMap<(String, u32), (u32, f64, f64)> =
+        std::collections::BTreeMap::new();
+    for c in a.collectives.iter().filter(|c| in_view(c.group)) {
+        let e = stats_by
+            .entry((c.kind.name().to_string(), c.unit))
+            .or_insert((0, 0.0, 0.0));
+        e.0 += c.count;
+        e.1 += c.buffer_bytes;
+        e.2 += c.dur.as_ms();
+    }
+    let collectives: Vec<CollectiveStat> = stats_by
+        .iter()
+        .map(|((kind, unit), &(count, bytes, ms))| CollectiveStat {
+            kind: kind.clone(),
+            unit: *unit,
+            count,
+            buffer_bytes: bytes,
+            time_ms: ms,
+        })
+        .collect();
+    let mut collective_summary: Vec<KindSummary> = Vec::new();
+    for k in ["all_gather", "reduce_scatter", "all_reduce"] {
+        let v: Vec<&CollectiveStat> = collectives.iter().filter(|c| c.kind == k).collect();
+        if !v.is_empty() {
+            collective_summary.push(KindSummary {
+                kind: k.to_string(),
+                count: v.iter().map(|c| c.count).sum(),
+                buffer_gib: v.iter().map(|c| c.buffer_bytes).sum::<f64>() / GIB,
+                time_ms: v.iter().map(|c| c.time_ms).sum(),
+            });
+        }
+    }
+    Report {
+        planner: plan.planner.clone(),
+        model: w.model.name.clone(),
+        cluster: w.cluster.name.clone(),
+        dtype: dtype.to_string(),
+        seq_len: w.seq_len,
+        global_batch: w.global_batch,
+        strategy,
+        oom: !oom_gpus.is_empty() || !oom_hosts.is_empty(),
+        iteration_ms,
+        samples_per_s,
+        tokens_per_s,
+        tflops,
+        mfu: util(model_flops),
+        hfu: util(hw_flops),
+        peak_tflops,
+        price_per_hour_usd: w.cluster.gpus.iter().map(|g| g.price_per_hour_usd).sum(),
+        model_tflop: model_flops / 1e12,
+        hardware_tflop: hw_flops / 1e12,
+        mem_fraction: costs.options.mem_fraction,
+        overhead_gib: costs.options.overhead_gib,
+        buffers_ref_gib: costs.activations.buffers_ref_bytes / GIB,
+        act_fixed_gib: costs.activations.fixed_bytes / GIB,
+        oom_gpus,
+        oom_hosts,
+        hosts,
+        collective_summary,
+        collectives,
+        comm_model: costs.comm.describe(),
+        gpus,
+        warnings: costs.warnings.clone(),
+        ops: stats.ops,
+        events: stats.events,
+        trace,
     }
 }

@@ -7,17 +7,19 @@
 //!
 //! Layout of the file:
 //!
-//! * one **process** per GPU (`pid` = rank), named `rank 0: l4` and sorted by rank;
-//! * three **threads** per process (`tid` 0 = `compute`, 1 = `comm`,
-//!   2 = `copy`), one per engine [`Stream`];
+//! * one **process** per GPU (`pid` = rank), named `rank 0: l4` and sorted by rank,
+//!   then one per node's host (`host: node0`, memory counter only);
+//! * five **threads** per GPU process (`tid` 0 = `compute`, 1 = `comm`,
+//!   2 = `reduce`, 3 = `copy`, 4 = `host`), one per engine [`Stream`];
 //! * one complete event (`"ph": "X"`) per op per stream: `name` the op name
 //!   (`fwd`, `bwd`, `recompute`, `all_gather`, ...), `cat` its
 //!   [`Category`] name, `ts` / `dur` in **microseconds** (exact: written from
 //!   integer nanoseconds with three decimals), `args.unit` (FSDP unit: 0 =
 //!   embedding, 1..=L blocks, L+1 head) and `args.micro` (micro-batch, from 0)
 //!   where they apply, `args.ranks` for collectives;
-//! * one counter track per GPU (`"ph": "C"`, name `memory`, `args.GiB`): the
-//!   GPU's total simulated memory after each change.
+//! * one counter track per memory pool (`"ph": "C"`, name `memory`,
+//!   `args.GiB`): each GPU's and each host's total simulated memory after
+//!   each change.
 //!
 //! The output is deterministic: events are written in the engine's (time,
 //! sequence) order, numbers with fixed formatting.
@@ -63,8 +65,10 @@ pub struct MemSample {
 /// A recorded trace, ready to be written with [`Trace::to_json`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Trace {
-    /// Process (GPU) names in rank order, e.g. `rank 0: l4`.
+    /// Process names: GPUs in rank order (`rank 0: l4`), then hosts.
     pub processes: Vec<String>,
+    /// How many of `processes` are GPUs (the rest have memory only).
+    pub gpu_processes: usize,
     /// Op names, indexed by [`TraceEvent::name`].
     pub names: Vec<String>,
     /// Op executions in engine order.
@@ -83,11 +87,13 @@ pub struct TraceRecorder {
 }
 
 impl TraceRecorder {
-    /// A recorder for GPUs named `processes` (rank order) whose memory starts
-    /// at `base_bytes` (one entry per rank).
-    pub fn new(processes: Vec<String>, base_bytes: Vec<i64>) -> TraceRecorder {
+    /// A recorder for processes named `processes` (the first `gpus` are
+    /// GPUs in rank order, the rest hosts) whose memory pools start at
+    /// `base_bytes` (one entry per process, pool = pid).
+    pub fn new(processes: Vec<String>, gpus: usize, base_bytes: Vec<i64>) -> TraceRecorder {
         let mut trace = Trace {
             processes,
+            gpu_processes: gpus,
             ..Trace::default()
         };
         for (r, &b) in base_bytes.iter().enumerate() {
@@ -200,7 +206,12 @@ impl Trace {
                 out,
                 "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"name\":\"process_sort_index\",\"args\":{{\"sort_index\":{pid}}}}}"
             );
-            for s in Stream::ALL {
+            let streams: &[Stream] = if pid < self.gpu_processes {
+                &Stream::ALL
+            } else {
+                &[]
+            };
+            for &s in streams {
                 sep(&mut out);
                 let _ = write!(
                     out,
@@ -263,23 +274,35 @@ impl Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{run, Graph, MemAt};
+    use crate::engine::{run, Graph, MemChange};
 
     #[test]
     fn trace_is_valid_json_with_tracks() {
         let mut g = Graph::new();
         let f = g.label(Category::Forward, "fwd");
         let ag = g.label(Category::AllGather, "all_gather");
-        let c = g.add_collective(&[0, 1], SimTime(1500), &[], ag);
-        g.add_mem(0, MemAt::Start, 1 << 30);
-        g.add_mem(1, MemAt::Start, 1 << 30);
+        let c = g.add_collective(
+            &[0, 1],
+            Stream::Comm,
+            SimTime(1500),
+            &[],
+            ag,
+            &[MemChange::start(0, 1 << 30), MemChange::start(1, 1 << 30)],
+        );
         let mut l = f;
         l.unit = 1;
         l.micro = 0;
-        g.add_op(0, Stream::Compute, SimTime(2001), &[c], l);
-        g.add_mem(0, MemAt::End, -(1 << 30));
+        g.add_op(
+            0,
+            Stream::Compute,
+            SimTime(2001),
+            &[c],
+            l,
+            &[MemChange::end(0, -(1 << 30))],
+        );
         let mut rec = TraceRecorder::new(
             vec!["rank 0: l4".into(), "rank 1: \"p40\"".into()],
+            2,
             vec![0, 0],
         );
         run(&g, &mut rec).unwrap();

@@ -6,17 +6,17 @@
 //! too), 2 for bad input or an infeasible workload (the message gives the
 //! smallest memory shortfall and the GPU).
 
-use crate::cli::workload::{Resolved, WorkloadArgs};
+use crate::cli::workload::{Resolved, StrategyArgs, WorkloadArgs};
 use crate::cli::UserError;
 use anyhow::Result;
 use clap::{Args as ClapArgs, ValueEnum};
 use serde::Serialize;
-use sim::fsdp::{simulate, SimOptions};
-use sim::planner::{self, Planned, Planner, PlannerOptions, Problem, SearchStats, SimJudge};
+use sim::planner::{self, Planned, PlannerOptions, SearchStats};
 use sim::report::Report;
+use sim::session::plan_and_simulate;
+use sim::strategy::Strategy;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
 /// Output format on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -71,7 +71,9 @@ impl PlannerFlags {
 pub struct Args {
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// Planner: cephalo | cephalo-compat | fsdp | fsdp-ga | speed-proportional | speed-proportional-mem.
+    #[command(flatten)]
+    pub strategy: StrategyArgs,
+    /// Planner: cephalo | cephalo-compat | fsdp | fsdp-ga | zero2 | ddp | hsdp | speed-proportional | speed-proportional-mem.
     #[arg(long, default_value = "cephalo")]
     pub planner: String,
     /// Use the reference optimizer's rules (same as `--planner cephalo-compat`).
@@ -134,8 +136,12 @@ pub struct SearchSummary {
     pub candidates: u64,
     /// Sub-problems solved.
     pub subproblems: u64,
+    /// Plans run through the fast model.
+    pub fast_evaluated: u64,
     /// Plans run through the simulator.
     pub simulated: u64,
+    /// Strategies searched.
+    pub strategies: u64,
     /// Whether the planner proved its answer optimal on its own objective.
     pub proven_optimal: bool,
 }
@@ -145,14 +151,42 @@ impl From<&SearchStats> for SearchSummary {
         SearchSummary {
             candidates: s.candidates,
             subproblems: s.subproblems,
+            fast_evaluated: s.fast_evaluated,
             simulated: s.simulated,
+            strategies: s.strategies,
             proven_optimal: s.proven_optimal,
         }
     }
 }
 
-/// `cephalo plan --format json` output (`cephalo-plan-output/1`).
+/// The best plan under one strategy the native planner considered.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsideredOut {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// One-line label.
+    pub label: String,
+    /// Simulated (or fast-model) iteration time of its best plan, ms.
+    pub iteration_ms: Option<f64>,
+    /// Whether that time comes from the simulator.
+    pub simulated: bool,
+    /// Closed-form time of that plan, ms.
+    pub closed_form_ms: Option<f64>,
+    /// Whether that plan runs out of memory.
+    pub oom: bool,
+    /// Local batch per rank.
+    pub batch_sizes: Vec<u32>,
+    /// Micro-batch count per rank.
+    pub microbatches: Vec<u32>,
+    /// Why there is no plan.
+    pub note: Option<String>,
+}
+
+/// `cephalo plan --format json` output (`cephalo-plan-output/2`).
 ///
+/// * `strategy`: the plan's training strategy;
+/// * `considered`: native planner only, the best plan under every strategy
+///   it searched (fastest first);
 /// * `batch_sizes`, `microbatches` (counts), `microbatch_sizes` (largest
 ///   micro-batch), `state_fractions`: per rank, in rank order;
 /// * `makespan_ms_per_block`, `max_bs_even_shard`, `max_bs`: the reference
@@ -176,6 +210,8 @@ pub struct PlanOutput {
     pub dtype: String,
     /// Tokens per sample.
     pub seq_len: u32,
+    /// The plan's strategy.
+    pub strategy: Strategy,
     /// Local batch per rank.
     pub batch_sizes: Vec<u32>,
     /// Micro-batch count per rank.
@@ -202,6 +238,9 @@ pub struct PlanOutput {
     pub simulated: SimulatedSummary,
     /// Search counts.
     pub search: SearchSummary,
+    /// Native planner: the best plan per strategy considered.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub considered: Vec<ConsideredOut>,
     /// Remarks (state-only GPUs, fallbacks).
     pub notes: Vec<String>,
     /// The plan in file form.
@@ -222,14 +261,46 @@ pub fn output(res: &Resolved, planned: &Planned, report: &Report) -> PlanOutput 
     let w = &res.costs.workload;
     let p = &planned.plan;
     let compat = planned.compat.as_ref();
+    let mut considered: Vec<ConsideredOut> = planned
+        .considered
+        .iter()
+        .map(|c| ConsideredOut {
+            strategy: c.strategy,
+            label: c.strategy.label(),
+            iteration_ms: c.iteration_ms,
+            simulated: c.simulated,
+            closed_form_ms: c.closed_form_ms,
+            oom: c.oom,
+            batch_sizes: c
+                .plan
+                .as_ref()
+                .map_or(vec![], |p| p.gpus.iter().map(|g| g.batch).collect()),
+            microbatches: c
+                .plan
+                .as_ref()
+                .map_or(vec![], |p| p.gpus.iter().map(|g| g.microbatches).collect()),
+            note: c.note.clone(),
+        })
+        .collect();
+    considered.sort_by(|a, b| {
+        let k = |c: &ConsideredOut| {
+            (
+                c.oom || c.iteration_ms.is_none(),
+                c.iteration_ms.unwrap_or(f64::INFINITY),
+            )
+        };
+        let (x, y) = (k(a), k(b));
+        x.0.cmp(&y.0).then(x.1.total_cmp(&y.1))
+    });
     PlanOutput {
-        format: "cephalo-plan-output/1",
+        format: "cephalo-plan-output/2",
         planner: p.planner.clone(),
         model: w.model.name.clone(),
         gpus: w.cluster.gpu_names(),
         global_batch: w.global_batch,
         dtype: w.dtype.to_string(),
         seq_len: w.seq_len,
+        strategy: p.strategy,
         batch_sizes: p.gpus.iter().map(|g| g.batch).collect(),
         microbatches: p.gpus.iter().map(|g| g.microbatches).collect(),
         microbatch_sizes: p.gpus.iter().map(|g| g.microbatch_size).collect(),
@@ -244,6 +315,7 @@ pub fn output(res: &Resolved, planned: &Planned, report: &Report) -> PlanOutput 
         }),
         simulated: SimulatedSummary::of(report),
         search: SearchSummary::from(&planned.stats),
+        considered,
         notes: planned.notes.clone(),
         plan: p.clone(),
     }
@@ -257,11 +329,13 @@ pub fn log_search(name: &str, s: &SearchStats, elapsed_s: f64) {
         0.0
     };
     eprintln!(
-        "planner {name}: {} candidates ({} fit, {} do not), {} sub-problems, {} simulated, {:.3} ms ({:.3e} candidates/s){}",
+        "planner {name}: {} strategies, {} candidates ({} fit, {} do not), {} sub-problems, {} fast-evaluated, {} simulated, {:.3} ms ({:.3e} candidates/s){}",
+        s.strategies,
         s.candidates,
         s.feasible,
         s.infeasible,
         s.subproblems,
+        s.fast_evaluated,
         s.simulated,
         elapsed_s * 1e3,
         rate,
@@ -283,6 +357,7 @@ fn table(o: &PlanOutput, summary: &str) -> String {
         o.dtype,
         o.seq_len
     );
+    let _ = writeln!(s, "strategy: {}", o.strategy.label());
     let _ = writeln!(
         s,
         "{:>4}  {:<14} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9} {:>8}",
@@ -328,30 +403,31 @@ fn table(o: &PlanOutput, summary: &str) -> String {
         o.simulated.mfu * 100.0,
         if o.simulated.oom { "yes" } else { "no" }
     );
+    if !o.considered.is_empty() {
+        let _ = writeln!(s, "best plan per strategy considered (fastest first):");
+        for c in &o.considered {
+            let t = match (c.iteration_ms, c.oom) {
+                (Some(ms), false) => format!(
+                    "{ms:>10.1} ms{}",
+                    if c.simulated { "" } else { " (fast model)" }
+                ),
+                (Some(_), true) => format!("{:>13}", "OOM"),
+                (None, _) => format!("{:>13}", "no plan"),
+            };
+            let plan = if c.batch_sizes.is_empty() {
+                c.note.clone().unwrap_or_default()
+            } else if c.batch_sizes.len() <= 8 {
+                format!("{:?} / {:?}", c.batch_sizes, c.microbatches)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(s, "  {t}  {:<60} {plan}", c.label);
+        }
+    }
     for n in &o.notes {
         let _ = writeln!(s, "note: {n}");
     }
     s
-}
-
-/// Plans one workload with one planner and simulates the plan.
-pub fn plan_and_simulate(
-    res: &Resolved,
-    pl: &dyn Planner,
-    opts: &PlannerOptions,
-) -> Result<(Planned, Report, f64)> {
-    let judge = SimJudge::new(&res.costs);
-    let problem = Problem {
-        costs: &res.costs,
-        profiles: &res.profiles,
-        options: opts,
-        judge: Some(&judge),
-    };
-    let t0 = Instant::now();
-    let planned = pl.plan(&problem)?;
-    let elapsed = t0.elapsed().as_secs_f64();
-    let report = simulate(&res.costs, &planned.plan, &SimOptions::default())?;
-    Ok((planned, report, elapsed))
 }
 
 /// Runs the command.
@@ -373,12 +449,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let pl = planner::by_name(name, "--planner")?;
     let opts = args.flags.options(&args.workload.model)?;
+    let spec = args.strategy.spec()?;
     let res = args.workload.resolve()?;
     for w in &res.costs.warnings {
         eprintln!("warning: {w}");
     }
-    let (planned, report, elapsed) = plan_and_simulate(&res, pl.as_ref(), &opts)?;
-    log_search(pl.name(), &planned.stats, elapsed);
+    let run = plan_and_simulate(&res.costs, &res.profiles, pl.as_ref(), &opts, &spec)?;
+    log_search(pl.name(), &run.planned.stats, run.elapsed_s);
+    let (planned, report) = (run.planned, run.report);
     let out = output(&res, &planned, &report);
     if let Some(path) = &args.out {
         std::fs::write(path, planned.plan.to_json()).map_err(|e| {

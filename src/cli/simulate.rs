@@ -5,13 +5,16 @@
 //! Exit codes: 0 with a report (an out-of-memory plan is a report too), 2 for
 //! bad input (the error names the file or flag and the field).
 
-use crate::cli::workload::WorkloadArgs;
+use crate::cli::workload::{StrategyArgs, WorkloadArgs};
 use crate::cli::UserError;
 use crate::load;
 use anyhow::Result;
 use clap::{Args as ClapArgs, ValueEnum};
-use sim::fsdp::{simulate, SimOptions};
-use sim::plan::Plan;
+use sim::cost::CostModel;
+use sim::plan::{Plan, PlanFile};
+use sim::planner::even_fractions;
+use sim::session::resolve_strategy;
+use sim::simulate::{simulate, SimOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -29,7 +32,10 @@ pub enum Format {
 pub struct Args {
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// Plan file (`cephalo plan --out` JSON, or the reference optimizer's output).
+    #[command(flatten)]
+    pub strategy: StrategyArgs,
+    /// Plan file (`cephalo plan --out` JSON, or the reference optimizer's
+    /// output); strategy flags must agree with the strategy it records.
     #[arg(long, conflicts_with_all = ["batch", "microbatches", "state_fractions"])]
     pub plan: Option<PathBuf>,
     /// Local batch per rank, comma-separated (e.g. `13,12,34,5`); must sum to --global-batch.
@@ -58,13 +64,26 @@ pub struct Args {
     pub verbose: bool,
 }
 
-/// Resolves the plan from `--plan` or the `--batch` lists and checks it
-/// against the workload, naming the file or flag on error.
-fn resolve_plan(args: &Args, ranks: usize, global_batch: u32) -> Result<Plan> {
+/// Resolves the plan from `--plan` or the `--batch` lists with its
+/// strategy (the file's, checked against the flags, or the flags') and
+/// checks it against the workload, naming the file or flag on error.
+fn resolve_plan(args: &Args, costs: &CostModel) -> Result<Plan> {
+    let ranks = costs.ranks();
+    let global_batch = costs.workload.global_batch;
+    let spec = args.strategy.spec()?;
     let (plan, origin) = match (&args.plan, &args.batch) {
         (Some(path), _) => {
             let origin = path.display().to_string();
-            (Plan::from_json(&load::read_text(path)?, &origin)?, origin)
+            let file = PlanFile::from_json(&load::read_text(path)?, &origin)?;
+            let strategy = match file.strategy {
+                Some(s) => {
+                    spec.check_agrees(&s, &origin)?;
+                    sim::strategy::validate(&s, &costs.workload.cluster)?;
+                    s
+                }
+                None => resolve_strategy(costs, &spec)?,
+            };
+            (file.into_plan(strategy), origin)
         }
         (None, Some(batch)) => {
             let micro: Vec<u32> = match &args.microbatches {
@@ -77,7 +96,14 @@ fn resolve_plan(args: &Args, ranks: usize, global_batch: u32) -> Result<Plan> {
                     return Err(UserError(format!("--state-fractions: entry {i} is {v}, expected a fraction in [0, 1]")).into());
                 }
             }
-            (Plan::from_lists(batch, &micro, fr, "--batch")?, "--batch".to_string())
+            let strategy = resolve_strategy(costs, &spec)?;
+            let mut plan = Plan::from_lists(batch, &micro, fr, "--batch")?.with_strategy(strategy);
+            if fr.is_none() {
+                for (g, f) in plan.gpus.iter_mut().zip(even_fractions(&strategy, ranks)) {
+                    g.state_fraction = f;
+                }
+            }
+            (plan, "--batch".to_string())
         }
         (None, None) => {
             return Err(UserError("give a plan with --plan FILE or --batch LIST [--microbatches LIST] [--state-fractions LIST]".into()).into())
@@ -91,7 +117,7 @@ fn resolve_plan(args: &Args, ranks: usize, global_batch: u32) -> Result<Plan> {
 pub fn run(args: Args) -> Result<ExitCode> {
     let resolved = args.workload.resolve()?;
     let costs = &resolved.costs;
-    let plan = resolve_plan(&args, costs.ranks(), costs.workload.global_batch)?;
+    let plan = resolve_plan(&args, costs)?;
     let opts = SimOptions {
         trace: args.trace.is_some(),
         prefetch: !args.no_prefetch,

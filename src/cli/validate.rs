@@ -18,7 +18,7 @@
 //!    measured now (`cephalo profile` of micro-batch sizes 1..=the plan's
 //!    largest, and the collectives over `--ranks` ranks at the model's unit
 //!    sizes with the plan's split and an even one);
-//! 3. the prediction: `sim::fsdp::simulate` with the trainer's model sizes
+//! 3. the prediction: `sim::simulate::simulate` (Cephalo's strategy, the one the trainer runs) with the trainer's model sizes
 //!    (`exec::sim_glue::model_for_trainer`) and **without prefetch**: the
 //!    trainer issues every collective synchronously (a barrier, then the
 //!    collective, then compute), on every device;
@@ -40,11 +40,11 @@ use exec::{AdamConfig, ExecError};
 use serde::Serialize;
 use sim::cluster::Cluster;
 use sim::cost::{CostModel, CostOptions, Workload};
-use sim::fsdp::{simulate, SimOptions};
 use sim::gpu::GpuCatalog;
 use sim::plan::Plan;
 use sim::planner::{self, PlannerOptions, Problem, SimJudge};
 use sim::profile::Source;
+use sim::simulate::{simulate, SimOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -161,6 +161,7 @@ pub fn demo_plan(ranks: usize, global_batch: u32) -> Option<Plan> {
         .collect();
     Some(Plan {
         planner: "demo-uneven".into(),
+        strategy: sim::strategy::Strategy::cephalo(ranks as u32, sim::strategy::Attention::Eager),
         gpus,
     })
 }
@@ -525,10 +526,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 options: sim_opts,
             };
             let popts = PlannerOptions::default();
+            // The trainer runs Cephalo's strategy: pin it.
+            let pins = sim::strategy::StrategySpec::pinned(&sim::strategy::Strategy::cephalo(
+                args.ranks as u32,
+                costs.profile_attention(),
+            ));
             let problem = Problem {
                 costs: &costs,
                 profiles: &profiles,
                 options: &popts,
+                strategy: &pins,
                 judge: Some(&judge),
             };
             let planned = pl.plan(&problem)?;

@@ -1,17 +1,132 @@
-//! Workload flags shared by `simulate`, `plan` and `compare`, and their
-//! resolution into a validated [`sim::cost::CostModel`].
+//! Workload and strategy flags shared by `simulate`, `plan` and `compare`,
+//! and their resolution (files read here, everything else by
+//! [`sim::session`]) into a validated [`sim::cost::CostModel`] and a
+//! [`sim::strategy::StrategySpec`].
 
 use crate::cli::UserError;
 use crate::load;
 use anyhow::Result;
 use clap::Args as ClapArgs;
 use sim::cluster::Cluster;
-use sim::cost::{CostModel, CostOptions, Workload};
+use sim::cost::{CostModel, CostOptions};
 use sim::dtype::Dtype;
+use sim::error::SpecError;
 use sim::gpu::GpuCatalog;
-use sim::model::ModelCatalog;
 use sim::profile::ProfileSet;
+use sim::session::{build_workload, WorkloadSpec};
+use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding, StrategySpec};
 use std::path::PathBuf;
+
+/// The training strategy flags (every one optional; defaults in
+/// `sim::strategy`). Names follow PyTorch FSDP and DeepSpeed.
+#[derive(Debug, Clone, Default, ClapArgs)]
+pub struct StrategyArgs {
+    /// Sharding: full (FULL_SHARD / ZeRO-3) | grad-op (SHARD_GRAD_OP / ZeRO-2)
+    /// | none (NO_SHARD / DDP) | hybrid (HYBRID_SHARD).
+    #[arg(long, help_heading = "Strategy")]
+    pub sharding: Option<String>,
+    /// GPUs per shard group with --sharding hybrid (default: the GPUs of one node).
+    #[arg(long, help_heading = "Strategy")]
+    pub shard_group: Option<u32>,
+    /// Gradient accumulation: layered (Cephalo) | no-sync (PyTorch no_sync())
+    /// | sync (reduce after every micro-batch).
+    #[arg(long, help_heading = "Strategy")]
+    pub accumulation: Option<String>,
+    /// Activation checkpointing: none | full | selective | every:K.
+    #[arg(long, help_heading = "Strategy")]
+    pub checkpointing: Option<String>,
+    /// Offload to host memory: none | activations | optimizer (ZeRO-Offload).
+    #[arg(long, help_heading = "Strategy")]
+    pub offload: Option<String>,
+    /// Dtype all-gathers carry and gathered parameters occupy: fp32 | bf16 | fp16.
+    #[arg(long, help_heading = "Strategy")]
+    pub param_dtype: Option<String>,
+    /// Dtype of gradient reductions: fp32 | bf16 | fp16.
+    #[arg(long, help_heading = "Strategy")]
+    pub reduce_dtype: Option<String>,
+    /// Attention kernel: eager | flash (default: what the profile measured).
+    #[arg(long, help_heading = "Strategy")]
+    pub attention: Option<String>,
+}
+
+fn bad(flag: &str, msg: String) -> SpecError {
+    SpecError::invalid(flag, flag.trim_start_matches('-').replace('-', "_"), msg)
+}
+
+impl StrategyArgs {
+    /// The pinned axes; a malformed value is an error naming its flag.
+    pub fn spec(&self) -> Result<StrategySpec, SpecError> {
+        let dtype = |flag: &str, v: &Option<String>| -> Result<Option<Dtype>, SpecError> {
+            v.as_deref()
+                .map(|x| {
+                    Dtype::parse(x)
+                        .ok_or_else(|| bad(flag, format!("expected fp32, bf16 or fp16, got `{x}`")))
+                })
+                .transpose()
+        };
+        if self.shard_group == Some(0) {
+            return Err(bad(
+                "--shard-group",
+                "expected a group size >= 1, got 0".into(),
+            ));
+        }
+        Ok(StrategySpec {
+            sharding: self
+                .sharding
+                .as_deref()
+                .map(|x| {
+                    Sharding::parse(x).ok_or_else(|| {
+                        bad(
+                            "--sharding",
+                            format!("expected full, grad-op, none or hybrid, got `{x}`"),
+                        )
+                    })
+                })
+                .transpose()?,
+            shard_group: self.shard_group,
+            accumulation: self
+                .accumulation
+                .as_deref()
+                .map(|x| {
+                    Accumulation::parse(x).ok_or_else(|| {
+                        bad(
+                            "--accumulation",
+                            format!("expected layered, no-sync or sync, got `{x}`"),
+                        )
+                    })
+                })
+                .transpose()?,
+            checkpointing: self
+                .checkpointing
+                .as_deref()
+                .map(|x| Checkpointing::parse(x).map_err(|e| bad("--checkpointing", e)))
+                .transpose()?,
+            offload: self
+                .offload
+                .as_deref()
+                .map(|x| {
+                    Offload::parse(x).ok_or_else(|| {
+                        bad(
+                            "--offload",
+                            format!("expected none, activations or optimizer, got `{x}`"),
+                        )
+                    })
+                })
+                .transpose()?,
+            param_dtype: dtype("--param-dtype", &self.param_dtype)?,
+            reduce_dtype: dtype("--reduce-dtype", &self.reduce_dtype)?,
+            attention: self
+                .attention
+                .as_deref()
+                .map(|x| {
+                    Attention::parse(x).ok_or_else(|| {
+                        bad("--attention", format!("expected eager or flash, got `{x}`"))
+                    })
+                })
+                .transpose()?,
+        })
+    }
+}
 
 /// Flags that describe what is trained where.
 #[derive(Debug, Clone, ClapArgs)]
@@ -67,7 +182,6 @@ impl WorkloadArgs {
     /// Validates the flags, loads the cluster and profiles and builds the cost model.
     pub fn resolve(&self) -> Result<Resolved> {
         let gpus = GpuCatalog::builtin();
-        let models = ModelCatalog::builtin();
         let cluster = match (&self.gpus, &self.cluster) {
             (Some(list), None) => Cluster::from_gpu_list(list, "--gpus", gpus)?,
             (None, Some(path)) => {
@@ -79,45 +193,31 @@ impl WorkloadArgs {
                 )
             }
         };
-        let model = models.lookup(&self.model, "--model")?.clone();
         let dtype = Dtype::parse(&self.dtype).ok_or_else(|| {
             UserError(format!(
                 "--dtype: expected fp16, bf16 or fp32, got `{}`",
                 self.dtype
             ))
         })?;
-        let seq_len = match self.seq_len {
-            Some(0) => {
-                return Err(UserError("--seq-len: expected a sequence length >= 1".into()).into())
-            }
-            Some(s) => model.tokens_per_sample(s),
-            None => model.tokens_per_sample(model.seq_len),
-        };
-        if self.global_batch == 0 {
-            return Err(UserError("--global-batch: expected a global batch >= 1".into()).into());
-        }
         let mut profiles = ProfileSet::new();
         for p in &self.profiles {
             profiles.merge(load::load_profiles(p)?);
-        }
-        if self.memory_cluster.is_some() && profiles.memory.is_empty() {
-            return Err(UserError("--memory-cluster: no memory profiles loaded (pass --profiles with model_memory.json)".into()).into());
         }
         let options = CostOptions {
             mem_fraction: self.mem_fraction,
             overhead_gib: self.overhead_gib,
             memory_cluster: self.memory_cluster.clone(),
-            ..CostOptions::default()
         };
         let predictor = load::calibration(self.calibration.as_deref())?;
-        let workload = Workload {
+        let spec = WorkloadSpec {
             cluster,
-            model,
-            seq_len,
-            dtype,
+            model: self.model.clone(),
             global_batch: self.global_batch,
+            seq_len: self.seq_len,
+            dtype,
+            options,
         };
-        let costs = CostModel::build(workload, &profiles, &predictor, options)?;
+        let costs: CostModel = build_workload(&spec, &profiles, &predictor)?;
         let mut warnings = profiles.warnings.clone();
         warnings.extend(costs.warnings.iter().cloned());
         Ok(Resolved {

@@ -122,17 +122,24 @@ fn r2_paper_case_runs_with_a_bounded_time_and_a_valid_trace() {
     let it = j["iteration_ms"].as_f64().unwrap();
     assert!(it >= lower && it < 1.05 * lower, "{it} vs {lower}");
     for g in j["gpus"].as_array().unwrap() {
-        let sum: f64 = ["compute_ms", "exposed_comm_ms", "copy_ms", "idle_ms"]
-            .iter()
-            .map(|k| g[k].as_f64().unwrap())
-            .sum();
+        let sum: f64 = [
+            "compute_ms",
+            "exposed_comm_ms",
+            "copy_ms",
+            "host_ms",
+            "idle_ms",
+        ]
+        .iter()
+        .map(|k| g[k].as_f64().unwrap())
+        .sum();
         assert!((sum - it).abs() < 1e-6);
     }
-    // Trace: valid JSON, one process per GPU, one thread per stream.
+    // Trace: valid JSON, one process per GPU (five streams each) and one
+    // for the host.
     let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
     let evs = t["traceEvents"].as_array().unwrap();
     let tracks = evs.iter().filter(|e| e["name"] == "thread_name").count();
-    assert_eq!(tracks, 12);
+    assert_eq!(tracks, 20);
     assert!(evs.iter().filter(|e| e["ph"] == "X").count() > 500);
     let c = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(c.lines().count(), 5);

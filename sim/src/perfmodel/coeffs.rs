@@ -40,6 +40,7 @@
 use super::arch::{ArchClass, MathPath};
 use super::features::{MemFeat, TimeFeat, FAMILIES};
 use crate::error::SpecError;
+use crate::strategy::Attention;
 use crate::units::GIB;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -93,6 +94,25 @@ const W_BASE: [f64; 4] = [2.0, 12.0, 4.0, 12.0];
 const RMM_BASE: f64 = 1.0;
 const REL_BASE: f64 = 1.5;
 const FIXED_BASE_MS: f64 = 0.05;
+/// Rate of a fused (flash) attention forward relative to the matmul rate:
+/// FlashAttention-2 reaches 50-73% of an A100's peak in its forward (Dao
+/// 2023, arXiv 2307.08691) where large cuBLAS GEMMs reach ~80-90%, so about
+/// 0.8 of the GEMM rate.
+pub const FLASH_FWD_REL: f64 = 0.8;
+/// Rate of a fused attention backward relative to the matmul rate (its
+/// 2.5x-forward FLOP count at FlashAttention-2's ~45-60% of peak).
+pub const FLASH_BWD_REL: f64 = 0.65;
+
+/// One block pass's predicted times for one attention kernel.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimeParts {
+    /// Forward, ms.
+    pub fwd_ms: f64,
+    /// Backward, ms.
+    pub bwd_ms: f64,
+    /// The part of the forward a selective recompute reruns, ms.
+    pub selective_ms: f64,
+}
 
 fn logistic(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
@@ -209,6 +229,65 @@ impl TimeTheta {
             + (REL_BASE * v[REL].exp() * elem + wb * f.params) / bw * 1e3
             + FIXED_BASE_MS * v[T0B].exp();
         (fwd, bwd)
+    }
+
+    /// [`TimeTheta::time_ms`] for either attention kernel, with the part of
+    /// the forward a selective recompute reruns (before the roofline clamp).
+    ///
+    /// Eager: `time_ms` unchanged; the selective part is the score chain
+    /// (its FLOPs at the matmul rate, its traffic and mask elements at the
+    /// bandwidth) plus the element-wise traffic.
+    ///
+    /// Flash: the score FLOPs (halved for causal models, which skip the
+    /// masked half) run at [`FLASH_FWD_REL`] / [`FLASH_BWD_REL`] of the
+    /// matmul rate, the backward does 2.5x the forward's attention FLOPs (it
+    /// recomputes the probabilities: FlashAttention's own benchmark count),
+    /// and no score-shaped tensor or mask touches memory; the selective part
+    /// is the element-wise traffic alone.
+    pub fn time_parts(&self, f: &TimeFeat, attention: Attention) -> TimeParts {
+        let v = &self.v;
+        let rate = self.rate(f);
+        let bw = f.bw_bps * logistic(v[EBW]);
+        let pointwise = f.pointwise_io_bytes / bw * 1e3;
+        match attention {
+            Attention::Eager => {
+                let (fwd, bwd) = self.time_ms(f);
+                let score = if f.half { v[SCR] } else { v[SCR + 1] }.exp();
+                let chain = f.score_flops / rate * 1e3
+                    + (score * f.score_io_bytes
+                        + f.act_bytes * CM_BASE * v[CM + f.family].exp() * f.elem_mask)
+                        / bw
+                        * 1e3;
+                TimeParts {
+                    fwd_ms: fwd,
+                    bwd_ms: bwd,
+                    selective_ms: (chain + pointwise).min(fwd),
+                }
+            }
+            Attention::Flash => {
+                let linear = f.flops - f.score_flops;
+                let attn = f.score_flops * if f.causal { 0.5 } else { 1.0 };
+                let elem = f.act_io_bytes - f.score_io_bytes;
+                let (wf, wb) = if f.half {
+                    (W_BASE[0] * v[WB].exp(), W_BASE[1] * v[WB + 1].exp())
+                } else {
+                    (W_BASE[2] * v[WB + 2].exp(), W_BASE[3] * v[WB + 3].exp())
+                };
+                let fwd = linear / rate * 1e3
+                    + attn / (rate * FLASH_FWD_REL) * 1e3
+                    + (elem + wf * f.params) / bw * 1e3
+                    + FIXED_BASE_MS * v[T0F].exp();
+                let bwd = RMM_BASE * v[RMM].exp() * 2.0 * linear / rate * 1e3
+                    + 2.5 * attn / (rate * FLASH_BWD_REL) * 1e3
+                    + (REL_BASE * v[REL].exp() * elem + wb * f.params) / bw * 1e3
+                    + FIXED_BASE_MS * v[T0B].exp();
+                TimeParts {
+                    fwd_ms: fwd,
+                    bwd_ms: bwd,
+                    selective_ms: pointwise.min(fwd),
+                }
+            }
+        }
     }
 }
 

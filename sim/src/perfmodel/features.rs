@@ -47,12 +47,22 @@ pub struct TimeFeat {
     pub tokens: f64,
     /// Matmul FLOPs of the forward (projections, MLP, `QK^T`, `AV`).
     pub flops: f64,
+    /// The part of `flops` in the attention scores and weighted values
+    /// (`QK^T`, `AV`: `m * 4 * s^2 * h`), over the full square.
+    pub score_flops: f64,
+    /// Causal attention (GPT, LLaMA, Mistral): a fused kernel skips the
+    /// masked half of `score_flops`.
+    pub causal: bool,
     /// Activation traffic of the forward (bytes), from the model's shapes
     /// (`m * ModelSpec::block_activation_io_bytes_fwd`).
     pub act_io_bytes: f64,
     /// The part of `act_io_bytes` that moves `heads x s x s` score tensors
     /// (bytes; [`score_io_bytes_per_sample`] times `m`).
     pub score_io_bytes: f64,
+    /// The part of `act_io_bytes` moved by element-wise ops (norms,
+    /// activations, dropout, residuals, rotary;
+    /// [`ModelSpec::block_pointwise_io_bytes_fwd`] times `m`).
+    pub pointwise_io_bytes: f64,
     /// Mask-shaped elements: `m * s^2`.
     pub elem_mask: f64,
     /// Family index into [`FAMILIES`].
@@ -93,8 +103,11 @@ impl TimeFeat {
             hidden: h,
             tokens: m * s,
             flops: m * (2.0 * model.block_matmul_params() as f64 * s + 4.0 * s * s * h),
+            score_flops: m * 4.0 * s * s * h,
+            causal: !matches!(model.family, Family::Bert | Family::Vit),
             act_io_bytes: m * model.block_activation_io_bytes_fwd(tokens_per_sample, dtype),
             score_io_bytes: m * score_io_bytes_per_sample(model, tokens_per_sample, dtype),
+            pointwise_io_bytes: m * model.block_pointwise_io_bytes_fwd(tokens_per_sample, dtype),
             elem_mask: m * s * s,
             family: family_index(model.family),
             half: dtype != Dtype::Fp32,

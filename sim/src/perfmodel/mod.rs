@@ -24,10 +24,23 @@ mod lm;
 use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuSpec;
-use crate::model::ModelSpec;
+use crate::model::{Family, ModelSpec};
+use crate::strategy::Attention;
 use crate::units::GIB;
 use coeffs::{Calibration, MemTheta, TimeTheta, CALIBRATION_FORMAT};
 use features::{MemFeat, TimeFeat};
+
+/// One block's predicted times for one attention kernel.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlockPrediction {
+    /// Forward ms.
+    pub fwd_ms: f64,
+    /// Backward ms.
+    pub bwd_ms: f64,
+    /// The part of `fwd_ms` a selective recompute reruns (element-wise ops
+    /// and, with eager attention, the score chain), ms.
+    pub selective_recompute_ms: f64,
+}
 
 /// Predicts block costs where no profile exists.
 pub trait Predictor: Send + Sync + std::fmt::Debug {
@@ -41,6 +54,18 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
         dtype: Dtype,
         m: u32,
     ) -> Result<(f64, f64), String>;
+    /// Forward, backward and selective-recompute ms of ONE block with the
+    /// given attention kernel (eager: the same forward and backward as
+    /// [`Predictor::block_ms`]). `Err` when this GPU cannot run the dtype.
+    fn block_prediction(
+        &self,
+        gpu: &GpuSpec,
+        model: &ModelSpec,
+        seq_len: u32,
+        dtype: Dtype,
+        m: u32,
+        attention: Attention,
+    ) -> Result<BlockPrediction, String>;
     /// Non-state GPU memory of one training step at micro-batch size `m`
     /// (activations of one micro-batch, unsharded unit buffers, logits), GiB.
     fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: Dtype, m: u32) -> f64;
@@ -71,6 +96,36 @@ pub fn roofline_bound_ms(
     Some((
         (flops / peak * 1e3).max(mem_ms),
         (2.0 * flops / peak * 1e3).max(mem_ms),
+    ))
+}
+
+/// [`roofline_bound_ms`] for either attention kernel: with flash, causal
+/// models count half the score FLOPs and no score traffic moves.
+pub fn roofline_bound_ms_with(
+    gpu: &GpuSpec,
+    model: &ModelSpec,
+    seq_len: u32,
+    dtype: Dtype,
+    m: u32,
+    attention: Attention,
+) -> Option<(f64, f64)> {
+    if attention == Attention::Eager {
+        return roofline_bound_ms(gpu, model, seq_len, dtype, m);
+    }
+    let peak = gpu.peak_tflops(dtype)? * 1e12;
+    let s = model.tokens_per_sample(seq_len) as f64;
+    let m = m as f64;
+    let causal = !matches!(model.family, Family::Bert | Family::Vit);
+    let score = 4.0 * s * s * model.hidden as f64 * if causal { 0.5 } else { 1.0 };
+    let linear = 2.0 * model.block_matmul_params() as f64 * s;
+    let bytes = model.block_weight_bytes(dtype)
+        + (model.block_activation_io_bytes_fwd(seq_len, dtype)
+            - features::score_io_bytes_per_sample(model, seq_len, dtype))
+            * m;
+    let mem_ms = bytes / (gpu.mem_bw_gbps * 1e9) * 1e3;
+    Some((
+        ((linear + score) * m / peak * 1e3).max(mem_ms),
+        ((2.0 * linear + 2.5 * score) * m / peak * 1e3).max(mem_ms),
     ))
 }
 
@@ -121,6 +176,56 @@ impl Predictor for Roofline {
             c.max(b)
         };
         Ok((t(flops_f, bytes_f), t(2.0 * flops_f, 2.0 * bytes_f)))
+    }
+
+    fn block_prediction(
+        &self,
+        gpu: &GpuSpec,
+        model: &ModelSpec,
+        seq_len: u32,
+        dtype: Dtype,
+        m: u32,
+        attention: Attention,
+    ) -> Result<BlockPrediction, String> {
+        let peak = gpu
+            .peak_tflops(dtype)
+            .ok_or_else(|| unsupported(gpu, dtype))?
+            * 1e12
+            * self.compute_efficiency;
+        let bw = gpu.mem_bw_gbps * 1e9 * self.bandwidth_efficiency;
+        let mf = m as f64;
+        let s = model.tokens_per_sample(seq_len) as f64;
+        let score_flops = 4.0 * s * s * model.hidden as f64 * mf;
+        let score_io = features::score_io_bytes_per_sample(model, seq_len, dtype) * mf;
+        let pointwise = model.block_pointwise_io_bytes_fwd(seq_len, dtype) * mf;
+        let t = |flops: f64, bytes: f64| (flops / peak * 1e3).max(bytes / bw * 1e3);
+        match attention {
+            Attention::Eager => {
+                let (fwd, bwd) = self.block_ms(gpu, model, seq_len, dtype, m)?;
+                let sel = score_flops / peak * 1e3 + (score_io + pointwise) / bw * 1e3;
+                Ok(BlockPrediction {
+                    fwd_ms: fwd,
+                    bwd_ms: bwd,
+                    selective_recompute_ms: sel.min(fwd),
+                })
+            }
+            Attention::Flash => {
+                let causal = !matches!(model.family, Family::Bert | Family::Vit);
+                let attn = score_flops * if causal { 0.5 } else { 1.0 };
+                let linear = model.block_flops_fwd(seq_len) * mf - score_flops;
+                let bytes = model.block_bytes_fwd(seq_len, dtype) * mf - score_io;
+                let fwd = t(linear + attn / coeffs::FLASH_FWD_REL, bytes);
+                let bwd = t(
+                    2.0 * linear + 2.5 * attn / coeffs::FLASH_BWD_REL,
+                    2.0 * bytes,
+                );
+                Ok(BlockPrediction {
+                    fwd_ms: fwd,
+                    bwd_ms: bwd,
+                    selective_recompute_ms: (pointwise / bw * 1e3).min(fwd),
+                })
+            }
+        }
     }
 
     fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: Dtype, m: u32) -> f64 {
@@ -206,6 +311,28 @@ impl Predictor for Calibrated {
         let bound = roofline_bound_ms(gpu, model, seq_len, dtype, m.max(1))
             .ok_or_else(|| unsupported(gpu, dtype))?;
         Ok(calibrate::clamp_to_bound(self.time.time_ms(&f), bound))
+    }
+
+    fn block_prediction(
+        &self,
+        gpu: &GpuSpec,
+        model: &ModelSpec,
+        seq_len: u32,
+        dtype: Dtype,
+        m: u32,
+        attention: Attention,
+    ) -> Result<BlockPrediction, String> {
+        let f = TimeFeat::new(gpu, model, seq_len, dtype, m.max(1))
+            .ok_or_else(|| unsupported(gpu, dtype))?;
+        let bound = roofline_bound_ms_with(gpu, model, seq_len, dtype, m.max(1), attention)
+            .ok_or_else(|| unsupported(gpu, dtype))?;
+        let p = self.time.time_parts(&f, attention);
+        let (fwd, bwd) = calibrate::clamp_to_bound((p.fwd_ms, p.bwd_ms), bound);
+        Ok(BlockPrediction {
+            fwd_ms: fwd,
+            bwd_ms: bwd,
+            selective_recompute_ms: p.selective_ms.min(fwd),
+        })
     }
 
     fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: Dtype, m: u32) -> f64 {

@@ -1,7 +1,16 @@
 //! `cephalo`: the Cephalo optimizer (Guo et al., ICS 2025), native form —
-//! compute balancing with layered gradient accumulation plus memory balancing
-//! of the sharded state, searched exactly on a closed-form cost and
+//! compute balancing with per-GPU batches and micro-batches plus memory
+//! balancing of the sharded state, searched exactly on a closed-form cost
+//! for every training strategy in its space, ranked with the fast model and
 //! confirmed with the discrete-event simulator.
+//!
+//! Strategy space (axes the user pinned are fixed): sharding full, or
+//! hybrid when the cluster has several shard groups; accumulation layered,
+//! no-sync or sync; checkpointing full, selective, every other block or
+//! none; the other axes at their defaults for the accumulation style
+//! ([`crate::strategy`]). Micro-batch-major strategies run every GPU with
+//! samples in the same number of micro-batches, searched over a ladder of
+//! pass counts; hybrid sharding holds even shards in every group.
 //!
 //! Decision per rank: local batch `b_i` in `n_i` near-equal micro-batches
 //! (largest `m_i`; `b_i = 0` makes a state-only GPU) and state fraction
@@ -32,14 +41,21 @@
 //!    micro-batches, most memory headroom) and the least-total-time plans
 //!    under slightly relaxed bottlenecks ([`RELAXED_SLACK`]) are kept as
 //!    near-optimal candidates;
-//! 5. the best few candidates — plus the baselines' and the compat
-//!    planner's plans as seeds — run through the simulator ([`super::Judge`],
-//!    in parallel with rayon) and the fastest plan that fits wins.
+//! 5. per strategy, its closed-form optimum and near-optimal variants are
+//!    evaluated by the fast model ([`crate::fast::evaluate`], the simulator's
+//!    times without building a graph); the fastest that fit — plus the
+//!    baselines' and the compat planner's plans whose strategy lies in the
+//!    space, as seeds — run through the simulator ([`super::Judge`], in
+//!    parallel with rayon) and the fastest plan that fits wins. The best
+//!    plan under every strategy considered comes back in
+//!    [`super::Planned::considered`].
 
 use super::closed_form::{ClosedForm, Evaluation, RankCost};
-use super::{Objective, Planned, Planner, Problem, SearchStats, FILL_TOL};
+use super::{Considered, Objective, Planned, Planner, Problem, SearchStats, FILL_TOL};
 use crate::error::PlanError;
 use crate::plan::Plan;
+use crate::simulate::SimOptions;
+use crate::strategy::{Accumulation, Checkpointing, Sharding, Strategy, StrategySpec};
 use rayon::prelude::*;
 
 /// The native Cephalo planner.
@@ -80,8 +96,19 @@ pub struct Found {
 }
 
 fn dominated(a: &RankCost, b: &RankCost) -> bool {
-    // true when b is at least as good as a in every respect
-    b.phase_ms.iter().zip(&a.phase_ms).all(|(x, y)| x <= y) && b.cap >= a.cap
+    // true when b is at least as good as a in every respect (same pass
+    // layout: micro-batch-major costs depend on which passes are full)
+    b.phase_ms
+        .iter()
+        .flatten()
+        .zip(a.phase_ms.iter().flatten())
+        .all(|(x, y)| x <= y)
+        && b.cap >= a.cap
+        && (b.rem == a.rem || b.phase_ms[1] == b.phase_ms[0])
+}
+
+fn total(o: &RankCost) -> f64 {
+    o.phase_ms.iter().flatten().sum()
 }
 
 fn pareto(mut v: Vec<RankCost>) -> Vec<RankCost> {
@@ -90,12 +117,7 @@ fn pareto(mut v: Vec<RankCost>) -> Vec<RankCost> {
     v.sort_by(|a, b| {
         b.cap
             .total_cmp(&a.cap)
-            .then(
-                a.phase_ms
-                    .iter()
-                    .sum::<f64>()
-                    .total_cmp(&b.phase_ms.iter().sum::<f64>()),
-            )
+            .then(total(a).total_cmp(&total(b)))
             .then(a.microbatches.cmp(&b.microbatches))
     });
     let mut out: Vec<RankCost> = Vec::with_capacity(v.len());
@@ -154,6 +176,9 @@ impl<'c, 'a> Search<'c, 'a> {
                         let max_m = cf.max_microbatch(t);
                         if max_m == 0 {
                             return vec![];
+                        }
+                        if let Some(p) = cf.passes() {
+                            return cf.option(t, b, p).into_iter().collect();
                         }
                         let first_n = b.div_ceil(max_m);
                         let v: Vec<RankCost> =
@@ -521,6 +546,15 @@ impl<'c, 'a> Search<'c, 'a> {
     }
 }
 
+/// Non-state GiB of one single-sample micro-batch on `rank` (for the
+/// infeasibility message when the closed form tabulated nothing).
+fn one_sample_gib(cf: &ClosedForm<'_>, rank: usize) -> f64 {
+    let sch = crate::schedule::Schedule::new(cf.costs(), cf.strategy());
+    crate::fast::rank_peak(&sch, rank, &[1], 0.0)
+        .map(|p| p.device_bytes as f64 / crate::units::GIB)
+        .unwrap_or(f64::INFINITY)
+}
+
 /// Explains why no plan exists (called when the search finds none).
 fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
     let cf = search.cf;
@@ -529,7 +563,7 @@ fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
     let s = cf.state_gib();
     // 1. The state alone is larger than all free memory.
     let free: f64 = (0..g)
-        .map(|r| costs.usable_gib(r) - super::non_state_gib(costs, 0))
+        .map(|r| costs.usable_gib(r) - cf.empty_nonstate_gib(costs.rank_type[r]))
         .map(|x| x.max(0.0))
         .sum();
     if s > free {
@@ -543,7 +577,7 @@ fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
                 "the training state ({s:.2} GiB at {} B/param) is larger than the free memory of all GPUs combined \
                  ({free:.2} GiB after overhead): short by {short:.2} GiB even with zero samples anywhere \
                  (the largest GPU, {r} {}, has {most:.2} GiB usable)",
-                costs.options.state_bytes_per_param,
+                cf.strategy().gpu_state_bytes_per_param(),
                 costs.gpu(r).name
             ),
             shortfall_gib: short,
@@ -552,16 +586,21 @@ fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
     }
     // 2. No GPU can hold one sample even with no state.
     if (0..cf.type_count()).all(|t| cf.max_microbatch(t) == 0) {
+        let need = |r: usize| {
+            cf.nonstate_gib(costs.rank_type[r], 1, 1)
+                .unwrap_or_else(|| one_sample_gib(cf, r))
+        };
         let (r, short) = (0..g)
-            .map(|r| (r, super::non_state_gib(costs, 1) - costs.usable_gib(r)))
+            .map(|r| (r, need(r) - costs.usable_gib(r)))
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .unwrap_or((0, 0.0));
         return PlanError::Infeasible {
             message: format!(
-                "no GPU can hold a micro-batch of one sample even with no training state: \
+                "no GPU can hold a micro-batch of one sample even with no training state ({}): \
                  the closest, GPU {r} ({}), needs {:.2} GiB of {:.2} GiB usable (short by {short:.2} GiB)",
+                cf.strategy().label(),
                 costs.gpu(r).name,
-                super::non_state_gib(costs, 1),
+                need(r),
                 costs.usable_gib(r)
             ),
             shortfall_gib: short,
@@ -739,10 +778,126 @@ fn search_with(cf: &ClosedForm<'_>, bmax: &[u32]) -> Result<Found, PlanError> {
     })
 }
 
-/// Builds the plan of a choice with its water-filled state fractions.
+/// Builds the plan of a choice with its state fractions, under the closed
+/// form's strategy.
 pub fn plan_of(cf: &ClosedForm<'_>, name: &str, choice: &Choice) -> Option<(Plan, Evaluation)> {
     let ev = cf.evaluate(choice)?;
-    Some((super::plan_from(name, choice, &ev.fractions), ev))
+    Some((
+        super::plan_from(name, cf.strategy(), choice, &ev.fractions),
+        ev,
+    ))
+}
+
+/// Pass counts the planner tries for micro-batch-major strategies.
+pub const PASS_LADDER: [u32; 12] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64];
+
+/// The strategies the planner searches for `problem` (pinned axes fixed),
+/// with what their search found.
+pub fn strategy_space(problem: &Problem<'_>) -> Vec<Strategy> {
+    let pins = problem.strategy;
+    let costs = problem.costs;
+    let shardings: Vec<Sharding> = match pins.sharding {
+        Some(s) => vec![s],
+        None => {
+            let mut v = vec![Sharding::Full];
+            let hybrid = StrategySpec {
+                sharding: Some(Sharding::Hybrid),
+                ..StrategySpec::default()
+            };
+            if let Ok((s, _)) = problem.resolve(&hybrid, &StrategySpec::default()) {
+                if (s.shard_group as usize) < costs.ranks() {
+                    v.push(Sharding::Hybrid);
+                }
+            }
+            v
+        }
+    };
+    let accs: Vec<Accumulation> = match pins.accumulation {
+        Some(a) => vec![a],
+        None => Accumulation::ALL.to_vec(),
+    };
+    let cks: Vec<Checkpointing> = match pins.checkpointing {
+        Some(c) => vec![c],
+        None => vec![
+            Checkpointing::Full,
+            Checkpointing::Selective,
+            Checkpointing::Every(2),
+            Checkpointing::None,
+        ],
+    };
+    let mut out = Vec::new();
+    for &sh in &shardings {
+        for &a in &accs {
+            for &c in &cks {
+                let base = StrategySpec {
+                    sharding: Some(sh),
+                    accumulation: Some(a),
+                    checkpointing: Some(c),
+                    ..StrategySpec::default()
+                };
+                if let Ok((s, _)) = problem.resolve(&base, &StrategySpec::default()) {
+                    if !out.contains(&s) {
+                        out.push(s);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What searching one strategy gives: the closed form and optimum per
+/// pass count searched.
+type Searched<'a> = Result<Vec<(ClosedForm<'a>, Found)>, PlanError>;
+
+/// Searches one strategy: layered once, micro-batch-major over the pass
+/// ladder (stopping when a pass count's optimum is 20% worse than the
+/// best so far and no better than the previous count's).
+fn search_strategy<'a>(
+    costs: &'a crate::cost::CostModel,
+    s: Strategy,
+) -> Result<Vec<(ClosedForm<'a>, Found)>, PlanError> {
+    let base = ClosedForm::new(costs, s, 1)?;
+    if base.passes().is_none() {
+        let f = search(&base)?;
+        return Ok(vec![(base, f)]);
+    }
+    let big_b = costs.workload.global_batch;
+    let mut out: Vec<(ClosedForm<'a>, Found)> = Vec::new();
+    let mut best = f64::INFINITY;
+    let mut prev = f64::INFINITY;
+    let mut last_err = None;
+    for &n in PASS_LADDER.iter().filter(|&&n| n <= big_b) {
+        let cf = base.with_passes(n);
+        match search(&cf) {
+            Ok(f) => {
+                let j = f.eval.iteration_ms;
+                let stop = j > 1.2 * best && j >= prev;
+                best = best.min(j);
+                prev = j;
+                out.push((cf, f));
+                if stop {
+                    break;
+                }
+            }
+            Err(e) => {
+                // Too few passes for the memory: keep climbing.
+                if out.is_empty() {
+                    last_err = Some(e);
+                } else if prev.is_finite() {
+                    break;
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(last_err.unwrap_or_else(|| PlanError::Infeasible {
+            message: format!("nothing fits under {}", s.label()),
+            shortfall_gib: 0.0,
+            rank: None,
+        }));
+    }
+    Ok(out)
 }
 
 impl Planner for Cephalo {
@@ -751,85 +906,219 @@ impl Planner for Cephalo {
     }
 
     fn summary(&self) -> &'static str {
-        "Cephalo: speed- and memory-balanced batches, layered gradient accumulation, state where memory is free"
+        "Cephalo: speed- and memory-balanced batches, state where memory is free, the best strategy (sharding, accumulation, recompute)"
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
         let costs = problem.costs;
-        let cf = ClosedForm::new(costs);
-        let found = search(&cf)?;
-        let mut stats = found.stats.clone();
-        let mut notes = Vec::new();
-        // Candidates: the closed-form optimum first, then its variants.
-        let mut cands: Vec<(String, Plan)> = Vec::new();
-        let (best_plan, _) =
-            plan_of(&cf, self.name(), &found.best).expect("search returns evaluable plans");
-        cands.push(("closed-form optimum".into(), best_plan));
-        for (k, a) in found.alternatives.iter().enumerate() {
-            if cands.len() >= problem.options.confirm_candidates.max(1) {
-                break;
-            }
-            if let Some((p, _)) = plan_of(&cf, self.name(), a) {
-                cands.push((format!("closed-form candidate {}", k + 1), p));
-            }
+        let space = strategy_space(problem);
+        if space.is_empty() {
+            // The pins themselves do not resolve: report why.
+            problem.resolve(&StrategySpec::default(), &StrategySpec::default())?;
         }
-        let mut chosen = 0usize;
-        if let Some(judge) = problem.judge {
-            if problem.options.seed_with_baselines {
-                let mut seeds: Vec<Box<dyn Planner>> = super::baselines();
-                seeds.insert(0, Box::new(super::compat::Compat));
-                for p in seeds {
-                    if let Ok(mut pl) = p.plan(problem) {
-                        pl.plan.planner = self.name().to_string();
-                        for gp in &mut pl.plan.gpus {
-                            gp.note = None;
+        let results: Vec<(Strategy, Searched<'_>)> = space
+            .par_iter()
+            .map(|&s| (s, search_strategy(costs, s)))
+            .collect();
+        let mut stats = SearchStats {
+            strategies: space.len() as u64,
+            ..SearchStats::default()
+        };
+        let mut notes = Vec::new();
+        // Candidates per strategy: its optimum, then variants.
+        struct Cand {
+            strategy: usize,
+            label: String,
+            plan: Plan,
+            closed_ms: f64,
+        }
+        let mut cands: Vec<Cand> = Vec::new();
+        let mut first_err: Option<PlanError> = None;
+        let per_strategy = problem.options.confirm_candidates.max(1);
+        let mut proven = true;
+        for (si, (s, r)) in results.iter().enumerate() {
+            match r {
+                Ok(list) => {
+                    for (cf, found) in list {
+                        stats.candidates += found.stats.candidates;
+                        stats.feasible += found.stats.feasible;
+                        stats.subproblems += found.stats.subproblems;
+                        proven &= found.stats.proven_optimal;
+                        let passes = cf
+                            .passes()
+                            .map_or(String::new(), |n| format!(", {n} passes"));
+                        if let Some((p, ev)) = plan_of(cf, self.name(), &found.best) {
+                            cands.push(Cand {
+                                strategy: si,
+                                label: format!("{}{passes}: closed-form optimum", s.label()),
+                                plan: p,
+                                closed_ms: ev.iteration_ms,
+                            });
                         }
-                        if !cands.iter().any(|(_, c)| c.gpus == pl.plan.gpus) {
-                            cands.push((format!("seed: {}", p.name()), pl.plan));
+                        for (k, a) in found
+                            .alternatives
+                            .iter()
+                            .take(per_strategy.saturating_sub(1).max(2))
+                            .enumerate()
+                        {
+                            if let Some((p, ev)) = plan_of(cf, self.name(), a) {
+                                cands.push(Cand {
+                                    strategy: si,
+                                    label: format!(
+                                        "{}{passes}: closed-form candidate {}",
+                                        s.label(),
+                                        k + 1
+                                    ),
+                                    plan: p,
+                                    closed_ms: ev.iteration_ms,
+                                });
+                            }
                         }
                     }
                 }
+                Err(e) => {
+                    if first_err.is_none() {
+                        first_err = Some(e.clone());
+                    }
+                }
             }
-            let verdicts: Vec<Option<(f64, bool)>> = cands
+        }
+        if cands.is_empty() {
+            return Err(first_err.unwrap_or_else(|| PlanError::Infeasible {
+                message: "no strategy in the search space fits".into(),
+                shortfall_gib: 0.0,
+                rank: None,
+            }));
+        }
+        // Seeds: baselines whose strategy lies in the space.
+        if problem.options.seed_with_baselines && problem.judge.is_some() {
+            let mut seeds: Vec<Box<dyn Planner>> = super::baselines();
+            seeds.insert(0, Box::new(super::compat::Compat));
+            for p in seeds {
+                if let Ok(mut pl) = p.plan(problem) {
+                    let Some(si) = space.iter().position(|s| *s == pl.plan.strategy) else {
+                        continue;
+                    };
+                    pl.plan.planner = self.name().to_string();
+                    for gp in &mut pl.plan.gpus {
+                        gp.note = None;
+                    }
+                    if !cands.iter().any(|c| c.plan == pl.plan) {
+                        cands.push(Cand {
+                            strategy: si,
+                            label: format!("seed: {}", p.name()),
+                            plan: pl.plan,
+                            closed_ms: f64::INFINITY,
+                        });
+                    }
+                }
+            }
+        }
+        // Fast model on every candidate.
+        let fast: Vec<Option<(f64, bool)>> = cands
+            .par_iter()
+            .map(|c| {
+                crate::fast::evaluate(costs, &c.plan, &SimOptions::default())
+                    .ok()
+                    .map(|e| (e.iteration_ms, e.oom))
+            })
+            .collect();
+        stats.fast_evaluated = fast.iter().filter(|f| f.is_some()).count() as u64;
+        // Order: fitting by fast time, then the rest.
+        let mut order: Vec<usize> = (0..cands.len()).collect();
+        let key = |i: usize| match fast[i] {
+            Some((ms, false)) => (0u8, ms),
+            Some((ms, true)) => (1, ms),
+            None => (2, cands[i].closed_ms),
+        };
+        order.sort_by(|&a, &b| {
+            let (ka, kb) = (key(a), key(b));
+            ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1)).then(a.cmp(&b))
+        });
+        let mut chosen = order[0];
+        let mut verdicts: Vec<Option<(f64, bool)>> = vec![None; cands.len()];
+        if let Some(judge) = problem.judge {
+            let confirm: Vec<usize> = order.iter().copied().take(per_strategy).collect();
+            let v: Vec<(usize, Option<(f64, bool)>)> = confirm
                 .par_iter()
-                .map(|(_, p)| judge.judge(p).ok().map(|v| (v.iteration_ms, v.oom)))
+                .map(|&i| {
+                    (
+                        i,
+                        judge
+                            .judge(&cands[i].plan)
+                            .ok()
+                            .map(|v| (v.iteration_ms, v.oom)),
+                    )
+                })
                 .collect();
-            stats.simulated = verdicts.iter().filter(|v| v.is_some()).count() as u64;
-            let mut best_ms = f64::INFINITY;
-            for (i, v) in verdicts.iter().enumerate() {
-                if let Some((ms, false)) = v {
-                    if *ms < best_ms {
-                        best_ms = *ms;
+            stats.simulated = v.iter().filter(|x| x.1.is_some()).count() as u64;
+            let mut best = f64::INFINITY;
+            for (i, x) in v {
+                verdicts[i] = x;
+                if let Some((ms, false)) = x {
+                    if ms < best || (ms == best && i < chosen) {
+                        best = ms;
                         chosen = i;
                     }
                 }
             }
-            if !best_ms.is_finite() {
-                notes.push("the simulator reports every candidate out of memory; returning the closed-form optimum".into());
-                chosen = 0;
-            } else if chosen != 0 {
-                let first = verdicts[0].map(|v| {
-                    if v.1 {
-                        "OOM".to_string()
-                    } else {
-                        format!("{:.1} ms", v.0)
-                    }
-                });
+            if !best.is_finite() {
+                notes.push("the simulator reports every confirmed candidate out of memory; returning the fast model's best".into());
+                chosen = order[0];
+            } else if cands[chosen].label != cands[order[0]].label {
                 notes.push(format!(
-                    "the simulator rated {} best ({best_ms:.1} ms; closed-form optimum: {})",
-                    cands[chosen].0,
-                    first.unwrap_or_else(|| "not simulated".into())
+                    "the simulator rated {} best ({best:.1} ms)",
+                    cands[chosen].label
                 ));
             }
         } else {
             notes.push(
-                "not confirmed with the simulator (no judge given): closed-form optimum".into(),
+                "not confirmed with the simulator (no judge given): the fast model's best".into(),
             );
         }
-        if !stats.proven_optimal {
-            notes.push(format!("the closed-form search stopped after {MAX_INTERVALS} intervals without proving optimality"));
+        if !proven {
+            notes.push(format!("a closed-form search stopped after {MAX_INTERVALS} intervals without proving optimality"));
         }
-        let mut plan = cands.swap_remove(chosen).1;
+        // The best plan under each strategy considered.
+        let mut considered: Vec<Considered> = space
+            .iter()
+            .map(|&s| Considered {
+                strategy: s,
+                plan: None,
+                closed_form_ms: None,
+                iteration_ms: None,
+                simulated: false,
+                oom: false,
+                note: None,
+            })
+            .collect();
+        for (si, (_, r)) in results.iter().enumerate() {
+            if let Err(e) = r {
+                considered[si].note = Some(e.to_string());
+            }
+        }
+        for &i in &order {
+            let c = &cands[i];
+            let slot = &mut considered[c.strategy];
+            let (ms, oom, sim) = match (verdicts[i], fast[i]) {
+                (Some((ms, oom)), _) => (Some(ms), oom, true),
+                (None, Some((ms, oom))) => (Some(ms), oom, false),
+                _ => (None, false, false),
+            };
+            let better = match (slot.iteration_ms, ms) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(old), Some(new)) => (slot.oom && !oom) || (slot.oom == oom && new < old),
+            };
+            if slot.plan.is_none() || better {
+                slot.plan = Some(c.plan.clone());
+                slot.closed_form_ms = c.closed_ms.is_finite().then_some(c.closed_ms);
+                slot.iteration_ms = ms;
+                slot.simulated = sim;
+                slot.oom = oom;
+            }
+        }
+        let mut plan = cands.swap_remove(chosen).plan;
         for (i, gp) in plan.gpus.iter_mut().enumerate() {
             if gp.batch == 0 {
                 let msg = format!(
@@ -846,14 +1135,19 @@ impl Planner for Cephalo {
             .iter()
             .map(|g| (g.batch, g.microbatches))
             .collect();
-        let objective = cf.evaluate(&choice).map(|e| Objective {
-            name: "closed_form_iteration_ms",
-            value_ms: e.iteration_ms,
-        });
+        let objective = ClosedForm::new(costs, plan.strategy, plan.passes())
+            .ok()
+            .and_then(|cf| cf.evaluate(&choice))
+            .map(|e| Objective {
+                name: "closed_form_iteration_ms",
+                value_ms: e.iteration_ms,
+            });
+        stats.proven_optimal = proven;
         Ok(Planned {
             plan,
             objective,
             compat: None,
+            considered,
             stats,
             notes,
         })

@@ -1,49 +1,46 @@
-//! Closed-form iteration cost of a plan: the fast objective the native
-//! `cephalo` planner searches exactly before the simulator confirms. It
-//! mirrors the schedule of [`crate::fsdp`] phase by phase.
+//! Closed-form iteration cost of a plan under one strategy: the objective
+//! the native `cephalo` planner searches exactly before the fast model and
+//! the simulator confirm. It is derived from the same description the
+//! simulator lowers ([`crate::schedule::Schedule`]): the same phases, the
+//! same steps (durations, copies) and, for memory, the fast model's
+//! per-GPU bound ([`crate::fast::rank_peak`]).
 //!
-//! Per rank choosing local batch `b` in `n` near-equal micro-batches
-//! (sizes `s_k`, largest `m`), the compute of each phase (copies on the copy
-//! stream overlap the compute and only exist for `n > 1`):
-//!
-//! * `Ef = max(sum e_f(s_k), sum d2h)` embedding forward,
-//! * `F = max(sum f(s_k), sum d2h)` one block forward,
-//! * `H = max(sum (h_f + h_b)(s_k), 2 sum d2h)` head forward + backward,
-//! * `W = max(sum (f + b)(s_k), sum (h2d2 + d2h))` one block recompute +
-//!   backward,
-//! * `Eb = max(sum e_b(s_k), sum h2d)` embedding backward.
-//!
-//! Each phase takes the longer of its compute and the communication that
-//! runs under it (the next unit's prefetched all-gather, plus in the
-//! backward the previous unit's reduce-scatter); the first all-gather and the
-//! last reduce-scatter are exposed, then the optimizer step runs on the
-//! rank's shard. With `L` blocks:
+//! Per rank the phases of one micro-batch pass fall into a few *templates*
+//! (embedding forward, block forward per recompute policy, head, block
+//! backward per policy, embedding backward). A template's cost for a rank
+//! choosing local batch `b` in `n` micro-batches (sizes `m`, `q`) is the
+//! longer of its compute and of the host copies it issues (two streams in
+//! parallel): layered accumulation sums both over the rank's micro-batches,
+//! micro-batch-major schedules take one micro-batch per pass. Each phase
+//! takes the longer of its compute and the communication that runs under
+//! it: the previous phase's gradient reduction and the next phase's
+//! prefetched all-gather (they share the communication stream). The first
+//! all-gather and the last reduction are exposed, then the optimizer step:
 //!
 //! ```text
-//! C = AG_e + max(AG_b, Ef) + (L-1) max(AG_b, F) + max(AG_h, F) + max(AG_b, H)
-//!   + max(AG_b + RS_h, W) + (L-2) max(AG_b + RS_b, W) + max(AG_e + RS_b, W)
-//!   + max(RS_b, Eb) + RS_e + opt(λ P)
+//! C = AG(first) + sum over phases p of max(c(template(p)), R(p-1) + AG(p+1)) + R(last) + opt(λ)
 //! ```
 //!
-//! and the plan's closed-form iteration time is the largest rank time.
-//! Collective times come from the workload's communication model with every
-//! piece equal to the plan's largest state fraction `λ` (exact for a flat
-//! ring, an upper bound for hierarchical ones), so `C` is nondecreasing in
-//! `λ`.
+//! grouped by (template, communication) pairs, so a rank's cost is a short
+//! sum whatever the model depth. Collective times come from the
+//! communication model with every piece equal to the plan's largest state
+//! fraction `λ` in the shard group (exact for a flat ring, an upper bound
+//! for hierarchical ones), so `C` is nondecreasing in `λ`. The plan's
+//! closed-form time is the largest rank cost.
 //!
-//! Memory mirrors the simulator's accounting: a rank needs
-//! [`non_state_gib`] — the fixed overhead plus the activations of its
-//! largest micro-batch and the unsharded parameter and gradient buffers that
-//! can be in flight at once (the worst phase, assuming every queued
-//! reduce-scatter is still pending, so it never under-counts) — plus its
-//! state `r S` (`S` = 16 B/param of the whole model), within `mem_fraction`
-//! of its capacity. Its *cap* is the largest state fraction that still fits;
-//! state is water-filled into the caps ([`super::water_fill`]), so the
-//! largest fraction is the water level. Units: ms, GiB, samples.
+//! Memory: a rank's *cap* is the largest state fraction that fits next to
+//! its micro-batches: `(usable - peak without state) / (state bytes per
+//! parameter x P)`, with the peak from [`crate::fast::rank_peak`]. State is
+//! water-filled into the caps ([`super::water_fill`]) under full sharding;
+//! hybrid sharding holds even shards in every group. Units: ms, GiB,
+//! samples.
 
 use crate::comm::CollectiveKind;
 use crate::cost::CostModel;
-use crate::fsdp::GRAD_BYTES_PER_PARAM;
+use crate::error::PlanError;
+use crate::fast::rank_peak;
+use crate::schedule::{Phase, PhaseKind, Schedule};
+use crate::strategy::{Offload, Recompute, Sharding, Strategy};
 use crate::units::GIB;
 
 /// Safety margin kept free below the usable memory when computing caps, so
@@ -51,39 +48,32 @@ use crate::units::GIB;
 /// OOM (GiB).
 pub const CAP_MARGIN_GIB: f64 = 1e-6;
 
-/// Non-state memory (GiB) of a rank running micro-batches of at most `m`
-/// samples under the simulator's accounting, worst phase: overhead +
-/// activations of one micro-batch (the profile's non-state figure minus the
-/// two gathered blocks and the gradient buffer it already contains) + the
-/// largest set of unsharded parameter / gradient buffers in flight at once.
-/// `m == 0` (a rank that only holds state): overhead + the largest single
-/// unit buffer (its gathers and reduce-scatters run one at a time).
-pub fn non_state_gib(costs: &CostModel, m: u32) -> f64 {
-    let up = costs.unit_params();
-    let bpp = costs.options.comm_bytes_per_param;
-    let gb = GRAD_BYTES_PER_PARAM;
-    let pe = up.first().copied().unwrap_or(0) as f64;
-    let ph = up.last().copied().unwrap_or(0) as f64;
-    let pb = if up.len() > 2 { up[1] as f64 } else { 0.0 };
-    let over = costs.options.overhead_gib;
-    if m == 0 {
-        let unit = pe.max(pb).max(ph);
-        return over + unit * bpp.max(gb) / GIB;
+/// Phase templates (see the module docs).
+const EF: usize = 0;
+const BF: usize = 1; // + policy index (full, selective, none)
+const HD: usize = 4;
+const BB: usize = 5; // + policy index
+const EB: usize = 8;
+/// Number of templates.
+pub const TEMPLATES: usize = 9;
+
+fn policy_index(r: Recompute) -> usize {
+    match r {
+        Recompute::Full => 0,
+        Recompute::Selective => 1,
+        Recompute::None => 2,
     }
-    let act = (costs.act_mem_gib(m) * GIB - pb * (2.0 * bpp + gb)).max(0.0);
-    let buffers = [
-        bpp * (pe + pb),
-        bpp * (2.0 * pb),
-        bpp * (pb + ph) + gb * ph,
-        bpp * (2.0 * pb) + gb * (pb + ph),
-        bpp * (pe + pb) + gb * (2.0 * pb),
-        bpp * (2.0 * pb) + gb * (2.0 * pb),
-        bpp * pe + gb * (pe + pb),
-        bpp * (pe + ph) + gb * (pe + ph),
-    ]
-    .into_iter()
-    .fold(0.0, f64::max);
-    over + (act + buffers) / GIB
+}
+
+/// Unit classes for communication: embedding, block, head.
+fn class(u: u32, layers: u32) -> usize {
+    if u == 0 {
+        0
+    } else if u == layers + 1 {
+        2
+    } else {
+        1
+    }
 }
 
 /// λ-independent closed-form costs of one rank's choice `(b, n)`.
@@ -95,27 +85,48 @@ pub struct RankCost {
     pub microbatches: u32,
     /// Largest micro-batch size.
     pub microbatch_size: u32,
-    /// Phase compute times `[Ef, F, H, W, Eb]` (module doc), ms.
-    pub phase_ms: [f64; 5],
-    /// Largest state fraction that still fits next to the micro-batch.
+    /// Template costs, ms: layered, over all the rank's micro-batches
+    /// (`phase_ms[0]`); micro-batch-major, of one micro-batch of size `m`
+    /// (`phase_ms[0]`) and of size `m - 1` (`phase_ms[1]`).
+    pub phase_ms: [[f64; TEMPLATES]; 2],
+    /// Micro-batches of the largest size (the first `rem` passes).
+    pub rem: u32,
+    /// Largest state fraction that still fits next to the micro-batches.
     pub cap: f64,
 }
 
-/// Collective times per unit at a given largest state fraction, ms.
+/// Collective times per unit class (embedding, block, head) at a given
+/// largest state fraction, ms.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CommTimes {
-    /// All-gather of one block.
-    pub block_ag: f64,
-    /// Reduce-scatter of one block.
-    pub block_rs: f64,
-    /// All-gather of the embedding.
-    pub embed_ag: f64,
-    /// Reduce-scatter of the embedding.
-    pub embed_rs: f64,
-    /// All-gather of the head.
-    pub head_ag: f64,
-    /// Reduce-scatter of the head.
-    pub head_rs: f64,
+    /// All-gather in the shard group.
+    pub ag: [f64; 3],
+    /// Gradient reduction in the shard group (reduce-scatter; DDP: the
+    /// unit's bucket all-reduces, a block's averaged over the blocks).
+    pub reduce: [f64; 3],
+    /// Hybrid sharding's replica all-reduce (0 otherwise).
+    pub replica: [f64; 3],
+}
+
+/// One (template, communication) pair of a pass and how often it occurs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Pair {
+    template: usize,
+    /// Unit class whose reduction runs under the phase.
+    reduce: Option<usize>,
+    /// Unit class whose all-gather runs under the phase.
+    gather: Option<usize>,
+    count: f64,
+}
+
+/// Pass classes of a micro-batch-major iteration.
+#[derive(Debug, Clone, Default)]
+struct Tally {
+    /// Every pass (layered: the only one), in order: the pairs of each.
+    passes: Vec<Vec<Pair>>,
+    /// First gather and last reduction (exposed).
+    first_gather: Option<usize>,
+    last_reduce: Option<usize>,
 }
 
 /// Per GPU type tables for micro-batch sizes 0..=max_m (index m).
@@ -124,24 +135,34 @@ struct TypeTable {
     rank: usize,
     max_m: u32,
     usable_gib: f64,
-    fwd: Vec<f64>,
-    bwd: Vec<f64>,
-    copy1: Vec<f64>,
-    copy2: Vec<f64>,
-    embed_f: Vec<f64>,
-    embed_b: Vec<f64>,
-    head: Vec<f64>,
-    cap: Vec<f64>,
+    /// Per m: per template (compute ms, copy ms when offloading).
+    tmpl: Vec<[(f64, f64); TEMPLATES]>,
+    /// Per m: peak GiB without state for n = 1 and n >= 2.
+    mem: Vec<[f64; 2]>,
+    /// Per m: per-step forward compute (ms), its copy (ms), the GiB one
+    /// forward step keeps (the device-to-host backlog correction) and the
+    /// GiB one micro-batch keeps over a whole forward (layered without
+    /// offload keeps every micro-batch's).
+    backlog: Vec<(f64, f64, f64, f64)>,
+    /// Per m: block forward + recompute + backward of the strategy, ms
+    /// (per-sample floor).
+    block_ms: Vec<f64>,
 }
 
-/// The closed-form model of one workload.
+/// The closed-form model of one workload under one strategy.
 #[derive(Debug, Clone)]
 pub struct ClosedForm<'a> {
     costs: &'a CostModel,
-    layers: f64,
+    schedule: Schedule<'a>,
+    /// Micro-batch passes of micro-batch-major schedules (every rank runs
+    /// exactly this many); `None` for layered accumulation.
+    passes: Option<u32>,
+    layers: u32,
     state_gib: f64,
     types: Vec<TypeTable>,
-    units: (u64, u64, u64),
+    tally: Tally,
+    unit_params: [u64; 3],
+    ddp_reduce_bytes: [Vec<f64>; 3],
 }
 
 /// The closed-form evaluation of a whole plan.
@@ -151,72 +172,228 @@ pub struct Evaluation {
     pub iteration_ms: f64,
     /// Largest state fraction (water level).
     pub level: f64,
-    /// State fractions (water-filling into the caps).
+    /// State fractions.
     pub fractions: Vec<f64>,
     /// Per rank closed-form time, ms.
     pub rank_ms: Vec<f64>,
 }
 
+/// Largest micro-batch size the closed form tabulates: GPU efficiency
+/// saturates long before, and the search cost grows with it.
+pub const MAX_MICROBATCH: u32 = 256;
+
+/// The (template, communication) pairs of every pass of `phases`.
+fn tally_for(schedule: &Schedule<'_>, phases: &[Phase]) -> Tally {
+    let layers = schedule.layers();
+    let mut tally = Tally::default();
+    let np = phases.len();
+    let per_pass = 2 * layers as usize + 3;
+    for (p, ph) in phases.iter().enumerate() {
+        let k = p / per_pass;
+        if tally.passes.len() <= k {
+            tally.passes.push(Vec::new());
+        }
+        let reduce = (p > 0 && phases[p - 1].reduce).then(|| class(phases[p - 1].unit, layers));
+        let gather = phases
+            .get(p + 1)
+            .filter(|q| q.gather)
+            .map(|q| class(q.unit, layers));
+        let t = template_of(ph, schedule);
+        let v = &mut tally.passes[k];
+        match v
+            .iter_mut()
+            .find(|x| x.template == t && x.reduce == reduce && x.gather == gather)
+        {
+            Some(x) => x.count += 1.0,
+            None => v.push(Pair {
+                template: t,
+                reduce,
+                gather,
+                count: 1.0,
+            }),
+        }
+    }
+    tally.first_gather = phases
+        .first()
+        .filter(|q| q.gather)
+        .map(|q| class(q.unit, layers));
+    tally.last_reduce = phases
+        .get(np.wrapping_sub(1))
+        .filter(|q| q.reduce)
+        .map(|q| class(q.unit, layers));
+    tally
+}
+
+fn template_of(ph: &Phase, schedule: &Schedule<'_>) -> usize {
+    let u = ph.unit as usize;
+    let pol = policy_index(schedule.units[u].recompute);
+    match ph.kind {
+        PhaseKind::Forward if u == 0 => EF,
+        PhaseKind::Forward => BF + pol,
+        PhaseKind::Head => HD,
+        PhaseKind::Backward if u == 0 => EB,
+        PhaseKind::Backward => BB + pol,
+    }
+}
+
 impl<'a> ClosedForm<'a> {
-    /// Tabulates every GPU type of the workload up to the largest micro-batch
-    /// that fits it with no state (capped at the global batch).
-    pub fn new(costs: &'a CostModel) -> ClosedForm<'a> {
+    /// Tabulates every GPU type of the workload under `strategy` up to the
+    /// largest micro-batch that fits it with no state (capped at the global
+    /// batch). `passes`: the common micro-batch count of a
+    /// micro-batch-major strategy (ignored for layered accumulation).
+    pub fn new(
+        costs: &'a CostModel,
+        strategy: Strategy,
+        passes: u32,
+    ) -> Result<ClosedForm<'a>, PlanError> {
+        let schedule = Schedule::new(costs, strategy);
         let w = &costs.workload;
-        let state_gib = costs.state_gib(1.0);
+        let layers = w.model.layers;
+        let mb = strategy.accumulation.is_microbatch_major();
+        let passes = mb.then_some(passes.max(1));
+        let state_gib = strategy.gpu_state_bytes_per_param() * w.model.total_params() as f64 / GIB;
         let big_b = w.global_batch;
+        let phases = schedule.phases(passes.unwrap_or(1));
+        let tally = tally_for(&schedule, &phases);
+        // Representative phases of each template.
+        let mut rep: [Option<Phase>; TEMPLATES] = [None; TEMPLATES];
+        for ph in phases.iter() {
+            let t = template_of(ph, &schedule);
+            rep[t].get_or_insert(*ph);
+        }
         let mut types = Vec::with_capacity(costs.types.len());
         for t in 0..costs.types.len() {
             let rank = costs.rank_type.iter().position(|&x| x == t).unwrap_or(0);
             let usable = costs.usable_gib(rank);
-            let mut max_m = 0;
-            while max_m < big_b && non_state_gib(costs, max_m + 1) <= usable {
-                max_m += 1;
-            }
-            let sizes = 0..=max_m;
-            let z = |f: &dyn Fn(u32) -> f64| -> Vec<f64> {
-                sizes
-                    .clone()
-                    .map(|m| if m == 0 { 0.0 } else { f(m) })
-                    .collect()
-            };
-            let out = |m: u32| costs.block_output_bytes(m);
-            types.push(TypeTable {
+            let mut tt = TypeTable {
                 rank,
-                max_m,
+                max_m: 0,
                 usable_gib: usable,
-                fwd: z(&|m| costs.block_fwd_ms(rank, m)),
-                bwd: z(&|m| costs.block_bwd_ms(rank, m)),
-                copy1: z(&|m| costs.host_copy_ms(rank, out(m))),
-                copy2: z(&|m| costs.host_copy_ms(rank, 2.0 * out(m))),
-                embed_f: z(&|m| costs.embed_fwd_ms(rank, m)),
-                embed_b: z(&|m| costs.embed_bwd_ms(rank, m)),
-                head: z(&|m| costs.head_fwd_ms(rank, m) + costs.head_bwd_ms(rank, m)),
-                cap: (0..=max_m)
-                    .map(|m| {
-                        ((usable - non_state_gib(costs, m) - CAP_MARGIN_GIB) / state_gib)
-                            .clamp(0.0, 1.0)
-                    })
-                    .collect(),
-            });
+                tmpl: vec![[(0.0, 0.0); TEMPLATES]],
+                mem: vec![[0.0; 2]],
+                backlog: vec![(0.0, 0.0, 0.0, 0.0)],
+                block_ms: vec![0.0],
+            };
+            let fits = |g: f64| g <= usable;
+            let mut m = 1u32;
+            while m <= big_b.min(MAX_MICROBATCH) {
+                let mc = schedule.micro(rank, m)?;
+                let mut row = [(0.0, 0.0); TEMPLATES];
+                for (i, r) in rep.iter().enumerate() {
+                    let Some(ph) = r else { continue };
+                    let st = schedule.step(rank, &mc, ph, 0, true, true);
+                    let compute: f64 = st.works().map(|w| w.dur.as_ms()).sum();
+                    let copy = st.h2d.map_or(0.0, |c| c.dur.as_ms())
+                        + st.d2h.map_or(0.0, |c| c.dur.as_ms());
+                    row[i] = (compute, copy);
+                }
+                // Cheapest block policy present: forward + backward templates.
+                let block = (0..3)
+                    .filter(|&pol| rep[BF + pol].is_some() && rep[BB + pol].is_some())
+                    .map(|pol| row[BF + pol].0 + row[BB + pol].0)
+                    .fold(f64::INFINITY, f64::min);
+                let block = if block.is_finite() { block } else { 0.0 };
+                let peak = |sizes: &[u32]| -> Result<f64, PlanError> {
+                    Ok(rank_peak(&schedule, rank, sizes, 0.0)?.device_bytes as f64 / GIB)
+                };
+                let m1 = peak(&[m])?;
+                let m2 = peak(&[m, m])?;
+                if !fits(m1.min(m2) + CAP_MARGIN_GIB) {
+                    break;
+                }
+                let a = &mc.act;
+                let kept_step = [Recompute::Full, Recompute::Selective, Recompute::None]
+                    .into_iter()
+                    .filter(|&r| schedule.units.iter().any(|u| u.recompute == r))
+                    .map(|r| a.kept(r))
+                    .fold(a.checkpoint, f64::max)
+                    / GIB;
+                let kept_total = (a.checkpoint
+                    + schedule
+                        .units
+                        .iter()
+                        .skip(1)
+                        .take(layers as usize)
+                        .map(|u| a.kept(u.recompute))
+                        .sum::<f64>())
+                    / GIB;
+                let fwd_pol = (0..3).find(|&p| rep[BF + p].is_some()).unwrap_or(0);
+                tt.tmpl.push(row);
+                tt.mem.push([m1, m2]);
+                tt.backlog.push((
+                    row[BF + fwd_pol].0,
+                    row[BF + fwd_pol].1,
+                    kept_step,
+                    kept_total,
+                ));
+                tt.block_ms.push(block);
+                tt.max_m = m;
+                m += 1;
+            }
+            types.push(tt);
         }
         let up = costs.unit_params();
-        let block = if up.len() > 2 { up[1] } else { 0 };
-        ClosedForm {
+        let block_params = if up.len() > 2 { up[1] } else { 0 };
+        let unit_params = [
+            up.first().copied().unwrap_or(0),
+            block_params,
+            up.last().copied().unwrap_or(0),
+        ];
+        let mut ddp_reduce_bytes: [Vec<f64>; 3] = Default::default();
+        if strategy.sharding == Sharding::NoShard {
+            let l = layers as usize;
+            ddp_reduce_bytes[0] = schedule.ddp_buckets(0);
+            ddp_reduce_bytes[2] = schedule.ddp_buckets(l + 1);
+            for u in 1..=l {
+                ddp_reduce_bytes[1].extend(schedule.ddp_buckets(u));
+            }
+        }
+        Ok(ClosedForm {
             costs,
-            layers: (w.model.layers as f64).max(1.0),
+            schedule,
+            passes,
+            layers,
             state_gib,
             types,
-            units: (
-                up.first().copied().unwrap_or(0),
-                block,
-                up.last().copied().unwrap_or(0),
-            ),
-        }
+            tally,
+            unit_params,
+            ddp_reduce_bytes,
+        })
     }
 
     /// The cost model.
     pub fn costs(&self) -> &CostModel {
         self.costs
+    }
+
+    /// The same tables for a micro-batch-major strategy run in `passes`
+    /// passes (layered strategies are returned unchanged).
+    pub fn with_passes(&self, passes: u32) -> ClosedForm<'a> {
+        let mut c = self.clone();
+        if c.passes.is_some() {
+            let p = passes.max(1);
+            c.passes = Some(p);
+            let phases = c.schedule.phases(p);
+            c.tally = tally_for(&c.schedule, &phases);
+        }
+        c
+    }
+
+    /// Non-state GiB of a GPU of type `t` with no samples.
+    pub fn empty_nonstate_gib(&self, t: usize) -> f64 {
+        rank_peak(&self.schedule, self.types[t].rank, &[], 0.0)
+            .map(|p| p.device_bytes as f64 / GIB)
+            .unwrap_or(f64::INFINITY)
+    }
+
+    /// The strategy.
+    pub fn strategy(&self) -> Strategy {
+        self.schedule.strategy
+    }
+
+    /// The common micro-batch count of a micro-batch-major strategy.
+    pub fn passes(&self) -> Option<u32> {
+        self.passes
     }
 
     /// Number of GPU types (index of `CostModel::types`).
@@ -234,19 +411,50 @@ impl<'a> ClosedForm<'a> {
         self.types[t].usable_gib
     }
 
-    /// Training state of the whole model, GiB.
+    /// Training state of the whole model on the GPU, GiB.
     pub fn state_gib(&self) -> f64 {
         self.state_gib
     }
 
-    /// Cap (largest state fraction that fits) of type `t` at micro-batch `m`.
-    pub fn cap(&self, t: usize, m: u32) -> Option<f64> {
-        self.types[t].cap.get(m as usize).copied()
+    /// Peak memory without state (GiB) of type `t` running `n`
+    /// micro-batches of at most `m` samples (upper bound).
+    pub fn nonstate_gib(&self, t: usize, m: u32, n: u32) -> Option<f64> {
+        let tt = &self.types[t];
+        let row = tt.mem.get(m as usize)?;
+        let mut g = if n <= 1 { row[0] } else { row[1] };
+        let s = &self.schedule.strategy;
+        let layered = !s.accumulation.is_microbatch_major();
+        let (c, d, kept_step, kept_total) = tt.backlog[m as usize];
+        if n > 2 && layered && s.offloads_activations(n) && d > c && d > 0.0 {
+            // Device-to-host backlog when copies are slower than compute.
+            g += (n - 2) as f64 * (1.0 - c / d) * kept_step;
+        }
+        if n > 2 && layered && !s.offloads_activations(n) {
+            // Every micro-batch's kept activations stay on the GPU (the
+            // two-micro-batch bound holds two of them).
+            g += (n - 2) as f64 * kept_total;
+        }
+        Some(g)
+    }
+
+    /// Cap (largest state fraction that fits) of type `t` at micro-batch
+    /// `m` in `n` micro-batches.
+    pub fn cap(&self, t: usize, m: u32, n: u32) -> Option<f64> {
+        let g = self.nonstate_gib(t, m, n)?;
+        let tt = &self.types[t];
+        Some(if self.state_gib > 0.0 {
+            ((tt.usable_gib - g - CAP_MARGIN_GIB) / self.state_gib).clamp(0.0, 1.0)
+        } else if g <= tt.usable_gib {
+            1.0
+        } else {
+            0.0
+        })
     }
 
     /// λ-independent costs of `b` samples in `n` micro-batches on type `t`;
     /// `None` when the micro-batch does not fit even with no state, or
-    /// `n` is inconsistent with `b` (`b = 0` needs `n = 0`).
+    /// `n` is inconsistent with `b` (`b = 0` needs `n = 0`; a
+    /// micro-batch-major strategy needs `n` = its pass count).
     pub fn option(&self, t: usize, b: u32, n: u32) -> Option<RankCost> {
         let tt = &self.types[t];
         if b == 0 {
@@ -254,12 +462,18 @@ impl<'a> ClosedForm<'a> {
                 batch: 0,
                 microbatches: 0,
                 microbatch_size: 0,
-                phase_ms: [0.0; 5],
-                cap: tt.cap[0],
+                phase_ms: [[0.0; TEMPLATES]; 2],
+                rem: 0,
+                cap: self.cap_empty(t),
             });
         }
         if n == 0 || n > b {
             return None;
+        }
+        if let Some(p) = self.passes {
+            if n != p {
+                return None;
+            }
         }
         let q = b / n;
         let rem = b % n;
@@ -267,48 +481,131 @@ impl<'a> ClosedForm<'a> {
         if m > tt.max_m {
             return None;
         }
-        let (hi, lo) = (rem as f64, (n - rem) as f64);
-        let (qi, mi) = (q as usize, m as usize);
-        let sum = |v: &[f64]| hi * v[mi] + lo * v[qi];
-        let f = sum(&tt.fwd);
-        let copies = n > 1;
-        let c1 = if copies { sum(&tt.copy1) } else { 0.0 };
-        let c2 = if copies { sum(&tt.copy2) } else { 0.0 };
+        let cap = self.cap(t, m, n)?;
+        let (mi, qi) = (m as usize, q as usize);
+        let mut phase_ms = [[0.0; TEMPLATES]; 2];
+        if self.passes.is_some() {
+            let offload = self.schedule.strategy.offloads_activations(n);
+            let one = |x: (f64, f64)| if offload { x.0.max(x.1) } else { x.0 };
+            let [full, short] = &mut phase_ms;
+            for (i, (a, b)) in full.iter_mut().zip(short.iter_mut()).enumerate() {
+                *a = one(tt.tmpl[mi][i]);
+                *b = if qi > 0 { one(tt.tmpl[qi][i]) } else { 0.0 };
+            }
+        } else {
+            let offload = self.schedule.strategy.offloads_activations(n);
+            let (hi, lo) = (rem as f64, (n - rem) as f64);
+            for (i, v) in phase_ms[0].iter_mut().enumerate() {
+                let (cm, dm) = tt.tmpl[mi][i];
+                let (cq, dq) = if qi > 0 { tt.tmpl[qi][i] } else { (0.0, 0.0) };
+                let comp = hi * cm + lo * cq;
+                let copy = if offload { hi * dm + lo * dq } else { 0.0 };
+                *v = comp.max(copy);
+            }
+        }
         Some(RankCost {
             batch: b,
             microbatches: n,
             microbatch_size: m,
-            phase_ms: [
-                sum(&tt.embed_f).max(c1),
-                f.max(c1),
-                sum(&tt.head).max(2.0 * c1),
-                (f + sum(&tt.bwd)).max(c2 + c1),
-                sum(&tt.embed_b).max(c1),
-            ],
-            cap: tt.cap[mi],
+            phase_ms,
+            rem,
+            cap,
         })
+    }
+
+    fn cap_empty(&self, t: usize) -> f64 {
+        let tt = &self.types[t];
+        let g = rank_peak(&self.schedule, tt.rank, &[], 0.0)
+            .map(|p| p.device_bytes as f64 / GIB)
+            .unwrap_or(f64::INFINITY);
+        if self.state_gib > 0.0 {
+            ((tt.usable_gib - g - CAP_MARGIN_GIB) / self.state_gib).clamp(0.0, 1.0)
+        } else {
+            1.0
+        }
     }
 
     /// Collective times with every piece equal to `level` of a unit.
     pub fn comm(&self, level: f64) -> CommTimes {
-        let g = self.costs.ranks();
-        let fr = vec![level; g];
-        let c = |kind, p| self.costs.collective_ms(kind, p, &fr);
-        let (e, b, h) = self.units;
-        CommTimes {
-            block_ag: c(CollectiveKind::AllGather, b),
-            block_rs: c(CollectiveKind::ReduceScatter, b),
-            embed_ag: c(CollectiveKind::AllGather, e),
-            embed_rs: c(CollectiveKind::ReduceScatter, e),
-            head_ag: c(CollectiveKind::AllGather, h),
-            head_rs: c(CollectiveKind::ReduceScatter, h),
+        let s = self.schedule.strategy;
+        let ranks = self.costs.ranks();
+        let groups = s.groups(ranks);
+        let shard: Vec<usize> = groups.shard_group(0).collect();
+        let g = shard.len();
+        let pb = s.param_dtype.bytes();
+        let rb = s.reduce_dtype.bytes();
+        let mut c = CommTimes {
+            ag: [0.0; 3],
+            reduce: [0.0; 3],
+            replica: [0.0; 3],
+        };
+        for k in 0..3 {
+            let p = self.unit_params[k] as f64;
+            match s.sharding {
+                Sharding::NoShard => {
+                    let all: Vec<usize> = (0..ranks).collect();
+                    let v = &self.ddp_reduce_bytes[k];
+                    let total: f64 = v
+                        .iter()
+                        .map(|&b| {
+                            self.costs.group_collective_ms(
+                                CollectiveKind::AllReduce,
+                                &all,
+                                &vec![b; ranks],
+                            )
+                        })
+                        .sum();
+                    c.reduce[k] = if k == 1 {
+                        total / self.layers.max(1) as f64
+                    } else {
+                        total
+                    };
+                }
+                _ => {
+                    c.ag[k] = self.costs.group_collective_ms(
+                        CollectiveKind::AllGather,
+                        &shard,
+                        &vec![level * p * pb; g],
+                    );
+                    c.reduce[k] = self.costs.group_collective_ms(
+                        CollectiveKind::ReduceScatter,
+                        &shard,
+                        &vec![level * p * rb; g],
+                    );
+                    if s.sharding == Sharding::Hybrid && groups.count() > 1 {
+                        let rep = groups.replica_group(0);
+                        c.replica[k] = self.costs.group_collective_ms(
+                            CollectiveKind::AllReduce,
+                            &rep,
+                            &vec![level * p * rb; rep.len()],
+                        );
+                    }
+                }
+            }
         }
+        c
     }
 
-    /// Optimizer step of type `t` on a shard of `level` of the model, ms.
+    /// Optimizer step of type `t` on a shard of `level` of the model, ms
+    /// (on the host when the optimizer is offloaded).
     pub fn optimizer_ms(&self, t: usize, level: f64) -> f64 {
-        let p = self.costs.workload.model.total_params() as f64;
-        self.costs.optimizer_ms(self.types[t].rank, level * p)
+        let s = self.schedule.strategy;
+        let total = self.costs.workload.model.total_params() as f64;
+        let local = match s.sharding {
+            Sharding::NoShard => total,
+            _ => level * total,
+        };
+        let rank = self.types[t].rank;
+        match s.offload {
+            Offload::Optimizer => {
+                let c = &self.costs.workload.cluster;
+                let sharing = c.node_ranks(c.gpus[rank].node).len();
+                self.costs
+                    .host_optimizer_ms(rank, local, s.param_dtype.bytes(), sharing)
+                    + self.costs.host_copy_ms(rank, local * s.param_dtype.bytes())
+            }
+            _ => self.costs.optimizer_ms(rank, local),
+        }
     }
 
     /// Closed-form time of a rank of type `t` with costs `o`, collective
@@ -320,32 +617,43 @@ impl<'a> ClosedForm<'a> {
 
     /// [`ClosedForm::rank_ms`] with the optimizer term given (ms).
     pub fn rank_ms_with(&self, o: &RankCost, c: &CommTimes, optimizer_ms: f64) -> f64 {
-        let [ef, f, h, w, eb] = o.phase_ms;
-        let l = self.layers;
-        let fwd =
-            c.embed_ag + c.block_ag.max(ef) + (l - 1.0) * c.block_ag.max(f) + c.head_ag.max(f);
-        let head = c.block_ag.max(h);
-        let bwd = if l >= 2.0 {
-            (c.block_ag + c.head_rs).max(w)
-                + (l - 2.0) * (c.block_ag + c.block_rs).max(w)
-                + (c.embed_ag + c.block_rs).max(w)
-        } else {
-            (c.embed_ag + c.head_rs).max(w)
+        let x =
+            |p: &Pair| p.reduce.map_or(0.0, |k| c.reduce[k]) + p.gather.map_or(0.0, |k| c.ag[k]);
+        let pass = |pairs: &[Pair], size: usize| -> f64 {
+            pairs
+                .iter()
+                .map(|p| p.count * o.phase_ms[size][p.template].max(x(p)))
+                .sum()
         };
-        let tail = c.block_rs.max(eb) + c.embed_rs;
-        fwd + head + bwd + tail + optimizer_ms
+        let body: f64 = match self.passes {
+            None => self.tally.passes.first().map_or(0.0, |v| pass(v, 0)),
+            Some(_) if o.batch == 0 => self.tally.passes.iter().map(|v| pass(v, 0)).sum(),
+            Some(_) => self
+                .tally
+                .passes
+                .iter()
+                .enumerate()
+                .map(|(k, v)| pass(v, usize::from(o.rem > 0 && k as u32 >= o.rem)))
+                .sum(),
+        };
+        let head = self.tally.first_gather.map_or(0.0, |k| c.ag[k]);
+        let tail = self
+            .tally
+            .last_reduce
+            .map_or(0.0, |k| c.reduce[k] + c.replica[k]);
+        head + body + tail + optimizer_ms
     }
 
     /// A lower bound on the rank time per sample of type `t`, ms: every
-    /// sample costs at least `L` blocks of forward, recompute and backward at
-    /// the most efficient micro-batch size (`L min_s (2 f(s) + b(s)) / s`);
-    /// infinite when not even one sample fits.
+    /// sample costs at least `L` blocks of forward (and recompute) and
+    /// backward at the most efficient micro-batch size; infinite when not
+    /// even one sample fits.
     pub fn per_sample_floor_ms(&self, t: usize) -> f64 {
         let tt = &self.types[t];
         (1..=tt.max_m as usize)
-            .map(|s| (2.0 * tt.fwd[s] + tt.bwd[s]) / s as f64)
+            .map(|s| tt.block_ms[s] / s as f64)
             .fold(f64::INFINITY, f64::min)
-            * self.layers
+            * self.layers.max(1) as f64
     }
 
     /// Evaluates a whole choice (per rank `(b, n)`): `None` when a
@@ -357,8 +665,27 @@ impl<'a> ClosedForm<'a> {
             .map(|(r, &(b, n))| self.option(self.costs.rank_type[r], b, n))
             .collect::<Option<_>>()?;
         let caps: Vec<f64> = opts.iter().map(|o| o.cap).collect();
-        let level = super::water_level(&caps)?;
-        let fractions = super::water_fill(&caps)?;
+        let s = self.schedule.strategy;
+        let ranks = self.costs.ranks();
+        let (level, fractions) = match s.sharding {
+            Sharding::Full | Sharding::GradOp => {
+                (super::water_level(&caps)?, super::water_fill(&caps)?)
+            }
+            Sharding::Hybrid => {
+                let g = s.shard_group as usize;
+                let even = 1.0 / g as f64;
+                if caps.iter().any(|&c| c < even - super::FILL_TOL) {
+                    return None;
+                }
+                (even, vec![even; ranks])
+            }
+            Sharding::NoShard => {
+                if caps.iter().any(|&c| c < 1.0 - super::FILL_TOL) {
+                    return None;
+                }
+                (1.0, vec![1.0 / ranks as f64; ranks])
+            }
+        };
         let c = self.comm(level);
         let rank_ms: Vec<f64> = opts
             .iter()

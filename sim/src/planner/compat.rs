@@ -183,7 +183,7 @@ impl CompatInputs {
             },
         };
         let opts = &costs.options;
-        let state_gib = opts.state_bytes_per_param * memory.parameters / GIB;
+        let state_gib = crate::strategy::STATE_BYTES_PER_PARAM * memory.parameters / GIB;
         let usable_gib: Vec<f64> = (0..g)
             .map(|r| opts.mem_fraction * costs.gpu(r).reference_capacity_gib())
             .collect();
@@ -505,7 +505,15 @@ impl Planner for Compat {
             notes.push("no candidate passed the reference's cluster-wide memory cap; kept the first plan as the reference does".into());
         }
         let pairs: Vec<(u32, u32)> = sol.choice.iter().map(|&(m, n)| (m * n, n)).collect();
-        let plan: Plan = super::plan_from(self.name(), &pairs, &fractions);
+        // The reference optimizer plans for Cephalo's trainer.
+        let mut forced = crate::strategy::StrategySpec::pinned(
+            &crate::strategy::Strategy::cephalo(g as u32, problem.costs.profile_attention()),
+        );
+        forced.attention = None;
+        let (strategy, pin_notes) =
+            problem.resolve(&crate::strategy::StrategySpec::default(), &forced)?;
+        notes.extend(pin_notes);
+        let plan: Plan = super::plan_from(self.name(), strategy, &pairs, &fractions);
         let cells = sol.cells;
         Ok(Planned {
             plan,
@@ -521,15 +529,15 @@ impl Planner for Compat {
                 fits_cluster_memory: sol.fits_cluster_memory,
                 reference_state_fractions: vec![1.0 / g as f64; g],
             }),
+            considered: vec![],
             stats: SearchStats {
                 candidates: cells,
                 feasible: sol.per_sum_ms.iter().filter(|v| v.is_finite()).count() as u64,
-                infeasible: 0,
                 subproblems: g as u64,
-                simulated: 0,
                 // Exact per sum of micro-batch sizes, but the selection is
                 // the reference's heuristic, not a proof.
                 proven_optimal: false,
+                ..SearchStats::default()
             },
             notes,
         })

@@ -1,64 +1,72 @@
-//! `fsdp-ga`: even batches with Cephalo's layered gradient accumulation but
-//! no balancing (the paper's "FSDP + GA" configuration).
+//! `fsdp-ga`: even batches on Cephalo's trainer (layered gradient
+//! accumulation) but no balancing (the paper's "FSDP + GA" configuration).
 //!
-//! Same batch and same `1/G` state shard on every GPU, like [`super::fsdp`];
-//! every GPU then uses the largest micro-batch that fits *its own* memory
-//! (so a large GPU runs fewer, bigger micro-batches), with layered gradient
-//! accumulation keeping activation memory at one micro-batch. Units:
-//! samples, GiB.
+//! Same batch and same `1/G` state shard on every GPU, like
+//! [`super::fsdp`]; every GPU then uses the largest micro-batch that fits
+//! *its own* memory (so a large GPU runs fewer, bigger micro-batches), with
+//! layered gradient accumulation: each unit is gathered once per pass
+//! whatever the micro-batch count, every block recomputed, activations
+//! offloaded. Units: samples, GiB.
 
-use super::{even_split, max_microbatch, plan_from, Planned, Planner, Problem};
+use super::{even_split, fits, plan_from, sizes, Planned, Planner, Problem};
 use crate::error::PlanError;
+use crate::schedule::Schedule;
+use crate::strategy::{Accumulation, StrategySpec};
 
-/// Even batch, even shard, per-GPU largest micro-batch.
+/// Even batch, even shard, per-GPU largest micro-batch, layered.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FsdpGa;
 
-/// The plan of given local batches with even `1/G` state shards, each GPU
-/// using the fewest micro-batches that fit next to its shard; GPUs where not
-/// even one sample fits are named in the notes (the simulator reports the OOM).
-pub fn even_shard_plan(name: &str, problem: &Problem<'_>, batch: &[u32]) -> Planned {
+/// The plan of given local batches on Cephalo's trainer (the user's pins
+/// on other axes kept) with even `1/G` state shards, each GPU using the
+/// fewest micro-batches that fit next to its shard; GPUs where not even
+/// one sample fits are named in the notes (the simulator reports the OOM).
+pub fn even_shard_plan(
+    name: &str,
+    problem: &Problem<'_>,
+    batch: &[u32],
+) -> Result<Planned, PlanError> {
     let g = problem.costs.ranks();
-    let fr = vec![1.0 / g as f64; g];
-    let (n, oom) = per_rank_microbatches(problem, batch, &fr);
-    let pairs: Vec<(u32, u32)> = batch.iter().zip(&n).map(|(&b, &n)| (b, n)).collect();
-    let mut out = Planned::bare(plan_from(name, &pairs, &fr));
+    let forced = StrategySpec {
+        accumulation: Some(Accumulation::Layered),
+        ..StrategySpec::default()
+    };
+    let (strategy, notes) = problem.resolve(&StrategySpec::default(), &forced)?;
+    let schedule = Schedule::new(problem.costs, strategy);
+    let fr = super::even_fractions(&strategy, g);
+    let mut pairs = Vec::with_capacity(g);
+    let mut oom = Vec::new();
+    let mut seen: Vec<(usize, u32, u32)> = Vec::new();
+    for (i, &b) in batch.iter().enumerate() {
+        if b == 0 {
+            pairs.push((0, 0));
+            continue;
+        }
+        let t = problem.costs.rank_type[i];
+        if let Some(&(_, _, n)) = seen.iter().find(|x| x.0 == t && x.1 == b) {
+            pairs.push((b, n));
+            continue;
+        }
+        let mut n = 1;
+        while n <= b && !fits(&schedule, i, &sizes(b, n), fr[i])? {
+            n += 1;
+        }
+        if n > b {
+            oom.push(i);
+            n = b;
+        }
+        seen.push((t, b, n));
+        pairs.push((b, n));
+    }
+    let mut out = Planned::bare(plan_from(name, strategy, &pairs, &fr));
+    out.notes = notes;
     for i in oom {
         out.notes.push(format!(
             "not even one sample fits on GPU {i} ({}) with an even state shard",
             problem.costs.gpu(i).name
         ));
     }
-    out
-}
-
-/// Per rank, the fewest micro-batches whose size fits with state fraction
-/// `fractions[i]`; ranks where one sample does not fit get single-sample
-/// micro-batches and are returned in the second list.
-pub fn per_rank_microbatches(
-    problem: &Problem<'_>,
-    batch: &[u32],
-    fractions: &[f64],
-) -> (Vec<u32>, Vec<usize>) {
-    let costs = problem.costs;
-    let mut oom = Vec::new();
-    let n = batch
-        .iter()
-        .enumerate()
-        .map(|(i, &b)| {
-            if b == 0 {
-                return 0;
-            }
-            let lim = max_microbatch(costs, i, fractions[i], b);
-            if lim == 0 {
-                oom.push(i);
-                b
-            } else {
-                b.div_ceil(lim)
-            }
-        })
-        .collect();
-    (n, oom)
+    Ok(out)
 }
 
 impl Planner for FsdpGa {
@@ -72,6 +80,6 @@ impl Planner for FsdpGa {
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
         let batch = even_split(problem.costs.workload.global_batch, problem.costs.ranks());
-        Ok(even_shard_plan(self.name(), problem, &batch))
+        even_shard_plan(self.name(), problem, &batch)
     }
 }

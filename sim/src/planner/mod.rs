@@ -1,21 +1,28 @@
-//! Planners: turn a workload (cluster, model, profiles, global batch) into a
-//! [`Plan`] (per GPU: local batch `b_i`, micro-batch count `n_i`, micro-batch
-//! size `m_i`, state fraction `r_i`).
+//! Planners: turn a workload (cluster, model, profiles, global batch) and
+//! the strategy axes the user pinned into a [`Plan`] (a [`Strategy`] and
+//! per GPU: local batch `b_i`, micro-batch count `n_i`, micro-batch size
+//! `m_i`, state fraction `r_i`).
 //!
 //! Every planner implements [`Planner`] and lives in a file of its own whose
 //! doc cites its algorithm:
 //!
-//! | name | file | what |
-//! |---|---|---|
-//! | `cephalo` | [`cephalo`] | Cephalo's optimizer, native: exact closed-form search + simulator confirmation |
-//! | `cephalo-compat` | [`compat`] | the reference optimizer's rules (DESIGN.md section 5), bit-for-bit |
-//! | `fsdp` | [`fsdp`] | plain FSDP: even batch, even shard, largest micro-batch that fits |
-//! | `fsdp-ga` | [`fsdp_ga`] | even batch, even shard, Cephalo's layered gradient accumulation |
-//! | `speed-proportional` | [`proportional`] | batch proportional to GPU speed, even shards, no memory awareness |
-//! | `speed-proportional-mem` | [`proportional_mem`] | speed-proportional batch, micro-batches sized to memory, even shards |
+//! | name | file | strategy | what |
+//! |---|---|---|---|
+//! | `cephalo` | [`cephalo`] | searched: full or hybrid sharding, any accumulation and checkpointing | Cephalo's optimizer, native: exact closed-form search per strategy, fast-model ranking, simulator confirmation |
+//! | `cephalo-compat` | [`compat`] | Cephalo's trainer | the reference optimizer's rules (DESIGN.md section 5), bit-for-bit |
+//! | `fsdp` | [`fsdp`] | PyTorch FSDP FULL_SHARD | even batch and shards, no-sync accumulation when the batch does not fit, least recompute that fits |
+//! | `fsdp-ga` | [`fsdp_ga`] | Cephalo's trainer | even batch and shards, each GPU's largest micro-batch, layered accumulation |
+//! | `zero2` | [`zero2`] | SHARD_GRAD_OP | as `fsdp` with ZeRO-2 sharding |
+//! | `ddp` | [`ddp`] | NO_SHARD | as `fsdp` with full replicas and bucketed all-reduce |
+//! | `hsdp` | [`hsdp`] | HYBRID_SHARD | as `fsdp`, sharded inside each node, replicated across |
+//! | `speed-proportional` | [`proportional`] | PyTorch FSDP | batch proportional to GPU speed, one micro-batch, even shards |
+//! | `speed-proportional-mem` | [`proportional_mem`] | PyTorch FSDP | speed-proportional batch, micro-batches sized to memory, even shards |
 //!
 //! All planners emit the same [`Plan`] type so the simulator judges them all
-//! the same way. Units: times in ms, memory in GiB, batches in samples.
+//! the same way. Strategy axes the user pinned ([`Problem::strategy`]) are
+//! honoured by every planner except on the axis that defines it (`zero2`
+//! always shards SHARD_GRAD_OP); a note says when a pin was overridden.
+//! Units: times in ms, memory in GiB, batches in samples.
 //!
 //! Invariants: a returned plan passes [`Plan::validate`] for the problem's
 //! ranks and global batch; planners are deterministic (same problem, same
@@ -25,23 +32,32 @@
 pub mod cephalo;
 pub mod closed_form;
 pub mod compat;
+pub mod ddp;
 pub mod fsdp;
 pub mod fsdp_ga;
+pub mod hsdp;
 pub mod proportional;
 pub mod proportional_mem;
+pub mod zero2;
 
 use crate::cost::CostModel;
 use crate::error::PlanError;
-use crate::fsdp::SimOptions;
+use crate::fast::rank_peak;
 use crate::plan::{Plan, RankPlan};
 use crate::profile::ProfileSet;
+use crate::schedule::Schedule;
+use crate::simulate::SimOptions;
+use crate::strategy::{
+    Accumulation, Checkpointing, Sharding, Strategy, StrategyContext, StrategySpec,
+};
+use crate::units::GIB;
 
 /// What the simulator says about a plan (what [`Judge`] returns).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
     /// Simulated iteration time, ms.
     pub iteration_ms: f64,
-    /// Whether some GPU ran out of memory.
+    /// Whether some GPU or host ran out of memory.
     pub oom: bool,
 }
 
@@ -53,7 +69,7 @@ pub trait Judge: Sync + std::fmt::Debug {
 }
 
 /// The discrete-event simulator as a [`Judge`] (what `plan` and `compare`
-/// use): [`crate::fsdp::simulate`] with the given options.
+/// use): [`crate::simulate::simulate`] with the given options.
 #[derive(Debug, Clone)]
 pub struct SimJudge<'a> {
     /// The workload's cost model.
@@ -76,7 +92,7 @@ impl Judge for SimJudge<'_> {
     fn judge(&self, plan: &Plan) -> Result<Verdict, PlanError> {
         let mut o = self.options;
         o.trace = false;
-        let r = crate::fsdp::simulate(self.costs, plan, &o)?;
+        let r = crate::simulate::simulate(self.costs, plan, &o)?;
         Ok(Verdict {
             iteration_ms: r.iteration_ms,
             oom: r.oom,
@@ -95,9 +111,69 @@ pub struct Problem<'a> {
     pub profiles: &'a ProfileSet,
     /// Knobs of the planners.
     pub options: &'a PlannerOptions,
+    /// The strategy axes the user pinned (flags); the rest is the planner's.
+    pub strategy: &'a StrategySpec,
     /// The simulator, for planners that confirm candidates (`None`: the
     /// native planner returns its closed-form optimum unconfirmed).
     pub judge: Option<&'a dyn Judge>,
+}
+
+impl Problem<'_> {
+    /// Resolves a strategy: the planner's `base` choices, overridden by the
+    /// user's pins, overridden by the planner's `forced` axes (what defines
+    /// it). Returns notes for pins the planner overrode.
+    pub fn resolve(
+        &self,
+        base: &StrategySpec,
+        forced: &StrategySpec,
+    ) -> Result<(Strategy, Vec<String>), PlanError> {
+        let user = self.strategy;
+        let mut notes = Vec::new();
+        let pinned = |name: &str, u: Option<String>, f: Option<String>, notes: &mut Vec<String>| {
+            if let (Some(u), Some(f)) = (u, f) {
+                if u != f {
+                    notes.push(format!(
+                        "this planner runs {name} {f}; the requested {name} {u} does not apply"
+                    ));
+                }
+            }
+        };
+        pinned(
+            "sharding",
+            user.sharding.map(|x| x.name().to_string()),
+            forced.sharding.map(|x| x.name().to_string()),
+            &mut notes,
+        );
+        pinned(
+            "accumulation",
+            user.accumulation.map(|x| x.name().to_string()),
+            forced.accumulation.map(|x| x.name().to_string()),
+            &mut notes,
+        );
+        pinned(
+            "checkpointing",
+            user.checkpointing.map(|x| x.name()),
+            forced.checkpointing.map(|x| x.name()),
+            &mut notes,
+        );
+        pinned(
+            "offload",
+            user.offload.map(|x| x.name().to_string()),
+            forced.offload.map(|x| x.name().to_string()),
+            &mut notes,
+        );
+        let mut spec = base.with(user).with(forced);
+        if spec.sharding != Some(Sharding::Hybrid) {
+            spec.shard_group = None;
+        }
+        let ctx = StrategyContext {
+            cluster: &self.costs.workload.cluster,
+            dtype: self.costs.workload.dtype,
+            profile_attention: self.costs.profile_attention(),
+        };
+        let s = spec.resolve(&ctx)?;
+        Ok((s, notes))
+    }
 }
 
 /// Knobs shared by the planners.
@@ -151,8 +227,12 @@ pub struct SearchStats {
     pub infeasible: u64,
     /// Sub-problems (dynamic programs, threshold checks) solved.
     pub subproblems: u64,
+    /// Plans run through the fast model.
+    pub fast_evaluated: u64,
     /// Plans run through the simulator.
     pub simulated: u64,
+    /// Strategies searched.
+    pub strategies: u64,
     /// True when the search proved its answer optimal on its own objective.
     pub proven_optimal: bool,
 }
@@ -176,6 +256,25 @@ pub struct CompatDetails {
     pub reference_state_fractions: Vec<f64>,
 }
 
+/// The best plan the native planner found under one strategy it considered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Considered {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// Its best plan (`None`: nothing fits under it).
+    pub plan: Option<Plan>,
+    /// Closed-form iteration time of that plan, ms.
+    pub closed_form_ms: Option<f64>,
+    /// Simulated (or, when not confirmed, fast-model) iteration time, ms.
+    pub iteration_ms: Option<f64>,
+    /// Whether `iteration_ms` comes from the simulator.
+    pub simulated: bool,
+    /// Whether that plan runs out of memory.
+    pub oom: bool,
+    /// Why there is no plan, or what else to know.
+    pub note: Option<String>,
+}
+
 /// What a planner returns: the plan plus what it knows about it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Planned {
@@ -185,6 +284,8 @@ pub struct Planned {
     pub objective: Option<Objective>,
     /// Compat planner only: the reference optimizer's figures.
     pub compat: Option<CompatDetails>,
+    /// Native planner only: the best plan under each strategy it considered.
+    pub considered: Vec<Considered>,
     /// Search counts.
     pub stats: SearchStats,
     /// Remarks for the user (zero-sample GPUs, fallbacks, ties).
@@ -198,6 +299,7 @@ impl Planned {
             plan,
             objective: None,
             compat: None,
+            considered: vec![],
             stats: SearchStats::default(),
             notes: vec![],
         }
@@ -218,14 +320,9 @@ pub trait Planner: Send + Sync + std::fmt::Debug {
 
 /// Every planner, in the order `compare` prints them (ours first).
 pub fn all() -> Vec<Box<dyn Planner>> {
-    vec![
-        Box::new(cephalo::Cephalo),
-        Box::new(compat::Compat),
-        Box::new(fsdp::Fsdp),
-        Box::new(fsdp_ga::FsdpGa),
-        Box::new(proportional::SpeedProportional),
-        Box::new(proportional_mem::SpeedProportionalMem),
-    ]
+    let mut v: Vec<Box<dyn Planner>> = vec![Box::new(cephalo::Cephalo), Box::new(compat::Compat)];
+    v.extend(baselines());
+    v
 }
 
 /// The baselines (every planner but the two Cephalo ones).
@@ -233,6 +330,9 @@ pub fn baselines() -> Vec<Box<dyn Planner>> {
     vec![
         Box::new(fsdp::Fsdp),
         Box::new(fsdp_ga::FsdpGa),
+        Box::new(zero2::Zero2),
+        Box::new(ddp::Ddp),
+        Box::new(hsdp::Hsdp),
         Box::new(proportional::SpeedProportional),
         Box::new(proportional_mem::SpeedProportionalMem),
     ]
@@ -246,6 +346,9 @@ pub fn by_name(name: &str, origin: &str) -> Result<Box<dyn Planner>, PlanError> 
         "cephalo-compat" | "compat" | "reference" => Some(Box::new(compat::Compat)),
         "fsdp" | "even" | "even-fsdp" => Some(Box::new(fsdp::Fsdp)),
         "fsdp-ga" | "even-ga" | "ga" => Some(Box::new(fsdp_ga::FsdpGa)),
+        "zero2" | "zero-2" | "shard-grad-op" => Some(Box::new(zero2::Zero2)),
+        "ddp" | "no-shard" => Some(Box::new(ddp::Ddp)),
+        "hsdp" | "hybrid" | "hybrid-shard" => Some(Box::new(hsdp::Hsdp)),
         "speed-proportional" | "proportional" | "whale" => {
             Some(Box::new(proportional::SpeedProportional))
         }
@@ -262,6 +365,230 @@ pub fn by_name(name: &str, origin: &str) -> Result<Box<dyn Planner>, PlanError> 
             format!("unknown planner `{name}` (known: {})", known.join(", ")),
         )
     })
+}
+
+/// Even state fractions under `strategy`: `1/g` in every shard group.
+pub fn even_fractions(strategy: &Strategy, ranks: usize) -> Vec<f64> {
+    let g = strategy.groups(ranks).group_size.max(1);
+    vec![1.0 / g as f64; ranks]
+}
+
+/// Whether `rank` fits running `sizes` under `schedule` holding
+/// `fraction` of the state, by the fast model's per-GPU bound (and its
+/// node's host memory for the offload it uses by itself).
+pub fn fits(
+    schedule: &Schedule<'_>,
+    rank: usize,
+    sizes: &[u32],
+    fraction: f64,
+) -> Result<bool, PlanError> {
+    let costs = schedule.costs;
+    let total = costs.workload.model.total_params() as f64;
+    let local = match schedule.strategy.sharding {
+        Sharding::NoShard => total,
+        _ => fraction * total,
+    };
+    let p = rank_peak(schedule, rank, sizes, local)?;
+    let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[rank].node];
+    Ok(p.device_bytes as f64 / GIB <= costs.usable_gib(rank)
+        && p.host_bytes as f64 / GIB <= node.host_mem_gib)
+}
+
+/// Sizes of `b` samples in `n` near-equal micro-batches (largest first).
+pub fn sizes(b: u32, n: u32) -> Vec<u32> {
+    RankPlan::new(b, n, 0.0).microbatch_sizes()
+}
+
+/// Largest micro-batch size that fits on `rank` under `schedule` while it
+/// holds state fraction `r` in `n` micro-batches (0 when not even one
+/// sample fits). Capped at `limit`.
+pub fn max_microbatch(
+    schedule: &Schedule<'_>,
+    rank: usize,
+    r: f64,
+    n: u32,
+    limit: u32,
+) -> Result<u32, PlanError> {
+    let mut lo = 0u32;
+    while lo < limit && fits(schedule, rank, &vec![lo + 1; n.max(1) as usize], r)? {
+        lo += 1;
+    }
+    Ok(lo)
+}
+
+/// The checkpointing levels a planner may choose, least recompute first:
+/// `none`, then `selective`, `every:2` and `full` ordered by the recompute
+/// time each costs one block on rank 0 (or just the user's pin).
+pub fn checkpointing_by_recompute(problem: &Problem<'_>) -> Vec<Checkpointing> {
+    if let Some(c) = problem.strategy.checkpointing {
+        return vec![c];
+    }
+    let costs = problem.costs;
+    let attention = problem
+        .strategy
+        .attention
+        .unwrap_or_else(|| costs.profile_attention());
+    let (f, _) = costs.block_ms_with(0, 1, attention).unwrap_or((1.0, 2.0));
+    let sel = costs.selective_recompute_ms(0, 1, attention, f);
+    let mut v = vec![
+        (Checkpointing::Selective, sel),
+        (Checkpointing::Every(2), 0.5 * f),
+        (Checkpointing::Full, f),
+    ];
+    v.sort_by(|a, b| a.1.total_cmp(&b.1));
+    std::iter::once(Checkpointing::None)
+        .chain(v.into_iter().map(|x| x.0))
+        .collect()
+}
+
+/// Builds a plan from per-rank (batch, micro-batch count) with state
+/// fractions `fractions` under `strategy`, named `planner`.
+pub fn plan_from(
+    planner: &str,
+    strategy: Strategy,
+    batch_n: &[(u32, u32)],
+    fractions: &[f64],
+) -> Plan {
+    Plan {
+        planner: planner.to_string(),
+        strategy,
+        gpus: batch_n
+            .iter()
+            .zip(fractions)
+            .map(|(&(b, n), &r)| RankPlan::new(b, n, r))
+            .collect(),
+    }
+}
+
+/// The standard (PyTorch-style) rule shared by `fsdp`, `zero2`, `ddp`,
+/// `hsdp` and the speed-proportional baselines: even state shards (per
+/// shard group), micro-batch-major accumulation, and per GPU the given
+/// `batch`. With `per_rank_micro`, every GPU takes the fewest micro-batches
+/// that fit it (the passes are the largest count); otherwise every GPU
+/// takes the same count, the fewest that fits them all, capped at `max_n`.
+/// For that count, gradients accumulate under `no_sync()` (the documented
+/// recipe) or, when the unsharded gradients of the whole model do not fit,
+/// sharded after every micro-batch (`sync`: what PyTorch does without
+/// `no_sync()`), each with the least recompute that fits
+/// ([`checkpointing_by_recompute`]). A pinned accumulation or
+/// checkpointing is kept. When nothing fits, the plan with single-sample
+/// micro-batches and the most recompute is returned and a note names the
+/// GPU (the simulator reports the OOM).
+pub fn standard_plan(
+    problem: &Problem<'_>,
+    name: &str,
+    batch: &[u32],
+    forced: &StrategySpec,
+    per_rank_micro: bool,
+    max_n: Option<u32>,
+) -> Result<Planned, PlanError> {
+    let costs = problem.costs;
+    let g = costs.ranks();
+    let base = StrategySpec {
+        accumulation: Some(Accumulation::NoSync),
+        ..StrategySpec::default()
+    };
+    let levels = checkpointing_by_recompute(problem);
+    let bmin = batch.iter().copied().filter(|&b| b > 0).min().unwrap_or(1);
+    let bmax = batch.iter().copied().max().unwrap_or(1).max(1);
+    let n_limit = max_n
+        .unwrap_or(if per_rank_micro { bmax } else { bmin })
+        .max(1);
+    let accs: Vec<Option<Accumulation>> = match (forced.accumulation, problem.strategy.accumulation)
+    {
+        (Some(a), _) | (None, Some(a)) => vec![Some(a)],
+        (None, None) => vec![Some(Accumulation::NoSync), Some(Accumulation::Sync)],
+    };
+    let mut notes = Vec::new();
+    let mut last = None;
+    for n in 1..=n_limit {
+        for (ai, &acc) in accs.iter().enumerate() {
+            // One pass: no-sync and sync are the same schedule.
+            if n == 1 && ai > 0 && !per_rank_micro {
+                continue;
+            }
+            for &ck in &levels {
+                let f = StrategySpec {
+                    checkpointing: Some(ck),
+                    accumulation: forced.accumulation.or(acc),
+                    ..*forced
+                };
+                let (strategy, ns) = problem.resolve(&base, &f)?;
+                let schedule = Schedule::new(costs, strategy);
+                let fr = even_fractions(&strategy, g);
+                let mut pairs = Vec::with_capacity(g);
+                let mut ok = true;
+                // Ranks of one type with one batch fit alike.
+                let mut seen: Vec<(usize, u32, u32, bool)> = Vec::new();
+                for (r, &b) in batch.iter().enumerate() {
+                    let t = costs.rank_type[r];
+                    let nr = if b == 0 {
+                        0
+                    } else if per_rank_micro {
+                        let mut k = 1;
+                        while k < n && !fits_cached(&schedule, r, t, b, k, fr[r], &mut seen)? {
+                            k += 1;
+                        }
+                        k.min(b)
+                    } else {
+                        n.min(b)
+                    };
+                    if b > 0 && !fits_cached(&schedule, r, t, b, nr, fr[r], &mut seen)? {
+                        ok = false;
+                    }
+                    pairs.push((b, nr));
+                }
+                last = Some((strategy, pairs.clone(), fr.clone(), ns.clone()));
+                if ok {
+                    notes.extend(ns);
+                    if ai > 0 {
+                        notes.push(format!(
+                        "the unsharded gradients of no_sync() accumulation do not fit with {n} micro-batches: gradients are reduced after every micro-batch"
+                    ));
+                    }
+                    let plan = plan_from(name, strategy, &pairs, &fr);
+                    let mut out = Planned::bare(plan);
+                    out.notes = notes;
+                    return Ok(out);
+                }
+            }
+        }
+    }
+    let (strategy, pairs, fr, ns) = last.expect("at least one candidate");
+    notes.extend(ns);
+    let schedule = Schedule::new(costs, strategy);
+    let worst = (0..g)
+        .find(|&r| {
+            batch[r] > 0
+                && !fits(&schedule, r, &sizes(pairs[r].0, pairs[r].1), fr[r]).unwrap_or(false)
+        })
+        .unwrap_or(0);
+    notes.push(format!(
+        "nothing fits on GPU {worst} ({}) with even state shards, even with {} micro-batches and {} checkpointing",
+        costs.gpu(worst).name,
+        pairs[worst].1,
+        strategy.checkpointing.name()
+    ));
+    let mut out = Planned::bare(plan_from(name, strategy, &pairs, &fr));
+    out.notes = notes;
+    Ok(out)
+}
+
+fn fits_cached(
+    schedule: &Schedule<'_>,
+    rank: usize,
+    t: usize,
+    b: u32,
+    n: u32,
+    r: f64,
+    seen: &mut Vec<(usize, u32, u32, bool)>,
+) -> Result<bool, PlanError> {
+    if let Some(x) = seen.iter().find(|x| (x.0, x.1, x.2) == (t, b, n)) {
+        return Ok(x.3);
+    }
+    let ok = fits(schedule, rank, &sizes(b, n), r)?;
+    seen.push((t, b, n, ok));
+    Ok(ok)
 }
 
 /// Water-filling state split: every rank holds `min(cap_i, level)` where the
@@ -357,40 +684,6 @@ pub fn even_split(total: u32, g: usize) -> Vec<u32> {
         .collect()
 }
 
-/// Non-state memory (GiB) a rank needs for micro-batches of `m` samples
-/// under the project's memory model: activations of one micro-batch (the
-/// profile's non-state figure) plus the fixed framework overhead. `m == 0`
-/// (a rank that only holds state) needs the overhead alone.
-pub fn non_state_gib(costs: &CostModel, m: u32) -> f64 {
-    closed_form::non_state_gib(costs, m)
-}
-
-/// Largest micro-batch size that fits on `rank` while it holds state
-/// fraction `r` (0 when not even one sample fits). Capped at `limit`.
-pub fn max_microbatch(costs: &CostModel, rank: usize, r: f64, limit: u32) -> u32 {
-    let room = costs.usable_gib(rank) - costs.state_gib(r);
-    let mut lo = 0u32;
-    // Memory grows with m; walk up (profiles are short and the limit small
-    // relative to the cost of a simulation).
-    while lo < limit && non_state_gib(costs, lo + 1) <= room {
-        lo += 1;
-    }
-    lo
-}
-
-/// Builds a plan from per-rank (batch, micro-batch count) with state
-/// fractions `fractions`, named `planner`.
-pub fn plan_from(planner: &str, batch_n: &[(u32, u32)], fractions: &[f64]) -> Plan {
-    Plan {
-        planner: planner.to_string(),
-        gpus: batch_n
-            .iter()
-            .zip(fractions)
-            .map(|(&(b, n), &r)| RankPlan::new(b, n, r))
-            .collect(),
-    }
-}
-
 /// Relative speed of every rank, in samples per ms of one block's forward,
 /// recompute and backward at micro-batch size `m` (what a speed-proportional
 /// split divides by).
@@ -442,6 +735,7 @@ mod tests {
 
     #[test]
     fn names_resolve() {
+        assert_eq!(all().len(), 9);
         for p in all() {
             assert_eq!(by_name(p.name(), "t").unwrap().name(), p.name());
         }

@@ -1,7 +1,9 @@
 //! `speed-proportional`: local batch proportional to each GPU's measured
 //! speed, even state shards, no memory awareness (the load balancing of
 //! heterogeneity-aware data-parallel systems such as Whale / HetPipe's data
-//! parallel stage, applied to FSDP).
+//! parallel stage), on the standard PyTorch FSDP schedule of
+//! [`super::fsdp`] with one micro-batch per GPU (the least recompute that
+//! lets the largest batch fit).
 //!
 //! Speed = samples per ms of one block's forward + recompute + backward at
 //! the even micro-batch size `ceil(B / G)`; batches are rounded by largest
@@ -9,8 +11,9 @@
 //! one pass: when that does not fit, the simulator reports the OOM — which
 //! is what this baseline does to users. Units: samples, ms.
 
-use super::{plan_from, proportional_split, rank_speeds, Planned, Planner, Problem};
+use super::{proportional_split, rank_speeds, standard_plan, Planned, Planner, Problem};
 use crate::error::PlanError;
+use crate::strategy::{Sharding, StrategySpec};
 
 /// Speed-proportional batch, even shards, one micro-batch.
 #[derive(Debug, Clone, Copy, Default)]
@@ -31,17 +34,21 @@ impl Planner for SpeedProportional {
     }
 
     fn summary(&self) -> &'static str {
-        "batch proportional to GPU speed, even state shards, no memory awareness (Whale-style)"
+        "batch proportional to GPU speed, even state shards, one micro-batch, no memory awareness (Whale-style)"
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
-        let g = problem.costs.ranks();
-        let batch = speed_batches(problem);
-        let pairs: Vec<(u32, u32)> = batch.iter().map(|&b| (b, u32::from(b > 0))).collect();
-        Ok(Planned::bare(plan_from(
+        let forced = StrategySpec {
+            sharding: Some(Sharding::Full),
+            ..StrategySpec::default()
+        };
+        standard_plan(
+            problem,
             self.name(),
-            &pairs,
-            &vec![1.0 / g as f64; g],
-        )))
+            &speed_batches(problem),
+            &forced,
+            false,
+            Some(1),
+        )
     }
 }

@@ -1,14 +1,17 @@
 //! `speed-proportional-mem`: speed-proportional local batches (as
-//! [`super::proportional`]) made memory-aware by gradient accumulation, but
-//! without rebalancing the training state: every GPU keeps `1/G` of it and
-//! splits its batch into the fewest micro-batches that fit next to that
-//! shard. Where not even one sample fits, the plan is returned anyway and the
-//! simulator reports the OOM. Units: samples, GiB.
+//! [`super::proportional`]) made memory-aware by gradient accumulation on
+//! the standard PyTorch FSDP schedule, but without rebalancing the training
+//! state: every GPU keeps `1/G` of it and splits its batch into the fewest
+//! micro-batches that fit next to that shard (all GPUs run as many passes
+//! as the GPU that needs most; one with fewer micro-batches joins the
+//! remaining passes' collectives without computing), with the least
+//! recompute that fits. Where nothing fits, the plan is returned anyway and
+//! the simulator reports the OOM. Units: samples, GiB.
 
-use super::fsdp_ga::even_shard_plan;
 use super::proportional::speed_batches;
-use super::{Planned, Planner, Problem};
+use super::{standard_plan, Planned, Planner, Problem};
 use crate::error::PlanError;
+use crate::strategy::{Sharding, StrategySpec};
 
 /// Speed-proportional batch, memory-sized micro-batches, even shards.
 #[derive(Debug, Clone, Copy, Default)]
@@ -24,10 +27,17 @@ impl Planner for SpeedProportionalMem {
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
-        Ok(even_shard_plan(
-            self.name(),
+        let forced = StrategySpec {
+            sharding: Some(Sharding::Full),
+            ..StrategySpec::default()
+        };
+        standard_plan(
             problem,
+            self.name(),
             &speed_batches(problem),
-        ))
+            &forced,
+            true,
+            None,
+        )
     }
 }

@@ -9,7 +9,7 @@
 //!   "blocks": [
 //!     { "gpu": "h200", "model": "gpt-2.7b", "seq_len": 512, "dtype": "bf16",
 //!       "batch_sizes": [1, 2, 4], "fwd_ms": [..], "bwd_ms": [..],
-//!       "act_mem_gib": [..] }
+//!       "act_mem_gib": [..], "attention": "eager" }
 //!   ],
 //!   "units": [
 //!     { "gpu": "h200", "model": "gpt-2.7b", "seq_len": 512, "dtype": "bf16",
@@ -37,6 +37,7 @@ use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuCatalog;
 use crate::model::ModelCatalog;
+use crate::strategy::Attention;
 use serde::{Deserialize, Serialize};
 
 /// The format tag this module reads and writes.
@@ -83,6 +84,9 @@ pub struct NativeBlock {
     /// Non-state GiB of one training step per size (optional).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub act_mem_gib: Option<Vec<f64>>,
+    /// Attention kernel the blocks ran (`eager` or `flash`; default eager).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<Attention>,
 }
 
 /// One unit-cost entry of the native format.
@@ -201,6 +205,7 @@ pub fn import(
                 b.bwd_ms.clone(),
                 source.clone(),
             ),
+            attention: b.attention.unwrap_or(Attention::Eager),
             flags: vec![],
         });
         if let Some(mem) = &b.act_mem_gib {

@@ -258,6 +258,7 @@ pub fn import_latencies(
                                 entry,
                             },
                         },
+                        attention: crate::strategy::Attention::Eager,
                         flags,
                     });
                 }

@@ -15,6 +15,8 @@ use sim::planner::closed_form::ClosedForm;
 use sim::planner::compat::{self, CompatInputs};
 use sim::planner::{self, Planner, PlannerOptions, Problem, SimJudge};
 use sim::profile::ProfileSet;
+use sim::simulate::simulate;
+use sim::strategy::{Attention, Strategy, StrategySpec};
 
 struct Case {
     costs: CostModel,
@@ -68,6 +70,7 @@ fn problem<'a>(
         costs: &c.costs,
         profiles,
         options: &c.options,
+        strategy: &StrategySpec::NONE,
         judge,
     }
 }
@@ -326,7 +329,7 @@ proptest! {
         let empty = ProfileSet::new();
         let profiles = reference_profiles().unwrap_or(&empty);
         let c = build(&gpus.join(","), name, batch, Dtype::Fp16, profiles, Some("paper").filter(|_| !profiles.memory.is_empty()), |o| o.mem_fraction = frac);
-        let cf = ClosedForm::new(&c.costs);
+        let cf = ClosedForm::new(&c.costs, Strategy::cephalo(g, Attention::Eager), 1).unwrap();
         let brute = native_brute(&cf, &c.costs.rank_type, batch);
         match (cephalo::search(&cf), brute) {
             (Ok(found), Some((bv, bc))) => {
@@ -364,7 +367,7 @@ fn every_planner_plan_validates_and_simulates() {
         let out = pl.plan(&p).unwrap();
         out.plan.validate(4, 64, pl.name()).unwrap();
         assert_eq!(out.plan.planner, pl.name());
-        let r = sim::fsdp::simulate(&c.costs, &out.plan, &Default::default()).unwrap();
+        let r = simulate(&c.costs, &out.plan, &Default::default()).unwrap();
         assert!(r.iteration_ms > 0.0, "{}", pl.name());
     }
 }
@@ -381,11 +384,11 @@ fn native_never_worse_than_compat_or_baselines() {
         let judge = SimJudge::new(&c.costs);
         let p = problem(&c, profiles, Some(&judge));
         let ours = planner::cephalo::Cephalo.plan(&p).unwrap();
-        let r = sim::fsdp::simulate(&c.costs, &ours.plan, &Default::default()).unwrap();
+        let r = simulate(&c.costs, &ours.plan, &Default::default()).unwrap();
         assert!(!r.oom, "{}: cephalo plan OOM", rc.id);
         for pl in planner::all().iter().skip(1) {
             let Ok(other) = pl.plan(&p) else { continue };
-            let o = sim::fsdp::simulate(&c.costs, &other.plan, &Default::default()).unwrap();
+            let o = simulate(&c.costs, &other.plan, &Default::default()).unwrap();
             if !o.oom {
                 assert!(
                     r.iteration_ms <= o.iteration_ms * (1.0 + 1e-9),

@@ -1,16 +1,16 @@
-//! FSDP simulator tests: engine invariants on real iteration graphs, exact
-//! single-GPU sums, symmetry, bandwidth monotonicity, determinism, OOM
-//! reporting, and the paper's 4-GPU plan against its own profile (needs
-//! `../shared/reference-profiles`).
+//! Simulator tests under Cephalo's strategy: engine invariants on real
+//! iteration graphs, exact single-GPU sums, symmetry, bandwidth
+//! monotonicity, determinism, OOM reporting, and the paper's 4-GPU plan
+//! against its own profile (needs `../shared/reference-profiles`). The
+//! invariant checker [`check`] is shared with the strategy tests.
 
 use crate::common::{reference_profiles, shared_dir};
 use proptest::prelude::*;
 use sim::cluster::Cluster;
 use sim::cost::{CostModel, CostOptions, Workload};
 use sim::dtype::Dtype;
-use sim::engine::{Category, Graph, OpId, Recorder, Stream};
+use sim::engine::{Graph, OpId, Recorder, Stream};
 use sim::error::PlanError;
-use sim::fsdp::{build_graph, simulate, simulate_observed, IterationGraph, SimOptions};
 use sim::gpu::GpuCatalog;
 use sim::memory::MemoryTracker;
 use sim::model::ModelCatalog;
@@ -18,10 +18,12 @@ use sim::perfmodel::Roofline;
 use sim::plan::{Plan, RankPlan};
 use sim::profile::ProfileSet;
 use sim::report::Report;
+use sim::schedule::lower::Lowered;
+use sim::simulate::{build_graph, simulate, simulate_observed, SimOptions};
 use sim::units::SimTime;
 use std::collections::BTreeMap;
 
-fn workload(cluster: Cluster, model: &str, dtype: Dtype, global_batch: u32) -> Workload {
+pub(crate) fn workload(cluster: Cluster, model: &str, dtype: Dtype, global_batch: u32) -> Workload {
     let model = ModelCatalog::builtin()
         .lookup(model, "test")
         .unwrap()
@@ -35,7 +37,7 @@ fn workload(cluster: Cluster, model: &str, dtype: Dtype, global_batch: u32) -> W
     }
 }
 
-fn build(w: Workload, profiles: &ProfileSet, memory_cluster: Option<&str>) -> CostModel {
+pub(crate) fn build(w: Workload, profiles: &ProfileSet, memory_cluster: Option<&str>) -> CostModel {
     let options = CostOptions {
         memory_cluster: memory_cluster.map(str::to_string),
         ..CostOptions::default()
@@ -45,7 +47,7 @@ fn build(w: Workload, profiles: &ProfileSet, memory_cluster: Option<&str>) -> Co
 }
 
 /// Analytic cost model of `gpus` (one PCIe node).
-fn costs(gpus: &str, model: &str, dtype: Dtype, global_batch: u32) -> CostModel {
+pub(crate) fn costs(gpus: &str, model: &str, dtype: Dtype, global_batch: u32) -> CostModel {
     let c = Cluster::from_gpu_list(gpus, "--gpus", GpuCatalog::builtin()).unwrap();
     build(
         workload(c, model, dtype, global_batch),
@@ -54,11 +56,11 @@ fn costs(gpus: &str, model: &str, dtype: Dtype, global_batch: u32) -> CostModel 
     )
 }
 
-fn cluster_toml(text: &str) -> Cluster {
+pub(crate) fn cluster_toml(text: &str) -> Cluster {
     Cluster::from_toml(text, "test.toml", GpuCatalog::builtin()).unwrap()
 }
 
-fn plan(batch: &[u32], micro: &[u32], fractions: Option<&[f64]>) -> Plan {
+pub(crate) fn plan(batch: &[u32], micro: &[u32], fractions: Option<&[f64]>) -> Plan {
     Plan::from_lists(batch, micro, fractions, "test").unwrap()
 }
 
@@ -70,12 +72,11 @@ type Timeline = Vec<(Stream, u32, u32, String, SimTime, SimTime)>;
 
 /// Runs a plan with a recorder and a memory tracker and checks every
 /// invariant of the raw timeline; returns the report.
-fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report {
-    let ig: IterationGraph = build_graph(costs, plan, opts).unwrap();
-    let g: &Graph = &ig.graph;
+pub(crate) fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report {
+    let low: Lowered = build_graph(costs, plan, opts).unwrap();
+    let g: &Graph = &low.graph;
     let mut rec = Recorder::default();
     let report = simulate_observed(costs, plan, opts, &mut rec).unwrap();
-    let ranks = costs.ranks() as u32;
 
     // Every op ran; per-op (start, end) and per-stream sequences.
     let mut start = vec![None; g.len()];
@@ -105,7 +106,7 @@ fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report {
                 w[1]
             );
         }
-        if *stream == Stream::Comm {
+        if matches!(stream, Stream::Comm | Stream::Reduce) {
             for (k, &(op, _, _)) in ops.iter().enumerate() {
                 let ready = if k == 0 { SimTime::ZERO } else { ops[k - 1].2 };
                 prev_on_slot.entry(op).or_default().push(ready);
@@ -113,49 +114,64 @@ fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report {
         }
     }
 
-    // No collective starts before every rank joined: it runs on all ranks,
-    // and starts exactly when the last participant's stream is free and its
-    // last dependency (each rank's program reaching the join) is done.
-    for i in 0..g.len() {
-        let op = OpId(i as u32);
-        let cat = g.op_label(op).category;
-        if !matches!(cat, Category::AllGather | Category::ReduceScatter) {
-            continue;
-        }
-        assert_eq!(parts[i], ranks, "collective {i} runs on every rank");
+    // No collective starts before every participant joined: it starts
+    // exactly when the last participant's stream is free and its last
+    // dependency (each rank's program reaching the join) is done. Each
+    // collective covers its whole group.
+    let group = plan.strategy.groups(costs.ranks()).group_size as u32;
+    for c in &low.collectives {
+        let i = c.op.0 as usize;
+        let want = match c.group {
+            sim::schedule::lower::Group::Shard(_) => group,
+            sim::schedule::lower::Group::Replica(_) => costs.ranks() as u32 / group,
+        };
+        assert_eq!(parts[i], want, "collective {i} runs on its whole group");
         let s = start[i].unwrap();
         let mut joined = SimTime::ZERO;
-        for &t in &prev_on_slot[&op] {
+        for &t in &prev_on_slot[&c.op] {
             joined = joined.max(t);
         }
-        for d in g.op_deps(op) {
+        for d in g.op_deps(c.op) {
             joined = joined.max(end[d.0 as usize]);
         }
         assert_eq!(s, joined, "collective {i} starts when the last rank joined");
     }
+    for i in 0..g.len() {
+        if g.op_label(OpId(i as u32)).category.is_collective() {
+            assert!(low.collectives.iter().any(|c| c.op.0 as usize == i));
+        }
+    }
 
     // Memory: never below the base, everything freed at the end.
-    let mut mem = MemoryTracker::new(ig.base_mem_bytes.clone());
-    for &(rank, time, delta, op) in &rec.mems {
-        sim::engine::Observer::on_mem(&mut mem, rank, time, delta, op);
+    let mut bases = low.base_device_bytes.clone();
+    bases.extend(&low.base_host_bytes);
+    let mut mem = MemoryTracker::new(bases);
+    for &(pool, time, delta, op) in &rec.mems {
+        sim::engine::Observer::on_mem(&mut mem, pool, time, delta, op);
     }
-    for r in 0..costs.ranks() {
+    for p in 0..mem.ranks() {
         assert!(
-            mem.min_dynamic_bytes(r) >= 0,
-            "rank {r} memory below its base"
+            mem.min_dynamic_bytes(p) >= 0,
+            "pool {p} memory below its base"
         );
         assert_eq!(
-            mem.current_bytes(r),
-            mem.base_bytes(r),
-            "rank {r} leaks memory"
+            mem.current_bytes(p),
+            mem.base_bytes(p),
+            "pool {p} leaks memory"
         );
+    }
+    for r in 0..costs.ranks() {
         let peak = mem.peak_bytes(r) as f64 / sim::units::GIB;
         assert!((peak - report.gpus[r].peak_mem_gib).abs() < 1e-12);
+    }
+    for h in &report.hosts {
+        let peak = mem.peak_bytes(costs.ranks() + h.node) as f64 / sim::units::GIB;
+        assert!((peak - h.peak_gib).abs() < 1e-12);
     }
 
     // Breakdown sums to the iteration on every GPU.
     for gr in &report.gpus {
-        let sum = gr.compute_ms + gr.exposed_comm_ms + gr.copy_ms + gr.idle_ms;
+        let sum = gr.compute_ms + gr.exposed_comm_ms + gr.copy_ms + gr.host_ms + gr.idle_ms;
         assert!(
             (sum - report.iteration_ms).abs() < 1e-6,
             "rank {}: {sum} vs {}",
@@ -167,6 +183,21 @@ fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report {
         assert!(gr.finish_ms <= report.iteration_ms + 1e-9);
     }
     assert_eq!(report.ops as usize, g.len());
+
+    // The fast model sees the same iteration.
+    let fast = sim::fast::evaluate(costs, plan, opts).unwrap();
+    assert_eq!(
+        SimTime::from_ms(fast.iteration_ms),
+        SimTime::from_ms(report.iteration_ms),
+        "fast model vs simulator"
+    );
+    for r in 0..costs.ranks() {
+        let (f, s) = (fast.peak_gib[r], report.gpus[r].peak_mem_gib);
+        assert!(
+            f >= s - 1e-12 && f <= s * 1.03 + 1e-9,
+            "rank {r}: fast {f} vs sim {s} GiB"
+        );
+    }
     report
 }
 
@@ -338,13 +369,13 @@ gpus = [ { type = "a10g", count = 2 } ]
         None,
     );
     let p = plan(&[8, 8, 8, 8], &[2, 2, 2, 2], None);
-    let ig = build_graph(&c, &p, &SimOptions::default()).unwrap();
+    let low = build_graph(&c, &p, &SimOptions::default()).unwrap();
     let mut rec = Recorder::default();
     let r = simulate_observed(&c, &p, &SimOptions::default(), &mut rec).unwrap();
     let mut per_rank: Vec<Timeline> = vec![vec![]; 4];
     for &(op, rank, stream, s, e) in &rec.ops {
-        let l = ig.graph.op_label(op);
-        let name = ig.graph.name(l.name).to_string();
+        let l = low.graph.op_label(op);
+        let name = low.graph.name(l.name).to_string();
         per_rank[rank as usize].push((stream, l.unit, l.micro, name, s, e));
     }
     assert!(per_rank[0].len() > 100);
@@ -410,7 +441,7 @@ fn output_is_byte_identical_across_runs() {
         .filter(|e| e["name"] == "thread_name")
         .map(|e| (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap()))
         .collect();
-    assert_eq!(threads.len(), 12);
+    assert_eq!(threads.len(), 20);
     let procs: Vec<&str> = evs
         .iter()
         .filter(|e| e["name"] == "process_name")
@@ -422,13 +453,18 @@ fn output_is_byte_identical_across_runs() {
             "rank 0: l4",
             "rank 1: l4",
             "rank 2: rtx-a6000",
-            "rank 3: p40"
+            "rank 3: p40",
+            "host: node0"
         ]
     );
     // Rank 1 accumulates 2 micro-batches: its copy track is used.
     assert!(evs
         .iter()
-        .any(|e| e["ph"] == "X" && e["pid"] == 1 && e["tid"] == 2));
+        .any(|e| e["ph"] == "X" && e["pid"] == 1 && e["tid"] == 3));
+    // The host of the node has a memory counter too.
+    assert!(evs
+        .iter()
+        .any(|e| e["ph"] == "C" && e["pid"] == 4 && e["name"] == "memory"));
     assert!(evs.iter().any(|e| e["ph"] == "C" && e["name"] == "memory"));
 }
 
@@ -556,8 +592,18 @@ fn paper_plan_is_bounded_by_its_slowest_gpu_and_explained() {
         (g.compute_ms - lower - non_block).abs() < 1e-3,
         "compute = blocks + non-block"
     );
-    let co = &r.collectives;
-    let fill_drain = co.ag_embedding_ms + co.ag_block_ms + co.rs_block_ms + co.rs_embedding_ms;
+    let one = |kind: &str, unit: u32| {
+        let c = r
+            .collectives
+            .iter()
+            .find(|c| c.kind == kind && c.unit == unit)
+            .unwrap();
+        c.time_ms / c.count as f64
+    };
+    let fill_drain = one("all_gather", 0)
+        + one("all_gather", 1)
+        + one("reduce_scatter", 1)
+        + one("reduce_scatter", 0);
     assert!(
         g.exposed_comm_ms <= fill_drain + 1e-6,
         "{} > {fill_drain}",
@@ -583,16 +629,20 @@ fn paper_plan_is_bounded_by_its_slowest_gpu_and_explained() {
             x.exposed_comm_ms, x.copy_ms, x.idle_ms, x.peak_mem_gib, x.usable_gib
         );
     }
-    // Memory: the reference check is state + 2 GiB + act_mem(m); the
-    // simulated peak matches it on every computing GPU to within the
-    // in-flight buffers explained in `sim::fsdp`.
+    // Memory: the reference check is state + 2 GiB + act_mem(m), the
+    // configuration the memory was measured in (one micro-batch, inputs on
+    // the GPU): those GPUs reproduce it to within the in-flight buffers
+    // timing adds; the accumulating GPU offloads its block inputs and
+    // needs less.
     for (i, x) in r.gpus.iter().enumerate() {
         let check = c.state_gib(0.25) + 2.0 + c.act_mem_gib(p.gpus[i].microbatch_size);
-        assert!(
-            x.peak_mem_gib >= check - 1e-9,
-            "rank {i}: {} < {check}",
-            x.peak_mem_gib
-        );
+        if p.gpus[i].microbatches == 1 {
+            assert!(
+                x.peak_mem_gib >= check - 1e-6,
+                "rank {i}: {} < {check}",
+                x.peak_mem_gib
+            );
+        }
         assert!(
             x.peak_mem_gib <= check + 0.35,
             "rank {i}: {} vs {check}",

@@ -1,0 +1,388 @@
+//! The fast model: the same iteration as the event simulation, evaluated
+//! without building a graph, and a per-GPU memory bound planners can ask
+//! about hypothetical micro-batches.
+//!
+//! # Whole-plan evaluation ([`evaluate`])
+//!
+//! The lowering ([`crate::schedule::lower`]) emits ops in an order that
+//! respects every dependency and every stream's issue order. The engine's
+//! rule is that an op starts as soon as its dependencies are done and it
+//! heads every queue it was issued on, i.e. at
+//! `max(end of the previous op on each of its streams, end of each
+//! dependency)`. [`Timeline`] applies that rule to each op as it arrives,
+//! so it needs no task graph and no event queue, and gives the simulator's
+//! times. Memory changes are stamped with those times and swept per pool,
+//! all changes of one instant together, as [`crate::memory::MemoryTracker`]
+//! counts them, so its peaks are the simulator's.
+//!
+//! # Per-GPU memory bound ([`rank_peak`])
+//!
+//! For one GPU running `sizes` micro-batches with a state share, without
+//! the rest of the plan: its own steps in program order, compute back to
+//! back (no waits for collectives, the worst case for the backlog of
+//! device-to-host copies), host-to-device copies allocated as early as
+//! their prefetch allows, and the collectives' buffers as the worst timing
+//! allows: during phase `q` the unit buffers of every gathered-and-not-freed
+//! unit and every unreduced gradient, plus the larger of the next phase's
+//! prefetched parameters and the previous phase's gradient buffer whose
+//! reduce-scatter may still run (the communication stream runs them one
+//! after the other, so never both). Planners size micro-batches and state
+//! shares with it; candidates are then judged by the simulator.
+//!
+//! Units: ms for times, bytes for memory.
+
+use crate::cost::CostModel;
+use crate::engine::NameId;
+use crate::engine::{Category, MemAt, MemChange, OpId, OpLabel, Stream, NO_INDEX};
+use crate::error::PlanError;
+use crate::plan::Plan;
+use crate::schedule::lower::{lower_into, Sink};
+use crate::schedule::{Description, Schedule};
+use crate::simulate::SimOptions;
+use crate::units::{SimTime, GIB};
+
+/// A [`Sink`] that evaluates each op on arrival (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    streams: Vec<u64>,
+    end: Vec<u64>,
+    /// (pool, time, delta) of every memory change.
+    mems: Vec<(u32, u64, i64)>,
+    finish: Vec<u64>,
+    makespan: u64,
+}
+
+impl Timeline {
+    /// An empty timeline for `ranks` GPUs.
+    pub fn new(ranks: usize) -> Timeline {
+        Timeline {
+            streams: vec![0; ranks * Stream::COUNT],
+            end: Vec::new(),
+            mems: Vec::new(),
+            finish: vec![0; ranks],
+            makespan: 0,
+        }
+    }
+
+    fn slot(rank: u32, stream: Stream) -> usize {
+        rank as usize * Stream::COUNT + stream.index()
+    }
+
+    fn push(&mut self, start: u64, dur: SimTime, mems: &[MemChange]) -> (OpId, u64) {
+        let end = start + dur.0;
+        let id = OpId(self.end.len() as u32);
+        self.end.push(end);
+        for m in mems {
+            let t = match m.at {
+                MemAt::Start => start,
+                MemAt::End => end,
+            };
+            self.mems.push((m.pool, t, m.delta_bytes));
+        }
+        self.makespan = self.makespan.max(end);
+        (id, end)
+    }
+
+    fn ready(&self, deps: &[OpId]) -> u64 {
+        deps.iter()
+            .map(|d| self.end[d.0 as usize])
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Peak of every pool `0..bases.len()` starting from `bases`, bytes
+    /// (totals after each instant's changes).
+    pub fn peaks(&self, bases: &[i64]) -> Vec<i64> {
+        let mut by_pool: Vec<Vec<(u64, i64)>> = vec![Vec::new(); bases.len()];
+        for &(p, t, d) in &self.mems {
+            if let Some(v) = by_pool.get_mut(p as usize) {
+                v.push((t, d));
+            }
+        }
+        by_pool
+            .into_iter()
+            .zip(bases)
+            .map(|(mut v, &b)| {
+                v.sort_by_key(|x| x.0);
+                let (mut cur, mut peak) = (b, b);
+                let mut i = 0;
+                while i < v.len() {
+                    let t = v[i].0;
+                    while i < v.len() && v[i].0 == t {
+                        cur += v[i].1;
+                        i += 1;
+                    }
+                    peak = peak.max(cur);
+                }
+                peak
+            })
+            .collect()
+    }
+}
+
+impl Sink for Timeline {
+    fn label(&mut self, category: Category, _name: &str) -> OpLabel {
+        OpLabel {
+            category,
+            name: NameId(0),
+            unit: NO_INDEX,
+            micro: NO_INDEX,
+        }
+    }
+
+    fn op(
+        &mut self,
+        rank: u32,
+        stream: Stream,
+        dur: SimTime,
+        deps: &[OpId],
+        _label: OpLabel,
+        mems: &[MemChange],
+    ) -> OpId {
+        let s = Self::slot(rank, stream);
+        let start = self.streams[s].max(self.ready(deps));
+        let (id, end) = self.push(start, dur, mems);
+        self.streams[s] = end;
+        self.finish[rank as usize] = self.finish[rank as usize].max(end);
+        id
+    }
+
+    fn collective(
+        &mut self,
+        ranks: &[u32],
+        stream: Stream,
+        dur: SimTime,
+        deps: &[OpId],
+        _label: OpLabel,
+        mems: &[MemChange],
+    ) -> OpId {
+        let mut start = self.ready(deps);
+        for &r in ranks {
+            start = start.max(self.streams[Self::slot(r, stream)]);
+        }
+        let (id, end) = self.push(start, dur, mems);
+        for &r in ranks {
+            self.streams[Self::slot(r, stream)] = end;
+            self.finish[r as usize] = self.finish[r as usize].max(end);
+        }
+        id
+    }
+}
+
+/// What the fast model says about a plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FastEval {
+    /// Iteration time, ms.
+    pub iteration_ms: f64,
+    /// When each GPU's last op ends, ms.
+    pub finish_ms: Vec<f64>,
+    /// Peak memory per GPU, GiB.
+    pub peak_gib: Vec<f64>,
+    /// Peak host memory per node, GiB.
+    pub host_peak_gib: Vec<f64>,
+    /// Some GPU exceeds its usable memory or some host its capacity.
+    pub oom: bool,
+}
+
+/// Evaluates one iteration of `plan` (validated first, origin `plan`).
+pub fn evaluate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<FastEval, PlanError> {
+    let d = Description::new(costs, plan)?;
+    let ranks = d.ranks();
+    let mut t = Timeline::new(ranks);
+    let parts = lower_into(&d, opts.prefetch, &mut t);
+    let mut bases = parts.base_device_bytes.clone();
+    bases.extend(&parts.base_host_bytes);
+    let peaks = t.peaks(&bases);
+    let peak_gib: Vec<f64> = peaks[..ranks].iter().map(|&b| b as f64 / GIB).collect();
+    let host_peak_gib: Vec<f64> = peaks[ranks..].iter().map(|&b| b as f64 / GIB).collect();
+    let oom = (0..ranks).any(|r| peak_gib[r] > costs.usable_gib(r))
+        || costs
+            .workload
+            .cluster
+            .nodes
+            .iter()
+            .zip(&host_peak_gib)
+            .any(|(n, &h)| h > n.host_mem_gib);
+    Ok(FastEval {
+        iteration_ms: t.makespan as f64 / 1e6,
+        finish_ms: t.finish.iter().map(|&x| x as f64 / 1e6).collect(),
+        peak_gib,
+        host_peak_gib,
+        oom,
+    })
+}
+
+/// The memory one GPU needs, from [`rank_peak`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankPeak {
+    /// Peak GPU memory, bytes.
+    pub device_bytes: i64,
+    /// Peak host memory its offload uses, bytes.
+    pub host_bytes: i64,
+}
+
+/// Upper bound on the peak memory of `rank` (its GPU type, node and
+/// micro-batch costs) running micro-batches of `sizes` under `schedule`,
+/// holding the state of `local_params` parameters (see the module docs).
+/// `sizes` empty: a GPU with no samples (state, overhead and one unit's
+/// buffers at a time).
+pub fn rank_peak(
+    schedule: &Schedule<'_>,
+    rank: usize,
+    sizes: &[u32],
+    local_params: f64,
+) -> Result<RankPeak, PlanError> {
+    let s = &schedule.strategy;
+    let base = schedule.base_device_bytes(local_params);
+    let host_base = (s.host_state_bytes_per_param() * local_params).round() as i64;
+    let n = sizes.len();
+    let units = &schedule.units;
+    let shards = s.sharding.shards_params();
+    if n == 0 {
+        let unit = if shards {
+            units
+                .iter()
+                .map(|u| u.param_bytes.max(u.grad_bytes))
+                .max()
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        return Ok(RankPeak {
+            device_bytes: base + unit,
+            host_bytes: host_base,
+        });
+    }
+    let mut micro = Vec::with_capacity(n);
+    let mut distinct: Vec<(u32, crate::schedule::Micro)> = Vec::new();
+    for &m in sizes {
+        let mc = match distinct.iter().find(|x| x.0 == m) {
+            Some(x) => x.1,
+            None => {
+                let mc = schedule.micro(rank, m)?;
+                distinct.push((m, mc));
+                mc
+            }
+        };
+        micro.push(mc);
+    }
+    let offloads = s.offloads_activations(n as u32);
+    let phases = schedule.phases(n as u32);
+    let mut gathered = vec![false; units.len()];
+    let mut grads = vec![false; units.len()];
+    let (mut params_live, mut grads_live) = (0i64, 0i64);
+    // Activation events (time, delta) on the device and the host; buffer
+    // windows (start, end, bytes) per phase.
+    let mut dev: Vec<(u64, i64)> = Vec::new();
+    let mut host: Vec<(u64, i64)> = Vec::new();
+    let mut windows: Vec<(u64, u64, i64)> = Vec::with_capacity(phases.len());
+    // Stream clocks and the compute ends of the last two steps (the
+    // prefetch of step j's copy waits for step j - 2).
+    let (mut compute, mut copy) = (0u64, 0u64);
+    let (mut end_prev2, mut end_prev1) = (0u64, 0u64);
+    let add = |v: &mut Vec<(u64, i64)>, t0: u64, t1: u64, m: &crate::schedule::Mems, host: bool| {
+        for x in m.as_slice().iter().filter(|x| x.host == host) {
+            v.push((if x.at == MemAt::Start { t0 } else { t1 }, x.bytes));
+        }
+    };
+    for (p, ph) in phases.iter().enumerate() {
+        let u = ph.unit as usize;
+        if ph.gather && !gathered[u] {
+            gathered[u] = true;
+            params_live += units[u].param_bytes;
+        }
+        let steps: Vec<usize> = match ph.pass {
+            None => (0..n).collect(),
+            Some(k) if (k as usize) < n => vec![k as usize],
+            Some(_) => vec![],
+        };
+        if ph.grad_alloc && shards && !grads[u] && !steps.is_empty() {
+            grads[u] = true;
+            grads_live += units[u].grad_bytes;
+        }
+        let extra_next = phases
+            .get(p + 1)
+            .filter(|q| q.gather && !gathered[q.unit as usize])
+            .map_or(0, |q| units[q.unit as usize].param_bytes);
+        let extra_prev = if p > 0 && phases[p - 1].reduce && shards {
+            units[phases[p - 1].unit as usize].grad_bytes
+        } else {
+            0
+        };
+        let phase_start = compute;
+        for (j, &k) in steps.iter().enumerate() {
+            let st = schedule.step(rank, &micro[k], ph, k as u32, j == 0, offloads);
+            let mut ready = compute;
+            if let Some(h) = &st.h2d {
+                // As early as the prefetch allows.
+                let start = copy.max(end_prev2);
+                let end = start + h.dur.0;
+                add(&mut dev, start, end, &h.mem, false);
+                add(&mut host, start, end, &h.mem, true);
+                copy = end;
+                ready = ready.max(end);
+            }
+            let mut t = ready;
+            for w in st.works() {
+                let end = t + w.dur.0;
+                add(&mut dev, t, end, &w.mem, false);
+                t = end;
+            }
+            compute = t;
+            end_prev2 = end_prev1;
+            end_prev1 = t;
+            if let Some(dc) = &st.d2h {
+                let start = copy.max(t);
+                let end = start + dc.dur.0;
+                add(&mut dev, start, end, &dc.mem, false);
+                add(&mut host, start, end, &dc.mem, true);
+                copy = end;
+            }
+        }
+        windows.push((
+            phase_start,
+            compute.max(phase_start + 1),
+            params_live + grads_live + extra_next.max(extra_prev),
+        ));
+        if ph.reduce && grads[u] {
+            grads[u] = false;
+            grads_live -= units[u].grad_bytes;
+        }
+        if ph.reshard && gathered[u] {
+            gathered[u] = false;
+            params_live -= units[u].param_bytes;
+        }
+    }
+    Ok(RankPeak {
+        device_bytes: sweep(base, dev, &windows),
+        host_bytes: sweep(host_base, host, &[]),
+    })
+}
+
+/// Peak of `base` plus the running sum of `events` (allocations before
+/// frees at equal instants) plus, at every instant inside a window
+/// `(start, end, bytes)`, that window's bytes.
+fn sweep(base: i64, mut events: Vec<(u64, i64)>, windows: &[(u64, u64, i64)]) -> i64 {
+    events.sort_by(|x, y| x.0.cmp(&y.0).then(y.1.cmp(&x.1)));
+    let mut peak = base;
+    let mut cur = 0i64;
+    let mut w = 0usize;
+    let mut i = 0usize;
+    loop {
+        let t = events.get(i).map(|e| e.0);
+        // Close windows that end before the next event (or all at the end).
+        while w < windows.len() && t.is_none_or(|t| windows[w].1 <= t) {
+            peak = peak.max(base + cur + windows[w].2);
+            w += 1;
+        }
+        let Some(t) = t else { break };
+        cur += events[i].1;
+        let win = windows
+            .get(w)
+            .filter(|x| x.0 <= t && t < x.1)
+            .map_or(0, |x| x.2);
+        peak = peak.max(base + cur + win);
+        i += 1;
+    }
+    peak
+}

@@ -1,0 +1,33 @@
+//! `ddp`: PyTorch DDP (FSDP NO_SHARD) with the rule of [`super::fsdp`]:
+//! a full replica of the training state and DDP's gradient buckets on
+//! every GPU, gradients all-reduced in 25 MiB buckets (the first 1 MiB) as
+//! the backward makes them ready, `no_sync()` accumulation. Units: samples,
+//! GiB.
+
+use super::{even_split, standard_plan, Planned, Planner, Problem};
+use crate::error::PlanError;
+use crate::strategy::{Sharding, StrategySpec};
+
+/// Even-batch DDP.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ddp;
+
+impl Planner for Ddp {
+    fn name(&self) -> &'static str {
+        "ddp"
+    }
+
+    fn summary(&self) -> &'static str {
+        "DDP (NO_SHARD): full replicas, bucketed gradient all-reduce overlapping the backward"
+    }
+
+    fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
+        let g = problem.costs.ranks();
+        let batch = even_split(problem.costs.workload.global_batch, g);
+        let forced = StrategySpec {
+            sharding: Some(Sharding::NoShard),
+            ..StrategySpec::default()
+        };
+        standard_plan(problem, self.name(), &batch, &forced, false, None)
+    }
+}

@@ -1,0 +1,34 @@
+//! `hsdp`: FSDP HYBRID_SHARD with the rule of [`super::fsdp`]: the state is
+//! fully sharded inside each shard group (the GPUs of one node unless
+//! `--shard-group` says otherwise) and replicated across groups; gradients
+//! are reduce-scattered inside the group, then all-reduced across groups
+//! on a second communicator that overlaps the group's collectives. Units:
+//! samples, GiB.
+
+use super::{even_split, standard_plan, Planned, Planner, Problem};
+use crate::error::PlanError;
+use crate::strategy::{Sharding, StrategySpec};
+
+/// Even-batch hybrid sharding.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hsdp;
+
+impl Planner for Hsdp {
+    fn name(&self) -> &'static str {
+        "hsdp"
+    }
+
+    fn summary(&self) -> &'static str {
+        "HSDP (HYBRID_SHARD): full shard inside each node, replicas across nodes"
+    }
+
+    fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
+        let g = problem.costs.ranks();
+        let batch = even_split(problem.costs.workload.global_batch, g);
+        let forced = StrategySpec {
+            sharding: Some(Sharding::Hybrid),
+            ..StrategySpec::default()
+        };
+        standard_plan(problem, self.name(), &batch, &forced, false, None)
+    }
+}

@@ -1,0 +1,34 @@
+//! `zero2`: ZeRO-2 / FSDP SHARD_GRAD_OP with the rule of [`super::fsdp`]:
+//! gradients and optimizer state sharded, parameters gathered once per
+//! micro-batch for its forward and kept unsharded until its backward (under
+//! `no_sync()`, across all micro-batches until the last one), so there is no
+//! backward all-gather but every unit's parameters are live at once.
+//! Units: samples, GiB.
+
+use super::{even_split, standard_plan, Planned, Planner, Problem};
+use crate::error::PlanError;
+use crate::strategy::{Sharding, StrategySpec};
+
+/// Even-batch ZeRO-2.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Zero2;
+
+impl Planner for Zero2 {
+    fn name(&self) -> &'static str {
+        "zero2"
+    }
+
+    fn summary(&self) -> &'static str {
+        "ZeRO-2 (SHARD_GRAD_OP): same batch everywhere, parameters kept gathered from forward to backward"
+    }
+
+    fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
+        let g = problem.costs.ranks();
+        let batch = even_split(problem.costs.workload.global_batch, g);
+        let forced = StrategySpec {
+            sharding: Some(Sharding::GradOp),
+            ..StrategySpec::default()
+        };
+        standard_plan(problem, self.name(), &batch, &forced, false, None)
+    }
+}

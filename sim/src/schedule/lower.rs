@@ -1,0 +1,656 @@
+//! Lowers a [`Description`] to ops with their memory changes and the
+//! dependencies between them, and records every collective for the report.
+//! The ops go to a [`Sink`]: an engine [`Graph`] for the event simulation,
+//! or the fast model's timeline (`crate::fast`), which evaluates each op as
+//! it arrives. Ops are emitted in an order that respects every dependency
+//! and every stream's issue order, so both see the same iteration.
+//!
+//! # Dependencies
+//!
+//! * A rank's first compute op of a phase waits for the phase's all-gather
+//!   (when the phase gathers); later ops follow the compute stream.
+//! * **Prefetch** (default on): the all-gather of phase `p + 2` is issued
+//!   once every rank of the shard group finished the compute of phase `p`
+//!   (and, the communication stream being in order, after the reductions
+//!   of phase `p`), so at most two phases' parameters are gathered at a
+//!   time (FSDP's rate limiter). Without prefetch, or when a rank is a CPU
+//!   device ([`CostModel::comm_overlaps_compute`]), the all-gather of `p + 1`
+//!   waits for the compute of `p`.
+//! * Host-to-device copies of backward steps are prefetched one step ahead:
+//!   the copy for step `j + 1` waits for the compute of step `j - 1` (two
+//!   input buffers) and precedes step `j`'s device-to-host copy on the copy
+//!   stream. A step whose copy was not prefetched issues it when reached.
+//! * Gradient reductions of a phase wait for every rank of the group to
+//!   finish the phase's compute (FSDP's post-backward hook); hybrid
+//!   sharding's replica all-reduce waits for every group's reduce-scatter
+//!   and runs on the separate reduce stream.
+//! * The optimizer step of a rank waits for its last reductions (and, when
+//!   offloaded, its last gradient copy to the host; the host step is
+//!   followed by the copy of the updated parameters back to the GPU).
+//!
+//! [`CostModel::comm_overlaps_compute`]: crate::cost::CostModel::comm_overlaps_compute
+
+use super::{Description, Mem, OpKind, PhaseKind, Step};
+use crate::comm::CollectiveKind;
+use crate::engine::{Category, Graph, MemAt, MemChange, OpId, OpLabel, Stream, NO_INDEX};
+use crate::strategy::{Offload, Sharding};
+use crate::units::SimTime;
+
+/// Which ranks a collective ran over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    /// Shard group `k` (all GPUs unless hybrid).
+    Shard(usize),
+    /// Replica group `j` (position `j` of every shard group).
+    Replica(usize),
+}
+
+/// One collective op of the iteration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CollectiveRecord {
+    /// The op.
+    pub op: OpId,
+    /// Which collective.
+    pub kind: CollectiveKind,
+    /// Unit whose parameters or gradients it moves.
+    pub unit: u32,
+    /// Its ranks.
+    pub group: Group,
+    /// Collectives it stands for (DDP buckets ready together run as one op).
+    pub count: u32,
+    /// Buffer bytes of all of them together ([`CollectiveKind::buffer_bytes`]).
+    pub buffer_bytes: f64,
+    /// Duration.
+    pub dur: SimTime,
+}
+
+/// What receives the lowered ops (an engine [`Graph`], or the fast model's
+/// timeline). Memory pools: GPU `r` is pool `r`, node `n`'s host is pool
+/// `ranks + n`.
+pub trait Sink {
+    /// Interns a label.
+    fn label(&mut self, category: Category, name: &str) -> OpLabel;
+    /// A local op (see [`Graph::add_op`]).
+    fn op(
+        &mut self,
+        rank: u32,
+        stream: Stream,
+        dur: SimTime,
+        deps: &[OpId],
+        label: OpLabel,
+        mems: &[MemChange],
+    ) -> OpId;
+    /// A collective (see [`Graph::add_collective`]).
+    fn collective(
+        &mut self,
+        ranks: &[u32],
+        stream: Stream,
+        dur: SimTime,
+        deps: &[OpId],
+        label: OpLabel,
+        mems: &[MemChange],
+    ) -> OpId;
+}
+
+impl Sink for Graph {
+    fn label(&mut self, category: Category, name: &str) -> OpLabel {
+        Graph::label(self, category, name)
+    }
+    fn op(
+        &mut self,
+        rank: u32,
+        stream: Stream,
+        dur: SimTime,
+        deps: &[OpId],
+        label: OpLabel,
+        mems: &[MemChange],
+    ) -> OpId {
+        self.add_op(rank, stream, dur, deps, label, mems)
+    }
+    fn collective(
+        &mut self,
+        ranks: &[u32],
+        stream: Stream,
+        dur: SimTime,
+        deps: &[OpId],
+        label: OpLabel,
+        mems: &[MemChange],
+    ) -> OpId {
+        self.add_collective(ranks, stream, dur, deps, label, mems)
+    }
+}
+
+/// What lowering yields besides the ops themselves.
+#[derive(Debug, Clone)]
+pub struct LoweredParts {
+    /// Constant GPU memory per rank, bytes.
+    pub base_device_bytes: Vec<i64>,
+    /// Constant host memory per node, bytes.
+    pub base_host_bytes: Vec<i64>,
+    /// Every collective, in creation order.
+    pub collectives: Vec<CollectiveRecord>,
+}
+
+/// The lowered iteration as an engine graph.
+#[derive(Debug, Clone)]
+pub struct Lowered {
+    /// The task graph.
+    pub graph: Graph,
+    /// Constant GPU memory per rank, bytes.
+    pub base_device_bytes: Vec<i64>,
+    /// Constant host memory per node, bytes.
+    pub base_host_bytes: Vec<i64>,
+    /// Every collective, in creation order.
+    pub collectives: Vec<CollectiveRecord>,
+}
+
+struct Labels {
+    fwd: OpLabel,
+    embed_fwd: OpLabel,
+    head_fwd: OpLabel,
+    bwd: OpLabel,
+    embed_bwd: OpLabel,
+    head_bwd: OpLabel,
+    recompute: OpLabel,
+    optimizer: OpLabel,
+    host_optimizer: OpLabel,
+    ag: OpLabel,
+    rs: OpLabel,
+    ar_replicas: OpLabel,
+    ar_buckets: OpLabel,
+    d2h: OpLabel,
+    h2d: OpLabel,
+    d2h_grads: OpLabel,
+    h2d_params: OpLabel,
+}
+
+fn at(l: OpLabel, unit: u32, micro: u32) -> OpLabel {
+    OpLabel { unit, micro, ..l }
+}
+
+struct Builder<'d, 'a, 's, S: Sink> {
+    d: &'d Description<'a>,
+    g: &'s mut S,
+    lb: Labels,
+    collectives: Vec<CollectiveRecord>,
+    mems: Vec<MemChange>,
+}
+
+impl<S: Sink> Builder<'_, '_, '_, S> {
+    /// A local op of `rank`; device changes go to its GPU's pool, host
+    /// changes to its node's host pool.
+    fn local(
+        &mut self,
+        rank: usize,
+        stream: Stream,
+        dur: SimTime,
+        deps: &[OpId],
+        label: OpLabel,
+        mems: &[Mem],
+    ) -> OpId {
+        let host_pool =
+            self.d.ranks() as u32 + self.d.costs.workload.cluster.gpus[rank].node as u32;
+        self.mems.clear();
+        for m in mems {
+            self.mems.push(MemChange {
+                pool: if m.host { host_pool } else { rank as u32 },
+                at: m.at,
+                delta_bytes: m.bytes,
+            });
+        }
+        self.g.op(rank as u32, stream, dur, deps, label, &self.mems)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn collective(
+        &mut self,
+        ranks: &[usize],
+        stream: Stream,
+        rec: (CollectiveKind, u32, Group, u32, f64),
+        dur: SimTime,
+        deps: &[OpId],
+        label: OpLabel,
+        mems: &[MemChange],
+    ) -> OpId {
+        let r32: Vec<u32> = ranks.iter().map(|&r| r as u32).collect();
+        let op = self.g.collective(&r32, stream, dur, deps, label, mems);
+        let (kind, unit, group, count, buffer_bytes) = rec;
+        self.collectives.push(CollectiveRecord {
+            op,
+            kind,
+            unit,
+            group,
+            count,
+            buffer_bytes,
+            dur,
+        });
+        op
+    }
+
+    /// All-gathers of phase `p` (one per shard group), after `deps[r]` of
+    /// the group's ranks.
+    fn gather(&mut self, p: usize, after: &[Option<OpId>]) -> Vec<OpId> {
+        let d = self.d;
+        let ph = d.phases[p];
+        let u = ph.unit as usize;
+        let pb = d.units[u].param_bytes;
+        let pass = ph.pass.unwrap_or(NO_INDEX);
+        (0..d.groups.count())
+            .map(|k| {
+                let ranks: Vec<usize> = d.groups.shard_group(k).collect();
+                let pieces = d.gather_pieces(u, k);
+                let dur = super::dur(d.costs.group_collective_ms(
+                    CollectiveKind::AllGather,
+                    &ranks,
+                    &pieces,
+                ));
+                let deps: Vec<OpId> = ranks.iter().filter_map(|&r| after[r]).collect();
+                let mut mems = Vec::with_capacity(2 * ranks.len());
+                for &r in &ranks {
+                    mems.push(MemChange::start(r as u32, pb));
+                    // A GPU with nothing to compute in the phase frees at
+                    // once when the phase reshards (a GPU with no samples).
+                    if d.step_count(r, p) == 0 && ph.reshard {
+                        mems.push(MemChange::end(r as u32, -pb));
+                    }
+                }
+                let buffer = CollectiveKind::AllGather.buffer_bytes(&as_ranks(&pieces));
+                self.collective(
+                    &ranks,
+                    Stream::Comm,
+                    (
+                        CollectiveKind::AllGather,
+                        ph.unit,
+                        Group::Shard(k),
+                        1,
+                        buffer,
+                    ),
+                    dur,
+                    &deps,
+                    at(self.lb.ag, ph.unit, pass),
+                    &mems,
+                )
+            })
+            .collect()
+    }
+}
+
+fn as_ranks(pieces: &[f64]) -> Vec<crate::comm::CollectiveRank> {
+    pieces
+        .iter()
+        .map(|&p| crate::comm::CollectiveRank {
+            node: 0,
+            piece_bytes: p,
+        })
+        .collect()
+}
+
+/// Per-rank construction state.
+#[derive(Debug, Clone, Default)]
+struct RankState {
+    /// Last compute op of the previous step.
+    prev_step_end: Option<OpId>,
+    /// Host-to-device copy already issued for the next step.
+    pending_h2d: Option<OpId>,
+    /// The rank's last reductions (comm and reduce streams) and gradient
+    /// copy: what its optimizer step waits for.
+    last_reduce: Option<OpId>,
+    last_replica: Option<OpId>,
+    last_grad_copy: Option<OpId>,
+    /// Per unit: the unsharded gradient buffer is allocated (by a backward
+    /// op) and not yet reduced.
+    grad_live: Vec<bool>,
+}
+
+/// Builds the engine graph of `d` with prefetch on or off.
+pub fn lower(d: &Description<'_>, prefetch: bool) -> Lowered {
+    let mut g = Graph::with_capacity(0, 0);
+    let parts = lower_into(d, prefetch, &mut g);
+    Lowered {
+        graph: g,
+        base_device_bytes: parts.base_device_bytes,
+        base_host_bytes: parts.base_host_bytes,
+        collectives: parts.collectives,
+    }
+}
+
+/// Emits the ops of `d` (prefetch on or off) into `g`.
+pub fn lower_into<S: Sink>(d: &Description<'_>, prefetch: bool, g: &mut S) -> LoweredParts {
+    let ranks = d.ranks();
+    let np = d.phases.len();
+    let s = d.strategy;
+    let lb = Labels {
+        fwd: g.label(Category::Forward, "fwd"),
+        embed_fwd: g.label(Category::Forward, "embed_fwd"),
+        head_fwd: g.label(Category::Forward, "head_fwd"),
+        bwd: g.label(Category::Backward, "bwd"),
+        embed_bwd: g.label(Category::Backward, "embed_bwd"),
+        head_bwd: g.label(Category::Backward, "head_bwd"),
+        recompute: g.label(Category::Recompute, "recompute"),
+        optimizer: g.label(Category::Optimizer, "optimizer"),
+        host_optimizer: g.label(Category::Optimizer, "host_optimizer"),
+        ag: g.label(Category::AllGather, "all_gather"),
+        rs: g.label(Category::ReduceScatter, "reduce_scatter"),
+        ar_replicas: g.label(Category::AllReduce, "all_reduce_replicas"),
+        ar_buckets: g.label(Category::AllReduce, "all_reduce_buckets"),
+        d2h: g.label(Category::CopyD2H, "d2h"),
+        h2d: g.label(Category::CopyH2D, "h2d"),
+        d2h_grads: g.label(Category::CopyD2H, "d2h_grads"),
+        h2d_params: g.label(Category::CopyH2D, "h2d_params"),
+    };
+    let mut b = Builder {
+        d,
+        g,
+        lb,
+        collectives: Vec::new(),
+        mems: Vec::with_capacity(16),
+    };
+    let ahead = usize::from(prefetch && d.costs.comm_overlaps_compute());
+    let mut ag: Vec<Option<Vec<OpId>>> = vec![None; np];
+    let none: Vec<Option<OpId>> = vec![None; ranks];
+    for (p, slot) in ag.iter_mut().enumerate().take(ahead + 1) {
+        if d.phases[p].gather {
+            *slot = Some(b.gather(p, &none));
+        }
+    }
+    let mut st: Vec<RankState> = vec![
+        RankState {
+            grad_live: vec![false; d.units.len()],
+            ..RankState::default()
+        };
+        ranks
+    ];
+    let mut phase_end: Vec<Option<OpId>> = vec![None; ranks];
+    let mut deps: Vec<OpId> = Vec::with_capacity(3);
+    for p in 0..np {
+        let ph = d.phases[p];
+        let u = ph.unit;
+        let ui = u as usize;
+        let backward_kind = matches!(ph.kind, PhaseKind::Head | PhaseKind::Backward);
+        phase_end.iter_mut().for_each(|x| *x = None);
+        for r in 0..ranks {
+            let n = d.step_count(r, p);
+            for j in 0..n {
+                let mut step: Step = d.step(r, p, j);
+                if j == 0 && ph.grad_alloc && s.sharding.shards_params() && !st[r].grad_live[ui] {
+                    if let Some(w) = step.backward_work_mut() {
+                        w.mem.push(Mem::dev(MemAt::Start, d.units[ui].grad_bytes));
+                        st[r].grad_live[ui] = true;
+                    }
+                }
+                if j + 1 == n && ph.reshard && d.units[ui].param_bytes != 0 {
+                    step.last_work_mut()
+                        .mem
+                        .push(Mem::dev(MemAt::End, -d.units[ui].param_bytes));
+                }
+                // This step's host-to-device copy: prefetched, or now.
+                if let Some(c) = &step.h2d {
+                    if st[r].pending_h2d.is_none() {
+                        let op = b.local(
+                            r,
+                            Stream::Copy,
+                            c.dur,
+                            &[],
+                            at(b.lb.h2d, u, step.micro),
+                            c.mem.as_slice(),
+                        );
+                        st[r].pending_h2d = Some(op);
+                    }
+                }
+                let this_h2d = if step.h2d.is_some() {
+                    st[r].pending_h2d.take()
+                } else {
+                    None
+                };
+                // Prefetch the next step's copy (backward steps only).
+                if backward_kind {
+                    if let Some(c) = d.next_h2d(r, p, j) {
+                        let (nu, nm) = if j + 1 < n {
+                            (u, d.step(r, p, j + 1).micro)
+                        } else {
+                            (d.phases[p + 1].unit, d.step(r, p + 1, 0).micro)
+                        };
+                        let prev = st[r].prev_step_end;
+                        let op = b.local(
+                            r,
+                            Stream::Copy,
+                            c.dur,
+                            prev.as_slice(),
+                            at(b.lb.h2d, nu, nm),
+                            c.mem.as_slice(),
+                        );
+                        st[r].pending_h2d = Some(op);
+                    }
+                }
+                let mut last = None;
+                for (w_i, w) in step.works().enumerate() {
+                    deps.clear();
+                    if w_i == 0 {
+                        if j == 0 {
+                            if let Some(v) = &ag[p] {
+                                deps.push(v[d.groups.group_of(r)]);
+                            }
+                        }
+                        deps.extend(this_h2d);
+                    }
+                    let label = match w.kind {
+                        OpKind::EmbedFwd => b.lb.embed_fwd,
+                        OpKind::Fwd => b.lb.fwd,
+                        OpKind::HeadFwd => b.lb.head_fwd,
+                        OpKind::HeadBwd => b.lb.head_bwd,
+                        OpKind::Recompute => b.lb.recompute,
+                        OpKind::Bwd => b.lb.bwd,
+                        OpKind::EmbedBwd => b.lb.embed_bwd,
+                    };
+                    last = Some(b.local(
+                        r,
+                        Stream::Compute,
+                        w.dur,
+                        &deps,
+                        at(label, u, step.micro),
+                        w.mem.as_slice(),
+                    ));
+                }
+                if let Some(c) = &step.d2h {
+                    let after = last.as_slice();
+                    b.local(
+                        r,
+                        Stream::Copy,
+                        c.dur,
+                        after,
+                        at(b.lb.d2h, u, step.micro),
+                        c.mem.as_slice(),
+                    );
+                }
+                st[r].prev_step_end = last;
+                phase_end[r] = last;
+            }
+        }
+        if ph.reduce {
+            reduce(&mut b, p, &phase_end, &mut st);
+        }
+        let next = p + 1 + ahead;
+        if next < np && d.phases[next].gather {
+            ag[next] = Some(b.gather(next, &phase_end));
+        }
+    }
+    // Optimizer steps.
+    for (r, sr) in st.iter().enumerate() {
+        let dur = super::dur(d.optimizer_ms(r));
+        if s.offload == Offload::Optimizer {
+            let after: Vec<OpId> = sr
+                .last_grad_copy
+                .or(sr.last_replica)
+                .or(sr.last_reduce)
+                .into_iter()
+                .collect();
+            let host = b.local(r, Stream::Host, dur, &after, b.lb.host_optimizer, &[]);
+            let bytes = d.local_params(r) * s.param_dtype.bytes();
+            let up = super::dur(d.costs.host_copy_ms(r, bytes));
+            b.local(r, Stream::Copy, up, &[host], b.lb.h2d_params, &[]);
+        } else {
+            let after: Vec<OpId> = sr.last_reduce.into_iter().chain(sr.last_replica).collect();
+            b.local(r, Stream::Compute, dur, &after, b.lb.optimizer, &[]);
+        }
+    }
+    let base_device_bytes = (0..ranks).map(|r| d.base_device_bytes(r)).collect();
+    let base_host_bytes = (0..d.costs.workload.cluster.nodes.len())
+        .map(|n| d.base_host_bytes(n))
+        .collect();
+    LoweredParts {
+        base_device_bytes,
+        base_host_bytes,
+        collectives: b.collectives,
+    }
+}
+
+/// The gradient reductions after phase `p`.
+fn reduce<S: Sink>(
+    b: &mut Builder<'_, '_, '_, S>,
+    p: usize,
+    phase_end: &[Option<OpId>],
+    st: &mut [RankState],
+) {
+    let d = b.d;
+    let ph = d.phases[p];
+    let u = ph.unit as usize;
+    let pass = ph.pass.unwrap_or(NO_INDEX);
+    let gb = d.units[u].grad_bytes;
+    let s = d.strategy;
+    let ranks = d.ranks();
+    let mut final_op: Vec<Option<OpId>> = vec![None; ranks];
+    match s.sharding {
+        Sharding::NoShard => {
+            let buckets = d.ddp_buckets(u);
+            if !buckets.is_empty() && ranks > 1 {
+                let all: Vec<usize> = (0..ranks).collect();
+                let ms: f64 = buckets
+                    .iter()
+                    .map(|&bytes| {
+                        d.costs.group_collective_ms(
+                            CollectiveKind::AllReduce,
+                            &all,
+                            &vec![bytes; ranks],
+                        )
+                    })
+                    .sum();
+                let deps: Vec<OpId> = phase_end.iter().flatten().copied().collect();
+                let op = b.collective(
+                    &all,
+                    Stream::Comm,
+                    (
+                        CollectiveKind::AllReduce,
+                        ph.unit,
+                        Group::Shard(0),
+                        buckets.len() as u32,
+                        buckets.iter().sum(),
+                    ),
+                    super::dur(ms),
+                    &deps,
+                    at(b.lb.ar_buckets, ph.unit, pass),
+                    &[],
+                );
+                for (r, f) in final_op.iter_mut().enumerate() {
+                    *f = Some(op);
+                    st[r].last_reduce = Some(op);
+                }
+            }
+        }
+        _ => {
+            let mut rs_ops = Vec::with_capacity(d.groups.count());
+            for k in 0..d.groups.count() {
+                let group: Vec<usize> = d.groups.shard_group(k).collect();
+                let pieces = d.reduce_pieces(u, k);
+                let dur = super::dur(d.costs.group_collective_ms(
+                    CollectiveKind::ReduceScatter,
+                    &group,
+                    &pieces,
+                ));
+                let deps: Vec<OpId> = group.iter().filter_map(|&r| phase_end[r]).collect();
+                let mut mems = Vec::with_capacity(3 * group.len());
+                for &r in &group {
+                    // A GPU that produced no gradient for the unit (no
+                    // samples, or no micro-batch in this pass) still
+                    // reduces a buffer of zeros.
+                    if !st[r].grad_live[u] {
+                        mems.push(MemChange::start(r as u32, gb));
+                    }
+                    mems.push(MemChange::end(r as u32, -gb));
+                    st[r].grad_live[u] = false;
+                    // Parameters kept since an earlier phase (SHARD_GRAD_OP)
+                    // free here on a GPU that did not compute this phase.
+                    if ph.reshard && !ph.gather && d.step_count(r, p) == 0 {
+                        mems.push(MemChange::end(r as u32, -d.units[u].param_bytes));
+                    }
+                }
+                let buffer = CollectiveKind::ReduceScatter.buffer_bytes(&as_ranks(&pieces));
+                let op = b.collective(
+                    &group,
+                    Stream::Comm,
+                    (
+                        CollectiveKind::ReduceScatter,
+                        ph.unit,
+                        Group::Shard(k),
+                        1,
+                        buffer,
+                    ),
+                    dur,
+                    &deps,
+                    at(b.lb.rs, ph.unit, pass),
+                    &mems,
+                );
+                for &r in &group {
+                    final_op[r] = Some(op);
+                    st[r].last_reduce = Some(op);
+                }
+                rs_ops.push(op);
+            }
+            if s.sharding == Sharding::Hybrid && d.groups.count() > 1 {
+                for j in 0..d.groups.group_size {
+                    let replicas = d.groups.replica_group(j);
+                    let bytes = d.replica_buffer(u, j);
+                    let dur = super::dur(d.costs.group_collective_ms(
+                        CollectiveKind::AllReduce,
+                        &replicas,
+                        &vec![bytes; replicas.len()],
+                    ));
+                    let op = b.collective(
+                        &replicas,
+                        Stream::Reduce,
+                        (
+                            CollectiveKind::AllReduce,
+                            ph.unit,
+                            Group::Replica(j),
+                            1,
+                            bytes,
+                        ),
+                        dur,
+                        &rs_ops,
+                        at(b.lb.ar_replicas, ph.unit, pass),
+                        &[],
+                    );
+                    for &r in &replicas {
+                        final_op[r] = Some(op);
+                        st[r].last_replica = Some(op);
+                    }
+                }
+            }
+        }
+    }
+    if s.offload == Offload::Optimizer && ph.reduce {
+        for r in 0..ranks {
+            let after = final_op[r].or(st[r].last_replica).or(st[r].last_reduce);
+            let deps: Vec<OpId> = after.into_iter().collect();
+            let dur = super::dur(d.costs.host_copy_ms(r, d.offload_grad_bytes(r, u)));
+            let op = b.local(
+                r,
+                Stream::Copy,
+                dur,
+                &deps,
+                at(b.lb.d2h_grads, ph.unit, pass),
+                &[],
+            );
+            st[r].last_grad_copy = Some(op);
+        }
+    }
+}

@@ -1,0 +1,927 @@
+//! What one training iteration does, as one description both the event
+//! simulation ([`lower`]) and the fast model (`crate::fast`) read.
+//!
+//! # Phases
+//!
+//! FSDP units `u`: 0 = embedding, 1..=L = transformer blocks, L+1 = head.
+//! An iteration is a sequence of [`Phase`]s; each uses one unit on every
+//! GPU: `Forward(u)`, `Head` (forward and backward of the head together),
+//! `Backward(u)`. The accumulation style decides the order and how
+//! micro-batches map onto phases (one module each):
+//!
+//! * [`layered`]: `Forward(0..=L), Head, Backward(L..=0)` once; every phase
+//!   runs all of a rank's micro-batches (Cephalo);
+//! * [`microbatch`]: that sequence once per micro-batch pass (`no-sync`,
+//!   `sync`), each phase running one micro-batch of every rank.
+//!
+//! The sharding decides, per phase, whether the unit is all-gathered before
+//! its compute (`gather`), freed after it (`reshard`), and what reduces its
+//! gradients after the phase (`reduce`):
+//!
+//! | sharding | gather | reshard | gradient reduction |
+//! |---|---|---|---|
+//! | full, hybrid | every phase | every phase | reduce-scatter in the shard group (hybrid: then an all-reduce of the shard across replica groups, on its own stream) |
+//! | grad-op | forward and head phases (no-sync: first pass only) | backward and head phases (no-sync: last pass only) | reduce-scatter |
+//! | none | never (full replicas) | never | all-reduce in DDP buckets of 25 MiB (the first 1 MiB), launched in gradient-ready order; buckets ready together run back to back as one op |
+//!
+//! Gradients are reduced after every `Head` / `Backward` phase under
+//! layered and sync accumulation, after the last pass's only under no-sync.
+//!
+//! # Steps and memory
+//!
+//! Within a phase each rank runs one [`Step`] per micro-batch it computes:
+//! an optional host-to-device copy, one or two compute ops, an optional
+//! device-to-host copy, each with its memory changes ([`Mem`]; device and
+//! host pools). Activation sizes are [`crate::cost::ActivationModel::micro`]
+//! (bytes, anchored). Per micro-batch of rank i:
+//!
+//! * `Forward(u)`: keeps its output `C` (the next unit's input) and, for a
+//!   block, what its recompute policy keeps beyond its input (`none`: all
+//!   saved tensors, `selective`: the kept ones, `full`: nothing); a
+//!   checkpointed block's forward also holds its no-grad working set while
+//!   it runs. Offloading ranks copy those kept bytes to the host after the
+//!   op ([`Rules::offload_head_input`] decides for the last block's output).
+//! * `Head`: forward then backward of the head, holding the logits' working
+//!   set; the backward hands `C` of output gradient to the last block and
+//!   frees its input.
+//! * `Backward(u)`, block: an offloading rank first copies back what the
+//!   block kept (its input and internal tensors, and under
+//!   [`Rules::offload_gradients`] its output gradient); a checkpointed block
+//!   recomputes (`Recompute`: regenerates what it did not keep), then the
+//!   backward holds its intermediate gradients and produces `C` of input
+//!   gradient; at its end everything of the block is freed.
+//! * `Backward(0)`, embedding: its backward frees the output gradient.
+//! * When the gathered parameters are not in `reduce_dtype`, each backward
+//!   holds the parameter-dtype gradient autograd produces before FSDP casts
+//!   it into the gradient buffer.
+//!
+//! Unit buffers are phase-level (the lowering attaches them, and the fast
+//! model's per-GPU bound treats them per phase): gathered parameters
+//! (`param_dtype`) are allocated when their all-gather starts and freed
+//! when the last compute op of the resharding phase ends (on a GPU with no
+//! samples, when the all-gather ends); the first backward op of a unit in
+//! an iteration (under `sync`, in every pass) allocates the unit's
+//! unsharded gradient buffer (`reduce_dtype`), freed when its
+//! reduce-scatter ends. DDP keeps its gradients and buckets for the whole
+//! iteration (in the base).
+//!
+//! Units: durations [`SimTime`] (ns, rounded from the cost model's ms),
+//! memory bytes.
+
+pub mod layered;
+pub mod lower;
+pub mod microbatch;
+
+use crate::activation::BlockActivations;
+use crate::comm::CollectiveKind;
+use crate::cost::CostModel;
+use crate::engine::MemAt;
+use crate::error::PlanError;
+use crate::plan::Plan;
+use crate::strategy::{Accumulation, Attention, Groups, Offload, Recompute, Sharding, Strategy};
+use crate::units::{SimTime, GIB};
+
+/// DDP's default gradient bucket cap (`bucket_cap_mb = 25`, MiB).
+pub const DDP_BUCKET_BYTES: f64 = 25.0 * 1024.0 * 1024.0;
+/// DDP's first (small) bucket after the rebuild, bytes (1 MiB,
+/// `_DEFAULT_FIRST_BUCKET_BYTES`).
+pub const DDP_FIRST_BUCKET_BYTES: f64 = 1024.0 * 1024.0;
+
+/// The kind of a phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PhaseKind {
+    /// Forward of a unit (embedding or block).
+    Forward,
+    /// Head forward and backward.
+    Head,
+    /// Backward of a unit (block or embedding).
+    Backward,
+}
+
+/// One phase of the iteration (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Phase {
+    /// Unit index (0 embedding, 1..=L blocks, L+1 head).
+    pub unit: u32,
+    /// Forward, head or backward.
+    pub kind: PhaseKind,
+    /// Micro-batch pass of a micro-batch-major schedule (`None`: layered,
+    /// every micro-batch of each rank).
+    pub pass: Option<u32>,
+    /// All-gather the unit before the compute.
+    pub gather: bool,
+    /// Free the gathered parameters when the compute ends.
+    pub reshard: bool,
+    /// Reduce the unit's gradients after the phase.
+    pub reduce: bool,
+    /// The phase's first backward op allocates the unit's gradient buffer.
+    pub grad_alloc: bool,
+}
+
+/// Where the sharding places an accumulation style's phase slots: the
+/// gather / reshard flags of the module table.
+fn place_sharding(s: &Strategy, slots: Vec<Phase>, passes: u32) -> Vec<Phase> {
+    let last = passes.saturating_sub(1);
+    slots
+        .into_iter()
+        .map(|mut p| {
+            let pass = p.pass.unwrap_or(0);
+            let fwd_like = matches!(p.kind, PhaseKind::Forward | PhaseKind::Head);
+            let bwd_like = matches!(p.kind, PhaseKind::Backward | PhaseKind::Head);
+            let (gather, reshard) = match s.sharding {
+                Sharding::Full | Sharding::Hybrid => (true, true),
+                Sharding::NoShard => (false, false),
+                Sharding::GradOp => match s.accumulation {
+                    Accumulation::NoSync => (fwd_like && pass == 0, bwd_like && pass == last),
+                    _ => (fwd_like, bwd_like),
+                },
+            };
+            p.gather = gather;
+            p.reshard = reshard;
+            p
+        })
+        .collect()
+}
+
+/// What an accumulation style decides about copies (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// Activation gradients between units go through the host too (layered:
+    /// the next unit's backward runs after every micro-batch of this one).
+    pub offload_gradients: bool,
+    /// The last block's output goes to the host (layered: the head runs
+    /// after every micro-batch of the last block).
+    pub offload_head_input: bool,
+}
+
+/// A memory change of a step's op: device or host pool, at start or end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mem {
+    /// Start or end of the op.
+    pub at: MemAt,
+    /// Host pool of the rank's node (else the rank's GPU).
+    pub host: bool,
+    /// Signed bytes.
+    pub bytes: i64,
+}
+
+impl Mem {
+    fn dev(at: MemAt, bytes: i64) -> Mem {
+        Mem {
+            at,
+            host: false,
+            bytes,
+        }
+    }
+    fn host(at: MemAt, bytes: i64) -> Mem {
+        Mem {
+            at,
+            host: true,
+            bytes,
+        }
+    }
+}
+
+/// Most memory changes one op of a step carries (room for the lowering's
+/// parameter free).
+pub const MAX_MEMS: usize = 10;
+
+/// A fixed-capacity list of memory changes (no allocation per op).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mems {
+    items: [Mem; MAX_MEMS],
+    len: u8,
+}
+
+impl Default for Mems {
+    fn default() -> Self {
+        Mems {
+            items: [Mem::dev(MemAt::Start, 0); MAX_MEMS],
+            len: 0,
+        }
+    }
+}
+
+impl Mems {
+    /// Adds a change (zero changes are dropped).
+    pub fn push(&mut self, m: Mem) {
+        if m.bytes != 0 {
+            assert!(
+                (self.len as usize) < MAX_MEMS,
+                "too many memory changes on one op"
+            );
+            self.items[self.len as usize] = m;
+            self.len += 1;
+        }
+    }
+
+    /// The changes.
+    pub fn as_slice(&self) -> &[Mem] {
+        &self.items[..self.len as usize]
+    }
+}
+
+/// What a compute op of a step is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// Embedding forward.
+    EmbedFwd,
+    /// Block forward.
+    Fwd,
+    /// Head forward.
+    HeadFwd,
+    /// Head backward.
+    HeadBwd,
+    /// Recomputed block forward (full or selective) before its backward.
+    Recompute,
+    /// Block backward.
+    Bwd,
+    /// Embedding backward.
+    EmbedBwd,
+}
+
+/// A compute op of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Work {
+    /// What it is.
+    pub kind: OpKind,
+    /// Duration.
+    pub dur: SimTime,
+    /// Memory changes.
+    pub mem: Mems,
+}
+
+/// A host copy of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyWork {
+    /// Duration (PCIe of the rank's GPU).
+    pub dur: SimTime,
+    /// Memory changes.
+    pub mem: Mems,
+}
+
+/// One micro-batch of one rank in one phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// Micro-batch index (0-based, of this rank).
+    pub micro: u32,
+    /// Host-to-device copy before the compute.
+    pub h2d: Option<CopyWork>,
+    /// Compute ops in order (one or two).
+    pub ops: [Option<Work>; 2],
+    /// Device-to-host copy after the compute.
+    pub d2h: Option<CopyWork>,
+}
+
+impl Step {
+    /// The compute ops.
+    pub fn works(&self) -> impl Iterator<Item = &Work> {
+        self.ops.iter().flatten()
+    }
+
+    /// Mutable access to the step's backward op (head, block or embedding
+    /// backward), if it has one.
+    pub fn backward_work_mut(&mut self) -> Option<&mut Work> {
+        self.ops
+            .iter_mut()
+            .flatten()
+            .find(|w| matches!(w.kind, OpKind::HeadBwd | OpKind::Bwd | OpKind::EmbedBwd))
+    }
+
+    /// Mutable access to the last compute op.
+    pub fn last_work_mut(&mut self) -> &mut Work {
+        if self.ops[1].is_some() {
+            self.ops[1].as_mut().expect("checked")
+        } else {
+            self.ops[0].as_mut().expect("every step has an op")
+        }
+    }
+}
+
+/// Durations and activation bytes of one micro-batch size on one GPU type.
+#[derive(Debug, Clone, Copy)]
+pub struct Micro {
+    f_blk: SimTime,
+    b_blk: SimTime,
+    re_full: SimTime,
+    re_sel: SimTime,
+    f_emb: SimTime,
+    b_emb: SimTime,
+    f_head: SimTime,
+    b_head: SimTime,
+    /// Anchored activation sizes of the micro-batch (bytes).
+    pub act: BlockActivations,
+    /// Physical bytes of one block output (what copies move per `C`).
+    out_phys: f64,
+    /// Physical over anchored bytes (copies move physical bytes).
+    phys_per_byte: f64,
+}
+
+/// A non-negative finite ms value as a duration (anything else is 0).
+pub fn dur(ms: f64) -> SimTime {
+    if ms.is_finite() && ms > 0.0 {
+        SimTime::from_ms(ms)
+    } else {
+        SimTime::ZERO
+    }
+}
+
+fn round(b: f64) -> i64 {
+    if b.is_finite() {
+        b.round() as i64
+    } else {
+        0
+    }
+}
+
+/// Per rank: its micro-batches and what it offloads.
+#[derive(Debug, Clone)]
+struct RankInfo {
+    /// Index into `Description::micro` per micro-batch.
+    micro: Vec<u32>,
+    offloads: bool,
+    batch: u32,
+}
+
+/// Collective buffers of one unit.
+#[derive(Debug, Clone, Copy)]
+pub struct UnitInfo {
+    /// Parameters.
+    pub params: u64,
+    /// Recompute policy (embedding and head: none).
+    pub recompute: Recompute,
+    /// Gathered parameter bytes (`param_dtype`).
+    pub param_bytes: i64,
+    /// Unsharded gradient bytes (`reduce_dtype`).
+    pub grad_bytes: i64,
+}
+
+/// What a strategy does on a workload, independent of any plan: its
+/// phase order, copy rules, per-unit facts and the steps of one
+/// micro-batch. Planners ask it about hypothetical micro-batches; a
+/// [`Description`] adds a plan.
+#[derive(Debug, Clone)]
+pub struct Schedule<'a> {
+    /// The cost model.
+    pub costs: &'a CostModel,
+    /// The strategy.
+    pub strategy: Strategy,
+    /// The style's copy rules.
+    pub rules: Rules,
+    /// Per unit.
+    pub units: Vec<UnitInfo>,
+}
+
+impl<'a> Schedule<'a> {
+    /// The schedule of `strategy` on the workload of `costs`.
+    pub fn new(costs: &'a CostModel, strategy: Strategy) -> Schedule<'a> {
+        let s = strategy;
+        let layers = costs.workload.model.layers;
+        let rules = match s.accumulation {
+            Accumulation::Layered => layered::RULES,
+            _ => microbatch::RULES,
+        };
+        let pb = s.param_dtype.bytes();
+        let gb = s.reduce_dtype.bytes();
+        let units = costs
+            .unit_params()
+            .iter()
+            .enumerate()
+            .map(|(u, &p)| UnitInfo {
+                params: p,
+                recompute: if u == 0 || u as u32 == layers + 1 {
+                    Recompute::None
+                } else {
+                    s.checkpointing.block(u as u32)
+                },
+                param_bytes: round(p as f64 * pb),
+                grad_bytes: round(p as f64 * gb),
+            })
+            .collect();
+        Schedule {
+            costs,
+            strategy,
+            rules,
+            units,
+        }
+    }
+
+    /// Blocks of the model.
+    pub fn layers(&self) -> u32 {
+        self.costs.workload.model.layers
+    }
+
+    /// The phases of an iteration of `passes` micro-batch passes (layered
+    /// schedules have one pass whatever the count).
+    pub fn phases(&self, passes: u32) -> Vec<Phase> {
+        let s = &self.strategy;
+        let slots = match s.accumulation {
+            Accumulation::Layered => layered::phases(self.layers()),
+            Accumulation::NoSync | Accumulation::Sync => {
+                microbatch::phases(self.layers(), passes, s.accumulation)
+            }
+        };
+        place_sharding(s, slots, passes)
+    }
+
+    /// Costs of a micro-batch of `m` samples on `rank`'s GPU.
+    pub fn micro(&self, rank: usize, m: u32) -> Result<Micro, PlanError> {
+        micro_costs(self.costs, rank, m, self.strategy.attention)
+    }
+
+    /// The step of micro-batch `micro` (costs `mc`) of `rank` in phase
+    /// `ph` (`_first`: the rank's first step of the phase, unused by the
+    /// step itself), `offloads` when the rank sends activations to the host.
+    pub fn step(
+        &self,
+        rank: usize,
+        mc: &Micro,
+        ph: &Phase,
+        micro: u32,
+        _first: bool,
+        offloads: bool,
+    ) -> Step {
+        let a = &mc.act;
+        let c = round(a.checkpoint);
+        let u = ph.unit as usize;
+        let unit = self.units[u];
+        let layers = self.layers() as usize;
+        let copy = |bytes: i64| {
+            dur(self
+                .costs
+                .host_copy_ms(rank, bytes as f64 * mc.phys_per_byte))
+        };
+        let copy_c = dur(self.costs.host_copy_ms(rank, mc.out_phys));
+        // What a block keeps beyond its input (the embedding and the head
+        // keep nothing of their own).
+        let internal = if (1..=layers).contains(&u) {
+            round((a.kept(unit.recompute) - a.checkpoint).max(0.0))
+        } else {
+            0
+        };
+        let mut grad_mems = Mems::default();
+        if self.strategy.sharding.shards_params()
+            && self.strategy.param_dtype != self.strategy.reduce_dtype
+        {
+            let cast = round(unit.params as f64 * self.strategy.param_dtype.bytes());
+            grad_mems.push(Mem::dev(MemAt::Start, cast));
+            grad_mems.push(Mem::dev(MemAt::End, -cast));
+        }
+        let d2h = |bytes: i64, phys: SimTime| {
+            let mut m = Mems::default();
+            m.push(Mem::host(MemAt::Start, bytes));
+            m.push(Mem::dev(MemAt::End, -bytes));
+            CopyWork { dur: phys, mem: m }
+        };
+        let h2d = |bytes: i64, phys: SimTime| {
+            let mut m = Mems::default();
+            m.push(Mem::dev(MemAt::Start, bytes));
+            m.push(Mem::host(MemAt::End, -bytes));
+            CopyWork { dur: phys, mem: m }
+        };
+        let offload = offloads;
+        let mut step = Step {
+            micro,
+            h2d: None,
+            ops: [None, None],
+            d2h: None,
+        };
+        match ph.kind {
+            PhaseKind::Forward => {
+                let mut mem = Mems::default();
+                mem.push(Mem::dev(MemAt::Start, c + internal));
+                let (kind, d) = if u == 0 {
+                    (OpKind::EmbedFwd, mc.f_emb)
+                } else {
+                    if unit.recompute == Recompute::Full {
+                        let w = round(a.nograd_work);
+                        mem.push(Mem::dev(MemAt::Start, w));
+                        mem.push(Mem::dev(MemAt::End, -w));
+                    }
+                    (OpKind::Fwd, mc.f_blk)
+                };
+                step.ops[0] = Some(Work { kind, dur: d, mem });
+                if offload {
+                    let out = if u < layers || self.rules.offload_head_input {
+                        c
+                    } else {
+                        0
+                    };
+                    let bytes = out + internal;
+                    if bytes > 0 {
+                        let phys = if out == c && internal == 0 {
+                            copy_c
+                        } else {
+                            copy(bytes)
+                        };
+                        step.d2h = Some(d2h(bytes, phys));
+                    }
+                }
+            }
+            PhaseKind::Head => {
+                if offload && self.rules.offload_head_input {
+                    step.h2d = Some(h2d(c, copy_c));
+                }
+                let w = round(a.head_work);
+                let mut fm = Mems::default();
+                fm.push(Mem::dev(MemAt::Start, w));
+                let mut bm = grad_mems;
+                bm.push(Mem::dev(MemAt::Start, c));
+                bm.push(Mem::dev(MemAt::End, -w));
+                bm.push(Mem::dev(MemAt::End, -c));
+                step.ops[0] = Some(Work {
+                    kind: OpKind::HeadFwd,
+                    dur: mc.f_head,
+                    mem: fm,
+                });
+                step.ops[1] = Some(Work {
+                    kind: OpKind::HeadBwd,
+                    dur: mc.b_head,
+                    mem: bm,
+                });
+                if offload && self.rules.offload_gradients {
+                    step.d2h = Some(d2h(c, copy_c));
+                }
+            }
+            PhaseKind::Backward if u == 0 => {
+                if offload && self.rules.offload_gradients {
+                    step.h2d = Some(h2d(c, copy_c));
+                }
+                let mut m = grad_mems;
+                m.push(Mem::dev(MemAt::End, -c));
+                step.ops[0] = Some(Work {
+                    kind: OpKind::EmbedBwd,
+                    dur: mc.b_emb,
+                    mem: m,
+                });
+            }
+            PhaseKind::Backward => {
+                if offload {
+                    let grads = if self.rules.offload_gradients { c } else { 0 };
+                    let bytes = c + internal + grads;
+                    let phys = if internal == 0 {
+                        if grads > 0 {
+                            dur(self.costs.host_copy_ms(rank, 2.0 * mc.out_phys))
+                        } else {
+                            copy_c
+                        }
+                    } else {
+                        copy(bytes)
+                    };
+                    step.h2d = Some(h2d(bytes, phys));
+                }
+                let regen = round(a.regenerated(unit.recompute));
+                let mut slot = 0;
+                if unit.recompute != Recompute::None {
+                    let mut m = Mems::default();
+                    m.push(Mem::dev(MemAt::Start, regen));
+                    let d = match unit.recompute {
+                        Recompute::Full => mc.re_full,
+                        _ => mc.re_sel,
+                    };
+                    step.ops[0] = Some(Work {
+                        kind: OpKind::Recompute,
+                        dur: d,
+                        mem: m,
+                    });
+                    slot = 1;
+                }
+                let gw = round(a.grad_work);
+                let mut m = grad_mems;
+                m.push(Mem::dev(MemAt::Start, gw + c));
+                m.push(Mem::dev(MemAt::End, -(gw + regen + internal + c + c)));
+                step.ops[slot] = Some(Work {
+                    kind: OpKind::Bwd,
+                    dur: mc.b_blk,
+                    mem: m,
+                });
+                if offload && self.rules.offload_gradients {
+                    step.d2h = Some(d2h(c, copy_c));
+                }
+            }
+        }
+        step
+    }
+
+    /// Memory that never changes during the iteration on a GPU holding
+    /// `local_params` parameters of state, bytes: framework overhead, the
+    /// fixed workspace of the memory model, the training state (DDP: the
+    /// whole state plus its gradient buckets).
+    pub fn base_device_bytes(&self, local_params: f64) -> i64 {
+        let s = &self.strategy;
+        let total = self.costs.workload.model.total_params() as f64;
+        let mut b = self.costs.options.overhead_gib * GIB + self.costs.activations.fixed_bytes;
+        b += s.gpu_state_bytes_per_param() * local_params;
+        if s.sharding == Sharding::NoShard {
+            b += s.reduce_dtype.bytes() * total;
+        }
+        round(b)
+    }
+
+    /// Collective kind that reduces gradients inside the shard group.
+    pub fn reduce_kind(&self) -> CollectiveKind {
+        match self.strategy.sharding {
+            Sharding::NoShard => CollectiveKind::AllReduce,
+            _ => CollectiveKind::ReduceScatter,
+        }
+    }
+
+    /// Sizes (bytes) of the DDP buckets that become ready with unit `u`'s
+    /// backward: buckets of [`DDP_BUCKET_BYTES`] (the first
+    /// [`DDP_FIRST_BUCKET_BYTES`]) laid over the gradients in ready order
+    /// (head, blocks L..1, embedding); a bucket is ready when the unit
+    /// holding its last byte is done. (DDP fills buckets with whole
+    /// parameter tensors; byte granularity is this model's approximation.)
+    pub fn ddp_buckets(&self, u: usize) -> Vec<f64> {
+        let l = self.layers() as usize;
+        let gb = self.strategy.reduce_dtype.bytes();
+        let order = std::iter::once(l + 1)
+            .chain((1..=l).rev())
+            .chain(std::iter::once(0));
+        let (mut start, mut end, mut total) = (0.0, 0.0, 0.0);
+        for x in order {
+            let b = self.units[x].params as f64 * gb;
+            if x == u {
+                start = total;
+                end = total + b;
+            }
+            total += b;
+        }
+        if end <= start {
+            return vec![];
+        }
+        let upper =
+            |i: u64| -> f64 { (DDP_FIRST_BUCKET_BYTES + i as f64 * DDP_BUCKET_BYTES).min(total) };
+        let lower = |i: u64| -> f64 {
+            if i == 0 {
+                0.0
+            } else {
+                upper(i - 1)
+            }
+        };
+        // First bucket whose upper boundary lies above `start`.
+        let mut i = if start < DDP_FIRST_BUCKET_BYTES {
+            0
+        } else {
+            ((start - DDP_FIRST_BUCKET_BYTES) / DDP_BUCKET_BYTES).floor() as u64 + 1
+        };
+        while i > 0 && upper(i - 1) > start {
+            i -= 1;
+        }
+        let mut v = Vec::new();
+        loop {
+            let (lo, hi) = (lower(i), upper(i));
+            if lo >= total || hi > end {
+                break;
+            }
+            if hi > start {
+                v.push(hi - lo);
+            }
+            if hi >= total {
+                break;
+            }
+            i += 1;
+        }
+        v
+    }
+}
+
+/// The iteration of one plan: a [`Schedule`] plus the plan's ranks,
+/// groups and phases.
+#[derive(Debug, Clone)]
+pub struct Description<'a> {
+    /// The strategy's schedule on the workload.
+    pub schedule: Schedule<'a>,
+    /// The cost model.
+    pub costs: &'a CostModel,
+    /// The plan.
+    pub plan: &'a Plan,
+    /// The plan's strategy.
+    pub strategy: Strategy,
+    /// Shard and replica groups.
+    pub groups: Groups,
+    /// Phases in order.
+    pub phases: Vec<Phase>,
+    /// Per unit (as [`Schedule::units`]).
+    pub units: Vec<UnitInfo>,
+    ranks: Vec<RankInfo>,
+    micro: Vec<Micro>,
+}
+
+impl<'a> Description<'a> {
+    /// Describes one iteration of `plan` (validated first, origin `plan`).
+    pub fn new(costs: &'a CostModel, plan: &'a Plan) -> Result<Description<'a>, PlanError> {
+        let ranks = costs.ranks();
+        plan.validate(ranks, costs.workload.global_batch, "plan")?;
+        crate::strategy::validate(&plan.strategy, &costs.workload.cluster)?;
+        let s = plan.strategy;
+        let schedule = Schedule::new(costs, s);
+        let phases = schedule.phases(plan.passes());
+        // Per (type, m) micro-batch costs, computed once.
+        let mut micro: Vec<Micro> = Vec::new();
+        let mut keys: Vec<(usize, u32)> = Vec::new();
+        let mut infos = Vec::with_capacity(ranks);
+        for (r, rp) in plan.gpus.iter().enumerate() {
+            let t = costs.rank_type[r];
+            let mut idx = Vec::with_capacity(rp.microbatches as usize);
+            for m in rp.microbatch_sizes() {
+                let i = match keys.iter().position(|&k| k == (t, m)) {
+                    Some(i) => i,
+                    None => {
+                        micro.push(schedule.micro(r, m)?);
+                        keys.push((t, m));
+                        keys.len() - 1
+                    }
+                };
+                idx.push(i as u32);
+            }
+            infos.push(RankInfo {
+                micro: idx,
+                offloads: s.offloads_activations(rp.microbatches),
+                batch: rp.batch,
+            });
+        }
+        Ok(Description {
+            units: schedule.units.clone(),
+            schedule,
+            costs,
+            plan,
+            strategy: s,
+            groups: s.groups(ranks),
+            phases,
+            ranks: infos,
+            micro,
+        })
+    }
+
+    /// Number of ranks.
+    pub fn ranks(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// Blocks of the model.
+    pub fn layers(&self) -> u32 {
+        self.schedule.layers()
+    }
+
+    /// Whether `rank` computes anything (batch > 0).
+    pub fn computes(&self, rank: usize) -> bool {
+        self.ranks[rank].batch > 0
+    }
+
+    /// Number of steps `rank` runs in phase `p`.
+    pub fn step_count(&self, rank: usize, p: usize) -> usize {
+        let n = self.ranks[rank].micro.len();
+        match self.phases[p].pass {
+            None => n,
+            Some(k) => usize::from((k as usize) < n),
+        }
+    }
+
+    /// The `j`-th step of `rank` in phase `p` (`j < step_count`).
+    pub fn step(&self, rank: usize, p: usize, j: usize) -> Step {
+        let ph = &self.phases[p];
+        let info = &self.ranks[rank];
+        let k = match ph.pass {
+            None => j,
+            Some(k) => k as usize,
+        };
+        let mc = &self.micro[info.micro[k] as usize];
+        self.schedule
+            .step(rank, mc, ph, k as u32, j == 0, info.offloads)
+    }
+
+    /// The host-to-device copy of the step after step `j` of `rank` in
+    /// phase `p` (the next one in this phase, else the first of phase
+    /// `p + 1`), if that step has one: what the backward prefetches.
+    pub fn next_h2d(&self, rank: usize, p: usize, j: usize) -> Option<CopyWork> {
+        if j + 1 < self.step_count(rank, p) {
+            return self.step(rank, p, j + 1).h2d;
+        }
+        if p + 1 < self.phases.len() && self.step_count(rank, p + 1) > 0 {
+            return self.step(rank, p + 1, 0).h2d;
+        }
+        None
+    }
+
+    /// Pieces (bytes) of the all-gather of unit `u` in shard group `k`, in
+    /// group order.
+    pub fn gather_pieces(&self, u: usize, k: usize) -> Vec<f64> {
+        let bytes = self.units[u].params as f64 * self.strategy.param_dtype.bytes();
+        self.groups
+            .shard_group(k)
+            .map(|r| self.plan.gpus[r].state_fraction * bytes)
+            .collect()
+    }
+
+    /// Pieces of the reduce-scatter of unit `u` in shard group `k`.
+    pub fn reduce_pieces(&self, u: usize, k: usize) -> Vec<f64> {
+        let bytes = self.units[u].params as f64 * self.strategy.reduce_dtype.bytes();
+        self.groups
+            .shard_group(k)
+            .map(|r| self.plan.gpus[r].state_fraction * bytes)
+            .collect()
+    }
+
+    /// Buffer (bytes) of the hybrid all-reduce of unit `u` at position `j`:
+    /// the shard every group holds there.
+    pub fn replica_buffer(&self, u: usize, j: usize) -> f64 {
+        self.units[u].params as f64
+            * self.strategy.reduce_dtype.bytes()
+            * self.plan.gpus[j].state_fraction
+    }
+
+    /// See [`Schedule::ddp_buckets`].
+    pub fn ddp_buckets(&self, u: usize) -> Vec<f64> {
+        self.schedule.ddp_buckets(u)
+    }
+
+    /// Constant GPU memory of `rank`, bytes ([`Schedule::base_device_bytes`]).
+    pub fn base_device_bytes(&self, rank: usize) -> i64 {
+        self.schedule.base_device_bytes(self.local_params(rank))
+    }
+
+    /// Host memory that never changes on node `n` (an offloaded optimizer's
+    /// state of the node's ranks), bytes.
+    pub fn base_host_bytes(&self, n: usize) -> i64 {
+        let s = &self.strategy;
+        let c = &self.costs.workload.cluster;
+        round(
+            c.node_ranks(n)
+                .iter()
+                .map(|&r| s.host_state_bytes_per_param() * self.local_params(r))
+                .sum(),
+        )
+    }
+
+    /// Parameters whose optimizer state `rank` holds and steps.
+    pub fn local_params(&self, rank: usize) -> f64 {
+        let total = self.costs.workload.model.total_params() as f64;
+        match self.strategy.sharding {
+            Sharding::NoShard => total,
+            _ => self.plan.gpus[rank].state_fraction * total,
+        }
+    }
+
+    /// Optimizer step of `rank`: on its GPU, or (offloaded) on the host with
+    /// the node's ranks sharing its memory bandwidth.
+    pub fn optimizer_ms(&self, rank: usize) -> f64 {
+        let local = self.local_params(rank);
+        match self.strategy.offload {
+            Offload::Optimizer => {
+                let c = &self.costs.workload.cluster;
+                let sharing = c.node_ranks(c.gpus[rank].node).len();
+                self.costs.host_optimizer_ms(
+                    rank,
+                    local,
+                    self.strategy.param_dtype.bytes(),
+                    sharing,
+                )
+            }
+            _ => self.costs.optimizer_ms(rank, local),
+        }
+    }
+
+    /// Bytes of `rank`'s reduced gradient shard of unit `u` that an
+    /// offloaded optimizer copies to the host (fp32, as DeepSpeed casts it
+    /// on the GPU first).
+    pub fn offload_grad_bytes(&self, rank: usize, u: usize) -> f64 {
+        let share = match self.strategy.sharding {
+            Sharding::NoShard => 1.0,
+            _ => self.plan.gpus[rank].state_fraction,
+        };
+        self.units[u].params as f64 * 4.0 * share
+    }
+}
+
+/// Costs of one micro-batch of `m` samples on `rank`'s GPU type.
+fn micro_costs(
+    costs: &CostModel,
+    rank: usize,
+    m: u32,
+    attention: Attention,
+) -> Result<Micro, PlanError> {
+    let (f, b) = costs
+        .block_ms_with(rank, m, attention)
+        .map_err(|why| PlanError::invalid("--attention", "attention", why))?;
+    let sel = costs.selective_recompute_ms(rank, m, attention, f);
+    let act = costs.activations.micro(m, attention);
+    let out_phys = costs.block_output_bytes(m);
+    Ok(Micro {
+        f_blk: dur(f),
+        b_blk: dur(b),
+        re_full: dur(f),
+        re_sel: dur(sel),
+        f_emb: dur(costs.embed_fwd_ms(rank, m)),
+        b_emb: dur(costs.embed_bwd_ms(rank, m)),
+        f_head: dur(costs.head_fwd_ms(rank, m)),
+        b_head: dur(costs.head_bwd_ms(rank, m)),
+        act,
+        out_phys,
+        phys_per_byte: if act.checkpoint > 0.0 {
+            out_phys / act.checkpoint
+        } else {
+            0.0
+        },
+    })
+}

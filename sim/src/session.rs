@@ -1,0 +1,377 @@
+//! The workflows users run, as library calls: build a workload's cost
+//! model ([`build_workload`]), resolve the strategy of a command
+//! ([`resolve_strategy`]), plan and simulate ([`plan_and_simulate`]), and
+//! compare planners ([`compare`], [`Comparison`]). The command-line tool
+//! only parses flags, reads files, calls these and prints; experiment
+//! runners call them too.
+//!
+//! Units: times in ms, throughput in samples/s, memory in % of usable.
+
+use crate::cluster::Cluster;
+use crate::cost::{CostModel, CostOptions, Workload};
+use crate::dtype::Dtype;
+use crate::error::{PlanError, SpecError};
+use crate::model::ModelCatalog;
+use crate::perfmodel::Predictor;
+use crate::planner::{Planned, Planner, PlannerOptions, Problem, SimJudge};
+use crate::profile::ProfileSet;
+use crate::report::Report;
+use crate::simulate::{simulate, SimOptions};
+use crate::strategy::{Strategy, StrategyContext, StrategySpec};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+/// What a user says about a workload (flags), before it is resolved.
+#[derive(Debug, Clone)]
+pub struct WorkloadSpec {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// Model name or alias (catalog).
+    pub model: String,
+    /// Samples per iteration.
+    pub global_batch: u32,
+    /// Tokens per sample (`None`: the model's default; ViT ignores it).
+    pub seq_len: Option<u32>,
+    /// Training precision.
+    pub dtype: Dtype,
+    /// Memory knobs and the memory cluster.
+    pub options: CostOptions,
+}
+
+/// Resolves a workload into its cost model: looks the model up, checks the
+/// numbers, and fills every rank's costs from `profiles` and `predictor`.
+/// Errors name the flag (`--model`, `--seq-len`, `--global-batch`,
+/// `--memory-cluster`).
+pub fn build_workload(
+    spec: &WorkloadSpec,
+    profiles: &ProfileSet,
+    predictor: &dyn Predictor,
+) -> Result<CostModel, SpecError> {
+    let model = ModelCatalog::builtin()
+        .lookup(&spec.model, "--model")?
+        .clone();
+    let seq_len = match spec.seq_len {
+        Some(0) => {
+            return Err(SpecError::invalid(
+                "--seq-len",
+                "seq_len",
+                "expected a sequence length >= 1",
+            ))
+        }
+        Some(s) => model.tokens_per_sample(s),
+        None => model.tokens_per_sample(model.seq_len),
+    };
+    if spec.global_batch == 0 {
+        return Err(SpecError::invalid(
+            "--global-batch",
+            "global_batch",
+            "expected a global batch >= 1",
+        ));
+    }
+    if spec.options.memory_cluster.is_some() && profiles.memory.is_empty() {
+        return Err(SpecError::invalid(
+            "--memory-cluster",
+            "memory_cluster",
+            "no memory profiles loaded (pass --profiles with model_memory.json)",
+        ));
+    }
+    let workload = Workload {
+        cluster: spec.cluster.clone(),
+        model,
+        seq_len,
+        dtype: spec.dtype,
+        global_batch: spec.global_batch,
+    };
+    CostModel::build(workload, profiles, predictor, spec.options.clone())
+}
+
+/// The strategy of a command: the axes of `spec` with the defaults of
+/// [`crate::strategy`] for the rest, checked against the cluster.
+pub fn resolve_strategy(costs: &CostModel, spec: &StrategySpec) -> Result<Strategy, SpecError> {
+    spec.resolve(&StrategyContext {
+        cluster: &costs.workload.cluster,
+        dtype: costs.workload.dtype,
+        profile_attention: costs.profile_attention(),
+    })
+}
+
+/// A planned and simulated workload.
+#[derive(Debug, Clone)]
+pub struct PlannedRun {
+    /// The planner's output.
+    pub planned: Planned,
+    /// The simulator's report on the plan.
+    pub report: Report,
+    /// Wall time of the planner, s (for logs; never in outputs).
+    pub elapsed_s: f64,
+}
+
+/// Plans one workload with one planner (the simulator as its judge) and
+/// simulates the plan.
+pub fn plan_and_simulate(
+    costs: &CostModel,
+    profiles: &ProfileSet,
+    planner: &dyn Planner,
+    options: &PlannerOptions,
+    strategy: &StrategySpec,
+) -> Result<PlannedRun, PlanError> {
+    let judge = SimJudge::new(costs);
+    let problem = Problem {
+        costs,
+        profiles,
+        options,
+        strategy,
+        judge: Some(&judge),
+    };
+    let t0 = Instant::now();
+    let planned = planner.plan(&problem)?;
+    let elapsed_s = t0.elapsed().as_secs_f64();
+    let report = simulate(costs, &planned.plan, &SimOptions::default())?;
+    Ok(PlannedRun {
+        planned,
+        report,
+        elapsed_s,
+    })
+}
+
+/// One row of a comparison (the JSON output is an array of these).
+///
+/// Throughput fields are `null` when the planner found no plan (`error`
+/// says why); an out-of-memory plan keeps its simulated numbers but has
+/// `oom: true` and no speed-ups.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Planner name (`cephalo` is ours).
+    pub planner: String,
+    /// The plan's strategy (one line, [`Strategy::label`]).
+    pub strategy: Option<String>,
+    /// Simulated samples per second.
+    pub samples_per_s: Option<f64>,
+    /// Simulated iteration time, ms.
+    pub iteration_ms: Option<f64>,
+    /// samples_per_s / that of `fsdp` (null when either OOMs or is missing).
+    pub speedup_vs_even_fsdp: Option<f64>,
+    /// `cephalo`'s samples_per_s / this row's (null when either OOMs).
+    pub cephalo_speedup: Option<f64>,
+    /// Whether some GPU or host runs out of memory.
+    pub oom: bool,
+    /// Peak memory per GPU, % of capacity.
+    pub peak_mem_pct: Vec<f64>,
+    /// Peak memory per GPU, % of the usable memory (above 100 = OOM).
+    pub peak_usable_pct: Vec<f64>,
+    /// Local batch per rank.
+    pub batch_sizes: Vec<u32>,
+    /// Micro-batch count per rank.
+    pub microbatches: Vec<u32>,
+    /// State fraction per rank.
+    pub state_fractions: Vec<f64>,
+    /// Why there is no plan (infeasible, missing profiles).
+    pub error: Option<String>,
+    /// Planner search statistics and wall time (for logs; not serialised).
+    #[serde(skip)]
+    pub run: Option<(crate::planner::SearchStats, f64)>,
+}
+
+/// Every planner's row on one workload.
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    /// One line naming the workload.
+    pub title: String,
+    /// Rows in planner order.
+    pub rows: Vec<Row>,
+    /// The native planner's error when it found the workload infeasible.
+    pub native_error: Option<PlanError>,
+}
+
+fn ok(r: &Row) -> Option<f64> {
+    if r.oom {
+        None
+    } else {
+        r.samples_per_s
+    }
+}
+
+/// Runs every planner of `planners` on the workload and simulates each
+/// plan; speed-ups are against the `fsdp` and `cephalo` rows when present.
+pub fn compare(
+    costs: &CostModel,
+    profiles: &ProfileSet,
+    planners: &[Box<dyn Planner>],
+    options: &PlannerOptions,
+    strategy: &StrategySpec,
+) -> Comparison {
+    let mut rows = Vec::with_capacity(planners.len());
+    let mut native_error = None;
+    for pl in planners {
+        match plan_and_simulate(costs, profiles, pl.as_ref(), options, strategy) {
+            Ok(run) => {
+                let p = &run.planned.plan;
+                let report = &run.report;
+                rows.push(Row {
+                    planner: pl.name().to_string(),
+                    strategy: Some(p.strategy.label()),
+                    samples_per_s: Some(report.samples_per_s),
+                    iteration_ms: Some(report.iteration_ms),
+                    speedup_vs_even_fsdp: None,
+                    cephalo_speedup: None,
+                    oom: report.oom,
+                    peak_mem_pct: report.gpus.iter().map(|g| g.mem_pct).collect(),
+                    peak_usable_pct: report.gpus.iter().map(|g| g.usable_pct).collect(),
+                    batch_sizes: p.gpus.iter().map(|g| g.batch).collect(),
+                    microbatches: p.gpus.iter().map(|g| g.microbatches).collect(),
+                    state_fractions: p.state_fractions(),
+                    error: None,
+                    run: Some((run.planned.stats.clone(), run.elapsed_s)),
+                });
+            }
+            Err(e) => {
+                if pl.name() == "cephalo" {
+                    native_error = Some(e.clone());
+                }
+                rows.push(Row {
+                    planner: pl.name().to_string(),
+                    strategy: None,
+                    samples_per_s: None,
+                    iteration_ms: None,
+                    speedup_vs_even_fsdp: None,
+                    cephalo_speedup: None,
+                    oom: false,
+                    peak_mem_pct: vec![],
+                    peak_usable_pct: vec![],
+                    batch_sizes: vec![],
+                    microbatches: vec![],
+                    state_fractions: vec![],
+                    error: Some(e.to_string()),
+                    run: None,
+                });
+            }
+        }
+    }
+    let fsdp = rows.iter().find(|r| r.planner == "fsdp").and_then(ok);
+    let ours = rows.iter().find(|r| r.planner == "cephalo").and_then(ok);
+    for r in &mut rows {
+        if let Some(x) = ok(r) {
+            r.speedup_vs_even_fsdp = fsdp.map(|f| x / f);
+            r.cephalo_speedup = ours.map(|o| o / x);
+        }
+    }
+    let w = &costs.workload;
+    let title = format!(
+        "{} on [{}], global batch {}, {}, seq {}",
+        w.model.name,
+        w.cluster.gpu_names().join(", "),
+        w.global_batch,
+        w.dtype,
+        w.seq_len
+    );
+    Comparison {
+        title,
+        rows,
+        native_error,
+    }
+}
+
+impl Comparison {
+    /// The rows as pretty JSON (an array of [`Row`]), newline-terminated.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(&self.rows)
+            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+        s.push('\n');
+        s
+    }
+
+    /// The rows as CSV (lists joined with `;`, text quoted).
+    pub fn to_csv(&self) -> String {
+        let join = |v: Vec<String>| v.join(";");
+        let opt = |x: Option<f64>| x.map(|v| format!("{v}")).unwrap_or_default();
+        let q = |t: &str| format!("\"{}\"", t.replace('"', "'"));
+        let mut s = String::from(
+            "planner,strategy,samples_per_s,iteration_ms,speedup_vs_even_fsdp,cephalo_speedup,oom,peak_mem_pct,peak_usable_pct,batch_sizes,microbatches,state_fractions,error\n",
+        );
+        for r in &self.rows {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                r.planner,
+                q(r.strategy.as_deref().unwrap_or("")),
+                opt(r.samples_per_s),
+                opt(r.iteration_ms),
+                opt(r.speedup_vs_even_fsdp),
+                opt(r.cephalo_speedup),
+                r.oom,
+                join(r.peak_mem_pct.iter().map(|x| format!("{x:.2}")).collect()),
+                join(
+                    r.peak_usable_pct
+                        .iter()
+                        .map(|x| format!("{x:.2}"))
+                        .collect()
+                ),
+                join(r.batch_sizes.iter().map(|x| x.to_string()).collect()),
+                join(r.microbatches.iter().map(|x| x.to_string()).collect()),
+                join(r.state_fractions.iter().map(|x| format!("{x}")).collect()),
+                q(r.error.as_deref().unwrap_or(""))
+            );
+        }
+        s
+    }
+
+    /// A human-readable table: one row per planner with its strategy.
+    pub fn to_table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "{}", self.title);
+        let _ = writeln!(
+            s,
+            "{:<23} {:>10} {:>8} {:>10} {:>11}  {:<20} {:<4}  {:<56}  batches / micro-batches",
+            "planner",
+            "samples/s",
+            "vs fsdp",
+            "cephalo x",
+            "iter ms",
+            "peak % usable",
+            "OOM",
+            "strategy"
+        );
+        let f =
+            |x: Option<f64>, p: usize| x.map(|v| format!("{v:.p$}")).unwrap_or_else(|| "-".into());
+        for r in &self.rows {
+            let mem: Vec<String> = r
+                .peak_usable_pct
+                .iter()
+                .map(|x| format!("{x:.0}"))
+                .collect();
+            let plan = if r.batch_sizes.is_empty() {
+                r.error.clone().unwrap_or_default()
+            } else {
+                format!("{:?} / {:?}", r.batch_sizes, r.microbatches)
+            };
+            let x = |v: Option<f64>| v.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
+            let mem = if mem.len() > 8 {
+                let max = r.peak_usable_pct.iter().copied().fold(0.0, f64::max);
+                format!("max {max:.0} of {}", mem.len())
+            } else {
+                mem.join(" ")
+            };
+            let _ = writeln!(
+                s,
+                "{:<23} {:>10} {:>8} {:>10} {:>11}  {:<20} {:<4}  {:<56}  {}",
+                r.planner,
+                f(r.samples_per_s, 2),
+                x(r.speedup_vs_even_fsdp),
+                x(r.cephalo_speedup),
+                f(r.iteration_ms, 1),
+                mem,
+                if r.error.is_some() {
+                    "n/a"
+                } else if r.oom {
+                    "yes"
+                } else {
+                    "no"
+                },
+                r.strategy.as_deref().unwrap_or("-"),
+                plan
+            );
+        }
+        s
+    }
+}

@@ -1,0 +1,152 @@
+//! One simulated training iteration: the plan's schedule is described
+//! ([`crate::schedule::Description`]), lowered to an engine graph
+//! ([`crate::schedule::lower`]), run on the discrete-event engine with the
+//! report's observers, and assembled into a [`Report`]
+//! ([`crate::report`]).
+//!
+//! # A single GPU
+//!
+//! With one rank every collective costs 0 and with one micro-batch there are
+//! no copies, so under Cephalo's strategy the iteration is exactly the sum of
+//! (each rounded to ns): `embed_fwd(m) + L x block_fwd(m) + head_fwd(m) +
+//! head_bwd(m) + L x (block_fwd(m) + block_bwd(m)) + embed_bwd(m) +
+//! optimizer(all params)`; without checkpointing the recompute term goes.
+
+use crate::cost::CostModel;
+use crate::engine::{run, NullObserver, Observer, OpId, OpRecord};
+use crate::error::PlanError;
+use crate::memory::MemoryTracker;
+use crate::plan::Plan;
+use crate::report::{assemble, Assembly, Breakdown, Report};
+use crate::schedule::lower::{lower, Lowered};
+use crate::schedule::Description;
+use crate::strategy::{Attention, Recompute};
+use crate::trace::TraceRecorder;
+use crate::units::SimTime;
+
+/// Knobs of a simulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimOptions {
+    /// Record a Chrome trace into [`Report::trace`].
+    pub trace: bool,
+    /// Prefetch the next unit's all-gather (default true).
+    pub prefetch: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            trace: false,
+            prefetch: true,
+        }
+    }
+}
+
+/// The engine graph of one iteration of `plan` (validated first, origin `plan`).
+pub fn build_graph(
+    costs: &CostModel,
+    plan: &Plan,
+    opts: &SimOptions,
+) -> Result<Lowered, PlanError> {
+    let d = Description::new(costs, plan)?;
+    Ok(lower(&d, opts.prefetch))
+}
+
+/// Executed FLOPs of one iteration beyond the model's: every sample's
+/// recomputed block forwards (full recompute: the whole forward; selective
+/// with eager attention: the score matmuls `4 s^2 h`; with flash: none).
+pub fn recompute_flops(costs: &CostModel, plan: &Plan) -> f64 {
+    let w = &costs.workload;
+    let s = plan.strategy;
+    let seq = w.model.tokens_per_sample(w.seq_len) as f64;
+    let per_sample: f64 = (1..=w.model.layers)
+        .map(|b| match s.checkpointing.block(b) {
+            Recompute::None => 0.0,
+            Recompute::Full => w.model.block_flops_fwd(w.seq_len),
+            Recompute::Selective => match s.attention {
+                Attention::Eager => 4.0 * seq * seq * w.model.hidden as f64,
+                Attention::Flash => 0.0,
+            },
+        })
+        .sum();
+    per_sample * w.global_batch as f64
+}
+
+/// Fans engine calls out to the report's observers and an extra one.
+struct Fan<'a, 'g> {
+    breakdown: Breakdown<'g>,
+    memory: MemoryTracker,
+    trace: Option<TraceRecorder>,
+    extra: &'a mut dyn Observer,
+}
+
+impl Observer for Fan<'_, '_> {
+    fn on_op(&mut self, rec: &OpRecord<'_>) {
+        self.breakdown.on_op(rec);
+        if let Some(t) = &mut self.trace {
+            t.on_op(rec);
+        }
+        self.extra.on_op(rec);
+    }
+
+    fn on_mem(&mut self, pool: u32, time: SimTime, delta_bytes: i64, op: OpId) {
+        self.memory.on_mem(pool, time, delta_bytes, op);
+        if let Some(t) = &mut self.trace {
+            t.on_mem(pool, time, delta_bytes, op);
+        }
+        self.extra.on_mem(pool, time, delta_bytes, op);
+    }
+}
+
+/// Simulates one iteration of `plan` on the workload of `costs`.
+///
+/// Validates the plan first (origin `plan`): rank count, batch sum,
+/// micro-batch consistency, state fractions, what its strategy requires.
+/// An out-of-memory plan is an `Ok` report with `oom: true`.
+pub fn simulate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<Report, PlanError> {
+    simulate_observed(costs, plan, opts, &mut NullObserver)
+}
+
+/// [`simulate`], also pushing every engine call to `extra` (tests use an
+/// [`crate::engine::Recorder`] to check invariants on the raw timeline;
+/// memory pools are the GPUs' ranks, then `ranks + node` for hosts).
+pub fn simulate_observed(
+    costs: &CostModel,
+    plan: &Plan,
+    opts: &SimOptions,
+    extra: &mut dyn Observer,
+) -> Result<Report, PlanError> {
+    let low = build_graph(costs, plan, opts)?;
+    let ranks = costs.ranks();
+    let mut pools = low.base_device_bytes.clone();
+    pools.extend(&low.base_host_bytes);
+    let mut names: Vec<String> = (0..ranks)
+        .map(|r| format!("rank {r}: {}", costs.gpu(r).name))
+        .collect();
+    names.extend(
+        costs
+            .workload
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| format!("host: {}", n.name)),
+    );
+    let mut fan = Fan {
+        breakdown: Breakdown::new(&low.graph, ranks),
+        memory: MemoryTracker::new(pools.clone()),
+        trace: opts.trace.then(|| TraceRecorder::new(names, ranks, pools)),
+        extra,
+    };
+    let stats = run(&low.graph, &mut fan)?;
+    fan.breakdown.finish(stats.makespan.0);
+    let trace = fan.trace.take().map(TraceRecorder::finish);
+    let a = Assembly {
+        costs,
+        plan,
+        base_device_bytes: &low.base_device_bytes,
+        base_host_bytes: &low.base_host_bytes,
+        collectives: &low.collectives,
+        recompute_flops: recompute_flops(costs, plan),
+    };
+    Ok(assemble(&a, &stats, &fan.breakdown, &fan.memory, trace))
+}

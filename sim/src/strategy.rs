@@ -1,0 +1,870 @@
+//! The training strategy of a plan: how the state is sharded, how gradients
+//! are accumulated over micro-batches, what is recomputed, what lives on the
+//! host, which dtypes the collectives carry and which attention kernel runs.
+//!
+//! Names follow PyTorch FSDP and DeepSpeed, which users know
+//! (`../shared/REAL-SYSTEMS.md` sections 2-5 describe what each does):
+//!
+//! | axis | values |
+//! |---|---|
+//! | [`Sharding`] | `full` (FULL_SHARD / ZeRO-3; uneven state fractions allowed), `grad-op` (SHARD_GRAD_OP / ZeRO-2: parameters stay gathered from a unit's forward to its backward), `none` (NO_SHARD / DDP: full replicas, bucketed all-reduce), `hybrid` (HYBRID_SHARD: full shard inside a shard group, replicas across groups) |
+//! | [`Accumulation`] | `layered` (Cephalo: layer-major, one all-gather per unit per pass), `no-sync` (PyTorch micro-batch-major under `no_sync()`: unsharded gradients kept until the last micro-batch), `sync` (micro-batch-major, a reduce-scatter after every micro-batch) |
+//! | [`Checkpointing`] | `none`, `full`, `selective`, `every:K` |
+//! | [`Offload`] | `none`, `activations` (saved block tensors to pinned host memory), `optimizer` (ZeRO-Offload: state and step on the host) |
+//! | param / reduce dtype | what all-gathers carry and unsharded parameters occupy / what gradient reductions carry (FSDP `MixedPrecision`) |
+//! | [`Attention`] | `eager` (explicit `s x s` scores) or `flash` (fused causal kernel) |
+//!
+//! A [`StrategySpec`] is what the user pinned (flags, every axis optional);
+//! [`StrategySpec::resolve`] fills the rest with the documented defaults and
+//! checks the result against the cluster, giving a [`Strategy`].
+//!
+//! # Defaults
+//!
+//! * Sharding `full`, accumulation `layered`.
+//! * With `layered` accumulation (Cephalo's trainer): checkpointing `full`,
+//!   offload `activations`, gathers and reductions in fp32 (the trainer
+//!   all-gathers its fp32 flat parameters and autocasts per op).
+//! * With `no-sync` / `sync` (PyTorch FSDP as people run it): checkpointing
+//!   `none` (activation checkpointing is opt-in), offload `none`, gathers in
+//!   the training dtype (`MixedPrecision(param_dtype=bf16)` for `--dtype
+//!   bf16`), reductions in fp32 (FSDP2 since torch 2.15 reduces in the
+//!   gradient's dtype, fp32 for fp32 master parameters; torchtitan's default).
+//! * Attention: what the block profile in use was measured with (the
+//!   reference profiles and `cephalo profile` measure eager attention).
+//! * Hybrid shard group: the GPUs of one node (every node must then hold the
+//!   same number of GPUs).
+
+use crate::cluster::Cluster;
+use crate::dtype::Dtype;
+use crate::error::SpecError;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// How the training state is split over GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sharding {
+    /// FULL_SHARD / ZeRO-3: parameters, gradients and optimizer state
+    /// sharded; every unit is all-gathered before its forward and again
+    /// before its backward.
+    Full,
+    /// SHARD_GRAD_OP / ZeRO-2: gradients and optimizer state sharded; a
+    /// unit's parameters stay gathered from its forward to its backward.
+    GradOp,
+    /// NO_SHARD / DDP: every GPU holds the whole state; gradients are
+    /// all-reduced in buckets that overlap the backward.
+    #[serde(rename = "none")]
+    NoShard,
+    /// HYBRID_SHARD: full sharding inside each shard group, replicas across
+    /// groups; gradients reduce-scattered in the group, then all-reduced
+    /// across groups.
+    Hybrid,
+}
+
+impl Sharding {
+    /// All values, in the order users see them listed.
+    pub const ALL: [Sharding; 4] = [
+        Sharding::Full,
+        Sharding::GradOp,
+        Sharding::NoShard,
+        Sharding::Hybrid,
+    ];
+
+    /// The flag value (`full`, `grad-op`, `none`, `hybrid`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Sharding::Full => "full",
+            Sharding::GradOp => "grad-op",
+            Sharding::NoShard => "none",
+            Sharding::Hybrid => "hybrid",
+        }
+    }
+
+    /// Parses a flag value (PyTorch and DeepSpeed names accepted too:
+    /// `full-shard`, `zero3`, `shard-grad-op`, `zero2`, `no-shard`, `ddp`,
+    /// `hybrid-shard`, `hsdp`).
+    pub fn parse(s: &str) -> Option<Sharding> {
+        match norm(s).as_str() {
+            "full" | "fullshard" | "zero3" => Some(Sharding::Full),
+            "gradop" | "shardgradop" | "zero2" => Some(Sharding::GradOp),
+            "none" | "noshard" | "ddp" => Some(Sharding::NoShard),
+            "hybrid" | "hybridshard" | "hsdp" => Some(Sharding::Hybrid),
+            _ => None,
+        }
+    }
+
+    /// Whether parameters are sharded (and so all-gathered).
+    pub fn shards_params(self) -> bool {
+        !matches!(self, Sharding::NoShard)
+    }
+}
+
+/// How gradients are accumulated over a rank's micro-batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Accumulation {
+    /// Cephalo's layer-major schedule: every unit runs all of a rank's
+    /// micro-batches before the next unit, so each unit is all-gathered once
+    /// per pass and reduced once per iteration, whatever the micro-batch count.
+    Layered,
+    /// PyTorch's micro-batch-major accumulation under `no_sync()`: each
+    /// micro-batch runs a whole forward and backward, re-gathering the
+    /// parameters; unsharded gradients are kept until the last micro-batch,
+    /// which reduces them once.
+    NoSync,
+    /// Micro-batch-major with a gradient reduction after every micro-batch
+    /// (sharded gradients accumulate; communication every micro-batch).
+    Sync,
+}
+
+impl Accumulation {
+    /// All values.
+    pub const ALL: [Accumulation; 3] = [
+        Accumulation::Layered,
+        Accumulation::NoSync,
+        Accumulation::Sync,
+    ];
+
+    /// The flag value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Accumulation::Layered => "layered",
+            Accumulation::NoSync => "no-sync",
+            Accumulation::Sync => "sync",
+        }
+    }
+
+    /// Parses a flag value.
+    pub fn parse(s: &str) -> Option<Accumulation> {
+        match norm(s).as_str() {
+            "layered" | "layermajor" | "cephalo" => Some(Accumulation::Layered),
+            "nosync" => Some(Accumulation::NoSync),
+            "sync" => Some(Accumulation::Sync),
+            _ => None,
+        }
+    }
+
+    /// Micro-batch-major (every micro-batch a whole forward and backward):
+    /// all ranks then run the same number of micro-batches.
+    pub fn is_microbatch_major(self) -> bool {
+        !matches!(self, Accumulation::Layered)
+    }
+}
+
+/// What the backward recomputes instead of keeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Checkpointing {
+    /// No recompute: every block keeps all the tensors its backward needs
+    /// on the GPU from its forward to its backward.
+    None,
+    /// Full recompute of every block: only block inputs are kept; the
+    /// backward reruns the block's forward first.
+    Full,
+    /// Op-level selective recompute: every block keeps its input and the
+    /// outputs of its matmuls and of the attention kernel, and recomputes
+    /// the cheap ops (norms, activation functions, dropout, residual adds,
+    /// rotary) and, with eager attention, the score chain
+    /// (`QK^T`, scale/mask, softmax, dropout, `AV`) from the kept q, k, v.
+    /// See [`crate::activation`] for the exact tensor lists.
+    Selective,
+    /// Full recompute of every K-th block (blocks K, 2K, ... counting from
+    /// 1, as torchtitan's `ac_freq`); the others keep everything.
+    Every(u32),
+}
+
+impl Checkpointing {
+    /// The flag value (`none`, `full`, `selective`, `every:K`).
+    pub fn name(self) -> String {
+        match self {
+            Checkpointing::None => "none".into(),
+            Checkpointing::Full => "full".into(),
+            Checkpointing::Selective => "selective".into(),
+            Checkpointing::Every(k) => format!("every:{k}"),
+        }
+    }
+
+    /// Parses a flag value; `every:0` and malformed `every:` values are an
+    /// error naming what was expected.
+    pub fn parse(s: &str) -> Result<Checkpointing, String> {
+        let t = s.trim().to_ascii_lowercase();
+        if let Some(k) = t.strip_prefix("every:") {
+            return match k.trim().parse::<u32>() {
+                Ok(0) => Err("every:K needs K >= 1 (every:1 is full)".into()),
+                Ok(k) => Ok(Checkpointing::Every(k)),
+                Err(_) => Err(format!("every:K needs a whole number K >= 1, got `{k}`")),
+            };
+        }
+        match t.as_str() {
+            "none" | "off" | "no" => Ok(Checkpointing::None),
+            "full" | "on" => Ok(Checkpointing::Full),
+            "selective" | "op" | "sac" => Ok(Checkpointing::Selective),
+            _ => Err(format!(
+                "expected none, full, selective or every:K, got `{s}`"
+            )),
+        }
+    }
+
+    /// The recompute policy of block `b` (1-based block number).
+    pub fn block(self, b: u32) -> Recompute {
+        match self {
+            Checkpointing::None => Recompute::None,
+            Checkpointing::Full => Recompute::Full,
+            Checkpointing::Selective => Recompute::Selective,
+            Checkpointing::Every(k) => {
+                if k > 0 && b.is_multiple_of(k) {
+                    Recompute::Full
+                } else {
+                    Recompute::None
+                }
+            }
+        }
+    }
+}
+
+impl Serialize for Checkpointing {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Checkpointing {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Checkpointing::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The recompute policy of one block (what [`Checkpointing`] means for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Recompute {
+    /// Keep everything, recompute nothing.
+    None,
+    /// Keep the block input, recompute the whole forward.
+    Full,
+    /// Keep matmul and attention outputs, recompute the cheap ops.
+    Selective,
+}
+
+/// What lives in host memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Offload {
+    /// Nothing.
+    None,
+    /// The tensors blocks keep for their backward go to pinned host memory
+    /// after the forward and come back before the backward (Cephalo's
+    /// trainer when it accumulates, or `torch.autograd.graph.save_on_cpu`).
+    Activations,
+    /// ZeRO-Offload: fp32 master parameters, gradients and Adam moments on
+    /// the host; reduced gradients go down, the step runs on the CPU, updated
+    /// parameters come back up.
+    Optimizer,
+}
+
+impl Offload {
+    /// All values.
+    pub const ALL: [Offload; 3] = [Offload::None, Offload::Activations, Offload::Optimizer];
+
+    /// The flag value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Offload::None => "none",
+            Offload::Activations => "activations",
+            Offload::Optimizer => "optimizer",
+        }
+    }
+
+    /// Parses a flag value.
+    pub fn parse(s: &str) -> Option<Offload> {
+        match norm(s).as_str() {
+            "none" | "no" | "off" => Some(Offload::None),
+            "activations" | "activation" | "acts" => Some(Offload::Activations),
+            "optimizer" | "optim" | "zerooffload" => Some(Offload::Optimizer),
+            _ => None,
+        }
+    }
+}
+
+/// The attention kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Attention {
+    /// Explicit `heads x s x s` scores, softmax and (GPT/BERT) dropout, as
+    /// the reference profiles measured.
+    Eager,
+    /// A fused kernel (FlashAttention / SDPA flash): no `s x s` tensor in
+    /// memory, causal models skip the masked half of the score FLOPs.
+    Flash,
+}
+
+impl Attention {
+    /// The flag value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Attention::Eager => "eager",
+            Attention::Flash => "flash",
+        }
+    }
+
+    /// Parses a flag value (`sdpa` means flash).
+    pub fn parse(s: &str) -> Option<Attention> {
+        match norm(s).as_str() {
+            "eager" | "math" => Some(Attention::Eager),
+            "flash" | "sdpa" | "fused" | "flashattention" => Some(Attention::Flash),
+            _ => None,
+        }
+    }
+
+    /// Index (0 eager, 1 flash) for per-kernel tables.
+    pub fn index(self) -> usize {
+        match self {
+            Attention::Eager => 0,
+            Attention::Flash => 1,
+        }
+    }
+}
+
+fn norm(s: &str) -> String {
+    s.trim().to_ascii_lowercase().replace(['-', '_', ' '], "")
+}
+
+/// A complete training strategy (every axis decided). Part of every plan,
+/// plan file and report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Strategy {
+    /// How the state is sharded.
+    pub sharding: Sharding,
+    /// GPUs per shard group: the cluster's GPU count unless `hybrid`.
+    /// Groups are consecutive ranks: group k = ranks `k*g .. (k+1)*g`.
+    pub shard_group: u32,
+    /// Gradient accumulation style.
+    pub accumulation: Accumulation,
+    /// Activation checkpointing.
+    pub checkpointing: Checkpointing,
+    /// What lives on the host.
+    pub offload: Offload,
+    /// Element type of gathered (unsharded) parameters: what all-gathers
+    /// carry and gathered units occupy.
+    pub param_dtype: Dtype,
+    /// Element type of gradient reductions (reduce-scatter, all-reduce) and
+    /// of unsharded gradient buffers.
+    pub reduce_dtype: Dtype,
+    /// Attention kernel.
+    pub attention: Attention,
+}
+
+impl Strategy {
+    /// Cephalo's trainer on `ranks` GPUs: full shard, layered accumulation,
+    /// full recompute, activations offloaded, fp32 gathers and reductions,
+    /// attention `attention`.
+    pub fn cephalo(ranks: u32, attention: Attention) -> Strategy {
+        Strategy {
+            sharding: Sharding::Full,
+            shard_group: ranks.max(1),
+            accumulation: Accumulation::Layered,
+            checkpointing: Checkpointing::Full,
+            offload: Offload::Activations,
+            param_dtype: Dtype::Fp32,
+            reduce_dtype: Dtype::Fp32,
+            attention,
+        }
+    }
+
+    /// One line for tables: `full layered ckpt=full offload=activations
+    /// p=fp32 r=fp32 eager` (hybrid shows its group: `hybrid:8`).
+    pub fn label(&self) -> String {
+        let sharding = match self.sharding {
+            Sharding::Hybrid => format!("hybrid:{}", self.shard_group),
+            s => s.name().to_string(),
+        };
+        format!(
+            "{sharding} {} ckpt={} offload={} p={} r={} {}",
+            self.accumulation.name(),
+            self.checkpointing.name(),
+            self.offload.name(),
+            self.param_dtype,
+            self.reduce_dtype,
+            self.attention.name()
+        )
+    }
+
+    /// The shard and replica groups of a cluster of `ranks` GPUs.
+    pub fn groups(&self, ranks: usize) -> Groups {
+        let g = (self.shard_group as usize).clamp(1, ranks.max(1));
+        Groups {
+            ranks,
+            group_size: g,
+        }
+    }
+
+    /// Bytes per parameter of the sharded training state on the GPU: fp32
+    /// parameters, fp32 gradients and two fp32 Adam moments (16), or with
+    /// the optimizer offloaded, the parameter shard in `param_dtype` plus
+    /// its reduced gradient in `reduce_dtype`.
+    pub fn gpu_state_bytes_per_param(&self) -> f64 {
+        match self.offload {
+            Offload::Optimizer => self.param_dtype.bytes() + self.reduce_dtype.bytes(),
+            _ => STATE_BYTES_PER_PARAM,
+        }
+    }
+
+    /// Bytes per local parameter of host memory for the optimizer: fp32
+    /// master, gradient and two moments, plus a pinned staging copy of the
+    /// updated parameters in `param_dtype` (0 unless the optimizer is
+    /// offloaded).
+    pub fn host_state_bytes_per_param(&self) -> f64 {
+        match self.offload {
+            Offload::Optimizer => STATE_BYTES_PER_PARAM + self.param_dtype.bytes(),
+            _ => 0.0,
+        }
+    }
+
+    /// Whether micro-batch `k` of a rank keeps its activations on the GPU
+    /// (false: they go to the host). Layered accumulation offloads only when
+    /// a rank runs more than one micro-batch (Cephalo's trainer keeps a
+    /// single micro-batch's inputs on the GPU); micro-batch-major schedules
+    /// offload whenever asked.
+    pub fn offloads_activations(&self, microbatches: u32) -> bool {
+        self.offload == Offload::Activations
+            && (self.accumulation.is_microbatch_major() || microbatches > 1)
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label())
+    }
+}
+
+/// Bytes per parameter of mixed-precision (and fp32) Adam training state:
+/// fp32 parameters (4), fp32 gradients (4) and two fp32 moments (8).
+pub const STATE_BYTES_PER_PARAM: f64 = 16.0;
+
+/// Shard and replica groups of a cluster: shard group `k` holds ranks
+/// `k*group_size .. (k+1)*group_size`; replica group `j` holds the ranks at
+/// position `j` of every shard group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Groups {
+    /// GPUs in the cluster.
+    pub ranks: usize,
+    /// GPUs per shard group.
+    pub group_size: usize,
+}
+
+impl Groups {
+    /// Number of shard groups (= the replica group size).
+    pub fn count(&self) -> usize {
+        self.ranks / self.group_size.max(1)
+    }
+
+    /// Shard group of `rank`.
+    pub fn group_of(&self, rank: usize) -> usize {
+        rank / self.group_size
+    }
+
+    /// Position of `rank` inside its shard group (= its replica group).
+    pub fn position(&self, rank: usize) -> usize {
+        rank % self.group_size
+    }
+
+    /// Ranks of shard group `k`.
+    pub fn shard_group(&self, k: usize) -> std::ops::Range<usize> {
+        k * self.group_size..(k + 1) * self.group_size
+    }
+
+    /// Ranks of replica group `j` (position `j` of every shard group).
+    pub fn replica_group(&self, j: usize) -> Vec<usize> {
+        (0..self.count()).map(|k| k * self.group_size + j).collect()
+    }
+}
+
+/// The axes a user pinned (flags or a plan file); `None` = choose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StrategySpec {
+    /// `--sharding`.
+    pub sharding: Option<Sharding>,
+    /// `--shard-group` (hybrid only).
+    pub shard_group: Option<u32>,
+    /// `--accumulation`.
+    pub accumulation: Option<Accumulation>,
+    /// `--checkpointing`.
+    pub checkpointing: Option<Checkpointing>,
+    /// `--offload`.
+    pub offload: Option<Offload>,
+    /// `--param-dtype`.
+    pub param_dtype: Option<Dtype>,
+    /// `--reduce-dtype`.
+    pub reduce_dtype: Option<Dtype>,
+    /// `--attention`.
+    pub attention: Option<Attention>,
+}
+
+/// What [`StrategySpec::resolve`] needs to know about the workload.
+#[derive(Debug, Clone, Copy)]
+pub struct StrategyContext<'a> {
+    /// The cluster (GPU count, node sizes, host memory).
+    pub cluster: &'a Cluster,
+    /// The training dtype (`--dtype`).
+    pub dtype: Dtype,
+    /// The attention the block profiles in use were measured with.
+    pub profile_attention: Attention,
+}
+
+impl StrategySpec {
+    /// No axis pinned (a `'static` value for problems built in code).
+    pub const NONE: StrategySpec = StrategySpec {
+        sharding: None,
+        shard_group: None,
+        accumulation: None,
+        checkpointing: None,
+        offload: None,
+        param_dtype: None,
+        reduce_dtype: None,
+        attention: None,
+    };
+
+    /// A spec pinning every axis of `s`.
+    pub fn pinned(s: &Strategy) -> StrategySpec {
+        StrategySpec {
+            sharding: Some(s.sharding),
+            shard_group: (s.sharding == Sharding::Hybrid).then_some(s.shard_group),
+            accumulation: Some(s.accumulation),
+            checkpointing: Some(s.checkpointing),
+            offload: Some(s.offload),
+            param_dtype: Some(s.param_dtype),
+            reduce_dtype: Some(s.reduce_dtype),
+            attention: Some(s.attention),
+        }
+    }
+
+    /// True when no axis is pinned.
+    pub fn is_empty(&self) -> bool {
+        *self == StrategySpec::default()
+    }
+
+    /// `self` with every axis `other` pins overriding it.
+    pub fn with(&self, other: &StrategySpec) -> StrategySpec {
+        StrategySpec {
+            sharding: other.sharding.or(self.sharding),
+            shard_group: other.shard_group.or(self.shard_group),
+            accumulation: other.accumulation.or(self.accumulation),
+            checkpointing: other.checkpointing.or(self.checkpointing),
+            offload: other.offload.or(self.offload),
+            param_dtype: other.param_dtype.or(self.param_dtype),
+            reduce_dtype: other.reduce_dtype.or(self.reduce_dtype),
+            attention: other.attention.or(self.attention),
+        }
+    }
+
+    /// Fills every axis left open with the defaults of the module docs and
+    /// validates the result against the cluster. Errors name the flag.
+    pub fn resolve(&self, ctx: &StrategyContext<'_>) -> Result<Strategy, SpecError> {
+        let cluster = ctx.cluster;
+        let ranks = cluster.len() as u32;
+        let accumulation = self.accumulation.unwrap_or(Accumulation::Layered);
+        let sharding = self.sharding.unwrap_or(Sharding::Full);
+        let layered = accumulation == Accumulation::Layered;
+        let shard_group = match (sharding, self.shard_group) {
+            (Sharding::Hybrid, Some(g)) => g,
+            (Sharding::Hybrid, None) => {
+                let sizes: Vec<usize> = (0..cluster.nodes.len())
+                    .map(|n| cluster.gpus.iter().filter(|g| g.node == n).count())
+                    .collect();
+                if sizes.windows(2).any(|w| w[0] != w[1]) {
+                    let list: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
+                    return Err(SpecError::invalid(
+                        "--shard-group",
+                        "shard_group",
+                        format!(
+                            "hybrid sharding groups the GPUs of one node by default, but the nodes hold {} GPUs; give --shard-group N",
+                            list.join(", ")
+                        ),
+                    ));
+                }
+                sizes.first().copied().unwrap_or(1) as u32
+            }
+            (_, Some(g)) if g != ranks => {
+                return Err(SpecError::invalid(
+                    "--shard-group",
+                    "shard_group",
+                    format!(
+                        "a shard group applies to --sharding hybrid only (sharding is `{}`)",
+                        sharding.name()
+                    ),
+                ))
+            }
+            _ => ranks,
+        };
+        if shard_group == 0 || !ranks.is_multiple_of(shard_group) {
+            return Err(SpecError::invalid(
+                "--shard-group",
+                "shard_group",
+                format!(
+                    "expected a group size that divides the {ranks} GPUs of the cluster, got {shard_group}"
+                ),
+            ));
+        }
+        let s = Strategy {
+            sharding,
+            shard_group,
+            accumulation,
+            checkpointing: self.checkpointing.unwrap_or(if layered {
+                Checkpointing::Full
+            } else {
+                Checkpointing::None
+            }),
+            offload: self.offload.unwrap_or(if layered {
+                Offload::Activations
+            } else {
+                Offload::None
+            }),
+            param_dtype: self
+                .param_dtype
+                .unwrap_or(if layered { Dtype::Fp32 } else { ctx.dtype }),
+            reduce_dtype: self.reduce_dtype.unwrap_or(Dtype::Fp32),
+            attention: self.attention.unwrap_or(ctx.profile_attention),
+        };
+        validate(&s, cluster)?;
+        Ok(s)
+    }
+
+    /// Checks that every axis this spec pins agrees with `s` (a strategy read
+    /// from `origin`, e.g. a plan file); the error names the flag and both values.
+    pub fn check_agrees(&self, s: &Strategy, origin: &str) -> Result<(), SpecError> {
+        let differ = |flag: &str, want: String, have: String| -> Result<(), SpecError> {
+            if want == have {
+                Ok(())
+            } else {
+                Err(SpecError::invalid(
+                    flag,
+                    flag.trim_start_matches('-').replace('-', "_"),
+                    format!("{flag} {want} disagrees with {origin}, whose strategy has {have}"),
+                ))
+            }
+        };
+        if let Some(v) = self.sharding {
+            differ("--sharding", v.name().into(), s.sharding.name().into())?;
+        }
+        if let Some(v) = self.shard_group {
+            differ("--shard-group", v.to_string(), s.shard_group.to_string())?;
+        }
+        if let Some(v) = self.accumulation {
+            differ(
+                "--accumulation",
+                v.name().into(),
+                s.accumulation.name().into(),
+            )?;
+        }
+        if let Some(v) = self.checkpointing {
+            differ("--checkpointing", v.name(), s.checkpointing.name())?;
+        }
+        if let Some(v) = self.offload {
+            differ("--offload", v.name().into(), s.offload.name().into())?;
+        }
+        if let Some(v) = self.param_dtype {
+            differ("--param-dtype", v.to_string(), s.param_dtype.to_string())?;
+        }
+        if let Some(v) = self.reduce_dtype {
+            differ("--reduce-dtype", v.to_string(), s.reduce_dtype.to_string())?;
+        }
+        if let Some(v) = self.attention {
+            differ("--attention", v.name().into(), s.attention.name().into())?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks a complete strategy against a cluster: the shard group divides
+/// the GPUs, and an offloaded optimizer has host memory on every node.
+pub fn validate(s: &Strategy, cluster: &Cluster) -> Result<(), SpecError> {
+    let ranks = cluster.len() as u32;
+    if s.shard_group == 0 || !ranks.is_multiple_of(s.shard_group) {
+        return Err(SpecError::invalid(
+            "--shard-group",
+            "shard_group",
+            format!(
+                "expected a group size that divides the {ranks} GPUs of the cluster, got {}",
+                s.shard_group
+            ),
+        ));
+    }
+    if s.sharding != Sharding::Hybrid && s.shard_group != ranks {
+        return Err(SpecError::invalid(
+            "--shard-group",
+            "shard_group",
+            format!(
+                "sharding `{}` uses one group of all {ranks} GPUs, got a shard group of {}",
+                s.sharding.name(),
+                s.shard_group
+            ),
+        ));
+    }
+    if s.offload != Offload::None {
+        if let Some(n) = cluster.nodes.iter().find(|n| n.host_mem_gib <= 0.0) {
+            return Err(SpecError::invalid(
+                "--offload",
+                "offload",
+                format!(
+                    "--offload {} needs host memory, but node `{}` has host_mem_gib = 0",
+                    s.offload.name(),
+                    n.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::GpuCatalog;
+
+    fn cluster(text: &str) -> Cluster {
+        Cluster::from_toml(text, "t.toml", GpuCatalog::builtin()).unwrap()
+    }
+
+    fn two_nodes() -> Cluster {
+        cluster(
+            "[[nodes]]\ngpus = [ { type = \"a100-80gb\", count = 4 } ]\n[[nodes]]\ngpus = [ { type = \"l4\", count = 4 } ]\n",
+        )
+    }
+
+    fn ctx(c: &Cluster) -> StrategyContext<'_> {
+        StrategyContext {
+            cluster: c,
+            dtype: Dtype::Bf16,
+            profile_attention: Attention::Eager,
+        }
+    }
+
+    #[test]
+    fn parse_names_and_aliases() {
+        assert_eq!(Sharding::parse("ZeRO2"), Some(Sharding::GradOp));
+        assert_eq!(Sharding::parse("hybrid_shard"), Some(Sharding::Hybrid));
+        assert_eq!(Sharding::parse("ddp"), Some(Sharding::NoShard));
+        assert_eq!(Accumulation::parse("no_sync"), Some(Accumulation::NoSync));
+        assert_eq!(Checkpointing::parse("every:3"), Ok(Checkpointing::Every(3)));
+        assert!(Checkpointing::parse("every:0")
+            .unwrap_err()
+            .contains("K >= 1"));
+        assert!(Checkpointing::parse("every:x").is_err());
+        assert!(Checkpointing::parse("sometimes").is_err());
+        assert_eq!(Offload::parse("optimizer"), Some(Offload::Optimizer));
+        assert_eq!(Attention::parse("SDPA"), Some(Attention::Flash));
+        for s in Sharding::ALL {
+            assert_eq!(Sharding::parse(s.name()), Some(s));
+        }
+    }
+
+    #[test]
+    fn every_k_checkpoints_blocks_k_2k() {
+        let c = Checkpointing::Every(2);
+        let v: Vec<Recompute> = (1..=4).map(|b| c.block(b)).collect();
+        assert_eq!(
+            v,
+            [
+                Recompute::None,
+                Recompute::Full,
+                Recompute::None,
+                Recompute::Full
+            ]
+        );
+        assert_eq!(Checkpointing::Every(1).block(3), Recompute::Full);
+    }
+
+    #[test]
+    fn defaults_follow_the_accumulation_style() {
+        let c = two_nodes();
+        let layered = StrategySpec::default().resolve(&ctx(&c)).unwrap();
+        assert_eq!(layered, Strategy::cephalo(8, Attention::Eager));
+        let fsdp = StrategySpec {
+            accumulation: Some(Accumulation::NoSync),
+            ..StrategySpec::default()
+        }
+        .resolve(&ctx(&c))
+        .unwrap();
+        assert_eq!(fsdp.checkpointing, Checkpointing::None);
+        assert_eq!(fsdp.offload, Offload::None);
+        assert_eq!(
+            (fsdp.param_dtype, fsdp.reduce_dtype),
+            (Dtype::Bf16, Dtype::Fp32)
+        );
+        let hsdp = StrategySpec {
+            sharding: Some(Sharding::Hybrid),
+            ..StrategySpec::default()
+        }
+        .resolve(&ctx(&c))
+        .unwrap();
+        assert_eq!(hsdp.shard_group, 4);
+        let g = hsdp.groups(8);
+        assert_eq!((g.count(), g.position(5), g.group_of(5)), (2, 1, 1));
+        assert_eq!(g.replica_group(1), vec![1, 5]);
+        // The label round-trips through JSON.
+        let j = serde_json::to_string(&hsdp).unwrap();
+        assert!(j.contains("\"hybrid\"") && j.contains("\"layered\""), "{j}");
+        assert_eq!(serde_json::from_str::<Strategy>(&j).unwrap(), hsdp);
+    }
+
+    #[test]
+    fn bad_groups_and_offload_name_the_flag() {
+        let c = two_nodes();
+        let e = StrategySpec {
+            sharding: Some(Sharding::Hybrid),
+            shard_group: Some(3),
+            ..StrategySpec::default()
+        }
+        .resolve(&ctx(&c))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--shard-group") && e.contains("divides"), "{e}");
+        let e = StrategySpec {
+            shard_group: Some(4),
+            ..StrategySpec::default()
+        }
+        .resolve(&ctx(&c))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("hybrid only"), "{e}");
+        let uneven = cluster(
+            "[[nodes]]\ngpus = [ { type = \"t4\", count = 3 } ]\n[[nodes]]\ngpus = [ { type = \"l4\", count = 1 } ]\n",
+        );
+        let e = StrategySpec {
+            sharding: Some(Sharding::Hybrid),
+            ..StrategySpec::default()
+        }
+        .resolve(&ctx(&uneven))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("3, 1"), "{e}");
+        let no_host =
+            cluster("[[nodes]]\nhost_mem_gib = 0\ngpus = [ { type = \"t4\", count = 2 } ]\n");
+        let e = StrategySpec {
+            offload: Some(Offload::Optimizer),
+            ..StrategySpec::default()
+        }
+        .resolve(&ctx(&no_host))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("--offload") && e.contains("host_mem_gib = 0"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn disagreement_names_the_flag() {
+        let s = Strategy::cephalo(4, Attention::Eager);
+        let spec = StrategySpec {
+            checkpointing: Some(Checkpointing::None),
+            ..StrategySpec::default()
+        };
+        let e = spec.check_agrees(&s, "plan.json").unwrap_err().to_string();
+        assert!(
+            e.contains("--checkpointing none") && e.contains("plan.json"),
+            "{e}"
+        );
+        StrategySpec::pinned(&s).check_agrees(&s, "x").unwrap();
+    }
+}
