@@ -24,13 +24,18 @@
 //! Selective recompute costs the predictor's fraction of the forward.
 //!
 //! Activation memory ([`ActivationModel`]): the analytic tensor-by-tensor
-//! sizes of [`crate::activation`], anchored to the measured (or
-//! calibrated) non-state memory of the reference configuration: the curve
-//! `act(m)` is read as `B_ref + F0 + s(m) x A_ref(m)` (unit buffers, a fixed
-//! workspace fitted over the measured sizes, and the analytic reference
-//! peak scaled by `s(m)`), and every strategy's activation bytes are the
-//! analytic ones times `s(m)`. So the reference configuration reproduces the
-//! measurement, and other strategies inherit its calibration.
+//! sizes of [`crate::activation`]. When a memory profile measured this
+//! model at this sequence length (imported or measured), they are anchored
+//! to it: the measured non-state curve `act(m)` of the reference
+//! configuration is read as `B_ref + F0 + s(m) x A_ref(m)` (unit buffers, a
+//! fixed workspace fitted over the measured sizes, and the analytic
+//! reference peak scaled by `s(m)`), and every strategy's activation bytes
+//! are the analytic ones times `s(m)`; the reference configuration then
+//! reproduces the measurement, and other strategies inherit its
+//! calibration. Without such a measurement (no profile, or one taken at
+//! another sequence length) the analytic sizes stand as they are (`s = 1`,
+//! `F0 = 0`): the calibrated memory curve was fitted at each model's default
+//! length only and extrapolates the `s^2` terms poorly.
 //!
 //! CPU devices (catalog `arch = "cpu"`): device memory is host memory, so
 //! host copies cost nothing ([`CostModel::host_copy_ms`]), and MPI moves
@@ -173,6 +178,26 @@ pub struct ActivationModel {
 }
 
 impl ActivationModel {
+    /// The analytic sizes unanchored (`s = 1`, `F0 = 0`).
+    fn analytic(
+        per_sample: [BlockActivations; 2],
+        measured_attention: Attention,
+        buffers_ref_bytes: f64,
+    ) -> ActivationModel {
+        ActivationModel {
+            per_sample,
+            measured_attention,
+            buffers_ref_bytes,
+            fixed_bytes: 0.0,
+            scale: vec![1.0; ANALYTIC_TABLE_MAX_BATCH as usize],
+        }
+    }
+
+    /// Whether the sizes are anchored to a measurement.
+    pub fn anchored(&self) -> bool {
+        self.fixed_bytes != 0.0 || self.scale.iter().any(|&s| s != 1.0)
+    }
+
     /// Anchors the analytic sizes to `act_gib(m)` measured at m = 1..=`measured`.
     fn anchor(
         act: &ActMemory,
@@ -622,15 +647,37 @@ impl CostModel {
         } else {
             Attention::Eager
         };
-        let activations = ActivationModel::anchor(
-            &act,
-            [Attention::Eager, Attention::Flash]
-                .map(|a| BlockActivations::new(model, seq, dtype, a)),
-            measured_attention,
-            model.layers,
-            reference_buffers_bytes(model),
-            measured_len,
-        );
+        let per_sample = [Attention::Eager, Attention::Flash]
+            .map(|a| BlockActivations::new(model, seq, dtype, a));
+        let activations = match &act {
+            ActMemory::Profile(p)
+                if model.tokens_per_sample(p.seq_len.unwrap_or(model.seq_len)) == seq =>
+            {
+                ActivationModel::anchor(
+                    &act,
+                    per_sample,
+                    measured_attention,
+                    model.layers,
+                    reference_buffers_bytes(model),
+                    measured_len,
+                )
+            }
+            other => {
+                if let ActMemory::Profile(p) = other {
+                    warnings.push(format!(
+                        "the memory profile of {} ({}) was measured at {} tokens per sample, not {seq}: activation memory comes from the analytic per-tensor model",
+                        model.name,
+                        p.source,
+                        model.tokens_per_sample(p.seq_len.unwrap_or(model.seq_len))
+                    ));
+                }
+                ActivationModel::analytic(
+                    per_sample,
+                    measured_attention,
+                    reference_buffers_bytes(model),
+                )
+            }
+        };
         let topo = comm_topology(&workload.cluster);
         topo.validate("cluster")?;
         let ring = RingModel::new(topo);
@@ -1035,10 +1082,28 @@ mod tests {
         let (ff, bf) = c.block_ms_with(0, 4, Attention::Flash).unwrap();
         assert!((ff - 0.5 * fe).abs() < 1e-9 && (bf - 0.5 * be).abs() < 1e-9);
         assert!((c.selective_recompute_ms(0, 4, Attention::Eager, fe) - 0.25 * fe).abs() < 1e-9);
-        // The anchored reference peak reproduces act(m) = B_ref + F0 + s(m)
-        // A_ref(m) wherever the measurement exceeds the unit buffers (below
-        // that, activations are 0 and the buffers alone set the peak).
+        // Without a memory measurement the analytic sizes stand (s = 1).
+        assert!(!c.activations.anchored());
+        assert_eq!(c.activations.scale_at(7), 1.0);
+        // A measurement at this sequence length anchors them: the reference
+        // peak reproduces act(m) = B_ref + F0 + s(m) A_ref(m) wherever the
+        // measurement exceeds the unit buffers (below that, activations are
+        // 0 and the buffers alone set the peak).
+        let mut p = ProfileSet::new();
+        let mem = |seq| crate::profile::MemoryProfile {
+            cluster: "x".into(),
+            model: "gpt-test".into(),
+            model_key: "gpt-test".into(),
+            dtype: Dtype::Fp32,
+            parameters: 1,
+            seq_len: Some(seq),
+            act_gib: (1..=8).map(|m| 0.3 + 0.05 * m as f64).collect(),
+            source: Source::Measured { origin: "t".into() },
+        };
+        p.memory.push(mem(64));
+        let c = costs("l4,l4", &p);
         let a = &c.activations;
+        assert!(a.anchored());
         let l = c.workload.model.layers;
         let mut checked = 0;
         for m in [1, 3, 8, 64, 100] {
@@ -1056,6 +1121,12 @@ mod tests {
             }
         }
         assert!(checked >= 2);
+        // Measured at another length: not used for activations, and said so.
+        let mut q = ProfileSet::new();
+        q.memory.push(mem(128));
+        let c = costs("l4,l4", &q);
+        assert!(!c.activations.anchored());
+        assert!(c.warnings.iter().any(|w| w.contains("measured at 128 tokens")), "{:?}", c.warnings);
     }
 
     #[test]

@@ -252,6 +252,9 @@ pub struct MemoryProfile {
     pub dtype: Dtype,
     /// Total trainable parameters of the model as built for that measurement.
     pub parameters: u64,
+    /// Tokens per sample it was measured at (`None`: the model's default,
+    /// as the reference `model_memory.json`, which records none).
+    pub seq_len: Option<u32>,
     /// GiB at micro-batch size i+1.
     pub act_gib: Vec<f64>,
     /// Where these numbers came from.
@@ -467,6 +470,7 @@ mod tests {
             model_key: "m".into(),
             dtype: Dtype::Fp16,
             parameters: 1,
+            seq_len: None,
             act_gib: vec![1.0, 2.0, 3.0, 5.0, 7.0, 9.0],
             source: src(),
         };

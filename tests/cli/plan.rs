@@ -114,6 +114,9 @@ fn compare_rows_contract_and_ours_wins() {
         "cephalo-compat",
         "fsdp",
         "fsdp-ga",
+        "zero2",
+        "ddp",
+        "hsdp",
         "speed-proportional",
         "speed-proportional-mem",
     ] {
@@ -122,6 +125,7 @@ fn compare_rows_contract_and_ours_wins() {
     for r in &rows {
         for k in [
             "planner",
+            "strategy",
             "samples_per_s",
             "iteration_ms",
             "speedup_vs_even_fsdp",
@@ -145,7 +149,7 @@ fn compare_rows_contract_and_ours_wins() {
     assert_eq!(csv.code, 0);
     assert!(csv
         .stdout
-        .starts_with("planner,samples_per_s,iteration_ms,speedup_vs_even_fsdp"));
+        .starts_with("planner,strategy,samples_per_s,iteration_ms,speedup_vs_even_fsdp"));
     assert_eq!(csv.stdout.lines().count(), rows.len() + 1);
 }
 

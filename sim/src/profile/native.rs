@@ -226,6 +226,7 @@ pub fn import(
                     model_key: b.model.clone(),
                     dtype: dt,
                     parameters: model.total_params(),
+                    seq_len: Some(b.seq_len),
                     act_gib: dense,
                     source: source.clone(),
                 });

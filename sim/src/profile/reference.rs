@@ -330,6 +330,7 @@ pub fn import_memory(
                     model_key: model_key.clone(),
                     dtype,
                     parameters: parameters as u64,
+                    seq_len: None,
                     act_gib: act,
                     source: Source::Imported {
                         origin: origin.to_string(),

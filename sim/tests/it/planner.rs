@@ -438,6 +438,7 @@ fn infeasible_microbatch_names_the_gpu() {
         model_key: "gpt-1.3b".into(),
         dtype: Dtype::Fp16,
         parameters: 1_300_000_000,
+        seq_len: None,
         act_gib: vec![60.0, 120.0],
         source: sim::profile::Source::Analytic {
             model: "test".into(),
