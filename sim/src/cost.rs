@@ -1126,7 +1126,13 @@ mod tests {
         q.memory.push(mem(128));
         let c = costs("l4,l4", &q);
         assert!(!c.activations.anchored());
-        assert!(c.warnings.iter().any(|w| w.contains("measured at 128 tokens")), "{:?}", c.warnings);
+        assert!(
+            c.warnings
+                .iter()
+                .any(|w| w.contains("measured at 128 tokens")),
+            "{:?}",
+            c.warnings
+        );
     }
 
     #[test]

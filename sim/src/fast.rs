@@ -24,10 +24,13 @@
 //! their prefetch allows, and the collectives' buffers as the worst timing
 //! allows: during phase `q` the unit buffers of every gathered-and-not-freed
 //! unit and every unreduced gradient, plus the larger of the next phase's
-//! prefetched parameters and the previous phase's gradient buffer whose
-//! reduce-scatter may still run (the communication stream runs them one
-//! after the other, so never both). Planners size micro-batches and state
-//! shares with it; candidates are then judged by the simulator.
+//! prefetched parameters and the gradient buffers whose reduce-scatter may
+//! still run (the communication stream runs them before that all-gather,
+//! so never both): the previous phase's when the phase waits for an
+//! all-gather, every one since the last gathering phase when it does not
+//! (SHARD_GRAD_OP's backward: a fast GPU races ahead while its
+//! reduce-scatters wait for the slowest). Planners size micro-batches and
+//! state shares with it; candidates are then judged by the simulator.
 //!
 //! Units: ms for times, bytes for memory.
 
@@ -222,14 +225,17 @@ pub struct RankPeak {
 }
 
 /// Upper bound on the peak memory of `rank` (its GPU type, node and
-/// micro-batch costs) running micro-batches of `sizes` under `schedule`,
-/// holding the state of `local_params` parameters (see the module docs).
-/// `sizes` empty: a GPU with no samples (state, overhead and one unit's
-/// buffers at a time).
+/// micro-batch costs) running micro-batches of `sizes` under `schedule` in
+/// an iteration of `passes` micro-batch passes (micro-batch-major
+/// schedules: the plan's largest micro-batch count, at least
+/// `sizes.len()`), holding the state of `local_params` parameters (see the
+/// module docs). `sizes` empty: a GPU with no samples (state, overhead and
+/// one unit's buffers at a time).
 pub fn rank_peak(
     schedule: &Schedule<'_>,
     rank: usize,
     sizes: &[u32],
+    passes: u32,
     local_params: f64,
 ) -> Result<RankPeak, PlanError> {
     let s = &schedule.strategy;
@@ -267,23 +273,54 @@ pub fn rank_peak(
         micro.push(mc);
     }
     let offloads = s.offloads_activations(n as u32);
-    let phases = schedule.phases(n as u32);
+    let phases = schedule.phases(passes.max(n as u32));
+    // The rank's steps per phase, in program order.
+    let steps: Vec<Vec<crate::schedule::Step>> = phases
+        .iter()
+        .map(|ph| {
+            let ks: Vec<usize> = match ph.pass {
+                None => (0..n).collect(),
+                Some(k) if (k as usize) < n => vec![k as usize],
+                Some(_) => vec![],
+            };
+            ks.iter()
+                .enumerate()
+                .map(|(j, &k)| schedule.step(rank, &micro[k], ph, k as u32, j == 0, offloads))
+                .collect()
+        })
+        .collect();
     let mut gathered = vec![false; units.len()];
     let mut grads = vec![false; units.len()];
     let (mut params_live, mut grads_live) = (0i64, 0i64);
+    // Gradient buffers reduced after phase q, bytes: (q, bytes).
+    let mut reducing: Vec<(usize, i64)> = Vec::new();
     // Activation events (time, delta) on the device and the host; buffer
     // windows (start, end, bytes) per phase.
     let mut dev: Vec<(u64, i64)> = Vec::new();
     let mut host: Vec<(u64, i64)> = Vec::new();
     let mut windows: Vec<(u64, u64, i64)> = Vec::with_capacity(phases.len());
-    // Stream clocks and the compute ends of the last two steps (the
-    // prefetch of step j's copy waits for step j - 2).
+    // Stream clocks, the compute end of the previous step (what a prefetched
+    // copy waits for) and the end of an already issued copy of this step.
     let (mut compute, mut copy) = (0u64, 0u64);
-    let (mut end_prev2, mut end_prev1) = (0u64, 0u64);
+    let mut prev_step_end = 0u64;
+    let mut pending: Option<u64> = None;
     let add = |v: &mut Vec<(u64, i64)>, t0: u64, t1: u64, m: &crate::schedule::Mems, host: bool| {
         for x in m.as_slice().iter().filter(|x| x.host == host) {
             v.push((if x.at == MemAt::Start { t0 } else { t1 }, x.bytes));
         }
+    };
+    // Issues a copy on the copy stream no earlier than `after`.
+    let issue = |c: &crate::schedule::CopyWork,
+                 after: u64,
+                 copy: &mut u64,
+                 dev: &mut Vec<(u64, i64)>,
+                 host: &mut Vec<(u64, i64)>| {
+        let start = (*copy).max(after);
+        let end = start + c.dur.0;
+        add(dev, start, end, &c.mem, false);
+        add(host, start, end, &c.mem, true);
+        *copy = end;
+        end
     };
     for (p, ph) in phases.iter().enumerate() {
         let u = ph.unit as usize;
@@ -291,12 +328,7 @@ pub fn rank_peak(
             gathered[u] = true;
             params_live += units[u].param_bytes;
         }
-        let steps: Vec<usize> = match ph.pass {
-            None => (0..n).collect(),
-            Some(k) if (k as usize) < n => vec![k as usize],
-            Some(_) => vec![],
-        };
-        if ph.grad_alloc && shards && !grads[u] && !steps.is_empty() {
+        if ph.grad_alloc && shards && !grads[u] && !steps[p].is_empty() {
             grads[u] = true;
             grads_live += units[u].grad_bytes;
         }
@@ -304,23 +336,40 @@ pub fn rank_peak(
             .get(p + 1)
             .filter(|q| q.gather && !gathered[q.unit as usize])
             .map_or(0, |q| units[q.unit as usize].param_bytes);
-        let extra_prev = if p > 0 && phases[p - 1].reduce && shards {
-            units[phases[p - 1].unit as usize].grad_bytes
-        } else {
-            0
-        };
+        // Gradients reduced earlier whose reduce-scatter may still run: a
+        // phase that waits for its all-gather knows every reduce-scatter
+        // issued before that all-gather's predecessor ended (only the
+        // previous phase's may run); a phase that gathers nothing does not
+        // wait, so everything reduced since the last gathering phase may
+        // still be pending.
+        if ph.gather {
+            reducing.retain(|&(q, _)| q + 1 >= p);
+        }
+        let reducing_bytes: i64 = reducing.iter().map(|x| x.1).sum();
+        let backward_kind = matches!(
+            ph.kind,
+            crate::schedule::PhaseKind::Head | crate::schedule::PhaseKind::Backward
+        );
         let phase_start = compute;
-        for (j, &k) in steps.iter().enumerate() {
-            let st = schedule.step(rank, &micro[k], ph, k as u32, j == 0, offloads);
+        for (j, st) in steps[p].iter().enumerate() {
+            // As the lowering: this step's copy (prefetched, or now), then
+            // the next step's prefetch, then compute, then the copy out.
             let mut ready = compute;
             if let Some(h) = &st.h2d {
-                // As early as the prefetch allows.
-                let start = copy.max(end_prev2);
-                let end = start + h.dur.0;
-                add(&mut dev, start, end, &h.mem, false);
-                add(&mut host, start, end, &h.mem, true);
-                copy = end;
+                let end = match pending.take() {
+                    Some(e) => e,
+                    None => issue(h, 0, &mut copy, &mut dev, &mut host),
+                };
                 ready = ready.max(end);
+            }
+            if backward_kind {
+                let next = steps[p]
+                    .get(j + 1)
+                    .or_else(|| steps.get(p + 1).and_then(|v| v.first()))
+                    .and_then(|x| x.h2d.as_ref());
+                if let Some(h) = next {
+                    pending = Some(issue(h, prev_step_end, &mut copy, &mut dev, &mut host));
+                }
             }
             let mut t = ready;
             for w in st.works() {
@@ -329,24 +378,22 @@ pub fn rank_peak(
                 t = end;
             }
             compute = t;
-            end_prev2 = end_prev1;
-            end_prev1 = t;
+            prev_step_end = t;
             if let Some(dc) = &st.d2h {
-                let start = copy.max(t);
-                let end = start + dc.dur.0;
-                add(&mut dev, start, end, &dc.mem, false);
-                add(&mut host, start, end, &dc.mem, true);
-                copy = end;
+                issue(dc, t, &mut copy, &mut dev, &mut host);
             }
         }
+        // The next all-gather starts only after every queued
+        // reduce-scatter: it and the pending gradients never coexist.
         windows.push((
             phase_start,
             compute.max(phase_start + 1),
-            params_live + grads_live + extra_next.max(extra_prev),
+            params_live + grads_live + extra_next.max(reducing_bytes),
         ));
         if ph.reduce && grads[u] {
             grads[u] = false;
             grads_live -= units[u].grad_bytes;
+            reducing.push((p, units[u].grad_bytes));
         }
         if ph.reshard && gathered[u] {
             gathered[u] = false;

@@ -550,7 +550,7 @@ impl<'c, 'a> Search<'c, 'a> {
 /// infeasibility message when the closed form tabulated nothing).
 fn one_sample_gib(cf: &ClosedForm<'_>, rank: usize) -> f64 {
     let sch = crate::schedule::Schedule::new(cf.costs(), cf.strategy());
-    crate::fast::rank_peak(&sch, rank, &[1], 0.0)
+    crate::fast::rank_peak(&sch, rank, &[1], 1, 0.0)
         .map(|p| p.device_bytes as f64 / crate::units::GIB)
         .unwrap_or(f64::INFINITY)
 }

@@ -294,7 +294,11 @@ impl<'a> ClosedForm<'a> {
                     .fold(f64::INFINITY, f64::min);
                 let block = if block.is_finite() { block } else { 0.0 };
                 let peak = |sizes: &[u32]| -> Result<f64, PlanError> {
-                    Ok(rank_peak(&schedule, rank, sizes, 0.0)?.device_bytes as f64 / GIB)
+                    Ok(
+                        rank_peak(&schedule, rank, sizes, sizes.len() as u32, 0.0)?.device_bytes
+                            as f64
+                            / GIB,
+                    )
                 };
                 let m1 = peak(&[m])?;
                 let m2 = peak(&[m, m])?;
@@ -381,7 +385,7 @@ impl<'a> ClosedForm<'a> {
 
     /// Non-state GiB of a GPU of type `t` with no samples.
     pub fn empty_nonstate_gib(&self, t: usize) -> f64 {
-        rank_peak(&self.schedule, self.types[t].rank, &[], 0.0)
+        rank_peak(&self.schedule, self.types[t].rank, &[], 1, 0.0)
             .map(|p| p.device_bytes as f64 / GIB)
             .unwrap_or(f64::INFINITY)
     }
@@ -515,7 +519,7 @@ impl<'a> ClosedForm<'a> {
 
     fn cap_empty(&self, t: usize) -> f64 {
         let tt = &self.types[t];
-        let g = rank_peak(&self.schedule, tt.rank, &[], 0.0)
+        let g = rank_peak(&self.schedule, tt.rank, &[], 1, 0.0)
             .map(|p| p.device_bytes as f64 / GIB)
             .unwrap_or(f64::INFINITY);
         if self.state_gib > 0.0 {

@@ -48,7 +48,7 @@ pub fn even_shard_plan(
             continue;
         }
         let mut n = 1;
-        while n <= b && !fits(&schedule, i, &sizes(b, n), fr[i])? {
+        while n <= b && !fits(&schedule, i, &sizes(b, n), n, fr[i])? {
             n += 1;
         }
         if n > b {

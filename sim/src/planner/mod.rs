@@ -375,11 +375,13 @@ pub fn even_fractions(strategy: &Strategy, ranks: usize) -> Vec<f64> {
 
 /// Whether `rank` fits running `sizes` under `schedule` holding
 /// `fraction` of the state, by the fast model's per-GPU bound (and its
-/// node's host memory for the offload it uses by itself).
+/// node's host memory for the offload it uses by itself), in an iteration
+/// of `passes` micro-batch passes.
 pub fn fits(
     schedule: &Schedule<'_>,
     rank: usize,
     sizes: &[u32],
+    passes: u32,
     fraction: f64,
 ) -> Result<bool, PlanError> {
     let costs = schedule.costs;
@@ -388,7 +390,7 @@ pub fn fits(
         Sharding::NoShard => total,
         _ => fraction * total,
     };
-    let p = rank_peak(schedule, rank, sizes, local)?;
+    let p = rank_peak(schedule, rank, sizes, passes, local)?;
     let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[rank].node];
     Ok(p.device_bytes as f64 / GIB <= costs.usable_gib(rank)
         && p.host_bytes as f64 / GIB <= node.host_mem_gib)
@@ -410,7 +412,7 @@ pub fn max_microbatch(
     limit: u32,
 ) -> Result<u32, PlanError> {
     let mut lo = 0u32;
-    while lo < limit && fits(schedule, rank, &vec![lo + 1; n.max(1) as usize], r)? {
+    while lo < limit && fits(schedule, rank, &vec![lo + 1; n.max(1) as usize], n, r)? {
         lo += 1;
     }
     Ok(lo)
@@ -519,21 +521,21 @@ pub fn standard_plan(
                 let mut pairs = Vec::with_capacity(g);
                 let mut ok = true;
                 // Ranks of one type with one batch fit alike.
-                let mut seen: Vec<(usize, u32, u32, bool)> = Vec::new();
+                let mut seen: Vec<(usize, u32, u32, u32, bool)> = Vec::new();
                 for (r, &b) in batch.iter().enumerate() {
                     let t = costs.rank_type[r];
                     let nr = if b == 0 {
                         0
                     } else if per_rank_micro {
                         let mut k = 1;
-                        while k < n && !fits_cached(&schedule, r, t, b, k, fr[r], &mut seen)? {
+                        while k < n && !fits_cached(&schedule, r, t, (b, k, n), fr[r], &mut seen)? {
                             k += 1;
                         }
                         k.min(b)
                     } else {
                         n.min(b)
                     };
-                    if b > 0 && !fits_cached(&schedule, r, t, b, nr, fr[r], &mut seen)? {
+                    if b > 0 && !fits_cached(&schedule, r, t, (b, nr, n), fr[r], &mut seen)? {
                         ok = false;
                     }
                     pairs.push((b, nr));
@@ -560,7 +562,8 @@ pub fn standard_plan(
     let worst = (0..g)
         .find(|&r| {
             batch[r] > 0
-                && !fits(&schedule, r, &sizes(pairs[r].0, pairs[r].1), fr[r]).unwrap_or(false)
+                && !fits(&schedule, r, &sizes(pairs[r].0, pairs[r].1), n_limit, fr[r])
+                    .unwrap_or(false)
         })
         .unwrap_or(0);
     notes.push(format!(
@@ -574,20 +577,24 @@ pub fn standard_plan(
     Ok(out)
 }
 
+/// [`fits`] of `b` samples in `n` micro-batches over `passes` passes on a
+/// GPU of type `t`, memoised in `seen`.
 fn fits_cached(
     schedule: &Schedule<'_>,
     rank: usize,
     t: usize,
-    b: u32,
-    n: u32,
+    (b, n, passes): (u32, u32, u32),
     r: f64,
-    seen: &mut Vec<(usize, u32, u32, bool)>,
+    seen: &mut Vec<(usize, u32, u32, u32, bool)>,
 ) -> Result<bool, PlanError> {
-    if let Some(x) = seen.iter().find(|x| (x.0, x.1, x.2) == (t, b, n)) {
-        return Ok(x.3);
+    if let Some(x) = seen
+        .iter()
+        .find(|x| (x.0, x.1, x.2, x.3) == (t, b, n, passes))
+    {
+        return Ok(x.4);
     }
-    let ok = fits(schedule, rank, &sizes(b, n), r)?;
-    seen.push((t, b, n, ok));
+    let ok = fits(schedule, rank, &sizes(b, n), passes, r)?;
+    seen.push((t, b, n, passes, ok));
     Ok(ok)
 }
 

@@ -21,7 +21,8 @@
 //!   input buffers) and precedes step `j`'s device-to-host copy on the copy
 //!   stream. A step whose copy was not prefetched issues it when reached.
 //! * Gradient reductions of a phase wait for every rank of the group to
-//!   finish the phase's compute (FSDP's post-backward hook); hybrid
+//!   finish the phase's compute (FSDP's post-backward hook), a rank with
+//!   no micro-batch in that pass for its last backward of the unit; hybrid
 //!   sharding's replica all-reduce waits for every group's reduce-scatter
 //!   and runs on the separate reduce stream.
 //! * The optimizer step of a rank waits for its last reductions (and, when
@@ -300,6 +301,9 @@ struct RankState {
     /// Per unit: the unsharded gradient buffer is allocated (by a backward
     /// op) and not yet reduced.
     grad_live: Vec<bool>,
+    /// Per unit: the rank's latest backward op of it (its gradient's last
+    /// contribution, which a later pass's reduction waits for).
+    last_bwd: Vec<Option<OpId>>,
 }
 
 /// Builds the engine graph of `d` with prefetch on or off.
@@ -356,6 +360,7 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, prefetch: bool, g: &mut S) -> Lo
     let mut st: Vec<RankState> = vec![
         RankState {
             grad_live: vec![false; d.units.len()],
+            last_bwd: vec![None; d.units.len()],
             ..RankState::default()
         };
         ranks
@@ -464,6 +469,9 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, prefetch: bool, g: &mut S) -> Lo
                 }
                 st[r].prev_step_end = last;
                 phase_end[r] = last;
+                if backward_kind {
+                    st[r].last_bwd[ui] = last;
+                }
             }
         }
         if ph.reduce {
@@ -534,7 +542,9 @@ fn reduce<S: Sink>(
                         )
                     })
                     .sum();
-                let deps: Vec<OpId> = phase_end.iter().flatten().copied().collect();
+                let deps: Vec<OpId> = (0..ranks)
+                    .filter_map(|r| phase_end[r].or(st[r].last_bwd[u]))
+                    .collect();
                 let op = b.collective(
                     &all,
                     Stream::Comm,
@@ -566,7 +576,12 @@ fn reduce<S: Sink>(
                     &group,
                     &pieces,
                 ));
-                let deps: Vec<OpId> = group.iter().filter_map(|&r| phase_end[r]).collect();
+                // Every rank's gradient of the unit: this phase's compute,
+                // or its last backward of the unit in an earlier pass.
+                let deps: Vec<OpId> = group
+                    .iter()
+                    .filter_map(|&r| phase_end[r].or(st[r].last_bwd[u]))
+                    .collect();
                 let mut mems = Vec::with_capacity(3 * group.len());
                 for &r in &group {
                     // A GPU that produced no gradient for the unit (no
