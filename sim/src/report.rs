@@ -7,7 +7,7 @@
 //! (`mem_pct`) and of the usable memory (`usable_pct`, above 100 exactly
 //! when the GPU is out of memory).
 //!
-//! [`assemble`] turns a run of a lowered iteration (the engine's stats and
+//! `assemble` turns a run of a lowered iteration (the engine's stats and
 //! the observers below) into a [`Report`]; it knows nothing of schedules.
 //!
 //! # Per-GPU time breakdown
@@ -780,7 +780,7 @@ impl Observer for Breakdown<'_> {
     }
 }
 
-/// Everything [`assemble`] needs besides the run's observers.
+/// Everything `assemble` needs besides the run's observers.
 #[derive(Debug)]
 pub struct Assembly<'a> {
     /// The cost model of the workload.

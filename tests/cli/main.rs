@@ -4,4 +4,5 @@ mod common;
 mod plan;
 mod predict;
 mod simulate;
+mod strategy;
 mod validate;

@@ -13,7 +13,6 @@ use sim::cluster::Cluster;
 use sim::cost::CostModel;
 use sim::dtype::Dtype;
 use sim::engine::{Category, OpId};
-use sim::gpu::GpuCatalog;
 use sim::plan::Plan;
 use sim::profile::ProfileSet;
 use sim::report::Report;
