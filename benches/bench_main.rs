@@ -116,6 +116,20 @@ mod engine {
                 },
             ),
             (
+                "no-checkpointing",
+                Strategy {
+                    checkpointing: Checkpointing::None,
+                    ..fsdp
+                },
+            ),
+            (
+                "every-2",
+                Strategy {
+                    checkpointing: Checkpointing::Every(2),
+                    ..fsdp
+                },
+            ),
+            (
                 "selective",
                 Strategy {
                     checkpointing: Checkpointing::Selective,

@@ -333,11 +333,13 @@ impl Graph {
         Graph::default()
     }
 
-    /// An empty graph with room for `ops` ops and `edges` dependency edges.
+    /// An empty graph with room for `ops` ops, `edges` dependency edges
+    /// and two memory changes per op.
     pub fn with_capacity(ops: usize, edges: usize) -> Graph {
         Graph {
             ops: Vec::with_capacity(ops),
             deps: Vec::with_capacity(edges),
+            mems: Vec::with_capacity(2 * ops),
             issues: Vec::with_capacity(ops),
             ..Graph::default()
         }

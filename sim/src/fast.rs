@@ -410,7 +410,7 @@ pub fn rank_peak(
 /// frees at equal instants) plus, at every instant inside a window
 /// `(start, end, bytes)`, that window's bytes.
 fn sweep(base: i64, mut events: Vec<(u64, i64)>, windows: &[(u64, u64, i64)]) -> i64 {
-    events.sort_by(|x, y| x.0.cmp(&y.0).then(y.1.cmp(&x.1)));
+    events.sort_unstable_by(|x, y| x.0.cmp(&y.0).then(y.1.cmp(&x.1)));
     let mut peak = base;
     let mut cur = 0i64;
     let mut w = 0usize;

@@ -29,9 +29,11 @@ pub struct MemoryTracker {
     peak: Vec<i64>,
     peak_at: Vec<SimTime>,
     min_dynamic: Vec<i64>,
-    /// The instant whose changes are being applied, and the pools it touched.
+    /// The instant whose changes are being applied, the pools it touched
+    /// (in order, and as a per-pool flag).
     now: SimTime,
     touched: Vec<u32>,
+    is_touched: Vec<bool>,
 }
 
 impl MemoryTracker {
@@ -46,6 +48,7 @@ impl MemoryTracker {
             min_dynamic: vec![0; n],
             now: SimTime::ZERO,
             touched: Vec::new(),
+            is_touched: vec![false; n],
         }
     }
 
@@ -63,15 +66,9 @@ impl MemoryTracker {
             if d < self.min_dynamic[r] {
                 self.min_dynamic[r] = d;
             }
+            self.is_touched[r] = false;
         }
         self.touched.clear();
-    }
-
-    /// The instant a query is about, with the pending instant settled.
-    fn settled(&self) -> MemoryTracker {
-        let mut m = self.clone();
-        m.settle();
-        m
     }
 
     /// Number of pools tracked.
@@ -86,19 +83,19 @@ impl MemoryTracker {
 
     /// Highest total of `rank` seen so far (bytes).
     pub fn peak_bytes(&self, rank: usize) -> i64 {
-        if self.touched.is_empty() {
-            self.peak[rank]
+        if self.is_touched[rank] {
+            self.peak[rank].max(self.current[rank])
         } else {
-            self.settled().peak[rank]
+            self.peak[rank]
         }
     }
 
     /// First time `rank` reached its peak.
     pub fn peak_time(&self, rank: usize) -> SimTime {
-        if self.touched.is_empty() {
-            self.peak_at[rank]
+        if self.is_touched[rank] && self.current[rank] > self.peak[rank] {
+            self.now
         } else {
-            self.settled().peak_at[rank]
+            self.peak_at[rank]
         }
     }
 
@@ -110,10 +107,10 @@ impl MemoryTracker {
     /// Lowest value of the dynamic part (total - base) of `rank` after any
     /// instant (bytes); negative would mean a free without an allocation.
     pub fn min_dynamic_bytes(&self, rank: usize) -> i64 {
-        if self.touched.is_empty() {
-            self.min_dynamic[rank]
+        if self.is_touched[rank] {
+            self.min_dynamic[rank].min(self.current[rank] - self.base[rank])
         } else {
-            self.settled().min_dynamic[rank]
+            self.min_dynamic[rank]
         }
     }
 }
@@ -131,7 +128,8 @@ impl Observer for MemoryTracker {
             self.now = time;
         }
         self.current[r] += delta_bytes;
-        if !self.touched.contains(&rank) {
+        if !self.is_touched[r] {
+            self.is_touched[r] = true;
             self.touched.push(rank);
         }
     }

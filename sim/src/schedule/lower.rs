@@ -36,9 +36,10 @@ use crate::comm::CollectiveKind;
 use crate::engine::{Category, Graph, MemAt, MemChange, OpId, OpLabel, Stream, NO_INDEX};
 use crate::strategy::{Offload, Sharding};
 use crate::units::SimTime;
+use std::collections::HashMap;
 
 /// Which ranks a collective ran over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Group {
     /// Shard group `k` (all GPUs unless hybrid).
     Shard(usize),
@@ -175,9 +176,29 @@ struct Builder<'d, 'a, 's, S: Sink> {
     lb: Labels,
     collectives: Vec<CollectiveRecord>,
     mems: Vec<MemChange>,
+    /// Collective durations already costed, by (kind, group, bytes of the
+    /// whole buffer): every block has the same size, so most repeat.
+    durs: HashMap<(CollectiveKind, Group, u64), f64>,
 }
 
 impl<S: Sink> Builder<'_, '_, '_, S> {
+    /// Duration (ms) of a `kind` collective over `group` (ranks `ranks`,
+    /// pieces `pieces` of a buffer of `bytes` whose split the plan fixes).
+    fn collective_ms(
+        &mut self,
+        kind: CollectiveKind,
+        group: Group,
+        bytes: f64,
+        ranks: &[usize],
+        pieces: impl FnOnce() -> Vec<f64>,
+    ) -> f64 {
+        let costs = self.d.costs;
+        *self
+            .durs
+            .entry((kind, group, bytes.to_bits()))
+            .or_insert_with(|| costs.group_collective_ms(kind, ranks, &pieces()))
+    }
+
     /// A local op of `rank`; device changes go to its GPU's pool, host
     /// changes to its node's host pool.
     fn local(
@@ -240,10 +261,12 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
             .map(|k| {
                 let ranks: Vec<usize> = d.groups.shard_group(k).collect();
                 let pieces = d.gather_pieces(u, k);
-                let dur = super::dur(d.costs.group_collective_ms(
+                let dur = super::dur(self.collective_ms(
                     CollectiveKind::AllGather,
+                    Group::Shard(k),
+                    pb as f64,
                     &ranks,
-                    &pieces,
+                    || pieces.clone(),
                 ));
                 let deps: Vec<OpId> = ranks.iter().filter_map(|&r| after[r]).collect();
                 let mut mems = Vec::with_capacity(2 * ranks.len());
@@ -304,11 +327,19 @@ struct RankState {
     /// Per unit: the rank's latest backward op of it (its gradient's last
     /// contribution, which a later pass's reduction waits for).
     last_bwd: Vec<Option<OpId>>,
+    /// The rank's next step, already described while prefetching its copy.
+    next_step: Option<Step>,
 }
 
 /// Builds the engine graph of `d` with prefetch on or off.
 pub fn lower(d: &Description<'_>, prefetch: bool) -> Lowered {
-    let mut g = Graph::with_capacity(0, 0);
+    // Up to four ops per step (a copy in, two computes, a copy out); most
+    // steps have two or three.
+    let steps: usize = (0..d.phases.len())
+        .map(|p| (0..d.ranks()).map(|r| d.step_count(r, p)).sum::<usize>())
+        .sum();
+    let ops = 3 * steps + 2 * d.ranks() + d.phases.len() * d.groups.count();
+    let mut g = Graph::with_capacity(ops, 2 * ops);
     let parts = lower_into(d, prefetch, &mut g);
     Lowered {
         graph: g,
@@ -348,6 +379,7 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, prefetch: bool, g: &mut S) -> Lo
         lb,
         collectives: Vec::new(),
         mems: Vec::with_capacity(16),
+        durs: HashMap::new(),
     };
     let ahead = usize::from(prefetch && d.costs.comm_overlaps_compute());
     let mut ag: Vec<Option<Vec<OpId>>> = vec![None; np];
@@ -376,7 +408,7 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, prefetch: bool, g: &mut S) -> Lo
         for r in 0..ranks {
             let n = d.step_count(r, p);
             for j in 0..n {
-                let mut step: Step = d.step(r, p, j);
+                let mut step: Step = st[r].next_step.take().unwrap_or_else(|| d.step(r, p, j));
                 if j == 0 && ph.grad_alloc && s.sharding.shards_params() && !st[r].grad_live[ui] {
                     if let Some(w) = step.backward_work_mut() {
                         w.mem.push(Mem::dev(MemAt::Start, d.units[ui].grad_bytes));
@@ -409,22 +441,20 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, prefetch: bool, g: &mut S) -> Lo
                 };
                 // Prefetch the next step's copy (backward steps only).
                 if backward_kind {
-                    if let Some(c) = d.next_h2d(r, p, j) {
-                        let (nu, nm) = if j + 1 < n {
-                            (u, d.step(r, p, j + 1).micro)
-                        } else {
-                            (d.phases[p + 1].unit, d.step(r, p + 1, 0).micro)
-                        };
-                        let prev = st[r].prev_step_end;
-                        let op = b.local(
-                            r,
-                            Stream::Copy,
-                            c.dur,
-                            prev.as_slice(),
-                            at(b.lb.h2d, nu, nm),
-                            c.mem.as_slice(),
-                        );
-                        st[r].pending_h2d = Some(op);
+                    if let Some((nu, next)) = d.next_step(r, p, j) {
+                        if let Some(c) = &next.h2d {
+                            let prev = st[r].prev_step_end;
+                            let op = b.local(
+                                r,
+                                Stream::Copy,
+                                c.dur,
+                                prev.as_slice(),
+                                at(b.lb.h2d, nu, next.micro),
+                                c.mem.as_slice(),
+                            );
+                            st[r].pending_h2d = Some(op);
+                        }
+                        st[r].next_step = Some(next);
                     }
                 }
                 let mut last = None;
@@ -535,10 +565,12 @@ fn reduce<S: Sink>(
                 let ms: f64 = buckets
                     .iter()
                     .map(|&bytes| {
-                        d.costs.group_collective_ms(
+                        b.collective_ms(
                             CollectiveKind::AllReduce,
+                            Group::Shard(0),
+                            bytes,
                             &all,
-                            &vec![bytes; ranks],
+                            || vec![bytes; ranks],
                         )
                     })
                     .sum();
@@ -571,10 +603,12 @@ fn reduce<S: Sink>(
             for k in 0..d.groups.count() {
                 let group: Vec<usize> = d.groups.shard_group(k).collect();
                 let pieces = d.reduce_pieces(u, k);
-                let dur = super::dur(d.costs.group_collective_ms(
+                let dur = super::dur(b.collective_ms(
                     CollectiveKind::ReduceScatter,
+                    Group::Shard(k),
+                    gb as f64,
                     &group,
-                    &pieces,
+                    || pieces.clone(),
                 ));
                 // Every rank's gradient of the unit: this phase's compute,
                 // or its last backward of the unit in an earlier pass.
@@ -624,10 +658,12 @@ fn reduce<S: Sink>(
                 for j in 0..d.groups.group_size {
                     let replicas = d.groups.replica_group(j);
                     let bytes = d.replica_buffer(u, j);
-                    let dur = super::dur(d.costs.group_collective_ms(
+                    let dur = super::dur(b.collective_ms(
                         CollectiveKind::AllReduce,
+                        Group::Replica(j),
+                        bytes,
                         &replicas,
-                        &vec![bytes; replicas.len()],
+                        || vec![bytes; replicas.len()],
                     ));
                     let op = b.collective(
                         &replicas,

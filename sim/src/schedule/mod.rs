@@ -791,15 +791,15 @@ impl<'a> Description<'a> {
             .step(rank, mc, ph, k as u32, j == 0, info.offloads)
     }
 
-    /// The host-to-device copy of the step after step `j` of `rank` in
-    /// phase `p` (the next one in this phase, else the first of phase
-    /// `p + 1`), if that step has one: what the backward prefetches.
-    pub fn next_h2d(&self, rank: usize, p: usize, j: usize) -> Option<CopyWork> {
+    /// The step `rank` runs after step `j` of phase `p` (the next one in
+    /// this phase, else the first of phase `p + 1`) with its unit, if the
+    /// rank has one there: what the backward prefetches the copy of.
+    pub fn next_step(&self, rank: usize, p: usize, j: usize) -> Option<(u32, Step)> {
         if j + 1 < self.step_count(rank, p) {
-            return self.step(rank, p, j + 1).h2d;
+            return Some((self.phases[p].unit, self.step(rank, p, j + 1)));
         }
         if p + 1 < self.phases.len() && self.step_count(rank, p + 1) > 0 {
-            return self.step(rank, p + 1, 0).h2d;
+            return Some((self.phases[p + 1].unit, self.step(rank, p + 1, 0)));
         }
         None
     }
