@@ -166,7 +166,9 @@ pub struct ConsideredOut {
     pub strategy: Strategy,
     /// One-line label.
     pub label: String,
-    /// Simulated (or fast-model) iteration time of its best plan, ms.
+    /// Simulated (or fast-model) iteration time of its best plan, ms
+    /// (`None` with a closed-form time: too slow in the closed form to be
+    /// worth evaluating).
     pub iteration_ms: Option<f64>,
     /// Whether that time comes from the simulator.
     pub simulated: bool,
@@ -284,10 +286,8 @@ pub fn output(res: &Resolved, planned: &Planned, report: &Report) -> PlanOutput 
         .collect();
     considered.sort_by(|a, b| {
         let k = |c: &ConsideredOut| {
-            (
-                c.oom || c.iteration_ms.is_none(),
-                c.iteration_ms.unwrap_or(f64::INFINITY),
-            )
+            let ms = c.iteration_ms.or(c.closed_form_ms);
+            (c.oom || ms.is_none(), ms.unwrap_or(f64::INFINITY))
         };
         let (x, y) = (k(a), k(b));
         x.0.cmp(&y.0).then(x.1.total_cmp(&y.1))
@@ -412,7 +412,10 @@ fn table(o: &PlanOutput, summary: &str) -> String {
                     if c.simulated { "" } else { " (fast model)" }
                 ),
                 (Some(_), true) => format!("{:>13}", "OOM"),
-                (None, _) => format!("{:>13}", "no plan"),
+                (None, _) => match c.closed_form_ms {
+                    Some(ms) => format!("{ms:>10.1} ms (closed form)"),
+                    None => format!("{:>13}", "no plan"),
+                },
             };
             let plan = if c.batch_sizes.is_empty() {
                 c.note.clone().unwrap_or_default()

@@ -23,7 +23,10 @@
 //! 1. per GPU type and batch `b`, every micro-batch count `n` whose
 //!    micro-batch fits; options that are no cheaper in any cost term and
 //!    leave no more room for state than another option of the same `b` are
-//!    dropped (Pareto);
+//!    dropped (Pareto; counts sharing a largest micro-batch are dropped as a
+//!    group when the first two show it, see `layered_options`).
+//!    Shardings that fix every GPU's share (hybrid, none) need only the
+//!    bottleneck search of step 2 at that share, which is then exact;
 //! 2. *fast path*: with `λ = 1/G` (even state) the problem is a bottleneck
 //!    assignment: binary search on the threshold `τ` over the sorted
 //!    candidate costs, each check a bitset subset-sum ("can the ranks' allowed
@@ -41,11 +44,13 @@
 //!    micro-batches, most memory headroom) and the least-total-time plans
 //!    under slightly relaxed bottlenecks ([`RELAXED_SLACK`]) are kept as
 //!    near-optimal candidates;
-//! 5. per strategy, its closed-form optimum and near-optimal variants are
-//!    evaluated by the fast model ([`crate::fast::evaluate`], the simulator's
-//!    times without building a graph); the fastest that fit — plus the
-//!    baselines' and the compat planner's plans whose strategy lies in the
-//!    space, as seeds — run through the simulator ([`super::Judge`], in
+//! 5. per strategy, its closed-form optimum and near-optimal variants —
+//!    plus the baselines' and the compat planner's plans whose strategy
+//!    lies in the space, as seeds, planned while the search runs — are
+//!    evaluated by the fast model ([`crate::fast::evaluate`], the
+//!    simulator's times without building a graph) when their closed-form
+//!    time is within [`CLOSED_FORM_MARGIN`] of the best; the fastest that
+//!    fit run through the simulator ([`super::Judge`], in
 //!    parallel with rayon) and the fastest plan that fits wins. The best
 //!    plan under every strategy considered comes back in
 //!    [`super::Planned::considered`].
@@ -95,38 +100,86 @@ pub struct Found {
     pub stats: SearchStats,
 }
 
+/// Whether layered option `b` is at least as good as `a` in every respect:
+/// no costlier in any template, at least as much room for state. (Layered
+/// costs sum over all micro-batches, so which ones are short is irrelevant;
+/// micro-batch-major options are never compared, one per batch.)
 fn dominated(a: &RankCost, b: &RankCost) -> bool {
-    // true when b is at least as good as a in every respect (same pass
-    // layout: micro-batch-major costs depend on which passes are full)
-    b.phase_ms
+    b.phase_ms[0]
         .iter()
-        .flatten()
-        .zip(a.phase_ms.iter().flatten())
+        .zip(&a.phase_ms[0])
         .all(|(x, y)| x <= y)
         && b.cap >= a.cap
-        && (b.rem == a.rem || b.phase_ms[1] == b.phase_ms[0])
 }
 
 fn total(o: &RankCost) -> f64 {
-    o.phase_ms.iter().flatten().sum()
+    o.phase_ms[0].iter().sum()
 }
 
-fn pareto(mut v: Vec<RankCost>) -> Vec<RankCost> {
+fn pareto(v: Vec<RankCost>) -> Vec<RankCost> {
     // Sort by cap descending, then cheaper first, so a dominating option
     // comes before what it dominates; ties keep the fewer micro-batches.
-    v.sort_by(|a, b| {
+    let order = |(ta, a): &(f64, RankCost), (tb, b): &(f64, RankCost)| {
         b.cap
             .total_cmp(&a.cap)
-            .then(total(a).total_cmp(&total(b)))
+            .then(ta.total_cmp(tb))
             .then(a.microbatches.cmp(&b.microbatches))
-    });
-    let mut out: Vec<RankCost> = Vec::with_capacity(v.len());
-    for o in v {
-        if !out.iter().any(|k| dominated(&o, k)) {
-            out.push(o);
+    };
+    let mut v: Vec<(f64, RankCost)> = v.into_iter().map(|o| (total(&o), o)).collect();
+    v.sort_by(order);
+    // Survivors so far, by total cost: a dominating option costs no more
+    // in total, so only the prefix up to this option's total is checked
+    // (on the usual staircase, slower options hold more state, that prefix
+    // is short).
+    let mut out: Vec<(f64, RankCost)> = Vec::with_capacity(v.len());
+    for (t, o) in v {
+        let idx = out.partition_point(|x| x.0 <= t);
+        if !out[..idx].iter().any(|(_, k)| dominated(&o, k)) {
+            out.insert(idx, (t, o));
         }
     }
-    out
+    out.sort_by(order);
+    out.into_iter().map(|x| x.1).collect()
+}
+
+/// The layered options of `b` samples on type `t`, before the Pareto
+/// filter: every micro-batch count whose micro-batch fits, except those a
+/// sibling provably dominates. Counts sharing a largest micro-batch `m`
+/// (`n` in `[ceil(b/m), ceil(b/(m-1)))`) form a group along which every
+/// template cost is convex in `n` (compute and copy are linear in `n`, the
+/// cost their maximum) and the cap does not grow (the memory bound is
+/// nondecreasing in `n` at fixed `m`); so when the group's second option
+/// is dominated by its first, every later one is too, and only the first
+/// is kept. (Per-sample time that does not grow with the micro-batch,
+/// the usual case, makes every group collapse to one option: about
+/// `2 sqrt(b)` options instead of `b`.)
+fn layered_options(cf: &ClosedForm<'_>, t: usize, b: u32, max_m: u32) -> Vec<RankCost> {
+    let mut v = Vec::new();
+    let first_n = b.div_ceil(max_m);
+    let mut n = first_n;
+    while n <= b {
+        let m = b.div_ceil(n);
+        // Last count whose largest micro-batch is still m.
+        let last = if m <= 1 { b } else { (b - 1) / (m - 1) };
+        let last = last.clamp(n, b);
+        let Some(head) = cf.option(t, b, n) else {
+            n = last + 1;
+            continue;
+        };
+        if last > n {
+            let second = cf.option(t, b, n + 1);
+            if second.as_ref().is_some_and(|o| dominated(o, &head)) {
+                v.push(head);
+            } else {
+                v.push(head);
+                v.extend(((n + 1)..=last).filter_map(|k| cf.option(t, b, k)));
+            }
+        } else {
+            v.push(head);
+        }
+        n = last + 1;
+    }
+    v
 }
 
 fn shl_or(dst: &mut [u64], src: &[u64], s: usize) {
@@ -180,10 +233,7 @@ impl<'c, 'a> Search<'c, 'a> {
                         if let Some(p) = cf.passes() {
                             return cf.option(t, b, p).into_iter().collect();
                         }
-                        let first_n = b.div_ceil(max_m);
-                        let v: Vec<RankCost> =
-                            (first_n..=b).filter_map(|n| cf.option(t, b, n)).collect();
-                        pareto(v)
+                        pareto(layered_options(cf, t, b, max_m))
                     })
                     .collect();
                 TypeOptions { by_b }
@@ -418,22 +468,35 @@ impl<'c, 'a> Search<'c, 'a> {
                 .collect()
         };
         let run = |w: &Vec<Vec<(f64, usize)>>, keep: bool| -> (f64, Vec<Vec<u32>>) {
+            let allowed: Vec<Vec<usize>> = w
+                .iter()
+                .map(|wt| (0..wt.len()).filter(|&b| wt[b].0.is_finite()).collect())
+                .collect();
+            let top = |t: usize| allowed[t].last().map_or(0, |&b| b);
+            // Samples the ranks after rank i can still take: a partial sum
+            // below B minus that can never reach B, so it is not computed.
+            let mut after = vec![0usize; g + 1];
+            for i in (0..g).rev() {
+                after[i] = after[i + 1] + top(self.rank_type[i]);
+            }
             let mut dp = vec![f64::NEG_INFINITY; nb];
             dp[0] = 0.0;
             let mut reach = 0usize;
             let mut args = Vec::new();
-            for &t in &self.rank_type {
-                let allowed: Vec<usize> =
-                    (0..w[t].len()).filter(|&b| w[t][b].0.is_finite()).collect();
-                let top = allowed.last().map_or(0, |&b| b);
+            for (i, &t) in self.rank_type.iter().enumerate() {
+                let floor = self.big_b.saturating_sub(after[i + 1]);
                 let mut nd = vec![f64::NEG_INFINITY; nb];
                 let mut arg = vec![u32::MAX; if keep { nb } else { 0 }];
-                for &b in &allowed {
+                for &b in &allowed[t] {
                     let wb = w[t][b].0;
                     let hi = (reach + b).min(nb - 1);
-                    let src = &dp[..=hi - b];
+                    let lo = floor.max(b);
+                    if lo > hi {
+                        continue;
+                    }
+                    let src = &dp[lo - b..=hi - b];
                     if keep {
-                        for (y, &x) in (b..=hi).zip(src) {
+                        for (y, &x) in (lo..=hi).zip(src) {
                             let v = x + wb;
                             if v > nd[y] {
                                 nd[y] = v;
@@ -441,13 +504,13 @@ impl<'c, 'a> Search<'c, 'a> {
                             }
                         }
                     } else {
-                        for (d, &x) in nd[b..=hi].iter_mut().zip(src) {
+                        for (d, &x) in nd[lo..=hi].iter_mut().zip(src) {
                             let v = x + wb;
                             *d = if v > *d { v } else { *d };
                         }
                     }
                 }
-                reach = (reach + top).min(nb - 1);
+                reach = (reach + top(t)).min(nb - 1);
                 dp = nd;
                 if keep {
                     args.push(arg);
@@ -502,18 +565,27 @@ impl<'c, 'a> Search<'c, 'a> {
                     .collect()
             })
             .collect();
+        // Batches a type was tabulated for (larger ones never fit).
+        let top: Vec<usize> = self.types.iter().map(|to| to.by_b.len()).collect();
         let mut dp = vec![f64::NEG_INFINITY; nb];
         dp[0] = 0.0;
+        let mut reach = 0usize;
         for &t in &self.rank_type {
             let mut nd = vec![f64::NEG_INFINITY; nb];
-            for y in 0..nb {
-                for b in 0..=y {
-                    let v = dp[y - b] + w[t][b];
-                    if v > nd[y] {
-                        nd[y] = v;
+            for b in 0..top[t].min(nb) {
+                let wb = w[t][b];
+                if !wb.is_finite() {
+                    continue;
+                }
+                let hi = (reach + b).min(nb - 1);
+                for (d, &x) in nd[b..=hi].iter_mut().zip(&dp[..=hi - b]) {
+                    let v = x + wb;
+                    if v > *d {
+                        *d = v;
                     }
                 }
             }
+            reach = (reach + top[t].saturating_sub(1)).min(nb - 1);
             dp = nd;
         }
         dp[self.big_b]
@@ -555,12 +627,16 @@ fn one_sample_gib(cf: &ClosedForm<'_>, rank: usize) -> f64 {
         .unwrap_or(f64::INFINITY)
 }
 
-/// Explains why no plan exists (called when the search finds none).
-fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
-    let cf = search.cf;
+/// The reasons no plan exists that need no search: a GPU that cannot hold
+/// the share of the state its sharding fixes; for water-filled state, a
+/// state larger than all free memory, or no GPU holding one sample.
+fn infeasible_at_once(cf: &ClosedForm<'_>) -> Option<PlanError> {
     let costs = cf.costs();
     let g = costs.ranks();
     let s = cf.state_gib();
+    if let Some(share) = cf.required_share() {
+        return share_unholdable(cf, share);
+    }
     // 1. The state alone is larger than all free memory.
     let free: f64 = (0..g)
         .map(|r| costs.usable_gib(r) - cf.empty_nonstate_gib(costs.rank_type[r]))
@@ -572,7 +648,7 @@ fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
             .map(|r| (r, costs.usable_gib(r)))
             .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
             .unwrap_or((0, 0.0));
-        return PlanError::Infeasible {
+        return Some(PlanError::Infeasible {
             message: format!(
                 "the training state ({s:.2} GiB at {} B/param) is larger than the free memory of all GPUs combined \
                  ({free:.2} GiB after overhead): short by {short:.2} GiB even with zero samples anywhere \
@@ -582,7 +658,7 @@ fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
             ),
             shortfall_gib: short,
             rank: None,
-        };
+        });
     }
     // 2. No GPU can hold one sample even with no state.
     if (0..cf.type_count()).all(|t| cf.max_microbatch(t) == 0) {
@@ -594,7 +670,7 @@ fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
             .map(|r| (r, need(r) - costs.usable_gib(r)))
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .unwrap_or((0, 0.0));
-        return PlanError::Infeasible {
+        return Some(PlanError::Infeasible {
             message: format!(
                 "no GPU can hold a micro-batch of one sample even with no training state ({}): \
                  the closest, GPU {r} ({}), needs {:.2} GiB of {:.2} GiB usable (short by {short:.2} GiB)",
@@ -605,7 +681,102 @@ fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
             ),
             shortfall_gib: short,
             rank: Some(r),
-        };
+        });
+    }
+    None
+}
+
+/// What the sharding of `cf` keeps on every GPU, for messages.
+fn share_rule(cf: &ClosedForm<'_>) -> String {
+    let g = cf.strategy().shard_group;
+    match cf.strategy().sharding {
+        Sharding::NoShard => "no sharding keeps the whole state".to_string(),
+        _ => format!("hybrid sharding in groups of {g} keeps 1/{g} of the state"),
+    }
+}
+
+/// The GPU with least room for state, when it cannot hold `share` of it
+/// even with no samples.
+fn share_unholdable(cf: &ClosedForm<'_>, share: f64) -> Option<PlanError> {
+    let costs = cf.costs();
+    let s = cf.state_gib();
+    let need = share * s;
+    let what = share_rule(cf);
+    // Room for state of a GPU of type t with no samples.
+    let empty = |t: usize| cf.option(t, 0, 0).map_or(0.0, |o| o.cap);
+    let worst = (0..costs.ranks())
+        .map(|r| (r, empty(costs.rank_type[r])))
+        .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    if let Some((r, cap)) = worst.filter(|w| w.1 < share - FILL_TOL) {
+        let t = costs.rank_type[r];
+        let room = cap * s;
+        return Some(PlanError::Infeasible {
+            message: format!(
+                "{what} ({need:.2} GiB) on every GPU: GPU {r} ({}) has room for {room:.2} GiB of state \
+                 even with no samples ({:.2} GiB usable, {:.2} GiB for buffers and overhead): short by {:.2} GiB",
+                costs.gpu(r).name,
+                cf.usable_gib(t),
+                cf.empty_nonstate_gib(t),
+                need - room
+            ),
+            shortfall_gib: need - room,
+            rank: Some(r),
+        });
+    }
+    None
+}
+
+/// [`infeasible`] for shardings that fix every GPU's share `share` of the
+/// state: a GPU that cannot hold it even with no samples, or the most
+/// samples the GPUs can take next to it.
+fn infeasible_share(search: &Search<'_, '_>, share: f64) -> PlanError {
+    let cf = search.cf;
+    let costs = cf.costs();
+    let need = share * cf.state_gib();
+    let what = share_rule(cf);
+    // Largest batch each type takes with the share beside it.
+    let most = |t: usize| -> u32 {
+        search.types[t]
+            .by_b
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.iter().any(|o| o.cap >= share - FILL_TOL))
+            .map(|(b, _)| b as u32)
+            .max()
+            .unwrap_or(0)
+    };
+    let total: u64 = costs.rank_type.iter().map(|&t| most(t) as u64).sum();
+    let mut per_type: Vec<String> = Vec::new();
+    for t in 0..cf.type_count() {
+        let r = costs.rank_type.iter().position(|&x| x == t).unwrap_or(0);
+        per_type.push(format!("{} up to {}", costs.gpu(r).name, most(t)));
+    }
+    let mut passes = String::new();
+    if let Some(p) = cf.passes() {
+        passes = format!(" in {p} micro-batch passes");
+    }
+    PlanError::Infeasible {
+        message: format!(
+            "{what} ({need:.2} GiB) on every GPU: beside it the GPUs hold at most {total} of the {} samples{passes} \
+             ({})",
+            costs.workload.global_batch,
+            per_type.join(", ")
+        ),
+        shortfall_gib: 0.0,
+        rank: None,
+    }
+}
+
+/// Explains why no plan exists (called when the search finds none).
+fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
+    if let Some(e) = infeasible_at_once(search.cf) {
+        return e;
+    }
+    let cf = search.cf;
+    let costs = cf.costs();
+    let s = cf.state_gib();
+    if let Some(share) = cf.required_share() {
+        return infeasible_share(search, share);
     }
     // 3. Activations of the batch plus the state do not fit together.
     let room = search.max_state_room().max(0.0);
@@ -653,6 +824,9 @@ pub fn search(cf: &ClosedForm<'_>) -> Result<Found, PlanError> {
             ((1.5 * share).ceil() as u32).saturating_add(8).min(big_b)
         })
         .collect();
+    if let Some(e) = infeasible_at_once(cf) {
+        return Err(e);
+    }
     let mut stats = SearchStats::default();
     loop {
         let full = bmax.iter().all(|&b| b >= big_b);
@@ -714,6 +888,20 @@ fn search_with(cf: &ClosedForm<'_>, bmax: &[u32]) -> Result<Found, PlanError> {
             alts.push(choice);
         }
     };
+    // Shardings that fix every GPU's share (hybrid, none): one bottleneck
+    // search at that share is exact (the state is not water-filled, so the
+    // level is known), the least total time breaking ties.
+    if let Some(share) = cf.required_share() {
+        let found = s.solve_bottleneck(share, Some(share), true);
+        let Some((tau, Some(choice))) = found else {
+            return Err(infeasible(&mut s));
+        };
+        consider(&mut best, &mut alternatives, choice, tau);
+        let Some((choice, eval, tau)) = best else {
+            return Err(infeasible(&mut s));
+        };
+        return Ok(finish(&mut s, choice, eval, tau, alternatives, true));
+    }
     // Fast path: even state.
     let fast = s.solve_bottleneck(lmin, Some(lmin), true);
     if let Some((tau, Some(choice))) = fast.clone() {
@@ -759,6 +947,20 @@ fn search_with(cf: &ClosedForm<'_>, bmax: &[u32]) -> Result<Found, PlanError> {
     let Some((choice, eval, tau)) = best else {
         return Err(infeasible(&mut s));
     };
+    Ok(finish(&mut s, choice, eval, tau, alternatives, proven))
+}
+
+/// The search's result around its optimum `choice`: variants and
+/// near-optimal plans (distinct, feasible), and the counts.
+fn finish(
+    s: &mut Search<'_, '_>,
+    choice: Choice,
+    eval: Evaluation,
+    tau: f64,
+    alternatives: Vec<Choice>,
+    proven: bool,
+) -> Found {
+    let cf = s.cf;
     let mut alts = s.variants(&choice, eval.level, tau.max(eval.iteration_ms));
     alts.extend(s.relaxed(eval.level, eval.iteration_ms, &RELAXED_SLACK));
     alts.extend(alternatives);
@@ -770,12 +972,12 @@ fn search_with(cf: &ClosedForm<'_>, bmax: &[u32]) -> Result<Found, PlanError> {
     }
     let mut stats = s.stats.clone();
     stats.proven_optimal = proven;
-    Ok(Found {
+    Found {
         best: choice,
         eval,
         alternatives: distinct,
         stats,
-    })
+    }
 }
 
 /// Builds the plan of a choice with its state fractions, under the closed
@@ -787,6 +989,12 @@ pub fn plan_of(cf: &ClosedForm<'_>, name: &str, choice: &Choice) -> Option<(Plan
         ev,
     ))
 }
+
+/// Candidates whose closed-form time exceeds the best one by more than this
+/// factor are not run through the fast model (beyond each strategy's own
+/// best): the closed form and the simulator differ by a few percent
+/// (exposed-communication details), not by this much.
+pub const CLOSED_FORM_MARGIN: f64 = 1.25;
 
 /// Pass counts the planner tries for micro-batch-major strategies.
 pub const PASS_LADDER: [u32; 12] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64];
@@ -872,7 +1080,9 @@ fn search_strategy<'a>(
         match search(&cf) {
             Ok(f) => {
                 let j = f.eval.iteration_ms;
-                let stop = j > 1.2 * best && j >= prev;
+                // Past the best pass count the time climbs (more, smaller
+                // micro-batches and more gathers): stop at the first rise.
+                let stop = j > best && j >= prev;
                 best = best.min(j);
                 prev = j;
                 out.push((cf, f));
@@ -916,10 +1126,39 @@ impl Planner for Cephalo {
             // The pins themselves do not resolve: report why.
             problem.resolve(&StrategySpec::default(), &StrategySpec::default())?;
         }
-        let results: Vec<(Strategy, Searched<'_>)> = space
-            .par_iter()
-            .map(|&s| (s, search_strategy(costs, s)))
-            .collect();
+        // The seeds (baselines whose rule can land in the space, planned
+        // while the strategies are searched): candidates next to the
+        // search's own.
+        let seeding = problem.options.seed_with_baselines && problem.judge.is_some();
+        let plan_seeds = || -> Vec<(&'static str, Result<Planned, PlanError>)> {
+            if !seeding {
+                return vec![];
+            }
+            let mut seeds: Vec<Box<dyn Planner>> = super::baselines();
+            seeds.insert(0, Box::new(super::compat::Compat));
+            let reachable = |fixed: StrategySpec| {
+                space.iter().any(|s| {
+                    fixed.sharding.is_none_or(|x| x == s.sharding)
+                        && fixed.accumulation.is_none_or(|x| x == s.accumulation)
+                        && fixed.checkpointing.is_none_or(|x| x == s.checkpointing)
+                        && fixed.offload.is_none_or(|x| x == s.offload)
+                })
+            };
+            seeds.retain(|p| reachable(p.fixed_axes()));
+            seeds
+                .par_iter()
+                .map(|p| (p.name(), p.plan(problem)))
+                .collect()
+        };
+        let (results, seeded): (Vec<(Strategy, Searched<'_>)>, _) = rayon::join(
+            || {
+                space
+                    .par_iter()
+                    .map(|&s| (s, search_strategy(costs, s)))
+                    .collect()
+            },
+            plan_seeds,
+        );
         let mut stats = SearchStats {
             strategies: space.len() as u64,
             ..SearchStats::default()
@@ -990,34 +1229,62 @@ impl Planner for Cephalo {
                 rank: None,
             }));
         }
-        // Seeds: baselines whose strategy lies in the space.
-        if problem.options.seed_with_baselines && problem.judge.is_some() {
-            let mut seeds: Vec<Box<dyn Planner>> = super::baselines();
-            seeds.insert(0, Box::new(super::compat::Compat));
-            for p in seeds {
-                if let Ok(mut pl) = p.plan(problem) {
-                    let Some(si) = space.iter().position(|s| *s == pl.plan.strategy) else {
-                        continue;
-                    };
-                    pl.plan.planner = self.name().to_string();
-                    for gp in &mut pl.plan.gpus {
-                        gp.note = None;
-                    }
-                    if !cands.iter().any(|c| c.plan == pl.plan) {
-                        cands.push(Cand {
-                            strategy: si,
-                            label: format!("seed: {}", p.name()),
-                            plan: pl.plan,
-                            closed_ms: f64::INFINITY,
-                        });
-                    }
+        for (name, result) in seeded {
+            if let Ok(mut pl) = result {
+                let Some(si) = space.iter().position(|s| *s == pl.plan.strategy) else {
+                    continue;
+                };
+                pl.plan.planner = self.name().to_string();
+                for gp in &mut pl.plan.gpus {
+                    gp.note = None;
+                }
+                if !cands.iter().any(|c| c.plan == pl.plan) {
+                    cands.push(Cand {
+                        strategy: si,
+                        label: format!("seed: {name}"),
+                        plan: pl.plan,
+                        closed_ms: f64::INFINITY,
+                    });
                 }
             }
         }
-        // Fast model on every candidate.
+        // Fast model on every candidate that can matter: the closed-form
+        // optimum of each strategy (for the per-strategy table), the seeds,
+        // and every candidate within CLOSED_FORM_MARGIN of the best
+        // closed-form time (the closed form misses only second-order
+        // effects, so a plan that much slower there does not win).
+        let best_closed = cands
+            .iter()
+            .map(|c| c.closed_ms)
+            .fold(f64::INFINITY, f64::min);
+        let mut first_of_strategy = vec![None; space.len()];
+        for (i, c) in cands
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.closed_ms.is_finite())
+        {
+            let slot: &mut Option<usize> = &mut first_of_strategy[c.strategy];
+            if slot.is_none_or(|j| c.closed_ms < cands[j].closed_ms) {
+                *slot = Some(i);
+            }
+        }
+        // A strategy's best closed-form time (a seed under that strategy
+        // is no faster in the closed form, the search being exact; a seed
+        // under a strategy the closed form finds no plan for is evaluated).
+        let strategy_closed = |si: usize| first_of_strategy[si].map_or(0.0, |j| cands[j].closed_ms);
+        let near = |ms: f64| ms <= best_closed * CLOSED_FORM_MARGIN;
         let fast: Vec<Option<(f64, bool)>> = cands
             .par_iter()
-            .map(|c| {
+            .enumerate()
+            .map(|(_, c)| {
+                let wanted = if c.closed_ms.is_finite() {
+                    near(c.closed_ms)
+                } else {
+                    near(strategy_closed(c.strategy))
+                };
+                if !wanted {
+                    return None;
+                }
                 crate::fast::evaluate(costs, &c.plan, &SimOptions::default())
                     .ok()
                     .map(|e| (e.iteration_ms, e.oom))
@@ -1105,14 +1372,21 @@ impl Planner for Cephalo {
                 (None, Some((ms, oom))) => (Some(ms), oom, false),
                 _ => (None, false, false),
             };
+            let closed = c.closed_ms.is_finite().then_some(c.closed_ms);
             let better = match (slot.iteration_ms, ms) {
-                (None, _) => true,
+                (None, Some(_)) => true,
+                // Neither evaluated: the lower closed-form time.
+                (None, None) => match (slot.closed_form_ms, closed) {
+                    (_, None) => slot.plan.is_none(),
+                    (None, Some(_)) => true,
+                    (Some(old), Some(new)) => new < old,
+                },
                 (Some(_), None) => false,
                 (Some(old), Some(new)) => (slot.oom && !oom) || (slot.oom == oom && new < old),
             };
             if slot.plan.is_none() || better {
                 slot.plan = Some(c.plan.clone());
-                slot.closed_form_ms = c.closed_ms.is_finite().then_some(c.closed_ms);
+                slot.closed_form_ms = closed;
                 slot.iteration_ms = ms;
                 slot.simulated = sim;
                 slot.oom = oom;

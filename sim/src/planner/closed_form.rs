@@ -395,6 +395,18 @@ impl<'a> ClosedForm<'a> {
         self.schedule.strategy
     }
 
+    /// The state fraction every GPU must hold when the sharding fixes it
+    /// (hybrid: `1 / shard_group`; no sharding: the whole state); `None`
+    /// when the state is water-filled over the GPUs (full, grad-op).
+    pub fn required_share(&self) -> Option<f64> {
+        let s = self.schedule.strategy;
+        match s.sharding {
+            Sharding::Full | Sharding::GradOp => None,
+            Sharding::Hybrid => Some(1.0 / s.shard_group.max(1) as f64),
+            Sharding::NoShard => Some(1.0),
+        }
+    }
+
     /// The common micro-batch count of a micro-batch-major strategy.
     pub fn passes(&self) -> Option<u32> {
         self.passes

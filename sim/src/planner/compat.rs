@@ -445,6 +445,18 @@ impl Planner for Compat {
         "the reference Cephalo optimizer's rules (dp_ga), bit-compatible with the paper's code"
     }
 
+    /// Cephalo's trainer, every axis but the attention kernel (the
+    /// profile's) and the shard group (all GPUs under full sharding).
+    fn fixed_axes(&self) -> crate::strategy::StrategySpec {
+        let mut s = crate::strategy::StrategySpec::pinned(&crate::strategy::Strategy::cephalo(
+            1,
+            crate::strategy::Attention::Eager,
+        ));
+        s.attention = None;
+        s.shard_group = None;
+        s
+    }
+
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
         let inp = CompatInputs::resolve(problem)?;
         let g = inp.hard_bound.len();
@@ -506,12 +518,10 @@ impl Planner for Compat {
         }
         let pairs: Vec<(u32, u32)> = sol.choice.iter().map(|&(m, n)| (m * n, n)).collect();
         // The reference optimizer plans for Cephalo's trainer.
-        let mut forced = crate::strategy::StrategySpec::pinned(
-            &crate::strategy::Strategy::cephalo(g as u32, problem.costs.profile_attention()),
-        );
-        forced.attention = None;
-        let (strategy, pin_notes) =
-            problem.resolve(&crate::strategy::StrategySpec::default(), &forced)?;
+        let (strategy, pin_notes) = problem.resolve(
+            &crate::strategy::StrategySpec::default(),
+            &self.fixed_axes(),
+        )?;
         notes.extend(pin_notes);
         let plan: Plan = super::plan_from(self.name(), strategy, &pairs, &fractions);
         let cells = sol.cells;

@@ -21,13 +21,17 @@ impl Planner for Ddp {
         "DDP (NO_SHARD): full replicas, bucketed gradient all-reduce overlapping the backward"
     }
 
+    fn fixed_axes(&self) -> StrategySpec {
+        StrategySpec {
+            sharding: Some(Sharding::NoShard),
+            ..StrategySpec::NONE
+        }
+    }
+
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
         let g = problem.costs.ranks();
         let batch = even_split(problem.costs.workload.global_batch, g);
-        let forced = StrategySpec {
-            sharding: Some(Sharding::NoShard),
-            ..StrategySpec::default()
-        };
+        let forced = self.fixed_axes();
         standard_plan(problem, self.name(), &batch, &forced, false, None)
     }
 }

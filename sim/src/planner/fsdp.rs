@@ -30,13 +30,17 @@ impl Planner for Fsdp {
         "PyTorch FSDP FULL_SHARD: same batch and 1/G shard on every GPU, no-sync accumulation and the least recompute that fits"
     }
 
+    fn fixed_axes(&self) -> StrategySpec {
+        StrategySpec {
+            sharding: Some(Sharding::Full),
+            ..StrategySpec::NONE
+        }
+    }
+
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
         let g = problem.costs.ranks();
         let batch = even_split(problem.costs.workload.global_batch, g);
-        let forced = StrategySpec {
-            sharding: Some(Sharding::Full),
-            ..StrategySpec::default()
-        };
+        let forced = self.fixed_axes();
         standard_plan(problem, self.name(), &batch, &forced, false, None)
     }
 }

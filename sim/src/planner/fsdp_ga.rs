@@ -27,11 +27,7 @@ pub fn even_shard_plan(
     batch: &[u32],
 ) -> Result<Planned, PlanError> {
     let g = problem.costs.ranks();
-    let forced = StrategySpec {
-        accumulation: Some(Accumulation::Layered),
-        ..StrategySpec::default()
-    };
-    let (strategy, notes) = problem.resolve(&StrategySpec::default(), &forced)?;
+    let (strategy, notes) = problem.resolve(&StrategySpec::default(), &FsdpGa.fixed_axes())?;
     let schedule = Schedule::new(problem.costs, strategy);
     let fr = super::even_fractions(&strategy, g);
     let mut pairs = Vec::with_capacity(g);
@@ -76,6 +72,13 @@ impl Planner for FsdpGa {
 
     fn summary(&self) -> &'static str {
         "FSDP + layered gradient accumulation: same batch and shard everywhere, each GPU's largest micro-batch"
+    }
+
+    fn fixed_axes(&self) -> StrategySpec {
+        StrategySpec {
+            accumulation: Some(Accumulation::Layered),
+            ..StrategySpec::NONE
+        }
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {

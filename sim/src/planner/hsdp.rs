@@ -22,13 +22,17 @@ impl Planner for Hsdp {
         "HSDP (HYBRID_SHARD): full shard inside each node, replicas across nodes"
     }
 
+    fn fixed_axes(&self) -> StrategySpec {
+        StrategySpec {
+            sharding: Some(Sharding::Hybrid),
+            ..StrategySpec::NONE
+        }
+    }
+
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
         let g = problem.costs.ranks();
         let batch = even_split(problem.costs.workload.global_batch, g);
-        let forced = StrategySpec {
-            sharding: Some(Sharding::Hybrid),
-            ..StrategySpec::default()
-        };
+        let forced = self.fixed_axes();
         standard_plan(problem, self.name(), &batch, &forced, false, None)
     }
 }

@@ -265,7 +265,9 @@ pub struct Considered {
     pub plan: Option<Plan>,
     /// Closed-form iteration time of that plan, ms.
     pub closed_form_ms: Option<f64>,
-    /// Simulated (or, when not confirmed, fast-model) iteration time, ms.
+    /// Simulated (or, when not confirmed, fast-model) iteration time, ms;
+    /// `None` for a plan the closed form already puts well behind the best
+    /// (not evaluated further).
     pub iteration_ms: Option<f64>,
     /// Whether `iteration_ms` comes from the simulator.
     pub simulated: bool,
@@ -316,6 +318,11 @@ pub trait Planner: Send + Sync + std::fmt::Debug {
     /// memory (with the smallest shortfall and its GPU); baselines instead
     /// return their fixed rule's plan and let the simulator report the OOM.
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError>;
+    /// The strategy axes this planner's rule always fixes, whatever the
+    /// user pins ([`StrategySpec::NONE`]: it lets every axis be chosen).
+    fn fixed_axes(&self) -> StrategySpec {
+        StrategySpec::NONE
+    }
 }
 
 /// Every planner, in the order `compare` prints them (ours first).
@@ -501,61 +508,119 @@ pub fn standard_plan(
         (Some(a), _) | (None, Some(a)) => vec![Some(a)],
         (None, None) => vec![Some(Accumulation::NoSync), Some(Accumulation::Sync)],
     };
-    let mut notes = Vec::new();
-    let mut last = None;
-    for n in 1..=n_limit {
-        for (ai, &acc) in accs.iter().enumerate() {
-            // One pass: no-sync and sync are the same schedule.
-            if n == 1 && ai > 0 && !per_rank_micro {
-                continue;
-            }
-            for &ck in &levels {
-                let f = StrategySpec {
-                    checkpointing: Some(ck),
-                    accumulation: forced.accumulation.or(acc),
-                    ..*forced
-                };
-                let (strategy, ns) = problem.resolve(&base, &f)?;
-                let schedule = Schedule::new(costs, strategy);
-                let fr = even_fractions(&strategy, g);
-                let mut pairs = Vec::with_capacity(g);
-                let mut ok = true;
-                // Ranks of one type with one batch fit alike.
-                let mut seen: Vec<(usize, u32, u32, u32, bool)> = Vec::new();
-                for (r, &b) in batch.iter().enumerate() {
-                    let t = costs.rank_type[r];
-                    let nr = if b == 0 {
-                        0
-                    } else if per_rank_micro {
-                        let mut k = 1;
-                        while k < n && !fits_cached(&schedule, r, t, (b, k, n), fr[r], &mut seen)? {
-                            k += 1;
-                        }
-                        k.min(b)
-                    } else {
-                        n.min(b)
+    // The first strategy (accumulation, then checkpointing, in preference
+    // order) under which every GPU fits with `n` passes, as (strategy,
+    // pairs, fractions, notes, fallback accumulation); `last` keeps the
+    // last one tried.
+    type Candidate = (Strategy, Vec<(u32, u32)>, Vec<f64>, Vec<String>);
+    let mut last: Option<Candidate> = None;
+    let mut caches: Vec<Vec<FitMemo>> = Vec::new();
+    let mut fits_with =
+        |n: u32, last: &mut Option<Candidate>| -> Result<Option<(Candidate, bool)>, PlanError> {
+            let mut k_cache = 0;
+            for (ai, &acc) in accs.iter().enumerate() {
+                // One pass: no-sync and sync are the same schedule.
+                if n == 1 && ai > 0 && !per_rank_micro {
+                    continue;
+                }
+                for &ck in &levels {
+                    let f = StrategySpec {
+                        checkpointing: Some(ck),
+                        accumulation: forced.accumulation.or(acc),
+                        ..*forced
                     };
-                    if b > 0 && !fits_cached(&schedule, r, t, (b, nr, n), fr[r], &mut seen)? {
-                        ok = false;
+                    let (strategy, ns) = problem.resolve(&base, &f)?;
+                    let schedule = Schedule::new(costs, strategy);
+                    let fr = even_fractions(&strategy, g);
+                    let mut pairs = Vec::with_capacity(g);
+                    let mut ok = true;
+                    // Ranks of one type with one batch fit alike (memoised per
+                    // strategy across pass counts).
+                    if caches.len() <= k_cache {
+                        caches.push(Vec::new());
                     }
-                    pairs.push((b, nr));
-                }
-                last = Some((strategy, pairs.clone(), fr.clone(), ns.clone()));
-                if ok {
-                    notes.extend(ns);
-                    if ai > 0 {
-                        notes.push(format!(
-                        "the unsharded gradients of no_sync() accumulation do not fit with {n} micro-batches: gradients are reduced after every micro-batch"
-                    ));
+                    let seen = &mut caches[k_cache];
+                    k_cache += 1;
+                    for (r, &b) in batch.iter().enumerate() {
+                        let t = costs.rank_type[r];
+                        let nr = if b == 0 {
+                            0
+                        } else if per_rank_micro {
+                            // The fewest micro-batches that fit (fewer, larger
+                            // micro-batches never need less memory).
+                            let (mut lo, mut hi) = (1u32, n.min(b));
+                            while lo < hi {
+                                let mid = (lo + hi) / 2;
+                                if fits_cached(&schedule, r, t, (b, mid, n), fr[r], seen)? {
+                                    hi = mid;
+                                } else {
+                                    lo = mid + 1;
+                                }
+                            }
+                            lo
+                        } else {
+                            n.min(b)
+                        };
+                        if b > 0 && !fits_cached(&schedule, r, t, (b, nr, n), fr[r], seen)? {
+                            ok = false;
+                        }
+                        pairs.push((b, nr));
                     }
-                    let plan = plan_from(name, strategy, &pairs, &fr);
-                    let mut out = Planned::bare(plan);
-                    out.notes = notes;
-                    return Ok(out);
+                    let cand = (strategy, pairs, fr, ns);
+                    if ok {
+                        return Ok(Some((cand, ai > 0)));
+                    }
+                    *last = Some(cand);
                 }
+            }
+            Ok(None)
+        };
+    // The fewest passes that fit: memory never grows with more (smaller)
+    // micro-batches, so a doubling search then bisection finds the first.
+    let mut found = None;
+    let (mut lo, mut hi) = (0u32, None);
+    let mut n = 1u32;
+    while n <= n_limit {
+        match fits_with(n, &mut last)? {
+            Some(c) => {
+                found = Some((n, c));
+                hi = Some(n);
+                break;
+            }
+            None => {
+                lo = n;
+                if n == n_limit {
+                    break;
+                }
+                n = (n * 2).min(n_limit);
             }
         }
     }
+    if let Some(mut h) = hi {
+        while h - lo > 1 {
+            let mid = lo + (h - lo) / 2;
+            match fits_with(mid, &mut last)? {
+                Some(c) => {
+                    found = Some((mid, c));
+                    h = mid;
+                }
+                None => lo = mid,
+            }
+        }
+    }
+    if let Some((n, ((strategy, pairs, fr, ns), fallback))) = found {
+        let mut notes = ns;
+        if fallback {
+            notes.push(format!(
+                "the unsharded gradients of no_sync() accumulation do not fit with {n} micro-batches: gradients are reduced after every micro-batch"
+            ));
+        }
+        let plan = plan_from(name, strategy, &pairs, &fr);
+        let mut out = Planned::bare(plan);
+        out.notes = notes;
+        return Ok(out);
+    }
+    let mut notes = Vec::new();
     let (strategy, pairs, fr, ns) = last.expect("at least one candidate");
     notes.extend(ns);
     let schedule = Schedule::new(costs, strategy);
@@ -577,6 +642,10 @@ pub fn standard_plan(
     Ok(out)
 }
 
+/// A memoised [`fits`] verdict: (GPU type, batch, micro-batches, passes,
+/// fits).
+type FitMemo = (usize, u32, u32, u32, bool);
+
 /// [`fits`] of `b` samples in `n` micro-batches over `passes` passes on a
 /// GPU of type `t`, memoised in `seen`.
 fn fits_cached(
@@ -585,7 +654,7 @@ fn fits_cached(
     t: usize,
     (b, n, passes): (u32, u32, u32),
     r: f64,
-    seen: &mut Vec<(usize, u32, u32, u32, bool)>,
+    seen: &mut Vec<FitMemo>,
 ) -> Result<bool, PlanError> {
     if let Some(x) = seen
         .iter()

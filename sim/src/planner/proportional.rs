@@ -37,11 +37,15 @@ impl Planner for SpeedProportional {
         "batch proportional to GPU speed, even state shards, one micro-batch, no memory awareness (Whale-style)"
     }
 
-    fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
-        let forced = StrategySpec {
+    fn fixed_axes(&self) -> StrategySpec {
+        StrategySpec {
             sharding: Some(Sharding::Full),
-            ..StrategySpec::default()
-        };
+            ..StrategySpec::NONE
+        }
+    }
+
+    fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
+        let forced = self.fixed_axes();
         standard_plan(
             problem,
             self.name(),

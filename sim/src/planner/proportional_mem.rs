@@ -26,11 +26,15 @@ impl Planner for SpeedProportionalMem {
         "speed-proportional batch with memory-sized gradient accumulation, even state shards (no state rebalancing)"
     }
 
-    fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
-        let forced = StrategySpec {
+    fn fixed_axes(&self) -> StrategySpec {
+        StrategySpec {
             sharding: Some(Sharding::Full),
-            ..StrategySpec::default()
-        };
+            ..StrategySpec::NONE
+        }
+    }
+
+    fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
+        let forced = self.fixed_axes();
         standard_plan(
             problem,
             self.name(),

@@ -22,13 +22,17 @@ impl Planner for Zero2 {
         "ZeRO-2 (SHARD_GRAD_OP): same batch everywhere, parameters kept gathered from forward to backward"
     }
 
+    fn fixed_axes(&self) -> StrategySpec {
+        StrategySpec {
+            sharding: Some(Sharding::GradOp),
+            ..StrategySpec::NONE
+        }
+    }
+
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
         let g = problem.costs.ranks();
         let batch = even_split(problem.costs.workload.global_batch, g);
-        let forced = StrategySpec {
-            sharding: Some(Sharding::GradOp),
-            ..StrategySpec::default()
-        };
+        let forced = self.fixed_axes();
         standard_plan(problem, self.name(), &batch, &forced, false, None)
     }
 }

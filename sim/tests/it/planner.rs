@@ -16,7 +16,9 @@ use sim::planner::compat::{self, CompatInputs};
 use sim::planner::{self, Planner, PlannerOptions, Problem, SimJudge};
 use sim::profile::ProfileSet;
 use sim::simulate::simulate;
-use sim::strategy::{Attention, Strategy, StrategySpec};
+use sim::strategy::{
+    Accumulation, Attention, Checkpointing, Offload, Sharding, Strategy, StrategySpec,
+};
 
 struct Case {
     costs: CostModel,
@@ -317,6 +319,7 @@ proptest! {
         batch in 1u32..=24,
         model in 0usize..5,
         frac in 0.25f64..0.95,
+        strat in 0usize..5,
     ) {
         let g = picks.len() as u32;
         // Keep the exhaustive enumeration affordable in debug builds.
@@ -329,7 +332,17 @@ proptest! {
         let empty = ProfileSet::new();
         let profiles = reference_profiles().unwrap_or(&empty);
         let c = build(&gpus.join(","), name, batch, Dtype::Fp16, profiles, Some("paper").filter(|_| !profiles.memory.is_empty()), |o| o.mem_fraction = frac);
-        let cf = ClosedForm::new(&c.costs, Strategy::cephalo(g, Attention::Eager), 1).unwrap();
+        // Cephalo's trainer; without checkpointing; hybrid groups of half
+        // the GPUs (fixed shares); no sharding; no-sync over two passes.
+        let ceph = Strategy::cephalo(g, Attention::Eager);
+        let (strategy, passes) = match strat {
+            0 => (ceph, 1),
+            1 => (Strategy { checkpointing: Checkpointing::None, ..ceph }, 1),
+            2 => (Strategy { sharding: Sharding::Hybrid, shard_group: if g % 2 == 0 { g / 2 } else { g }, ..ceph }, 1),
+            3 => (Strategy { sharding: Sharding::NoShard, ..ceph }, 1),
+            _ => (Strategy { accumulation: Accumulation::NoSync, offload: Offload::None, param_dtype: Dtype::Fp16, ..ceph }, 2),
+        };
+        let cf = ClosedForm::new(&c.costs, strategy, passes).unwrap();
         let brute = native_brute(&cf, &c.costs.rank_type, batch);
         match (cephalo::search(&cf), brute) {
             (Ok(found), Some((bv, bc))) => {
@@ -425,6 +438,60 @@ fn infeasible_state_names_the_shortfall() {
         }
         e => panic!("{e:?}"),
     }
+}
+
+/// Hybrid sharding fixes every GPU's share: a GPU that cannot hold it is
+/// named, with the share and its room, without searching any batch.
+#[test]
+fn hybrid_share_too_large_names_the_gpu() {
+    let empty = ProfileSet::new();
+    // GPT-2.7B: ~40 GiB of state, half of it on each GPU of a pair; a T4
+    // has 16 GiB.
+    let c = build(
+        "a100-80gb,a100-80gb,t4,t4",
+        "gpt-2.7b",
+        16,
+        Dtype::Fp16,
+        &empty,
+        None,
+        |_| {},
+    );
+    let pins = StrategySpec {
+        sharding: Some(Sharding::Hybrid),
+        shard_group: Some(2),
+        ..StrategySpec::NONE
+    };
+    let p = Problem {
+        strategy: &pins,
+        ..problem(&c, &empty, None)
+    };
+    match planner::cephalo::Cephalo.plan(&p).unwrap_err() {
+        PlanError::Infeasible {
+            message,
+            rank,
+            shortfall_gib,
+        } => {
+            assert!(message.contains("keeps 1/2 of the state"), "{message}");
+            assert!(
+                message.contains("(t4)") && message.contains("even with no samples"),
+                "{message}"
+            );
+            assert_eq!(rank, Some(2), "{message}");
+            assert!(shortfall_gib > 0.0, "{message}");
+        }
+        e => panic!("{e:?}"),
+    }
+    // Full sharding on the same GPUs puts the state where memory is free.
+    let full = StrategySpec {
+        sharding: Some(Sharding::Full),
+        ..StrategySpec::NONE
+    };
+    let p = Problem {
+        strategy: &full,
+        ..problem(&c, &empty, None)
+    };
+    let planned = planner::cephalo::Cephalo.plan(&p).unwrap();
+    assert!(planned.plan.gpus[2].state_fraction < 0.5);
 }
 
 #[test]

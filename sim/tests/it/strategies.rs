@@ -592,8 +592,10 @@ proptest! {
         let fast = build(workload(cluster.with_all_bw_scaled(2.0), "llama-tiny", Dtype::Fp16, gb), &ProfileSet::new(), None);
         let r2 = check(&fast, &p, &SimOptions::default());
         prop_assert!(r2.iteration_ms <= r.iteration_ms * (1.0 + 1e-12), "{} > {}", r2.iteration_ms, r.iteration_ms);
-        // The planners' per-GPU bound holds, and stays within 3% where the
-        // rank computes.
+        // The planners' cheap per-GPU bound (no timing; used to cap batch
+        // sizes before the fast model runs) never undercuts the simulated
+        // peak. It may be loose; the fast model itself is held to the
+        // simulator within 3% by `check`.
         let sch = sim::schedule::Schedule::new(&c, s);
         for (i, gp) in p.gpus.iter().enumerate() {
             let sizes = gp.microbatch_sizes();
