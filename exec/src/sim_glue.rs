@@ -14,8 +14,8 @@
 //! The simulator charges, per micro-batch: `fwd` in the forward pass;
 //! `fwd + bwd` (recompute, then backward) per block and `head_fwd +
 //! head_bwd` for the head in the backward pass; `embed_bwd` alone for the
-//! embedding (see `sim::fsdp`). The trainer does exactly the profiled
-//! operations, so the profile stores
+//! embedding (see `sim::schedule`, Cephalo's strategy). The trainer does
+//! exactly the profiled operations, so the profile stores
 //!
 //! * block `fwd_ms` = the no-autograd forward, `bwd_ms` = (forward with
 //!   autograd + backward) - `fwd_ms`, so `fwd + bwd` is exactly the

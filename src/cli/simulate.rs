@@ -23,7 +23,7 @@ use std::process::ExitCode;
 pub enum Format {
     /// Human-readable table and summary.
     Table,
-    /// JSON (`cephalo-report/1`, schema documented on `sim::report::Report`).
+    /// JSON (`cephalo-report/2`, schema documented on `sim::report::Report`).
     Json,
 }
 
