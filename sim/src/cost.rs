@@ -398,16 +398,28 @@ fn analytic_curve(
         f.push(x);
         b.push(y);
     }
-    // The tail fit: the line through the last two points keeps large-m
-    // extrapolation on the predictor's asymptotic slope.
-    let mut c = ComputeCurve::from_points(sizes, f, b, Source::Analytic { model: pred.name() });
+    Ok(with_tail_fit(ComputeCurve::from_points(
+        sizes,
+        f,
+        b,
+        Source::Analytic { model: pred.name() },
+    )))
+}
+
+/// `c` with its extrapolation replaced by the line through its last two
+/// points, which keeps large micro-batches on the predictor's asymptotic
+/// slope.
+fn with_tail_fit(mut c: ComputeCurve) -> ComputeCurve {
     let n = c.batch_sizes.len();
+    if n < 2 {
+        return c;
+    }
     for (vals, fit) in [(&c.fwd_ms, &mut c.fwd_fit), (&c.bwd_ms, &mut c.bwd_fit)] {
         let slope = vals[n - 1] - vals[n - 2];
         fit.slope = slope;
         fit.intercept = vals[n - 1] - slope * n as f64;
     }
-    Ok(c)
+    c
 }
 
 /// The curve of the attention kernel `to`, from `measured` (taken with
@@ -439,14 +451,12 @@ fn kernel_curve(
         f.push(measured.fwd_ms(m) * p1.fwd_ms / p0.fwd_ms);
         b.push(measured.bwd_ms(m) * p1.bwd_ms / p0.bwd_ms);
     }
-    let mut c = ComputeCurve::from_points(sizes, f, b, measured.source.clone());
-    let n = c.batch_sizes.len();
-    for (vals, fit) in [(&c.fwd_ms, &mut c.fwd_fit), (&c.bwd_ms, &mut c.bwd_fit)] {
-        let slope = vals[n - 1] - vals[n - 2];
-        fit.slope = slope;
-        fit.intercept = vals[n - 1] - slope * n as f64;
-    }
-    Some(c)
+    Some(with_tail_fit(ComputeCurve::from_points(
+        sizes,
+        f,
+        b,
+        measured.source.clone(),
+    )))
 }
 
 /// Per micro-batch size 1..=N, the predictor's fraction of the forward a

@@ -1,6 +1,31 @@
 //! Fixtures shared by the CLI tests.
 
+use assert_cmd::Command;
 use std::path::PathBuf;
+
+/// What one `cephalo` run printed and its exit code.
+pub struct Out {
+    /// Exit code (-1 when killed by a signal).
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// Runs the `cephalo` binary with `args`.
+pub fn run(args: &[&str]) -> Out {
+    let o = Command::cargo_bin("cephalo")
+        .unwrap()
+        .args(args)
+        .output()
+        .unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(o.stdout).unwrap(),
+        stderr: String::from_utf8(o.stderr).unwrap(),
+    }
+}
 
 /// `../shared/reference-profiles`, or `None` (with a printed reason) when it
 /// is absent; under `CI=true` its absence fails the calling test.

@@ -3,29 +3,9 @@
 //! back by `simulate --plan`, determinism, and infeasible workloads exiting
 //! 2 with the shortfall and the GPU.
 
-use crate::common::shared_dir;
-use assert_cmd::Command;
+use crate::common::{run, shared_dir};
 use serde_json::Value;
 use std::path::PathBuf;
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run(args: &[&str]) -> Out {
-    let o = Command::cargo_bin("cephalo")
-        .unwrap()
-        .args(args)
-        .output()
-        .unwrap();
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(o.stdout).unwrap(),
-        stderr: String::from_utf8(o.stderr).unwrap(),
-    }
-}
 
 fn paper(cmd: &str, d: &str, extra: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = [

@@ -4,7 +4,7 @@
 //! field named and no panic.
 
 use crate::common::shared_dir;
-use assert_cmd::Command;
+use crate::common::Out;
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -12,25 +12,11 @@ fn tmp(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-simulate-{name}"))
 }
 
-fn cephalo(args: &[&str]) -> Command {
-    let mut c = Command::cargo_bin("cephalo").unwrap();
-    c.arg("simulate").args(args);
-    c
-}
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
+/// `cephalo simulate ARGS`.
 fn run(args: &[&str]) -> Out {
-    let o = cephalo(args).output().unwrap();
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(o.stdout).unwrap(),
-        stderr: String::from_utf8(o.stderr).unwrap(),
-    }
+    let mut a = vec!["simulate"];
+    a.extend_from_slice(args);
+    crate::common::run(&a)
 }
 
 const CONTRACT_TOP: [&str; 6] = [

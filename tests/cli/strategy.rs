@@ -3,28 +3,9 @@
 //! native planner's per-strategy table; bad strategy input exiting 2 with
 //! the flag named (issue 9). Built-in catalogs only (no profile files).
 
-use assert_cmd::Command;
+use crate::common::{run, Out};
 use serde_json::Value;
 use std::path::PathBuf;
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run(args: &[&str]) -> Out {
-    let o = Command::cargo_bin("cephalo")
-        .unwrap()
-        .args(args)
-        .output()
-        .unwrap();
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(o.stdout).unwrap(),
-        stderr: String::from_utf8(o.stderr).unwrap(),
-    }
-}
 
 fn tmp(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-strategy-{name}"))
@@ -39,6 +20,23 @@ fn two_nodes() -> PathBuf {
     )
     .unwrap();
     p
+}
+
+/// `cephalo CMD` for GPT-1.3B at global batch 32 on [`two_nodes`], plus
+/// `extra`.
+fn on_two_nodes(cmd: &str, extra: &[&str]) -> Out {
+    let c = two_nodes();
+    let mut a = vec![
+        cmd,
+        "--cluster",
+        c.to_str().unwrap(),
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "32",
+    ];
+    a.extend_from_slice(extra);
+    run(&a)
 }
 
 const SIM: [&str; 10] = [
@@ -118,21 +116,17 @@ fn strategy_flags_reach_the_report() {
 fn plan_out_records_the_strategy_and_simulate_reads_it_back() {
     let c = two_nodes();
     let out = tmp("hsdp-plan.json");
-    let o = run(&[
+    let o = on_two_nodes(
         "plan",
-        "--cluster",
-        c.to_str().unwrap(),
-        "--model",
-        "gpt-1.3b",
-        "--global-batch",
-        "32",
-        "--planner",
-        "hsdp",
-        "--out",
-        out.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
+        &[
+            "--planner",
+            "hsdp",
+            "--out",
+            out.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+    );
     assert_eq!(o.code, 0, "{}", o.stderr);
     let planned: Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(planned["strategy"]["sharding"], "hybrid");
@@ -184,18 +178,7 @@ fn plan_out_records_the_strategy_and_simulate_reads_it_back() {
 
 #[test]
 fn native_planner_reports_every_strategy_it_considered() {
-    let c = two_nodes();
-    let o = run(&[
-        "plan",
-        "--cluster",
-        c.to_str().unwrap(),
-        "--model",
-        "gpt-1.3b",
-        "--global-batch",
-        "32",
-        "--format",
-        "json",
-    ]);
+    let o = on_two_nodes("plan", &["--format", "json"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let j: Value = serde_json::from_str(&o.stdout).unwrap();
     let considered = j["considered"].as_array().unwrap();
@@ -213,35 +196,23 @@ fn native_planner_reports_every_strategy_it_considered() {
     assert!(chosen <= best * (1.0 + 1e-9), "{chosen} vs {best}");
     assert_eq!(j["strategy"], considered[0]["strategy"]);
     // A pinned axis restricts the search.
-    let o = run(&[
+    let o = on_two_nodes(
         "plan",
-        "--cluster",
-        c.to_str().unwrap(),
-        "--model",
-        "gpt-1.3b",
-        "--global-batch",
-        "32",
-        "--format",
-        "json",
-        "--accumulation",
-        "layered",
-        "--checkpointing",
-        "full",
-    ]);
+        &[
+            "--format",
+            "json",
+            "--accumulation",
+            "layered",
+            "--checkpointing",
+            "full",
+        ],
+    );
     assert_eq!(o.code, 0, "{}", o.stderr);
     let j: Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(j["considered"].as_array().unwrap().len(), 2);
     assert_eq!(j["strategy"]["accumulation"], "layered");
     // The table says it too.
-    let t = run(&[
-        "plan",
-        "--cluster",
-        c.to_str().unwrap(),
-        "--model",
-        "gpt-1.3b",
-        "--global-batch",
-        "32",
-    ]);
+    let t = on_two_nodes("plan", &[]);
     assert!(
         t.stdout.contains("best plan per strategy considered"),
         "{}",
@@ -251,18 +222,7 @@ fn native_planner_reports_every_strategy_it_considered() {
 
 #[test]
 fn compare_shows_each_rows_strategy() {
-    let c = two_nodes();
-    let o = run(&[
-        "compare",
-        "--cluster",
-        c.to_str().unwrap(),
-        "--model",
-        "gpt-1.3b",
-        "--global-batch",
-        "32",
-        "--format",
-        "json",
-    ]);
+    let o = on_two_nodes("compare", &["--format", "json"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let rows: Vec<Value> = serde_json::from_str(&o.stdout).unwrap();
     let strategy = |name: &str| {
@@ -288,19 +248,7 @@ fn compare_shows_each_rows_strategy() {
     };
     assert_ne!(time("fsdp"), time("fsdp-ga"));
     // A pin applies to the planners that choose that axis.
-    let o = run(&[
-        "compare",
-        "--cluster",
-        c.to_str().unwrap(),
-        "--model",
-        "gpt-1.3b",
-        "--global-batch",
-        "32",
-        "--format",
-        "csv",
-        "--checkpointing",
-        "none",
-    ]);
+    let o = on_two_nodes("compare", &["--format", "csv", "--checkpointing", "none"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     for line in o.stdout.lines().skip(1) {
         if !line.starts_with("cephalo-compat") {

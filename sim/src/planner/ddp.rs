@@ -4,7 +4,7 @@
 //! the backward makes them ready, `no_sync()` accumulation. Units: samples,
 //! GiB.
 
-use super::{even_split, standard_plan, Planned, Planner, Problem};
+use super::{even_standard_plan, Planned, Planner, Problem};
 use crate::error::PlanError;
 use crate::strategy::{Sharding, StrategySpec};
 
@@ -29,9 +29,6 @@ impl Planner for Ddp {
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
-        let g = problem.costs.ranks();
-        let batch = even_split(problem.costs.workload.global_batch, g);
-        let forced = self.fixed_axes();
-        standard_plan(problem, self.name(), &batch, &forced, false, None)
+        even_standard_plan(self, problem)
     }
 }

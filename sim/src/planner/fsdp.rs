@@ -13,7 +13,7 @@
 //! fits, the plan is returned anyway and the simulator reports the OOM.
 //! Units: samples, GiB.
 
-use super::{even_split, standard_plan, Planned, Planner, Problem};
+use super::{even_standard_plan, Planned, Planner, Problem};
 use crate::error::PlanError;
 use crate::strategy::{Sharding, StrategySpec};
 
@@ -38,9 +38,6 @@ impl Planner for Fsdp {
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
-        let g = problem.costs.ranks();
-        let batch = even_split(problem.costs.workload.global_batch, g);
-        let forced = self.fixed_axes();
-        standard_plan(problem, self.name(), &batch, &forced, false, None)
+        even_standard_plan(self, problem)
     }
 }

@@ -469,6 +469,23 @@ pub fn plan_from(
     }
 }
 
+/// The standard rule on an even batch split (`fsdp`, `zero2`, `ddp`,
+/// `hsdp`): every GPU the same local batch, under `planner`'s fixed axes.
+pub fn even_standard_plan(
+    planner: &dyn Planner,
+    problem: &Problem<'_>,
+) -> Result<Planned, PlanError> {
+    let batch = even_split(problem.costs.workload.global_batch, problem.costs.ranks());
+    standard_plan(
+        problem,
+        planner.name(),
+        &batch,
+        &planner.fixed_axes(),
+        false,
+        None,
+    )
+}
+
 /// The standard (PyTorch-style) rule shared by `fsdp`, `zero2`, `ddp`,
 /// `hsdp` and the speed-proportional baselines: even state shards (per
 /// shard group), micro-batch-major accumulation, and per GPU the given

@@ -5,7 +5,7 @@
 //! backward all-gather but every unit's parameters are live at once.
 //! Units: samples, GiB.
 
-use super::{even_split, standard_plan, Planned, Planner, Problem};
+use super::{even_standard_plan, Planned, Planner, Problem};
 use crate::error::PlanError;
 use crate::strategy::{Sharding, StrategySpec};
 
@@ -30,9 +30,6 @@ impl Planner for Zero2 {
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
-        let g = problem.costs.ranks();
-        let batch = even_split(problem.costs.workload.global_batch, g);
-        let forced = self.fixed_axes();
-        standard_plan(problem, self.name(), &batch, &forced, false, None)
+        even_standard_plan(self, problem)
     }
 }

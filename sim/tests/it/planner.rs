@@ -338,7 +338,7 @@ proptest! {
         let (strategy, passes) = match strat {
             0 => (ceph, 1),
             1 => (Strategy { checkpointing: Checkpointing::None, ..ceph }, 1),
-            2 => (Strategy { sharding: Sharding::Hybrid, shard_group: if g % 2 == 0 { g / 2 } else { g }, ..ceph }, 1),
+            2 => (Strategy { sharding: Sharding::Hybrid, shard_group: if g.is_multiple_of(2) { g / 2 } else { g }, ..ceph }, 1),
             3 => (Strategy { sharding: Sharding::NoShard, ..ceph }, 1),
             _ => (Strategy { accumulation: Accumulation::NoSync, offload: Offload::None, param_dtype: Dtype::Fp16, ..ceph }, 2),
         };
