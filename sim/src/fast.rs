@@ -284,8 +284,7 @@ pub fn rank_peak(
                 Some(_) => vec![],
             };
             ks.iter()
-                .enumerate()
-                .map(|(j, &k)| schedule.step(rank, &micro[k], ph, k as u32, j == 0, offloads))
+                .map(|&k| schedule.step(rank, &micro[k], ph, k as u32, offloads))
                 .collect()
         })
         .collect();

@@ -281,7 +281,7 @@ impl<'a> ClosedForm<'a> {
                 let mut row = [(0.0, 0.0); TEMPLATES];
                 for (i, r) in rep.iter().enumerate() {
                     let Some(ph) = r else { continue };
-                    let st = schedule.step(rank, &mc, ph, 0, true, true);
+                    let st = schedule.step(rank, &mc, ph, 0, true);
                     let compute: f64 = st.works().map(|w| w.dur.as_ms()).sum();
                     let copy = st.h2d.map_or(0.0, |c| c.dur.as_ms())
                         + st.d2h.map_or(0.0, |c| c.dur.as_ms());

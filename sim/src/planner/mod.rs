@@ -525,70 +525,82 @@ pub fn standard_plan(
         (Some(a), _) | (None, Some(a)) => vec![Some(a)],
         (None, None) => vec![Some(Accumulation::NoSync), Some(Accumulation::Sync)],
     };
-    // The first strategy (accumulation, then checkpointing, in preference
-    // order) under which every GPU fits with `n` passes, as (strategy,
-    // pairs, fractions, notes, fallback accumulation); `last` keeps the
-    // last one tried.
+    // The strategies to try, in preference order (accumulation, then
+    // checkpointing), each resolved once with its schedule, even shards
+    // and fit memo (ranks of one type with one batch fit alike); a
+    // resolution error surfaces only when the search reaches it.
+    struct Tried<'c> {
+        fallback: bool,
+        strategy: Strategy,
+        notes: Vec<String>,
+        schedule: Schedule<'c>,
+        fractions: Vec<f64>,
+        seen: Vec<FitMemo>,
+    }
+    let mut options: Vec<Result<Tried<'_>, PlanError>> = Vec::new();
+    for (ai, &acc) in accs.iter().enumerate() {
+        for &ck in &levels {
+            let f = StrategySpec {
+                checkpointing: Some(ck),
+                accumulation: forced.accumulation.or(acc),
+                ..*forced
+            };
+            options.push(problem.resolve(&base, &f).map(|(strategy, notes)| Tried {
+                fallback: ai > 0,
+                strategy,
+                notes,
+                schedule: Schedule::new(costs, strategy),
+                fractions: even_fractions(&strategy, g),
+                seen: Vec::new(),
+            }));
+        }
+    }
+    // The first option under which every GPU fits with `n` passes, as
+    // (strategy, pairs, fractions, notes) and whether it is the fallback
+    // accumulation; `last` keeps the last one tried.
     type Candidate = (Strategy, Vec<(u32, u32)>, Vec<f64>, Vec<String>);
     let mut last: Option<Candidate> = None;
-    let mut caches: Vec<Vec<FitMemo>> = Vec::new();
     let mut fits_with =
         |n: u32, last: &mut Option<Candidate>| -> Result<Option<(Candidate, bool)>, PlanError> {
-            let mut k_cache = 0;
-            for (ai, &acc) in accs.iter().enumerate() {
+            for opt in options.iter_mut() {
+                let o = opt.as_mut().map_err(|e| e.clone())?;
                 // One pass: no-sync and sync are the same schedule.
-                if n == 1 && ai > 0 && !per_rank_micro {
+                if n == 1 && o.fallback && !per_rank_micro {
                     continue;
                 }
-                for &ck in &levels {
-                    let f = StrategySpec {
-                        checkpointing: Some(ck),
-                        accumulation: forced.accumulation.or(acc),
-                        ..*forced
-                    };
-                    let (strategy, ns) = problem.resolve(&base, &f)?;
-                    let schedule = Schedule::new(costs, strategy);
-                    let fr = even_fractions(&strategy, g);
-                    let mut pairs = Vec::with_capacity(g);
-                    let mut ok = true;
-                    // Ranks of one type with one batch fit alike (memoised per
-                    // strategy across pass counts).
-                    if caches.len() <= k_cache {
-                        caches.push(Vec::new());
-                    }
-                    let seen = &mut caches[k_cache];
-                    k_cache += 1;
-                    for (r, &b) in batch.iter().enumerate() {
-                        let t = costs.rank_type[r];
-                        let nr = if b == 0 {
-                            0
-                        } else if per_rank_micro {
-                            // The fewest micro-batches that fit (fewer, larger
-                            // micro-batches never need less memory).
-                            let (mut lo, mut hi) = (1u32, n.min(b));
-                            while lo < hi {
-                                let mid = (lo + hi) / 2;
-                                if fits_cached(&schedule, r, t, (b, mid, n), fr[r], seen)? {
-                                    hi = mid;
-                                } else {
-                                    lo = mid + 1;
-                                }
+                let fr = &o.fractions;
+                let mut pairs = Vec::with_capacity(g);
+                let mut ok = true;
+                for (r, &b) in batch.iter().enumerate() {
+                    let t = costs.rank_type[r];
+                    let nr = if b == 0 {
+                        0
+                    } else if per_rank_micro {
+                        // The fewest micro-batches that fit (fewer, larger
+                        // micro-batches never need less memory).
+                        let (mut lo, mut hi) = (1u32, n.min(b));
+                        while lo < hi {
+                            let mid = (lo + hi) / 2;
+                            if fits_cached(&o.schedule, r, t, (b, mid, n), fr[r], &mut o.seen)? {
+                                hi = mid;
+                            } else {
+                                lo = mid + 1;
                             }
-                            lo
-                        } else {
-                            n.min(b)
-                        };
-                        if b > 0 && !fits_cached(&schedule, r, t, (b, nr, n), fr[r], seen)? {
-                            ok = false;
                         }
-                        pairs.push((b, nr));
+                        lo
+                    } else {
+                        n.min(b)
+                    };
+                    if b > 0 && !fits_cached(&o.schedule, r, t, (b, nr, n), fr[r], &mut o.seen)? {
+                        ok = false;
                     }
-                    let cand = (strategy, pairs, fr, ns);
-                    if ok {
-                        return Ok(Some((cand, ai > 0)));
-                    }
-                    *last = Some(cand);
+                    pairs.push((b, nr));
                 }
+                let cand = (o.strategy, pairs, fr.clone(), o.notes.clone());
+                if ok {
+                    return Ok(Some((cand, o.fallback)));
+                }
+                *last = Some(cand);
             }
             Ok(None)
         };

@@ -430,17 +430,8 @@ impl<'a> Schedule<'a> {
     }
 
     /// The step of micro-batch `micro` (costs `mc`) of `rank` in phase
-    /// `ph` (`_first`: the rank's first step of the phase, unused by the
-    /// step itself), `offloads` when the rank sends activations to the host.
-    pub fn step(
-        &self,
-        rank: usize,
-        mc: &Micro,
-        ph: &Phase,
-        micro: u32,
-        _first: bool,
-        offloads: bool,
-    ) -> Step {
+    /// `ph`, `offloads` when the rank sends activations to the host.
+    pub fn step(&self, rank: usize, mc: &Micro, ph: &Phase, micro: u32, offloads: bool) -> Step {
         let a = &mc.act;
         let c = round(a.checkpoint);
         let u = ph.unit as usize;
@@ -787,8 +778,7 @@ impl<'a> Description<'a> {
             Some(k) => k as usize,
         };
         let mc = &self.micro[info.micro[k] as usize];
-        self.schedule
-            .step(rank, mc, ph, k as u32, j == 0, info.offloads)
+        self.schedule.step(rank, mc, ph, k as u32, info.offloads)
     }
 
     /// The step `rank` runs after step `j` of phase `p` (the next one in
