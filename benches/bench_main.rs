@@ -162,6 +162,31 @@ mod engine {
         g.bench_function("run", |b| {
             b.iter(|| black_box(run(&low.graph, &mut NullObserver).unwrap().makespan))
         });
+        g.finish();
+        // The engine with shared links and interference against the same
+        // iteration with every op taking its time alone (events/s: each
+        // group's throughput is its own event count).
+        let alone = SimOptions {
+            contention: false,
+            ..opts
+        };
+        let low_alone = build_graph(&costs, &plan, &alone).unwrap();
+        for (name, graph) in [
+            ("run_shared_links", &low.graph),
+            ("run_alone", &low_alone.graph),
+        ] {
+            let events = run(graph, &mut NullObserver).unwrap().events;
+            let mut g = c.benchmark_group("engine_1024_gpus_links");
+            g.sample_size(10);
+            g.throughput(Throughput::Elements(events));
+            g.bench_function(name, |b| {
+                b.iter(|| black_box(run(graph, &mut NullObserver).unwrap().makespan))
+            });
+            g.finish();
+        }
+        let mut g = c.benchmark_group("engine_1024_gpus");
+        g.sample_size(10);
+        g.throughput(Throughput::Elements(stats.events));
         g.bench_function("build_graph", |b| {
             b.iter(|| black_box(build_graph(&costs, &plan, &opts).unwrap().graph.len()))
         });

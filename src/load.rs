@@ -70,6 +70,46 @@ pub fn load_profile_file(path: &Path) -> Result<ProfileSet> {
     Ok(set)
 }
 
+/// Loads a `--comm-profile` argument: `[KIND=]PATH`, an nccl-tests log
+/// (KIND `all-gather`, `reduce-scatter` or `all-reduce` when the log does
+/// not say) or a cephalo-profile/1 JSON, of which only the measured
+/// collectives are kept.
+pub fn load_comm_profile(spec: &str) -> Result<ProfileSet> {
+    let (kind, path) = match spec.split_once('=') {
+        Some((k, p)) => {
+            let kind = sim::comm::CollectiveKind::parse(&k.replace('-', "_")).ok_or_else(|| {
+                UserError(format!(
+                    "--comm-profile {spec}: expected all-gather=, reduce-scatter= or all-reduce= before the path, got `{k}=`"
+                ))
+            })?;
+            (Some(kind), Path::new(p))
+        }
+        None => (None, Path::new(spec)),
+    };
+    let text = read_text(path)?;
+    let origin = path.display().to_string();
+    let mut set = ProfileSet::new();
+    if text.trim_start().starts_with('{') {
+        if kind.is_some() {
+            return Err(UserError(format!(
+                "--comm-profile {spec}: a JSON profile names its collectives; drop the `KIND=` prefix"
+            ))
+            .into());
+        }
+        let all = load_profile_file(path)?;
+        if all.collectives.is_empty() {
+            return Err(UserError(format!(
+                "{origin}: no measured collectives in this profile (--comm-profile)"
+            ))
+            .into());
+        }
+        set.collectives = all.collectives;
+    } else {
+        set.collectives = sim::profile::nccl::parse(&text, &origin, kind)?;
+    }
+    Ok(set)
+}
+
 /// Loads a profile file, or every `*.json` of a directory (sorted by name so
 /// the result does not depend on directory order).
 pub fn load_profiles(path: &Path) -> Result<ProfileSet> {

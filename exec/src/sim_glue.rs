@@ -384,6 +384,9 @@ pub fn collective_sample(t: &CollectiveTiming) -> CollectiveSample {
         bytes: t.bytes as f64,
         imbalance,
         time_ms: t.time_ms,
+        // The profiler's ranks share one host.
+        nodes: Some(1),
+        rescalable: false,
     }
 }
 

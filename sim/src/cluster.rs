@@ -1,21 +1,46 @@
-//! Cluster specification: nodes, their GPUs, the intra-node link and the
-//! inter-node network.
+//! Cluster specification: nodes, their GPUs, the links between GPUs inside
+//! a node and the NICs between nodes.
 //!
 //! Written by users as TOML (see `experiments/clusters/*.toml`):
 //!
 //! ```toml
 //! name = "paper"
-//! [network]                 # inter-node network (per node NIC)
-//! bw_gbit_s = 25.0          # Gbit/s
-//! latency_us = 20.0         # µs per message step
+//! [network]                 # defaults for every node's network
+//! bw_gbit_s = 25.0          # what one node achieves in all, Gbit/s (as before) ...
+//! latency_us = 20.0         # µs per ring step over the network
+//! # ... or NICs by their line rate (derated by the link catalog):
+//! # nics = 4                # NICs per node
+//! # nic_gbit_s = 200        # line rate of each, Gbit/s
+//! # gpudirect_rdma = true   # NIC reads GPU memory directly (default true)
 //! [[nodes]]
 //! name = "box0"
-//! intra_link = "pcie4"      # pcie3 | pcie4 | pcie5 | nvlink
-//! # intra_bw_gbps = 20.0    # optional override, GB/s per direction
+//! intra_link = "pcie4"      # nvswitch | nvlink-bridge | pcie3 | pcie4 | pcie5 | nvlink
+//! # intra_bw_gbps = 20.0    # optional override: achievable GPU-to-GPU GB/s per direction
+//! # nics = 1, nic_gbit_s = 100, gpudirect_rdma = false   # this node's own NICs
 //! # host_mem_gib = 512      # host (pinned) memory for offload; default below
 //! # host_mem_bw_gbps = 100  # host memory bandwidth (CPU optimizer step); default below
 //! gpus = [ { type = "l4", count = 2 }, { type = "a6000", price_per_hour_usd = 0.8 } ]
 //! ```
+//!
+//! # Links inside a node
+//!
+//! `nvswitch` (SXM parts): every GPU pair at the NVLink rate. `nvlink-bridge`
+//! (PCIe cards with bridges): GPUs `2k` and `2k + 1` of the node are joined,
+//! every other pair crosses PCIe, so a ring over more than two bridged GPUs
+//! is paced by PCIe. `nvlink` is accepted: a switch for SXM parts, bridges
+//! for PCIe cards (the catalog's `peer_link.bridge`). `pcieN`: peer-to-peer
+//! over PCIe generation N, capped by each GPU's own host link. Achievable
+//! bandwidths are the line rate times the link catalog's efficiency
+//! ([`crate::link`]); `intra_bw_gbps` overrides the node fabric's figure.
+//!
+//! # The network
+//!
+//! A node's network is `nics` NICs of `nic_gbit_s` line rate each, derated
+//! by the catalog (GPUDirect RDMA on or off); a collective reaches one NIC
+//! per GPU it has on the node (NICs are assigned to GPUs in order, as rails),
+//! up to `nics`. The `[network]` table's `bw_gbit_s` keeps its meaning: the
+//! bandwidth a node achieves, one aggregate link, not derated, so existing
+//! files give the figures they gave. Node fields override `[network]`.
 //!
 //! Host memory (what activation and optimizer offload may use, per node):
 //! by default twice the node's GPU memory, at least
@@ -29,14 +54,17 @@
 //! direction once resolved; the network is given in Gbit/s as users quote it.
 
 use crate::error::SpecError;
-use crate::gpu::{GpuCatalog, GpuSpec};
+use crate::gpu::{GpuCatalog, GpuSpec, PeerLink};
+use crate::link::LinkClass;
 use serde::{Deserialize, Serialize};
 
-/// Default latency of one intra-node message step (µs): PCIe / NVLink P2P.
+/// Default latency of one intra-node ring step (µs) when the node gives
+/// an `intra_bw_gbps` override without a latency: PCIe / NVLink P2P.
 pub const DEFAULT_INTRA_LATENCY_US: f64 = 10.0;
 /// Default inter-node network when a spec gives none (Gbit/s): 25 GbE.
 pub const DEFAULT_INTER_BW_GBIT_S: f64 = 25.0;
-/// Default latency of one inter-node message step (µs): TCP over Ethernet.
+/// Default latency of one inter-node ring step (µs) of the `[network]`
+/// aggregate: TCP over Ethernet.
 pub const DEFAULT_INTER_LATENCY_US: f64 = 30.0;
 /// Smallest default host memory of a node (GiB); the default is twice the
 /// node's GPU memory, at least this.
@@ -47,6 +75,8 @@ pub const DEFAULT_HOST_MEM_PER_GPU_GIB: f64 = 2.0;
 /// server-class host (8-channel DDR4-3200, 205 GB/s peak) at the ~50% a
 /// multi-threaded optimizer loop sustains. Set `host_mem_bw_gbps` for yours.
 pub const DEFAULT_HOST_MEM_BW_GBPS: f64 = 100.0;
+/// Most NICs a node may list (the largest servers carry 8-16).
+pub const MAX_NICS_PER_NODE: i64 = 64;
 
 /// Raw TOML form of a cluster file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -55,22 +85,32 @@ pub struct ClusterFile {
     /// Cluster name used in reports.
     #[serde(default)]
     pub name: Option<String>,
-    /// Inter-node network.
+    /// Inter-node network (defaults for every node).
     #[serde(default)]
     pub network: Option<NetworkFile>,
     /// Nodes in rank order.
     pub nodes: Vec<NodeFile>,
 }
 
-/// Raw TOML form of the inter-node network.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Raw TOML form of the network defaults.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkFile {
-    /// Per-node bandwidth, Gbit/s.
-    pub bw_gbit_s: f64,
-    /// Per-message latency, µs.
+    /// Per-node achieved bandwidth, Gbit/s (one aggregate link, not derated).
+    #[serde(default)]
+    pub bw_gbit_s: Option<f64>,
+    /// Per ring step latency over the network, µs.
     #[serde(default)]
     pub latency_us: Option<f64>,
+    /// NICs per node (with `nic_gbit_s`).
+    #[serde(default)]
+    pub nics: Option<i64>,
+    /// Line rate of each NIC, Gbit/s.
+    #[serde(default)]
+    pub nic_gbit_s: Option<f64>,
+    /// Whether NICs read GPU memory directly (GPUDirect RDMA; default true).
+    #[serde(default)]
+    pub gpudirect_rdma: Option<bool>,
 }
 
 /// Raw TOML form of one node.
@@ -80,15 +120,25 @@ pub struct NodeFile {
     /// Node name (defaults to `node<i>`).
     #[serde(default)]
     pub name: Option<String>,
-    /// `pcie3`, `pcie4`, `pcie5` or `nvlink` (default: PCIe of the GPUs' host links).
+    /// `nvswitch`, `nvlink-bridge`, `pcie3`, `pcie4`, `pcie5` or `nvlink`
+    /// (default: PCIe of the GPUs' host links).
     #[serde(default)]
     pub intra_link: Option<String>,
-    /// Override of the intra-node bandwidth, GB/s per direction.
+    /// Override of the node fabric's achievable bandwidth, GB/s per direction.
     #[serde(default)]
     pub intra_bw_gbps: Option<f64>,
-    /// Override of the intra-node latency, µs.
+    /// Override of the intra-node latency per ring step, µs.
     #[serde(default)]
     pub intra_latency_us: Option<f64>,
+    /// This node's NIC count (overrides `[network]`).
+    #[serde(default)]
+    pub nics: Option<i64>,
+    /// This node's NIC line rate, Gbit/s (overrides `[network]`).
+    #[serde(default)]
+    pub nic_gbit_s: Option<f64>,
+    /// GPUDirect RDMA on this node's NICs (overrides `[network]`).
+    #[serde(default)]
+    pub gpudirect_rdma: Option<bool>,
     /// Host memory offload may use, GiB (default: see the module docs).
     #[serde(default)]
     pub host_mem_gib: Option<f64>,
@@ -121,10 +171,23 @@ pub struct ClusterGpu {
     pub rank: usize,
     /// Index of the node it sits in.
     pub node: usize,
+    /// Position among its node's GPUs (0-based): bridge pairs and NIC rails.
+    pub local: usize,
     /// Catalog entry.
     pub spec: GpuSpec,
     /// Price per GPU-hour (USD), from the cluster file or the catalog.
     pub price_per_hour_usd: Option<f64>,
+}
+
+/// How the GPUs of a node talk to each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntraFabric {
+    /// NVLink through NVSwitch: every pair at the NVLink rate.
+    Nvswitch,
+    /// NVLink bridges joining local GPUs `2k` and `2k + 1`; other pairs over PCIe.
+    NvlinkBridge,
+    /// Peer-to-peer over PCIe.
+    Pcie,
 }
 
 /// One node of a resolved cluster.
@@ -132,19 +195,67 @@ pub struct ClusterGpu {
 pub struct Node {
     /// Node name.
     pub name: String,
-    /// Link between GPUs of this node, GB/s per direction.
-    pub intra_bw_gbps: f64,
-    /// Link latency per message step, µs.
-    pub intra_latency_us: f64,
-    /// Human description of the link (e.g. `pcie4 x16`).
+    /// GPUs of the node.
+    pub gpus: usize,
+    /// The node's GPU-to-GPU fabric.
+    pub fabric: IntraFabric,
+    /// Achievable NVLink bandwidth between linked GPUs (switch: any pair;
+    /// bridge: a pair), GB/s per direction; `None` on PCIe nodes.
+    pub nvlink_gbps: Option<f64>,
+    /// Achievable GPU-to-GPU bandwidth over PCIe, GB/s per direction.
+    pub pcie_gbps: f64,
+    /// Latency of one ring step over NVLink, µs.
+    pub nvlink_latency_us: f64,
+    /// Latency of one ring step over PCIe, µs.
+    pub pcie_latency_us: f64,
+    /// Human description of the fabric (e.g. `pcie4 x16`, `nvswitch`).
     pub intra_link: String,
+    /// NICs of the node.
+    pub nics: usize,
+    /// Achievable bandwidth of each NIC, GB/s per direction.
+    pub nic_gbps: f64,
+    /// Latency of one ring step over the network, µs.
+    pub net_latency_us: f64,
+    /// Human description of the network (e.g. `4x 200 Gbit/s, GPUDirect RDMA`).
+    pub network: String,
     /// Host (pinned) memory offload may use, GiB.
     pub host_mem_gib: f64,
     /// Host memory bandwidth, GB/s (paces a CPU optimizer step).
     pub host_mem_bw_gbps: f64,
 }
 
-/// A validated cluster: GPUs in rank order, nodes and the network.
+impl Node {
+    /// Achievable bandwidth between local GPUs `a` and `b` of this node,
+    /// GB/s per direction: NVLink when the fabric links them, else PCIe.
+    pub fn pair_gbps(&self, a: usize, b: usize) -> f64 {
+        match (self.fabric, self.nvlink_gbps) {
+            (IntraFabric::Nvswitch, Some(bw)) => bw,
+            (IntraFabric::NvlinkBridge, Some(bw)) if a / 2 == b / 2 => bw,
+            _ => self.pcie_gbps,
+        }
+    }
+
+    /// Whether local GPUs `a` and `b` talk over NVLink.
+    pub fn pair_on_nvlink(&self, a: usize, b: usize) -> bool {
+        match self.fabric {
+            IntraFabric::Nvswitch => true,
+            IntraFabric::NvlinkBridge => a / 2 == b / 2,
+            IntraFabric::Pcie => false,
+        }
+    }
+
+    /// The fabric's headline bandwidth (NVLink where it has it, else PCIe), GB/s.
+    pub fn intra_bw_gbps(&self) -> f64 {
+        self.nvlink_gbps.unwrap_or(self.pcie_gbps)
+    }
+
+    /// All NICs together, GB/s.
+    pub fn net_gbps(&self) -> f64 {
+        self.nics as f64 * self.nic_gbps
+    }
+}
+
+/// A validated cluster: GPUs in rank order and nodes with their links.
 #[derive(Debug, Clone)]
 pub struct Cluster {
     /// Name for reports.
@@ -153,10 +264,6 @@ pub struct Cluster {
     pub gpus: Vec<ClusterGpu>,
     /// Nodes.
     pub nodes: Vec<Node>,
-    /// Inter-node bandwidth per node, Gbit/s.
-    pub inter_bw_gbit_s: f64,
-    /// Inter-node latency per message step, µs.
-    pub inter_latency_us: f64,
 }
 
 fn positive(origin: &str, field: &str, v: f64) -> Result<f64, SpecError> {
@@ -183,15 +290,118 @@ fn non_negative(origin: &str, field: &str, v: f64) -> Result<f64, SpecError> {
     }
 }
 
-/// PCIe bandwidth (GB/s per direction, usable) of a generation at x16.
-pub fn pcie_x16_gbps(gen: u32) -> Option<f64> {
-    (3..=6).contains(&gen).then(|| {
-        crate::gpu::HostLink {
-            pcie_gen: gen,
-            lanes: 16,
+/// Achievable GPU-to-GPU bandwidth over PCIe (GB/s per direction) of a
+/// generation at x16: the line rate after encoding times the catalog's
+/// PCIe efficiency ([`LinkClass::Pcie`]).
+pub fn pcie_p2p_x16_gbps(gen: u32) -> Option<f64> {
+    crate::gpu::HostLink::lane_raw_gbps(gen)
+        .filter(|_| (3..=6).contains(&gen))
+        .map(|lane| 16.0 * lane * LinkClass::Pcie.efficiency())
+}
+
+/// A count field that must be a whole number in `1..=max`.
+fn count_in(origin: &str, field: &str, v: i64, max: i64) -> Result<usize, SpecError> {
+    if (1..=max).contains(&v) {
+        Ok(v as usize)
+    } else {
+        Err(SpecError::invalid(
+            origin,
+            field,
+            format!("expected a whole number from 1 to {max}, got {v}"),
+        ))
+    }
+}
+
+/// A node's network after `[network]` defaults and the node's own fields.
+struct NetworkSpec {
+    nics: usize,
+    nic_gbps: f64,
+    latency_us: f64,
+    describe: String,
+}
+
+fn resolve_network(
+    origin: &str,
+    ni: usize,
+    net: &NetworkFile,
+    node: &NodeFile,
+) -> Result<NetworkSpec, SpecError> {
+    let nf = format!("nodes[{ni}]");
+    let nic_gbit = node.nic_gbit_s.or(net.nic_gbit_s);
+    let nics = node.nics.or(net.nics);
+    if net.bw_gbit_s.is_some() && net.nic_gbit_s.is_some() {
+        return Err(SpecError::invalid(
+            origin,
+            "network",
+            "give either bw_gbit_s (what a node achieves) or nics and nic_gbit_s (line rate per NIC), not both",
+        ));
+    }
+    let latency = |default: f64, field: &str| -> Result<f64, SpecError> {
+        let v = net.latency_us.unwrap_or(default);
+        non_negative(origin, field, v)
+    };
+    match nic_gbit {
+        Some(g) => {
+            let field = if node.nic_gbit_s.is_some() {
+                format!("{nf}.nic_gbit_s")
+            } else {
+                "network.nic_gbit_s".into()
+            };
+            let line = positive(origin, &field, g)?;
+            let nics = match nics {
+                Some(n) => {
+                    let field = if node.nics.is_some() {
+                        format!("{nf}.nics")
+                    } else {
+                        "network.nics".into()
+                    };
+                    count_in(origin, &field, n, MAX_NICS_PER_NODE)?
+                }
+                None => 1,
+            };
+            let rdma = node.gpudirect_rdma.or(net.gpudirect_rdma).unwrap_or(true);
+            let class = if rdma {
+                LinkClass::NicRdma
+            } else {
+                LinkClass::NicHost
+            };
+            Ok(NetworkSpec {
+                nics,
+                nic_gbps: line / 8.0 * class.efficiency(),
+                latency_us: latency(class.latency_us(), "network.latency_us")?,
+                describe: format!(
+                    "{nics}x {line} Gbit/s, GPUDirect RDMA {}",
+                    if rdma { "on" } else { "off" }
+                ),
+            })
         }
-        .bw_gbps()
-    })
+        None => {
+            if let Some(n) = nics {
+                let field = if node.nics.is_some() {
+                    format!("{nf}.nics")
+                } else {
+                    "network.nics".into()
+                };
+                count_in(origin, &field, n, MAX_NICS_PER_NODE)?;
+                return Err(SpecError::invalid(
+                    origin,
+                    field,
+                    "nics needs nic_gbit_s, the line rate of each NIC (bw_gbit_s is one aggregate per node)",
+                ));
+            }
+            let bw = positive(
+                origin,
+                "network.bw_gbit_s",
+                net.bw_gbit_s.unwrap_or(DEFAULT_INTER_BW_GBIT_S),
+            )?;
+            Ok(NetworkSpec {
+                nics: 1,
+                nic_gbps: bw / 8.0,
+                latency_us: latency(DEFAULT_INTER_LATENCY_US, "network.latency_us")?,
+                describe: format!("{bw} Gbit/s per node"),
+            })
+        }
+    }
 }
 
 impl Cluster {
@@ -214,17 +424,7 @@ impl Cluster {
                 "expected at least one [[nodes]] entry",
             ));
         }
-        let (inter_bw_gbit_s, inter_latency_us) = match &file.network {
-            Some(n) => (
-                positive(origin, "network.bw_gbit_s", n.bw_gbit_s)?,
-                non_negative(
-                    origin,
-                    "network.latency_us",
-                    n.latency_us.unwrap_or(DEFAULT_INTER_LATENCY_US),
-                )?,
-            ),
-            None => (DEFAULT_INTER_BW_GBIT_S, DEFAULT_INTER_LATENCY_US),
-        };
+        let net = file.network.clone().unwrap_or_default();
         let mut gpus = Vec::new();
         let mut nodes = Vec::new();
         for (ni, node) in file.nodes.iter().enumerate() {
@@ -256,6 +456,7 @@ impl Cluster {
                     gpus.push(ClusterGpu {
                         rank: gpus.len(),
                         node: ni,
+                        local: node_specs.len(),
                         spec: spec.clone(),
                         price_per_hour_usd: g.price_per_hour_usd.or(spec.price_per_hour_usd),
                     });
@@ -263,17 +464,30 @@ impl Cluster {
                 }
             }
             let name = node.name.clone().unwrap_or_else(|| format!("node{ni}"));
-            let (link_bw, link_name) =
-                resolve_intra(origin, ni, node.intra_link.as_deref(), &node_specs)?;
-            let intra_bw_gbps = match node.intra_bw_gbps {
-                Some(bw) => positive(origin, &format!("nodes[{ni}].intra_bw_gbps"), bw)?,
-                None => link_bw,
+            let intra = resolve_intra(origin, ni, node.intra_link.as_deref(), &node_specs)?;
+            let mut fabric_bw = intra.nvlink_gbps.unwrap_or(intra.pcie_gbps);
+            if let Some(bw) = node.intra_bw_gbps {
+                fabric_bw = positive(origin, &format!("nodes[{ni}].intra_bw_gbps"), bw)?;
+            }
+            let (nvlink_gbps, pcie_gbps) = match intra.nvlink_gbps {
+                Some(_) => (Some(fabric_bw), intra.pcie_gbps),
+                None => (None, fabric_bw),
             };
-            let intra_latency_us = non_negative(
-                origin,
-                &format!("nodes[{ni}].intra_latency_us"),
-                node.intra_latency_us.unwrap_or(DEFAULT_INTRA_LATENCY_US),
-            )?;
+            let lat_override = node
+                .intra_latency_us
+                .map(|v| non_negative(origin, &format!("nodes[{ni}].intra_latency_us"), v))
+                .transpose()?;
+            let nvlink_latency_us = lat_override.unwrap_or(match intra.fabric {
+                IntraFabric::Nvswitch => LinkClass::Nvswitch.latency_us(),
+                _ => LinkClass::NvlinkBridge.latency_us(),
+            });
+            // An `intra_bw_gbps` override without a latency keeps the old default.
+            let pcie_latency_us = lat_override.unwrap_or(if node.intra_bw_gbps.is_some() {
+                DEFAULT_INTRA_LATENCY_US
+            } else {
+                LinkClass::Pcie.latency_us()
+            });
+            let network = resolve_network(origin, ni, &net, node)?;
             let gpu_mem: f64 = node_specs.iter().map(|s| s.mem_gib).sum();
             let host_mem_gib = non_negative(
                 origin,
@@ -289,9 +503,17 @@ impl Cluster {
             )?;
             nodes.push(Node {
                 name,
-                intra_bw_gbps,
-                intra_latency_us,
-                intra_link: link_name,
+                gpus: node_specs.len(),
+                fabric: intra.fabric,
+                nvlink_gbps,
+                pcie_gbps,
+                nvlink_latency_us,
+                pcie_latency_us,
+                intra_link: intra.describe,
+                nics: network.nics,
+                nic_gbps: network.nic_gbps,
+                net_latency_us: network.latency_us,
+                network: network.describe,
                 host_mem_gib,
                 host_mem_bw_gbps,
             });
@@ -300,8 +522,6 @@ impl Cluster {
             name: file.name.clone().unwrap_or_else(|| "cluster".to_string()),
             gpus,
             nodes,
-            inter_bw_gbit_s,
-            inter_latency_us,
         })
     }
 
@@ -332,6 +552,9 @@ impl Cluster {
                 intra_link: None,
                 intra_bw_gbps: None,
                 intra_latency_us: None,
+                nics: None,
+                nic_gbit_s: None,
+                gpudirect_rdma: None,
                 host_mem_gib: None,
                 host_mem_bw_gbps: None,
                 gpus: names
@@ -357,15 +580,13 @@ impl Cluster {
         self.gpus.is_empty()
     }
 
-    /// Inter-node bandwidth in GB/s (10^9 bytes per second).
-    pub fn inter_bw_gbps(&self) -> f64 {
-        self.inter_bw_gbit_s / 8.0
-    }
-
-    /// A copy with the inter-node bandwidth multiplied by `factor` (what-if studies).
+    /// A copy with every node's network bandwidth multiplied by `factor`
+    /// (what-if studies).
     pub fn with_inter_bw_scaled(&self, factor: f64) -> Cluster {
         let mut c = self.clone();
-        c.inter_bw_gbit_s *= factor;
+        for n in &mut c.nodes {
+            n.nic_gbps *= factor;
+        }
         c
     }
 
@@ -378,9 +599,10 @@ impl Cluster {
     /// multiplied by `factor` (what-if studies, monotonicity tests).
     pub fn with_all_bw_scaled(&self, factor: f64) -> Cluster {
         let mut c = self.clone();
-        c.inter_bw_gbit_s *= factor;
         for n in &mut c.nodes {
-            n.intra_bw_gbps *= factor;
+            n.nic_gbps *= factor;
+            n.pcie_gbps *= factor;
+            n.nvlink_gbps = n.nvlink_gbps.map(|b| b * factor);
             n.host_mem_bw_gbps *= factor;
         }
         c
@@ -396,54 +618,122 @@ impl Cluster {
     }
 }
 
+/// A node's fabric before overrides.
+struct IntraSpec {
+    fabric: IntraFabric,
+    nvlink_gbps: Option<f64>,
+    pcie_gbps: f64,
+    describe: String,
+}
+
 fn resolve_intra(
     origin: &str,
     ni: usize,
     link: Option<&str>,
     specs: &[GpuSpec],
-) -> Result<(f64, String), SpecError> {
-    let host_min = specs
-        .iter()
-        .map(|s| s.host_link.bw_gbps())
-        .fold(f64::INFINITY, f64::min);
+) -> Result<IntraSpec, SpecError> {
+    let field = format!("nodes[{ni}].intra_link");
     let min_gen = specs
         .iter()
         .map(|s| s.host_link.pcie_gen)
         .min()
         .unwrap_or(3);
-    match link.map(|l| l.trim().to_ascii_lowercase()) {
-        None => Ok((host_min, format!("pcie{min_gen} x16"))),
-        Some(l) if l == "nvlink" => {
-            let mut bw = f64::INFINITY;
-            for s in specs {
-                match s.peer_link {
-                    crate::gpu::PeerLink::Nvlink { bw_gbps } => bw = bw.min(bw_gbps),
-                    crate::gpu::PeerLink::None => {
-                        return Err(SpecError::invalid(
-                            origin,
-                            format!("nodes[{ni}].intra_link"),
-                            format!(
-                                "`nvlink` but {} has no NVLink; use pcie3|pcie4|pcie5",
-                                s.name
-                            ),
-                        ))
-                    }
+    // A GPU's own host link (generation and lanes) caps its PCIe traffic.
+    let host_p2p = specs
+        .iter()
+        .map(|s| {
+            crate::gpu::HostLink::lane_raw_gbps(s.host_link.pcie_gen).unwrap_or(0.985)
+                * s.host_link.lanes as f64
+                * LinkClass::Pcie.efficiency()
+        })
+        .fold(f64::INFINITY, f64::min);
+    let pcie = |gen: u32| -> IntraSpec {
+        let bw = pcie_p2p_x16_gbps(gen).unwrap_or(host_p2p).min(host_p2p);
+        IntraSpec {
+            fabric: IntraFabric::Pcie,
+            nvlink_gbps: None,
+            pcie_gbps: bw,
+            describe: format!("pcie{gen} x16"),
+        }
+    };
+    let nvlink = |want: Option<IntraFabric>| -> Result<IntraSpec, SpecError> {
+        let mut bw = f64::INFINITY;
+        let mut fabric = None;
+        for s in specs {
+            let PeerLink::Nvlink { bw_gbps, bridge } = s.peer_link else {
+                return Err(SpecError::invalid(
+                    origin,
+                    &field,
+                    format!(
+                        "`{}` but {} has no NVLink; use pcie3|pcie4|pcie5",
+                        link.unwrap_or_default(),
+                        s.name
+                    ),
+                ));
+            };
+            let own = if bridge {
+                IntraFabric::NvlinkBridge
+            } else {
+                IntraFabric::Nvswitch
+            };
+            if let Some(w) = want {
+                if w != own {
+                    let (has, use_) = if bridge {
+                        ("NVLink bridges only (PCIe card)", "nvlink-bridge")
+                    } else {
+                        ("switched NVLink (SXM part), no bridge", "nvswitch")
+                    };
+                    return Err(SpecError::invalid(
+                        origin,
+                        &field,
+                        format!(
+                            "`{}` but {} has {has}; use {use_}",
+                            link.unwrap_or_default(),
+                            s.name
+                        ),
+                    ));
                 }
             }
-            Ok((bw, "nvlink".into()))
+            if fabric.is_some_and(|f| f != own) {
+                return Err(SpecError::invalid(
+                    origin,
+                    &field,
+                    "the node mixes SXM parts (NVSwitch) and bridged PCIe cards; NVLink cannot join them",
+                ));
+            }
+            fabric = Some(own);
+            bw = bw.min(bw_gbps);
         }
+        let fabric = fabric.unwrap_or(IntraFabric::Nvswitch);
+        let class = match fabric {
+            IntraFabric::Nvswitch => LinkClass::Nvswitch,
+            _ => LinkClass::NvlinkBridge,
+        };
+        Ok(IntraSpec {
+            fabric,
+            nvlink_gbps: Some(bw * class.efficiency()),
+            pcie_gbps: pcie(min_gen).pcie_gbps,
+            describe: class.name().to_string(),
+        })
+    };
+    match link.map(|l| l.trim().to_ascii_lowercase()) {
+        None => Ok(pcie(min_gen)),
+        Some(l) if l == "nvlink" => nvlink(None),
+        Some(l) if l == "nvswitch" => nvlink(Some(IntraFabric::Nvswitch)),
+        Some(l) if l == "nvlink-bridge" => nvlink(Some(IntraFabric::NvlinkBridge)),
         Some(l) => {
             let gen = l
                 .strip_prefix("pcie")
                 .and_then(|g| g.parse::<u32>().ok())
-                .and_then(|g| pcie_x16_gbps(g).map(|bw| (g, bw)));
+                .filter(|g| pcie_p2p_x16_gbps(*g).is_some());
             match gen {
-                // A GPU's own host link caps what the node link can deliver.
-                Some((g, bw)) => Ok((bw.min(host_min), format!("pcie{g} x16"))),
+                Some(g) => Ok(pcie(g)),
                 None => Err(SpecError::invalid(
                     origin,
-                    format!("nodes[{ni}].intra_link"),
-                    format!("expected pcie3, pcie4, pcie5 or nvlink, got `{l}`"),
+                    &field,
+                    format!(
+                        "expected nvswitch, nvlink-bridge, nvlink, pcie3, pcie4 or pcie5, got `{l}`"
+                    ),
                 )),
             }
         }
@@ -466,9 +756,9 @@ mod tests {
         assert_eq!(c.gpus[2].rank, 2);
         // P40 is PCIe 3: the node link runs at its pace.
         assert!(
-            c.nodes[0].intra_bw_gbps < 13.0,
+            c.nodes[0].intra_bw_gbps() < 13.0,
             "{}",
-            c.nodes[0].intra_bw_gbps
+            c.nodes[0].intra_bw_gbps()
         );
         let e = Cluster::from_gpu_list("l4,,p40", "--gpus", cat()).unwrap_err();
         assert!(e.to_string().contains("--gpus"), "{e}");
@@ -531,9 +821,12 @@ mod tests {
         assert_eq!(c.len(), 12);
         assert_eq!(c.gpus[8].node, 1);
         assert_eq!(c.gpus[9].price_per_hour_usd, Some(0.5));
-        assert!((c.inter_bw_gbps() - 12.5).abs() < 1e-12);
-        assert!(c.nodes[0].intra_bw_gbps > c.nodes[1].intra_bw_gbps);
-        assert_eq!(c.with_inter_bw_scaled(2.0).inter_bw_gbit_s, 200.0);
+        // `[network] bw_gbit_s` is what a node achieves: one NIC, not derated.
+        assert!((c.nodes[0].net_gbps() - 12.5).abs() < 1e-12);
+        assert_eq!(c.nodes[1].nics, 1);
+        assert_eq!(c.nodes[0].net_latency_us, 5.0);
+        assert!(c.nodes[0].intra_bw_gbps() > c.nodes[1].intra_bw_gbps());
+        assert_eq!(c.with_inter_bw_scaled(2.0).nodes[1].net_gbps(), 25.0);
         // Host memory: twice the GPU memory (8 x 40 GiB), at least 64 GiB.
         assert_eq!(c.nodes[0].host_mem_gib, 640.0);
         assert_eq!(c.nodes[1].host_mem_gib, 128.0);
@@ -549,5 +842,63 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("nodes[0].host_mem_bw_gbps"), "{e}");
+    }
+
+    #[test]
+    fn links_and_nics_say_what_clusters_are() {
+        let t = "[network]\nnics = 4\nnic_gbit_s = 200\n[[nodes]]\nintra_link = \"nvswitch\"\ngpus = [{ type = \"a100-80gb\", count = 8 }]\n[[nodes]]\nintra_link = \"nvlink-bridge\"\nnics = 1\nnic_gbit_s = 100\ngpudirect_rdma = false\ngpus = [{ type = \"rtx-a6000\", count = 4 }]\n";
+        let c = Cluster::from_toml(t, "c.toml", cat()).unwrap();
+        let (a, b) = (&c.nodes[0], &c.nodes[1]);
+        assert_eq!(a.fabric, IntraFabric::Nvswitch);
+        assert_eq!(a.nics, 4);
+        assert!((a.nic_gbps - 25.0 * LinkClass::NicRdma.efficiency()).abs() < 1e-9);
+        assert!((a.intra_bw_gbps() - 300.0 * LinkClass::Nvswitch.efficiency()).abs() < 1e-9);
+        assert_eq!(b.fabric, IntraFabric::NvlinkBridge);
+        assert_eq!((b.nics, b.gpus), (1, 4));
+        assert!((b.nic_gbps - 12.5 * LinkClass::NicHost.efficiency()).abs() < 1e-9);
+        // Bridges join 0-1 and 2-3; 1-2 crosses PCIe.
+        assert!(b.pair_on_nvlink(0, 1) && b.pair_on_nvlink(2, 3) && !b.pair_on_nvlink(1, 2));
+        assert!(b.pair_gbps(1, 2) < b.pair_gbps(0, 1));
+        assert_eq!(c.gpus[9].local, 1);
+        // `nvlink` means a switch on SXM parts and bridges on PCIe cards.
+        let t = "[[nodes]]\nintra_link = \"nvlink\"\ngpus = [{ type = \"rtx-3090\", count = 2 }]\n";
+        let c = Cluster::from_toml(t, "c.toml", cat()).unwrap();
+        assert_eq!(c.nodes[0].fabric, IntraFabric::NvlinkBridge);
+    }
+
+    #[test]
+    fn bad_links_and_nics_name_the_field() {
+        let err = |t: &str| {
+            Cluster::from_toml(t, "c.toml", cat())
+                .unwrap_err()
+                .to_string()
+        };
+        let one = |extra: &str, link: &str, gpu: &str| {
+            format!("[[nodes]]\n{extra}intra_link = \"{link}\"\ngpus = [{{ type = \"{gpu}\", count = 2 }}]\n")
+        };
+        let e = err(&one("", "nvlink-bridge", "t4"));
+        assert!(
+            e.contains("nodes[0].intra_link") && e.contains("no NVLink"),
+            "{e}"
+        );
+        let e = err(&one("", "nvswitch", "rtx-a6000"));
+        assert!(e.contains("nvlink-bridge"), "{e}");
+        let e = err(&one("", "nvlink-bridge", "a100-80gb"));
+        assert!(e.contains("nvswitch"), "{e}");
+        for bad in [
+            "nics = 0\nnic_gbit_s = 100\n",
+            "nics = -2\nnic_gbit_s = 100\n",
+        ] {
+            let e = err(&one(bad, "pcie4", "l4"));
+            assert!(e.contains("nodes[0].nics"), "{e}");
+        }
+        let e = err(&one("nics = 2\n", "pcie4", "l4"));
+        assert!(e.contains("nic_gbit_s"), "{e}");
+        let e = err(&one("nic_gbit_s = -100\n", "pcie4", "l4"));
+        assert!(e.contains("nodes[0].nic_gbit_s"), "{e}");
+        let e = err(
+            "[network]\nbw_gbit_s = 100\nnic_gbit_s = 100\n[[nodes]]\ngpus = [{ type = \"l4\" }]\n",
+        );
+        assert!(e.contains("network"), "{e}");
     }
 }

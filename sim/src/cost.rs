@@ -46,8 +46,8 @@
 use crate::activation::BlockActivations;
 use crate::cluster::Cluster;
 use crate::comm::{
-    CollectiveKind, CollectiveRank, CommModel, CommTopology, MeasuredPoint, MeasuredTable,
-    RingModel,
+    CollectiveKind, CollectiveRank, CommAlgo, CommModel, CommTopology, LinkKind, LinkRef,
+    MeasuredPoint, MeasuredTable, NodeLinks, RingModel,
 };
 use crate::dtype::Dtype;
 use crate::error::SpecError;
@@ -103,7 +103,30 @@ pub struct CostOptions {
     pub overhead_gib: f64,
     /// Memory cluster of the reference data to take non-state memory from.
     pub memory_cluster: Option<String>,
+    /// Collective algorithm choice (default: as NCCL picks).
+    pub comm_algo: CommAlgo,
+    /// Compute slowdown while a collective runs on the same GPU, as a
+    /// fraction (0.1: kernels take 10% longer); 0 turns it off. Default
+    /// [`DEFAULT_COMM_INTERFERENCE`].
+    pub comm_interference: f64,
 }
+
+/// Default compute slowdown while NCCL kernels run on the same GPU.
+///
+/// NCCL's ring kernels occupy one thread block per channel (typically 8-16
+/// of an A100's 108 SMs for large collectives, ~7-15%) and a share of HBM
+/// bandwidth for the reduction and copies; measurements of overlapped
+/// GEMMs and all-reduces report compute kernels slowed by roughly 10-30%
+/// (Rashidi et al., "Enabling Compute-Communication Overlap in Distributed
+/// Deep Learning Training Platforms", ISCA 2021; Jangda et al., "Breaking
+/// the Computation and Communication Abstraction Barrier", ASPLOS 2022).
+/// 0.1 is the low end of that range, the SM share of a typical channel
+/// count; set `--comm-interference` for your system.
+pub const DEFAULT_COMM_INTERFERENCE: f64 = 0.1;
+
+/// Largest accepted `comm_interference` (a 4x slowdown is already beyond
+/// anything measured).
+pub const MAX_COMM_INTERFERENCE: f64 = 3.0;
 
 impl Default for CostOptions {
     fn default() -> Self {
@@ -111,6 +134,8 @@ impl Default for CostOptions {
             mem_fraction: 0.75,
             overhead_gib: 2.0,
             memory_cluster: None,
+            comm_algo: CommAlgo::Auto,
+            comm_interference: DEFAULT_COMM_INTERFERENCE,
         }
     }
 }
@@ -340,6 +365,8 @@ pub struct CostModel {
     pub comm: Arc<dyn CommModel>,
     /// Warnings for the user (flagged profile entries used, fallbacks taken).
     pub warnings: Vec<String>,
+    /// Resource ids of the cluster's links (engine link sharing).
+    pub links: LinkIds,
 }
 
 /// Bytes of the unit buffers Cephalo's trainer held at its memory peak in
@@ -369,17 +396,95 @@ pub fn reference_buffers_bytes(model: &ModelSpec) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// The comm topology of a cluster (intra-node links per node, the network).
-pub fn comm_topology(cluster: &Cluster) -> CommTopology {
+/// The comm topology of a cluster (links per node) under algorithm `algo`.
+pub fn comm_topology(cluster: &Cluster, algo: CommAlgo) -> CommTopology {
     CommTopology {
-        intra_bw_gbps: cluster.nodes.iter().map(|n| n.intra_bw_gbps).collect(),
-        intra_latency_us: cluster
+        nodes: cluster
             .nodes
             .iter()
-            .map(|n| n.intra_latency_us)
-            .fold(0.0, f64::max),
-        inter_bw_gbps: cluster.inter_bw_gbps(),
-        inter_latency_us: cluster.inter_latency_us,
+            .map(|n| NodeLinks {
+                nvlink_gbps: n.nvlink_gbps,
+                bridged: n.fabric == crate::cluster::IntraFabric::NvlinkBridge,
+                pcie_gbps: n.pcie_gbps,
+                nvlink_latency_us: n.nvlink_latency_us,
+                pcie_latency_us: n.pcie_latency_us,
+                gpus: n.gpus,
+                nics: n.nics,
+                nic_gbps: n.nic_gbps,
+                net_latency_us: n.net_latency_us,
+            })
+            .collect(),
+        algo,
+    }
+}
+
+/// The communication model of `cluster` under `algo`: the analytic NCCL
+/// model, or a measured table over the profiles' collectives (nccl-tests
+/// imports, the exec profiler's tables) with the analytic model behind it.
+pub fn comm_model(
+    cluster: &Cluster,
+    algo: CommAlgo,
+    profiles: &ProfileSet,
+) -> Result<Arc<dyn CommModel>, SpecError> {
+    let topo = comm_topology(cluster, algo);
+    topo.validate("cluster")?;
+    let ring = RingModel::new(topo);
+    let points = measured_points(profiles);
+    Ok(if points.is_empty() {
+        Arc::new(ring)
+    } else {
+        Arc::new(MeasuredTable::new("profiles: collectives", ring, &points)?)
+    })
+}
+
+/// One link an op keeps busy while it runs, for the engine's link sharing:
+/// the engine's resource id and the fraction of the op's duration (alone)
+/// the link is busy, in `(0, 1]`.
+pub type LinkShare = (u32, f32);
+
+/// Maps the cluster's directed links to dense resource ids: per GPU `g`
+/// `4g + {0: NVLink out, 1: NVLink in, 2: PCIe out, 3: PCIe in}`, then
+/// two per NIC (out, in).
+#[derive(Debug, Clone)]
+pub struct LinkIds {
+    node_first_rank: Vec<usize>,
+    nic_offset: Vec<usize>,
+    ranks: usize,
+}
+
+impl LinkIds {
+    fn new(cluster: &Cluster) -> LinkIds {
+        let mut node_first_rank = vec![usize::MAX; cluster.nodes.len()];
+        for g in &cluster.gpus {
+            node_first_rank[g.node] = node_first_rank[g.node].min(g.rank);
+        }
+        let mut nic_offset = Vec::with_capacity(cluster.nodes.len());
+        let mut off = 0;
+        for n in &cluster.nodes {
+            nic_offset.push(off);
+            off += n.nics;
+        }
+        LinkIds {
+            node_first_rank,
+            nic_offset,
+            ranks: cluster.len(),
+        }
+    }
+
+    /// Resource id of `link`.
+    pub fn id(&self, link: LinkRef) -> u32 {
+        let dir = usize::from(!link.tx);
+        let id = match link.kind {
+            LinkKind::Nvlink => 4 * (self.node_first_rank[link.node] + link.index) + dir,
+            LinkKind::Pcie => 4 * (self.node_first_rank[link.node] + link.index) + 2 + dir,
+            LinkKind::Nic => 4 * self.ranks + 2 * (self.nic_offset[link.node] + link.index) + dir,
+        };
+        id as u32
+    }
+
+    /// The PCIe link of GPU `rank`, out (device to host) or in.
+    pub fn pcie(&self, rank: usize, out: bool) -> u32 {
+        (4 * rank + 2 + usize::from(!out)) as u32
     }
 }
 
@@ -484,6 +589,35 @@ pub fn is_cpu(gpu: &GpuSpec) -> bool {
     gpu.arch == "cpu"
 }
 
+/// Warnings for imported collective curves (nccl-tests logs) measured on a
+/// shape (ranks, nodes) no group of this cluster has (the whole cluster or
+/// one node): those groups use them rescaled to equal bus bandwidth.
+fn rescale_warnings(cluster: &Cluster, profiles: &ProfileSet) -> Vec<String> {
+    // (ranks, nodes) of the whole cluster and of each node.
+    let mut shapes: Vec<(usize, usize)> = vec![(cluster.len(), cluster.nodes.len())];
+    shapes.extend(cluster.nodes.iter().map(|n| (n.gpus, 1)));
+    let mut seen: Vec<(String, u32)> = Vec::new();
+    let mut out = Vec::new();
+    for c in profiles.collectives.iter().filter(|c| c.rescalable) {
+        let key = (c.kind.clone(), c.ranks);
+        let fits = shapes
+            .iter()
+            .any(|&(r, n)| r == c.ranks as usize && c.nodes.is_none_or(|m| m as usize == n));
+        if fits || seen.contains(&key) {
+            continue;
+        }
+        out.push(format!(
+            "{} measured on {} ranks{}: no group of this cluster has that shape; groups of another size on the same number of nodes use it rescaled to equal bus bandwidth (time x f(p)/f({}), f = (p-1)/p, or 2(p-1)/p for all-reduce), the rest the analytic model",
+            c.kind,
+            c.ranks,
+            c.nodes.map(|n| format!(" on {n} nodes")).unwrap_or_default(),
+            c.ranks
+        ));
+        seen.push(key);
+    }
+    out
+}
+
 /// Measured collective samples as table points: kind, group size and the
 /// even-equivalent buffer `bytes x imbalance` (the table's lookup key: a
 /// ring is paced by its largest piece). Samples of one rank or zero bytes
@@ -504,8 +638,10 @@ pub fn measured_points(profiles: &ProfileSet) -> Vec<MeasuredPoint> {
             Some(MeasuredPoint {
                 kind,
                 group_size: c.ranks as usize,
+                nodes: c.nodes.map(|n| n as usize),
                 total_bytes: c.bytes * c.imbalance.max(1.0),
                 time_ms: c.time_ms,
+                rescalable: c.rescalable,
             })
         })
         .collect()
@@ -688,15 +824,9 @@ impl CostModel {
                 )
             }
         };
-        let topo = comm_topology(&workload.cluster);
-        topo.validate("cluster")?;
-        let ring = RingModel::new(topo);
-        let points = measured_points(profiles);
-        let comm: Arc<dyn CommModel> = if points.is_empty() {
-            Arc::new(ring)
-        } else {
-            Arc::new(MeasuredTable::new("profiles: collectives", ring, &points)?)
-        };
+        let comm = comm_model(&workload.cluster, options.comm_algo, profiles)?;
+        warnings.extend(rescale_warnings(&workload.cluster, profiles));
+        let links = LinkIds::new(&workload.cluster);
         Ok(CostModel {
             workload,
             options,
@@ -706,6 +836,7 @@ impl CostModel {
             activations,
             comm,
             warnings,
+            links,
         })
     }
 
@@ -978,15 +1109,55 @@ impl CostModel {
         ranks: &[usize],
         pieces: &[f64],
     ) -> f64 {
-        let group: Vec<CollectiveRank> = ranks
+        self.comm
+            .time_ms(kind, &self.collective_ranks(ranks, pieces))
+    }
+
+    fn collective_ranks(&self, ranks: &[usize], pieces: &[f64]) -> Vec<CollectiveRank> {
+        ranks
             .iter()
             .zip(pieces)
-            .map(|(&r, &p)| CollectiveRank {
-                node: self.workload.cluster.gpus[r].node,
-                piece_bytes: p,
+            .map(|(&r, &p)| {
+                let g = &self.workload.cluster.gpus[r];
+                CollectiveRank {
+                    node: g.node,
+                    local: g.local,
+                    piece_bytes: p,
+                }
             })
-            .collect();
-        self.comm.time_ms(kind, &group)
+            .collect()
+    }
+
+    /// The links collective `kind` over `ranks` with `pieces` keeps busy,
+    /// as engine shares of a collective lasting `time_ms` (see [`LinkShare`]).
+    pub fn group_collective_shares(
+        &self,
+        kind: CollectiveKind,
+        ranks: &[usize],
+        pieces: &[f64],
+        time_ms: f64,
+    ) -> Vec<LinkShare> {
+        if time_ms <= 0.0 {
+            return Vec::new();
+        }
+        self.comm
+            .loads(kind, &self.collective_ranks(ranks, pieces))
+            .into_iter()
+            .filter(|&(_, b)| b > 0.0)
+            .map(|(l, b)| (self.links.id(l), (b / time_ms).clamp(0.0, 1.0) as f32))
+            .collect()
+    }
+
+    /// The link share of a host copy on `rank` (its PCIe link, busy all
+    /// the copy long); none on a CPU device.
+    pub fn host_copy_share(&self, rank: usize, to_host: bool) -> Option<LinkShare> {
+        (!is_cpu(self.gpu(rank))).then(|| (self.links.pcie(rank, to_host), 1.0))
+    }
+
+    /// Number of link resources ([`LinkIds`]).
+    pub fn link_count(&self) -> u32 {
+        let nics: usize = self.workload.cluster.nodes.iter().map(|n| n.nics).sum();
+        (4 * self.ranks() + 2 * nics) as u32
     }
 
     /// [`CostModel::group_collective_ms`] over all ranks for a unit of
@@ -1156,6 +1327,8 @@ mod tests {
                     bytes,
                     imbalance,
                     time_ms: t * scale,
+                    nodes: None,
+                    rescalable: false,
                 });
             }
         }

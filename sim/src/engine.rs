@@ -30,6 +30,30 @@
 //! which it heads every queue it was issued on, those streams are free and
 //! its dependencies are complete; there is no other delay.
 //!
+//! # Shared links and interference
+//!
+//! An op's duration is what it takes alone. Two effects stretch it while it
+//! runs, so its end is decided as the run unfolds, not when the graph is
+//! built:
+//!
+//! * **Link sharing.** An op may name the links (resources) it keeps busy
+//!   and the fraction of its duration each is busy ([`Graph::add_shares`]).
+//!   While ops overlap on a link whose busy fractions sum to `L > 1`, each
+//!   of them progresses at `1 / L` of its own pace on that link (capacity
+//!   shared in proportion to demand); an op progresses at the pace of its
+//!   most oversubscribed link. Two transfers that each saturate a link take
+//!   twice as long together; a link with spare capacity slows nobody; a
+//!   latency-bound collective (small busy fraction) barely loads a link.
+//! * **Compute-communication interference** ([`Graph::set_interference`]):
+//!   while a rank has an op running on its communication or reduce stream,
+//!   its compute op runs `1 + f` times slower (NCCL kernels take SMs and
+//!   memory bandwidth).
+//!
+//! Progress is tracked in nanoseconds of the op's own work; whenever the
+//! set of ops on a link (or a rank's collectives) changes, the affected ops'
+//! remaining work is brought up to date and their ends are rescheduled.
+//! Ops that are never slowed end exactly `duration` after they start.
+//!
 //! # Determinism
 //!
 //! Pending completions sit in a binary heap keyed by `(time, seq)`, where
@@ -247,16 +271,20 @@ pub struct OpRecord<'a> {
     pub name: &'a str,
     /// Start time.
     pub start: SimTime,
-    /// End time (start + duration).
+    /// End time (start + duration, plus any stretch from shared links or
+    /// interference).
     pub end: SimTime,
+    /// Duration the op takes alone ([`Graph::op_duration`]).
+    pub nominal: SimTime,
     /// Number of participants (1 for a local op).
     pub participants: u32,
 }
 
 /// Receives the run as it happens (the report, Chrome trace and memory
-/// tracker are observers). Calls arrive in non-decreasing time order.
+/// tracker are observers). `on_op` calls arrive in non-decreasing order of
+/// the ops' end times, `on_mem` calls in non-decreasing time order.
 pub trait Observer {
-    /// An op started on one `(rank, stream)`; its end time is already known.
+    /// An op ran on one `(rank, stream)` (called when it ends).
     fn on_op(&mut self, rec: &OpRecord<'_>);
     /// Memory of `pool` changed by `delta_bytes` at `time` because of `op`.
     fn on_mem(&mut self, _pool: u32, _time: SimTime, _delta_bytes: i64, _op: OpId) {}
@@ -280,7 +308,8 @@ pub struct RunStats {
     pub makespan: SimTime,
     /// Ops executed (all of the graph's ops on success).
     pub ops: u64,
-    /// Events processed: one start and one end per op.
+    /// Events processed: one start and one end per op, plus one per
+    /// rescheduled end (shared links, interference).
     pub events: u64,
 }
 
@@ -313,6 +342,13 @@ pub struct Graph {
     name_index: BTreeMap<String, NameId>,
     ranks: u32,
     pools: u32,
+    /// Ops with link shares, ascending, and where each one's shares start
+    /// in `shares`.
+    share_ops: Vec<(u32, u32)>,
+    /// (resource, busy fraction) of every op in `share_ops`.
+    shares: Vec<(u32, f32)>,
+    /// Compute slowdown fraction while a collective runs on the rank.
+    interference: f64,
 }
 
 fn slot(rank: u32, stream: Stream) -> u32 {
@@ -514,6 +550,50 @@ impl Graph {
         self.extra_deps.push((op.0, dep.0));
     }
 
+    /// Declares the links `op` keeps busy while it runs: `(resource, busy
+    /// fraction of its duration)` pairs, fractions in `(0, 1]` (others are
+    /// dropped; resources are the caller's numbering). Call once per op, in
+    /// op creation order.
+    pub fn add_shares(&mut self, op: OpId, shares: &[(u32, f32)]) {
+        let start = self.shares.len() as u32;
+        self.shares.extend(
+            shares
+                .iter()
+                .filter(|s| s.1.is_finite() && s.1 > 0.0)
+                .map(|&(r, f)| (r, f.min(1.0))),
+        );
+        if self.shares.len() as u32 > start {
+            debug_assert!(self.share_ops.last().is_none_or(|l| l.0 < op.0));
+            self.share_ops.push((op.0, start));
+        }
+    }
+
+    /// Sets the compute slowdown while a collective runs on the same rank:
+    /// compute ops take `1 + fraction` times longer during that time (0:
+    /// off; negative or non-finite values count as 0).
+    pub fn set_interference(&mut self, fraction: f64) {
+        self.interference = if fraction.is_finite() {
+            fraction.max(0.0)
+        } else {
+            0.0
+        };
+    }
+
+    /// Link shares of `op` (empty if none).
+    pub fn op_shares(&self, op: OpId) -> &[(u32, f32)] {
+        match self.share_ops.binary_search_by_key(&op.0, |x| x.0) {
+            Ok(i) => {
+                let start = self.share_ops[i].1 as usize;
+                let end = self
+                    .share_ops
+                    .get(i + 1)
+                    .map_or(self.shares.len(), |x| x.1 as usize);
+                &self.shares[start..end]
+            }
+            Err(_) => &[],
+        }
+    }
+
     /// Memory changes of `op`.
     pub fn op_mems(&self, op: OpId) -> &[MemChange] {
         let i = op.0 as usize;
@@ -614,6 +694,12 @@ pub fn run(graph: &Graph, observer: &mut dyn Observer) -> Result<RunStats, SimEr
         }
     }
 
+    let resources = graph
+        .shares
+        .iter()
+        .map(|s| s.0 as usize + 1)
+        .max()
+        .unwrap_or(0);
     let mut state = RunState {
         graph,
         observer,
@@ -621,6 +707,18 @@ pub fn run(graph: &Graph, observer: &mut dyn Observer) -> Result<RunStats, SimEr
         seq: 0,
         makespan: 0,
         parts: &parts,
+        start_ns: vec![0; slots],
+        dynamic: Dynamic {
+            interference: graph.interference,
+            running: vec![None; slots],
+            load: vec![0.0; resources],
+            on_link: vec![Vec::new(); resources],
+            comm_active: vec![0; graph.ranks as usize],
+            compute_slot: vec![NONE; graph.ranks as usize],
+            touched: Vec::new(),
+            mark: vec![false; slots],
+        },
+        dynamic_events: 0,
     };
 
     // Time zero: every stream hands its token to its first op.
@@ -639,9 +737,15 @@ pub fn run(graph: &Graph, observer: &mut dyn Observer) -> Result<RunStats, SimEr
     }
 
     let mut finished = 0usize;
+    let mut events = 0u64;
     while let Some(Reverse(key)) = state.heap.pop() {
         let now = (key >> 64) as u64;
         let op = key as u32;
+        let seq = (key >> 32) as u32;
+        if !state.ends(op, seq, now) {
+            continue;
+        }
+        events += 1;
         finished += 1;
         let o = op as usize;
         for m in graph
@@ -678,7 +782,7 @@ pub fn run(graph: &Graph, observer: &mut dyn Observer) -> Result<RunStats, SimEr
     Ok(RunStats {
         makespan: SimTime(state.makespan),
         ops: finished as u64,
-        events: 2 * finished as u64,
+        events: finished as u64 + events + state.dynamic_events,
     })
 }
 
@@ -733,7 +837,46 @@ impl Participants {
     }
 }
 
-/// Mutable state of a run shared by the start path.
+/// A running op whose pace may change (it has link shares, or it is a
+/// compute op under interference).
+#[derive(Debug, Clone, Copy)]
+struct Running {
+    op: u32,
+    /// Seq of its scheduled end (older heap entries are stale).
+    seq: u32,
+    /// Whether an end has been scheduled.
+    scheduled: bool,
+    /// Own work left at `last`, ns.
+    remaining_ns: f64,
+    /// Current slowdown (>= 1).
+    slowdown: f64,
+    last: u64,
+    /// Largest load over its links, and how many of its links carry it.
+    link_max: f64,
+    at_max: u32,
+    /// The link maximum must be recomputed (no link carries it any more).
+    stale_max: bool,
+}
+
+/// State of link sharing and interference.
+struct Dynamic {
+    interference: f64,
+    /// Per slot (the op's first participant): the running dynamic op.
+    running: Vec<Option<Running>>,
+    /// Per resource: sum of busy fractions of the ops on it.
+    load: Vec<f64>,
+    /// Per resource: slots of the running ops on it.
+    on_link: Vec<Vec<u32>>,
+    /// Per rank: ops running on its comm and reduce streams.
+    comm_active: Vec<u32>,
+    /// Per rank: slot of its running dynamic compute op, or `NONE`.
+    compute_slot: Vec<u32>,
+    /// Slots whose pace must be recomputed (deduplicated by `mark`).
+    touched: Vec<u32>,
+    mark: Vec<bool>,
+}
+
+/// Mutable state of a run shared by the start and end paths.
 struct RunState<'g, 'o> {
     graph: &'g Graph,
     observer: &'o mut dyn Observer,
@@ -743,16 +886,247 @@ struct RunState<'g, 'o> {
     seq: u32,
     makespan: u64,
     parts: &'g Participants,
+    /// Start time of the op running on each slot (its first participant's).
+    start_ns: Vec<u64>,
+    dynamic: Dynamic,
+    dynamic_events: u64,
 }
 
 impl RunState<'_, '_> {
-    /// Starts `op` at `now`: notifies the observer and schedules its end.
+    fn push_end(&mut self, op: u32, end: u64) -> u32 {
+        let seq = self.seq;
+        let key = (end as u128) << 64 | (seq as u128) << 32 | op as u128;
+        self.heap.push(Reverse(key));
+        self.seq += 1;
+        seq
+    }
+
+    /// Whether `op` is a compute op slowed by interference.
+    fn interferes(&self, op: u32) -> bool {
+        self.dynamic.interference > 0.0 && {
+            let (p, _) = self.parts.get(op as usize);
+            p.len() == 1 && slot_stream(p[0]) == Stream::Compute
+        }
+    }
+
+    /// Starts `op` at `now`: schedules its end (or, for an op whose pace
+    /// may change, registers it on its links and re-paces its neighbours).
     #[inline]
     fn start(&mut self, op: u32, now: u64) {
         let g = self.graph;
         let data = &g.ops[op as usize];
-        let end = now + data.duration_ns;
         let (p, _) = self.parts.get(op as usize);
+        let first = p.first().copied().unwrap_or(NONE);
+        if first != NONE {
+            self.start_ns[first as usize] = now;
+        }
+        for m in g.op_mems(OpId(op)).iter().filter(|m| m.at == MemAt::Start) {
+            self.observer
+                .on_mem(m.pool, SimTime(now), m.delta_bytes, OpId(op));
+        }
+        let shares = g.op_shares(OpId(op));
+        let comm = first != NONE
+            && matches!(slot_stream(first), Stream::Comm | Stream::Reduce)
+            && data.duration_ns > 0;
+        let interferes = self.interferes(op);
+        if first == NONE || (shares.is_empty() && !interferes) {
+            let end = now + data.duration_ns;
+            self.makespan = self.makespan.max(end);
+            self.push_end(op, end);
+        } else {
+            let d = &mut self.dynamic;
+            d.running[first as usize] = Some(Running {
+                op,
+                seq: 0,
+                scheduled: false,
+                remaining_ns: data.duration_ns as f64,
+                slowdown: 1.0,
+                last: now,
+                link_max: 0.0,
+                at_max: 0,
+                stale_max: true,
+            });
+            if interferes {
+                d.compute_slot[slot_rank(first) as usize] = first;
+            }
+            for &(r, f) in shares {
+                let old = self.dynamic.load[r as usize];
+                self.dynamic.load[r as usize] = old + f as f64;
+                self.link_changed(r, old);
+                self.dynamic.on_link[r as usize].push(first);
+            }
+            self.touch(first);
+        }
+        if comm && self.dynamic.interference > 0.0 {
+            for &s in p {
+                let r = slot_rank(s) as usize;
+                self.dynamic.comm_active[r] += 1;
+                if self.dynamic.comm_active[r] == 1 {
+                    let c = self.dynamic.compute_slot[r];
+                    if c != NONE {
+                        self.touch(c);
+                    }
+                }
+            }
+        }
+        self.repace(now);
+    }
+
+    fn touch(&mut self, slot: u32) {
+        let d = &mut self.dynamic;
+        if !d.mark[slot as usize] {
+            d.mark[slot as usize] = true;
+            d.touched.push(slot);
+        }
+    }
+
+    /// The load of link `r` changed from `old` (to `load[r]`): updates the
+    /// link maximum of the ops on it and touches those whose pace may change.
+    fn link_changed(&mut self, r: u32, old: f64) {
+        let new = self.dynamic.load[r as usize];
+        for i in 0..self.dynamic.on_link[r as usize].len() {
+            let s = self.dynamic.on_link[r as usize][i];
+            let Some(run) = self.dynamic.running[s as usize].as_mut() else {
+                continue;
+            };
+            if run.stale_max {
+                continue;
+            }
+            let was_max = old == run.link_max;
+            let changed = if new > run.link_max {
+                run.link_max = new;
+                run.at_max = 1;
+                true
+            } else if new == run.link_max {
+                if !was_max {
+                    run.at_max += 1;
+                }
+                false
+            } else if was_max {
+                run.at_max -= 1;
+                if run.at_max == 0 {
+                    run.stale_max = true;
+                    true
+                } else {
+                    false
+                }
+            } else {
+                false
+            };
+            if changed {
+                self.touch(s);
+            }
+        }
+    }
+
+    /// Brings every touched op's progress up to `now`, recomputes its
+    /// slowdown and reschedules its end when it changed.
+    fn repace(&mut self, now: u64) {
+        let touched = std::mem::take(&mut self.dynamic.touched);
+        for &slot in &touched {
+            self.dynamic.mark[slot as usize] = false;
+            let Some(mut run) = self.dynamic.running[slot as usize] else {
+                continue;
+            };
+            if run.stale_max {
+                run.link_max = 0.0;
+                run.at_max = 0;
+                for &(r, _) in self.graph.op_shares(OpId(run.op)) {
+                    let l = self.dynamic.load[r as usize];
+                    if l > run.link_max {
+                        run.link_max = l;
+                        run.at_max = 1;
+                    } else if l == run.link_max {
+                        run.at_max += 1;
+                    }
+                }
+                run.stale_max = false;
+            }
+            let mut slowdown = run.link_max.max(1.0);
+            let rank = slot_rank(slot) as usize;
+            if self.dynamic.compute_slot[rank] == slot && self.dynamic.comm_active[rank] > 0 {
+                slowdown *= 1.0 + self.dynamic.interference;
+            }
+            let fresh = !run.scheduled;
+            if !fresh && slowdown == run.slowdown {
+                self.dynamic.running[slot as usize] = Some(run);
+                continue;
+            }
+            let elapsed = (now - run.last) as f64;
+            run.remaining_ns = (run.remaining_ns - elapsed / run.slowdown).max(0.0);
+            run.last = now;
+            run.slowdown = slowdown;
+            let end = now + (run.remaining_ns * slowdown).ceil() as u64;
+            if !fresh {
+                self.dynamic_events += 1;
+            }
+            run.seq = self.push_end(run.op, end);
+            run.scheduled = true;
+            self.dynamic.running[slot as usize] = Some(run);
+        }
+        let mut touched = touched;
+        touched.clear();
+        self.dynamic.touched = touched;
+    }
+
+    /// Handles a popped end of `op` (key seq `seq`) at `now`: false for a
+    /// stale entry (the op was rescheduled); else releases the op's links,
+    /// re-paces its neighbours and reports it to the observer.
+    fn ends(&mut self, op: u32, seq: u32, now: u64) -> bool {
+        let g = self.graph;
+        let (p, _) = self.parts.get(op as usize);
+        let first = p.first().copied().unwrap_or(NONE);
+        let shares = g.op_shares(OpId(op));
+        let dynamic = first != NONE && (!shares.is_empty() || self.interferes(op));
+        if dynamic {
+            match self.dynamic.running[first as usize] {
+                Some(run) if run.op == op && run.seq == seq => {}
+                _ => return false,
+            }
+            self.dynamic.running[first as usize] = None;
+            for &(r, f) in shares {
+                let d = &mut self.dynamic;
+                let old = d.load[r as usize];
+                d.load[r as usize] = if old - (f as f64) < 1e-9 {
+                    0.0
+                } else {
+                    old - f as f64
+                };
+                let list = &mut d.on_link[r as usize];
+                if let Some(i) = list.iter().position(|&x| x == first) {
+                    list.swap_remove(i);
+                }
+                self.link_changed(r, old);
+            }
+            let rank = slot_rank(first) as usize;
+            if self.dynamic.compute_slot[rank] == first {
+                self.dynamic.compute_slot[rank] = NONE;
+            }
+        }
+        let data = &g.ops[op as usize];
+        if first != NONE
+            && matches!(slot_stream(first), Stream::Comm | Stream::Reduce)
+            && data.duration_ns > 0
+            && self.dynamic.interference > 0.0
+        {
+            for &s in p {
+                let r = slot_rank(s) as usize;
+                self.dynamic.comm_active[r] -= 1;
+                if self.dynamic.comm_active[r] == 0 {
+                    let c = self.dynamic.compute_slot[r];
+                    if c != NONE {
+                        self.touch(c);
+                    }
+                }
+            }
+        }
+        self.repace(now);
+        self.makespan = self.makespan.max(now);
+        let start = if first != NONE {
+            self.start_ns[first as usize]
+        } else {
+            now
+        };
         let name = g.name(data.label.name);
         for &s in p {
             self.observer.on_op(&OpRecord {
@@ -761,19 +1135,13 @@ impl RunState<'_, '_> {
                 stream: slot_stream(s),
                 label: data.label,
                 name,
-                start: SimTime(now),
-                end: SimTime(end),
+                start: SimTime(start),
+                end: SimTime(now),
+                nominal: SimTime(data.duration_ns),
                 participants: p.len() as u32,
             });
         }
-        for m in g.op_mems(OpId(op)).iter().filter(|m| m.at == MemAt::Start) {
-            self.observer
-                .on_mem(m.pool, SimTime(now), m.delta_bytes, OpId(op));
-        }
-        self.makespan = self.makespan.max(end);
-        let key = (end as u128) << 64 | (self.seq as u128) << 32 | op as u128;
-        self.heap.push(Reverse(key));
-        self.seq += 1;
+        true
     }
 }
 
@@ -1083,6 +1451,78 @@ mod tests {
         })
     }
 
+    #[test]
+    fn transfers_on_one_link_share_it() {
+        let run_ends = |g: &Graph| {
+            let mut r = Recorder::default();
+            run(g, &mut r).unwrap();
+            let mut end = vec![SimTime::ZERO; g.len()];
+            for &(op, _, _, _, e) in &r.ops {
+                end[op.0 as usize] = e;
+            }
+            end
+        };
+        // Two copies on two ranks saturating one link: each takes twice as
+        // long together; a third transfer on another link is unaffected.
+        let mut g = Graph::new();
+        let l = g.label(Category::CopyD2H, "copy");
+        let a = g.add_op(0, Stream::Copy, ms(10.0), &[], l, &[]);
+        let b = g.add_op(1, Stream::Copy, ms(10.0), &[], l, &[]);
+        let c = g.add_op(2, Stream::Copy, ms(10.0), &[], l, &[]);
+        g.add_shares(a, &[(7, 1.0)]);
+        g.add_shares(b, &[(7, 1.0)]);
+        g.add_shares(c, &[(8, 1.0)]);
+        let end = run_ends(&g);
+        assert_eq!(end[a.0 as usize], ms(20.0));
+        assert_eq!(end[b.0 as usize], ms(20.0));
+        assert_eq!(end[c.0 as usize], ms(10.0));
+        // Overlapping half the time: the first is slowed only while both run.
+        let mut g = Graph::new();
+        let l = g.label(Category::CopyD2H, "copy");
+        let x = g.add_op(0, Stream::Copy, ms(10.0), &[], l, &[]);
+        let w = g.add_op(1, Stream::Compute, ms(5.0), &[], l, &[]);
+        let y = g.add_op(1, Stream::Copy, ms(10.0), &[w], l, &[]);
+        g.add_shares(x, &[(0, 1.0)]);
+        g.add_shares(y, &[(0, 1.0)]);
+        let end = run_ends(&g);
+        // x: 5 ms alone, then half pace: its last 5 ms of work take 10.
+        assert_eq!(end[x.0 as usize], ms(15.0));
+        // y: 10 ms at half pace (5 ms of work), then 5 ms alone.
+        assert_eq!(end[y.0 as usize], ms(20.0));
+        // Spare capacity slows nobody: two transfers at 40% of the link.
+        let mut g = Graph::new();
+        let l = g.label(Category::CopyD2H, "copy");
+        let p = g.add_op(0, Stream::Copy, ms(10.0), &[], l, &[]);
+        let q = g.add_op(1, Stream::Copy, ms(10.0), &[], l, &[]);
+        g.add_shares(p, &[(0, 0.4)]);
+        g.add_shares(q, &[(0, 0.4)]);
+        assert_eq!(run_ends(&g)[q.0 as usize], ms(10.0));
+    }
+
+    #[test]
+    fn compute_slows_while_a_collective_runs() {
+        let mut g = Graph::new();
+        let f = g.label(Category::Forward, "fwd");
+        let ag = g.label(Category::AllGather, "ag");
+        let k = g.add_op(0, Stream::Compute, ms(10.0), &[], f, &[]);
+        let c = g.add_collective(&[0, 1], Stream::Comm, ms(5.0), &[], ag, &[]);
+        let other = g.add_op(2, Stream::Compute, ms(10.0), &[], f, &[]);
+        g.set_interference(0.25);
+        let mut r = Recorder::default();
+        run(&g, &mut r).unwrap();
+        let end = |op: OpId| r.ops.iter().find(|x| x.0 == op).unwrap().4;
+        // 5 ms at 1/1.25 pace (4 ms of work), then 6 ms alone.
+        assert_eq!(end(k), ms(11.0));
+        assert_eq!(end(c), ms(5.0));
+        // A rank without a collective is not slowed.
+        assert_eq!(end(other), ms(10.0));
+        // Off: nominal.
+        g.set_interference(0.0);
+        let mut r = Recorder::default();
+        run(&g, &mut r).unwrap();
+        assert_eq!(r.ops.iter().find(|x| x.0 == k).unwrap().4, ms(10.0));
+    }
+
     proptest! {
         #[test]
         fn invariants(g in arb_graph()) {
@@ -1095,8 +1535,8 @@ mod tests {
             let mut by_stream: BTreeMap<(u32, Stream), Vec<Interval>> = BTreeMap::new();
             let mut last_time = SimTime::ZERO;
             for &(op, rank, stream, s, e) in &r.ops {
-                prop_assert!(s >= last_time, "records out of time order");
-                last_time = s;
+                prop_assert!(e >= last_time, "records out of end-time order");
+                last_time = e;
                 prop_assert_eq!(e, s + g.op_duration(op));
                 if let Some(prev) = start[op.0 as usize] { prop_assert_eq!(prev, s); }
                 start[op.0 as usize] = Some(s);

@@ -192,7 +192,7 @@ pub fn evaluate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<Fas
     let d = Description::new(costs, plan)?;
     let ranks = d.ranks();
     let mut t = Timeline::new(ranks);
-    let parts = lower_into(&d, opts.prefetch, &mut t);
+    let parts = lower_into(&d, opts.prefetch, false, &mut t);
     let mut bases = parts.base_device_bytes.clone();
     bases.extend(&parts.base_host_bytes);
     let peaks = t.peaks(&bases);

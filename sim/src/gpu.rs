@@ -127,10 +127,14 @@ pub enum PeerLink {
     /// No peer link: GPU-to-GPU traffic goes over PCIe.
     #[default]
     None,
-    /// NVLink (or NVLink bridge, which links pairs only).
+    /// NVLink: switched (SXM parts, any pair through NVSwitch) or a bridge
+    /// (PCIe cards, joins pairs only).
     Nvlink {
         /// Aggregate bandwidth per GPU per direction, GB/s.
         bw_gbps: f64,
+        /// True for bridge-only cards (`peer_link.bridge`, default false).
+        #[serde(default)]
+        bridge: bool,
     },
 }
 
@@ -166,7 +170,7 @@ impl GpuSpec {
     pub fn nvlink_gbps(&self) -> Option<f64> {
         match self.peer_link {
             PeerLink::None => None,
-            PeerLink::Nvlink { bw_gbps } => Some(bw_gbps),
+            PeerLink::Nvlink { bw_gbps, .. } => Some(bw_gbps),
         }
     }
 
@@ -227,7 +231,7 @@ impl GpuSpec {
             positive("bf16_tflops", v, "TFLOPS")?;
         }
         positive("mem_bw_gbps", self.mem_bw_gbps, "GB/s")?;
-        if let PeerLink::Nvlink { bw_gbps } = self.peer_link {
+        if let PeerLink::Nvlink { bw_gbps, .. } = self.peer_link {
             positive("peer_link.bw_gbps", bw_gbps, "GB/s")?;
         }
         if let Some(v) = self.price_per_hour_usd {

@@ -18,6 +18,7 @@
 //! came from.
 
 pub mod native;
+pub mod nccl;
 pub mod reference;
 
 use crate::dtype::Dtype;
@@ -298,6 +299,13 @@ pub struct CollectiveSample {
     pub imbalance: f64,
     /// Median time, ms.
     pub time_ms: f64,
+    /// Nodes the measured group spanned, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
+    /// Whether groups of another size may use the curve rescaled to equal
+    /// bus bandwidth (imported nccl-tests logs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rescalable: bool,
 }
 
 fn one() -> f64 {

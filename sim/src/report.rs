@@ -94,6 +94,13 @@ pub struct GpuReport {
     pub copy_busy_ms: f64,
     /// Total busy time of the host (CPU) stream, ms.
     pub host_busy_ms: f64,
+    /// Part of `compute_ms` the GPU's compute lost to collectives running
+    /// beside it (compute-communication interference), ms.
+    pub interference_ms: f64,
+    /// Time this GPU's transfers (collectives, host copies) took beyond
+    /// their duration alone because they shared links, ms (summed over
+    /// transfers; they may overlap compute).
+    pub contention_ms: f64,
     /// When this GPU's last op ended, ms.
     pub finish_ms: f64,
     /// Peak simulated memory, GiB.
@@ -239,7 +246,8 @@ pub struct Timing {
 ///   "gpus": [{rank, gpu, node, batch, microbatches, microbatch_size, state_fraction,
 ///             compute_ms, exposed_comm_ms, copy_ms, host_ms, idle_ms,   -- sum = iteration time
 ///             forward_ms, recompute_ms, backward_ms, optimizer_ms,       -- sum = compute_ms
-///             comm_busy_ms, copy_busy_ms, host_busy_ms, finish_ms,
+///             comm_busy_ms, copy_busy_ms, host_busy_ms, interference_ms (part of compute_ms),
+///             contention_ms (transfers' stretch from shared links), finish_ms,
 ///             peak_mem_gib, peak_at_ms, base_mem_gib, capacity_gib, usable_gib, mem_pct,
 ///             usable_pct, oom, activation_scale, compute_source, memory_source, unit_source}],
 ///   "warnings": [str],
@@ -441,17 +449,18 @@ impl Report {
     /// Per-GPU rows as CSV (header + one row per GPU, `,`-separated, text
     /// fields quoted): `rank,gpu,node,batch,microbatches,microbatch_size,
     /// state_fraction,compute_ms,exposed_comm_ms,copy_ms,host_ms,idle_ms,
-    /// forward_ms,recompute_ms,backward_ms,optimizer_ms,finish_ms,peak_mem_gib,
-    /// capacity_gib,usable_gib,mem_pct,usable_pct,oom,compute_source,memory_source`.
+    /// forward_ms,recompute_ms,backward_ms,optimizer_ms,interference_ms,
+    /// contention_ms,finish_ms,peak_mem_gib,capacity_gib,usable_gib,mem_pct,
+    /// usable_pct,oom,compute_source,memory_source`.
     pub fn to_csv(&self) -> String {
         let mut s = String::from(
-            "rank,gpu,node,batch,microbatches,microbatch_size,state_fraction,compute_ms,exposed_comm_ms,copy_ms,host_ms,idle_ms,forward_ms,recompute_ms,backward_ms,optimizer_ms,finish_ms,peak_mem_gib,capacity_gib,usable_gib,mem_pct,usable_pct,oom,compute_source,memory_source\n",
+            "rank,gpu,node,batch,microbatches,microbatch_size,state_fraction,compute_ms,exposed_comm_ms,copy_ms,host_ms,idle_ms,forward_ms,recompute_ms,backward_ms,optimizer_ms,interference_ms,contention_ms,finish_ms,peak_mem_gib,capacity_gib,usable_gib,mem_pct,usable_pct,oom,compute_source,memory_source\n",
         );
         let q = |t: &str| format!("\"{}\"", t.replace('"', "\"\""));
         for g in &self.gpus {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.3},{:.3},{},{},{}",
+                "{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.3},{:.3},{},{},{}",
                 g.rank,
                 q(&g.gpu),
                 g.node,
@@ -468,6 +477,8 @@ impl Report {
                 g.recompute_ms,
                 g.backward_ms,
                 g.optimizer_ms,
+                g.interference_ms,
+                g.contention_ms,
                 g.finish_ms,
                 g.peak_mem_gib,
                 g.capacity_gib,
@@ -579,6 +590,20 @@ impl Report {
         if !coll.is_empty() {
             let _ = writeln!(s, "collectives per GPU: {}", coll.join(", "));
         }
+        let worst = |f: fn(&GpuReport) -> f64| {
+            self.gpus
+                .iter()
+                .map(|g| (f(g), g.rank))
+                .fold((0.0, 0), |a, b| if b.0 > a.0 { b } else { a })
+        };
+        let (inter, ir) = worst(|g| g.interference_ms);
+        let (cont, cr) = worst(|g| g.contention_ms);
+        if inter > 0.0 || cont > 0.0 {
+            let _ = writeln!(
+                s,
+                "contention: compute slowed by collectives up to {inter:.1} ms (rank {ir}); transfers stretched by shared links up to {cont:.1} ms (rank {cr})"
+            );
+        }
         if self.oom {
             let _ = writeln!(
                 s,
@@ -633,6 +658,8 @@ pub(crate) struct RankTimes {
     pub(crate) comm_busy: u64,
     pub(crate) copy_busy: u64,
     pub(crate) host_busy: u64,
+    pub(crate) interference: u64,
+    pub(crate) contention: u64,
     pub(crate) finish: u64,
     prev_compute_end: u64,
     comm_iv: VecDeque<(u64, u64)>,
@@ -658,6 +685,8 @@ pub(crate) struct Breakdown<'g> {
     graph: &'g Graph,
     end_ns: Vec<u64>,
     pub(crate) ranks: Vec<RankTimes>,
+    /// Actual duration of every collective op (ns), by op.
+    pub(crate) collective_ns: std::collections::HashMap<u32, u64>,
 }
 
 impl<'g> Breakdown<'g> {
@@ -666,6 +695,7 @@ impl<'g> Breakdown<'g> {
             graph,
             end_ns: vec![0; graph.len()],
             ranks: vec![RankTimes::default(); ranks],
+            collective_ns: std::collections::HashMap::new(),
         }
     }
 
@@ -709,10 +739,19 @@ impl Observer for Breakdown<'_> {
     fn on_op(&mut self, rec: &OpRecord<'_>) {
         let (s, e) = (rec.start.0, rec.end.0);
         self.end_ns[rec.op.0 as usize] = e;
+        if rec.label.category.is_collective() {
+            self.collective_ns.entry(rec.op.0).or_insert(e - s);
+        }
         let Some(r) = self.ranks.get_mut(rec.rank as usize) else {
             return;
         };
         r.finish = r.finish.max(e);
+        let stretch = (e - s).saturating_sub(rec.nominal.0);
+        if rec.stream == Stream::Compute {
+            r.interference += stretch;
+        } else {
+            r.contention += stretch;
+        }
         match rec.stream {
             Stream::Comm | Stream::Reduce => {
                 r.comm_busy += e - s;
@@ -878,6 +917,8 @@ pub(crate) fn assemble(
             comm_busy_ms: ns_ms(t.comm_busy),
             copy_busy_ms: ns_ms(t.copy_busy),
             host_busy_ms: ns_ms(t.host_busy),
+            interference_ms: ns_ms(t.interference),
+            contention_ms: ns_ms(t.contention),
             finish_ms: ns_ms(t.finish),
             peak_mem_gib: peak_gib,
             peak_at_ms: memory.peak_time(r).as_ms(),
@@ -933,7 +974,8 @@ pub(crate) fn assemble(
             .or_insert((0, 0.0, 0.0));
         e.0 += c.count;
         e.1 += c.buffer_bytes;
-        e.2 += c.dur.as_ms();
+        let actual = breakdown.collective_ns.get(&c.op.0).copied();
+        e.2 += actual.map_or(c.dur.as_ms(), ns_ms);
     }
     let collectives: Vec<CollectiveStat> = stats_by
         .iter()

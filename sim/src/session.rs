@@ -375,3 +375,110 @@ impl Comparison {
         s
     }
 }
+
+/// One row of [`comm_sweep`], the nccl-tests columns.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CommRow {
+    /// Buffer size, bytes (nccl-tests' `size`: the gathered buffer for
+    /// all-gather / reduce-scatter, the buffer for all-reduce).
+    pub size_bytes: f64,
+    /// Time of one collective, µs.
+    pub time_us: f64,
+    /// Algorithm bandwidth, `size / time`, GB/s.
+    pub algbw_gb_s: f64,
+    /// Bus bandwidth, `algbw x (n-1)/n` (all-reduce: `x 2(n-1)/n`), GB/s.
+    pub busbw_gb_s: f64,
+}
+
+/// The nccl-tests of a cluster: `kind` over the GPUs `ranks` (ring order)
+/// at every buffer size of `sizes_bytes`, even pieces, under `comm`.
+/// Fails (naming `--ranks`) for fewer than two ranks, a rank outside the
+/// cluster or a repeated one, and (naming `--sizes`) for a size that is
+/// not positive.
+pub fn comm_sweep(
+    cluster: &Cluster,
+    comm: &dyn crate::comm::CommModel,
+    kind: crate::comm::CollectiveKind,
+    ranks: &[usize],
+    sizes_bytes: &[f64],
+) -> Result<Vec<CommRow>, SpecError> {
+    if ranks.len() < 2 {
+        return Err(SpecError::invalid(
+            "--ranks",
+            "ranks",
+            format!("expected at least 2 ranks, got {}", ranks.len()),
+        ));
+    }
+    let mut seen = vec![false; cluster.len()];
+    for &r in ranks {
+        if r >= cluster.len() {
+            return Err(SpecError::invalid(
+                "--ranks",
+                "ranks",
+                format!(
+                    "rank {r} is not in the cluster (ranks 0..{})",
+                    cluster.len()
+                ),
+            ));
+        }
+        if std::mem::replace(&mut seen[r], true) {
+            return Err(SpecError::invalid(
+                "--ranks",
+                "ranks",
+                format!("rank {r} is listed twice"),
+            ));
+        }
+    }
+    let p = ranks.len();
+    let mut rows = Vec::with_capacity(sizes_bytes.len());
+    for &size in sizes_bytes {
+        if !(size.is_finite() && size > 0.0) {
+            return Err(SpecError::invalid(
+                "--sizes",
+                "sizes",
+                format!("expected positive byte counts, got {size}"),
+            ));
+        }
+        let piece = match kind {
+            crate::comm::CollectiveKind::AllReduce => size,
+            _ => size / p as f64,
+        };
+        let group: Vec<crate::comm::CollectiveRank> = ranks
+            .iter()
+            .map(|&r| crate::comm::CollectiveRank {
+                node: cluster.gpus[r].node,
+                local: cluster.gpus[r].local,
+                piece_bytes: piece,
+            })
+            .collect();
+        let ms = comm.time_ms(kind, &group);
+        let algbw = if ms > 0.0 {
+            size / (ms * 1e-3) / 1e9
+        } else {
+            0.0
+        };
+        rows.push(CommRow {
+            size_bytes: size,
+            time_us: ms * 1e3,
+            algbw_gb_s: algbw,
+            busbw_gb_s: algbw * kind.busbw_factor(p),
+        });
+    }
+    Ok(rows)
+}
+
+/// [`comm_sweep`] rows as an aligned table (nccl-tests' columns).
+pub fn comm_table(rows: &[CommRow]) -> String {
+    let mut s = format!(
+        "{:>14}  {:>12}  {:>11}  {:>11}\n",
+        "size_bytes", "time_us", "algbw_gb_s", "busbw_gb_s"
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:>14}  {:>12.2}  {:>11.2}  {:>11.2}",
+            r.size_bytes, r.time_us, r.algbw_gb_s, r.busbw_gb_s
+        );
+    }
+    s
+}

@@ -31,6 +31,11 @@ pub struct SimOptions {
     pub trace: bool,
     /// Prefetch the next unit's all-gather (default true).
     pub prefetch: bool,
+    /// Share links between overlapping transfers and slow compute while
+    /// collectives run (the cost model's `comm_interference`); default
+    /// true. Off, every op takes its duration alone: the fast model's
+    /// timing ([`crate::fast::evaluate`]), equal to the simulator then.
+    pub contention: bool,
 }
 
 impl Default for SimOptions {
@@ -38,6 +43,7 @@ impl Default for SimOptions {
         SimOptions {
             trace: false,
             prefetch: true,
+            contention: true,
         }
     }
 }
@@ -49,7 +55,12 @@ pub fn build_graph(
     opts: &SimOptions,
 ) -> Result<Lowered, PlanError> {
     let d = Description::new(costs, plan)?;
-    Ok(lower(&d, opts.prefetch))
+    let mut low = lower(&d, opts.prefetch, opts.contention);
+    // Interference only where communication overlaps compute (not on CPU ranks).
+    if opts.contention && costs.comm_overlaps_compute() {
+        low.graph.set_interference(costs.options.comm_interference);
+    }
+    Ok(low)
 }
 
 /// Executed FLOPs of one iteration beyond the model's: every sample's

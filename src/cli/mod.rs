@@ -1,6 +1,7 @@
 //! Subcommands: one file each, with its clap `Args` and a `run`.
 
 pub mod calibrate;
+pub mod comm;
 pub mod compare;
 pub mod plan;
 pub mod predict;
@@ -35,6 +36,8 @@ pub enum Command {
     Calibrate(calibrate::Args),
     /// Predict per-block forward/backward ms and activation memory.
     Predict(predict::Args),
+    /// The nccl-tests of a cluster spec: time, algbw and busbw per buffer size.
+    Comm(comm::Args),
     /// Measure a device (compute, memory, collectives) into a cephalo-profile/1 file.
     #[cfg(feature = "exec")]
     Profile(profile::Args),
@@ -53,6 +56,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Simulate(a) => simulate::run(a),
         Command::Calibrate(a) => calibrate::run(a),
         Command::Predict(a) => predict::run(a),
+        Command::Comm(a) => comm::run(a),
         Command::Plan(a) => plan::run(a),
         Command::Compare(a) => compare::run(a),
         #[cfg(feature = "exec")]

@@ -165,6 +165,68 @@ pub struct WorkloadArgs {
     /// Fixed framework overhead per GPU, GiB.
     #[arg(long, default_value_t = 2.0)]
     pub overhead_gib: f64,
+    /// Collective flags (algorithm, interference, measured tables).
+    #[command(flatten)]
+    pub comm: CommArgs,
+}
+
+/// Communication-model flags shared by `simulate`, `plan`, `compare` and `comm`.
+#[derive(Debug, Clone, Default, ClapArgs)]
+pub struct CommArgs {
+    /// Collective algorithm: auto (as NCCL picks: ring, tree for all-reduce
+    /// where faster) | ring | tree | hierarchical (three-phase, a what-if).
+    #[arg(long, default_value = "auto", help_heading = "Communication")]
+    pub comm_algo: String,
+    /// Compute slowdown while a collective runs on the same GPU, as a
+    /// fraction (0.1 = 10% slower; 0 = off; default from published measurements).
+    #[arg(long, help_heading = "Communication")]
+    pub comm_interference: Option<f64>,
+    /// Measured collectives: nccl-tests output (all_gather_perf,
+    /// reduce_scatter_perf, all_reduce_perf stdout; prefix `all-gather=` etc.
+    /// when the log does not say which) or a cephalo-profile/1 JSON; repeatable.
+    #[arg(long, help_heading = "Communication")]
+    pub comm_profile: Vec<String>,
+}
+
+impl CommArgs {
+    /// The algorithm flag, parsed.
+    pub fn algo(&self) -> Result<sim::comm::CommAlgo, SpecError> {
+        sim::comm::CommAlgo::parse(&self.comm_algo).ok_or_else(|| {
+            bad(
+                "--comm-algo",
+                format!(
+                    "expected auto, ring, tree or hierarchical, got `{}`",
+                    self.comm_algo
+                ),
+            )
+        })
+    }
+
+    /// The interference flag, checked (default [`sim::cost::DEFAULT_COMM_INTERFERENCE`]).
+    pub fn interference(&self) -> Result<f64, SpecError> {
+        let v = self
+            .comm_interference
+            .unwrap_or(sim::cost::DEFAULT_COMM_INTERFERENCE);
+        if !(v.is_finite() && (0.0..=sim::cost::MAX_COMM_INTERFERENCE).contains(&v)) {
+            return Err(bad(
+                "--comm-interference",
+                format!(
+                    "expected a slowdown fraction from 0 (off) to {}, got {v}",
+                    sim::cost::MAX_COMM_INTERFERENCE
+                ),
+            ));
+        }
+        Ok(v)
+    }
+
+    /// The measured collectives of every `--comm-profile`.
+    pub fn profiles(&self) -> Result<ProfileSet> {
+        let mut set = ProfileSet::new();
+        for spec in &self.comm_profile {
+            set.merge(load::load_comm_profile(spec)?);
+        }
+        Ok(set)
+    }
 }
 
 /// A resolved workload: costs plus what the user should be told.
@@ -203,10 +265,13 @@ impl WorkloadArgs {
         for p in &self.profiles {
             profiles.merge(load::load_profiles(p)?);
         }
+        profiles.merge(self.comm.profiles()?);
         let options = CostOptions {
             mem_fraction: self.mem_fraction,
             overhead_gib: self.overhead_gib,
             memory_cluster: self.memory_cluster.clone(),
+            comm_algo: self.comm.algo()?,
+            comm_interference: self.comm.interference()?,
         };
         let predictor = load::calibration(self.calibration.as_deref())?;
         let spec = WorkloadSpec {

@@ -37,6 +37,7 @@ use crate::engine::{Category, Graph, MemAt, MemChange, OpId, OpLabel, Stream, NO
 use crate::strategy::{Offload, Sharding};
 use crate::units::SimTime;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 /// Which ranks a collective ran over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -92,6 +93,9 @@ pub trait Sink {
         label: OpLabel,
         mems: &[MemChange],
     ) -> OpId;
+    /// The links `op` keeps busy (see [`Graph::add_shares`]); sinks that
+    /// do not share links ignore it.
+    fn shares(&mut self, _op: OpId, _shares: &[(u32, f32)]) {}
 }
 
 impl Sink for Graph {
@@ -119,6 +123,9 @@ impl Sink for Graph {
         mems: &[MemChange],
     ) -> OpId {
         self.add_collective(ranks, stream, dur, deps, label, mems)
+    }
+    fn shares(&mut self, op: OpId, shares: &[(u32, f32)]) {
+        self.add_shares(op, shares);
     }
 }
 
@@ -170,15 +177,23 @@ fn at(l: OpLabel, unit: u32, micro: u32) -> OpLabel {
     OpLabel { unit, micro, ..l }
 }
 
+/// A costed collective: duration (ms) and link busy times (resource, ms).
+type Costed = (f64, Rc<[(u32, f64)]>);
+
 struct Builder<'d, 'a, 's, S: Sink> {
     d: &'d Description<'a>,
     g: &'s mut S,
     lb: Labels,
     collectives: Vec<CollectiveRecord>,
     mems: Vec<MemChange>,
-    /// Collective durations already costed, by (kind, group, bytes of the
-    /// whole buffer): every block has the same size, so most repeat.
-    durs: HashMap<(CollectiveKind, Group, u64), f64>,
+    /// Collective durations (ms) and link busy times (resource, ms) already
+    /// costed, by (kind, group, bytes of the whole buffer): every block has
+    /// the same size, so most repeat.
+    durs: HashMap<(CollectiveKind, Group, u64), Costed>,
+    /// Declare link shares (the engine graph with link sharing on).
+    contention: bool,
+    /// Link busy times of the collectives costed since the last one emitted.
+    pending: Vec<(u32, f64)>,
 }
 
 impl<S: Sink> Builder<'_, '_, '_, S> {
@@ -193,10 +208,48 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
         pieces: impl FnOnce() -> Vec<f64>,
     ) -> f64 {
         let costs = self.d.costs;
-        *self
+        let contention = self.contention;
+        let (ms, busy) = self
             .durs
             .entry((kind, group, bytes.to_bits()))
-            .or_insert_with(|| costs.group_collective_ms(kind, ranks, &pieces()))
+            .or_insert_with(|| {
+                let pieces = pieces();
+                let ms = costs.group_collective_ms(kind, ranks, &pieces);
+                let busy: Rc<[(u32, f64)]> = if contention {
+                    costs
+                        .group_collective_shares(kind, ranks, &pieces, ms)
+                        .into_iter()
+                        .map(|(r, f)| (r, f as f64 * ms))
+                        .collect()
+                } else {
+                    Rc::from(Vec::new())
+                };
+                (ms, busy)
+            });
+        self.pending.extend(busy.iter().copied());
+        *ms
+    }
+
+    /// The pending link busy times as shares of an op lasting `dur`.
+    fn take_shares(&mut self, dur: SimTime) -> Vec<(u32, f32)> {
+        let mut busy = std::mem::take(&mut self.pending);
+        let total = dur.as_ms();
+        if total <= 0.0 || busy.is_empty() {
+            return Vec::new();
+        }
+        busy.sort_by_key(|x| x.0);
+        let mut out: Vec<(u32, f32)> = Vec::with_capacity(busy.len());
+        let mut i = 0;
+        while i < busy.len() {
+            let r = busy[i].0;
+            let mut t = 0.0;
+            while i < busy.len() && busy[i].0 == r {
+                t += busy[i].1;
+                i += 1;
+            }
+            out.push((r, (t / total).min(1.0) as f32));
+        }
+        out
     }
 
     /// A local op of `rank`; device changes go to its GPU's pool, host
@@ -220,7 +273,14 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
                 delta_bytes: m.bytes,
             });
         }
-        self.g.op(rank as u32, stream, dur, deps, label, &self.mems)
+        let op = self.g.op(rank as u32, stream, dur, deps, label, &self.mems);
+        if self.contention && stream == Stream::Copy && dur.0 > 0 {
+            let to_host = label.category == Category::CopyD2H;
+            if let Some(share) = self.d.costs.host_copy_share(rank, to_host) {
+                self.g.shares(op, &[share]);
+            }
+        }
+        op
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -236,6 +296,10 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
     ) -> OpId {
         let r32: Vec<u32> = ranks.iter().map(|&r| r as u32).collect();
         let op = self.g.collective(&r32, stream, dur, deps, label, mems);
+        let shares = self.take_shares(dur);
+        if !shares.is_empty() {
+            self.g.shares(op, &shares);
+        }
         let (kind, unit, group, count, buffer_bytes) = rec;
         self.collectives.push(CollectiveRecord {
             op,
@@ -304,6 +368,7 @@ fn as_ranks(pieces: &[f64]) -> Vec<crate::comm::CollectiveRank> {
         .iter()
         .map(|&p| crate::comm::CollectiveRank {
             node: 0,
+            local: 0,
             piece_bytes: p,
         })
         .collect()
@@ -332,7 +397,9 @@ struct RankState {
 }
 
 /// Builds the engine graph of `d` with prefetch on or off.
-pub fn lower(d: &Description<'_>, prefetch: bool) -> Lowered {
+/// With `contention`, collectives and host copies declare the links they
+/// keep busy, so the engine shares links between overlapping transfers.
+pub fn lower(d: &Description<'_>, prefetch: bool, contention: bool) -> Lowered {
     // Up to four ops per step (a copy in, two computes, a copy out); most
     // steps have two or three.
     let steps: usize = (0..d.phases.len())
@@ -340,7 +407,7 @@ pub fn lower(d: &Description<'_>, prefetch: bool) -> Lowered {
         .sum();
     let ops = 3 * steps + 2 * d.ranks() + d.phases.len() * d.groups.count();
     let mut g = Graph::with_capacity(ops, 2 * ops);
-    let parts = lower_into(d, prefetch, &mut g);
+    let parts = lower_into(d, prefetch, contention, &mut g);
     Lowered {
         graph: g,
         base_device_bytes: parts.base_device_bytes,
@@ -349,8 +416,14 @@ pub fn lower(d: &Description<'_>, prefetch: bool) -> Lowered {
     }
 }
 
-/// Emits the ops of `d` (prefetch on or off) into `g`.
-pub fn lower_into<S: Sink>(d: &Description<'_>, prefetch: bool, g: &mut S) -> LoweredParts {
+/// Emits the ops of `d` (prefetch on or off; link shares declared with
+/// `contention`) into `g`.
+pub fn lower_into<S: Sink>(
+    d: &Description<'_>,
+    prefetch: bool,
+    contention: bool,
+    g: &mut S,
+) -> LoweredParts {
     let ranks = d.ranks();
     let np = d.phases.len();
     let s = d.strategy;
@@ -380,6 +453,8 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, prefetch: bool, g: &mut S) -> Lo
         collectives: Vec::new(),
         mems: Vec::with_capacity(16),
         durs: HashMap::new(),
+        contention,
+        pending: Vec::new(),
     };
     let ahead = usize::from(prefetch && d.costs.comm_overlaps_compute());
     let mut ag: Vec<Option<Vec<OpId>>> = vec![None; np];

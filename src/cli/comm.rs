@@ -1,0 +1,142 @@
+//! `cephalo comm`: the nccl-tests of a cluster spec. Prints, per buffer
+//! size, `size_bytes`, `time_us`, `algbw_gb_s` and `busbw_gb_s` of one
+//! collective over the chosen ranks, from the same communication model the
+//! simulator uses (analytic, or the `--comm-profile` tables), so it can be
+//! held against a real nccl-tests run. JSON: an array of rows with exactly
+//! those keys.
+
+use crate::cli::workload::CommArgs;
+use crate::cli::UserError;
+use crate::load;
+use anyhow::Result;
+use clap::{Args as ClapArgs, ValueEnum};
+use sim::cluster::Cluster;
+use sim::comm::CollectiveKind;
+use sim::gpu::GpuCatalog;
+use sim::session::{comm_sweep, comm_table};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Aligned text table.
+    Table,
+    /// JSON array of rows.
+    Json,
+}
+
+/// Flags of `cephalo comm`.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Cluster spec (TOML).
+    #[arg(long, conflicts_with = "gpus")]
+    pub cluster: Option<PathBuf>,
+    /// GPUs of a one-node PCIe cluster, in rank order.
+    #[arg(long)]
+    pub gpus: Option<String>,
+    /// Collective: all-gather | reduce-scatter | all-reduce.
+    #[arg(long)]
+    pub op: String,
+    /// Buffer sizes (nccl-tests' size), comma-separated; suffixes K, M, G
+    /// are powers of 1024 as in nccl-tests (`1M,64M,1G`).
+    #[arg(long, default_value = "1M,16M,64M,256M,1G")]
+    pub sizes: String,
+    /// Ranks in ring order: a list with ranges (`0-7,16-23`); default all.
+    #[arg(long)]
+    pub ranks: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+    /// Communication-model flags.
+    #[command(flatten)]
+    pub comm: CommArgs,
+}
+
+/// Parses `1M`, `64M`, `1G`, `4096` (K/M/G = 2^10/2^20/2^30).
+fn parse_size(tok: &str) -> Option<f64> {
+    let t = tok.trim();
+    let (num, mult) = match t.chars().last()? {
+        'K' | 'k' => (&t[..t.len() - 1], 1024.0),
+        'M' | 'm' => (&t[..t.len() - 1], 1024.0 * 1024.0),
+        'G' | 'g' => (&t[..t.len() - 1], 1024.0 * 1024.0 * 1024.0),
+        _ => (t, 1.0),
+    };
+    let v: f64 = num.parse().ok()?;
+    (v.is_finite() && v > 0.0 && v * mult <= 1e15).then_some(v * mult)
+}
+
+/// Parses `0-7,16` into rank indices.
+fn parse_ranks(s: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim();
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                if b < a || b - a > 1 << 20 {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    Some(out)
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let gpus = GpuCatalog::builtin();
+    let cluster = match (&args.gpus, &args.cluster) {
+        (Some(list), None) => Cluster::from_gpu_list(list, "--gpus", gpus)?,
+        (None, Some(path)) => {
+            Cluster::from_toml(&load::read_text(path)?, &path.display().to_string(), gpus)?
+        }
+        _ => {
+            return Err(UserError("give the GPUs with --gpus LIST or --cluster FILE".into()).into())
+        }
+    };
+    let kind = CollectiveKind::parse(&args.op.replace('-', "_")).ok_or_else(|| {
+        UserError(format!(
+            "--op: expected all-gather, reduce-scatter or all-reduce, got `{}`",
+            args.op
+        ))
+    })?;
+    let sizes: Vec<f64> = args
+        .sizes
+        .split(',')
+        .map(|t| {
+            parse_size(t).ok_or_else(|| {
+                UserError(format!(
+                    "--sizes: expected positive sizes like 1M,64M,1G (at most 1e15 bytes), got `{t}`"
+                ))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let ranks = match &args.ranks {
+        Some(s) => parse_ranks(s).ok_or_else(|| {
+            UserError(format!(
+                "--ranks: expected a list of ranks and ranges like 0-7,16, got `{s}`"
+            ))
+        })?,
+        None => (0..cluster.len()).collect(),
+    };
+    let profiles = args.comm.profiles()?;
+    let comm = sim::cost::comm_model(&cluster, args.comm.algo()?, &profiles)?;
+    let rows = comm_sweep(&cluster, comm.as_ref(), kind, &ranks, &sizes)?;
+    match args.format {
+        Format::Table => {
+            println!(
+                "# {} over {} ranks of {} ({})",
+                kind.name(),
+                ranks.len(),
+                cluster.name,
+                comm.describe()
+            );
+            print!("{}", comm_table(&rows));
+        }
+        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+    }
+    Ok(ExitCode::SUCCESS)
+}
