@@ -1312,19 +1312,22 @@ impl Planner for Cephalo {
         let mut chosen = order[0];
         let mut verdicts: Vec<Option<(f64, bool)>> = vec![None; cands.len()];
         if let Some(judge) = problem.judge {
+            // Simulates the candidates `idx` (in parallel).
+            let judge_all = |idx: &[usize]| -> Vec<(usize, Option<(f64, bool)>)> {
+                idx.par_iter()
+                    .map(|&i| {
+                        (
+                            i,
+                            judge
+                                .judge(&cands[i].plan)
+                                .ok()
+                                .map(|v| (v.iteration_ms, v.oom)),
+                        )
+                    })
+                    .collect()
+            };
             let confirm: Vec<usize> = order.iter().copied().take(per_strategy).collect();
-            let v: Vec<(usize, Option<(f64, bool)>)> = confirm
-                .par_iter()
-                .map(|&i| {
-                    (
-                        i,
-                        judge
-                            .judge(&cands[i].plan)
-                            .ok()
-                            .map(|v| (v.iteration_ms, v.oom)),
-                    )
-                })
-                .collect();
+            let v = judge_all(&confirm);
             let mut best = f64::INFINITY;
             let take = |v: Vec<(usize, Option<(f64, bool)>)>,
                         verdicts: &mut Vec<Option<(f64, bool)>>,
@@ -1363,18 +1366,7 @@ impl Planner for Cephalo {
                 if more.is_empty() {
                     break;
                 }
-                let v: Vec<(usize, Option<(f64, bool)>)> = more
-                    .par_iter()
-                    .map(|&i| {
-                        (
-                            i,
-                            judge
-                                .judge(&cands[i].plan)
-                                .ok()
-                                .map(|v| (v.iteration_ms, v.oom)),
-                        )
-                    })
-                    .collect();
+                let v = judge_all(&more);
                 let before = verdicts.iter().filter(|x| x.is_some()).count();
                 take(v, &mut verdicts, &mut best, &mut chosen);
                 if verdicts.iter().filter(|x| x.is_some()).count() == before {
