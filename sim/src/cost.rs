@@ -418,6 +418,23 @@ pub fn comm_topology(cluster: &Cluster, algo: CommAlgo) -> CommTopology {
     }
 }
 
+/// The GPUs `ranks` of `cluster` (ring order) as collective participants
+/// with `pieces` (bytes, one per rank).
+pub fn collective_ranks(cluster: &Cluster, ranks: &[usize], pieces: &[f64]) -> Vec<CollectiveRank> {
+    ranks
+        .iter()
+        .zip(pieces)
+        .map(|(&r, &p)| {
+            let g = &cluster.gpus[r];
+            CollectiveRank {
+                node: g.node,
+                local: g.local,
+                piece_bytes: p,
+            }
+        })
+        .collect()
+}
+
 /// The communication model of `cluster` under `algo`: the analytic NCCL
 /// model, or a measured table over the profiles' collectives (nccl-tests
 /// imports, the exec profiler's tables) with the analytic model behind it.
@@ -1114,18 +1131,7 @@ impl CostModel {
     }
 
     fn collective_ranks(&self, ranks: &[usize], pieces: &[f64]) -> Vec<CollectiveRank> {
-        ranks
-            .iter()
-            .zip(pieces)
-            .map(|(&r, &p)| {
-                let g = &self.workload.cluster.gpus[r];
-                CollectiveRank {
-                    node: g.node,
-                    local: g.local,
-                    piece_bytes: p,
-                }
-            })
-            .collect()
+        collective_ranks(&self.workload.cluster, ranks, pieces)
     }
 
     /// The links collective `kind` over `ranks` with `pieces` keeps busy,
@@ -1152,12 +1158,6 @@ impl CostModel {
     /// the copy long); none on a CPU device.
     pub fn host_copy_share(&self, rank: usize, to_host: bool) -> Option<LinkShare> {
         (!is_cpu(self.gpu(rank))).then(|| (self.links.pcie(rank, to_host), 1.0))
-    }
-
-    /// Number of link resources ([`LinkIds`]).
-    pub fn link_count(&self) -> u32 {
-        let nics: usize = self.workload.cluster.nodes.iter().map(|n| n.nics).sum();
-        (4 * self.ranks() + 2 * nics) as u32
     }
 
     /// [`CostModel::group_collective_ms`] over all ranks for a unit of

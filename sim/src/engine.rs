@@ -901,6 +901,14 @@ impl RunState<'_, '_> {
         seq
     }
 
+    /// Whether `op` (first participant slot `first`) occupies a
+    /// communication stream for some time: what slows compute beside it.
+    fn counts_as_comm(&self, op: u32, first: u32) -> bool {
+        first != NONE
+            && matches!(slot_stream(first), Stream::Comm | Stream::Reduce)
+            && self.graph.ops[op as usize].duration_ns > 0
+    }
+
     /// Whether `op` is a compute op slowed by interference.
     fn interferes(&self, op: u32) -> bool {
         self.dynamic.interference > 0.0 && {
@@ -925,9 +933,7 @@ impl RunState<'_, '_> {
                 .on_mem(m.pool, SimTime(now), m.delta_bytes, OpId(op));
         }
         let shares = g.op_shares(OpId(op));
-        let comm = first != NONE
-            && matches!(slot_stream(first), Stream::Comm | Stream::Reduce)
-            && data.duration_ns > 0;
+        let comm = self.counts_as_comm(op, first);
         let interferes = self.interferes(op);
         if first == NONE || (shares.is_empty() && !interferes) {
             let end = now + data.duration_ns;
@@ -1104,11 +1110,7 @@ impl RunState<'_, '_> {
             }
         }
         let data = &g.ops[op as usize];
-        if first != NONE
-            && matches!(slot_stream(first), Stream::Comm | Stream::Reduce)
-            && data.duration_ns > 0
-            && self.dynamic.interference > 0.0
-        {
+        if self.counts_as_comm(op, first) && self.dynamic.interference > 0.0 {
             for &s in p {
                 let r = slot_rank(s) as usize;
                 self.dynamic.comm_active[r] -= 1;

@@ -443,14 +443,7 @@ pub fn comm_sweep(
             crate::comm::CollectiveKind::AllReduce => size,
             _ => size / p as f64,
         };
-        let group: Vec<crate::comm::CollectiveRank> = ranks
-            .iter()
-            .map(|&r| crate::comm::CollectiveRank {
-                node: cluster.gpus[r].node,
-                local: cluster.gpus[r].local,
-                piece_bytes: piece,
-            })
-            .collect();
+        let group = crate::cost::collective_ranks(cluster, ranks, &vec![piece; p]);
         let ms = comm.time_ms(kind, &group);
         let algbw = if ms > 0.0 {
             size / (ms * 1e-3) / 1e9

@@ -10,9 +10,7 @@ use crate::cli::UserError;
 use crate::load;
 use anyhow::Result;
 use clap::{Args as ClapArgs, ValueEnum};
-use sim::cluster::Cluster;
 use sim::comm::CollectiveKind;
-use sim::gpu::GpuCatalog;
 use sim::session::{comm_sweep, comm_table};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -87,16 +85,7 @@ fn parse_ranks(s: &str) -> Option<Vec<usize>> {
 
 /// Runs the command.
 pub fn run(args: Args) -> Result<ExitCode> {
-    let gpus = GpuCatalog::builtin();
-    let cluster = match (&args.gpus, &args.cluster) {
-        (Some(list), None) => Cluster::from_gpu_list(list, "--gpus", gpus)?,
-        (None, Some(path)) => {
-            Cluster::from_toml(&load::read_text(path)?, &path.display().to_string(), gpus)?
-        }
-        _ => {
-            return Err(UserError("give the GPUs with --gpus LIST or --cluster FILE".into()).into())
-        }
-    };
+    let cluster = load::cluster(args.gpus.as_deref(), args.cluster.as_deref())?;
     let kind = CollectiveKind::parse(&args.op.replace('-', "_")).ok_or_else(|| {
         UserError(format!(
             "--op: expected all-gather, reduce-scatter or all-reduce, got `{}`",

@@ -7,11 +7,9 @@ use crate::cli::UserError;
 use crate::load;
 use anyhow::Result;
 use clap::Args as ClapArgs;
-use sim::cluster::Cluster;
 use sim::cost::{CostModel, CostOptions};
 use sim::dtype::Dtype;
 use sim::error::SpecError;
-use sim::gpu::GpuCatalog;
 use sim::profile::ProfileSet;
 use sim::session::{build_workload, WorkloadSpec};
 use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding, StrategySpec};
@@ -243,18 +241,7 @@ pub struct Resolved {
 impl WorkloadArgs {
     /// Validates the flags, loads the cluster and profiles and builds the cost model.
     pub fn resolve(&self) -> Result<Resolved> {
-        let gpus = GpuCatalog::builtin();
-        let cluster = match (&self.gpus, &self.cluster) {
-            (Some(list), None) => Cluster::from_gpu_list(list, "--gpus", gpus)?,
-            (None, Some(path)) => {
-                Cluster::from_toml(&load::read_text(path)?, &path.display().to_string(), gpus)?
-            }
-            _ => {
-                return Err(
-                    UserError("give the GPUs with --gpus LIST or --cluster FILE".into()).into(),
-                )
-            }
-        };
+        let cluster = load::cluster(self.gpus.as_deref(), self.cluster.as_deref())?;
         let dtype = Dtype::parse(&self.dtype).ok_or_else(|| {
             UserError(format!(
                 "--dtype: expected fp16, bf16 or fp32, got `{}`",
