@@ -24,20 +24,19 @@ mod engine {
     use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding, Strategy};
     use std::hint::black_box;
 
-    /// 1,024 GPUs of 4 types: 128 nodes x 8 (32 nodes of each type),
+    /// `nodes` nodes of 8 GPUs of 4 types (a quarter of the nodes each),
     /// NVLink or PCIe inside a node, 200 Gbit/s between nodes.
-    fn cluster() -> Cluster {
+    fn cluster(nodes: usize) -> Cluster {
         let types = [
             ("a100-80gb", "nvlink"),
             ("h100-sxm", "nvlink"),
             ("l40s", "pcie4"),
             ("a10g", "pcie4"),
         ];
-        let mut toml = String::from(
-            "name = \"bench-1024\"\n[network]\nbw_gbit_s = 200.0\nlatency_us = 10.0\n",
-        );
-        for n in 0..128 {
-            let (gpu, link) = types[n / 32];
+        let mut toml =
+            String::from("name = \"bench\"\n[network]\nbw_gbit_s = 200.0\nlatency_us = 10.0\n");
+        for n in 0..nodes {
+            let (gpu, link) = types[4 * n / nodes];
             toml.push_str(&format!(
                 "[[nodes]]\nname = \"n{n}\"\nintra_link = \"{link}\"\ngpus = [ {{ type = \"{gpu}\", count = 8 }} ]\n"
             ));
@@ -45,10 +44,11 @@ mod engine {
         Cluster::from_toml(&toml, "bench", GpuCatalog::builtin()).expect("bench cluster")
     }
 
-    /// LLaMA-65B (80 blocks), 4 micro-batches of 1 sample on every GPU,
-    /// even state shards (analytic costs; the memory verdict is irrelevant).
-    fn case() -> (CostModel, Plan) {
-        let cluster = cluster();
+    /// LLaMA-65B (80 blocks) on `nodes` x 8 GPUs, 4 micro-batches of 1
+    /// sample on every GPU, even state shards (analytic costs; the memory
+    /// verdict is irrelevant).
+    fn case(nodes: usize) -> (CostModel, Plan) {
+        let cluster = cluster(nodes);
         let model = ModelCatalog::builtin()
             .lookup("llama-65b", "bench")
             .unwrap()
@@ -146,11 +146,28 @@ mod engine {
         ]
     }
 
-    /// `engine_1024_gpus`: `simulate` = build the task graph + run + report;
-    /// `run` = the engine alone on a prebuilt graph; `fast` = the fast model.
+    /// What `cephalo simulate` does: identical nodes simulated once.
+    fn merged_ms(costs: &CostModel, plan: &Plan) -> f64 {
+        simulate(costs, plan, &SimOptions::default())
+            .unwrap()
+            .iteration_ms
+    }
+
+    /// Every GPU simulated event by event: the engine's own throughput.
+    fn every_node() -> SimOptions {
+        SimOptions {
+            merge_identical_nodes: false,
+            ..SimOptions::default()
+        }
+    }
+
+    /// `engine_1024_gpus` (1,024 GPUs, every one simulated): `simulate` =
+    /// build the task graph + run + report; `run` = the engine alone on a
+    /// prebuilt graph; `fast` = the fast model; `simulate_merged` = what
+    /// `cephalo simulate` does (one node per class of identical nodes).
     pub fn engine_1024_gpus(c: &mut Criterion) {
-        let (costs, plan) = case();
-        let opts = SimOptions::default();
+        let (costs, plan) = case(128);
+        let opts = every_node();
         let low = build_graph(&costs, &plan, &opts).unwrap();
         let stats = run(&low.graph, &mut NullObserver).unwrap();
         let mut g = c.benchmark_group("engine_1024_gpus");
@@ -161,6 +178,9 @@ mod engine {
         });
         g.bench_function("run", |b| {
             b.iter(|| black_box(run(&low.graph, &mut NullObserver).unwrap().makespan))
+        });
+        g.bench_function("simulate_merged", |b| {
+            b.iter(|| black_box(merged_ms(&costs, &plan)))
         });
         g.finish();
         // The engine with shared links and interference against the same
@@ -202,12 +222,27 @@ mod engine {
         g.finish();
     }
 
+    /// `engine_16384_gpus`: `cephalo simulate`'s work (cost model built,
+    /// identical nodes merged, report) for 2,048 nodes of 8 GPUs, and the
+    /// cost model alone (throughput: GPUs).
+    pub fn engine_16384_gpus(c: &mut Criterion) {
+        let (costs, plan) = case(2048);
+        let mut g = c.benchmark_group("engine_16384_gpus");
+        g.sample_size(10);
+        g.throughput(Throughput::Elements(costs.ranks() as u64));
+        g.bench_function("simulate_merged", |b| {
+            b.iter(|| black_box(merged_ms(&costs, &plan)))
+        });
+        g.bench_function("cost_model", |b| b.iter(|| black_box(case(2048).0.ranks())));
+        g.finish();
+    }
+
     /// `engine_1024_gpus_strategies`: one simulated iteration of the same
     /// 1,024-GPU LLaMA-65B workload under each strategy (4 micro-batches of
     /// one sample per GPU; hybrid shards inside each 8-GPU node).
     pub fn engine_1024_gpus_strategies(c: &mut Criterion) {
-        let (costs, plan) = case();
-        let opts = SimOptions::default();
+        let (costs, plan) = case(128);
+        let opts = every_node();
         let ranks = costs.ranks() as u32;
         let mut g = c.benchmark_group("engine_1024_gpus_strategies");
         g.sample_size(10);
@@ -230,7 +265,8 @@ mod engine {
 criterion_group!(
     engine_benches,
     engine::engine_1024_gpus,
-    engine::engine_1024_gpus_strategies
+    engine::engine_1024_gpus_strategies,
+    engine::engine_16384_gpus
 );
 
 // ---- planner_* (append planner groups below and to criterion_main!) ---------

@@ -225,6 +225,36 @@ pub struct Node {
 }
 
 impl Node {
+    /// Everything about the node but its name, as a comparable key: two
+    /// nodes with equal keys have the same links, NICs and host memory
+    /// (its GPUs are compared separately). Destructures every field, so a
+    /// new field must be added here.
+    pub fn hardware_key(&self) -> String {
+        let Node {
+            name: _,
+            gpus,
+            fabric,
+            nvlink_gbps,
+            pcie_gbps,
+            nvlink_latency_us,
+            pcie_latency_us,
+            intra_link,
+            nics,
+            nic_gbps,
+            net_latency_us,
+            network,
+            host_mem_gib,
+            host_mem_bw_gbps,
+        } = self;
+        // f64 `Debug` prints the shortest text that reads back to the same
+        // value, so equal keys mean equal numbers.
+        format!(
+            "{gpus} {fabric:?} {nvlink_gbps:?} {pcie_gbps:?} {nvlink_latency_us:?} \
+             {pcie_latency_us:?} {intra_link:?} {nics} {nic_gbps:?} {net_latency_us:?} \
+             {network:?} {host_mem_gib:?} {host_mem_bw_gbps:?}"
+        )
+    }
+
     /// Achievable bandwidth between local GPUs `a` and `b` of this node,
     /// GB/s per direction: NVLink when the fabric links them, else PCIe.
     pub fn pair_gbps(&self, a: usize, b: usize) -> f64 {

@@ -503,6 +503,22 @@ impl LinkIds {
     pub fn pcie(&self, rank: usize, out: bool) -> u32 {
         (4 * rank + 2 + usize::from(!out)) as u32
     }
+
+    /// A rank of the node link `id` belongs to: the GPU itself for its
+    /// NVLink and PCIe links, the node's first GPU for a NIC.
+    pub fn owner_rank(&self, id: u32) -> usize {
+        let id = id as usize;
+        if id < 4 * self.ranks {
+            return id / 4;
+        }
+        let nic = (id - 4 * self.ranks) / 2;
+        // The last node whose first NIC is at or before `nic`.
+        let node = self
+            .nic_offset
+            .partition_point(|&o| o <= nic)
+            .saturating_sub(1);
+        self.node_first_rank[node]
+    }
 }
 
 fn analytic_curve(

@@ -39,7 +39,7 @@ use crate::engine::NameId;
 use crate::engine::{Category, MemAt, MemChange, OpId, OpLabel, Stream, NO_INDEX};
 use crate::error::PlanError;
 use crate::plan::Plan;
-use crate::schedule::lower::{lower_into, Sink};
+use crate::schedule::lower::{lower_into, Lowering, Sink};
 use crate::schedule::{Description, Schedule};
 use crate::simulate::SimOptions;
 use crate::units::{SimTime, GIB};
@@ -192,7 +192,12 @@ pub fn evaluate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<Fas
     let d = Description::new(costs, plan)?;
     let ranks = d.ranks();
     let mut t = Timeline::new(ranks);
-    let parts = lower_into(&d, opts.prefetch, false, &mut t);
+    let how = Lowering {
+        prefetch: opts.prefetch,
+        contention: false,
+        classes: None,
+    };
+    let parts = lower_into(&d, &how, &mut t);
     let mut bases = parts.base_device_bytes.clone();
     bases.extend(&parts.base_host_bytes);
     let peaks = t.peaks(&bases);

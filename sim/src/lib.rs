@@ -33,5 +33,6 @@ pub mod schedule;
 pub mod session;
 pub mod simulate;
 pub mod strategy;
+pub mod symmetry;
 pub mod trace;
 pub mod units;

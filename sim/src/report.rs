@@ -251,7 +251,9 @@ pub struct Timing {
 ///             peak_mem_gib, peak_at_ms, base_mem_gib, capacity_gib, usable_gib, mem_pct,
 ///             usable_pct, oom, activation_scale, compute_source, memory_source, unit_source}],
 ///   "warnings": [str],
-///   "ops": int, "events": int                       -- size of the simulated task graph
+///   "ops": int, "events": int,                      -- size of the simulated task graph
+///   "simulated_gpus": int                           -- GPUs simulated event by event (the
+///                                                      others have an identical node's timeline)
 /// }
 /// ```
 ///
@@ -327,6 +329,9 @@ pub struct Report {
     pub ops: u64,
     /// Engine events processed (a start and an end per op).
     pub events: u64,
+    /// GPUs simulated event by event; each other GPU has the timeline of
+    /// its twin on an identical node ([`crate::symmetry`]).
+    pub simulated_gpus: usize,
     /// The trace, when requested.
     pub trace: Option<Trace>,
 }
@@ -369,6 +374,7 @@ struct ReportJson<'a> {
     warnings: &'a [String],
     ops: u64,
     events: u64,
+    simulated_gpus: usize,
 }
 
 impl Report {
@@ -439,6 +445,7 @@ impl Report {
             warnings: &self.warnings,
             ops: self.ops,
             events: self.events,
+            simulated_gpus: self.simulated_gpus,
         };
         let mut s =
             serde_json::to_string_pretty(&j).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
@@ -834,6 +841,8 @@ pub struct Assembly<'a> {
     pub collectives: &'a [CollectiveRecord],
     /// Executed FLOPs of the iteration beyond the model's (recompute).
     pub recompute_flops: f64,
+    /// Which ranks were simulated and whose timeline the others have.
+    pub classes: &'a crate::symmetry::NodeClasses,
 }
 
 /// Builds the report of a finished run: `stats` from the engine, the
@@ -881,10 +890,12 @@ pub(crate) fn assemble(
     let mut gpus = Vec::with_capacity(ranks);
     let mut oom_gpus = Vec::new();
     for r in 0..ranks {
-        let t = &breakdown.ranks[r];
+        // A rank not simulated has the timeline of its simulated twin.
+        let q = a.classes.rep_rank[r];
+        let t = &breakdown.ranks[q];
         let rp = &plan.gpus[r];
         let ty = costs.gpu_type(r);
-        let peak_gib = memory.peak_bytes(r) as f64 / GIB;
+        let peak_gib = memory.peak_bytes(q) as f64 / GIB;
         let capacity_gib = costs.capacity_gib(r);
         let usable_gib = costs.usable_gib(r);
         let oom = peak_gib > usable_gib;
@@ -921,7 +932,7 @@ pub(crate) fn assemble(
             contention_ms: ns_ms(t.contention),
             finish_ms: ns_ms(t.finish),
             peak_mem_gib: peak_gib,
-            peak_at_ms: memory.peak_time(r).as_ms(),
+            peak_at_ms: memory.peak_time(q).as_ms(),
             base_mem_gib: a.base_device_bytes[r] as f64 / GIB,
             capacity_gib,
             usable_gib,
@@ -944,7 +955,7 @@ pub(crate) fn assemble(
     }
     let mut hosts = Vec::new();
     for (n, node) in w.cluster.nodes.iter().enumerate() {
-        let pool = ranks + n;
+        let pool = ranks + a.classes.rep_node[n];
         let peak_gib = if pool < memory.ranks() {
             memory.peak_bytes(pool) as f64 / GIB
         } else {
@@ -1032,6 +1043,7 @@ pub(crate) fn assemble(
         warnings: costs.warnings.clone(),
         ops: stats.ops,
         events: stats.events,
+        simulated_gpus: a.classes.simulated_ranks(),
         trace,
     }
 }

@@ -18,9 +18,10 @@ use crate::error::PlanError;
 use crate::memory::MemoryTracker;
 use crate::plan::Plan;
 use crate::report::{assemble, Assembly, Breakdown, Report};
-use crate::schedule::lower::{lower, Lowered};
+use crate::schedule::lower::{lower, Lowered, Lowering};
 use crate::schedule::Description;
 use crate::strategy::{Attention, Recompute};
+use crate::symmetry::NodeClasses;
 use crate::trace::TraceRecorder;
 use crate::units::SimTime;
 
@@ -36,6 +37,11 @@ pub struct SimOptions {
     /// true. Off, every op takes its duration alone: the fast model's
     /// timing ([`crate::fast::evaluate`]), equal to the simulator then.
     pub contention: bool,
+    /// Simulate one node per class of identical nodes and give the others
+    /// its timeline ([`NodeClasses`]; exact, held equal to the full
+    /// simulation by the tests); default true. A trace always shows every
+    /// GPU, so tracing simulates them all.
+    pub merge_identical_nodes: bool,
 }
 
 impl Default for SimOptions {
@@ -44,18 +50,37 @@ impl Default for SimOptions {
             trace: false,
             prefetch: true,
             contention: true,
+            merge_identical_nodes: true,
         }
     }
 }
 
-/// The engine graph of one iteration of `plan` (validated first, origin `plan`).
+/// The nodes [`simulate`] runs under `opts` (all of them, or one per class
+/// of identical nodes).
+pub fn node_classes(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> NodeClasses {
+    if opts.merge_identical_nodes && !opts.trace {
+        NodeClasses::of(costs, plan)
+    } else {
+        let c = &costs.workload.cluster;
+        NodeClasses::identity(c.len(), c.nodes.len())
+    }
+}
+
+/// The engine graph of one iteration of `plan` (validated first, origin
+/// `plan`): the ops of the ranks [`node_classes`] simulates.
 pub fn build_graph(
     costs: &CostModel,
     plan: &Plan,
     opts: &SimOptions,
 ) -> Result<Lowered, PlanError> {
     let d = Description::new(costs, plan)?;
-    let mut low = lower(&d, opts.prefetch, opts.contention);
+    let classes = node_classes(costs, plan, opts);
+    let how = Lowering {
+        prefetch: opts.prefetch,
+        contention: opts.contention,
+        classes: (!classes.is_identity()).then_some(&classes),
+    };
+    let mut low = lower(&d, &how);
     // Interference only where communication overlaps compute (not on CPU ranks).
     if opts.contention && costs.comm_overlaps_compute() {
         low.graph.set_interference(costs.options.comm_interference);
@@ -120,7 +145,9 @@ pub fn simulate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<Rep
 
 /// [`simulate`], also pushing every engine call to `extra` (tests use an
 /// [`crate::engine::Recorder`] to check invariants on the raw timeline;
-/// memory pools are the GPUs' ranks, then `ranks + node` for hosts).
+/// memory pools are the GPUs' ranks, then `ranks + node` for hosts). With
+/// `opts.merge_identical_nodes`, `extra` sees the simulated ranks only
+/// ([`node_classes`]).
 pub fn simulate_observed(
     costs: &CostModel,
     plan: &Plan,
@@ -158,6 +185,7 @@ pub fn simulate_observed(
         base_host_bytes: &low.base_host_bytes,
         collectives: &low.collectives,
         recompute_flops: recompute_flops(costs, plan),
+        classes: &low.classes,
     };
     Ok(assemble(&a, &stats, &fan.breakdown, &fan.memory, trace))
 }

@@ -121,7 +121,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let opts = SimOptions {
         trace: args.trace.is_some(),
         prefetch: !args.no_prefetch,
-        contention: true,
+        ..SimOptions::default()
     };
     let report = simulate(costs, &plan, &opts)?;
     // Warnings about the entries this workload uses come from the cost

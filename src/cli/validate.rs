@@ -517,7 +517,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let sim_opts = SimOptions {
         trace: false,
         prefetch: false,
-        contention: true,
+        ..SimOptions::default()
     };
     let (plan, plan_source) = match (fixed, planner) {
         (Some(p), _) => p,

@@ -5,6 +5,13 @@
 //! it arrives. Ops are emitted in an order that respects every dependency
 //! and every stream's issue order, so both see the same iteration.
 //!
+//! With [`Lowering::classes`], only the simulated ranks' ops are emitted
+//! (identical nodes simulated once, [`crate::symmetry`]): a collective
+//! joins the simulated members of its group and keeps the duration and
+//! link loads costed for the whole group (loads on simulated nodes' links
+//! only); dependencies on ranks left out are dropped, their twins stand
+//! for them.
+//!
 //! # Dependencies
 //!
 //! * A rank's first compute op of a phase waits for the phase's all-gather
@@ -35,6 +42,7 @@ use super::{Description, Mem, OpKind, PhaseKind, Step};
 use crate::comm::CollectiveKind;
 use crate::engine::{Category, Graph, MemAt, MemChange, OpId, OpLabel, Stream, NO_INDEX};
 use crate::strategy::{Offload, Sharding};
+use crate::symmetry::NodeClasses;
 use crate::units::SimTime;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -151,6 +159,8 @@ pub struct Lowered {
     pub base_host_bytes: Vec<i64>,
     /// Every collective, in creation order.
     pub collectives: Vec<CollectiveRecord>,
+    /// The ranks simulated, and whose timeline the others have.
+    pub classes: NodeClasses,
 }
 
 struct Labels {
@@ -194,9 +204,21 @@ struct Builder<'d, 'a, 's, S: Sink> {
     contention: bool,
     /// Link busy times of the collectives costed since the last one emitted.
     pending: Vec<(u32, f64)>,
+    /// Per rank: whether its ops are emitted (`None`: every rank's).
+    simulated: Option<&'d [bool]>,
 }
 
 impl<S: Sink> Builder<'_, '_, '_, S> {
+    /// Whether rank `r`'s ops are emitted.
+    fn on(&self, r: usize) -> bool {
+        self.simulated.is_none_or(|s| s[r])
+    }
+
+    /// The emitted ranks of `ranks`.
+    fn emitted(&self, ranks: &[usize]) -> Vec<usize> {
+        ranks.iter().copied().filter(|&r| self.on(r)).collect()
+    }
+
     /// Duration (ms) of a `kind` collective over `group` (ranks `ranks`,
     /// pieces `pieces` of a buffer of `bytes` whose split the plan fixes).
     fn collective_ms(
@@ -209,6 +231,7 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
     ) -> f64 {
         let costs = self.d.costs;
         let contention = self.contention;
+        let simulated = self.simulated;
         let (ms, busy) = self
             .durs
             .entry((kind, group, bytes.to_bits()))
@@ -219,6 +242,8 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
                     costs
                         .group_collective_shares(kind, ranks, &pieces, ms)
                         .into_iter()
+                        // Only links of emitted ranks' nodes can be shared.
+                        .filter(|&(r, _)| simulated.is_none_or(|s| s[costs.links.owner_rank(r)]))
                         .map(|(r, f)| (r, f as f64 * ms))
                         .collect()
                 } else {
@@ -313,9 +338,9 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
         op
     }
 
-    /// All-gathers of phase `p` (one per shard group), after `deps[r]` of
-    /// the group's ranks.
-    fn gather(&mut self, p: usize, after: &[Option<OpId>]) -> Vec<OpId> {
+    /// All-gathers of phase `p` (one per shard group; `None` for a group
+    /// with no emitted rank), after `deps[r]` of the group's ranks.
+    fn gather(&mut self, p: usize, after: &[Option<OpId>]) -> Vec<Option<OpId>> {
         let d = self.d;
         let ph = d.phases[p];
         let u = ph.unit as usize;
@@ -323,13 +348,17 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
         let pass = ph.pass.unwrap_or(NO_INDEX);
         (0..d.groups.count())
             .map(|k| {
-                let ranks: Vec<usize> = d.groups.shard_group(k).collect();
+                let all: Vec<usize> = d.groups.shard_group(k).collect();
+                let ranks = self.emitted(&all);
+                if ranks.is_empty() {
+                    return None;
+                }
                 let pieces = d.gather_pieces(u, k);
                 let dur = super::dur(self.collective_ms(
                     CollectiveKind::AllGather,
                     Group::Shard(k),
                     pb as f64,
-                    &ranks,
+                    &all,
                     || pieces.clone(),
                 ));
                 let deps: Vec<OpId> = ranks.iter().filter_map(|&r| after[r]).collect();
@@ -343,7 +372,7 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
                     }
                 }
                 let buffer = CollectiveKind::AllGather.buffer_bytes(&as_ranks(&pieces));
-                self.collective(
+                Some(self.collective(
                     &ranks,
                     Stream::Comm,
                     (
@@ -357,7 +386,7 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
                     &deps,
                     at(self.lb.ag, ph.unit, pass),
                     &mems,
-                )
+                ))
             })
             .collect()
     }
@@ -396,19 +425,43 @@ struct RankState {
     next_step: Option<Step>,
 }
 
-/// Builds the engine graph of `d` with prefetch on or off.
-/// With `contention`, collectives and host copies declare the links they
-/// keep busy, so the engine shares links between overlapping transfers.
-pub fn lower(d: &Description<'_>, prefetch: bool, contention: bool) -> Lowered {
+/// The knobs of a lowering.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lowering<'a> {
+    /// Prefetch the next unit's all-gather.
+    pub prefetch: bool,
+    /// Collectives and host copies declare the links they keep busy, so the
+    /// engine shares links between overlapping transfers.
+    pub contention: bool,
+    /// Emit only the ranks these classes simulate (`None`: every rank).
+    /// Collectives keep the full group's duration.
+    pub classes: Option<&'a NodeClasses>,
+}
+
+/// Builds the engine graph of `d` lowered as `how` says.
+pub fn lower(d: &Description<'_>, how: &Lowering<'_>) -> Lowered {
     // Up to four ops per step (a copy in, two computes, a copy out); most
     // steps have two or three.
+    let simulated = how.classes.map(|c| &c.simulated[..]);
+    let on = |r: usize| simulated.is_none_or(|s| s[r]);
+    let emitted = (0..d.ranks()).filter(|&r| on(r)).count();
     let steps: usize = (0..d.phases.len())
-        .map(|p| (0..d.ranks()).map(|r| d.step_count(r, p)).sum::<usize>())
+        .map(|p| {
+            (0..d.ranks())
+                .filter(|&r| on(r))
+                .map(|r| d.step_count(r, p))
+                .sum::<usize>()
+        })
         .sum();
-    let ops = 3 * steps + 2 * d.ranks() + d.phases.len() * d.groups.count();
+    let ops = 3 * steps + 2 * emitted + d.phases.len() * d.groups.count();
     let mut g = Graph::with_capacity(ops, 2 * ops);
-    let parts = lower_into(d, prefetch, contention, &mut g);
+    let parts = lower_into(d, how, &mut g);
+    let cluster = &d.costs.workload.cluster;
     Lowered {
+        classes: how
+            .classes
+            .cloned()
+            .unwrap_or_else(|| NodeClasses::identity(cluster.len(), cluster.nodes.len())),
         graph: g,
         base_device_bytes: parts.base_device_bytes,
         base_host_bytes: parts.base_host_bytes,
@@ -416,14 +469,9 @@ pub fn lower(d: &Description<'_>, prefetch: bool, contention: bool) -> Lowered {
     }
 }
 
-/// Emits the ops of `d` (prefetch on or off; link shares declared with
-/// `contention`) into `g`.
-pub fn lower_into<S: Sink>(
-    d: &Description<'_>,
-    prefetch: bool,
-    contention: bool,
-    g: &mut S,
-) -> LoweredParts {
+/// Emits the ops of `d`, lowered as `how` says, into `g`.
+pub fn lower_into<S: Sink>(d: &Description<'_>, how: &Lowering<'_>, g: &mut S) -> LoweredParts {
+    let (prefetch, contention) = (how.prefetch, how.contention);
     let ranks = d.ranks();
     let np = d.phases.len();
     let s = d.strategy;
@@ -455,9 +503,10 @@ pub fn lower_into<S: Sink>(
         durs: HashMap::new(),
         contention,
         pending: Vec::new(),
+        simulated: how.classes.map(|c| &c.simulated[..]),
     };
     let ahead = usize::from(prefetch && d.costs.comm_overlaps_compute());
-    let mut ag: Vec<Option<Vec<OpId>>> = vec![None; np];
+    let mut ag: Vec<Option<Vec<Option<OpId>>>> = vec![None; np];
     let none: Vec<Option<OpId>> = vec![None; ranks];
     for (p, slot) in ag.iter_mut().enumerate().take(ahead + 1) {
         if d.phases[p].gather {
@@ -481,6 +530,9 @@ pub fn lower_into<S: Sink>(
         let backward_kind = matches!(ph.kind, PhaseKind::Head | PhaseKind::Backward);
         phase_end.iter_mut().for_each(|x| *x = None);
         for r in 0..ranks {
+            if !b.on(r) {
+                continue;
+            }
             let n = d.step_count(r, p);
             for j in 0..n {
                 let mut step: Step = st[r].next_step.take().unwrap_or_else(|| d.step(r, p, j));
@@ -538,7 +590,7 @@ pub fn lower_into<S: Sink>(
                     if w_i == 0 {
                         if j == 0 {
                             if let Some(v) = &ag[p] {
-                                deps.push(v[d.groups.group_of(r)]);
+                                deps.extend(v[d.groups.group_of(r)]);
                             }
                         }
                         deps.extend(this_h2d);
@@ -589,6 +641,9 @@ pub fn lower_into<S: Sink>(
     }
     // Optimizer steps.
     for (r, sr) in st.iter().enumerate() {
+        if !b.on(r) {
+            continue;
+        }
         let dur = super::dur(d.optimizer_ms(r));
         if s.offload == Offload::Optimizer {
             let after: Vec<OpId> = sr
@@ -637,6 +692,7 @@ fn reduce<S: Sink>(
             let buckets = d.ddp_buckets(u);
             if !buckets.is_empty() && ranks > 1 {
                 let all: Vec<usize> = (0..ranks).collect();
+                let part = b.emitted(&all);
                 let ms: f64 = buckets
                     .iter()
                     .map(|&bytes| {
@@ -653,7 +709,7 @@ fn reduce<S: Sink>(
                     .filter_map(|r| phase_end[r].or(st[r].last_bwd[u]))
                     .collect();
                 let op = b.collective(
-                    &all,
+                    &part,
                     Stream::Comm,
                     (
                         CollectiveKind::AllReduce,
@@ -667,8 +723,8 @@ fn reduce<S: Sink>(
                     at(b.lb.ar_buckets, ph.unit, pass),
                     &[],
                 );
-                for (r, f) in final_op.iter_mut().enumerate() {
-                    *f = Some(op);
+                for &r in &part {
+                    final_op[r] = Some(op);
                     st[r].last_reduce = Some(op);
                 }
             }
@@ -676,13 +732,17 @@ fn reduce<S: Sink>(
         _ => {
             let mut rs_ops = Vec::with_capacity(d.groups.count());
             for k in 0..d.groups.count() {
-                let group: Vec<usize> = d.groups.shard_group(k).collect();
+                let all: Vec<usize> = d.groups.shard_group(k).collect();
+                let group = b.emitted(&all);
+                if group.is_empty() {
+                    continue;
+                }
                 let pieces = d.reduce_pieces(u, k);
                 let dur = super::dur(b.collective_ms(
                     CollectiveKind::ReduceScatter,
                     Group::Shard(k),
                     gb as f64,
-                    &group,
+                    &all,
                     || pieces.clone(),
                 ));
                 // Every rank's gradient of the unit: this phase's compute,
@@ -731,14 +791,18 @@ fn reduce<S: Sink>(
             }
             if s.sharding == Sharding::Hybrid && d.groups.count() > 1 {
                 for j in 0..d.groups.group_size {
-                    let replicas = d.groups.replica_group(j);
+                    let all = d.groups.replica_group(j);
+                    let replicas = b.emitted(&all);
+                    if replicas.is_empty() {
+                        continue;
+                    }
                     let bytes = d.replica_buffer(u, j);
                     let dur = super::dur(b.collective_ms(
                         CollectiveKind::AllReduce,
                         Group::Replica(j),
                         bytes,
-                        &replicas,
-                        || vec![bytes; replicas.len()],
+                        &all,
+                        || vec![bytes; all.len()],
                     ));
                     let op = b.collective(
                         &replicas,
@@ -765,6 +829,9 @@ fn reduce<S: Sink>(
     }
     if s.offload == Offload::Optimizer && ph.reduce {
         for r in 0..ranks {
+            if !b.on(r) {
+                continue;
+            }
             let after = final_op[r].or(st[r].last_replica).or(st[r].last_reduce);
             let deps: Vec<OpId> = after.into_iter().collect();
             let dur = super::dur(d.costs.host_copy_ms(r, d.offload_grad_bytes(r, u)));

@@ -71,12 +71,19 @@ type Interval = (OpId, SimTime, SimTime);
 type Timeline = Vec<(Stream, u32, u32, String, SimTime, SimTime)>;
 
 /// Runs a plan with a recorder and a memory tracker and checks every
-/// invariant of the raw timeline; returns the report.
+/// invariant of the raw timeline of every GPU (identical nodes not
+/// merged), and that merging them gives the same report; returns the report.
 pub(crate) fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report {
+    let merged = simulate(costs, plan, opts).unwrap();
+    let opts = &SimOptions {
+        merge_identical_nodes: false,
+        ..*opts
+    };
     let low: Lowered = build_graph(costs, plan, opts).unwrap();
     let g: &Graph = &low.graph;
     let mut rec = Recorder::default();
     let report = simulate_observed(costs, plan, opts, &mut rec).unwrap();
+    assert_same_report(&merged, &report);
 
     // Every op ran; per-op (start, end) and per-stream sequences.
     let mut start = vec![None; g.len()];
@@ -208,6 +215,18 @@ pub(crate) fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report
         );
     }
     report
+}
+
+/// `merged` (identical nodes simulated once) says what `full` says, to the
+/// byte, but for the size of the simulated graph.
+pub(crate) fn assert_same_report(merged: &Report, full: &Report) {
+    assert_eq!(full.simulated_gpus, full.gpus.len());
+    assert!(merged.simulated_gpus <= full.simulated_gpus);
+    let mut m = merged.clone();
+    m.ops = full.ops;
+    m.events = full.events;
+    m.simulated_gpus = full.simulated_gpus;
+    assert_eq!(m.to_json(), full.to_json(), "merged vs full simulation");
 }
 
 #[test]
@@ -382,6 +401,7 @@ gpus = [ { type = "a10g", count = 2 } ]
     // sends to the NIC), so shared links may tell identical GPUs apart.
     let opts = SimOptions {
         contention: false,
+        merge_identical_nodes: false,
         ..SimOptions::default()
     };
     let low = build_graph(&c, &p, &opts).unwrap();
@@ -814,4 +834,114 @@ proptest! {
         let (a, b) = (a.unwrap(), b.unwrap());
         prop_assert!(b.iteration_ms <= a.iteration_ms * (1.0 + 1e-9), "{} > {}", b.iteration_ms, a.iteration_ms);
     }
+}
+
+/// Node templates of the merging property: (TOML of one node, GPUs on it).
+const NODE_TEMPLATES: [&str; 3] = [
+    "[[nodes]]\nintra_link = \"nvlink-bridge\"\ngpus = [{ type = \"rtx-a6000\", count = 2 }]\n",
+    "[[nodes]]\nnics = 2\nnic_gbit_s = 100\ngpus = [{ type = \"l4\", count = 2 }]\n",
+    "[[nodes]]\nintra_link = \"nvswitch\"\nnics = 2\nnic_gbit_s = 200\ngpudirect_rdma = true\ngpus = [{ type = \"a100-80gb\", count = 2 }]\n",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Simulating one node per class of identical nodes gives, to the byte,
+    /// the report of simulating every node: any mix of repeated node types,
+    /// plans that give some twins different work, every sharding (hybrid
+    /// groups inside a node and across two), accumulation and offload,
+    /// links shared and interference on or off.
+    #[test]
+    fn merging_identical_nodes_changes_nothing(
+        nodes in prop::collection::vec(0usize..3, 2..7),
+        batch_of_type in prop::collection::vec(1u32..6, 3),
+        odd in prop::option::of((0usize..6, 1u32..4)),
+        micro in 1u32..3,
+        sharding in 0usize..4,
+        accumulation in 0usize..2,
+        offload in 0usize..3,
+        contention in any::<bool>(),
+    ) {
+        use sim::strategy::{Accumulation, Offload, Sharding, Strategy, Attention};
+        let mut nodes = nodes;
+        if sharding == 3 && nodes.len() % 2 == 1 {
+            nodes.pop();
+        }
+        let toml: String = std::iter::once("[network]\nbw_gbit_s = 50\n")
+            .chain(nodes.iter().map(|&t| NODE_TEMPLATES[t]))
+            .collect();
+        let cluster = cluster_toml(&toml);
+        let ranks = cluster.len();
+        let mut batch: Vec<u32> = cluster.gpus.iter().map(|g| batch_of_type[nodes[g.node]]).collect();
+        if let Some((n, b)) = odd {
+            // One node's first GPU gets other work: its node is its own class.
+            if let Some(g) = cluster.gpus.iter().find(|g| g.node == n % nodes.len()) {
+                batch[g.rank] += b;
+            }
+        }
+        let (sharding, group) = match sharding {
+            0 => (Sharding::Full, ranks),
+            1 => (Sharding::NoShard, ranks),
+            2 => (Sharding::Hybrid, 2),
+            _ => (Sharding::Hybrid, 4),
+        };
+        let strategy = Strategy {
+            sharding,
+            shard_group: group as u32,
+            accumulation: [Accumulation::Layered, Accumulation::NoSync][accumulation],
+            offload: [Offload::None, Offload::Activations, Offload::Optimizer][offload],
+            ..Strategy::cephalo(ranks as u32, Attention::Eager)
+        };
+        let micros: Vec<u32> = batch.iter().map(|&b| micro.min(b)).collect();
+        let mut p = plan(&batch, &micros, None).with_strategy(strategy);
+        for gp in &mut p.gpus {
+            gp.state_fraction = 1.0 / group as f64;
+        }
+        let gb: u32 = batch.iter().sum();
+        let costs = build(workload(cluster, "llama-tiny", Dtype::Fp16, gb), &ProfileSet::new(), None);
+        let opts = SimOptions { contention, ..SimOptions::default() };
+        prop_assume!(simulate(&costs, &p, &opts).is_ok());
+        let r = check(&costs, &p, &opts);
+        let classes = sim::simulate::node_classes(&costs, &p, &opts);
+        let distinct: std::collections::BTreeSet<usize> = classes.rep_node.iter().copied().collect();
+        prop_assert!(distinct.len() <= costs.workload.cluster.nodes.len());
+        prop_assert_eq!(simulate(&costs, &p, &opts).unwrap().simulated_gpus, classes.simulated_ranks());
+        prop_assert!(r.iteration_ms > 0.0);
+    }
+}
+
+#[test]
+fn identical_nodes_are_simulated_once() {
+    // 6 nodes of two kinds, even work: two nodes simulated; the odd node's
+    // class has one member.
+    let mut toml = String::from("[network]\nbw_gbit_s = 100\n");
+    for t in [0, 1, 0, 1, 0, 1] {
+        toml.push_str(NODE_TEMPLATES[t]);
+    }
+    let cluster = cluster_toml(&toml);
+    let costs = build(
+        workload(cluster, "llama-tiny", Dtype::Fp16, 48),
+        &ProfileSet::new(),
+        None,
+    );
+    let p = plan(&[4; 12], &[2; 12], None);
+    let opts = SimOptions::default();
+    let classes = sim::simulate::node_classes(&costs, &p, &opts);
+    assert_eq!(classes.rep_node, vec![0, 1, 0, 1, 0, 1]);
+    assert_eq!(classes.simulated_ranks(), 4);
+    let r = check(&costs, &p, &opts);
+    assert_eq!(simulate(&costs, &p, &opts).unwrap().simulated_gpus, 4);
+    assert_eq!(r.gpus.len(), 12);
+    let mut odd = p.clone();
+    let f = odd.gpus[8].state_fraction;
+    odd.gpus[9] = sim::plan::RankPlan::new(5, 2, f);
+    odd.gpus[8] = sim::plan::RankPlan::new(3, 2, f);
+    let classes = sim::simulate::node_classes(&costs, &odd, &opts);
+    assert_eq!(classes.rep_node, vec![0, 1, 0, 1, 4, 1]);
+    check(&costs, &odd, &opts);
+    // A trace shows every GPU.
+    let traced = SimOptions {
+        trace: true,
+        ..opts
+    };
+    assert!(sim::simulate::node_classes(&costs, &p, &traced).is_identity());
 }
