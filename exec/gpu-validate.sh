@@ -4,7 +4,8 @@
 # the preinstalled libtorch, profile GPT and LLaMA blocks (fp16 and bf16,
 # seq 512 and 1024, micro-batch 1..16) into $OUT (default
 # profiles/measured/), and validate a single-rank plan with gradient
-# accumulation. Prints one summary line per step; everything else goes to
+# accumulation, then validate every data-parallel strategy on 2 ranks.
+# Prints one summary line per step; everything else goes to
 # $OUT/gpu-validate.log. Not run by CI (no GPU there).
 #
 #     bash exec/gpu-validate.sh            # from the repository root
@@ -62,3 +63,33 @@ print("validate %s seq %s %s (1 rank, 4 x 4): predicted %.1f ms, measured %.1f m
       % (o["model"], o["seq_len"], o["dtype"], o["predicted_iteration_ms"], o["measured_iteration_ms"],
          100 * o["iteration_error_rel"], r["peak_mem_gib"]["predicted"], r["peak_mem_gib"]["measured"]))
 PY
+
+# Every data-parallel strategy on CUDA in one go: 2 ranks (sharing the GPU
+# when there is one: completion and per-rank numbers, not a timing claim),
+# 8 samples as 3 + 5 in 1 + 2 micro-batches, the same profile.
+for strat in \
+    "layered-full|--accumulation layered --checkpointing full" \
+    "no-sync-none|--accumulation no-sync --checkpointing none" \
+    "sync-full|--accumulation sync --checkpointing full" \
+    "grad-op|--sharding grad-op" \
+    "ddp|--sharding none" \
+    "hybrid|--sharding hybrid --shard-group 1" \
+    "every-2|--checkpointing every:2" \
+    "offload-optimizer|--offload optimizer" \
+    "bf16-gathers|--param-dtype bf16"; do
+    name="${strat%%|*}"; flags="${strat#*|}"
+    o="$OUT/gpu-validate-strategy-$name.json"
+    # shellcheck disable=SC2086
+    if $C validate --model "$m" --seq-len "$s" --dtype "$d" --device cuda --ranks 2 \
+        --global-batch 8 --iterations 3 --warmup 1 --profile "$f" $flags \
+        --format json >"$o" 2>>"$LOG"; then
+        python3 - "$o" "$name" <<'PY'
+import json, sys
+o = json.load(open(sys.argv[1]))
+print("strategy %s: predicted %.1f ms, measured %.1f ms, error %+.1f%%"
+      % (sys.argv[2], o["predicted_iteration_ms"], o["measured_iteration_ms"], 100 * o["iteration_error_rel"]))
+PY
+    else
+        echo "strategy $name: FAILED (see $LOG)"
+    fi
+done

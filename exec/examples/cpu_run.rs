@@ -59,6 +59,10 @@ fn main() {
                 state_fraction,
             })
             .collect(),
+        strategy: sim::strategy::Strategy::cephalo(
+            plan.len() as u32,
+            sim::strategy::Attention::Eager,
+        ),
         iterations: 5,
         warmup_iterations: 1,
         adam: AdamConfig::default(),

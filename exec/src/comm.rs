@@ -1,7 +1,9 @@
 //! Collectives with unequal pieces on flat f32 host buffers: all-gather
-//! (`MPI_Allgatherv`) and reduce-scatter with a sum (`MPI_Reduce_scatter`),
-//! plus the few small helpers the trainer needs (barrier, gather of f64
-//! records to rank 0, abort).
+//! (`MPI_Allgatherv`), reduce-scatter with a sum (`MPI_Reduce_scatter`) and
+//! all-reduce with a sum (`MPI_Allreduce`, in place), sub-groups
+//! (`MPI_Comm_split`: hybrid sharding's shard and replica groups), plus
+//! the few small helpers the trainer needs (barrier, gather of f64 records
+//! to rank 0, abort).
 //!
 //! Units: element counts (f32). [`SelfComm`] is the one-rank implementation
 //! (always available); `MpiComm` (feature `mpi`) runs over `MPI_COMM_WORLD`.
@@ -23,6 +25,14 @@ pub trait Collectives {
         counts: &[usize],
         full: &mut [f32],
     ) -> Result<(), ExecError>;
+    /// [`Collectives::all_gather_v`] of 16-bit words (fp16 / bf16
+    /// parameters: what mixed-precision all-gathers carry).
+    fn all_gather_v16(
+        &self,
+        local: &[u16],
+        counts: &[usize],
+        full: &mut [u16],
+    ) -> Result<(), ExecError>;
     /// Reduce-scatter with a sum: `full` (length `sum(counts)`) summed
     /// elementwise over all ranks, piece `rank` of the sum into `local`
     /// (length `counts[rank]`).
@@ -32,6 +42,14 @@ pub trait Collectives {
         counts: &[usize],
         local: &mut [f32],
     ) -> Result<(), ExecError>;
+    /// All-reduce with a sum, in place: `buf` (same length on every rank)
+    /// becomes the elementwise sum over all ranks.
+    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<(), ExecError>;
+    /// The sub-group of the ranks that pass the same `color` (every rank
+    /// calls it), ranks ordered as in this group.
+    fn split(&self, color: usize) -> Result<Self, ExecError>
+    where
+        Self: Sized;
     /// Blocks until every rank has called it.
     fn barrier(&self);
     /// Gathers `values` (same length on every rank) to rank 0: `Some` of
@@ -62,6 +80,13 @@ fn check_counts(
     Ok(())
 }
 
+/// One rank's collective: a checked copy.
+fn self_copy<T: Copy>(from: &[T], counts: &[usize], to: &mut [T]) -> Result<(), ExecError> {
+    check_counts(counts, 1, 0, from.len(), to.len())?;
+    to.copy_from_slice(from);
+    Ok(())
+}
+
 /// The one-rank group: collectives are copies.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SelfComm;
@@ -79,9 +104,15 @@ impl Collectives for SelfComm {
         counts: &[usize],
         full: &mut [f32],
     ) -> Result<(), ExecError> {
-        check_counts(counts, 1, 0, local.len(), full.len())?;
-        full.copy_from_slice(local);
-        Ok(())
+        self_copy(local, counts, full)
+    }
+    fn all_gather_v16(
+        &self,
+        local: &[u16],
+        counts: &[usize],
+        full: &mut [u16],
+    ) -> Result<(), ExecError> {
+        self_copy(local, counts, full)
     }
     fn reduce_scatter_v(
         &self,
@@ -92,6 +123,12 @@ impl Collectives for SelfComm {
         check_counts(counts, 1, 0, local.len(), full.len())?;
         local.copy_from_slice(full);
         Ok(())
+    }
+    fn all_reduce_sum(&self, _buf: &mut [f32]) -> Result<(), ExecError> {
+        Ok(())
+    }
+    fn split(&self, _color: usize) -> Result<Self, ExecError> {
+        Ok(SelfComm)
     }
     fn barrier(&self) {}
     fn gather_f64(&self, values: &[f64]) -> Option<Vec<f64>> {
@@ -109,9 +146,11 @@ pub use mpi_impl::MpiComm;
 mod mpi_impl {
     use super::{check_counts, Collectives};
     use crate::ExecError;
+    use mpi::collective::SystemOperation;
     use mpi::collective::{CommunicatorCollectives, Root};
     use mpi::datatype::PartitionMut;
     use mpi::raw::AsRaw;
+    use mpi::topology::Color;
     use mpi::topology::{Communicator, SimpleCommunicator};
 
     /// Collectives over `MPI_COMM_WORLD` (OpenMPI through rsmpi). Create it
@@ -167,6 +206,23 @@ mod mpi_impl {
         }
     }
 
+    impl MpiComm {
+        /// `MPI_Allgatherv` of pieces of any MPI element type.
+        fn gather_varcount<T: mpi::datatype::Equivalence>(
+            &self,
+            local: &[T],
+            counts: &[usize],
+            full: &mut [T],
+        ) -> Result<(), ExecError> {
+            check_counts(counts, self.size(), self.rank(), local.len(), full.len())?;
+            let c = to_i32(counts)?;
+            let displs = to_i32(&crate::shard::offsets(counts))?;
+            let mut part = PartitionMut::new(full, c, displs);
+            self.world.all_gather_varcount_into(local, &mut part);
+            Ok(())
+        }
+    }
+
     impl Collectives for MpiComm {
         fn rank(&self) -> usize {
             self.world.rank() as usize
@@ -180,12 +236,15 @@ mod mpi_impl {
             counts: &[usize],
             full: &mut [f32],
         ) -> Result<(), ExecError> {
-            check_counts(counts, self.size(), self.rank(), local.len(), full.len())?;
-            let c = to_i32(counts)?;
-            let displs = to_i32(&crate::shard::offsets(counts))?;
-            let mut part = PartitionMut::new(full, c, displs);
-            self.world.all_gather_varcount_into(local, &mut part);
-            Ok(())
+            self.gather_varcount(local, counts, full)
+        }
+        fn all_gather_v16(
+            &self,
+            local: &[u16],
+            counts: &[usize],
+            full: &mut [u16],
+        ) -> Result<(), ExecError> {
+            self.gather_varcount(local, counts, full)
         }
         fn reduce_scatter_v(
             &self,
@@ -212,6 +271,28 @@ mod mpi_impl {
                 return Err(ExecError::Comm(format!("MPI_Reduce_scatter returned {rc}")));
             }
             Ok(())
+        }
+        fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<(), ExecError> {
+            if i32::try_from(buf.len()).is_err() {
+                return Err(ExecError::Comm(format!(
+                    "all-reduce of {} elements exceeds MPI's int count",
+                    buf.len()
+                )));
+            }
+            // rsmpi 0.8 exposes no MPI_IN_PLACE: reduce from a copy.
+            let send = buf.to_vec();
+            self.world
+                .all_reduce_into(&send[..], buf, SystemOperation::sum());
+            Ok(())
+        }
+        fn split(&self, color: usize) -> Result<Self, ExecError> {
+            let c = i32::try_from(color)
+                .map_err(|_| ExecError::Comm(format!("group color {color} too large")))?;
+            let world = self
+                .world
+                .split_by_color(Color::with_value(c))
+                .ok_or_else(|| ExecError::Comm(format!("MPI_Comm_split gave no group for {c}")))?;
+            Ok(MpiComm { world })
         }
         fn barrier(&self) {
             self.world.barrier();
@@ -246,6 +327,9 @@ mod tests {
         let mut local = vec![0.0; 3];
         c.reduce_scatter_v(&full, &[3], &mut local).unwrap();
         assert_eq!(local, full);
+        c.all_reduce_sum(&mut local).unwrap();
+        assert_eq!(local, full);
+        assert_eq!(c.split(3).unwrap().size(), 1);
         assert!(c.all_gather_v(&[1.0], &[2], &mut full).is_err());
     }
 }

@@ -1,5 +1,6 @@
 //! Collective profiler: all-gather and reduce-scatter times vs message size
-//! and piece split over a [`Collectives`] group (MPI or the one-rank group).
+//! and piece split, and all-reduce times vs message size, over a
+//! [`Collectives`] group (MPI or the one-rank group).
 //!
 //! Units: ms (median over repetitions of the slowest rank), bytes, f32
 //! elements. Needs no libtorch.
@@ -57,20 +58,32 @@ pub fn profile_collectives<C: Collectives>(
     let mut scratch = vec![0u8; cfg.flush_bytes];
     let mut out = Vec::new();
     for &n in &cfg.sizes_elems {
-        for split in &splits {
+        for (si, split) in splits.iter().enumerate() {
             let counts = piece_sizes(n, split);
             // Inputs are warm (the trainer's shard and freshly accumulated
             // gradient); outputs are allocated per call and timed with
             // their first-touch page faults, as the trainer allocates them.
             let full_buf: Vec<f32> = (0..n).map(|i| (i % 17) as f32).collect();
             let local = vec![1f32; counts[rank]];
-            for op in [CollectiveOp::AllGather, CollectiveOp::ReduceScatter] {
+            // All-reduce moves the whole buffer whatever the split: once.
+            let ops: &[CollectiveOp] = if si == 0 {
+                &[
+                    CollectiveOp::AllGather,
+                    CollectiveOp::ReduceScatter,
+                    CollectiveOp::AllReduce,
+                ]
+            } else {
+                &[CollectiveOp::AllGather, CollectiveOp::ReduceScatter]
+            };
+            for &op in ops {
                 let mut times = Vec::with_capacity(cfg.repetitions);
                 for rep in 0..cfg.warmup + cfg.repetitions.max(1) {
                     // Untouched (lazily zeroed) memory, freed after timing.
                     let mut out = match op {
                         CollectiveOp::AllGather => vec![0f32; n],
                         CollectiveOp::ReduceScatter => vec![0f32; counts[rank]],
+                        // The trainer reduces its gradient buffer in place.
+                        CollectiveOp::AllReduce => full_buf.clone(),
                     };
                     if !scratch.is_empty() {
                         let v = scratch[rep % scratch.len()].wrapping_add(1);
@@ -84,6 +97,7 @@ pub fn profile_collectives<C: Collectives>(
                         CollectiveOp::ReduceScatter => {
                             comm.reduce_scatter_v(&full_buf, &counts, &mut out)?
                         }
+                        CollectiveOp::AllReduce => comm.all_reduce_sum(&mut out)?,
                     }
                     let ms = t.elapsed().as_secs_f64() * 1e3;
                     drop(out);
@@ -96,13 +110,22 @@ pub fn profile_collectives<C: Collectives>(
                     let slowest: Vec<f64> = (0..reps)
                         .map(|k| (0..size).map(|r| all[r * reps + k]).fold(0.0, f64::max))
                         .collect();
+                    let even = op == CollectiveOp::AllReduce;
                     out.push(CollectiveTiming {
                         op,
                         ranks: size,
                         elems: n,
                         bytes: 4 * n,
-                        fractions: split.clone(),
-                        max_piece_bytes: 4 * counts.iter().copied().max().unwrap_or(0),
+                        fractions: if even {
+                            vec![1.0 / size as f64; size]
+                        } else {
+                            split.clone()
+                        },
+                        max_piece_bytes: if even {
+                            4 * n.div_ceil(size.max(1))
+                        } else {
+                            4 * counts.iter().copied().max().unwrap_or(0)
+                        },
                         time_ms: median(&slowest),
                     });
                 }
@@ -113,8 +136,8 @@ pub fn profile_collectives<C: Collectives>(
 }
 
 /// Checks the collectives' results on `n` elements split by `fractions`:
-/// all-gather of rank-tagged pieces and reduce-scatter of rank-valued
-/// buffers (sum = size (size + 1) / 2 everywhere).
+/// all-gather of rank-tagged pieces, reduce-scatter and all-reduce of
+/// rank-valued buffers (sum = size (size + 1) / 2 everywhere).
 pub fn verify<C: Collectives>(comm: &C, n: usize, fractions: &[f64]) -> Result<(), ExecError> {
     let (size, rank) = (comm.size(), comm.rank());
     let counts = piece_sizes(n, fractions);
@@ -134,6 +157,13 @@ pub fn verify<C: Collectives>(comm: &C, n: usize, fractions: &[f64]) -> Result<(
     if out.iter().any(|&x| x != want) {
         return Err(ExecError::Comm(format!(
             "reduce-scatter check failed on rank {rank} (pieces {counts:?})"
+        )));
+    }
+    let mut all = mine;
+    comm.all_reduce_sum(&mut all)?;
+    if all.iter().any(|&x| x != want) {
+        return Err(ExecError::Comm(format!(
+            "all-reduce check failed on rank {rank} ({n} elements)"
         )));
     }
     Ok(())

@@ -7,6 +7,7 @@
 //! validate a job before any rank starts.
 
 use serde::{Deserialize, Serialize};
+use sim::strategy::{Attention, Checkpointing, Sharding, Strategy};
 
 use crate::ExecError;
 
@@ -232,6 +233,10 @@ pub struct Job {
     pub model: BlockConfig,
     /// One entry per rank (its length is the rank count).
     pub plan: Vec<RankPlan>,
+    /// How the iteration runs: the simulator's own [`Strategy`] (sharding,
+    /// accumulation, checkpointing, offload, dtypes), what the trainer
+    /// executes ([`Job::validate`] says which it cannot).
+    pub strategy: Strategy,
     /// Measured iterations (after the warm-up).
     pub iterations: usize,
     /// Warm-up iterations (trained, not recorded).
@@ -273,6 +278,102 @@ fn yes() -> bool {
 }
 
 impl Job {
+    /// Ranks per shard group (all ranks unless hybrid).
+    pub fn shard_group(&self) -> usize {
+        match self.strategy.sharding {
+            Sharding::Hybrid => self.strategy.shard_group as usize,
+            _ => self.plan.len(),
+        }
+    }
+
+    /// Checks that the trainer can run the strategy on this plan: a shard
+    /// group that divides the ranks, fractions summing to 1 in every group
+    /// (under hybrid sharding the same fraction at each position of every
+    /// group, whose shards the replicas all-reduce), and no axis the
+    /// trainer does not implement (each refusal says why).
+    fn validate_strategy(&self) -> Result<(), ExecError> {
+        let bad = |field: &str, message: String| {
+            Err(ExecError::InvalidJob {
+                field: field.into(),
+                message,
+            })
+        };
+        let s = &self.strategy;
+        let ranks = self.plan.len();
+        let g = s.shard_group as usize;
+        if g == 0 || !ranks.is_multiple_of(g) {
+            return bad(
+                "strategy.shard_group",
+                format!("expected a group size that divides the {ranks} ranks, got {g}"),
+            );
+        }
+        if s.sharding != Sharding::Hybrid && g != ranks {
+            return bad(
+                "strategy.shard_group",
+                format!(
+                    "sharding `{}` uses one group of all {ranks} ranks, got {g}",
+                    s.sharding.name()
+                ),
+            );
+        }
+        let g = self.shard_group();
+        for k in 0..ranks / g {
+            let sum: f64 = self.plan[k * g..(k + 1) * g]
+                .iter()
+                .map(|p| p.state_fraction)
+                .sum();
+            if (sum - 1.0).abs() > 1e-6 {
+                let what = if g == ranks {
+                    format!("expected fractions summing to 1, got {sum}")
+                } else {
+                    format!(
+                        "expected the fractions of shard group {k} (ranks {}..{}) to sum to 1, got {sum}",
+                        k * g,
+                        (k + 1) * g
+                    )
+                };
+                return bad("plan[*].state_fraction", what);
+            }
+        }
+        if s.sharding == Sharding::Hybrid {
+            for r in g..ranks {
+                let (a, b) = (self.plan[r].state_fraction, self.plan[r % g].state_fraction);
+                if (a - b).abs() > 1e-12 {
+                    return bad(
+                        &format!("plan[{r}].state_fraction"),
+                        format!(
+                            "hybrid sharding all-reduces the shard at position {} of every group, so it needs the same fraction in every group: {a} here, {b} at rank {}",
+                            r % g,
+                            r % g
+                        ),
+                    );
+                }
+            }
+        }
+        if s.checkpointing == Checkpointing::Selective {
+            return bad(
+                "strategy.checkpointing",
+                "selective recompute keeps chosen tensors of a block through saved-tensor hooks (PyTorch's checkpoint policy), which tch 0.24 does not expose; the trainer runs none, full and every:K".into(),
+            );
+        }
+        if s.attention == Attention::Flash {
+            return bad(
+                "strategy.attention",
+                "the trainer's blocks use eager attention (the kernel its compute profiles measure); flash attention is simulated only".into(),
+            );
+        }
+        if s.reduce_dtype != sim::dtype::Dtype::Fp32 {
+            return bad(
+                "strategy.reduce_dtype",
+                format!(
+                    "MPI has no 16-bit floating-point sum (NCCL does), so the trainer reduces gradients in fp32, got {}",
+                    s.reduce_dtype
+                ),
+            );
+        }
+        Ok(())
+    }
+
     /// Global batch B = sum of the local batches (samples).
     pub fn global_batch(&self) -> usize {
         self.plan.iter().map(|p| p.batch).sum()
@@ -307,7 +408,6 @@ impl Job {
                 );
             }
         }
-        let mut sum = 0.0;
         for (i, p) in self.plan.iter().enumerate() {
             if p.batch == 0 {
                 return bad(
@@ -330,14 +430,8 @@ impl Job {
                     format!("expected a fraction in [0, 1], got {}", p.state_fraction),
                 );
             }
-            sum += p.state_fraction;
         }
-        if (sum - 1.0).abs() > 1e-6 {
-            return bad(
-                "plan[*].state_fraction".into(),
-                format!("expected fractions summing to 1, got {sum}"),
-            );
-        }
+        self.validate_strategy()?;
         if let Some(b) = global_batch {
             if self.global_batch() != b {
                 return bad(

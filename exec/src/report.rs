@@ -39,6 +39,11 @@ pub struct RankIteration {
     pub peak_mem_bytes: Option<u64>,
     /// Sum of this rank's token losses (nats).
     pub loss_sum: f64,
+    /// This rank's own iteration time (ms, from leaving the first barrier
+    /// to reaching the last; ranks leave a barrier at slightly different
+    /// instants, so it differs from rank 0's by that skew).
+    #[serde(default)]
+    pub own_iteration_ms: f64,
 }
 
 /// One measured iteration.
@@ -224,6 +229,9 @@ pub enum CollectiveOp {
     AllGather,
     /// `MPI_Reduce_scatter` (sum).
     ReduceScatter,
+    /// `MPI_Allreduce` (sum) of the whole buffer (DDP's buckets, hybrid
+    /// sharding's replica reduction); timed on the even split only.
+    AllReduce,
 }
 
 /// Time of one collective at one message size and split.

@@ -171,28 +171,12 @@ pub struct RunSettings {
     pub adam: AdamConfig,
 }
 
-/// The training job for `plan` (one rank per plan entry). Fails with the
-/// field named when the plan's strategy is not the one the trainer runs
-/// (Cephalo's: full sharding, layered accumulation, full recompute; the
-/// gather and reduction dtypes and the attention kernel follow the
-/// trainer's compute dtype), when a rank has no samples (the trainer needs
-/// b_i >= 1) or the plan's micro-batch size is not the trainer's split of
-/// its batch; [`Job::validate`] checks the rest.
+/// The training job for `plan` (one rank per plan entry, the plan's
+/// strategy). Fails with the field named when a rank has no samples (the
+/// trainer needs b_i >= 1) or the plan's micro-batch size is not the
+/// trainer's split of its batch; [`Job::validate`] checks the rest,
+/// including what of the strategy the trainer cannot run, and why.
 pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Result<Job, ExecError> {
-    use sim::strategy::{Accumulation, Checkpointing, Sharding};
-    let st = &plan.strategy;
-    if st.sharding != Sharding::Full
-        || st.accumulation != Accumulation::Layered
-        || st.checkpointing != Checkpointing::Full
-    {
-        return Err(invalid(
-            "plan.strategy",
-            format!(
-                "the trainer runs full sharding with layered accumulation and full recompute; this plan's strategy is {}",
-                st.label()
-            ),
-        ));
-    }
     let mut ranks = Vec::with_capacity(plan.gpus.len());
     for (i, g) in plan.gpus.iter().enumerate() {
         if g.batch == 0 {
@@ -222,6 +206,7 @@ pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Resul
     let job = Job {
         model: model.clone(),
         plan: ranks,
+        strategy: plan.strategy,
         iterations: s.iterations,
         warmup_iterations: s.warmup_iterations,
         adam: s.adam,
@@ -238,15 +223,11 @@ pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Resul
     Ok(job)
 }
 
-/// The simulator plan a job runs (planner `manual`, Cephalo's strategy:
-/// what the trainer does).
+/// The simulator plan a job runs (planner `manual`, the job's strategy).
 pub fn plan_of_job(job: &Job) -> Plan {
     Plan {
         planner: "manual".into(),
-        strategy: sim::strategy::Strategy::cephalo(
-            job.plan.len() as u32,
-            sim::strategy::Attention::Eager,
-        ),
+        strategy: job.strategy,
         gpus: job
             .plan
             .iter()
@@ -378,6 +359,7 @@ pub fn collective_sample(t: &CollectiveTiming) -> CollectiveSample {
         kind: match t.op {
             CollectiveOp::AllGather => "all_gather",
             CollectiveOp::ReduceScatter => "reduce_scatter",
+            CollectiveOp::AllReduce => "all_reduce",
         }
         .into(),
         ranks: t.ranks as u32,
@@ -717,6 +699,7 @@ mod tests {
             copy_ms: 0.0,
             peak_mem_bytes: None,
             loss_sum: 0.0,
+            own_iteration_ms: 10.0,
         };
         let t = TrainReport {
             ranks: 2,

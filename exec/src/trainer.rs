@@ -1,22 +1,47 @@
-//! The FSDP trainer of one rank (Cephalo's schedule) and the single-process
-//! full-batch reference it must match.
+//! The trainer of one rank, for every data-parallel strategy the simulator
+//! offers, and the single-process full-batch reference it must match.
 //!
-//! Per iteration, rank i with local batch b_i split into n_i micro-batches:
-//! 1. forward, layer-major: all-gather unit u (unequal pieces), run all n_i
-//!    micro-batches through u without autograd, keep each output in a host
-//!    buffer (moved off the device on CUDA);
-//! 2. head: forward + summed loss + backward per micro-batch, keeping the
-//!    gradient of its input;
-//! 3. backward in reverse: all-gather u again, per micro-batch recompute u's
-//!    forward from its saved input and backpropagate, accumulating u's
-//!    unsharded gradient; then reduce-scatter (sum, unequal pieces) it;
-//! 4. Adam on the local shard of every unit.
+//! The iteration is the simulator's own phase list
+//! ([`sim::schedule::phases`] of the job's [`sim::strategy::Strategy`]):
+//! per phase the unit, forward / head / backward, the micro-batch pass
+//! (layered: every micro-batch of the rank; no-sync and sync: micro-batch
+//! `k` of pass `k`, none on a rank with fewer), whether to all-gather the
+//! unit first, free it after, and reduce its gradient after. So:
+//!
+//! * **sharding** full / hybrid: gather every phase, reshard after it,
+//!   reduce-scatter the gradient in the shard group (hybrid: then
+//!   all-reduce the shard across the replica group, sub-communicators from
+//!   `MPI_Comm_split`); grad-op: parameters stay gathered from forward to
+//!   backward; none (DDP): full replicas, never gathered, gradients
+//!   all-reduced in buckets of at most 25 MiB;
+//! * **accumulation** layered (Cephalo: unit-major, each unit gathered once
+//!   per pass and reduced once), no-sync (micro-batch-major, unsharded
+//!   gradients kept until the last pass reduces them) and sync (reduced
+//!   after every pass, sharded gradients summed);
+//! * **checkpointing** per block ([`sim::strategy::Checkpointing::block`]):
+//!   full recomputes the block's forward from its saved input before the
+//!   backward; none keeps the forward's autograd graph (the embedding
+//!   always does; selective is refused by [`Job::validate`]);
+//! * **offload** of activations (on CUDA, ranks with more than one
+//!   micro-batch or a micro-batch-major schedule: saved block inputs, and
+//!   under layered accumulation the gradients between units, go through
+//!   host memory) and of the optimizer step (Adam state on the host, the
+//!   shard and its gradient copied there and back);
+//! * **dtypes**: all-gathers carry the strategy's parameter dtype (fp32, or
+//!   fp16 / bf16 words cast from the f32 master pieces), compute runs in
+//!   the job's dtype, gradients reduce in fp32 (MPI has no 16-bit sum).
+//!
+//! Every rank joins every collective of every phase, with a zero gradient
+//! when it had nothing to compute, as FSDP and DDP ranks do.
 //!
 //! Units: times in ms, memory in bytes, batches in samples. Master shards,
-//! gradients and Adam moments are f32 on the rank's device.
+//! gradients and Adam moments are f32.
 
+use std::rc::Rc;
 use std::time::Instant;
 
+use sim::schedule::{Phase, PhaseKind};
+use sim::strategy::{Accumulation, Offload, Recompute, Sharding};
 use tch::{Device, Kind, Tensor};
 
 use crate::adam::{adam_step, AdamState};
@@ -42,30 +67,48 @@ fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-/// View of a contiguous f32 CPU tensor as a slice.
+/// View of a contiguous CPU tensor whose elements are `T` (f32, or the raw
+/// 16-bit words of fp16 / bf16) as a slice.
 ///
 /// # Safety
-/// `t` must be a contiguous f32 tensor on the CPU that outlives the slice
-/// and is not resized meanwhile.
-unsafe fn cpu_slice(t: &Tensor) -> &[f32] {
+/// `t` must be a contiguous CPU tensor of elements of `T`'s size and
+/// layout that outlives the slice and is not resized meanwhile.
+unsafe fn raw<T>(t: &Tensor) -> &[T] {
     let n = t.numel();
     if n == 0 {
         return &[];
     }
-    std::slice::from_raw_parts(t.data_ptr() as *const f32, n)
+    std::slice::from_raw_parts(t.data_ptr() as *const T, n)
 }
 
-/// Mutable view of a contiguous f32 CPU tensor (see [`cpu_slice`]).
+/// Mutable view of a contiguous CPU tensor (see [`raw`]).
 ///
 /// # Safety
-/// As [`cpu_slice`], and no other view of `t` is used meanwhile.
+/// As [`raw`], and no other view of `t` is used meanwhile.
 #[allow(clippy::mut_from_ref)]
-unsafe fn cpu_slice_mut(t: &Tensor) -> &mut [f32] {
+unsafe fn raw_mut<T>(t: &Tensor) -> &mut [T] {
     let n = t.numel();
     if n == 0 {
         return &mut [];
     }
-    std::slice::from_raw_parts_mut(t.data_ptr() as *mut f32, n)
+    std::slice::from_raw_parts_mut(t.data_ptr() as *mut T, n)
+}
+
+/// [`raw`] of an f32 tensor.
+///
+/// # Safety
+/// As [`raw`].
+unsafe fn cpu_slice(t: &Tensor) -> &[f32] {
+    raw(t)
+}
+
+/// [`raw_mut`] of an f32 tensor.
+///
+/// # Safety
+/// As [`raw_mut`].
+#[allow(clippy::mut_from_ref)]
+unsafe fn cpu_slice_mut(t: &Tensor) -> &mut [f32] {
+    raw_mut(t)
 }
 
 fn to_host_vec(t: &Tensor) -> TResult<Vec<f32>> {
@@ -81,13 +124,37 @@ fn to_host_vec(t: &Tensor) -> TResult<Vec<f32>> {
     Ok(v)
 }
 
+/// What a unit's forward kept for its backward, per micro-batch.
+enum Saved {
+    /// Its input only: the backward recomputes the forward (full recompute).
+    Input,
+    /// The forward's autograd graph: the parameter leaves, the input leaf
+    /// (none for the embedding) and the output.
+    Graph {
+        leaves: Rc<Vec<Tensor>>,
+        x: Option<Tensor>,
+        y: Tensor,
+    },
+}
+
 /// One rank's training state.
 struct Rank<'a, C: Collectives> {
-    comm: &'a C,
+    world: &'a C,
+    /// Shard group when it is not the world (hybrid sharding).
+    shard_comm: Option<C>,
+    /// Replica group (hybrid sharding with more than one group).
+    replica_comm: Option<C>,
     job: &'a Job,
     model: Model,
+    /// The iteration: the simulator's phase list for the job's strategy.
+    phases: Vec<Phase>,
+    /// Per unit: piece sizes inside the shard group (no sharding: the unit).
     counts: Vec<Vec<usize>>,
+    /// Position in the shard group.
+    pos: usize,
+    /// Per unit: this rank's f32 master piece, on the device.
     shards: Vec<Tensor>,
+    /// Per unit: Adam moments (on the host when the optimizer is offloaded).
     adam: Vec<AdamState>,
     mb_sizes: Vec<usize>,
     first_sample: usize,
@@ -96,14 +163,14 @@ struct Rank<'a, C: Collectives> {
 }
 
 impl<'a, C: Collectives> Rank<'a, C> {
-    fn new(job: &'a Job, comm: &'a C) -> TResult<Self> {
-        let rank = comm.rank();
-        if comm.size() != job.plan.len() {
+    fn new(job: &'a Job, world: &'a C) -> TResult<Self> {
+        let rank = world.rank();
+        if world.size() != job.plan.len() {
             return Err(ExecError::InvalidJob {
                 field: "plan".into(),
                 message: format!(
                     "expected {} entries (one per rank), got {}",
-                    comm.size(),
+                    world.size(),
                     job.plan.len()
                 ),
             });
@@ -111,29 +178,61 @@ impl<'a, C: Collectives> Rank<'a, C> {
         if let Some(t) = job.threads {
             tch::set_num_threads(t as i32);
         }
+        let s = &job.strategy;
+        let g = job.shard_group();
+        let (shard_comm, replica_comm) = if g < world.size() {
+            // Every rank splits the same way, in the same order.
+            (Some(world.split(rank / g)?), Some(world.split(rank % g)?))
+        } else {
+            (None, None)
+        };
         let device = device_for(job.device, rank)?;
         let model = Model::new(&job.model, device, kind_of(job.dtype))?;
-        let fractions: Vec<f64> = job.plan.iter().map(|p| p.state_fraction).collect();
+        let (k, pos) = (rank / g, rank % g);
+        let fractions: Vec<f64> = job.plan[k * g..(k + 1) * g]
+            .iter()
+            .map(|p| p.state_fraction)
+            .collect();
+        let host_adam = s.offload == Offload::Optimizer && device != Device::Cpu;
         let mut counts = Vec::new();
         let mut shards = Vec::new();
         let mut adam = Vec::new();
         for (u, layout) in model.units.iter().enumerate() {
-            let c = piece_sizes(layout.numel(), &fractions);
-            let lo = offsets(&c)[rank];
-            let vals = init_values(layout, u, job.seed, lo..lo + c[rank]);
+            let c = if s.sharding == Sharding::NoShard {
+                vec![layout.numel()]
+            } else {
+                piece_sizes(layout.numel(), &fractions)
+            };
+            let me = if s.sharding == Sharding::NoShard {
+                0
+            } else {
+                pos
+            };
+            let lo = offsets(&c)[me];
+            let vals = init_values(layout, u, job.seed, lo..lo + c[me]);
             let shard = Tensor::from_slice(&vals)
                 .f_to_device(device)
                 .map_err(terr)?;
-            adam.push(AdamState::zeros_like(&shard)?);
+            adam.push(if host_adam {
+                AdamState::zeros_like(&Tensor::from_slice(&vals))?
+            } else {
+                AdamState::zeros_like(&shard)?
+            });
             shards.push(shard);
             counts.push(c);
         }
+        let passes = job.plan.iter().map(|p| p.micro_batches).max().unwrap_or(1);
+        let phases = sim::schedule::phases(s, job.model.layers as u32, passes as u32);
         let me = &job.plan[rank];
         Ok(Rank {
-            comm,
+            world,
+            shard_comm,
+            replica_comm,
             job,
             model,
+            phases,
             counts,
+            pos,
             shards,
             adam,
             mb_sizes: micro_batch_sizes(me.batch, me.micro_batches),
@@ -147,26 +246,51 @@ impl<'a, C: Collectives> Rank<'a, C> {
         self.model.device
     }
 
+    /// The shard group's communicator.
+    fn shard_group(&self) -> &C {
+        self.shard_comm.as_ref().unwrap_or(self.world)
+    }
+
     fn sample_mem(&mut self) {
         if let Some(b) = device_used_bytes(self.device()) {
             self.clock.peak = self.clock.peak.max(b);
         }
     }
 
-    fn wait(&mut self) {
-        if self.job.measure_wait && self.comm.size() > 1 {
+    /// Barrier on `comm` before a collective (when the job measures wait):
+    /// the ms it took.
+    fn wait(&self, comm: &C) -> f64 {
+        if self.job.measure_wait && comm.size() > 1 {
             let t = Instant::now();
-            self.comm.barrier();
-            self.clock.wait_ms += ms_since(t);
+            comm.barrier();
+            ms_since(t)
+        } else {
+            0.0
         }
     }
 
-    /// All-gathers unit `u`: full f32 flat parameters on the device.
+    /// All-gathers unit `u` in the shard group: full flat parameters on
+    /// the device, f32 or (mixed precision) in the strategy's 16-bit
+    /// parameter dtype, which is what travels.
     fn gather(&mut self, u: usize) -> TResult<Tensor> {
-        self.wait();
+        let comm = self.shard_group();
+        let waited = self.wait(comm);
         let t = Instant::now();
         let n = self.model.units[u].numel();
-        let full = if self.comm.size() == 1 {
+        let half = half_kind(self.job.strategy.param_dtype);
+        let full = if let Some(k) = half {
+            // Cast the master piece, gather 16-bit words on the host.
+            let local = self.shards[u]
+                .f_to_kind(k)
+                .and_then(|t| t.f_to_device(Device::Cpu))
+                .and_then(|t| t.f_contiguous())
+                .map_err(terr)?;
+            let full = Tensor::f_empty([n as i64], (k, Device::Cpu)).map_err(terr)?;
+            // SAFETY: contiguous 16-bit CPU tensors owned here, viewed as
+            // their raw words (no other view used meanwhile).
+            unsafe { comm.all_gather_v16(raw(&local), &self.counts[u], raw_mut(&full))? };
+            full.f_to_device(self.device()).map_err(terr)?
+        } else if comm.size() == 1 {
             // One rank: the shard is the whole unit. Nothing writes to the
             // gathered parameters before the optimizer step, so share it.
             self.shards[u].f_detach().map_err(terr)?
@@ -174,7 +298,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
             let full = Tensor::f_empty([n as i64], (Kind::Float, Device::Cpu)).map_err(terr)?;
             // SAFETY: both are fresh or owned contiguous f32 CPU tensors.
             unsafe {
-                self.comm.all_gather_v(
+                comm.all_gather_v(
                     cpu_slice(&self.shards[u]),
                     &self.counts[u],
                     cpu_slice_mut(&full),
@@ -184,57 +308,95 @@ impl<'a, C: Collectives> Rank<'a, C> {
         } else {
             let local = to_host_vec(&self.shards[u])?;
             let mut host = vec![0f32; n];
-            self.comm.all_gather_v(&local, &self.counts[u], &mut host)?;
+            comm.all_gather_v(&local, &self.counts[u], &mut host)?;
             Tensor::from_slice(&host)
                 .f_to_device(self.device())
                 .map_err(terr)?
         };
         sync(self.device());
         self.clock.comm_ms += ms_since(t);
+        self.clock.wait_ms += waited;
         Ok(full)
     }
 
-    /// Reduce-scatters the accumulated full gradient `g` of unit `u`:
-    /// returns the summed local piece (f32, on the device).
-    fn reduce_scatter(&mut self, u: usize, g: Tensor) -> TResult<Tensor> {
-        self.wait();
+    /// Reduces the full f32 gradient `g` of unit `u` as the sharding does
+    /// and returns this rank's summed piece (f32, on the device): all-reduce
+    /// in DDP buckets (no sharding), reduce-scatter in the shard group,
+    /// then (hybrid) all-reduce of the piece across the replica group.
+    fn reduce(&mut self, u: usize, g: Tensor) -> TResult<Tensor> {
+        let dev = self.device();
+        let g = g.f_contiguous().map_err(terr)?;
+        if self.job.strategy.sharding == Sharding::NoShard {
+            self.clock.wait_ms += self.wait(self.world);
+            let t = Instant::now();
+            let out = if self.world.size() == 1 {
+                g
+            } else {
+                let (buf, mut host) = host_buffer(&g)?;
+                // DDP's bucket cap (25 MiB of f32 gradients per all-reduce).
+                let bucket = (sim::schedule::DDP_BUCKET_BYTES / 4.0) as usize;
+                for chunk in host_mut(&buf, &mut host).chunks_mut(bucket.max(1)) {
+                    self.world.all_reduce_sum(chunk)?;
+                }
+                from_host(buf, host, dev)?
+            };
+            sync(dev);
+            self.clock.comm_ms += ms_since(t);
+            return Ok(out);
+        }
+        let comm = self.shard_group();
+        let waited = self.wait(comm);
         let t = Instant::now();
-        let rank = self.comm.rank();
-        let out = if self.comm.size() == 1 {
+        let mine = self.counts[u][self.pos];
+        let mut out = if comm.size() == 1 {
             g
-        } else if self.device() == Device::Cpu {
-            let g = g.f_contiguous().map_err(terr)?;
-            let local = Tensor::f_empty([self.counts[u][rank] as i64], (Kind::Float, Device::Cpu))
-                .map_err(terr)?;
+        } else if dev == Device::Cpu {
+            let local = Tensor::f_empty([mine as i64], (Kind::Float, Device::Cpu)).map_err(terr)?;
             // SAFETY: contiguous f32 CPU tensors owned here.
             unsafe {
-                self.comm
-                    .reduce_scatter_v(cpu_slice(&g), &self.counts[u], cpu_slice_mut(&local))?
+                comm.reduce_scatter_v(cpu_slice(&g), &self.counts[u], cpu_slice_mut(&local))?
             };
             local
         } else {
             let full = to_host_vec(&g)?;
-            let mut local = vec![0f32; self.counts[u][rank]];
-            self.comm
-                .reduce_scatter_v(&full, &self.counts[u], &mut local)?;
-            Tensor::from_slice(&local)
-                .f_to_device(self.device())
-                .map_err(terr)?
+            let mut local = vec![0f32; mine];
+            comm.reduce_scatter_v(&full, &self.counts[u], &mut local)?;
+            Tensor::from_slice(&local).f_to_device(dev).map_err(terr)?
         };
-        sync(self.device());
+        sync(dev);
         self.clock.comm_ms += ms_since(t);
+        self.clock.wait_ms += waited;
+        if let Some(rc) = self.replica_comm.as_ref() {
+            let waited = self.wait(rc);
+            let t = Instant::now();
+            let (buf, mut host) = host_buffer(&out)?;
+            rc.all_reduce_sum(host_mut(&buf, &mut host))?;
+            out = from_host(buf, host, dev)?;
+            sync(dev);
+            self.clock.comm_ms += ms_since(t);
+            self.clock.wait_ms += waited;
+        }
         Ok(out)
     }
 
-    /// Whether unit outputs leave the device between passes (with gradient
-    /// accumulation on CUDA, as Cephalo does; without it, or on the CPU,
-    /// they stay where they are).
+    /// Whether activations go through host memory (on CUDA, when the
+    /// strategy offloads and the rank accumulates or runs micro-batch-major).
     fn offloads(&self) -> bool {
-        self.device() != Device::Cpu && self.mb_sizes.len() > 1
+        self.device() != Device::Cpu
+            && self
+                .job
+                .strategy
+                .offloads_activations(self.mb_sizes.len() as u32)
     }
 
-    fn offload(&mut self, t: Tensor) -> TResult<Tensor> {
-        if !self.offloads() {
+    /// Whether the gradients between units go through the host too
+    /// (layered accumulation, [`sim::schedule::Rules`]).
+    fn offloads_grads(&self) -> bool {
+        self.offloads() && self.job.strategy.accumulation == Accumulation::Layered
+    }
+
+    fn offload(&mut self, t: Tensor, yes: bool) -> TResult<Tensor> {
+        if !yes {
             return Ok(t);
         }
         let s = Instant::now();
@@ -244,7 +406,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
     }
 
     fn reload(&mut self, t: &Tensor) -> TResult<Tensor> {
-        if !self.offloads() {
+        if t.device() == self.device() {
             return Ok(t.shallow_clone());
         }
         let s = Instant::now();
@@ -256,7 +418,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
 
     fn maybe_fail(&self, iteration: usize) {
         if let Some(f) = self.job.fault {
-            if f.rank == self.comm.rank() && f.iteration == iteration {
+            if f.rank == self.world.rank() && f.iteration == iteration {
                 match f.kind {
                     FaultKind::Panic => {
                         panic!("injected fault on rank {} in iteration {iteration}", f.rank)
@@ -283,14 +445,33 @@ impl<'a, C: Collectives> Rank<'a, C> {
         }
     }
 
+    /// Adds per-tensor gradients `g` of unit `u` into its unsharded f32
+    /// buffer `acc` (allocated by the first contribution).
+    fn add_grad(&self, u: usize, acc: &mut Option<Tensor>, g: &[Tensor]) -> TResult<()> {
+        match acc {
+            Some(a) => self.model.accumulate(u, a, g),
+            None => {
+                let n = self.model.units[u].numel() as i64;
+                let a = Tensor::f_empty([n], (Kind::Float, self.device())).map_err(terr)?;
+                self.model.store(u, &a, g)?;
+                *acc = Some(a);
+                Ok(())
+            }
+        }
+    }
+
     /// One training iteration; returns (iteration ms, this rank's loss sum).
     fn iteration(&mut self, it: usize) -> TResult<(f64, f64)> {
         self.clock = Clock::default();
         let dev = self.device();
         let kind = self.model.kind;
-        let head = self.model.n_units() - 1;
+        let units = self.model.n_units();
+        let head = units - 1;
         let n = self.mb_sizes.len();
-        self.comm.barrier();
+        let s = self.job.strategy;
+        let layered = s.accumulation == Accumulation::Layered;
+        let (off, off_grads) = (self.offloads(), self.offloads_grads());
+        self.world.barrier();
         let t_iter = Instant::now();
 
         // Data of every micro-batch (inputs and targets on the device).
@@ -300,135 +481,192 @@ impl<'a, C: Collectives> Rank<'a, C> {
             data.push(self.model.batch(self.job.seed, it as u64, first, m)?);
             first += m;
         }
-
-        // 1. Forward, layer-major; outputs[u][j] = output of unit u.
-        let mut outputs: Vec<Vec<Tensor>> = Vec::with_capacity(head);
-        for u in 0..head {
-            let p = self.gather(u)?;
-            let t = Instant::now();
-            let pk = p.f_to_kind(kind).map_err(terr)?;
-            drop(p);
-            let mut outs = Vec::with_capacity(n);
-            for j in 0..n {
-                let y = {
-                    let _g = tch::no_grad_guard();
-                    if u == 0 {
-                        self.model.forward(u, &pk, &data[j].0)?
-                    } else {
-                        let x = self.reload(&outputs[u - 1][j])?;
-                        self.model.forward(u, &pk, &x)?
-                    }
-                };
-                outs.push(y);
-            }
-            sync(dev);
-            self.clock.compute_ms += ms_since(t);
-            self.sample_mem();
-            drop(pk);
-            let mut host = Vec::with_capacity(n);
-            for y in outs {
-                host.push(self.offload(y)?);
-            }
-            outputs.push(host);
-            if u == 0 {
-                self.maybe_fail(it);
+        let none = |k: usize| -> Vec<Option<Tensor>> { (0..k).map(|_| None).collect() };
+        // Gathered parameters per unit (compute dtype); replicas always.
+        let mut gathered = none(units);
+        if s.sharding == Sharding::NoShard {
+            for (u, g) in gathered.iter_mut().enumerate() {
+                *g = Some(self.shards[u].f_to_kind(kind).map_err(terr)?);
             }
         }
-
-        // 2. Head: forward + loss + backward per micro-batch.
+        // outputs[u][j]: output of unit u for micro-batch j (the next
+        // unit's input, kept for the backward); `live[j]` the same on the
+        // device for the next forward of a micro-batch-major pass.
+        let mut outputs: Vec<Vec<Option<Tensor>>> = (0..units).map(|_| none(n)).collect();
+        let mut live = none(n);
+        let mut saved: Vec<Vec<Option<Saved>>> =
+            (0..units).map(|_| (0..n).map(|_| None).collect()).collect();
+        let mut dys = none(n);
+        let mut gacc = none(units);
+        let mut grad_shards = none(units);
         let mut loss_sum = 0.0;
-        let mut dys: Vec<Tensor> = Vec::with_capacity(n);
-        let p = self.gather(head)?;
-        let t = Instant::now();
-        let pk = p.f_to_kind(kind).map_err(terr)?;
-        drop(p);
-        let leaves = self.model.leaves(head, &pk)?;
-        let k = leaves.len();
-        // Gradient buffers are not zero-filled: the first micro-batch's
-        // gradient is copied in, the others added (see `Model::store`).
-        let mut gacc = Tensor::f_empty([self.model.units[head].numel() as i64], (Kind::Float, dev))
-            .map_err(terr)?;
-        let mut copy_before = self.clock.copy_ms;
-        for (j, (_, tgt)) in data.iter().enumerate() {
-            let x = self
-                .reload(&outputs[head - 1][j])?
-                .f_detach()
-                .map_err(terr)?
-                .set_requires_grad(true);
-            let loss = self.model.head_loss_p(&leaves, &x, tgt)?;
-            let mut inputs: Vec<&Tensor> = leaves.iter().collect();
-            inputs.push(&x);
-            let g = Tensor::f_run_backward(&[&loss], &inputs, false, false).map_err(terr)?;
-            if j == 0 {
-                self.model.store(head, &gacc, &g[..k])?;
-            } else {
-                self.model.accumulate(head, &gacc, &g[..k])?;
+        let phases = self.phases.clone();
+        for (pi, ph) in phases.iter().enumerate() {
+            let u = ph.unit as usize;
+            let micros: Vec<usize> = match ph.pass {
+                None => (0..n).collect(),
+                Some(k) if (k as usize) < n => vec![k as usize],
+                Some(_) => vec![],
+            };
+            if ph.gather {
+                let p = self.gather(u)?;
+                let t = Instant::now();
+                gathered[u] = Some(p.f_to_kind(kind).map_err(terr)?);
+                self.clock.compute_ms += ms_since(t);
             }
-            loss_sum += loss.f_double_value(&[]).map_err(terr)?;
-            let dy = g[k].shallow_clone();
-            dys.push(self.offload(dy)?);
-        }
-        drop(leaves);
-        drop(pk);
-        sync(dev);
-        self.clock.compute_ms += ms_since(t) - (self.clock.copy_ms - copy_before);
-        self.sample_mem();
-        let mut grad_shards: Vec<Option<Tensor>> = (0..=head).map(|_| None).collect();
-        grad_shards[head] = Some(self.reduce_scatter(head, gacc)?);
-
-        // 3. Backward in reverse with recompute.
-        for u in (0..head).rev() {
-            let p = self.gather(u)?;
             let t = Instant::now();
-            copy_before = self.clock.copy_ms;
-            let pk = p.f_to_kind(kind).map_err(terr)?;
-            drop(p);
-            let leaves = self.model.leaves(u, &pk)?;
-            let k = leaves.len();
-            gacc = Tensor::f_empty([self.model.units[u].numel() as i64], (Kind::Float, dev))
-                .map_err(terr)?;
-            // The output of unit u is no longer needed once u is reached.
-            let done = if u > 0 { outputs.pop() } else { None };
-            for j in 0..n {
-                let dy = self.reload(&dys[j])?;
-                let x = if u == 0 {
-                    data[j].0.shallow_clone()
-                } else {
-                    let saved = &outputs[u - 1][j];
-                    self.reload(saved)?
-                        .f_detach()
-                        .map_err(terr)?
-                        .set_requires_grad(true)
-                };
-                let y = self.model.forward_p(u, &leaves, &x)?;
-                let surrogate = y
-                    .f_mul(&dy)
-                    .and_then(|t| t.f_sum(None::<Kind>))
-                    .map_err(terr)?;
-                let mut inputs: Vec<&Tensor> = leaves.iter().collect();
-                if u > 0 {
-                    inputs.push(&x);
+            let copy_before = self.clock.copy_ms;
+            let pk = gathered[u].as_ref().map(|p| p.shallow_clone());
+            let recompute = if (1..head).contains(&u) {
+                s.checkpointing.block(u as u32)
+            } else {
+                Recompute::None
+            };
+            match ph.kind {
+                PhaseKind::Forward if !micros.is_empty() => {
+                    let pk = pk.expect("a forward phase has its parameters");
+                    let graph = recompute == Recompute::None;
+                    let leaves = if graph {
+                        Some(Rc::new(self.model.leaves(u, &pk)?))
+                    } else {
+                        None
+                    };
+                    for &j in &micros {
+                        let x = if u == 0 {
+                            data[j].0.shallow_clone()
+                        } else {
+                            match live[j].take() {
+                                Some(x) => x,
+                                None => {
+                                    let stored = outputs[u - 1][j].as_ref().expect("input kept");
+                                    self.reload(&stored.shallow_clone())?
+                                }
+                            }
+                        };
+                        let y = match &leaves {
+                            Some(l) => {
+                                let xl = if u == 0 {
+                                    None
+                                } else {
+                                    Some(x.f_detach().map_err(terr)?.set_requires_grad(true))
+                                };
+                                let y = self.model.forward_p(u, l, xl.as_ref().unwrap_or(&x))?;
+                                let out = y.f_detach().map_err(terr)?;
+                                // The graph holds the input now.
+                                if u > 0 {
+                                    outputs[u - 1][j] = None;
+                                }
+                                saved[u][j] = Some(Saved::Graph {
+                                    leaves: l.clone(),
+                                    x: xl,
+                                    y,
+                                });
+                                out
+                            }
+                            None => {
+                                let _g = tch::no_grad_guard();
+                                saved[u][j] = Some(Saved::Input);
+                                self.model.forward(u, &pk, &x)?
+                            }
+                        };
+                        if !layered {
+                            live[j] = Some(y.shallow_clone());
+                        }
+                        outputs[u][j] = Some(self.offload(y, off)?);
+                    }
                 }
-                let g =
-                    Tensor::f_run_backward(&[&surrogate], &inputs, false, false).map_err(terr)?;
-                if j == 0 {
-                    self.model.store(u, &gacc, &g[..k])?;
-                } else {
-                    self.model.accumulate(u, &gacc, &g[..k])?;
+                PhaseKind::Head if !micros.is_empty() => {
+                    let pk = pk.expect("the head phase has its parameters");
+                    let leaves = self.model.leaves(head, &pk)?;
+                    let k = leaves.len();
+                    for &j in &micros {
+                        let x = match live[j].take() {
+                            Some(x) => x,
+                            None => {
+                                let stored = outputs[head - 1][j].take().expect("head input");
+                                self.reload(&stored)?
+                            }
+                        };
+                        outputs[head - 1][j] = None;
+                        let x = x.f_detach().map_err(terr)?.set_requires_grad(true);
+                        let loss = self.model.head_loss_p(&leaves, &x, &data[j].1)?;
+                        let mut inputs: Vec<&Tensor> = leaves.iter().collect();
+                        inputs.push(&x);
+                        let g = Tensor::f_run_backward(&[&loss], &inputs, false, false)
+                            .map_err(terr)?;
+                        self.add_grad(head, &mut gacc[head], &g[..k])?;
+                        loss_sum += loss.f_double_value(&[]).map_err(terr)?;
+                        dys[j] = Some(self.offload(g[k].shallow_clone(), off_grads)?);
+                    }
                 }
-                if u > 0 {
-                    let dx = g[k].shallow_clone();
-                    dys[j] = self.offload(dx)?;
+                PhaseKind::Backward if !micros.is_empty() => {
+                    let mut leaves: Option<Rc<Vec<Tensor>>> = None;
+                    for &j in &micros {
+                        let dy = self.reload(dys[j].as_ref().expect("output gradient"))?;
+                        let (leaves_j, x, y) = match saved[u][j].take().expect("forward ran") {
+                            Saved::Graph { leaves, x, y } => (leaves, x, y),
+                            Saved::Input => {
+                                if leaves.is_none() {
+                                    let pk = pk.as_ref().expect("gathered for the recompute");
+                                    leaves = Some(Rc::new(self.model.leaves(u, pk)?));
+                                }
+                                let l = leaves.clone().expect("just set");
+                                let stored = outputs[u - 1][j].as_ref().expect("saved input");
+                                let x = self
+                                    .reload(&stored.shallow_clone())?
+                                    .f_detach()
+                                    .map_err(terr)?
+                                    .set_requires_grad(true);
+                                let y = self.model.forward_p(u, &l, &x)?;
+                                (l, Some(x), y)
+                            }
+                        };
+                        let surrogate = y
+                            .f_mul(&dy)
+                            .and_then(|t| t.f_sum(None::<Kind>))
+                            .map_err(terr)?;
+                        let k = leaves_j.len();
+                        let mut inputs: Vec<&Tensor> = leaves_j.iter().collect();
+                        inputs.extend(x.as_ref());
+                        let g = Tensor::f_run_backward(&[&surrogate], &inputs, false, false)
+                            .map_err(terr)?;
+                        self.add_grad(u, &mut gacc[u], &g[..k])?;
+                        dys[j] = if u > 0 {
+                            outputs[u - 1][j] = None;
+                            Some(self.offload(g[k].shallow_clone(), off_grads)?)
+                        } else {
+                            None
+                        };
+                    }
                 }
+                _ => {}
             }
-            drop(done);
-            drop(leaves);
-            drop(pk);
             sync(dev);
             self.clock.compute_ms += ms_since(t) - (self.clock.copy_ms - copy_before);
             self.sample_mem();
-            grad_shards[u] = Some(self.reduce_scatter(u, gacc)?);
+            if ph.reshard {
+                gathered[u] = None;
+            }
+            if ph.reduce {
+                let g = match gacc[u].take() {
+                    Some(g) => g,
+                    // Nothing computed in this pass: reduce zeros.
+                    None => {
+                        let n = self.model.units[u].numel() as i64;
+                        Tensor::f_zeros([n], (Kind::Float, dev)).map_err(terr)?
+                    }
+                };
+                let piece = self.reduce(u, g)?;
+                grad_shards[u] = Some(match grad_shards[u].take() {
+                    None => piece,
+                    Some(acc) => acc.f_add(&piece).map_err(terr)?,
+                });
+            }
+            if pi == 0 {
+                self.maybe_fail(it);
+            }
         }
+        drop(gathered);
 
         if it == 0 && self.job.return_grads {
             let copies = grad_shards.iter().map(|g| {
@@ -439,40 +677,97 @@ impl<'a, C: Collectives> Rank<'a, C> {
             self.first_grad_shards = Some(copies.collect::<Result<Vec<_>, _>>().map_err(terr)?);
         }
 
-        // 4. Adam on the local shards.
-        let t = Instant::now();
+        // Adam on the local pieces (on the host when offloaded).
         let step = it as u64 + 1;
         for (u, g) in grad_shards.into_iter().enumerate() {
             let g = g.expect("every unit has a gradient");
-            adam_step(
-                &mut self.shards[u],
-                &g,
-                &mut self.adam[u],
-                step,
-                &self.job.adam,
-            )?;
+            if self.adam[u].m.device() != dev {
+                let c = Instant::now();
+                let mut p = self.shards[u].f_to_device(Device::Cpu).map_err(terr)?;
+                let g = g.f_to_device(Device::Cpu).map_err(terr)?;
+                self.clock.copy_ms += ms_since(c);
+                let t = Instant::now();
+                adam_step(&mut p, &g, &mut self.adam[u], step, &self.job.adam)?;
+                self.clock.compute_ms += ms_since(t);
+                let c = Instant::now();
+                self.shards[u] = p.f_to_device(dev).map_err(terr)?;
+                sync(dev);
+                self.clock.copy_ms += ms_since(c);
+            } else {
+                let t = Instant::now();
+                adam_step(
+                    &mut self.shards[u],
+                    &g,
+                    &mut self.adam[u],
+                    step,
+                    &self.job.adam,
+                )?;
+                sync(dev);
+                self.clock.compute_ms += ms_since(t);
+            }
         }
-        sync(dev);
-        self.clock.compute_ms += ms_since(t);
         self.sample_mem();
-        self.comm.barrier();
+        self.world.barrier();
         Ok((ms_since(t_iter), loss_sum))
     }
 
-    /// Gathers full per-unit vectors from per-unit local shards.
+    /// Full per-unit vectors from per-unit local pieces (gathered in the
+    /// shard group; replicas are whole already).
     fn gather_all(&self, shards: &[Tensor]) -> TResult<Vec<Vec<f32>>> {
         let mut out = Vec::new();
         for (u, shard) in shards.iter().enumerate() {
             let local = to_host_vec(shard)?;
+            if self.job.strategy.sharding == Sharding::NoShard {
+                out.push(local);
+                continue;
+            }
             let mut full = vec![0f32; self.model.units[u].numel()];
-            self.comm.all_gather_v(&local, &self.counts[u], &mut full)?;
+            self.shard_group()
+                .all_gather_v(&local, &self.counts[u], &mut full)?;
             out.push(full);
         }
         Ok(out)
     }
 }
 
-const FIELDS: usize = 6;
+/// The 16-bit tensor kind of a parameter dtype (`None` for fp32).
+fn half_kind(d: sim::dtype::Dtype) -> Option<Kind> {
+    match d {
+        sim::dtype::Dtype::Fp32 => None,
+        sim::dtype::Dtype::Bf16 => Some(Kind::BFloat16),
+        sim::dtype::Dtype::Fp16 => Some(Kind::Half),
+    }
+}
+
+/// A contiguous f32 CPU copy of `t` to reduce in place: the tensor (when
+/// `t` is already on the CPU, reduced in its own storage) or a host vector.
+fn host_buffer(t: &Tensor) -> TResult<(Option<Tensor>, Vec<f32>)> {
+    if t.device() == Device::Cpu {
+        Ok((Some(t.f_contiguous().map_err(terr)?), Vec::new()))
+    } else {
+        Ok((None, to_host_vec(t)?))
+    }
+}
+
+/// The mutable elements of a [`host_buffer`].
+fn host_mut<'b>(buf: &'b Option<Tensor>, host: &'b mut Vec<f32>) -> &'b mut [f32] {
+    match buf {
+        // SAFETY: a contiguous f32 CPU tensor owned by the caller, with no
+        // other view used while the slice lives.
+        Some(t) => unsafe { cpu_slice_mut(t) },
+        None => host.as_mut_slice(),
+    }
+}
+
+/// The reduced [`host_buffer`] as a tensor on `dev`.
+fn from_host(buf: Option<Tensor>, host: Vec<f32>, dev: Device) -> TResult<Tensor> {
+    match buf {
+        Some(t) => Ok(t),
+        None => Tensor::from_slice(&host).f_to_device(dev).map_err(terr),
+    }
+}
+
+const FIELDS: usize = 7;
 
 /// Trains `job` on this rank of `comm` (every rank calls it with the same
 /// job). Returns the assembled report on rank 0 and `None` on the others.
@@ -492,7 +787,15 @@ pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>,
         } else {
             -1.0
         };
-        local.extend_from_slice(&[c.compute_ms, c.comm_ms, c.wait_ms, c.copy_ms, peak, loss]);
+        local.extend_from_slice(&[
+            c.compute_ms,
+            c.comm_ms,
+            c.wait_ms,
+            c.copy_ms,
+            peak,
+            loss,
+            ms,
+        ]);
     }
     let params = if job.return_params {
         Some(rank.gather_all(&rank.shards)?)
@@ -525,6 +828,7 @@ pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>,
                 copy_ms: v[3],
                 peak_mem_bytes: (v[4] >= 0.0).then_some(v[4] as u64),
                 loss_sum: v[5],
+                own_iteration_ms: v[6],
             });
         }
         loss_sums.push(loss);

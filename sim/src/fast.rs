@@ -196,6 +196,7 @@ pub fn evaluate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<Fas
         prefetch: opts.prefetch,
         contention: false,
         classes: None,
+        blocking_collectives: opts.blocking_collectives,
     };
     let parts = lower_into(&d, &how, &mut t);
     let mut bases = parts.base_device_bytes.clone();

@@ -42,6 +42,10 @@ pub struct SimOptions {
     /// simulation by the tests); default true. A trace always shows every
     /// GPU, so tracing simulates them all.
     pub merge_identical_nodes: bool,
+    /// Every collective blocks its ranks' next compute op, as in a trainer
+    /// that issues collectives synchronously (`exec`'s: what `validate`
+    /// predicts); default false. CPU ranks always block.
+    pub blocking_collectives: bool,
 }
 
 impl Default for SimOptions {
@@ -51,6 +55,7 @@ impl Default for SimOptions {
             prefetch: true,
             contention: true,
             merge_identical_nodes: true,
+            blocking_collectives: false,
         }
     }
 }
@@ -79,6 +84,7 @@ pub fn build_graph(
         prefetch: opts.prefetch,
         contention: opts.contention,
         classes: (!classes.is_identity()).then_some(&classes),
+        blocking_collectives: opts.blocking_collectives,
     };
     let mut low = lower(&d, &how);
     // Interference only where communication overlaps compute (not on CPU ranks).

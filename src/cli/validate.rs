@@ -18,10 +18,13 @@
 //!    measured now (`cephalo profile` of micro-batch sizes 1..=the plan's
 //!    largest, and the collectives over `--ranks` ranks at the model's unit
 //!    sizes with the plan's split and an even one);
-//! 3. the prediction: `sim::simulate::simulate` (Cephalo's strategy, the one the trainer runs) with the trainer's model sizes
-//!    (`exec::sim_glue::model_for_trainer`) and **without prefetch**: the
-//!    trainer issues every collective synchronously (a barrier, then the
-//!    collective, then compute), on every device;
+//! 3. the prediction: `sim::simulate::simulate` of the plan's strategy
+//!    (the strategy flags, or the one a `--plan` file records; the trainer
+//!    runs the same `Strategy`) with the trainer's model sizes
+//!    (`exec::sim_glue::model_for_trainer`), **without prefetch and with
+//!    blocking collectives**: the trainer issues every collective
+//!    synchronously (a barrier, then the collective, then compute), on
+//!    every device;
 //! 4. the run: `--warmup` + `--iterations` iterations over `mpirun -n
 //!    ranks`, this binary's hidden `exec-rank` subcommand as the rank
 //!    program; medians over the recorded iterations;
@@ -31,6 +34,7 @@
 //! comparison (whatever the error), 2 for bad input, 1 when a run fails.
 
 use crate::cli::profile::{self, Device};
+use crate::cli::workload::StrategyArgs;
 use crate::cli::UserError;
 use crate::load;
 use anyhow::{Context, Result};
@@ -94,6 +98,12 @@ pub struct Args {
     /// Also write the profile measured here to this file.
     #[arg(long, conflicts_with = "profile")]
     pub save_profile: Option<PathBuf>,
+    #[command(flatten)]
+    pub strategy: StrategyArgs,
+    /// Plan file (`cephalo plan --out` JSON); strategy flags must agree
+    /// with the strategy it records.
+    #[arg(long, conflicts_with_all = ["batch", "planner"])]
+    pub plan: Option<PathBuf>,
     /// Local batch per rank, comma-separated (default: the demo plan).
     #[arg(long, value_delimiter = ',', conflicts_with = "planner")]
     pub batch: Option<Vec<u32>>,
@@ -126,12 +136,18 @@ pub struct Args {
     pub timeout_s: u64,
 }
 
-/// The default uneven plan of `ranks` ranks for `global_batch` samples:
-/// batches proportional to 3, 5, 7, ... (largest remainders, at least 1
-/// each), micro-batch counts 1, 2, 3, ... (at most the batch; 2 for a
-/// single rank, so it still accumulates), state fractions proportional to
-/// 2, 3, 4, .... `None` when `global_batch < ranks`.
-pub fn demo_plan(ranks: usize, global_batch: u32) -> Option<Plan> {
+/// The default uneven plan of `ranks` ranks for `global_batch` samples
+/// under `strategy`: batches proportional to 3, 5, 7, ... (largest
+/// remainders, at least 1 each), micro-batch counts 1, 2, 3, ... (at most
+/// the batch; 2 for a single rank, so it still accumulates), state
+/// fractions proportional to 2, 3, 4, ... inside each shard group (the
+/// same at each position of every group). `None` when `global_batch <
+/// ranks`.
+pub fn demo_plan(
+    ranks: usize,
+    global_batch: u32,
+    strategy: sim::strategy::Strategy,
+) -> Option<Plan> {
     if ranks == 0 || (global_batch as usize) < ranks {
         return None;
     }
@@ -153,15 +169,16 @@ pub fn demo_plan(ranks: usize, global_batch: u32) -> Option<Plan> {
         left -= 1;
         k += 1;
     }
-    let fr = profile::ramp(ranks);
+    let g = strategy.groups(ranks).group_size.max(1);
+    let fr = profile::ramp(g);
     // One rank alone still accumulates gradients (2 micro-batches).
     let first = if ranks == 1 { 2 } else { 1 };
     let gpus = (0..ranks)
-        .map(|i| sim::plan::RankPlan::new(b[i], (i as u32 + first).min(b[i]), fr[i]))
+        .map(|i| sim::plan::RankPlan::new(b[i], (i as u32 + first).min(b[i]), fr[i % g]))
         .collect();
     Some(Plan {
         planner: "demo-uneven".into(),
-        strategy: sim::strategy::Strategy::cephalo(ranks as u32, sim::strategy::Attention::Eager),
+        strategy,
         gpus,
     })
 }
@@ -214,6 +231,13 @@ pub struct ValidateOutput {
     /// CPU use of other processes on the host while profiling and while
     /// training, % of all cores (`null` where unknown or not profiled).
     pub background_cpu_pct: BackgroundLoad,
+    /// Other processes used more than [`BUSY_PCT`] of the host while this
+    /// measured, or the measured iterations spread by more than
+    /// [`SPREAD_LIMIT`]: the comparison says more about the machine than
+    /// about the model.
+    pub measurement_disturbed: bool,
+    /// (max - min) / median of the measured iterations.
+    pub iteration_spread: f64,
     /// Remarks (model adjustments, warnings).
     pub notes: Vec<String>,
 }
@@ -231,6 +255,28 @@ pub struct BackgroundLoad {
 /// disturbed, % of all cores.
 pub const BUSY_PCT: f64 = 5.0;
 
+/// Spread of the measured iterations ((max - min) / median) above which
+/// `validate` warns that the machine's speed changed while it measured.
+/// Iterations of one plan repeat the same work, so on a quiet machine
+/// they agree within a few percent (2% on the idle 2-core CPU host of
+/// exec/README.md); 15% means something outside the run took its share.
+pub const SPREAD_LIMIT: f64 = 0.15;
+
+/// (max - min) / median of `xs` (0 for fewer than two values).
+fn iteration_spread(xs: &[f64]) -> f64 {
+    if xs.len() < 2 {
+        return 0.0;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let median = v[v.len() / 2];
+    if median > 0.0 {
+        (v[v.len() - 1] - v[0]) / median
+    } else {
+        0.0
+    }
+}
+
 fn exec_err(e: ExecError) -> anyhow::Error {
     match e {
         ExecError::InvalidJob { .. } => UserError(e.to_string()).into(),
@@ -238,9 +284,46 @@ fn exec_err(e: ExecError) -> anyhow::Error {
     }
 }
 
-fn user_plan(args: &Args) -> Result<Option<(Plan, String)>> {
+/// The strategy of the run: the `--plan` file's (checked against the
+/// flags) or the flags' on this cluster, and the plan file if one is given.
+fn resolve_strategy(
+    args: &Args,
+    cluster: &Cluster,
+    dtype: sim::dtype::Dtype,
+) -> Result<(sim::strategy::Strategy, Option<(Plan, String)>)> {
+    let spec = args.strategy.spec()?;
+    let ctx = sim::strategy::StrategyContext {
+        cluster,
+        dtype,
+        // The trainer's blocks use eager attention.
+        profile_attention: sim::strategy::Attention::Eager,
+    };
+    if let Some(path) = &args.plan {
+        let origin = path.display().to_string();
+        let file = sim::plan::PlanFile::from_json(&load::read_text(path)?, &origin)?;
+        let strategy = match file.strategy {
+            Some(s) => {
+                spec.check_agrees(&s, &origin)?;
+                s
+            }
+            None => spec.resolve(&ctx)?,
+        };
+        sim::strategy::validate(&strategy, cluster)?;
+        return Ok((strategy, Some((file.into_plan(strategy), origin))));
+    }
+    Ok((spec.resolve(&ctx)?, None))
+}
+
+fn user_plan(
+    args: &Args,
+    strategy: sim::strategy::Strategy,
+    file: Option<(Plan, String)>,
+) -> Result<Option<(Plan, String)>> {
     if args.planner.is_some() {
         return Ok(None);
+    }
+    if file.is_some() {
+        return Ok(file);
     }
     let ranks = args.ranks;
     match &args.batch {
@@ -249,10 +332,17 @@ fn user_plan(args: &Args) -> Result<Option<(Plan, String)>> {
                 Some(m) => m.clone(),
                 None => batch.iter().map(|&b| u32::from(b > 0)).collect(),
             };
-            let plan = Plan::from_lists(batch, &micro, args.state_fractions.as_deref(), "--batch")?;
+            let fr = args.state_fractions.as_deref();
+            let mut plan = Plan::from_lists(batch, &micro, fr, "--batch")?.with_strategy(strategy);
+            if fr.is_none() {
+                let even = sim::planner::even_fractions(&strategy, ranks);
+                for (g, f) in plan.gpus.iter_mut().zip(even) {
+                    g.state_fraction = f;
+                }
+            }
             Ok(Some((plan, "--batch / --microbatches / --state-fractions".into())))
         }
-        None => match demo_plan(ranks, args.global_batch) {
+        None => match demo_plan(ranks, args.global_batch, strategy) {
             Some(p) => Ok(Some((
                 p,
                 "default uneven demo plan: batches proportional to 3, 5, 7, ..., micro-batch counts 1, 2, 3, ..., state fractions proportional to 2, 3, 4, ...".into(),
@@ -284,6 +374,12 @@ fn table(o: &ValidateOutput) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let c = &o.comparison;
+    if o.measurement_disturbed {
+        let _ = writeln!(
+            s,
+            "WARNING: the machine was busy or changed speed while this measured (see the notes): do not trust this comparison; rerun on a quiet machine"
+        );
+    }
     let _ = writeln!(
         s,
         "validate: {} on {} x {} ({}, seq {}, global batch {}), {} iterations after {} warm-up, {} thread(s) per rank",
@@ -404,7 +500,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(name) => Some(planner::by_name(name, "--planner")?),
         None => None,
     };
-    let fixed = user_plan(&args)?;
+    let list = vec![gpu.as_str(); args.ranks].join(",");
+    let cluster = Cluster::from_gpu_list(&list, "--device", GpuCatalog::builtin())?;
+    let (strategy, file) = resolve_strategy(&args, &cluster, dtype)?;
+    let fixed = user_plan(&args, strategy, file)?;
     if let Some((plan, origin)) = &fixed {
         plan.validate(args.ranks, args.global_batch, origin)?;
         let job = sim_glue::job_from_plan(plan, &cfg, &settings).map_err(exec_err)?;
@@ -484,8 +583,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
 
     // 3. Cost model, plan, prediction.
-    let list = vec![gpu.as_str(); args.ranks].join(",");
-    let cluster = Cluster::from_gpu_list(&list, "--device", GpuCatalog::builtin())?;
     let workload = Workload {
         cluster,
         model: spec.clone(),
@@ -514,9 +611,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         notes.push("no measured embedding / head / optimizer times: they are estimated".into());
     }
     notes.extend(costs.warnings.iter().cloned());
+    // The trainer issues every collective synchronously.
     let sim_opts = SimOptions {
         trace: false,
         prefetch: false,
+        blocking_collectives: true,
         ..SimOptions::default()
     };
     let (plan, plan_source) = match (fixed, planner) {
@@ -527,11 +626,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 options: sim_opts,
             };
             let popts = PlannerOptions::default();
-            // The trainer runs Cephalo's strategy: pin it.
-            let pins = sim::strategy::StrategySpec::pinned(&sim::strategy::Strategy::cephalo(
-                args.ranks as u32,
-                costs.profile_attention(),
-            ));
+            // The planner plans for the strategy the trainer runs.
+            let pins = sim::strategy::StrategySpec::pinned(&strategy);
             let problem = Problem {
                 costs: &costs,
                 profiles: &profiles,
@@ -560,11 +656,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .map_err(exec_err)
         .context("training the plan")?;
     let bg_run = probe.and_then(|p| p.others_pct());
+    let mut disturbed = false;
     for (what, pct) in [("profiling", bg_profile), ("training", bg_run)] {
         if let Some(p) = pct.filter(|p| *p > BUSY_PCT) {
-            notes.push(format!(
+            let msg = format!(
                 "other processes used {p:.0}% of the host's CPU time while {what}: the measurement was disturbed"
-            ));
+            );
+            eprintln!("WARNING: {msg}");
+            notes.push(msg);
+            disturbed = true;
         }
     }
     let built: Vec<u64> = report.unit_params.iter().map(|&p| p as u64).collect();
@@ -578,6 +678,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
     // 5. Comparison.
     let measured = sim_glue::measured_report(&report);
+    // Load the probe cannot see (other tenants of a shared host, clock
+    // changes) shows as iterations of one plan taking different times.
+    let spread = iteration_spread(&measured.iteration_ms_each);
+    if measured.iteration_ms_each.len() >= 3 && spread > SPREAD_LIMIT {
+        let msg = format!(
+            "the measured iterations differ by {:.0}% of their median (more than {:.0}%): the machine's speed changed while it measured",
+            spread * 100.0,
+            SPREAD_LIMIT * 100.0
+        );
+        eprintln!("WARNING: {msg}");
+        notes.push(msg);
+        disturbed = true;
+    }
     let comparison = sim_glue::compare(&predicted, &measured);
     let out = ValidateOutput {
         format: "cephalo-validate/1",
@@ -605,6 +718,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             profile: bg_profile,
             run: bg_run,
         },
+        measurement_disturbed: disturbed,
+        iteration_spread: spread,
         notes,
     };
     match args.format {
@@ -641,19 +756,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn spread_of_iterations() {
+        assert_eq!(iteration_spread(&[100.0]), 0.0);
+        assert!((iteration_spread(&[100.0, 110.0, 90.0]) - 0.2).abs() < 1e-12);
+        assert!(iteration_spread(&[2611.2, 2643.8, 3759.4]) > SPREAD_LIMIT);
+    }
+
+    #[test]
     fn demo_plan_is_uneven_with_accumulation() {
-        let p = demo_plan(2, 8).unwrap();
+        let cephalo =
+            |r: usize| sim::strategy::Strategy::cephalo(r as u32, sim::strategy::Attention::Eager);
+        let p = demo_plan(2, 8, cephalo(2)).unwrap();
         let b: Vec<u32> = p.gpus.iter().map(|g| g.batch).collect();
         let n: Vec<u32> = p.gpus.iter().map(|g| g.microbatches).collect();
         assert_eq!(b, vec![3, 5]);
         assert_eq!(n, vec![1, 2]);
         assert!((p.gpus[0].state_fraction - 0.4).abs() < 1e-12);
         for (r, gb) in [(1, 1), (3, 3), (3, 16), (4, 100), (2, 2)] {
-            let p = demo_plan(r, gb).unwrap();
+            let p = demo_plan(r, gb, cephalo(r)).unwrap();
             p.validate(r, gb, "t").unwrap();
         }
-        assert!(demo_plan(3, 2).is_none());
-        let one = demo_plan(1, 8).unwrap();
+        assert!(demo_plan(3, 2, cephalo(3)).is_none());
+        // Hybrid: fractions ramp inside each group, the same per position.
+        let hybrid = sim::strategy::Strategy {
+            sharding: sim::strategy::Sharding::Hybrid,
+            shard_group: 2,
+            ..cephalo(4)
+        };
+        let h = demo_plan(4, 16, hybrid).unwrap();
+        h.validate(4, 16, "t").unwrap();
+        assert_eq!(h.gpus[0].state_fraction, h.gpus[2].state_fraction);
+        let one = demo_plan(1, 8, cephalo(1)).unwrap();
         assert_eq!((one.gpus[0].batch, one.gpus[0].microbatches), (8, 2));
     }
 }

@@ -117,8 +117,14 @@ fn profile_is_cephalo_profile_1_and_loads_in_simulate_and_plan() {
     );
     assert!(p["units"][0]["optimizer_ms_per_mparam"].as_f64().unwrap() > 0.0);
     let colls = p["collectives"].as_array().unwrap();
-    // 2 ops x (3 unit sizes + 1, 4, 16 MiB) x (even, ramp) splits
-    assert_eq!(colls.len(), 24, "{colls:?}");
+    // (3 unit sizes + 1, 4, 16 MiB) x (2 ops x (even, ramp) splits + one
+    // all-reduce)
+    assert_eq!(colls.len(), 30, "{colls:?}");
+    assert_eq!(
+        colls.iter().filter(|c| c["kind"] == "all_reduce").count(),
+        6,
+        "{colls:?}"
+    );
     assert!(colls.iter().any(|c| c["imbalance"].as_f64().unwrap() > 1.1));
 
     let prof = path.to_str().unwrap();
@@ -328,6 +334,14 @@ fn bad_plans_exit_2_before_any_rank_starts() {
             vec!["--batch", "3,5", "--microbatches", "4,1"],
             "microbatches",
         ),
+        // A hybrid group that does not divide the ranks.
+        (
+            vec!["--sharding", "hybrid", "--shard-group", "3"],
+            "shard_group",
+        ),
+        // Strategies the trainer cannot run say why.
+        (vec!["--checkpointing", "selective"], "saved-tensor hooks"),
+        (vec!["--reduce-dtype", "bf16"], "16-bit floating-point sum"),
     ] {
         let mut args = base.to_vec();
         args.extend(extra.iter().copied());
@@ -337,6 +351,40 @@ fn bad_plans_exit_2_before_any_rank_starts() {
         assert!(!o.stderr.contains("profiling"), "{extra:?}: a rank started");
         assert!(o.secs < 10.0, "{extra:?}: took {:.1} s", o.secs);
     }
+    // Fractions that do not sum to 1 inside each hybrid group (4 ranks).
+    let o = run(&[
+        "validate",
+        "--model",
+        "gpt-tiny",
+        "--global-batch",
+        "8",
+        "--ranks",
+        "4",
+        "--sharding",
+        "hybrid",
+        "--shard-group",
+        "2",
+        "--batch",
+        "2,2,2,2",
+        "--state-fractions",
+        "0.25,0.25,0.25,0.25",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("shard group 0"), "{}", o.stderr);
+    assert!(!o.stderr.contains("profiling"), "a rank started");
+    // A plan file whose strategy disagrees with the flags.
+    let plan = tmp("ddp-plan.json");
+    std::fs::write(
+        &plan,
+        r#"{"planner": "manual", "strategy": {"sharding": "none", "shard_group": 2, "accumulation": "layered", "checkpointing": "full", "offload": "none", "param_dtype": "fp32", "reduce_dtype": "fp32", "attention": "eager"}, "gpus": [{"batch": 3, "microbatches": 1, "microbatch_size": 3, "state_fraction": 0.5}, {"batch": 5, "microbatches": 1, "microbatch_size": 5, "state_fraction": 0.5}]}"#,
+    )
+    .unwrap();
+    let mut args = base.to_vec();
+    args.extend(["--plan", plan.to_str().unwrap(), "--sharding", "full"]);
+    let o = run(&args);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("sharding"), "{}", o.stderr);
+    assert!(!o.stderr.contains("profiling"), "a rank started");
     // Unknown model and a CPU half-precision request: exit 2 as well.
     let o = run(&["validate", "--model", "gpt-9000b", "--global-batch", "8"]);
     assert_eq!(o.code, 2, "{}", o.stderr);

@@ -13,6 +13,10 @@ pub(crate) fn job(plan: &[(usize, usize, f64)], model: BlockConfig) -> Job {
                 state_fraction,
             })
             .collect(),
+        strategy: sim::strategy::Strategy::cephalo(
+            plan.len() as u32,
+            sim::strategy::Attention::Eager,
+        ),
         iterations: 3,
         warmup_iterations: 0,
         adam: AdamConfig::default(),

@@ -270,11 +270,11 @@ pub fn import(
     }
     for (i, c) in file.collectives.iter().enumerate() {
         let f = format!("collectives[{i}]");
-        if c.kind != "all_gather" && c.kind != "reduce_scatter" {
+        if crate::comm::CollectiveKind::parse(&c.kind).is_none() {
             return Err(SpecError::invalid(
                 origin,
                 format!("{f}.kind"),
-                "expected all_gather or reduce_scatter",
+                "expected all_gather, reduce_scatter or all_reduce",
             ));
         }
         let ok = |x: f64, lo: f64| x.is_finite() && x >= lo;

@@ -206,6 +206,10 @@ struct Builder<'d, 'a, 's, S: Sink> {
     pending: Vec<(u32, f64)>,
     /// Per rank: whether its ops are emitted (`None`: every rank's).
     simulated: Option<&'d [bool]>,
+    /// Collectives block their ranks' next compute op.
+    blocking: bool,
+    /// Per rank: the collective its next compute op waits for (blocking).
+    blocked_by: Vec<Option<OpId>>,
 }
 
 impl<S: Sink> Builder<'_, '_, '_, S> {
@@ -298,7 +302,17 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
                 delta_bytes: m.bytes,
             });
         }
-        let op = self.g.op(rank as u32, stream, dur, deps, label, &self.mems);
+        let op = match self.blocked_by[rank].take() {
+            Some(c) if stream == Stream::Compute => {
+                let mut all = deps.to_vec();
+                all.push(c);
+                self.g.op(rank as u32, stream, dur, &all, label, &self.mems)
+            }
+            other => {
+                self.blocked_by[rank] = other;
+                self.g.op(rank as u32, stream, dur, deps, label, &self.mems)
+            }
+        };
         if self.contention && stream == Stream::Copy && dur.0 > 0 {
             let to_host = label.category == Category::CopyD2H;
             if let Some(share) = self.d.costs.host_copy_share(rank, to_host) {
@@ -321,6 +335,11 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
     ) -> OpId {
         let r32: Vec<u32> = ranks.iter().map(|&r| r as u32).collect();
         let op = self.g.collective(&r32, stream, dur, deps, label, mems);
+        if self.blocking {
+            for &r in ranks {
+                self.blocked_by[r] = Some(op);
+            }
+        }
         let shares = self.take_shares(dur);
         if !shares.is_empty() {
             self.g.shares(op, &shares);
@@ -436,6 +455,11 @@ pub struct Lowering<'a> {
     /// Emit only the ranks these classes simulate (`None`: every rank).
     /// Collectives keep the full group's duration.
     pub classes: Option<&'a NodeClasses>,
+    /// Every collective blocks its ranks' next compute (a trainer that
+    /// issues collectives synchronously, as `exec`'s does). CPU ranks
+    /// always block ([`crate::cost::CostModel::comm_overlaps_compute`]):
+    /// MPI moves their data with the cores that compute.
+    pub blocking_collectives: bool,
 }
 
 /// Builds the engine graph of `d` lowered as `how` says.
@@ -504,6 +528,8 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, how: &Lowering<'_>, g: &mut S) -
         contention,
         pending: Vec::new(),
         simulated: how.classes.map(|c| &c.simulated[..]),
+        blocking: how.blocking_collectives || !d.costs.comm_overlaps_compute(),
+        blocked_by: vec![None; d.ranks()],
     };
     let ahead = usize::from(prefetch && d.costs.comm_overlaps_compute());
     let mut ag: Vec<Option<Vec<Option<OpId>>>> = vec![None; np];

@@ -118,6 +118,21 @@ pub struct Phase {
     pub grad_alloc: bool,
 }
 
+/// The phases of one iteration of `strategy` over a model of `layers`
+/// blocks in `passes` micro-batch passes (layered schedules have one pass
+/// whatever the count): the order, and per phase whether it gathers,
+/// reshards, reduces and allocates gradients. The simulator and the real
+/// trainer (`exec`) both run this list.
+pub fn phases(strategy: &Strategy, layers: u32, passes: u32) -> Vec<Phase> {
+    let slots = match strategy.accumulation {
+        Accumulation::Layered => layered::phases(layers),
+        Accumulation::NoSync | Accumulation::Sync => {
+            microbatch::phases(layers, passes, strategy.accumulation)
+        }
+    };
+    place_sharding(strategy, slots, passes)
+}
+
 /// Where the sharding places an accumulation style's phase slots: the
 /// gather / reshard flags of the module table.
 fn place_sharding(s: &Strategy, slots: Vec<Phase>, passes: u32) -> Vec<Phase> {
@@ -414,14 +429,7 @@ impl<'a> Schedule<'a> {
     /// The phases of an iteration of `passes` micro-batch passes (layered
     /// schedules have one pass whatever the count).
     pub fn phases(&self, passes: u32) -> Vec<Phase> {
-        let s = &self.strategy;
-        let slots = match s.accumulation {
-            Accumulation::Layered => layered::phases(self.layers()),
-            Accumulation::NoSync | Accumulation::Sync => {
-                microbatch::phases(self.layers(), passes, s.accumulation)
-            }
-        };
-        place_sharding(s, slots, passes)
+        phases(&self.strategy, self.layers(), passes)
     }
 
     /// Costs of a micro-batch of `m` samples on `rank`'s GPU.
