@@ -4,6 +4,8 @@
 //! turns errors into exit codes: 0 success (an out-of-memory plan is a valid
 //! answer), 2 bad input or infeasible workload, 1 internal failure.
 
+#[macro_use]
+mod out;
 mod cli;
 mod load;
 
@@ -14,6 +16,8 @@ fn main() -> ExitCode {
     let args = cli::Cli::parse();
     match cli::run(args) {
         Ok(code) => code,
+        // `| head` closed the pipe: the reader has what it wanted.
+        Err(e) if e.is::<out::ClosedStdout>() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(cli::exit_code(&e))

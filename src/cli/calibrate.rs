@@ -233,15 +233,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
         &a.report_dir.join("cv_report.json"),
         &(serde_json::to_string_pretty(&run.report)? + "\n"),
     )?;
-    print!("{md}");
-    println!("\nwrote {}", a.out.display());
-    println!(
+    out!("{md}");
+    outln!("\nwrote {}", a.out.display());
+    outln!(
         "wrote {}/cv_report.md, cv_report.json",
         a.report_dir.display()
     );
     if !a.no_figures {
         for p in figures(&run.report, &a.report_dir)? {
-            println!("wrote {}", p.display());
+            outln!("wrote {}", p.display());
         }
     }
     Ok(ExitCode::SUCCESS)

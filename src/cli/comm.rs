@@ -116,16 +116,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let rows = comm_sweep(&cluster, comm.as_ref(), kind, &ranks, &sizes)?;
     match args.format {
         Format::Table => {
-            println!(
+            outln!(
                 "# {} over {} ranks of {} ({})",
                 kind.name(),
                 ranks.len(),
                 cluster.name,
                 comm.describe()
             );
-            print!("{}", comm_table(&rows));
+            out!("{}", comm_table(&rows));
         }
-        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&rows)?),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -79,9 +79,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     }
     match args.format {
-        Format::Json => print!("{}", cmp.to_json()),
-        Format::Csv => print!("{}", cmp.to_csv()),
-        Format::Table => print!("{}", cmp.to_table()),
+        Format::Json => out!("{}", cmp.to_json()),
+        Format::Csv => out!("{}", cmp.to_csv()),
+        Format::Table => out!("{}", cmp.to_table()),
     }
     match cmp.native_error {
         Some(e) => Err(e.into()),

@@ -473,9 +473,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Format::Json => {
             let mut s = serde_json::to_string_pretty(&out)?;
             s.push('\n');
-            print!("{s}");
+            out!("{s}");
         }
-        Format::Table => print!("{}", table(&out, pl.summary())),
+        Format::Table => out!("{}", table(&out, pl.summary())),
     }
     Ok(ExitCode::SUCCESS)
 }

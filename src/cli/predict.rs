@@ -201,22 +201,31 @@ pub fn run(a: Args) -> Result<ExitCode> {
         });
     }
     match a.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&rows)?),
         Format::Table => {
-            println!(
+            outln!(
                 "{} on {}, {} tokens/sample, {}; ms per block",
-                model.name, gpu.name, seq, dtype
+                model.name,
+                gpu.name,
+                seq,
+                dtype
             );
-            println!("time source: {}", rows[0].time_source);
-            println!("memory source: {}", rows[0].mem_source);
-            println!(
+            outln!("time source: {}", rows[0].time_source);
+            outln!("memory source: {}", rows[0].mem_source);
+            outln!(
                 "{:>6} {:>12} {:>12} {:>14}",
-                "batch", "fwd_ms", "bwd_ms", "act_mem_gib"
+                "batch",
+                "fwd_ms",
+                "bwd_ms",
+                "act_mem_gib"
             );
             for r in &rows {
-                println!(
+                outln!(
                     "{:>6} {:>12.3} {:>12.3} {:>14.3}",
-                    r.batch, r.fwd_ms, r.bwd_ms, r.act_mem_gib
+                    r.batch,
+                    r.fwd_ms,
+                    r.bwd_ms,
+                    r.act_mem_gib
                 );
             }
         }

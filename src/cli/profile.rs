@@ -446,7 +446,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 path.display()
             ))
         })?,
-        None => print!("{text}"),
+        None => out!("{text}"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -158,8 +158,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         })?;
     }
     match args.format {
-        Format::Json => print!("{}", report.to_json()),
-        Format::Table => print!("{}", report.to_table()),
+        Format::Json => out!("{}", report.to_json()),
+        Format::Table => out!("{}", report.to_table()),
     }
     Ok(ExitCode::SUCCESS)
 }

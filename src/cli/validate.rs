@@ -726,9 +726,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Format::Json => {
             let mut s = serde_json::to_string_pretty(&out).context("serialising the output")?;
             s.push('\n');
-            print!("{s}");
+            out!("{s}");
         }
-        Format::Table => print!("{}", table(&out)),
+        Format::Table => out!("{}", table(&out)),
     }
     Ok(ExitCode::SUCCESS)
 }

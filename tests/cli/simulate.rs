@@ -428,3 +428,41 @@ fn cost_per_million_tokens_follows_prices() {
     let v: Value = serde_json::from_str(&unpriced.stdout).unwrap();
     assert!(v["price_per_hour_usd"].is_null() && v["usd_per_million_tokens"].is_null());
 }
+
+#[test]
+fn a_closed_or_full_stdout_is_not_a_panic() {
+    use std::process::{Command, Stdio};
+    let bin = assert_cmd::cargo::cargo_bin("cephalo");
+    let args = [
+        "simulate",
+        "--gpus",
+        "l4,l4,a6000,p40",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "16",
+        "--batch",
+        "4,4,4,4",
+    ];
+    // `| head -c 0`: the reader is gone before the report is written (the
+    // process has to start and simulate first).
+    let mut child = Command::new(&bin)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // A full disk behind the redirect: exit 1 naming stdout.
+    if let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") {
+        let o = Command::new(&bin).args(args).stdout(full).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("cannot write to stdout"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
