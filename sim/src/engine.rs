@@ -719,6 +719,7 @@ pub fn run(graph: &Graph, observer: &mut dyn Observer) -> Result<RunStats, SimEr
             mark: vec![false; slots],
         },
         dynamic_events: 0,
+        overflow: None,
     };
 
     // Time zero: every stream hands its token to its first op.
@@ -776,6 +777,12 @@ pub fn run(graph: &Graph, observer: &mut dyn Observer) -> Result<RunStats, SimEr
         }
     }
 
+    if let Some(op) = state.overflow {
+        return Err(SimError::TimeOverflow {
+            op,
+            name: graph.name(graph.ops[op as usize].label.name).to_string(),
+        });
+    }
     if finished < n {
         return Err(deadlock(graph, &pending, &parts, n - finished));
     }
@@ -890,9 +897,23 @@ struct RunState<'g, 'o> {
     start_ns: Vec<u64>,
     dynamic: Dynamic,
     dynamic_events: u64,
+    /// First op whose end did not fit the clock.
+    overflow: Option<u32>,
 }
 
 impl RunState<'_, '_> {
+    /// `now + dur`, remembering the first op whose end does not fit the
+    /// clock (`run` then fails with [`SimError::TimeOverflow`]).
+    fn end_at(&mut self, op: u32, now: u64, dur: u64) -> u64 {
+        match now.checked_add(dur).filter(|&e| e < u64::MAX) {
+            Some(e) => e,
+            None => {
+                self.overflow.get_or_insert(op);
+                u64::MAX
+            }
+        }
+    }
+
     fn push_end(&mut self, op: u32, end: u64) -> u32 {
         let seq = self.seq;
         let key = (end as u128) << 64 | (seq as u128) << 32 | op as u128;
@@ -936,7 +957,7 @@ impl RunState<'_, '_> {
         let comm = self.counts_as_comm(op, first);
         let interferes = self.interferes(op);
         if first == NONE || (shares.is_empty() && !interferes) {
-            let end = now + data.duration_ns;
+            let end = self.end_at(op, now, data.duration_ns);
             self.makespan = self.makespan.max(end);
             self.push_end(op, end);
         } else {
@@ -1062,7 +1083,7 @@ impl RunState<'_, '_> {
             run.remaining_ns = (run.remaining_ns - elapsed / run.slowdown).max(0.0);
             run.last = now;
             run.slowdown = slowdown;
-            let end = now + (run.remaining_ns * slowdown).ceil() as u64;
+            let end = self.end_at(run.op, now, (run.remaining_ns * slowdown).ceil() as u64);
             if !fresh {
                 self.dynamic_events += 1;
             }
@@ -1254,6 +1275,26 @@ mod tests {
                 events: 0
             }
         );
+    }
+
+    #[test]
+    fn a_time_past_the_clock_is_an_error_not_a_wrap() {
+        let mut g = Graph::new();
+        let l = g.label(Category::Forward, "huge");
+        let a = g.add_op(0, Stream::Compute, SimTime(u64::MAX / 2 + 1), &[], l, &[]);
+        g.add_op(0, Stream::Compute, SimTime(u64::MAX / 2 + 1), &[a], l, &[]);
+        match run(&g, &mut NullObserver) {
+            Err(SimError::TimeOverflow { op, name }) => {
+                assert_eq!((op, name.as_str()), (1, "huge"))
+            }
+            other => panic!("expected an overflow error, got {other:?}"),
+        }
+        let mut g = Graph::new();
+        g.add_op(0, Stream::Compute, SimTime::MAX, &[], l, &[]);
+        assert!(matches!(
+            run(&g, &mut NullObserver),
+            Err(SimError::TimeOverflow { .. })
+        ));
     }
 
     #[test]

@@ -115,10 +115,11 @@ pub enum PlanError {
     /// Input specs were bad.
     #[error(transparent)]
     Spec(#[from] SpecError),
-    /// The simulator could not run the plan's task graph (an internal bug,
-    /// never caused by user input: plan graphs are acyclic by construction).
+    /// The simulator could not run the plan's task graph: a simulated time
+    /// that does not fit the clock (absurd input durations), or an
+    /// internal bug (plan graphs are acyclic by construction).
     #[error("simulator: {0}")]
-    Sim(#[from] SimError),
+    Sim(SimError),
 }
 
 impl PlanError {
@@ -133,6 +134,12 @@ impl PlanError {
             field: field.into(),
             message: message.into(),
         }
+    }
+}
+
+impl From<SimError> for PlanError {
+    fn from(e: SimError) -> PlanError {
+        PlanError::Sim(e)
     }
 }
 
@@ -158,6 +165,16 @@ pub enum SimError {
         op: u32,
         /// The unknown op id.
         dep: u32,
+    },
+    /// A simulated time does not fit the engine's clock (2^64 ns, about
+    /// 584 years): some duration is absurd (a profile time, a bandwidth
+    /// near zero). Never reported as a small number.
+    #[error("op {op} (`{name}`) ends after 2^64 ns (about 584 years) of simulated time: a duration is absurdly large (check the profile times and bandwidths it comes from)")]
+    TimeOverflow {
+        /// The op whose end does not fit.
+        op: u32,
+        /// Its name.
+        name: String,
     },
     /// An op is issued twice on the same stream.
     #[error("op {op} issued twice on rank {rank} stream {stream}")]

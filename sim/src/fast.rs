@@ -72,7 +72,7 @@ impl Timeline {
     }
 
     fn push(&mut self, start: u64, dur: SimTime, mems: &[MemChange]) -> (OpId, u64) {
-        let end = start + dur.0;
+        let end = start.saturating_add(dur.0);
         let id = OpId(self.end.len() as u32);
         self.end.push(end);
         for m in mems {
@@ -321,7 +321,7 @@ pub fn rank_peak(
                  dev: &mut Vec<(u64, i64)>,
                  host: &mut Vec<(u64, i64)>| {
         let start = (*copy).max(after);
-        let end = start + c.dur.0;
+        let end = start.saturating_add(c.dur.0);
         add(dev, start, end, &c.mem, false);
         add(host, start, end, &c.mem, true);
         *copy = end;
@@ -378,7 +378,7 @@ pub fn rank_peak(
             }
             let mut t = ready;
             for w in st.works() {
-                let end = t + w.dur.0;
+                let end = t.saturating_add(w.dur.0);
                 add(&mut dev, t, end, &w.mem, false);
                 t = end;
             }

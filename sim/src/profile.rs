@@ -287,6 +287,7 @@ impl MemoryProfile {
 
 /// Measured time of one collective (for the measured-table communication mode).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CollectiveSample {
     /// `all_gather` or `reduce_scatter`.
     pub kind: String,

@@ -20,7 +20,12 @@ impl SimTime {
     /// Time zero.
     pub const ZERO: SimTime = SimTime(0);
 
-    /// Converts milliseconds (non-negative, finite) to nanoseconds, rounding to nearest.
+    /// The largest time: what a duration too long for the clock saturates
+    /// to; the engine reports an op ending there as an error.
+    pub const MAX: SimTime = SimTime(u64::MAX);
+
+    /// Converts milliseconds (non-negative, finite) to nanoseconds, rounding
+    /// to nearest; more than the clock holds saturates at [`SimTime::MAX`].
     pub fn from_ms(ms: f64) -> SimTime {
         debug_assert!(ms.is_finite() && ms >= 0.0, "bad duration {ms} ms");
         SimTime((ms.max(0.0) * 1e6).round() as u64)
@@ -34,8 +39,9 @@ impl SimTime {
 
 impl std::ops::Add for SimTime {
     type Output = SimTime;
+    /// Saturates at [`SimTime::MAX`] (never wraps to a small time).
     fn add(self, rhs: SimTime) -> SimTime {
-        SimTime(self.0 + rhs.0)
+        SimTime(self.0.saturating_add(rhs.0))
     }
 }
 
@@ -72,6 +78,12 @@ mod tests {
     fn simtime_roundtrip() {
         assert_eq!(SimTime::from_ms(1.5).0, 1_500_000);
         assert!((SimTime::from_ms(2.25).as_ms() - 2.25).abs() < 1e-12);
+    }
+
+    #[test]
+    fn huge_times_saturate() {
+        assert_eq!(SimTime::from_ms(1e300), SimTime::MAX);
+        assert_eq!(SimTime::from_ms(1e300) + SimTime(5), SimTime::MAX);
     }
 
     #[test]

@@ -466,3 +466,32 @@ fn a_closed_or_full_stdout_is_not_a_panic() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn an_absurd_duration_is_an_error_not_a_small_number() {
+    // 1e-290 Gbit/s between nodes: collectives of ~1e290 ms, past the
+    // engine's 584-year clock. It must not wrap into a small time.
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let f = dir.join("absurd-network.toml");
+    std::fs::write(
+        &f,
+        "[network]\nbw_gbit_s = 1e-290\n[[nodes]]\ngpus = [{ type = \"a100-80gb\", count = 2 }]\n[[nodes]]\ngpus = [{ type = \"a100-80gb\", count = 2 }]\n",
+    )
+    .unwrap();
+    let o = crate::common::run(&[
+        "simulate",
+        "--cluster",
+        f.to_str().unwrap(),
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "16",
+        "--batch",
+        "4,4,4,4",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("584 years"), "{}", o.stderr);
+    assert!(!o.stdout.contains("18446744073709"), "{}", o.stdout);
+}

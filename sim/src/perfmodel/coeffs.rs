@@ -338,6 +338,7 @@ impl MemTheta {
 
 /// A value per math path.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PerPath {
     /// Tensor-core path (fp16/bf16 on GPUs with tensor cores).
     pub tensor: f64,
@@ -347,6 +348,7 @@ pub struct PerPath {
 
 /// A value per math path, absent where no data was fitted.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PerPathOpt {
     /// Tensor-core path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -358,6 +360,7 @@ pub struct PerPathOpt {
 
 /// Bytes of weight traffic per block parameter per pass.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WeightBytes {
     /// Forward, fp16/bf16 autocast.
     pub fwd_half: f64,
@@ -371,6 +374,7 @@ pub struct WeightBytes {
 
 /// Physical time coefficients (see the module doc for the formula).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TimeCoefficients {
     /// Asymptotic fraction of dense peak reached by block matmuls, per arch
     /// class and math path (only pairs with measurements).
@@ -423,6 +427,7 @@ pub struct TimeCoefficients {
 
 /// Physical memory coefficients (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MemoryCoefficients {
     /// Fixed GiB (allocator, workspace).
     pub fixed_gib: f64,
@@ -444,6 +449,7 @@ pub struct MemoryCoefficients {
 
 /// What a calibration was fitted on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 pub struct Provenance {
     /// Where the measurements came from (directory as given).
     pub reference: String,
@@ -459,6 +465,7 @@ pub struct Provenance {
 
 /// The calibration file (`cephalo-calibration/1`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Calibration {
     /// Format tag, `cephalo-calibration/1`.
     pub format: String,

@@ -349,3 +349,19 @@ impl Predictor for Calibrated {
 pub fn builtin() -> Box<dyn Predictor> {
     Box::new(Calibrated::builtin())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calibration_files_reject_unknown_fields() {
+        assert!(Calibrated::from_json(BUILTIN_CALIBRATION_JSON, "builtin").is_ok());
+        // A misspelt or foreign key anywhere is an error, not ignored.
+        let bad = BUILTIN_CALIBRATION_JSON.replacen('{', "{\"surprise\": 1, ", 1);
+        let e = Calibrated::from_json(&bad, "cal.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cal.json") && e.contains("surprise"), "{e}");
+    }
+}

@@ -332,9 +332,14 @@ pub struct Micro {
     phys_per_byte: f64,
 }
 
-/// A non-negative finite ms value as a duration (anything else is 0).
+/// A duration in ms as engine time: 0 for zero or negative, and an
+/// infinite or NaN one (a zero bandwidth, a broken fit) saturates at
+/// [`SimTime::MAX`], which the engine reports as an error rather than
+/// ever shortening it.
 pub fn dur(ms: f64) -> SimTime {
-    if ms.is_finite() && ms > 0.0 {
+    if ms.is_nan() || ms == f64::INFINITY {
+        SimTime::MAX
+    } else if ms > 0.0 {
         SimTime::from_ms(ms)
     } else {
         SimTime::ZERO
