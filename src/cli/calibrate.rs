@@ -23,9 +23,13 @@ pub struct Args {
     /// (`model_latencies.json`, `model_memory.json`) or cephalo-profile/1 files.
     #[arg(long, default_value = "../shared/reference-profiles")]
     pub reference: PathBuf,
-    /// Where to write the fitted coefficients.
-    #[arg(long, default_value = "profiles/calibration.json")]
+    /// Where to write the fitted coefficients (to replace the shipped
+    /// `profiles/calibration.json`, name it and add `--force`).
+    #[arg(long, default_value = "target/calibration.json")]
     pub out: PathBuf,
+    /// Replace an existing `--out` file.
+    #[arg(long)]
+    pub force: bool,
     /// Directory for the cross-validation report and figures
     /// (cv_report.json, cv_report.md, cv_*.png/svg).
     #[arg(long, default_value = "target/calibration-report")]
@@ -134,7 +138,7 @@ fn write(path: &Path, text: &str) -> Result<()> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("{}: cannot create directory", dir.display()))?;
     }
-    std::fs::write(path, text).with_context(|| format!("{}: cannot write", path.display()))
+    crate::out::write_atomic(path, text, "the output")
 }
 
 fn figures(report: &CvReport, dir: &Path) -> Result<Vec<PathBuf>> {
@@ -198,6 +202,18 @@ fn figures(report: &CvReport, dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// Runs `cephalo calibrate`.
 pub fn run(a: Args) -> Result<ExitCode> {
+    if a.out.exists() && !a.force {
+        return Err(UserError(format!(
+            "--out: {} exists; add --force to replace it (the shipped calibration is profiles/calibration.json)",
+            a.out.display()
+        ))
+        .into());
+    }
+    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("{}: cannot create directory", dir.display()))?;
+    }
+    crate::out::check_writable(&a.out, "the calibration (--out)")?;
     if !a.reference.exists() {
         return Err(UserError(format!(
             "--reference: {}: no such file or directory",

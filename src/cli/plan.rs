@@ -435,6 +435,9 @@ fn table(o: &PlanOutput, summary: &str) -> String {
 
 /// Runs the command.
 pub fn run(args: Args) -> Result<ExitCode> {
+    if let Some(p) = &args.out {
+        crate::out::check_writable(p, "the plan (--out)")?;
+    }
     let name = if args.compat {
         "cephalo-compat"
     } else {
@@ -462,12 +465,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let (planned, report) = (run.planned, run.report);
     let out = output(&res, &planned, &report);
     if let Some(path) = &args.out {
-        std::fs::write(path, planned.plan.to_json()).map_err(|e| {
-            UserError(format!(
-                "{}: cannot write the plan (--out): {e}",
-                path.display()
-            ))
-        })?;
+        crate::out::write_atomic(path, &planned.plan.to_json(), "the plan (--out)")?;
     }
     match args.format {
         Format::Json => {

@@ -437,15 +437,13 @@ pub fn measure(r: &Request) -> Result<NativeProfile> {
 /// Runs the command.
 pub fn run(args: Args) -> Result<ExitCode> {
     let req = args.request()?;
+    if let Some(p) = &args.out {
+        crate::out::check_writable(p, "the profile (--out)")?;
+    }
     let profile = measure(&req)?;
     let text = native::to_json(&profile);
     match &args.out {
-        Some(path) => std::fs::write(path, &text).map_err(|e| {
-            UserError(format!(
-                "{}: cannot write the profile (--out): {e}",
-                path.display()
-            ))
-        })?,
+        Some(path) => crate::out::write_atomic(path, &text, "the profile (--out)")?,
         None => out!("{text}"),
     }
     Ok(ExitCode::SUCCESS)

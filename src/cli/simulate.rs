@@ -115,6 +115,14 @@ fn resolve_plan(args: &Args, costs: &CostModel) -> Result<Plan> {
 
 /// Runs the command.
 pub fn run(args: Args) -> Result<ExitCode> {
+    for (p, what) in [
+        (&args.csv, "the CSV (--csv)"),
+        (&args.trace, "the trace (--trace)"),
+    ] {
+        if let Some(p) = p {
+            crate::out::check_writable(p, what)?;
+        }
+    }
     let resolved = args.workload.resolve()?;
     let costs = &resolved.costs;
     let plan = resolve_plan(&args, costs)?;
@@ -142,20 +150,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eprintln!("note: {others} warnings about other entries of the loaded profiles (not used here); --verbose lists them");
     }
     if let (Some(path), Some(trace)) = (&args.trace, &report.trace) {
-        std::fs::write(path, trace.to_json()).map_err(|e| {
-            UserError(format!(
-                "{}: cannot write the trace (--trace): {e}",
-                path.display()
-            ))
-        })?;
+        crate::out::write_atomic(path, &trace.to_json(), "the trace (--trace)")?;
     }
     if let Some(path) = &args.csv {
-        std::fs::write(path, report.to_csv()).map_err(|e| {
-            UserError(format!(
-                "{}: cannot write the CSV (--csv): {e}",
-                path.display()
-            ))
-        })?;
+        crate::out::write_atomic(path, &report.to_csv(), "the CSV (--csv)")?;
     }
     match args.format {
         Format::Json => out!("{}", report.to_json()),

@@ -460,6 +460,9 @@ fn table(o: &ValidateOutput) -> String {
 /// Runs the command.
 pub fn run(args: Args) -> Result<ExitCode> {
     // 1. Everything that can be checked without running anything.
+    if let Some(p) = &args.save_profile {
+        crate::out::check_writable(p, "the profile (--save-profile)")?;
+    }
     let spec = profile::model(&args.model, "--model")?;
     let seq_len = match args.seq_len {
         Some(0) => {
@@ -565,12 +568,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             bg_profile = probe.and_then(|p| p.others_pct());
             let text = sim::profile::native::to_json(&native);
             if let Some(path) = &args.save_profile {
-                std::fs::write(path, &text).map_err(|e| {
-                    UserError(format!(
-                        "{}: cannot write the profile (--save-profile): {e}",
-                        path.display()
-                    ))
-                })?;
+                crate::out::write_atomic(path, &text, "the profile (--save-profile)")?;
             }
             let set = sim::profile::native::import(
                 &text,

@@ -495,3 +495,63 @@ fn an_absurd_duration_is_an_error_not_a_small_number() {
     assert!(o.stderr.contains("584 years"), "{}", o.stderr);
     assert!(!o.stdout.contains("18446744073709"), "{}", o.stdout);
 }
+
+#[test]
+fn output_paths_are_checked_before_the_work() {
+    let run = crate::common::run;
+    let base = [
+        "--gpus",
+        "l4,l4",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "8",
+    ];
+    let with = |cmd: &str, extra: &[&str]| {
+        let mut a = vec![cmd];
+        a.extend(base);
+        a.extend(extra);
+        run(&a)
+    };
+    let o = with(
+        "simulate",
+        &["--batch", "4,4", "--csv", "/nonexistent-dir/x.csv"],
+    );
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("--csv") && o.stderr.contains("does not exist"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stdout.is_empty(),
+        "simulated before checking: {}",
+        o.stdout
+    );
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let o = with("plan", &["--out", dir.to_str().unwrap()]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("is a directory"), "{}", o.stderr);
+    // A plan written where it can be: complete JSON, no temporary left.
+    let f = dir.join("checked-plan.json");
+    let o = with("plan", &["--out", f.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(std::fs::read_to_string(&f)
+        .unwrap()
+        .trim_end()
+        .ends_with('}'));
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(left.is_empty(), "temporaries left: {left:?}");
+    // `calibrate` does not replace an existing file (the shipped one
+    // included) without --force.
+    let existing = dir.join("existing-calibration.json");
+    std::fs::write(&existing, "keep").unwrap();
+    let o = run(&["calibrate", "--out", existing.to_str().unwrap()]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--force"), "{}", o.stderr);
+    assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep");
+}
