@@ -554,6 +554,9 @@ impl Report {
                 g.compute_source.split(' ').next().unwrap_or("").to_string(),
             ]);
         }
+        if self.gpus.len() > GROUP_ROWS_ABOVE {
+            rows = group_rows(rows);
+        }
         let widths: Vec<usize> = (0..header.len())
             .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
             .collect();
@@ -572,16 +575,40 @@ impl Report {
         }
         s.push('\n');
         if self.hosts.iter().any(|h| h.peak_gib > 0.0) {
-            for h in &self.hosts {
-                let _ = writeln!(
-                    s,
-                    "host {} ({}): peak {:.2} GiB of {:.2} GiB{}",
-                    h.node,
-                    h.name,
+            let line = |h: &HostReport| {
+                format!(
+                    "peak {:.2} GiB of {:.2} GiB{}",
                     h.peak_gib,
                     h.capacity_gib,
                     if h.oom { "  OUT OF MEMORY" } else { "" }
-                );
+                )
+            };
+            let mut i = 0;
+            while i < self.hosts.len() {
+                let h = &self.hosts[i];
+                let mut j = i + 1;
+                // Large clusters: consecutive hosts that read the same share a line.
+                if self.hosts.len() > GROUP_ROWS_ABOVE {
+                    while j < self.hosts.len() && line(&self.hosts[j]) == line(h) {
+                        j += 1;
+                    }
+                }
+                if j - i == 1 {
+                    let _ = writeln!(s, "host {} ({}): {}", h.node, h.name, line(h));
+                } else {
+                    let last = &self.hosts[j - 1];
+                    let _ = writeln!(
+                        s,
+                        "hosts {}-{} ({} .. {}, {} hosts): {}",
+                        h.node,
+                        last.node,
+                        h.name,
+                        last.name,
+                        j - i,
+                        line(h)
+                    );
+                }
+                i = j;
             }
         }
         let coll: Vec<String> = self
@@ -650,6 +677,33 @@ impl Report {
         }
         s
     }
+}
+
+/// GPU (and host) count above which the table prints consecutive identical
+/// rows once (`ranks 8-15`), so a 1,024-GPU report stays readable.
+pub const GROUP_ROWS_ABOVE: usize = 32;
+
+/// Merges consecutive table rows equal in every cell but the first (the
+/// rank), whose cell becomes the range `a-b`; the header row stays.
+fn group_rows(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = Vec::with_capacity(rows.len());
+    let mut first_rank = String::new();
+    let mut last_rank = String::new();
+    for (i, r) in rows.into_iter().enumerate() {
+        let same = i > 1 && out.last().is_some_and(|p: &Vec<String>| p[1..] == r[1..]);
+        if same {
+            last_rank = r[0].clone();
+            let cell = format!("{first_rank}-{last_rank}");
+            if let Some(p) = out.last_mut() {
+                p[0] = cell;
+            }
+        } else {
+            first_rank = r[0].clone();
+            last_rank.clone_from(&first_rank);
+            out.push(r);
+        }
+    }
+    out
 }
 
 /// Per-rank accumulators of the time breakdown, in ns.

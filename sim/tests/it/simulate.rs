@@ -945,3 +945,54 @@ fn identical_nodes_are_simulated_once() {
     };
     assert!(sim::simulate::node_classes(&costs, &p, &traced).is_identity());
 }
+
+#[test]
+fn large_reports_print_identical_ranks_once() {
+    // 20 nodes x 2 GPUs of two kinds, even work: 40 GPUs, one row per run
+    // of identical ranks; 4 GPUs: one row per rank, as always.
+    let mut toml = String::from("[network]\nbw_gbit_s = 100\n");
+    for n in 0..20 {
+        toml.push_str(NODE_TEMPLATES[usize::from(n >= 10)]);
+    }
+    let cluster = cluster_toml(&toml);
+    let costs = build(
+        workload(cluster, "llama-tiny", Dtype::Fp16, 80),
+        &ProfileSet::new(),
+        None,
+    );
+    let r = simulate(
+        &costs,
+        &plan(&[2; 40], &[1; 40], None),
+        &SimOptions::default(),
+    )
+    .unwrap();
+    let table = r.to_table();
+    let rows: Vec<&str> = table.lines().filter(|l| l.contains("analytic")).collect();
+    assert!(rows.len() < 10, "{table}");
+    assert!(rows[0].trim_start().starts_with("0-"), "{table}");
+    let small = costs_of_two_nodes();
+    let r = simulate(
+        &small,
+        &plan(&[2; 4], &[1; 4], None),
+        &SimOptions::default(),
+    )
+    .unwrap();
+    let rows = r
+        .to_table()
+        .lines()
+        .filter(|l| l.contains("analytic"))
+        .count();
+    assert_eq!(rows, 4);
+}
+
+fn costs_of_two_nodes() -> CostModel {
+    let toml = format!(
+        "[network]\nbw_gbit_s = 100\n{}{}",
+        NODE_TEMPLATES[0], NODE_TEMPLATES[0]
+    );
+    build(
+        workload(cluster_toml(&toml), "llama-tiny", Dtype::Fp16, 8),
+        &ProfileSet::new(),
+        None,
+    )
+}
