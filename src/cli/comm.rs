@@ -9,20 +9,13 @@ use crate::cli::workload::CommArgs;
 use crate::cli::UserError;
 use crate::load;
 use anyhow::Result;
-use clap::{Args as ClapArgs, ValueEnum};
+use clap::Args as ClapArgs;
 use sim::comm::CollectiveKind;
 use sim::session::{comm_sweep, comm_table};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Aligned text table.
-    Table,
-    /// JSON array of rows.
-    Json,
-}
+pub use crate::cli::format::Format;
 
 /// Flags of `cephalo comm`.
 #[derive(Debug, ClapArgs)]
@@ -126,6 +119,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             out!("{}", comm_table(&rows));
         }
         Format::Json => outln!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Csv => out!("{}", crate::cli::format::csv_of(&rows)?),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,21 +10,12 @@
 use crate::cli::plan::{log_search, PlannerFlags};
 use crate::cli::workload::{StrategyArgs, WorkloadArgs};
 use anyhow::Result;
-use clap::{Args as ClapArgs, ValueEnum};
+use clap::Args as ClapArgs;
 use sim::planner::{self, Planner};
 use sim::session::compare;
 use std::process::ExitCode;
 
-/// Output format on stdout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Human-readable table.
-    Table,
-    /// JSON array of `sim::session::Row`.
-    Json,
-    /// CSV, one row per planner (lists joined with `;`).
-    Csv,
-}
+pub use crate::cli::format::Format;
 
 /// Flags of `cephalo compare`.
 #[derive(Debug, Clone, ClapArgs)]

@@ -3,6 +3,7 @@
 pub mod calibrate;
 pub mod comm;
 pub mod compare;
+pub mod format;
 pub mod plan;
 pub mod predict;
 #[cfg(feature = "exec")]

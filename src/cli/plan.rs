@@ -9,7 +9,7 @@
 use crate::cli::workload::{Resolved, StrategyArgs, WorkloadArgs};
 use crate::cli::UserError;
 use anyhow::Result;
-use clap::{Args as ClapArgs, ValueEnum};
+use clap::Args as ClapArgs;
 use serde::Serialize;
 use sim::planner::{self, Planned, PlannerOptions, SearchStats};
 use sim::report::Report;
@@ -18,14 +18,7 @@ use sim::strategy::Strategy;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Output format on stdout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Human-readable table.
-    Table,
-    /// JSON ([`PlanOutput`]).
-    Json,
-}
+pub use crate::cli::format::Format;
 
 /// Planner flags shared by `plan` and `compare`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -474,6 +467,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             out!("{s}");
         }
         Format::Table => out!("{}", table(&out, pl.summary())),
+        // The plan per GPU with its simulated breakdown.
+        Format::Csv => out!("{}", report.to_csv()),
     }
     Ok(ExitCode::SUCCESS)
 }

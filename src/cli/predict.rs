@@ -33,14 +33,7 @@ pub enum SourceChoice {
     Best,
 }
 
-/// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Aligned text table.
-    Table,
-    /// JSON array.
-    Json,
-}
+pub use crate::cli::format::Format;
 
 /// Flags of `cephalo predict`.
 #[derive(Debug, ClapArgs)]
@@ -202,6 +195,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     match a.format {
         Format::Json => outln!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Csv => out!("{}", crate::cli::format::csv_of(&rows)?),
         Format::Table => {
             outln!(
                 "{} on {}, {} tokens/sample, {}; ms per block",

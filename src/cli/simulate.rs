@@ -9,7 +9,7 @@ use crate::cli::workload::{StrategyArgs, WorkloadArgs};
 use crate::cli::UserError;
 use crate::load;
 use anyhow::Result;
-use clap::{Args as ClapArgs, ValueEnum};
+use clap::Args as ClapArgs;
 use sim::cost::CostModel;
 use sim::plan::{Plan, PlanFile};
 use sim::planner::even_fractions;
@@ -18,14 +18,7 @@ use sim::simulate::{simulate, SimOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Output format of the report on stdout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Human-readable table and summary.
-    Table,
-    /// JSON (`cephalo-report/2`, schema documented on `sim::report::Report`).
-    Json,
-}
+pub use crate::cli::format::Format;
 
 /// Flags of `cephalo simulate`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -158,6 +151,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     match args.format {
         Format::Json => out!("{}", report.to_json()),
         Format::Table => out!("{}", report.to_table()),
+        Format::Csv => out!("{}", report.to_csv()),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -38,7 +38,7 @@ use crate::cli::workload::StrategyArgs;
 use crate::cli::UserError;
 use crate::load;
 use anyhow::{Context, Result};
-use clap::{Args as ClapArgs, ValueEnum};
+use clap::Args as ClapArgs;
 use exec::sim_glue::{self, Comparison, MeasuredReport, RunSettings};
 use exec::{AdamConfig, ExecError};
 use serde::Serialize;
@@ -53,14 +53,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// Output format on stdout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Side-by-side table.
-    Table,
-    /// JSON ([`ValidateOutput`]).
-    Json,
-}
+pub use crate::cli::format::Format;
 
 /// Flags of `cephalo validate`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -354,6 +347,46 @@ fn user_plan(
             .into()),
         },
     }
+}
+
+/// One predicted-vs-measured pair of `validate --format csv`.
+#[derive(Debug, Serialize)]
+struct CsvRow {
+    rank: Option<usize>,
+    metric: &'static str,
+    predicted: Option<f64>,
+    measured: Option<f64>,
+    error_rel: Option<f64>,
+}
+
+/// The comparison as rows: the iteration, then every rank's metrics.
+fn csv_rows(o: &ValidateOutput) -> Vec<CsvRow> {
+    let c = &o.comparison;
+    let mut rows = vec![CsvRow {
+        rank: None,
+        metric: "iteration_ms",
+        predicted: Some(c.predicted_iteration_ms),
+        measured: Some(c.measured_iteration_ms),
+        error_rel: Some(c.iteration_error_rel),
+    }];
+    for r in &c.ranks {
+        for (metric, p) in [
+            ("compute_ms", &r.compute_ms),
+            ("comm_ms", &r.comm_ms),
+            ("idle_ms", &r.idle_ms),
+            ("copy_ms", &r.copy_ms),
+            ("peak_mem_gib", &r.peak_mem_gib),
+        ] {
+            rows.push(CsvRow {
+                rank: Some(r.rank),
+                metric,
+                predicted: p.predicted,
+                measured: p.measured,
+                error_rel: p.error_rel,
+            });
+        }
+    }
+    rows
 }
 
 fn pct(x: Option<f64>) -> String {
@@ -727,6 +760,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             out!("{s}");
         }
         Format::Table => out!("{}", table(&out)),
+        Format::Csv => out!("{}", crate::cli::format::csv_of(&csv_rows(&out))?),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -555,3 +555,64 @@ fn output_paths_are_checked_before_the_work() {
     assert!(o.stderr.contains("--force"), "{}", o.stderr);
     assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep");
 }
+
+#[test]
+fn every_command_speaks_table_json_and_csv() {
+    let w = [
+        "--gpus",
+        "l4,l4",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "8",
+    ];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            [&["simulate"][..], &w, &["--batch", "4,4"]].concat(),
+            "rank,gpu,",
+        ),
+        ([&["plan"][..], &w].concat(), "rank,gpu,"),
+        ([&["compare"][..], &w].concat(), ","),
+        (
+            vec![
+                "comm",
+                "--gpus",
+                "l4,l4",
+                "--op",
+                "all-gather",
+                "--sizes",
+                "1M",
+            ],
+            "size_bytes,time_us,algbw_gb_s,busbw_gb_s",
+        ),
+        (
+            vec![
+                "predict",
+                "--gpu",
+                "l4",
+                "--model",
+                "gpt-1.3b",
+                "--batch-sizes",
+                "1,2",
+            ],
+            "batch,",
+        ),
+    ];
+    for (args, header) in cases {
+        for (format, check) in [("table", ""), ("json", "{"), ("csv", header)] {
+            let mut a = args.clone();
+            a.extend(["--format", format]);
+            let o = crate::common::run(&a);
+            assert_eq!(o.code, 0, "{a:?}: {}", o.stderr);
+            let first = o.stdout.lines().next().unwrap_or("");
+            if format == "json" {
+                assert!(
+                    o.stdout.trim_start().starts_with(['{', '[']),
+                    "{a:?}: {first}"
+                );
+            } else {
+                assert!(first.contains(check), "{a:?}: {first}");
+            }
+        }
+    }
+}
