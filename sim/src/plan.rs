@@ -12,14 +12,19 @@
 //! File form (`plan.json`, what `cephalo plan --out` writes):
 //!
 //! ```json
-//! { "planner": "cephalo",
+//! { "format": "cephalo-plan/1", "planner": "cephalo",
+//!   "workload": { "model": "gpt-2.7b", "seq_len": 512, "dtype": "fp16",
+//!                 "global_batch": 64, "gpus": ["l4", "l4", "rtx-a6000", "p40"] },
 //!   "strategy": { "sharding": "full", "shard_group": 4, "accumulation": "layered",
 //!                 "checkpointing": "full", "offload": "activations",
 //!                 "param_dtype": "fp32", "reduce_dtype": "fp32", "attention": "eager" },
 //!   "gpus": [ { "batch": 13, "microbatches": 1, "microbatch_size": 13, "state_fraction": 0.2253 }, ... ] }
 //! ```
 //!
-//! A file without `strategy` (older files, the reference optimizer's output
+//! A file's `workload` must match the run it is used for
+//! ([`PlanFile::check_workload`]: the error names the field); older files
+//! without `format` / `workload` still load. A file without `strategy`
+//! (older files, the reference optimizer's output
 //! `uneven_batch_sizes` / `uneven_microbatches` / `split_uneven_partitions`)
 //! gets the strategy of the command's flags ([`PlanFile::into_plan`]).
 //!
@@ -89,13 +94,55 @@ pub struct Plan {
     pub gpus: Vec<RankPlan>,
 }
 
+/// Format tag of the plan files `cephalo plan --out` writes.
+pub const PLAN_FORMAT: &str = "cephalo-plan/1";
+
+/// The workload a plan was made for, recorded in its file: a plan made for
+/// another model, sequence length, dtype, global batch or cluster is
+/// refused instead of simulated as if it fitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanWorkload {
+    /// Model (canonical catalog name).
+    pub model: String,
+    /// Tokens per sample.
+    pub seq_len: u32,
+    /// Training precision.
+    pub dtype: String,
+    /// Global batch (samples).
+    pub global_batch: u32,
+    /// GPU types in rank order.
+    pub gpus: Vec<String>,
+}
+
+impl PlanWorkload {
+    /// The workload of a cost model.
+    pub fn of(costs: &crate::cost::CostModel) -> PlanWorkload {
+        let w = &costs.workload;
+        PlanWorkload {
+            model: w.model.name.clone(),
+            seq_len: w.seq_len,
+            dtype: w.dtype.to_string(),
+            global_batch: w.global_batch,
+            gpus: w.cluster.gpus.iter().map(|g| g.spec.name.clone()).collect(),
+        }
+    }
+}
+
 /// What a plan file holds: a plan whose strategy may be missing (older
-/// files, the reference optimizer's output).
+/// files, the reference optimizer's output), and (files of this project)
+/// its format tag and the workload it was made for.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlanFile {
+    /// Format tag ([`PLAN_FORMAT`]); absent in older files.
+    #[serde(default)]
+    pub format: Option<String>,
     /// Planner name.
     pub planner: String,
+    /// The workload the plan was made for; absent in older files.
+    #[serde(default)]
+    pub workload: Option<PlanWorkload>,
     /// The recorded strategy, if any.
     #[serde(default)]
     pub strategy: Option<Strategy>,
@@ -118,18 +165,56 @@ impl PlanFile {
                 origin,
             )?;
             return Ok(PlanFile {
+                format: None,
                 planner: "reference".into(),
+                workload: None,
                 strategy: None,
                 gpus: p.gpus,
             });
         }
-        serde_json::from_value(v).map_err(|e| {
+        let file: PlanFile = serde_json::from_value(v).map_err(|e| {
             PlanError::invalid(
                 origin,
                 "<root>",
                 format!("expected {{\"planner\": .., \"strategy\": {{..}}, \"gpus\": [{{\"batch\", \"microbatches\", \"microbatch_size\", \"state_fraction\"}}]}}: {e}"),
             )
-        })
+        })?;
+        if let Some(f) = file.format.as_deref().filter(|f| *f != PLAN_FORMAT) {
+            return Err(PlanError::invalid(
+                origin,
+                "format",
+                format!("expected {PLAN_FORMAT}, got {f}"),
+            ));
+        }
+        Ok(file)
+    }
+
+    /// Checks the recorded workload (if any) against the one the plan is
+    /// about to run on; the error names the first field that differs.
+    pub fn check_workload(&self, now: &PlanWorkload, origin: &str) -> Result<(), PlanError> {
+        let Some(w) = &self.workload else {
+            return Ok(());
+        };
+        let differ = |field: &str, file: String, here: String| -> Result<(), PlanError> {
+            if file == here {
+                Ok(())
+            } else {
+                Err(PlanError::invalid(
+                    origin,
+                    format!("workload.{field}"),
+                    format!("the plan was made for {file}, this run is {here}"),
+                ))
+            }
+        };
+        differ("model", w.model.clone(), now.model.clone())?;
+        differ("seq_len", w.seq_len.to_string(), now.seq_len.to_string())?;
+        differ("dtype", w.dtype.clone(), now.dtype.clone())?;
+        differ(
+            "global_batch",
+            w.global_batch.to_string(),
+            now.global_batch.to_string(),
+        )?;
+        differ("gpus", w.gpus.join(","), now.gpus.join(","))
     }
 
     /// The plan with the recorded strategy, or `fallback` when none was recorded.
@@ -353,9 +438,32 @@ impl Plan {
         self.gpus.iter().map(|g| g.microbatches).max().unwrap_or(0)
     }
 
-    /// Serialises the plan as pretty JSON (the `--out plan.json` form).
+    /// Serialises the plan as pretty JSON (planner, strategy, gpus).
     pub fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).expect("plan serialises");
+        s.push('\n');
+        s
+    }
+
+    /// The plan file `cephalo plan --out` writes: [`PLAN_FORMAT`], the
+    /// planner, the workload it was made for, the strategy and the gpus.
+    pub fn to_file_json(&self, workload: &PlanWorkload) -> String {
+        #[derive(Serialize)]
+        struct File<'a> {
+            format: &'static str,
+            planner: &'a str,
+            workload: &'a PlanWorkload,
+            strategy: &'a Strategy,
+            gpus: &'a [RankPlan],
+        }
+        let f = File {
+            format: PLAN_FORMAT,
+            planner: &self.planner,
+            workload,
+            strategy: &self.strategy,
+            gpus: &self.gpus,
+        };
+        let mut s = serde_json::to_string_pretty(&f).expect("plan serialises");
         s.push('\n');
         s
     }
@@ -433,5 +541,68 @@ mod tests {
         );
         h.shard_group = 3;
         assert!(p.with_strategy(h).validate(4, 16, "t").is_err());
+    }
+
+    #[test]
+    fn plan_files_record_their_workload_and_format() {
+        let p = Plan::from_lists(&[3, 5], &[1, 1], None, "t").unwrap();
+        let w = PlanWorkload {
+            model: "gpt-1.3b".into(),
+            seq_len: 512,
+            dtype: "fp16".into(),
+            global_batch: 8,
+            gpus: vec!["l4".into(), "l4".into()],
+        };
+        let text = p.to_file_json(&w);
+        let f = PlanFile::from_json(&text, "p.json").unwrap();
+        assert_eq!(f.format.as_deref(), Some(PLAN_FORMAT));
+        f.check_workload(&w, "p.json").unwrap();
+        for (field, other) in [
+            (
+                "model",
+                PlanWorkload {
+                    model: "gpt-2.7b".into(),
+                    ..w.clone()
+                },
+            ),
+            (
+                "seq_len",
+                PlanWorkload {
+                    seq_len: 1024,
+                    ..w.clone()
+                },
+            ),
+            (
+                "dtype",
+                PlanWorkload {
+                    dtype: "bf16".into(),
+                    ..w.clone()
+                },
+            ),
+            (
+                "global_batch",
+                PlanWorkload {
+                    global_batch: 16,
+                    ..w.clone()
+                },
+            ),
+            (
+                "gpus",
+                PlanWorkload {
+                    gpus: vec!["t4".into(), "l4".into()],
+                    ..w.clone()
+                },
+            ),
+        ] {
+            let e = f.check_workload(&other, "p.json").unwrap_err().to_string();
+            assert!(e.contains(&format!("workload.{field}")), "{e}");
+        }
+        let e = PlanFile::from_json(&text.replace(PLAN_FORMAT, "cephalo-plan/9"), "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("format") && e.contains("cephalo-plan/9"), "{e}");
+        // Older files (no format, no workload) still load and are not checked.
+        let old = PlanFile::from_json(&p.to_json(), "old.json").unwrap();
+        old.check_workload(&w, "old.json").unwrap();
     }
 }

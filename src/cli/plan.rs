@@ -458,7 +458,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let (planned, report) = (run.planned, run.report);
     let out = output(&res, &planned, &report);
     if let Some(path) = &args.out {
-        crate::out::write_atomic(path, &planned.plan.to_json(), "the plan (--out)")?;
+        let w = sim::plan::PlanWorkload::of(&res.costs);
+        crate::out::write_atomic(path, &planned.plan.to_file_json(&w), "the plan (--out)")?;
     }
     match args.format {
         Format::Json => {

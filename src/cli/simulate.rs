@@ -68,6 +68,7 @@ fn resolve_plan(args: &Args, costs: &CostModel) -> Result<Plan> {
         (Some(path), _) => {
             let origin = path.display().to_string();
             let file = PlanFile::from_json(&load::read_text(path)?, &origin)?;
+            file.check_workload(&sim::plan::PlanWorkload::of(costs), &origin)?;
             let strategy = match file.strategy {
                 Some(s) => {
                     spec.check_agrees(&s, &origin)?;

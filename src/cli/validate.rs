@@ -283,6 +283,7 @@ fn resolve_strategy(
     args: &Args,
     cluster: &Cluster,
     dtype: sim::dtype::Dtype,
+    workload: &sim::plan::PlanWorkload,
 ) -> Result<(sim::strategy::Strategy, Option<(Plan, String)>)> {
     let spec = args.strategy.spec()?;
     let ctx = sim::strategy::StrategyContext {
@@ -294,6 +295,7 @@ fn resolve_strategy(
     if let Some(path) = &args.plan {
         let origin = path.display().to_string();
         let file = sim::plan::PlanFile::from_json(&load::read_text(path)?, &origin)?;
+        file.check_workload(workload, &origin)?;
         let strategy = match file.strategy {
             Some(s) => {
                 spec.check_agrees(&s, &origin)?;
@@ -538,7 +540,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let list = vec![gpu.as_str(); args.ranks].join(",");
     let cluster = Cluster::from_gpu_list(&list, "--device", GpuCatalog::builtin())?;
-    let (strategy, file) = resolve_strategy(&args, &cluster, dtype)?;
+    let planned_for = sim::plan::PlanWorkload {
+        model: spec.name.clone(),
+        seq_len: spec.tokens_per_sample(seq_len),
+        dtype: dtype.to_string(),
+        global_batch: args.global_batch,
+        gpus: cluster.gpus.iter().map(|g| g.spec.name.clone()).collect(),
+    };
+    let (strategy, file) = resolve_strategy(&args, &cluster, dtype, &planned_for)?;
     let fixed = user_plan(&args, strategy, file)?;
     if let Some((plan, origin)) = &fixed {
         plan.validate(args.ranks, args.global_batch, origin)?;

@@ -616,3 +616,53 @@ fn every_command_speaks_table_json_and_csv() {
         }
     }
 }
+
+#[test]
+fn a_plan_made_for_another_workload_is_refused() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let f = dir.join("plan-for-8.json");
+    let o = crate::common::run(&[
+        "plan",
+        "--gpus",
+        "l4,l4",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "8",
+        "--out",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let sim = |extra: &[&str]| {
+        let mut a = vec!["simulate", "--plan", f.to_str().unwrap(), "--gpus", "l4,l4"];
+        a.extend(extra);
+        crate::common::run(&a)
+    };
+    let ok = sim(&["--model", "gpt-1.3b", "--global-batch", "8"]);
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    for (extra, field) in [
+        (
+            vec!["--model", "gpt-1.3b", "--global-batch", "16"],
+            "workload.global_batch",
+        ),
+        (
+            vec!["--model", "gpt-2.7b", "--global-batch", "8"],
+            "workload.model",
+        ),
+        (
+            vec![
+                "--model",
+                "gpt-1.3b",
+                "--global-batch",
+                "8",
+                "--dtype",
+                "bf16",
+            ],
+            "workload.dtype",
+        ),
+    ] {
+        let o = sim(&extra);
+        assert_eq!(o.code, 2, "{extra:?}: {}", o.stderr);
+        assert!(o.stderr.contains(field), "{extra:?}: {}", o.stderr);
+    }
+}
