@@ -112,7 +112,7 @@ impl Timeline {
                 while i < v.len() {
                     let t = v[i].0;
                     while i < v.len() && v[i].0 == t {
-                        cur += v[i].1;
+                        cur = cur.saturating_add(v[i].1);
                         i += 1;
                     }
                     peak = peak.max(cur);
@@ -331,11 +331,11 @@ pub fn rank_peak(
         let u = ph.unit as usize;
         if ph.gather && !gathered[u] {
             gathered[u] = true;
-            params_live += units[u].param_bytes;
+            params_live = params_live.saturating_add(units[u].param_bytes);
         }
         if ph.grad_alloc && shards && !grads[u] && !steps[p].is_empty() {
             grads[u] = true;
-            grads_live += units[u].grad_bytes;
+            grads_live = grads_live.saturating_add(units[u].grad_bytes);
         }
         let extra_next = phases
             .get(p + 1)
@@ -424,16 +424,16 @@ fn sweep(base: i64, mut events: Vec<(u64, i64)>, windows: &[(u64, u64, i64)]) ->
         let t = events.get(i).map(|e| e.0);
         // Close windows that end before the next event (or all at the end).
         while w < windows.len() && t.is_none_or(|t| windows[w].1 <= t) {
-            peak = peak.max(base + cur + windows[w].2);
+            peak = peak.max(base.saturating_add(cur).saturating_add(windows[w].2));
             w += 1;
         }
         let Some(t) = t else { break };
-        cur += events[i].1;
+        cur = cur.saturating_add(events[i].1);
         let win = windows
             .get(w)
             .filter(|x| x.0 <= t && t < x.1)
             .map_or(0, |x| x.2);
-        peak = peak.max(base + cur + win);
+        peak = peak.max(base.saturating_add(cur).saturating_add(win));
         i += 1;
     }
     peak

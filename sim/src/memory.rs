@@ -127,7 +127,8 @@ impl Observer for MemoryTracker {
             self.settle();
             self.now = time;
         }
-        self.current[r] += delta_bytes;
+        // Saturating: an absurd size reads as huge (out of memory), never wraps.
+        self.current[r] = self.current[r].saturating_add(delta_bytes);
         if !self.is_touched[r] {
             self.is_touched[r] = true;
             self.touched.push(rank);
@@ -138,6 +139,14 @@ impl Observer for MemoryTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absurd_sizes_saturate_instead_of_wrapping() {
+        let mut m = MemoryTracker::new(vec![i64::MAX - 10]);
+        m.on_mem(0, SimTime(1), i64::MAX, OpId(0));
+        m.on_mem(0, SimTime(2), 5, OpId(1));
+        assert_eq!(m.peak_bytes(0), i64::MAX);
+    }
 
     #[test]
     fn tracks_peak_and_time() {

@@ -346,11 +346,14 @@ pub fn dur(ms: f64) -> SimTime {
     }
 }
 
+/// Bytes as an integer: rounded, saturating at the `i64` range (an
+/// infinite or NaN size reads as the largest, never as 0).
 fn round(b: f64) -> i64 {
-    if b.is_finite() {
-        b.round() as i64
+    if b.is_nan() {
+        i64::MAX
     } else {
-        0
+        // `as` saturates (and maps infinities to the range's ends).
+        b.round() as i64
     }
 }
 
