@@ -217,6 +217,25 @@ impl PlanFile {
         differ("gpus", w.gpus.join(","), now.gpus.join(","))
     }
 
+    /// The strategy this file runs under the flags `spec`: the recorded one
+    /// (checked against the flags and the cluster), else the flags'
+    /// resolved in `ctx`.
+    pub fn strategy_under(
+        &self,
+        spec: &crate::strategy::StrategySpec,
+        ctx: &crate::strategy::StrategyContext<'_>,
+        origin: &str,
+    ) -> Result<Strategy, PlanError> {
+        match self.strategy {
+            Some(s) => {
+                spec.check_agrees(&s, origin)?;
+                crate::strategy::validate(&s, ctx.cluster)?;
+                Ok(s)
+            }
+            None => Ok(spec.resolve(ctx)?),
+        }
+    }
+
     /// The plan with the recorded strategy, or `fallback` when none was recorded.
     pub fn into_plan(self, fallback: Strategy) -> Plan {
         Plan {

@@ -89,11 +89,16 @@ pub fn build_workload(
 /// The strategy of a command: the axes of `spec` with the defaults of
 /// [`crate::strategy`] for the rest, checked against the cluster.
 pub fn resolve_strategy(costs: &CostModel, spec: &StrategySpec) -> Result<Strategy, SpecError> {
-    spec.resolve(&StrategyContext {
+    spec.resolve(&strategy_context(costs))
+}
+
+/// What strategy defaults depend on, for the workload of `costs`.
+pub fn strategy_context(costs: &CostModel) -> StrategyContext<'_> {
+    StrategyContext {
         cluster: &costs.workload.cluster,
         dtype: costs.workload.dtype,
         profile_attention: costs.profile_attention(),
-    })
+    }
 }
 
 /// A planned and simulated workload.

@@ -69,14 +69,8 @@ fn resolve_plan(args: &Args, costs: &CostModel) -> Result<Plan> {
             let origin = path.display().to_string();
             let file = PlanFile::from_json(&load::read_text(path)?, &origin)?;
             file.check_workload(&sim::plan::PlanWorkload::of(costs), &origin)?;
-            let strategy = match file.strategy {
-                Some(s) => {
-                    spec.check_agrees(&s, &origin)?;
-                    sim::strategy::validate(&s, &costs.workload.cluster)?;
-                    s
-                }
-                None => resolve_strategy(costs, &spec)?,
-            };
+            let ctx = sim::session::strategy_context(costs);
+            let strategy = file.strategy_under(&spec, &ctx, &origin)?;
             (file.into_plan(strategy), origin)
         }
         (None, Some(batch)) => {

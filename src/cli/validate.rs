@@ -255,19 +255,19 @@ pub const BUSY_PCT: f64 = 5.0;
 /// exec/README.md); 15% means something outside the run took its share.
 pub const SPREAD_LIMIT: f64 = 0.15;
 
-/// (max - min) / median of `xs` (0 for fewer than two values).
+/// (max - min) / median of `xs` (the median the comparison reports; 0 for
+/// fewer than two values).
 fn iteration_spread(xs: &[f64]) -> f64 {
-    if xs.len() < 2 {
+    let median = exec::report::median(xs);
+    if xs.len() < 2 || median <= 0.0 {
         return 0.0;
     }
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    let median = v[v.len() / 2];
-    if median > 0.0 {
-        (v[v.len() - 1] - v[0]) / median
-    } else {
-        0.0
-    }
+    let (lo, hi) = xs
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+            (a.min(x), b.max(x))
+        });
+    (hi - lo) / median
 }
 
 fn exec_err(e: ExecError) -> anyhow::Error {
@@ -296,14 +296,7 @@ fn resolve_strategy(
         let origin = path.display().to_string();
         let file = sim::plan::PlanFile::from_json(&load::read_text(path)?, &origin)?;
         file.check_workload(workload, &origin)?;
-        let strategy = match file.strategy {
-            Some(s) => {
-                spec.check_agrees(&s, &origin)?;
-                s
-            }
-            None => spec.resolve(&ctx)?,
-        };
-        sim::strategy::validate(&strategy, cluster)?;
+        let strategy = file.strategy_under(&spec, &ctx, &origin)?;
         return Ok((strategy, Some((file.into_plan(strategy), origin))));
     }
     Ok((spec.resolve(&ctx)?, None))

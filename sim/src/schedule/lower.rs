@@ -302,16 +302,17 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
                 delta_bytes: m.bytes,
             });
         }
-        let op = match self.blocked_by[rank].take() {
-            Some(c) if stream == Stream::Compute => {
+        let blocked = match stream {
+            Stream::Compute => self.blocked_by[rank].take(),
+            _ => None,
+        };
+        let op = match blocked {
+            Some(c) => {
                 let mut all = deps.to_vec();
                 all.push(c);
                 self.g.op(rank as u32, stream, dur, &all, label, &self.mems)
             }
-            other => {
-                self.blocked_by[rank] = other;
-                self.g.op(rank as u32, stream, dur, deps, label, &self.mems)
-            }
+            None => self.g.op(rank as u32, stream, dur, deps, label, &self.mems),
         };
         if self.contention && stream == Stream::Copy && dur.0 > 0 {
             let to_host = label.category == Category::CopyD2H;
