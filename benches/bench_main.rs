@@ -472,6 +472,35 @@ mod planner {
         );
     }
 
+    /// `planner_native_batch`: the whole native planner on the paper
+    /// cluster, GPT-2.7B, as the global batch grows 1,024 -> 65,536 (the
+    /// batch-grid search keeps the search flat; what grows is simulating
+    /// plans of thousands of micro-batches).
+    pub fn planner_native_batch(c: &mut Criterion) {
+        let mut g = c.benchmark_group("planner_native_batch");
+        g.sample_size(10);
+        for b in [1024u32, 4096, 16384, 65536] {
+            let (costs, profiles) = paper(b);
+            let opts = PlannerOptions {
+                model_key: Some("deepspeedgpt_2.7b".into()),
+                ..PlannerOptions::default()
+            };
+            let judge = SimJudge::new(&costs);
+            let p = Problem {
+                costs: &costs,
+                profiles: &profiles,
+                options: &opts,
+                strategy: &StrategySpec::NONE,
+                judge: Some(&judge),
+            };
+            g.throughput(Throughput::Elements(b as u64));
+            g.bench_function(format!("b{b}"), |bch| {
+                bch.iter(|| black_box(Cephalo.plan(&p).unwrap().plan.gpus.len()))
+            });
+        }
+        g.finish();
+    }
+
     pub fn planner_cephalo_64gpu(c: &mut Criterion) {
         let empty = ProfileSet::new();
         let costs = costs(cluster64(), "llama2-7b", Some(2048), 2048, &empty, None);
@@ -483,7 +512,8 @@ criterion_group!(
     planner_benches,
     planner::planner_compat_4gpu,
     planner::planner_cephalo_4gpu,
-    planner::planner_cephalo_64gpu
+    planner::planner_cephalo_64gpu,
+    planner::planner_native_batch
 );
 
 criterion_main!(engine_benches, planner_benches);

@@ -454,6 +454,32 @@ impl Cluster {
                 "expected at least one [[nodes]] entry",
             ));
         }
+        // Sizes first, before anything is allocated for them.
+        let mut total: u64 = 0;
+        for (ni, node) in file.nodes.iter().enumerate() {
+            let here: u64 = node.gpus.iter().map(|g| g.count.unwrap_or(1) as u64).sum();
+            if here > crate::limits::MAX_GPUS_PER_NODE as u64 {
+                return Err(SpecError::invalid(
+                    origin,
+                    format!("nodes[{ni}].gpus"),
+                    format!(
+                        "{here} GPUs in one node is above the limit of {} GPUs per node (the largest NVLink domain)",
+                        crate::limits::MAX_GPUS_PER_NODE
+                    ),
+                ));
+            }
+            total += here;
+        }
+        if total > crate::limits::MAX_GPUS as u64 {
+            return Err(SpecError::invalid(
+                origin,
+                "nodes",
+                format!(
+                    "{total} GPUs is above the limit of {} GPUs per cluster",
+                    crate::limits::MAX_GPUS
+                ),
+            ));
+        }
         let net = file.network.clone().unwrap_or_default();
         let mut gpus = Vec::new();
         let mut nodes = Vec::new();

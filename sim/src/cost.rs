@@ -703,6 +703,11 @@ impl CostModel {
                 "expected a global batch >= 1",
             ));
         }
+        crate::limits::check_workload(
+            workload.cluster.len(),
+            workload.global_batch,
+            workload.seq_len,
+        )?;
         if !(options.mem_fraction > 0.0 && options.mem_fraction <= 1.0) {
             return Err(SpecError::invalid(
                 "--mem-fraction",

@@ -191,6 +191,7 @@ pub struct FastEval {
 pub fn evaluate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<FastEval, PlanError> {
     let d = Description::new(costs, plan)?;
     let ranks = d.ranks();
+    crate::simulate::check_size(&d, ranks)?;
     let mut t = Timeline::new(ranks);
     let how = Lowering {
         prefetch: opts.prefetch,
@@ -238,6 +239,49 @@ pub struct RankPeak {
 /// module docs). `sizes` empty: a GPU with no samples (state, overhead and
 /// one unit's buffers at a time).
 pub fn rank_peak(
+    schedule: &Schedule<'_>,
+    rank: usize,
+    sizes: &[u32],
+    passes: u32,
+    local_params: f64,
+) -> Result<RankPeak, PlanError> {
+    let s = &schedule.strategy;
+    let n = sizes.len();
+    if n > crate::limits::MAX_MICROBATCHES as usize {
+        return Err(PlanError::invalid(
+            "plan",
+            format!("gpus[{rank}].microbatches"),
+            format!(
+                "{n} micro-batches per iteration is above the limit of {}",
+                crate::limits::MAX_MICROBATCHES
+            ),
+        ));
+    }
+    // Micro-batch-major passes between the first and the last start from
+    // the same memory (accumulated gradients, gathered or resharded
+    // parameters) and, without activation copies whose backlog could carry
+    // over, repeat the same pattern per micro-batch size: three passes of
+    // each size (first, middle, last of its run) peak as all of them do,
+    // so the walk stays O(1) in the pass count.
+    // Passes past this GPU's micro-batches (it joins their collectives
+    // idle) repeat too: three of them are kept.
+    let idle = (passes as usize).saturating_sub(n);
+    if n > 0 && s.accumulation.is_microbatch_major() && !s.offloads_activations(n as u32) {
+        let big = sizes[0];
+        let a = sizes.iter().take_while(|&&m| m == big).count();
+        let rest_even = sizes[a..].windows(2).all(|w| w[0] == w[1]);
+        let mut short: Vec<u32> = vec![big; a.min(3)];
+        short.extend(sizes[a..].iter().take(3));
+        if rest_even && (short.len() < n || idle > 3) {
+            let p = (short.len() + idle.min(3)) as u32;
+            return walk_peak(schedule, rank, &short, p, local_params);
+        }
+    }
+    walk_peak(schedule, rank, sizes, passes, local_params)
+}
+
+/// [`rank_peak`] by walking every step of every pass.
+fn walk_peak(
     schedule: &Schedule<'_>,
     rank: usize,
     sizes: &[u32],
@@ -437,4 +481,74 @@ fn sweep(base: i64, mut events: Vec<(u64, i64)>, windows: &[(u64, u64, i64)]) ->
         i += 1;
     }
     peak
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::{Accumulation, Checkpointing, Sharding, StrategySpec};
+
+    /// The shortcut of [`rank_peak`] for long micro-batch-major iterations
+    /// (three passes of each size) gives exactly the full walk's peaks.
+    #[test]
+    fn repeated_passes_peak_as_three_of_each_size() {
+        for gpus in ["l4,a10g", "t4,t4"] {
+            let w = crate::cost::Workload {
+                cluster: crate::cluster::Cluster::from_gpu_list(
+                    gpus,
+                    "--gpus",
+                    crate::gpu::GpuCatalog::builtin(),
+                )
+                .unwrap(),
+                model: crate::model::ModelCatalog::builtin()
+                    .get("llama-tiny")
+                    .unwrap()
+                    .clone(),
+                seq_len: 256,
+                dtype: crate::dtype::Dtype::Fp16,
+                global_batch: 64,
+            };
+            let c = CostModel::build(
+                w,
+                &crate::profile::ProfileSet::new(),
+                &*crate::perfmodel::builtin(),
+                crate::cost::CostOptions::default(),
+            )
+            .unwrap();
+            let mut checked = 0;
+            for sh in [Sharding::Full, Sharding::GradOp, Sharding::NoShard] {
+                for acc in [Accumulation::NoSync, Accumulation::Sync] {
+                    for ck in [Checkpointing::Full, Checkpointing::None] {
+                        let spec = StrategySpec {
+                            sharding: Some(sh),
+                            accumulation: Some(acc),
+                            checkpointing: Some(ck),
+                            ..StrategySpec::default()
+                        };
+                        let st = crate::session::resolve_strategy(&c, &spec).unwrap();
+                        let sch = Schedule::new(&c, st);
+                        for (b, n) in [
+                            (7u32, 7u32),
+                            (20, 9),
+                            (33, 11),
+                            (64, 16),
+                            (50, 50),
+                            (3, 2),
+                            (1, 1),
+                        ] {
+                            let sizes = crate::planner::sizes(b, n);
+                            let local = 0.5 * c.workload.model.total_params() as f64;
+                            for passes in [n, n + 1, n + 2, n + 9] {
+                                let fast = rank_peak(&sch, 0, &sizes, passes, local).unwrap();
+                                let full = walk_peak(&sch, 0, &sizes, passes, local).unwrap();
+                                assert_eq!(fast, full, "{} {b}/{n} in {passes}", st.label());
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            assert_eq!(checked, 336);
+        }
+    }
 }

@@ -21,6 +21,7 @@ pub mod engine;
 pub mod error;
 pub mod fast;
 pub mod gpu;
+pub mod limits;
 pub mod link;
 pub mod memory;
 pub mod model;

@@ -80,6 +80,7 @@ pub fn build_graph(
 ) -> Result<Lowered, PlanError> {
     let d = Description::new(costs, plan)?;
     let classes = node_classes(costs, plan, opts);
+    check_size(&d, classes.simulated_ranks())?;
     let how = Lowering {
         prefetch: opts.prefetch,
         contention: opts.contention,
@@ -92,6 +93,35 @@ pub fn build_graph(
         low.graph.set_interference(costs.options.comm_interference);
     }
     Ok(low)
+}
+
+/// Ops per step a lowered graph holds at most (compute, gather, reduce,
+/// copy), for the size check.
+const OPS_PER_STEP: u64 = 4;
+
+/// Refuses a plan whose graph would exceed [`crate::limits::MAX_SIM_OPS`]
+/// on the `simulated` ranks, before it is built.
+pub fn check_size(d: &Description<'_>, simulated: usize) -> Result<(), PlanError> {
+    let ranks = d.ranks().max(1) as u64;
+    let ops = d
+        .total_steps()
+        .saturating_mul(OPS_PER_STEP)
+        .saturating_mul(simulated as u64)
+        / ranks;
+    if ops > crate::limits::MAX_SIM_OPS {
+        return Err(PlanError::invalid(
+            "plan",
+            "gpus[].microbatches",
+            format!(
+                "one iteration would need about {ops} simulated ops ({} steps of {} phases on {simulated} simulated GPUs), \
+                 above the simulator's limit of {} ops: use fewer micro-batches",
+                d.total_steps(),
+                d.phases.len(),
+                crate::limits::MAX_SIM_OPS
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Executed FLOPs of one iteration beyond the model's: every sample's

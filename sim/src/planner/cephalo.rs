@@ -19,7 +19,12 @@
 //! water-filled into each rank's free memory and `λ` (the largest fraction,
 //! which paces the uneven collectives) is the water level.
 //!
-//! Search (exact up to 1e-9 relative on `J`):
+//! Search (exact up to 1e-9 relative on `J` for global batches up to
+//! [`EXACT_BATCH`] samples, or 16 per GPU; larger ones run the same search
+//! on a grid of batch units of `ceil(B / that)` samples and then complete
+//! and refine each plan to the sample by moving samples off the
+//! bottleneck ([`refine`]), which keeps time and memory flat in `B` but
+//! gives up the optimality proof):
 //! 1. per GPU type and batch `b`, every micro-batch count `n` whose
 //!    micro-batch fits; options that are no cheaper in any cost term and
 //!    leave no more room for state than another option of the same `b` are
@@ -74,6 +79,11 @@ pub const LEVEL_GAP: f64 = 1e-9;
 /// Relative slacks on the optimal bottleneck under which near-optimal,
 /// better balanced plans are generated for the simulator to judge.
 pub const RELAXED_SLACK: [f64; 3] = [0.003, 0.01, 0.03];
+/// Most GPUs the planner searches (its knapsacks count batch units, at
+/// least 16 per GPU, so time grows with the square of the GPU count:
+/// measured 4.9 s for 1,024 GPUs and 90 s for 4,096 on this project's
+/// 2-core machine, LLaMA-2-7B).
+pub const MAX_GPUS: usize = 4096;
 /// Most λ intervals the branch and bound explores before giving up the proof.
 pub const MAX_INTERVALS: usize = 400;
 
@@ -179,6 +189,207 @@ fn layered_options(cf: &ClosedForm<'_>, t: usize, b: u32, max_m: u32) -> Vec<Ran
     v
 }
 
+/// The Pareto options of `b` samples on type `t` (`b = 0`: the state-only
+/// option; micro-batch-major: the one count of the strategy's passes).
+/// With `coarse` (the batch-grid search), layered options are built only
+/// for the micro-batch sizes of [`coarse_sizes`], one count each.
+fn options_at(cf: &ClosedForm<'_>, t: usize, b: u32, coarse: bool) -> Vec<RankCost> {
+    if b == 0 {
+        return cf.option(t, 0, 0).into_iter().collect();
+    }
+    let max_m = cf.max_microbatch(t);
+    if max_m == 0 {
+        return vec![];
+    }
+    if let Some(p) = cf.passes() {
+        return cf.option(t, b, p).into_iter().collect();
+    }
+    if coarse {
+        let mut counts: Vec<u32> = coarse_sizes(max_m.min(b)).map(|m| b.div_ceil(m)).collect();
+        counts.dedup();
+        return pareto(
+            counts
+                .into_iter()
+                .filter_map(|n| cf.option(t, b, n))
+                .collect(),
+        );
+    }
+    pareto(layered_options(cf, t, b, max_m))
+}
+
+/// Micro-batch sizes the batch-grid search tries, largest first: every
+/// size up to 16, then steps of about 1/8 (a size within 12.5% of the
+/// best one), up to `max_m`: about 40 sizes, so an option table row costs
+/// the same at any batch.
+fn coarse_sizes(max_m: u32) -> impl Iterator<Item = u32> {
+    let mut v = Vec::new();
+    let mut m = 1u32;
+    while m <= max_m {
+        v.push(m);
+        m = if m < 16 { m + 1 } else { m + m.div_ceil(8) };
+    }
+    if v.last() != Some(&max_m) && max_m > 0 {
+        v.push(max_m);
+    }
+    v.into_iter().rev()
+}
+
+/// Global batches up to this many samples (or 16 per GPU, when more) are
+/// searched sample by sample; larger ones on a grid of `ceil(B / that)`
+/// samples, then refined to the sample ([`refine`]). The exact search's
+/// option tables and knapsacks grow with the square of the batch it
+/// counts in, so the grid keeps planning time and memory flat in the
+/// global batch (benchmark `planner_native_batch`).
+pub const EXACT_BATCH: u32 = 256;
+
+/// Samples per batch unit of the search for a global batch of `big_b`
+/// samples on `gpus` GPUs (1: exact).
+pub fn batch_unit(big_b: u32, gpus: usize) -> u32 {
+    let units = (EXACT_BATCH as usize).max(16 * gpus).min(u32::MAX as usize) as u32;
+    if big_b <= units {
+        1
+    } else {
+        big_b.div_ceil(units)
+    }
+}
+
+/// Orders evaluations: least iteration time, then fewest GPUs at it, then
+/// least total rank time.
+fn score(e: &Evaluation) -> (f64, usize, f64) {
+    let top = e.iteration_ms;
+    let at_top = e
+        .rank_ms
+        .iter()
+        .filter(|&&x| x >= top * (1.0 - OPT_TOL))
+        .count();
+    (top, at_top, e.rank_ms.iter().sum())
+}
+
+fn better(a: &(f64, usize, f64), b: &(f64, usize, f64)) -> bool {
+    a.0 < b.0 * (1.0 - OPT_TOL)
+        || (a.0 <= b.0 * (1.0 + OPT_TOL)
+            && (a.1 < b.1 || (a.1 == b.1 && a.2 < b.2 * (1.0 - OPT_TOL))))
+}
+
+/// Most moves [`refine`] makes.
+const MAX_REFINE_MOVES: usize = 4096;
+
+/// Completes a choice found on a batch grid of `unit` samples to the
+/// global batch and refines it to the sample: the samples the grid left
+/// over go, `d` at a time, where they raise the objective least; then `d`
+/// samples move from a bottleneck GPU to the GPU where they help most,
+/// while that improves ([`score`]), `d` halving from `unit` to 1. Each GPU
+/// takes its best micro-batch count for its batch at the current water
+/// level. Identical GPUs (type, batch, count) are tried once. `None` when
+/// no completion fits.
+fn refine(s: &Search<'_, '_>, start: &Choice) -> Option<Choice> {
+    let cf = s.cf;
+    let target = cf.costs().workload.global_batch;
+    let g = start.len();
+    let mut cur = start.clone();
+    let level_of = |c: &Choice| cf.evaluate(c).map_or(1.0 / g as f64, |e| e.level);
+    // Best count for `b` samples on rank `r` at `level`.
+    let count = |r: usize, b: u32, level: f64| -> Option<u32> {
+        if b == 0 {
+            return Some(0);
+        }
+        let t = s.rank_type[r];
+        let c = cf.comm(level);
+        let opts = s.options(t, b);
+        let fit = opts
+            .iter()
+            .filter(|o| o.cap >= level - FILL_TOL)
+            .min_by(|a, b| {
+                cf.rank_ms(t, a, &c, level)
+                    .total_cmp(&cf.rank_ms(t, b, &c, level))
+            });
+        fit.or_else(|| opts.iter().max_by(|a, b| a.cap.total_cmp(&b.cap)))
+            .map(|o| o.microbatches)
+    };
+    // Representatives of the classes of identical ranks.
+    let classes = |c: &Choice| -> Vec<usize> {
+        let mut seen: Vec<(usize, u32, u32)> = Vec::new();
+        let mut out = Vec::new();
+        for (r, &(b, n)) in c.iter().enumerate() {
+            let key = (s.rank_type[r], b, n);
+            if !seen.contains(&key) {
+                seen.push(key);
+                out.push(r);
+            }
+        }
+        out
+    };
+    let with = |c: &Choice, r: usize, b: u32, level: f64| -> Option<Choice> {
+        let mut x = c.clone();
+        x[r] = (b, count(r, b, level)?);
+        Some(x)
+    };
+    // 1. The samples the grid left over.
+    let placed: u64 = cur.iter().map(|x| x.0 as u64).sum();
+    let mut rem = (target as u64).checked_sub(placed)? as u32;
+    let mut d = s.unit.max(1);
+    while rem > 0 {
+        let step = d.min(rem);
+        let level = level_of(&cur);
+        let best = classes(&cur)
+            .into_iter()
+            .filter_map(|r| with(&cur, r, cur[r].0 + step, level))
+            .filter_map(|c| cf.evaluate(&c).map(|e| (score(&e), c)))
+            .min_by(|a, b| {
+                if better(&a.0, &b.0) {
+                    std::cmp::Ordering::Less
+                } else if better(&b.0, &a.0) {
+                    std::cmp::Ordering::Greater
+                } else {
+                    std::cmp::Ordering::Equal
+                }
+            });
+        match best {
+            Some((_, c)) => {
+                cur = c;
+                rem -= step;
+            }
+            None if step > 1 => d = step / 2,
+            None => return None,
+        }
+    }
+    // 2. Moves off the bottleneck.
+    let mut d = s.unit.max(1);
+    let mut moves = 0usize;
+    let mut now = score(&cf.evaluate(&cur)?);
+    while d >= 1 && moves < MAX_REFINE_MOVES {
+        let ev = cf.evaluate(&cur)?;
+        let level = ev.level;
+        let from = (0..g)
+            .filter(|&r| cur[r].0 > 0)
+            .max_by(|&a, &b| ev.rank_ms[a].total_cmp(&ev.rank_ms[b]).then(b.cmp(&a)));
+        let Some(from) = from else { break };
+        let step = d.min(cur[from].0);
+        let mut found: Option<((f64, usize, f64), Choice)> = None;
+        if let Some(base) = with(&cur, from, cur[from].0 - step, level) {
+            for to in classes(&base).into_iter().filter(|&r| r != from) {
+                let Some(c) = with(&base, to, base[to].0 + step, level) else {
+                    continue;
+                };
+                let Some(e) = cf.evaluate(&c) else { continue };
+                let sc = score(&e);
+                if better(&sc, &now) && found.as_ref().is_none_or(|f| better(&sc, &f.0)) {
+                    found = Some((sc, c));
+                }
+            }
+        }
+        moves += 1;
+        match found {
+            Some((sc, c)) => {
+                cur = c;
+                now = sc;
+            }
+            None => d /= 2,
+        }
+    }
+    Some(cur)
+}
+
 fn shl_or(dst: &mut [u64], src: &[u64], s: usize) {
     let (ws, bs) = (s / 64, s % 64);
     let n = dst.len();
@@ -199,6 +410,10 @@ fn shl_or(dst: &mut [u64], src: &[u64], s: usize) {
 
 struct Search<'c, 'a> {
     cf: &'c ClosedForm<'a>,
+    /// Samples per batch unit: option tables and the knapsacks count
+    /// batches in units (1 below [`EXACT_BATCH`]).
+    unit: u32,
+    /// The global batch in units (rounded down).
     big_b: usize,
     rank_type: Vec<usize>,
     types: Vec<TypeOptions>,
@@ -212,26 +427,14 @@ struct Priced {
 }
 
 impl<'c, 'a> Search<'c, 'a> {
-    fn new(cf: &'c ClosedForm<'a>, bmax: &[u32]) -> Search<'c, 'a> {
+    fn new(cf: &'c ClosedForm<'a>, bmax: &[u32], unit: u32) -> Search<'c, 'a> {
         let costs = cf.costs();
-        let big_b = costs.workload.global_batch as usize;
+        let big_b = (costs.workload.global_batch / unit) as usize;
         let types: Vec<TypeOptions> = (0..cf.type_count())
             .into_par_iter()
             .map(|t| {
-                let by_b = (0..=bmax[t].min(big_b as u32))
-                    .map(|b| {
-                        if b == 0 {
-                            return cf.option(t, 0, 0).into_iter().collect();
-                        }
-                        let max_m = cf.max_microbatch(t);
-                        if max_m == 0 {
-                            return vec![];
-                        }
-                        if let Some(p) = cf.passes() {
-                            return cf.option(t, b, p).into_iter().collect();
-                        }
-                        pareto(layered_options(cf, t, b, max_m))
-                    })
+                let by_b = (0..=(bmax[t] / unit).min(big_b as u32))
+                    .map(|u| options_at(cf, t, u * unit, unit > 1))
                     .collect();
                 TypeOptions { by_b }
             })
@@ -245,6 +448,7 @@ impl<'c, 'a> Search<'c, 'a> {
         stats.feasible = stats.candidates;
         Search {
             cf,
+            unit,
             big_b,
             rank_type: costs.rank_type.clone(),
             types,
@@ -545,6 +749,16 @@ impl<'c, 'a> Search<'c, 'a> {
         Some((tau, choice))
     }
 
+    /// The options of `b` samples on type `t`: from the table when `b` is
+    /// on its grid, else built.
+    fn options(&self, t: usize, b: u32) -> std::borrow::Cow<'_, [RankCost]> {
+        let u = (b / self.unit) as usize;
+        match self.types[t].by_b.get(u) {
+            Some(v) if b.is_multiple_of(self.unit) => std::borrow::Cow::Borrowed(v),
+            _ => std::borrow::Cow::Owned(options_at(self.cf, t, b, self.unit > 1)),
+        }
+    }
+
     /// Largest state sum any plan leaves room for (for the infeasibility
     /// message), with no time limit.
     fn max_state_room(&mut self) -> f64 {
@@ -596,7 +810,8 @@ impl<'c, 'a> Search<'c, 'a> {
         let mut roomy = choice.clone();
         for (i, &(b, _)) in choice.iter().enumerate() {
             let t = self.rank_type[i];
-            let ok: Vec<&RankCost> = self.types[t].by_b[b as usize]
+            let at = self.options(t, b);
+            let ok: Vec<&RankCost> = at
                 .iter()
                 .filter(|o| self.cf.rank_ms(t, o, &c, level) <= tau && o.cap >= level - FILL_TOL)
                 .collect();
@@ -738,7 +953,7 @@ fn infeasible_share(search: &Search<'_, '_>, share: f64) -> PlanError {
             .iter()
             .enumerate()
             .filter(|(_, v)| v.iter().any(|o| o.cap >= share - FILL_TOL))
-            .map(|(b, _)| b as u32)
+            .map(|(u, _)| u as u32 * search.unit)
             .max()
             .unwrap_or(0)
     };
@@ -775,7 +990,33 @@ fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
     if let Some(share) = cf.required_share() {
         return infeasible_share(search, share);
     }
-    // 3. Activations of the batch plus the state do not fit together.
+    // 3. More samples than the micro-batch limit lets the GPUs take.
+    let most: u64 = costs
+        .rank_type
+        .iter()
+        .map(|&t| {
+            let per = cf.passes().unwrap_or(crate::limits::MAX_MICROBATCHES);
+            cf.max_microbatch(t) as u64 * per as u64
+        })
+        .sum();
+    if most < costs.workload.global_batch as u64 {
+        let per = match cf.passes() {
+            Some(p) => format!("{p} micro-batch passes"),
+            None => format!(
+                "the limit of {} micro-batches per GPU",
+                crate::limits::MAX_MICROBATCHES
+            ),
+        };
+        return PlanError::Infeasible {
+            message: format!(
+                "the GPUs take at most {most} of the {} samples (each GPU's largest micro-batch x {per})",
+                costs.workload.global_batch
+            ),
+            shortfall_gib: 0.0,
+            rank: None,
+        };
+    }
+    // 4. Activations of the batch plus the state do not fit together.
     let room = search.max_state_room().max(0.0);
     let short = (1.0 - room) * s;
     PlanError::Infeasible {
@@ -800,6 +1041,13 @@ fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
 /// otherwise the ranges grow to what the found optimum certifies and the
 /// search runs once more.
 pub fn search(cf: &ClosedForm<'_>) -> Result<Found, PlanError> {
+    let costs = cf.costs();
+    search_in_units(cf, batch_unit(costs.workload.global_batch, costs.ranks()))
+}
+
+/// [`search`] on a batch grid of `unit` samples (1: exact at any batch).
+pub fn search_in_units(cf: &ClosedForm<'_>, unit: u32) -> Result<Found, PlanError> {
+    let unit = unit.max(1);
     let costs = cf.costs();
     let big_b = costs.workload.global_batch;
     let nt = cf.type_count();
@@ -827,7 +1075,7 @@ pub fn search(cf: &ClosedForm<'_>) -> Result<Found, PlanError> {
     let mut stats = SearchStats::default();
     loop {
         let full = bmax.iter().all(|&b| b >= big_b);
-        match search_with(cf, &bmax) {
+        match search_with(cf, &bmax, unit) {
             Ok(mut found) => {
                 stats.candidates += found.stats.candidates;
                 stats.feasible += found.stats.feasible;
@@ -859,8 +1107,8 @@ pub fn search(cf: &ClosedForm<'_>) -> Result<Found, PlanError> {
 }
 
 /// [`search`] over options whose batch on type `t` is at most `bmax[t]`.
-fn search_with(cf: &ClosedForm<'_>, bmax: &[u32]) -> Result<Found, PlanError> {
-    let mut s = Search::new(cf, bmax);
+fn search_with(cf: &ClosedForm<'_>, bmax: &[u32], unit: u32) -> Result<Found, PlanError> {
+    let mut s = Search::new(cf, bmax, unit);
     let g = s.rank_type.len();
     let lmin = 1.0 / g as f64;
     let mut best: Option<(Choice, Evaluation, f64)> = None;
@@ -897,7 +1145,7 @@ fn search_with(cf: &ClosedForm<'_>, bmax: &[u32]) -> Result<Found, PlanError> {
         let Some((choice, eval, tau)) = best else {
             return Err(infeasible(&mut s));
         };
-        return Ok(finish(&mut s, choice, eval, tau, alternatives, true));
+        return finish(&mut s, choice, eval, tau, alternatives, true);
     }
     // Fast path: even state.
     let fast = s.solve_bottleneck(lmin, Some(lmin), true);
@@ -944,11 +1192,13 @@ fn search_with(cf: &ClosedForm<'_>, bmax: &[u32]) -> Result<Found, PlanError> {
     let Some((choice, eval, tau)) = best else {
         return Err(infeasible(&mut s));
     };
-    Ok(finish(&mut s, choice, eval, tau, alternatives, proven))
+    finish(&mut s, choice, eval, tau, alternatives, proven)
 }
 
 /// The search's result around its optimum `choice`: variants and
-/// near-optimal plans (distinct, feasible), and the counts.
+/// near-optimal plans (distinct, feasible), and the counts. On a batch
+/// grid ([`batch_unit`] > 1) every plan is completed and refined to the
+/// sample first ([`refine`]) and optimality is not claimed.
 fn finish(
     s: &mut Search<'_, '_>,
     choice: Choice,
@@ -956,11 +1206,32 @@ fn finish(
     tau: f64,
     alternatives: Vec<Choice>,
     proven: bool,
-) -> Found {
+) -> Result<Found, PlanError> {
     let cf = s.cf;
     let mut alts = s.variants(&choice, eval.level, tau.max(eval.iteration_ms));
     alts.extend(s.relaxed(eval.level, eval.iteration_ms, &RELAXED_SLACK));
     alts.extend(alternatives);
+    let (choice, eval, proven) = if s.unit > 1 {
+        alts = alts.iter().filter_map(|a| refine(s, a)).collect();
+        let refined = refine(s, &choice).and_then(|c| cf.evaluate(&c).map(|e| (c, e)));
+        // The best completed plan leads (the grid's optimum may complete
+        // worse than one of its neighbours).
+        let mut all: Vec<(Choice, Evaluation)> = refined.into_iter().collect();
+        all.extend(
+            alts.iter()
+                .filter_map(|a| cf.evaluate(a).map(|e| (a.clone(), e))),
+        );
+        let Some(lead) = all
+            .iter()
+            .min_by(|a, b| a.1.iteration_ms.total_cmp(&b.1.iteration_ms))
+            .cloned()
+        else {
+            return Err(infeasible(s));
+        };
+        (lead.0, lead.1, false)
+    } else {
+        (choice, eval, proven)
+    };
     let mut distinct: Vec<Choice> = Vec::new();
     for a in alts {
         if a != choice && !distinct.contains(&a) && cf.evaluate(&a).is_some() {
@@ -969,12 +1240,12 @@ fn finish(
     }
     let mut stats = s.stats.clone();
     stats.proven_optimal = proven;
-    Found {
+    Ok(Found {
         best: choice,
         eval,
         alternatives: distinct,
         stats,
-    }
+    })
 }
 
 /// Builds the plan of a choice with its state fractions, under the closed
@@ -1119,6 +1390,18 @@ impl Planner for Cephalo {
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
         let costs = problem.costs;
+        if costs.ranks() > MAX_GPUS {
+            return Err(PlanError::invalid(
+                "--cluster",
+                "nodes",
+                format!(
+                    "the cephalo planner searches clusters of up to {MAX_GPUS} GPUs, this one has {}: \
+                     its knapsacks grow with the square of the GPU count (1,024 GPUs plan in about 5 s, \
+                     4,096 in about 90 s); plan it with a baseline (--planner fsdp, speed-proportional, ...)",
+                    costs.ranks()
+                ),
+            ));
+        }
         let space = strategy_space(problem);
         if space.is_empty() {
             // The pins themselves do not resolve: report why.

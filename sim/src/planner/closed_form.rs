@@ -483,7 +483,7 @@ impl<'a> ClosedForm<'a> {
                 cap: self.cap_empty(t),
             });
         }
-        if n == 0 || n > b {
+        if n == 0 || n > b || n > crate::limits::MAX_MICROBATCHES {
             return None;
         }
         if let Some(p) = self.passes {

@@ -43,9 +43,26 @@ pub fn even_shard_plan(
             pairs.push((b, n));
             continue;
         }
-        let mut n = 1;
+        // No count fits whose largest micro-batch does not fit alone
+        // (more micro-batches keep more), and a larger one alone needs
+        // more: bisect the largest micro-batch that fits alone, start at
+        // its count. Counts sharing a largest micro-batch need no less
+        // memory than the first of them, so only the first count of each
+        // micro-batch size is tried after it.
+        let alone = |m: u32| fits(&schedule, i, &[m], 1, fr[i]);
+        let (mut lo, mut hi) = (0u32, b);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if alone(mid)? {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        let mut n = if lo == 0 { b + 1 } else { b.div_ceil(lo) };
         while n <= b && !fits(&schedule, i, &sizes(b, n), n, fr[i])? {
-            n += 1;
+            let m = b.div_ceil(n);
+            n = if m <= 1 { b + 1 } else { b.div_ceil(m - 1) };
         }
         if n > b {
             oom.push(i);

@@ -776,6 +776,31 @@ impl<'a> Description<'a> {
         self.ranks[rank].batch > 0
     }
 
+    /// Steps of one iteration over all ranks (what the lowered graph's op
+    /// count grows with; ranks are grouped by micro-batch count).
+    pub fn total_steps(&self) -> u64 {
+        let mut by_n: Vec<(usize, u64)> = Vec::new();
+        for r in &self.ranks {
+            match by_n.iter_mut().find(|x| x.0 == r.micro.len()) {
+                Some(x) => x.1 += 1,
+                None => by_n.push((r.micro.len(), 1)),
+            }
+        }
+        by_n.iter()
+            .map(|&(n, count)| {
+                let per: u64 = self
+                    .phases
+                    .iter()
+                    .map(|ph| match ph.pass {
+                        None => n as u64,
+                        Some(k) => u64::from((k as usize) < n),
+                    })
+                    .sum();
+                per.saturating_mul(count)
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+
     /// Number of steps `rank` runs in phase `p`.
     pub fn step_count(&self, rank: usize, p: usize) -> usize {
         let n = self.ranks[rank].micro.len();

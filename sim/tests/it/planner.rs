@@ -416,6 +416,42 @@ fn native_never_worse_than_compat_or_baselines() {
     }
 }
 
+/// Above [`cephalo::EXACT_BATCH`] the native search runs on a batch grid
+/// and refines to the sample: its plan places every sample and is within
+/// 1% of the exact search's optimum (mixed cluster, memory binding).
+#[test]
+fn batch_grid_search_is_near_the_exact_optimum() {
+    for (gpus, model, b) in [
+        ("l4,l4,a6000,p40", "gpt-1.3b", 601u32),
+        ("t4,a10g,v100x16,a100-40gb", "llama-tiny", 777),
+    ] {
+        let c = build(
+            gpus,
+            model,
+            b,
+            Dtype::Fp16,
+            &ProfileSet::new(),
+            None,
+            |_| {},
+        );
+        let unit = cephalo::batch_unit(b, c.costs.ranks());
+        assert!(unit > 1, "{b} samples should be searched on a grid");
+        let layered = Strategy::cephalo(c.costs.ranks() as u32, Attention::Eager);
+        let cf = ClosedForm::new(&c.costs, layered, 1).unwrap();
+        let grid = cephalo::search(&cf).unwrap();
+        let exact = cephalo::search_in_units(&cf, 1).unwrap();
+        let placed: u32 = grid.best.iter().map(|x| x.0).sum();
+        assert_eq!(placed, b, "{gpus}: the grid plan places {placed} of {b}");
+        assert!(!grid.stats.proven_optimal);
+        let (g, e) = (grid.eval.iteration_ms, exact.eval.iteration_ms);
+        assert!(e <= g * (1.0 + 1e-9), "{gpus}: exact {e} above grid {g}");
+        assert!(g <= e * 1.01, "{gpus}: grid {g} ms vs exact {e} ms");
+        for a in &grid.alternatives {
+            assert_eq!(a.iter().map(|x| x.0).sum::<u32>(), b);
+        }
+    }
+}
+
 #[test]
 fn infeasible_state_names_the_shortfall() {
     let empty = ProfileSet::new();
