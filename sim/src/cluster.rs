@@ -296,18 +296,6 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
 }
 
-fn positive(origin: &str, field: &str, v: f64) -> Result<f64, SpecError> {
-    if v.is_finite() && v > 0.0 {
-        Ok(v)
-    } else {
-        Err(SpecError::invalid(
-            origin,
-            field,
-            format!("expected a positive number, got {v}"),
-        ))
-    }
-}
-
 fn non_negative(origin: &str, field: &str, v: f64) -> Result<f64, SpecError> {
     if v.is_finite() && v >= 0.0 {
         Ok(v)
@@ -368,7 +356,7 @@ fn resolve_network(
     }
     let latency = |default: f64, field: &str| -> Result<f64, SpecError> {
         let v = net.latency_us.unwrap_or(default);
-        non_negative(origin, field, v)
+        crate::physical::check(origin, field, v, &crate::physical::LATENCY_US)
     };
     match nic_gbit {
         Some(g) => {
@@ -377,7 +365,7 @@ fn resolve_network(
             } else {
                 "network.nic_gbit_s".into()
             };
-            let line = positive(origin, &field, g)?;
+            let line = crate::physical::check(origin, &field, g, &crate::physical::NET_GBIT_S)?;
             let nics = match nics {
                 Some(n) => {
                     let field = if node.nics.is_some() {
@@ -419,10 +407,11 @@ fn resolve_network(
                     "nics needs nic_gbit_s, the line rate of each NIC (bw_gbit_s is one aggregate per node)",
                 ));
             }
-            let bw = positive(
+            let bw = crate::physical::check(
                 origin,
                 "network.bw_gbit_s",
                 net.bw_gbit_s.unwrap_or(DEFAULT_INTER_BW_GBIT_S),
+                &crate::physical::NET_GBIT_S,
             )?;
             Ok(NetworkSpec {
                 nics: 1,
@@ -523,7 +512,12 @@ impl Cluster {
             let intra = resolve_intra(origin, ni, node.intra_link.as_deref(), &node_specs)?;
             let mut fabric_bw = intra.nvlink_gbps.unwrap_or(intra.pcie_gbps);
             if let Some(bw) = node.intra_bw_gbps {
-                fabric_bw = positive(origin, &format!("nodes[{ni}].intra_bw_gbps"), bw)?;
+                fabric_bw = crate::physical::check(
+                    origin,
+                    &format!("nodes[{ni}].intra_bw_gbps"),
+                    bw,
+                    &crate::physical::LINK_GBPS,
+                )?;
             }
             let (nvlink_gbps, pcie_gbps) = match intra.nvlink_gbps {
                 Some(_) => (Some(fabric_bw), intra.pcie_gbps),
@@ -531,7 +525,14 @@ impl Cluster {
             };
             let lat_override = node
                 .intra_latency_us
-                .map(|v| non_negative(origin, &format!("nodes[{ni}].intra_latency_us"), v))
+                .map(|v| {
+                    crate::physical::check(
+                        origin,
+                        &format!("nodes[{ni}].intra_latency_us"),
+                        v,
+                        &crate::physical::LATENCY_US,
+                    )
+                })
                 .transpose()?;
             let nvlink_latency_us = lat_override.unwrap_or(match intra.fabric {
                 IntraFabric::Nvswitch => LinkClass::Nvswitch.latency_us(),
@@ -545,17 +546,19 @@ impl Cluster {
             });
             let network = resolve_network(origin, ni, &net, node)?;
             let gpu_mem: f64 = node_specs.iter().map(|s| s.mem_gib).sum();
-            let host_mem_gib = non_negative(
+            let host_mem_gib = crate::physical::check(
                 origin,
                 &format!("nodes[{ni}].host_mem_gib"),
                 node.host_mem_gib.unwrap_or(
                     (DEFAULT_HOST_MEM_PER_GPU_GIB * gpu_mem).max(DEFAULT_HOST_MEM_MIN_GIB),
                 ),
+                &crate::physical::MEM_GIB,
             )?;
-            let host_mem_bw_gbps = positive(
+            let host_mem_bw_gbps = crate::physical::check(
                 origin,
                 &format!("nodes[{ni}].host_mem_bw_gbps"),
                 node.host_mem_bw_gbps.unwrap_or(DEFAULT_HOST_MEM_BW_GBPS),
+                &crate::physical::LINK_GBPS,
             )?;
             nodes.push(Node {
                 name,

@@ -718,13 +718,12 @@ impl CostModel {
                 ),
             ));
         }
-        if !(options.overhead_gib >= 0.0 && options.overhead_gib.is_finite()) {
-            return Err(SpecError::invalid(
-                "--overhead-gib",
-                "overhead_gib",
-                "expected a number >= 0",
-            ));
-        }
+        crate::physical::check(
+            "--overhead-gib",
+            "overhead_gib",
+            options.overhead_gib,
+            &crate::physical::MEM_GIB,
+        )?;
         let mut warnings = Vec::new();
         let mut types: Vec<Arc<GpuTypeCost>> = Vec::new();
         let mut rank_type = Vec::with_capacity(workload.cluster.len());
@@ -737,6 +736,25 @@ impl CostModel {
             let (block, flags, measured_attention) =
                 match profiles.block(&g.spec.name, &model.name, seq, dtype) {
                     Some(p) => {
+                        let peak = g.spec.peak_tflops(dtype).unwrap_or(0.0);
+                        if let Some(why) =
+                            p.curve.physical_problem(model.block_flops_fwd(seq), peak)
+                        {
+                            let (origin, entry) = match &p.curve.source {
+                                Source::Imported { origin, entry } => {
+                                    (origin.clone(), entry.clone())
+                                }
+                                Source::Measured { origin } => (
+                                    origin.clone(),
+                                    format!("{}/{}/{seq}/{dtype}", g.spec.name, model.name),
+                                ),
+                                other => (
+                                    other.to_string(),
+                                    format!("{}/{}/{seq}/{dtype}", g.spec.name, model.name),
+                                ),
+                            };
+                            return Err(SpecError::invalid(origin, entry, why));
+                        }
                         for f in &p.flags {
                             warnings.push(format!(
                                 "{} / {} / {seq} / {dtype}: {f}",
@@ -746,6 +764,15 @@ impl CostModel {
                         (p.curve.clone(), p.flags.clone(), p.attention)
                     }
                     None => {
+                        if let Some(r) =
+                            profiles.rejected_block(&g.spec.name, &model.name, seq, dtype)
+                        {
+                            return Err(SpecError::invalid(
+                                r.origin.clone(),
+                                r.entry.clone(),
+                                format!("{} (this run needs the entry; fix or remove it)", r.why),
+                            ));
+                        }
                         let c = analytic_curve(predictor, &g.spec, model, seq, dtype).map_err(
                             |why| SpecError::MissingProfile {
                                 gpu: g.spec.name.clone(),
@@ -755,6 +782,16 @@ impl CostModel {
                                 why,
                             },
                         )?;
+                        let peak = g.spec.peak_tflops(dtype).unwrap_or(0.0);
+                        if let Some(why) = c.physical_problem(model.block_flops_fwd(seq), peak) {
+                            return Err(SpecError::invalid(
+                                c.source.to_string(),
+                                format!("{}/{}/{seq}/{dtype}", g.spec.name, model.name),
+                                format!(
+                                    "the performance model's prediction is not physical: {why}"
+                                ),
+                            ));
+                        }
                         (c, vec![], Attention::Eager)
                     }
                 };
@@ -1211,7 +1248,8 @@ mod tests {
     use crate::model::ModelCatalog;
     use crate::profile::CollectiveSample;
 
-    /// A constant predictor (the tests below do not depend on its numbers).
+    /// A constant predictor (the tests below do not depend on its numbers;
+    /// 100 ms per sample keeps even a CPU below its peak).
     #[derive(Debug)]
     struct Flat;
 
@@ -1224,7 +1262,7 @@ mod tests {
             _: Dtype,
             m: u32,
         ) -> Result<(f64, f64), String> {
-            Ok((m as f64, 2.0 * m as f64))
+            Ok((100.0 * m as f64, 200.0 * m as f64))
         }
         fn block_prediction(
             &self,
@@ -1236,9 +1274,9 @@ mod tests {
             attention: Attention,
         ) -> Result<crate::perfmodel::BlockPrediction, String> {
             let k = if attention == Attention::Flash {
-                0.5
+                50.0
             } else {
-                1.0
+                100.0
             };
             Ok(crate::perfmodel::BlockPrediction {
                 fwd_ms: k * m as f64,

@@ -207,14 +207,23 @@ impl GpuSpec {
                 ),
             ));
         }
+        // Upper bounds well past any GPU (B200: 192 GB, 2,250 dense fp16
+        // TFLOPS, 8 TB/s HBM, 900 GB/s NVLink per direction) catch unit
+        // mix-ups (MB for GB, FLOPS for TFLOPS).
         let positive = |name: &str, v: f64, unit: &str| -> Result<(), SpecError> {
-            if v.is_finite() && v > 0.0 {
+            let hi = match unit {
+                "GiB" => crate::physical::MEM_GIB.hi,
+                "TFLOPS" => 1e5,
+                "GB/s" => 1e5,
+                _ => f64::MAX,
+            };
+            if v.is_finite() && v > 0.0 && v <= hi {
                 Ok(())
             } else {
                 Err(SpecError::invalid(
                     origin,
                     format!("{field}.{name}"),
-                    format!("{who}: expected a positive number of {unit}, got {v}"),
+                    format!("{who}: expected a positive number of {unit} up to {hi}, got {v}"),
                 ))
             }
         };

@@ -26,6 +26,7 @@ pub mod link;
 pub mod memory;
 pub mod model;
 pub mod perfmodel;
+pub mod physical;
 pub mod plan;
 pub mod planner;
 pub mod profile;

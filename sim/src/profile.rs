@@ -180,6 +180,71 @@ fn curve_lookup(sizes: &[u32], vals: &[f64], fit: &LinearFit, m: u32) -> f64 {
 }
 
 impl ComputeCurve {
+    /// Why this curve is not physical for a block of `fwd_flops` FLOPs per
+    /// sample forward (backward twice that) on a GPU of `peak_tflops`
+    /// (`None`: fine): a measured time outside [`crate::physical::OP_MS`],
+    /// a total (forward + backward) that falls with the micro-batch beyond
+    /// noise, a fit that goes to zero or below for a micro-batch size it
+    /// serves (1 to [`crate::planner::closed_form::MAX_MICROBATCH`] outside
+    /// the measured sizes), or a time faster than the GPU's peak allows.
+    pub fn physical_problem(&self, fwd_flops: f64, peak_tflops: f64) -> Option<String> {
+        use crate::physical::{series_problem, OP_MS};
+        debug_assert_eq!(self.fwd_ms.len(), self.batch_sizes.len());
+        for (name, v) in [("fwd_ms", &self.fwd_ms), ("bwd_ms", &self.bwd_ms)] {
+            if let Some((x, m)) = v
+                .iter()
+                .zip(&self.batch_sizes)
+                .find(|(x, _)| !OP_MS.contains(**x))
+            {
+                return Some(format!(
+                    "{name} at micro-batch {m} is {x}, outside {} ({})",
+                    OP_MS.describe(),
+                    OP_MS.why
+                ));
+            }
+        }
+        let totals: Vec<f64> = self
+            .fwd_ms
+            .iter()
+            .zip(&self.bwd_ms)
+            .map(|(f, b)| f + b)
+            .collect();
+        if let Some(e) = series_problem(&self.batch_sizes, &totals, &OP_MS) {
+            return Some(format!("forward + backward: {e}"));
+        }
+        let top = crate::planner::closed_form::MAX_MICROBATCH;
+        let (first, last) = (
+            self.batch_sizes.first().copied().unwrap_or(u32::MAX),
+            self.batch_sizes.last().copied().unwrap_or(0),
+        );
+        for (name, fit) in [("forward", &self.fwd_fit), ("backward", &self.bwd_fit)] {
+            for m in [1u32, top] {
+                if (m < first || m > last)
+                    && fit.at(m as f64).partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+                {
+                    return Some(format!(
+                        "the {name} fit ({} ms per sample + {} ms) gives {:.4} ms at micro-batch {m}, a size it serves: a time must be positive",
+                        fit.slope,
+                        fit.intercept,
+                        fit.at(m as f64)
+                    ));
+                }
+            }
+        }
+        if peak_tflops > 0.0 && fwd_flops > 0.0 {
+            for (k, &m) in self.batch_sizes.iter().enumerate() {
+                let ms = totals[k];
+                let tflops = 3.0 * fwd_flops * m as f64 / (ms * 1e-3) / 1e12;
+                if tflops > peak_tflops {
+                    return Some(format!(
+                        "micro-batch {m} runs forward + backward in {ms:.4} ms, {tflops:.1} TFLOPS: faster than the GPU's peak of {peak_tflops} TFLOPS"
+                    ));
+                }
+            }
+        }
+        None
+    }
+
     /// Forward ms of one block for a micro-batch of `m` samples (`m >= 1`).
     pub fn fwd_ms(&self, m: u32) -> f64 {
         curve_lookup(&self.batch_sizes, &self.fwd_ms, &self.fwd_fit, m)
@@ -353,6 +418,30 @@ pub struct ProfileSet {
     pub units: Vec<UnitProfile>,
     /// Warnings (known-bad entries, skipped names) for the user.
     pub warnings: Vec<String>,
+    /// Entries for a known GPU, model, sequence length and dtype that could
+    /// not be read: a run that needs one fails with its reason instead of
+    /// falling back to another source.
+    #[serde(default, skip)]
+    pub rejected: Vec<Rejected>,
+}
+
+/// A profile entry that names a known workload but is malformed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejected {
+    /// Canonical GPU name.
+    pub gpu: String,
+    /// Canonical model name.
+    pub model: String,
+    /// Tokens per sample.
+    pub seq_len: u32,
+    /// Precision.
+    pub dtype: Dtype,
+    /// File.
+    pub origin: String,
+    /// Entry key in the file.
+    pub entry: String,
+    /// What is wrong.
+    pub why: String,
 }
 
 impl ProfileSet {
@@ -368,6 +457,7 @@ impl ProfileSet {
         self.collectives.extend(other.collectives);
         self.units.extend(other.units);
         self.warnings.extend(other.warnings);
+        self.rejected.extend(other.rejected);
     }
 
     /// The most trusted block profile for the key: measured before imported;
@@ -386,6 +476,19 @@ impl ProfileSet {
                 b.gpu == gpu && b.model == model && b.seq_len == seq_len && b.dtype == dtype
             })
             .min_by_key(|b| (b.curve.source.rank(), !b.model_key.starts_with("deepspeed")))
+    }
+
+    /// The rejected entry for a workload, if its profile could not be read.
+    pub fn rejected_block(
+        &self,
+        gpu: &str,
+        model: &str,
+        seq_len: u32,
+        dtype: Dtype,
+    ) -> Option<&Rejected> {
+        self.rejected
+            .iter()
+            .find(|r| r.gpu == gpu && r.model == model && r.seq_len == seq_len && r.dtype == dtype)
     }
 
     /// The block profile whose file key is exactly `model_key` (compat mode).

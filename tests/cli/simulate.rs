@@ -492,7 +492,13 @@ fn an_absurd_duration_is_an_error_not_a_small_number() {
         "json",
     ]);
     assert_eq!(o.code, 2, "{}", o.stderr);
-    assert!(o.stderr.contains("584 years"), "{}", o.stderr);
+    // Refused where it enters (the physical range of a network), before
+    // the engine's clock could overflow.
+    assert!(
+        o.stderr.contains("network.bw_gbit_s") && o.stderr.contains("[0.001, 100000] Gbit/s"),
+        "{}",
+        o.stderr
+    );
     assert!(!o.stdout.contains("18446744073709"), "{}", o.stdout);
 }
 
@@ -665,4 +671,82 @@ fn a_plan_made_for_another_workload_is_refused() {
         assert_eq!(o.code, 2, "{extra:?}: {}", o.stderr);
         assert!(o.stderr.contains(field), "{extra:?}: {}", o.stderr);
     }
+}
+
+/// Numbers that cannot be physical are refused where they enter, naming
+/// the file, the entry and the range: zero or negative profile times, a
+/// GPU faster than its peak, a total that falls as the micro-batch grows,
+/// a gigabyte moved in no time, a latency of hours, negative memory.
+#[test]
+fn impossible_numbers_are_refused_where_they_enter() {
+    let block = |fwd: &str, bwd: &str| {
+        format!(
+            "{{\"format\": \"cephalo-profile/1\", \"blocks\": [{{\"gpu\": \"l4\", \"model\": \"gpt-1.3b\", \"seq_len\": 2048, \"dtype\": \"fp16\", \"batch_sizes\": [1, 2, 4], \"fwd_ms\": {fwd}, \"bwd_ms\": {bwd}}}]}}"
+        )
+    };
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("zero", block("[0.0, 20.0, 40.0]", "[20.0, 40.0, 80.0]"), "blocks[0].fwd_ms"),
+        ("negative", block("[10.0, -20.0, 40.0]", "[20.0, 40.0, 80.0]"), "blocks[0].fwd_ms"),
+        ("falling", block("[10.0, 20.0, 4.0]", "[20.0, 40.0, 8.0]"), "not measurement noise"),
+        // gpt-1.3b at 2048 tokens: ~1.6 TFLOP per sample per block pass;
+        // 0.001 ms would be millions of TFLOPS on an L4 (121 peak).
+        ("too-fast", block("[0.001, 0.002, 0.004]", "[0.002, 0.004, 0.008]"), "faster than the GPU's peak"),
+        (
+            "collective",
+            "{\"format\": \"cephalo-profile/1\", \"collectives\": [{\"kind\": \"all_gather\", \"ranks\": 2, \"bytes\": 1e9, \"time_ms\": 0.0}]}".into(),
+            "collectives[0]",
+        ),
+        (
+            "memory",
+            "{\"format\": \"cephalo-profile/1\", \"blocks\": [{\"gpu\": \"l4\", \"model\": \"gpt-1.3b\", \"seq_len\": 2048, \"dtype\": \"fp16\", \"batch_sizes\": [1, 2], \"fwd_ms\": [10.0, 20.0], \"bwd_ms\": [20.0, 40.0], \"act_mem_gib\": [-1.0, 2.0]}]}".into(),
+            "act_mem_gib",
+        ),
+    ];
+    for (name, text, want) in cases {
+        let f = tmp(&format!("physical-{name}.json"));
+        std::fs::write(&f, text).unwrap();
+        let o = run(&[
+            "--gpus",
+            "l4,l4",
+            "--model",
+            "gpt-1.3b",
+            "--seq-len",
+            "2048",
+            "--global-batch",
+            "8",
+            "--batch",
+            "4,4",
+            "--profiles",
+            f.to_str().unwrap(),
+        ]);
+        assert_eq!(o.code, 2, "{name}: {}", o.stderr);
+        assert!(o.stderr.contains(want), "{name}: {}", o.stderr);
+        assert!(
+            o.stderr.contains(f.to_str().unwrap()),
+            "{name}: names the file: {}",
+            o.stderr
+        );
+    }
+    let f = tmp("physical-latency.toml");
+    std::fs::write(
+        &f,
+        "[network]\nlatency_us = 1e12\n[[nodes]]\ngpus = [{ type = \"l4\", count = 2 }]\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "--cluster",
+        f.to_str().unwrap(),
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "8",
+        "--batch",
+        "4,4",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("network.latency_us") && o.stderr.contains("[0, 1000000] us"),
+        "{}",
+        o.stderr
+    );
 }

@@ -115,7 +115,19 @@ pub struct NativeUnits {
     pub optimizer_ms_per_mparam: f64,
 }
 
+/// Checks one measured series: one value per size, each inside `range`,
+/// none falling beyond noise as the size grows ([`crate::physical`]).
 fn check_series(origin: &str, field: &str, sizes: &[u32], vals: &[f64]) -> Result<(), SpecError> {
+    check_series_in(origin, field, sizes, vals, &crate::physical::OP_MS)
+}
+
+fn check_series_in(
+    origin: &str,
+    field: &str,
+    sizes: &[u32],
+    vals: &[f64],
+    range: &crate::physical::Range,
+) -> Result<(), SpecError> {
     if vals.len() != sizes.len() {
         return Err(SpecError::invalid(
             origin,
@@ -127,12 +139,8 @@ fn check_series(origin: &str, field: &str, sizes: &[u32], vals: &[f64]) -> Resul
             ),
         ));
     }
-    if let Some(v) = vals.iter().find(|v| !v.is_finite() || **v < 0.0) {
-        return Err(SpecError::invalid(
-            origin,
-            field,
-            format!("expected finite values >= 0, got {v}"),
-        ));
+    if let Some(why) = crate::physical::series_problem(sizes, vals, range) {
+        return Err(SpecError::invalid(origin, field, why));
     }
     Ok(())
 }
@@ -209,7 +217,13 @@ pub fn import(
             flags: vec![],
         });
         if let Some(mem) = &b.act_mem_gib {
-            check_series(origin, &format!("{f}.act_mem_gib"), &b.batch_sizes, mem)?;
+            check_series_in(
+                origin,
+                &format!("{f}.act_mem_gib"),
+                &b.batch_sizes,
+                mem,
+                &crate::physical::MEM_GIB,
+            )?;
             // Memory profiles are indexed by batch size 1..n: keep the dense prefix.
             let dense: Vec<f64> = b
                 .batch_sizes
@@ -247,13 +261,12 @@ pub fn import(
         ] {
             check_series(origin, &format!("{f}.{name}"), &u.batch_sizes, vals)?;
         }
-        if !u.optimizer_ms_per_mparam.is_finite() || u.optimizer_ms_per_mparam < 0.0 {
-            return Err(SpecError::invalid(
-                origin,
-                format!("{f}.optimizer_ms_per_mparam"),
-                "expected a number >= 0",
-            ));
-        }
+        crate::physical::check(
+            origin,
+            &format!("{f}.optimizer_ms_per_mparam"),
+            u.optimizer_ms_per_mparam,
+            &crate::physical::OP_MS,
+        )?;
         set.units.push(UnitProfile {
             gpu: gpu.name.clone(),
             model: model.name.clone(),
@@ -284,6 +297,9 @@ pub fn import(
                 f,
                 "expected ranks >= 1, bytes >= 0, time_ms >= 0, imbalance >= 1",
             ));
+        }
+        if let Some(why) = crate::physical::collective_problem(c.bytes, c.time_ms) {
+            return Err(SpecError::invalid(origin, f, why));
         }
         set.collectives.push(c.clone());
     }

@@ -155,6 +155,9 @@ pub fn parse(
                 }
             }
         }
+        if let Some(why) = crate::physical::collective_problem(size, time_us * 1e-3) {
+            return Err(SpecError::invalid(origin, at(), why));
+        }
         let implied = size / (time_us * 1e-6) / 1e9;
         if algbw >= 1.0 && (implied - algbw).abs() > ALGBW_TOLERANCE * algbw {
             return Err(SpecError::invalid(

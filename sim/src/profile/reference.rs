@@ -233,6 +233,17 @@ pub fn import_latencies(
                     let Some((fr, br, f, b, flags)) = parse_leaf(leaf) else {
                         set.warnings
                             .push(format!("{origin}: {entry}: malformed entry (none of the four leaf forms); skipped"));
+                        set.rejected.push(crate::profile::Rejected {
+                            gpu: gpu.name.clone(),
+                            model: model.name.clone(),
+                            seq_len,
+                            dtype,
+                            origin: origin.to_string(),
+                            entry: entry.clone(),
+                            why: "malformed entry: expected a per-sample number, a [slope, intercept] pair, \
+                                  or [forward fit, backward fit, forward list, backward list] of finite values >= 0"
+                                .to_string(),
+                        });
                         continue;
                     };
                     for fl in &flags {
@@ -324,6 +335,12 @@ pub fn import_memory(
                             "expected a non-empty list of GiB values",
                         )
                     })?;
+                let sizes: Vec<u32> = (1..=act.len() as u32).collect();
+                if let Some(why) =
+                    crate::physical::series_problem(&sizes, &act, &crate::physical::MEM_GIB)
+                {
+                    return Err(SpecError::invalid(origin, f.clone(), why));
+                }
                 set.memory.push(MemoryProfile {
                     cluster: cluster.clone(),
                     model: model.name.clone(),

@@ -996,3 +996,39 @@ fn costs_of_two_nodes() -> CostModel {
         None,
     )
 }
+
+/// Every reference block entry passes the physical checks the cost model
+/// applies to the profiles it uses (times in range, no fall beyond noise,
+/// fits positive where they serve, never faster than the GPU's peak), so
+/// the checks catch corrupted input, not real measurements.
+#[test]
+fn every_reference_entry_is_physical() {
+    let Some(p) = crate::common::reference_profiles() else {
+        return;
+    };
+    let (g, m) = (
+        sim::gpu::GpuCatalog::builtin(),
+        sim::model::ModelCatalog::builtin(),
+    );
+    let mut checked = 0;
+    let mut bad = Vec::new();
+    for b in &p.blocks {
+        let gpu = g.get(&b.gpu).unwrap();
+        let model = m.get(&b.model).unwrap();
+        let peak = gpu.peak_tflops(b.dtype).unwrap_or(0.0);
+        if let Some(why) = b
+            .curve
+            .physical_problem(model.block_flops_fwd(b.seq_len), peak)
+        {
+            bad.push(format!("{}: {why}", b.curve.source));
+        }
+        checked += 1;
+    }
+    assert!(checked > 50, "only {checked} reference entries");
+    assert!(
+        bad.is_empty(),
+        "{} of {checked}:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
