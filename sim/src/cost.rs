@@ -162,6 +162,9 @@ pub struct GpuTypeCost {
     pub block_flags: Vec<String>,
     /// Measured unit costs, if any.
     pub units: Option<UnitProfile>,
+    /// The predictor's cross-validated error band for this GPU, when
+    /// the block curve is analytic ([`Predictor::error_band`]).
+    pub analytic_error_band: Option<String>,
 }
 
 impl GpuTypeCost {
@@ -172,11 +175,15 @@ impl GpuTypeCost {
 
     /// Where the block times of `attention` come from, for reports.
     pub fn curve_source(&self, attention: Attention) -> String {
+        let band = match &self.analytic_error_band {
+            Some(b) => format!(", {b}"),
+            None => String::new(),
+        };
         if attention == self.measured_attention {
-            self.block.source.to_string()
+            format!("{}{band}", self.block.source)
         } else {
             format!(
-                "{} scaled to {} attention by the predictor's kernel ratio",
+                "{}{band}, scaled to {} attention by the predictor's kernel ratio",
                 self.block.source,
                 attention.name()
             )
@@ -818,12 +825,16 @@ impl CostModel {
             let selective_fraction = [Attention::Eager, Attention::Flash]
                 .map(|a| selective_fractions(predictor, &g.spec, model, seq, dtype, a));
             rank_type.push(types.len());
+            let analytic_error_band = (block.source.rank() == 2)
+                .then(|| predictor.error_band(&g.spec.name))
+                .flatten();
             types.push(Arc::new(GpuTypeCost {
                 gpu: g.spec.clone(),
                 block,
                 measured_attention,
                 kernels,
                 selective_fraction,
+                analytic_error_band,
                 block_flags: flags,
                 units,
             }));

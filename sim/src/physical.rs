@@ -97,11 +97,13 @@ pub const LATENCY_US: Range = Range {
 /// busbw): at most 10^4, above any fabric (see [`LINK_GBPS`]).
 pub const BUS_GBPS_MAX: f64 = 1e4;
 
-/// How much a profile's total time may fall from one measured micro-batch
-/// size to a larger one and still count as measurement noise: 25% (run to
-/// run spread of GPU kernels is a few percent; CPU timings on a busy host
-/// reach 20%).
-pub const DECREASE_NOISE: f64 = 0.25;
+/// How much a measured series (a block's forward + backward time, a memory
+/// list) may fall from one micro-batch size to a larger one and still
+/// count as measurement noise: 50%. GPU kernels repeat within a few
+/// percent, but millisecond timings of a tiny model on a loaded CPU were
+/// seen to fall 35% from size 1 to 2 (this project's own profiler under
+/// CI load); less than half the time for more work is not noise anywhere.
+pub const DECREASE_NOISE: f64 = 0.5;
 
 /// Checks `v` against `range`; the error names `origin`, `field`, the range
 /// and why.
@@ -199,8 +201,8 @@ mod tests {
     #[test]
     fn series_allow_noise_but_not_less_time_for_more_work() {
         assert_eq!(series_problem(&[1, 2, 4], &[1.0, 1.9, 3.8], &OP_MS), None);
-        // 10% lower: noise.
-        assert_eq!(series_problem(&[1, 2], &[2.0, 1.8], &OP_MS), None);
+        // 35% lower (a loaded CPU timing a tiny model): noise.
+        assert_eq!(series_problem(&[1, 2], &[5.2, 3.4], &OP_MS), None);
         let e = series_problem(&[1, 2, 4], &[2.0, 4.0, 1.0], &OP_MS).unwrap();
         assert!(e.contains("size 4") && e.contains("size 2"), "{e}");
         assert!(series_problem(&[1, 2], &[1.0, 0.0], &OP_MS).is_some());

@@ -675,6 +675,64 @@ impl Report {
                 );
             }
         }
+        s.push_str(&self.sources_text());
+        s
+    }
+}
+
+/// Where one GPU type's numbers came from (see [`Report::sources`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SourceLine {
+    /// GPU type.
+    pub gpu: String,
+    /// GPUs of that type.
+    pub count: usize,
+    /// Block compute times: measured / imported (file and entry) or
+    /// analytic (model, with its cross-validated error band).
+    pub compute: String,
+    /// Non-state memory.
+    pub memory: String,
+    /// Embedding, head and optimizer costs.
+    pub units: String,
+}
+
+impl Report {
+    /// Where the numbers of each GPU type came from, in rank order of
+    /// first appearance.
+    pub fn sources(&self) -> Vec<SourceLine> {
+        let mut out: Vec<SourceLine> = Vec::new();
+        for g in &self.gpus {
+            match out.iter_mut().find(|x| x.gpu == g.gpu) {
+                Some(x) => x.count += 1,
+                None => out.push(SourceLine {
+                    gpu: g.gpu.clone(),
+                    count: 1,
+                    compute: g.compute_source.clone(),
+                    memory: g.memory_source.clone(),
+                    units: g.unit_source.clone(),
+                }),
+            }
+        }
+        out
+    }
+
+    /// [`Report::sources`] as table lines (`sources:` then one line per
+    /// GPU type; the memory line once when every type shares it).
+    pub fn sources_text(&self) -> String {
+        let src = self.sources();
+        let mut s = String::from("sources:\n");
+        for x in &src {
+            let _ = writeln!(s, "  {}x {}: compute {}", x.count, x.gpu, x.compute);
+        }
+        if src.windows(2).all(|w| w[0].memory == w[1].memory) {
+            if let Some(x) = src.first() {
+                let _ = writeln!(s, "  memory: {}", x.memory);
+            }
+        } else {
+            for x in &src {
+                let _ = writeln!(s, "  memory on {}: {}", x.gpu, x.memory);
+            }
+        }
         s
     }
 }
@@ -685,7 +743,7 @@ pub const GROUP_ROWS_ABOVE: usize = 32;
 
 /// Merges consecutive table rows equal in every cell but the first (the
 /// rank), whose cell becomes the range `a-b`; the header row stays.
-fn group_rows(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
+pub fn group_rows(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
     let mut out: Vec<Vec<String>> = Vec::with_capacity(rows.len());
     let mut first_rank = String::new();
     let mut last_rank = String::new();

@@ -173,6 +173,9 @@ pub struct Row {
     pub state_fractions: Vec<f64>,
     /// Why there is no plan (infeasible, missing profiles).
     pub error: Option<String>,
+    /// Where each GPU type's numbers came from ([`Report::sources`];
+    /// empty without a plan).
+    pub sources: Vec<crate::report::SourceLine>,
     /// Planner search statistics and wall time (for logs; not serialised).
     #[serde(skip)]
     pub run: Option<(crate::planner::SearchStats, f64)>,
@@ -227,6 +230,7 @@ pub fn compare(
                     microbatches: p.gpus.iter().map(|g| g.microbatches).collect(),
                     state_fractions: p.state_fractions(),
                     error: None,
+                    sources: report.sources(),
                     run: Some((run.planned.stats.clone(), run.elapsed_s)),
                 });
             }
@@ -248,6 +252,7 @@ pub fn compare(
                     microbatches: vec![],
                     state_fractions: vec![],
                     error: Some(e.to_string()),
+                    sources: vec![],
                     run: None,
                 });
             }
@@ -376,6 +381,16 @@ impl Comparison {
                 r.strategy.as_deref().unwrap_or("-"),
                 plan
             );
+        }
+        // The sources are the workload's, the same under every planner.
+        if let Some(r) = self.rows.iter().find(|r| !r.sources.is_empty()) {
+            let _ = writeln!(s, "sources:");
+            for x in &r.sources {
+                let _ = writeln!(s, "  {}x {}: compute {}", x.count, x.gpu, x.compute);
+            }
+            if let Some(x) = r.sources.first() {
+                let _ = writeln!(s, "  memory: {}", x.memory);
+            }
         }
         s
     }

@@ -55,9 +55,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let opts = args.flags.options(&args.workload.model)?;
     let spec = args.strategy.spec()?;
     let res = args.workload.resolve()?;
-    for w in &res.costs.warnings {
-        eprintln!("warning: {w}");
-    }
+    crate::cli::notes::eprint("warning", &res.costs.warnings);
     let cmp = compare(&res.costs, &res.profiles, &list, &opts, &spec);
     for r in &cmp.rows {
         match (&r.run, &r.error) {

@@ -4,6 +4,7 @@ pub mod calibrate;
 pub mod comm;
 pub mod compare;
 pub mod format;
+pub mod notes;
 pub mod plan;
 pub mod predict;
 #[cfg(feature = "exec")]

@@ -236,6 +236,8 @@ pub struct PlanOutput {
     /// Native planner: the best plan per strategy considered.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub considered: Vec<ConsideredOut>,
+    /// Where each GPU type's numbers came from.
+    pub sources: Vec<sim::report::SourceLine>,
     /// Remarks (state-only GPUs, fallbacks).
     pub notes: Vec<String>,
     /// The plan in file form.
@@ -309,6 +311,7 @@ pub fn output(res: &Resolved, planned: &Planned, report: &Report) -> PlanOutput 
         simulated: SimulatedSummary::of(report),
         search: SearchSummary::from(&planned.stats),
         considered,
+        sources: report.sources(),
         notes: planned.notes.clone(),
         plan: p.clone(),
     }
@@ -345,35 +348,45 @@ fn table(o: &PlanOutput, summary: &str) -> String {
         "workload: {} x {} on [{}], global batch {}, {}, seq {}",
         o.model,
         o.gpus.len(),
-        o.gpus.join(", "),
+        gpu_counts(&o.gpus),
         o.global_batch,
         o.dtype,
         o.seq_len
     );
     let _ = writeln!(s, "strategy: {}", o.strategy.label());
-    let _ = writeln!(
-        s,
-        "{:>4}  {:<14} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9} {:>8}",
-        "rank", "gpu", "batch", "micro", "size", "state%", "peak GiB", "usable", "%usable"
-    );
+    let mut rows: Vec<Vec<String>> = vec![[
+        "rank", "gpu", "batch", "micro", "size", "state%", "peak GiB", "usable", "%usable", "",
+    ]
+    .iter()
+    .map(|h| h.to_string())
+    .collect()];
     for i in 0..o.gpus.len() {
+        rows.push(vec![
+            i.to_string(),
+            o.gpus[i].clone(),
+            o.batch_sizes[i].to_string(),
+            o.microbatches[i].to_string(),
+            o.microbatch_sizes[i].to_string(),
+            format!("{:.2}", o.state_fractions[i] * 100.0),
+            format!("{:.2}", o.simulated.peak_mem_gib[i]),
+            format!("{:.2}", o.simulated.usable_gib[i]),
+            format!("{:.1}", o.simulated.peak_usable_pct[i]),
+            if o.simulated.peak_mem_gib[i] > o.simulated.usable_gib[i] {
+                "OOM".into()
+            } else {
+                String::new()
+            },
+        ]);
+    }
+    if o.gpus.len() > sim::report::GROUP_ROWS_ABOVE {
+        rows = sim::report::group_rows(rows);
+    }
+    let rank_w = rows.iter().map(|r| r[0].len()).max().unwrap_or(4).max(4);
+    for r in &rows {
         let _ = writeln!(
             s,
-            "{:>4}  {:<14} {:>6} {:>6} {:>6} {:>8.2} {:>9.2} {:>9.2} {:>8.1}{}",
-            i,
-            o.gpus[i],
-            o.batch_sizes[i],
-            o.microbatches[i],
-            o.microbatch_sizes[i],
-            o.state_fractions[i] * 100.0,
-            o.simulated.peak_mem_gib[i],
-            o.simulated.usable_gib[i],
-            o.simulated.peak_usable_pct[i],
-            if o.simulated.peak_mem_gib[i] > o.simulated.usable_gib[i] {
-                "  OOM"
-            } else {
-                ""
-            }
+            "{:>rank_w$}  {:<14} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9} {:>8}  {}",
+            r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9]
         );
     }
     if let Some(m) = o.makespan_ms_per_block {
@@ -420,8 +433,12 @@ fn table(o: &PlanOutput, summary: &str) -> String {
             let _ = writeln!(s, "  {t}  {:<60} {plan}", c.label);
         }
     }
-    for n in &o.notes {
-        let _ = writeln!(s, "note: {n}");
+    let _ = writeln!(s, "sources:");
+    for x in &o.sources {
+        let _ = writeln!(s, "  {}x {}: compute {}", x.count, x.gpu, x.compute);
+    }
+    if let Some(x) = o.sources.first() {
+        let _ = writeln!(s, "  memory: {}", x.memory);
     }
     s
 }
@@ -450,11 +467,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let opts = args.flags.options(&args.workload.model)?;
     let spec = args.strategy.spec()?;
     let res = args.workload.resolve()?;
-    for w in &res.costs.warnings {
-        eprintln!("warning: {w}");
-    }
+    crate::cli::notes::eprint("warning", &res.costs.warnings);
     let run = plan_and_simulate(&res.costs, &res.profiles, pl.as_ref(), &opts, &spec)?;
     log_search(pl.name(), &run.planned.stats, run.elapsed_s);
+    crate::cli::notes::eprint("note", &run.planned.notes);
     let (planned, report) = (run.planned, run.report);
     let out = output(&res, &planned, &report);
     if let Some(path) = &args.out {
@@ -472,4 +488,25 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Format::Csv => out!("{}", report.to_csv()),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// GPU names collapsed into runs: `2x l4, rtx-a6000, p40`.
+pub fn gpu_counts(gpus: &[String]) -> String {
+    let mut runs: Vec<(usize, &str)> = Vec::new();
+    for g in gpus {
+        match runs.last_mut() {
+            Some((n, name)) if *name == g.as_str() => *n += 1,
+            _ => runs.push((1, g.as_str())),
+        }
+    }
+    runs.iter()
+        .map(|(n, g)| {
+            if *n == 1 {
+                g.to_string()
+            } else {
+                format!("{n}x {g}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -122,9 +122,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let report = simulate(costs, &plan, &opts)?;
     // Warnings about the entries this workload uses come from the cost
     // model; the loader also flags every other entry of the files read.
-    for w in &costs.warnings {
-        eprintln!("warning: {w}");
-    }
+    crate::cli::notes::eprint("warning", &costs.warnings);
     let others = resolved.warnings.len().saturating_sub(costs.warnings.len());
     if args.verbose {
         for w in resolved

@@ -479,9 +479,6 @@ fn table(o: &ValidateOutput) -> String {
         bg(o.background_cpu_pct.profile),
         bg(o.background_cpu_pct.run)
     );
-    for n in &o.notes {
-        let _ = writeln!(s, "note: {n}");
-    }
     s
 }
 
@@ -764,6 +761,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Format::Table => out!("{}", table(&out)),
         Format::Csv => out!("{}", crate::cli::format::csv_of(&csv_rows(&out))?),
     }
+    // The warnings went to stderr as they arose; the other notes follow.
+    let rest: Vec<String> = out
+        .notes
+        .iter()
+        .filter(|n| !n.contains("the measurement was disturbed") && !n.contains("speed changed"))
+        .cloned()
+        .collect();
+    crate::cli::notes::eprint("note", &rest);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -713,6 +713,12 @@ pub fn calibrate(ds: &Dataset, reference: &str) -> CalibrationRun {
                 .map(|e| format!("{}: {}", e.entry, e.reason))
                 .collect(),
         },
+        error_band: Some(crate::perfmodel::coeffs::ErrorBand {
+            time_leave_one_gpu_out: report.time_leave_one_gpu_out.overall,
+            time_leave_one_gpu_out_per_gpu: report.time_leave_one_gpu_out.per_gpu.clone(),
+            time_leave_one_model_out: report.time_leave_one_model_out.overall,
+            memory_leave_one_model_out: report.memory_leave_one_model_out.overall,
+        }),
     };
     CalibrationRun {
         calibration,

@@ -475,6 +475,45 @@ pub struct Calibration {
     pub memory: MemoryCoefficients,
     /// What the fit used.
     pub provenance: Provenance,
+    /// How far its predictions are off on data it was not fitted on
+    /// (cross-validation when it was made; absent in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_band: Option<ErrorBand>,
+}
+
+/// Cross-validated error of a calibration: what a prediction for a GPU (or
+/// model) the fit never saw is off by.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorBand {
+    /// Block time, every GPU type left out in turn: pooled over all points.
+    pub time_leave_one_gpu_out: crate::perfmodel::calibrate::ErrorStats,
+    /// Block time, leave-one-GPU-out, per GPU (catalog name).
+    pub time_leave_one_gpu_out_per_gpu: Vec<crate::perfmodel::calibrate::GroupErrors>,
+    /// Block time, every model left out in turn: pooled.
+    pub time_leave_one_model_out: crate::perfmodel::calibrate::ErrorStats,
+    /// Activation memory, leave-one-model-out: pooled.
+    pub memory_leave_one_model_out: crate::perfmodel::calibrate::ErrorStats,
+}
+
+impl ErrorBand {
+    /// The time error band for a GPU, as printed: its own leave-one-GPU-out
+    /// errors when the fit had it, else the pooled ones.
+    pub fn time_for(&self, gpu: &str) -> String {
+        match self.time_leave_one_gpu_out_per_gpu.iter().find(|g| g.group == gpu) {
+            Some(g) => format!(
+                "cross-validated error {:.0}% median, {:.0}% p90 ({gpu} left out of the fit, {} points)",
+                g.stats.median_ape_pct, g.stats.p90_ape_pct, g.stats.points
+            ),
+            None => {
+                let s = &self.time_leave_one_gpu_out;
+                format!(
+                    "cross-validated error {:.0}% median, {:.0}% p90 (each GPU type left out of the fit in turn, {} points; {gpu} was not in the data)",
+                    s.median_ape_pct, s.p90_ape_pct, s.points
+                )
+            }
+        }
+    }
 }
 
 /// The format tag of calibration files.

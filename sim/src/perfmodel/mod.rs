@@ -71,6 +71,12 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
     fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: Dtype, m: u32) -> f64;
     /// Name and coefficients source, for provenance (`roofline`, `calibrated:...`).
     fn name(&self) -> String;
+    /// How far its block times are expected to be off on `gpu`, as printed
+    /// (cross-validated; `None`: not known).
+    fn error_band(&self, gpu: &str) -> Option<String> {
+        let _ = gpu;
+        None
+    }
 }
 
 /// Lower bound of one block's forward and backward ms (the roofline at 100%
@@ -342,6 +348,12 @@ impl Predictor for Calibrated {
 
     fn name(&self) -> String {
         format!("calibrated:{}", self.origin)
+    }
+    fn error_band(&self, gpu: &str) -> Option<String> {
+        self.calibration
+            .error_band
+            .as_ref()
+            .map(|b| b.time_for(gpu))
     }
 }
 
