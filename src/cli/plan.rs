@@ -348,7 +348,7 @@ fn table(o: &PlanOutput, summary: &str) -> String {
         "workload: {} x {} on [{}], global batch {}, {}, seq {}",
         o.model,
         o.gpus.len(),
-        gpu_counts(&o.gpus),
+        sim::session::name_runs(&o.gpus),
         o.global_batch,
         o.dtype,
         o.seq_len
@@ -428,7 +428,11 @@ fn table(o: &PlanOutput, summary: &str) -> String {
             } else if c.batch_sizes.len() <= 8 {
                 format!("{:?} / {:?}", c.batch_sizes, c.microbatches)
             } else {
-                String::new()
+                format!(
+                    "{} / {}",
+                    sim::session::runs(&c.batch_sizes),
+                    sim::session::runs(&c.microbatches)
+                )
             };
             let _ = writeln!(s, "  {t}  {:<60} {plan}", c.label);
         }
@@ -488,25 +492,4 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Format::Csv => out!("{}", report.to_csv()),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// GPU names collapsed into runs: `2x l4, rtx-a6000, p40`.
-pub fn gpu_counts(gpus: &[String]) -> String {
-    let mut runs: Vec<(usize, &str)> = Vec::new();
-    for g in gpus {
-        match runs.last_mut() {
-            Some((n, name)) if *name == g.as_str() => *n += 1,
-            _ => runs.push((1, g.as_str())),
-        }
-    }
-    runs.iter()
-        .map(|(n, g)| {
-            if *n == 1 {
-                g.to_string()
-            } else {
-                format!("{n}x {g}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }

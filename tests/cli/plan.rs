@@ -272,3 +272,58 @@ fn calibration_flag_replaces_the_shipped_model() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// At more than 32 GPUs the plan and compare tables print each run of
+/// identical GPUs once, lists as runs (`20x 2`), the workload's GPUs as
+/// counts; every table ends with the sources of its numbers (analytic
+/// here, with the cross-validated error band); notes go to stderr.
+#[test]
+fn large_clusters_read_as_groups_with_their_sources() {
+    let gpus = [vec!["t4"; 20], vec!["l4"; 20]].concat().join(",");
+    let o = crate::common::run(&[
+        "plan",
+        "--gpus",
+        &gpus,
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "80",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("[20x t4, 20x l4]"), "{}", o.stdout);
+    let ranks: Vec<&str> = o
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("0-") || l.trim_start().starts_with("20-"))
+        .collect();
+    assert_eq!(ranks.len(), 2, "{}", o.stdout);
+    assert!(
+        o.stdout.contains("sources:\n  20x t4: compute analytic"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("cross-validated error"), "{}", o.stdout);
+    assert!(
+        !o.stdout.contains("note:"),
+        "notes belong on stderr: {}",
+        o.stdout
+    );
+    let c = crate::common::run(&[
+        "compare",
+        "--gpus",
+        &gpus,
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "80",
+        "--planners",
+        "fsdp",
+    ]);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    assert!(
+        c.stdout.contains("[40x 2] / [40x 1]") || c.stdout.contains("[40x 2] / [40x 2]"),
+        "{}",
+        c.stdout
+    );
+    assert!(c.stdout.contains("sources:"), "{}", c.stdout);
+}
