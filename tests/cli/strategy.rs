@@ -11,15 +11,21 @@ fn tmp(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-strategy-{name}"))
 }
 
-/// Two nodes of two GPUs (a hybrid shard group of 2 by default).
+/// Two nodes of two GPUs (a hybrid shard group of 2 by default). Written
+/// once per test binary: tests run in parallel, and a rewrite truncates
+/// the file under a reader.
 fn two_nodes() -> PathBuf {
-    let p = tmp("two-nodes.toml");
-    std::fs::write(
-        &p,
-        "name = \"two\"\n[network]\nbw_gbit_s = 25\n[[nodes]]\ngpus = [ { type = \"a10g\", count = 2 } ]\n[[nodes]]\ngpus = [ { type = \"a10g\", count = 2 } ]\n",
-    )
-    .unwrap();
-    p
+    static ONCE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        let p = tmp("two-nodes.toml");
+        std::fs::write(
+            &p,
+            "name = \"two\"\n[network]\nbw_gbit_s = 25\n[[nodes]]\ngpus = [ { type = \"a10g\", count = 2 } ]\n[[nodes]]\ngpus = [ { type = \"a10g\", count = 2 } ]\n",
+        )
+        .unwrap();
+        p
+    })
+    .clone()
 }
 
 /// `cephalo CMD` for GPT-1.3B at global batch 32 on [`two_nodes`], plus
