@@ -6,8 +6,9 @@
 //! Each limit sits well above any real training setup (the source of the
 //! number is given with it) and below what this machine class can hold:
 //! the simulator keeps per-GPU and per-op state, so GPUs and simulated ops
-//! bound its memory. Planners state tighter limits of their own through
-//! [`crate::planner::Planner::limits`].
+//! bound its memory. Planners state tighter limits of their own (the
+//! native planner's GPU count, [`crate::planner::cephalo::MAX_GPUS`]; the
+//! compat planner's global batch, [`crate::planner::compat::MAX_GLOBAL_BATCH`]).
 
 use crate::error::SpecError;
 

@@ -23,7 +23,7 @@
 //! [`EXACT_BATCH`] samples, or 16 per GPU; larger ones run the same search
 //! on a grid of batch units of `ceil(B / that)` samples and then complete
 //! and refine each plan to the sample by moving samples off the
-//! bottleneck ([`refine`]), which keeps time and memory flat in `B` but
+//! bottleneck (`refine`), which keeps time and memory flat in `B` but
 //! gives up the optimality proof):
 //! 1. per GPU type and batch `b`, every micro-batch count `n` whose
 //!    micro-batch fits; options that are no cheaper in any cost term and
@@ -236,7 +236,7 @@ fn coarse_sizes(max_m: u32) -> impl Iterator<Item = u32> {
 
 /// Global batches up to this many samples (or 16 per GPU, when more) are
 /// searched sample by sample; larger ones on a grid of `ceil(B / that)`
-/// samples, then refined to the sample ([`refine`]). The exact search's
+/// samples, then refined to the sample (`refine`). The exact search's
 /// option tables and knapsacks grow with the square of the batch it
 /// counts in, so the grid keeps planning time and memory flat in the
 /// global batch (benchmark `planner_native_batch`).

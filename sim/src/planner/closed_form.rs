@@ -147,6 +147,14 @@ struct TypeTable {
     /// Per m: block forward + recompute + backward of the strategy, ms
     /// (per-sample floor).
     block_ms: Vec<f64>,
+    /// Per m: host GiB with two micro-batches and what each further one
+    /// adds (activations offloaded for the whole forward under layered
+    /// accumulation).
+    host: Vec<(f64, f64)>,
+    /// Host memory this type's GPUs may use: the least, over its GPUs, of
+    /// their node's host memory split evenly over the node's GPUs (the
+    /// node's pool is shared; an even split is the conservative bound).
+    host_budget_gib: f64,
 }
 
 /// The closed-form model of one workload under one strategy.
@@ -265,9 +273,19 @@ impl<'a> ClosedForm<'a> {
         for t in 0..costs.types.len() {
             let rank = costs.rank_type.iter().position(|&x| x == t).unwrap_or(0);
             let usable = costs.usable_gib(rank);
+            let cl = &w.cluster;
+            let host_budget_gib = (0..costs.ranks())
+                .filter(|&r| costs.rank_type[r] == t)
+                .map(|r| {
+                    let node = &cl.nodes[cl.gpus[r].node];
+                    node.host_mem_gib / node.gpus.max(1) as f64
+                })
+                .fold(f64::INFINITY, f64::min);
             let mut tt = TypeTable {
                 rank,
                 max_m: 0,
+                host: vec![(0.0, 0.0)],
+                host_budget_gib,
                 usable_gib: usable,
                 tmpl: vec![[(0.0, 0.0); TEMPLATES]],
                 mem: vec![[0.0; 2]],
@@ -302,6 +320,14 @@ impl<'a> ClosedForm<'a> {
                 };
                 let m1 = peak(&[m])?;
                 let m2 = peak(&[m, m])?;
+                let host = |sizes: &[u32]| -> Result<f64, PlanError> {
+                    Ok(
+                        rank_peak(&schedule, rank, sizes, sizes.len() as u32, 0.0)?.host_bytes
+                            as f64
+                            / GIB,
+                    )
+                };
+                let (h2, h3) = (host(&[m, m])?, host(&[m, m, m])?);
                 if !fits(m1.min(m2) + CAP_MARGIN_GIB) {
                     break;
                 }
@@ -331,6 +357,7 @@ impl<'a> ClosedForm<'a> {
                     kept_total,
                 ));
                 tt.block_ms.push(block);
+                tt.host.push((h2, (h3 - h2).max(0.0)));
                 tt.max_m = m;
                 m += 1;
             }
@@ -453,6 +480,27 @@ impl<'a> ClosedForm<'a> {
         Some(g)
     }
 
+    /// Host GiB type `t` needs running `n` micro-batches of at most `m`
+    /// samples (upper bound; 0 when nothing goes to the host). Options
+    /// above the type's host budget are infeasible: without this bound the
+    /// layered search picked plans whose offloaded activations overflow
+    /// the host (paper cluster, 4,096 samples: 354 GiB on a 240 GiB host).
+    pub fn host_need_gib(&self, t: usize, m: u32, n: u32) -> f64 {
+        let tt = &self.types[t];
+        let Some(&(h2, per)) = tt.host.get(m as usize) else {
+            return 0.0;
+        };
+        let s = &self.schedule.strategy;
+        if !s.offloads_activations(n) {
+            return 0.0;
+        }
+        if s.accumulation.is_microbatch_major() {
+            h2
+        } else {
+            h2 + n.saturating_sub(2) as f64 * per
+        }
+    }
+
     /// Cap (largest state fraction that fits) of type `t` at micro-batch
     /// `m` in `n` micro-batches.
     pub fn cap(&self, t: usize, m: u32, n: u32) -> Option<f64> {
@@ -495,6 +543,9 @@ impl<'a> ClosedForm<'a> {
         let rem = b % n;
         let m = q + u32::from(rem > 0);
         if m > tt.max_m {
+            return None;
+        }
+        if self.host_need_gib(t, m, n) > tt.host_budget_gib + CAP_MARGIN_GIB {
             return None;
         }
         let cap = self.cap(t, m, n)?;
