@@ -256,7 +256,12 @@ impl ComputeCurve {
     }
 
     /// Builds a curve from measured points, fitting the lines by least squares
-    /// (a single point gives a proportional line through the origin).
+    /// (a single point gives a proportional line through the origin). A
+    /// time never falls as the micro-batch grows: when noise tilts the
+    /// least-squares line down, or its value at one sample is not
+    /// positive, the fit is the least-squares line through the origin
+    /// (time proportional to work), which extrapolates to every size the
+    /// curve serves with a positive time.
     pub fn from_points(
         batch_sizes: Vec<u32>,
         fwd_ms: Vec<f64>,
@@ -265,10 +270,18 @@ impl ComputeCurve {
     ) -> ComputeCurve {
         let xs: Vec<f64> = batch_sizes.iter().map(|&b| b as f64).collect();
         let fit = |ys: &[f64]| {
-            LinearFit::least_squares(&xs, ys).unwrap_or(LinearFit {
-                slope: ys.first().copied().unwrap_or(0.0) / xs.first().copied().unwrap_or(1.0),
-                intercept: 0.0,
-            })
+            let through_origin = || {
+                let sxx: f64 = xs.iter().map(|x| x * x).sum();
+                let sxy: f64 = xs.iter().zip(ys).map(|(x, y)| x * y).sum();
+                LinearFit {
+                    slope: if sxx > 0.0 { sxy / sxx } else { 0.0 },
+                    intercept: 0.0,
+                }
+            };
+            match LinearFit::least_squares(&xs, ys) {
+                Some(f) if f.slope >= 0.0 && f.at(1.0) > 0.0 => f,
+                _ => through_origin(),
+            }
         };
         let fwd_fit = fit(&fwd_ms);
         let bwd_fit = fit(&bwd_ms);

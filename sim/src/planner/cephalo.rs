@@ -1265,8 +1265,30 @@ pub fn plan_of(cf: &ClosedForm<'_>, name: &str, choice: &Choice) -> Option<(Plan
 /// simulated time was 0.97x to 1.15x the closed form's, well inside it.
 pub const CLOSED_FORM_MARGIN: f64 = 1.25;
 
-/// Pass counts the planner tries for micro-batch-major strategies.
+/// Pass counts the planner tries for micro-batch-major strategies (then
+/// on up by [`pass_ladder`] while the batch needs more).
 pub const PASS_LADDER: [u32; 12] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64];
+
+/// The pass counts tried for a global batch of `big_b`: [`PASS_LADDER`],
+/// then alternately x1.5 and x1.33 (96, 128, 192, 256, ...) up to the
+/// batch and [`crate::limits::MAX_MICROBATCHES`], so a batch too large for
+/// 64 passes still finds the count that fits (the search stops climbing
+/// at the first count past the best).
+pub fn pass_ladder(big_b: u32) -> impl Iterator<Item = u32> {
+    let top = big_b.min(crate::limits::MAX_MICROBATCHES);
+    let mut v: Vec<u32> = PASS_LADDER.iter().copied().filter(|&n| n <= top).collect();
+    let mut n = 64u32;
+    while n < top {
+        n = if n.is_power_of_two() {
+            n + n / 2
+        } else {
+            n / 3 * 4
+        };
+        v.push(n.min(top));
+    }
+    v.dedup();
+    v.into_iter()
+}
 
 /// The strategies the planner searches for `problem` (pinned axes fixed),
 /// with what their search found.
@@ -1344,7 +1366,7 @@ fn search_strategy<'a>(
     let mut best = f64::INFINITY;
     let mut prev = f64::INFINITY;
     let mut last_err = None;
-    for &n in PASS_LADDER.iter().filter(|&&n| n <= big_b) {
+    for n in pass_ladder(big_b) {
         let cf = base.with_passes(n);
         match search(&cf) {
             Ok(f) => {
@@ -1459,7 +1481,13 @@ impl Planner for Cephalo {
         for (si, (s, r)) in results.iter().enumerate() {
             match r {
                 Ok(list) => {
-                    for (cf, found) in list {
+                    // Micro-batch-major: the two best pass counts by closed
+                    // form go on (the others only cost simulations of
+                    // long schedules).
+                    let mut order: Vec<&(ClosedForm<'_>, Found)> = list.iter().collect();
+                    order.sort_by(|a, b| a.1.eval.iteration_ms.total_cmp(&b.1.eval.iteration_ms));
+                    order.truncate(2);
+                    for (cf, found) in order {
                         stats.candidates += found.stats.candidates;
                         stats.feasible += found.stats.feasible;
                         stats.subproblems += found.stats.subproblems;
@@ -1503,13 +1531,6 @@ impl Planner for Cephalo {
                 }
             }
         }
-        if cands.is_empty() {
-            return Err(first_err.unwrap_or_else(|| PlanError::Infeasible {
-                message: "no strategy in the search space fits".into(),
-                shortfall_gib: 0.0,
-                rank: None,
-            }));
-        }
         for (name, result) in seeded {
             if let Ok(mut pl) = result {
                 let Some(si) = space.iter().position(|s| *s == pl.plan.strategy) else {
@@ -1528,6 +1549,21 @@ impl Planner for Cephalo {
                     });
                 }
             }
+        }
+        // No closed-form plan under any strategy: only seeds that fit may
+        // stand in (the closed form bounds memory conservatively, e.g. the
+        // host split evenly; the fast model's memory is never below the
+        // simulator's); none: the first strategy's reason.
+        if cands.iter().all(|c| !c.closed_ms.is_finite()) {
+            let opts = SimOptions::default();
+            cands.retain(|c| crate::fast::evaluate(costs, &c.plan, &opts).is_ok_and(|e| !e.oom));
+        }
+        if cands.is_empty() {
+            return Err(first_err.unwrap_or_else(|| PlanError::Infeasible {
+                message: "no strategy in the search space fits".into(),
+                shortfall_gib: 0.0,
+                rank: None,
+            }));
         }
         // Fast model on every candidate that can matter: the closed-form
         // optimum of each strategy (for the per-strategy table), the seeds,

@@ -600,3 +600,17 @@ fn slow_gpu_can_be_left_without_samples_and_says_so() {
         }
     }
 }
+
+/// Micro-batch-major strategies climb past 64 passes when the batch needs
+/// more (a 65,536-sample batch on four GPUs), in strictly increasing
+/// counts up to the micro-batch limit; small batches keep the ladder below it.
+#[test]
+fn the_pass_ladder_climbs_as_far_as_the_batch_needs() {
+    let big: Vec<u32> = cephalo::pass_ladder(65536).collect();
+    assert!(big.windows(2).all(|w| w[0] < w[1]), "{big:?}");
+    assert_eq!(&big[..12], &cephalo::PASS_LADDER[..]);
+    assert_eq!(*big.last().unwrap(), sim::limits::MAX_MICROBATCHES);
+    assert!(big.contains(&96) && big.contains(&128) && big.contains(&1024));
+    let small: Vec<u32> = cephalo::pass_ladder(10).collect();
+    assert_eq!(small, vec![1, 2, 3, 4, 6, 8]);
+}
