@@ -1368,6 +1368,25 @@ fn search_strategy<'a>(
     let mut last_err = None;
     for n in pass_ladder(big_b) {
         let cf = base.with_passes(n);
+        // Too few passes for the batch at every GPU's largest micro-batch:
+        // nothing to search (the search would only prove it).
+        let most: u64 = costs
+            .rank_type
+            .iter()
+            .map(|&t| cf.max_microbatch(t) as u64 * n as u64)
+            .sum();
+        if most < big_b as u64 {
+            if out.is_empty() {
+                last_err = Some(PlanError::Infeasible {
+                    message: format!(
+                        "the GPUs take at most {most} of the {big_b} samples in {n} micro-batch passes (each GPU's largest micro-batch x {n})"
+                    ),
+                    shortfall_gib: 0.0,
+                    rank: None,
+                });
+            }
+            continue;
+        }
         match search(&cf) {
             Ok(f) => {
                 let j = f.eval.iteration_ms;
