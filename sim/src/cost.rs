@@ -863,7 +863,10 @@ impl CostModel {
                     act_gib: (1..=ANALYTIC_TABLE_MAX_BATCH)
                         .map(|m| predictor.act_mem_gib(model, seq, dtype, m))
                         .collect(),
-                    model: predictor.name(),
+                    model: match predictor.memory_error_band() {
+                        Some(b) => format!("{}, {b}", predictor.name()),
+                        None => predictor.name(),
+                    },
                 }
             }
         };

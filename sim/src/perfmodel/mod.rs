@@ -77,6 +77,11 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
         let _ = gpu;
         None
     }
+    /// How far its activation memory is expected to be off, as printed
+    /// (cross-validated; `None`: not known).
+    fn memory_error_band(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Lower bound of one block's forward and backward ms (the roofline at 100%
@@ -354,6 +359,15 @@ impl Predictor for Calibrated {
             .error_band
             .as_ref()
             .map(|b| b.time_for(gpu))
+    }
+    fn memory_error_band(&self) -> Option<String> {
+        self.calibration.error_band.as_ref().map(|b| {
+            let s = &b.memory_leave_one_model_out;
+            format!(
+                "cross-validated error {:.0}% median, {:.0}% p90 (each model left out of the fit in turn, {} points)",
+                s.median_ape_pct, s.p90_ape_pct, s.points
+            )
+        })
     }
 }
 
