@@ -743,25 +743,6 @@ impl CostModel {
             let (block, flags, measured_attention) =
                 match profiles.block(&g.spec.name, &model.name, seq, dtype) {
                     Some(p) => {
-                        let peak = g.spec.peak_tflops(dtype).unwrap_or(0.0);
-                        if let Some(why) =
-                            p.curve.physical_problem(model.block_flops_fwd(seq), peak)
-                        {
-                            let (origin, entry) = match &p.curve.source {
-                                Source::Imported { origin, entry } => {
-                                    (origin.clone(), entry.clone())
-                                }
-                                Source::Measured { origin } => (
-                                    origin.clone(),
-                                    format!("{}/{}/{seq}/{dtype}", g.spec.name, model.name),
-                                ),
-                                other => (
-                                    other.to_string(),
-                                    format!("{}/{}/{seq}/{dtype}", g.spec.name, model.name),
-                                ),
-                            };
-                            return Err(SpecError::invalid(origin, entry, why));
-                        }
                         for f in &p.flags {
                             warnings.push(format!(
                                 "{} / {} / {seq} / {dtype}: {f}",
@@ -789,19 +770,26 @@ impl CostModel {
                                 why,
                             },
                         )?;
-                        let peak = g.spec.peak_tflops(dtype).unwrap_or(0.0);
-                        if let Some(why) = c.physical_problem(model.block_flops_fwd(seq), peak) {
-                            return Err(SpecError::invalid(
-                                c.source.to_string(),
-                                format!("{}/{}/{seq}/{dtype}", g.spec.name, model.name),
-                                format!(
-                                    "the performance model's prediction is not physical: {why}"
-                                ),
-                            ));
-                        }
                         (c, vec![], Attention::Eager)
                     }
                 };
+            // Whatever its source, the curve this run uses must be physical;
+            // the error names the file and entry (or the predictor).
+            let peak = g.spec.peak_tflops(dtype).unwrap_or(0.0);
+            if let Some(why) = block.physical_problem(model.block_flops_fwd(seq), peak) {
+                let key = format!("{}/{}/{seq}/{dtype}", g.spec.name, model.name);
+                return Err(match &block.source {
+                    Source::Imported { origin, entry } => {
+                        SpecError::invalid(origin.clone(), entry.clone(), why)
+                    }
+                    Source::Measured { origin } => SpecError::invalid(origin.clone(), key, why),
+                    other => SpecError::invalid(
+                        other.to_string(),
+                        key,
+                        format!("the performance model's prediction is not physical: {why}"),
+                    ),
+                });
+            }
             let units = profiles
                 .unit(&g.spec.name, &model.name, seq, dtype)
                 .cloned();

@@ -247,16 +247,7 @@ pub fn rank_peak(
 ) -> Result<RankPeak, PlanError> {
     let s = &schedule.strategy;
     let n = sizes.len();
-    if n > crate::limits::MAX_MICROBATCHES as usize {
-        return Err(PlanError::invalid(
-            "plan",
-            format!("gpus[{rank}].microbatches"),
-            format!(
-                "{n} micro-batches per iteration is above the limit of {}",
-                crate::limits::MAX_MICROBATCHES
-            ),
-        ));
-    }
+    crate::limits::check_microbatches("plan", &format!("gpus[{rank}].microbatches"), n as u64)?;
     // Micro-batch-major passes between the first and the last start from
     // the same memory (accumulated gradients, gathered or resharded
     // parameters) and, without activation copies whose backlog could carry

@@ -44,6 +44,23 @@ pub const MAX_MICROBATCHES: u32 = 1 << 13;
 /// ranks' ops ([`crate::symmetry`]).
 pub const MAX_SIM_OPS: u64 = 1 << 25;
 
+/// Checks one GPU's micro-batch count against [`MAX_MICROBATCHES`]
+/// (`origin` / `field` name the plan entry).
+pub fn check_microbatches(
+    origin: &str,
+    field: &str,
+    n: u64,
+) -> Result<(), crate::error::PlanError> {
+    if n > MAX_MICROBATCHES as u64 {
+        return Err(crate::error::PlanError::invalid(
+            origin,
+            field,
+            format!("{n} micro-batches per iteration is above the limit of {MAX_MICROBATCHES}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks the sizes of a workload against the limits above (`origin`
 /// names the flag or file each came from).
 pub fn check_workload(gpus: usize, global_batch: u32, seq_len: u32) -> Result<(), SpecError> {

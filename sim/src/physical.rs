@@ -123,23 +123,29 @@ pub fn check(origin: &str, field: &str, v: f64, range: &Range) -> Result<f64, Sp
     }
 }
 
+/// The first value of a series (one per size) outside `range`, as printed
+/// (`None`: all inside).
+pub fn outside(sizes: &[u32], vals: &[f64], range: &Range) -> Option<String> {
+    let (i, v) = vals
+        .iter()
+        .enumerate()
+        .find(|(_, v)| !range.contains(**v))?;
+    let at = sizes
+        .get(i)
+        .map_or(String::new(), |s| format!(" at size {s}"));
+    Some(format!(
+        "value {v}{at} is outside {} ({})",
+        range.describe(),
+        range.why
+    ))
+}
+
 /// Why a series of measured totals over increasing sizes is not physical:
 /// a value outside `range`, or a larger size measured more than
 /// [`DECREASE_NOISE`] faster than a smaller one (`None`: fine).
 pub fn series_problem(sizes: &[u32], totals: &[f64], range: &Range) -> Option<String> {
-    if let Some((i, v)) = totals
-        .iter()
-        .enumerate()
-        .find(|(_, v)| !range.contains(**v))
-    {
-        let at = sizes
-            .get(i)
-            .map_or(String::new(), |s| format!(" at size {s}"));
-        return Some(format!(
-            "value {v}{at} is outside {} ({})",
-            range.describe(),
-            range.why
-        ));
+    if let Some(e) = outside(sizes, totals, range) {
+        return Some(e);
     }
     for k in 1..totals.len() {
         if totals[k] < totals[k - 1] * (1.0 - DECREASE_NOISE) {

@@ -368,17 +368,11 @@ impl Plan {
                     ));
                 }
             } else {
-                if g.microbatches > crate::limits::MAX_MICROBATCHES {
-                    return Err(PlanError::invalid(
-                        origin,
-                        f("microbatches"),
-                        format!(
-                            "{} micro-batches per iteration is above the limit of {}",
-                            g.microbatches,
-                            crate::limits::MAX_MICROBATCHES
-                        ),
-                    ));
-                }
+                crate::limits::check_microbatches(
+                    origin,
+                    &f("microbatches"),
+                    g.microbatches as u64,
+                )?;
                 if g.microbatches == 0 || g.microbatches > g.batch {
                     return Err(PlanError::invalid(
                         origin,

@@ -188,19 +188,11 @@ impl ComputeCurve {
     /// serves (1 to [`crate::planner::closed_form::MAX_MICROBATCH`] outside
     /// the measured sizes), or a time faster than the GPU's peak allows.
     pub fn physical_problem(&self, fwd_flops: f64, peak_tflops: f64) -> Option<String> {
-        use crate::physical::{series_problem, OP_MS};
+        use crate::physical::{outside, series_problem, OP_MS};
         debug_assert_eq!(self.fwd_ms.len(), self.batch_sizes.len());
         for (name, v) in [("fwd_ms", &self.fwd_ms), ("bwd_ms", &self.bwd_ms)] {
-            if let Some((x, m)) = v
-                .iter()
-                .zip(&self.batch_sizes)
-                .find(|(x, _)| !OP_MS.contains(**x))
-            {
-                return Some(format!(
-                    "{name} at micro-batch {m} is {x}, outside {} ({})",
-                    OP_MS.describe(),
-                    OP_MS.why
-                ));
+            if let Some(e) = outside(&self.batch_sizes, v, &OP_MS) {
+                return Some(format!("{name}: {e}"));
             }
         }
         let totals: Vec<f64> = self

@@ -675,7 +675,7 @@ impl Report {
                 );
             }
         }
-        s.push_str(&self.sources_text());
+        s.push_str(&sources_text(&self.sources()));
         s
     }
 }
@@ -715,26 +715,21 @@ impl Report {
         }
         out
     }
+}
 
-    /// [`Report::sources`] as table lines (`sources:` then one line per
-    /// GPU type; the memory line once when every type shares it).
-    pub fn sources_text(&self) -> String {
-        let src = self.sources();
-        let mut s = String::from("sources:\n");
-        for x in &src {
-            let _ = writeln!(s, "  {}x {}: compute {}", x.count, x.gpu, x.compute);
-        }
-        if src.windows(2).all(|w| w[0].memory == w[1].memory) {
-            if let Some(x) = src.first() {
-                let _ = writeln!(s, "  memory: {}", x.memory);
-            }
-        } else {
-            for x in &src {
-                let _ = writeln!(s, "  memory on {}: {}", x.gpu, x.memory);
-            }
-        }
-        s
+/// Source lines as the tables print them: `sources:`, the compute of each
+/// GPU type, then the memory once (non-state memory is one model per
+/// workload, [`crate::cost::CostModel::act`]). Empty without lines.
+pub fn sources_text(src: &[SourceLine]) -> String {
+    let Some(first) = src.first() else {
+        return String::new();
+    };
+    let mut s = String::from("sources:\n");
+    for x in src {
+        let _ = writeln!(s, "  {}x {}: compute {}", x.count, x.gpu, x.compute);
     }
+    let _ = writeln!(s, "  memory: {}", first.memory);
+    s
 }
 
 /// GPU (and host) count above which the table prints consecutive identical

@@ -391,13 +391,7 @@ impl Comparison {
         }
         // The sources are the workload's, the same under every planner.
         if let Some(r) = self.rows.iter().find(|r| !r.sources.is_empty()) {
-            let _ = writeln!(s, "sources:");
-            for x in &r.sources {
-                let _ = writeln!(s, "  {}x {}: compute {}", x.count, x.gpu, x.compute);
-            }
-            if let Some(x) = r.sources.first() {
-                let _ = writeln!(s, "  memory: {}", x.memory);
-            }
+            s.push_str(&crate::report::sources_text(&r.sources));
         }
         s
     }

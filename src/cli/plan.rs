@@ -437,13 +437,7 @@ fn table(o: &PlanOutput, summary: &str) -> String {
             let _ = writeln!(s, "  {t}  {:<60} {plan}", c.label);
         }
     }
-    let _ = writeln!(s, "sources:");
-    for x in &o.sources {
-        let _ = writeln!(s, "  {}x {}: compute {}", x.count, x.gpu, x.compute);
-    }
-    if let Some(x) = o.sources.first() {
-        let _ = writeln!(s, "  memory: {}", x.memory);
-    }
+    s.push_str(&sim::report::sources_text(&o.sources));
     s
 }
 

@@ -239,7 +239,9 @@ fn coarse_sizes(max_m: u32) -> impl Iterator<Item = u32> {
 /// samples, then refined to the sample (`refine`). The exact search's
 /// option tables and knapsacks grow with the square of the batch it
 /// counts in, so the grid keeps planning time and memory flat in the
-/// global batch (benchmark `planner_native_batch`).
+/// global batch (benchmark `planner_native_batch`). 256: the whole exact
+/// planner took 0.19 s at 256 samples and 1.86 s at 1,024 on the paper
+/// cluster (gpt-2.7b, this project's 2-core machine).
 pub const EXACT_BATCH: u32 = 256;
 
 /// Samples per batch unit of the search for a global batch of `big_b`
@@ -271,7 +273,8 @@ fn better(a: &(f64, usize, f64), b: &(f64, usize, f64)) -> bool {
             && (a.1 < b.1 || (a.1 == b.1 && a.2 < b.2 * (1.0 - OPT_TOL))))
 }
 
-/// Most moves [`refine`] makes.
+/// Most moves [`refine`] makes: a guard against cycling, far above what
+/// it needs (each halving of the step ends after a few moves per GPU).
 const MAX_REFINE_MOVES: usize = 4096;
 
 /// Completes a choice found on a batch grid of `unit` samples to the
@@ -839,15 +842,48 @@ fn one_sample_gib(cf: &ClosedForm<'_>, rank: usize) -> f64 {
         .unwrap_or(f64::INFINITY)
 }
 
+/// More samples than the GPUs can take at their largest micro-batch in the
+/// strategy's passes (micro-batch-major) or in
+/// [`crate::limits::MAX_MICROBATCHES`] micro-batches (layered).
+fn too_many_samples(cf: &ClosedForm<'_>) -> Option<PlanError> {
+    let costs = cf.costs();
+    let per = cf.passes().unwrap_or(crate::limits::MAX_MICROBATCHES);
+    let most: u64 = costs
+        .rank_type
+        .iter()
+        .map(|&t| cf.max_microbatch(t) as u64 * per as u64)
+        .sum();
+    if most >= costs.workload.global_batch as u64 {
+        return None;
+    }
+    let per = match cf.passes() {
+        Some(p) => format!("{p} micro-batch passes"),
+        None => format!(
+            "the limit of {} micro-batches per GPU",
+            crate::limits::MAX_MICROBATCHES
+        ),
+    };
+    Some(PlanError::Infeasible {
+        message: format!(
+            "the GPUs take at most {most} of the {} samples (each GPU's largest micro-batch x {per})",
+            costs.workload.global_batch
+        ),
+        shortfall_gib: 0.0,
+        rank: None,
+    })
+}
+
 /// The reasons no plan exists that need no search: a GPU that cannot hold
 /// the share of the state its sharding fixes; for water-filled state, a
-/// state larger than all free memory, or no GPU holding one sample.
+/// state larger than all free memory, or no GPU holding one sample; more
+/// samples than the micro-batches can take ([`too_many_samples`], so a
+/// micro-batch-major pass count that is too small costs no search).
 fn infeasible_at_once(cf: &ClosedForm<'_>) -> Option<PlanError> {
     let costs = cf.costs();
     let g = costs.ranks();
     let s = cf.state_gib();
     if let Some(share) = cf.required_share() {
-        return share_unholdable(cf, share);
+        return share_unholdable(cf, share).or_else(|| too_many_samples(cf));
     }
     // 1. The state alone is larger than all free memory.
     let free: f64 = (0..g)
@@ -895,7 +931,7 @@ fn infeasible_at_once(cf: &ClosedForm<'_>) -> Option<PlanError> {
             rank: Some(r),
         });
     }
-    None
+    too_many_samples(cf)
 }
 
 /// What the sharding of `cf` keeps on every GPU, for messages.
@@ -990,33 +1026,7 @@ fn infeasible(search: &mut Search<'_, '_>) -> PlanError {
     if let Some(share) = cf.required_share() {
         return infeasible_share(search, share);
     }
-    // 3. More samples than the micro-batch limit lets the GPUs take.
-    let most: u64 = costs
-        .rank_type
-        .iter()
-        .map(|&t| {
-            let per = cf.passes().unwrap_or(crate::limits::MAX_MICROBATCHES);
-            cf.max_microbatch(t) as u64 * per as u64
-        })
-        .sum();
-    if most < costs.workload.global_batch as u64 {
-        let per = match cf.passes() {
-            Some(p) => format!("{p} micro-batch passes"),
-            None => format!(
-                "the limit of {} micro-batches per GPU",
-                crate::limits::MAX_MICROBATCHES
-            ),
-        };
-        return PlanError::Infeasible {
-            message: format!(
-                "the GPUs take at most {most} of the {} samples (each GPU's largest micro-batch x {per})",
-                costs.workload.global_batch
-            ),
-            shortfall_gib: 0.0,
-            rank: None,
-        };
-    }
-    // 4. Activations of the batch plus the state do not fit together.
+    // 3. Activations of the batch plus the state do not fit together.
     let room = search.max_state_room().max(0.0);
     let short = (1.0 - room) * s;
     PlanError::Infeasible {
@@ -1368,25 +1378,8 @@ fn search_strategy<'a>(
     let mut last_err = None;
     for n in pass_ladder(big_b) {
         let cf = base.with_passes(n);
-        // Too few passes for the batch at every GPU's largest micro-batch:
-        // nothing to search (the search would only prove it).
-        let most: u64 = costs
-            .rank_type
-            .iter()
-            .map(|&t| cf.max_microbatch(t) as u64 * n as u64)
-            .sum();
-        if most < big_b as u64 {
-            if out.is_empty() {
-                last_err = Some(PlanError::Infeasible {
-                    message: format!(
-                        "the GPUs take at most {most} of the {big_b} samples in {n} micro-batch passes (each GPU's largest micro-batch x {n})"
-                    ),
-                    shortfall_gib: 0.0,
-                    rank: None,
-                });
-            }
-            continue;
-        }
+        // (Too few passes for the batch fail before any search, in
+        // `infeasible_at_once`.)
         match search(&cf) {
             Ok(f) => {
                 let j = f.eval.iteration_ms;

@@ -311,26 +311,18 @@ impl<'a> ClosedForm<'a> {
                     .map(|pol| row[BF + pol].0 + row[BB + pol].0)
                     .fold(f64::INFINITY, f64::min);
                 let block = if block.is_finite() { block } else { 0.0 };
-                let peak = |sizes: &[u32]| -> Result<f64, PlanError> {
-                    Ok(
-                        rank_peak(&schedule, rank, sizes, sizes.len() as u32, 0.0)?.device_bytes
-                            as f64
-                            / GIB,
-                    )
-                };
-                let m1 = peak(&[m])?;
-                let m2 = peak(&[m, m])?;
-                let host = |sizes: &[u32]| -> Result<f64, PlanError> {
-                    Ok(
-                        rank_peak(&schedule, rank, sizes, sizes.len() as u32, 0.0)?.host_bytes
-                            as f64
-                            / GIB,
-                    )
-                };
-                let (h2, h3) = (host(&[m, m])?, host(&[m, m, m])?);
+                let walk =
+                    |sizes: &[u32]| rank_peak(&schedule, rank, sizes, sizes.len() as u32, 0.0);
+                let gib = |bytes: i64| bytes as f64 / GIB;
+                let two = walk(&[m, m])?;
+                let m1 = gib(walk(&[m])?.device_bytes);
+                let m2 = gib(two.device_bytes);
                 if !fits(m1.min(m2) + CAP_MARGIN_GIB) {
                     break;
                 }
+                // Host: two micro-batches' walk, and what a third adds.
+                let h2 = gib(two.host_bytes);
+                let h3 = gib(walk(&[m, m, m])?.host_bytes);
                 let a = &mc.act;
                 let kept_step = [Recompute::Full, Recompute::Selective, Recompute::None]
                     .into_iter()

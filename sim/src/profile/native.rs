@@ -149,16 +149,7 @@ fn check_series_in(
     let problem = if monotone {
         crate::physical::series_problem(sizes, vals, range)
     } else {
-        vals.iter()
-            .zip(sizes)
-            .find(|(v, _)| !range.contains(**v))
-            .map(|(v, m)| {
-                format!(
-                    "value {v} at size {m} is outside {} ({})",
-                    range.describe(),
-                    range.why
-                )
-            })
+        crate::physical::outside(sizes, vals, range)
     };
     match problem {
         Some(why) => Err(SpecError::invalid(origin, field, why)),
