@@ -227,6 +227,7 @@ pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Resul
 pub fn plan_of_job(job: &Job) -> Plan {
     Plan {
         planner: "manual".into(),
+        pipeline: None,
         strategy: job.strategy,
         gpus: job
             .plan
@@ -595,6 +596,7 @@ mod tests {
     fn plan_becomes_job_and_back() {
         let plan = Plan {
             planner: "x".into(),
+            pipeline: None,
             strategy: sim::strategy::Strategy::cephalo(2, sim::strategy::Attention::Eager),
             gpus: vec![
                 sim::plan::RankPlan::new(3, 1, 0.4),

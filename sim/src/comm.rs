@@ -410,6 +410,18 @@ pub trait CommModel: Send + Sync + std::fmt::Debug {
     /// The links the collective keeps busy and for how long each (ms) when
     /// it runs alone; every busy time is at most [`CommModel::time_ms`].
     fn loads(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> Vec<(LinkRef, f64)>;
+    /// A point-to-point transfer of `bytes` from `from` to `to` (a pipeline
+    /// stage handing activations or gradients to its neighbour, NCCL
+    /// send/recv): its time in ms (one hop's latency plus the bytes over
+    /// the hop's bandwidth, as one step of a ring between the two) and the
+    /// directed links it keeps busy (sender's out, receiver's in, no
+    /// reverse traffic). Zero on the same GPU.
+    fn p2p(
+        &self,
+        from: &CollectiveRank,
+        to: &CollectiveRank,
+        bytes: f64,
+    ) -> (f64, Vec<(LinkRef, f64)>);
     /// One line naming the model and its parameters (for report provenance).
     fn describe(&self) -> String;
 }
@@ -814,6 +826,27 @@ impl CommModel for RingModel {
         loads.into_iter().map(|(l, b)| (l, b.min(t))).collect()
     }
 
+    fn p2p(
+        &self,
+        from: &CollectiveRank,
+        to: &CollectiveRank,
+        bytes: f64,
+    ) -> (f64, Vec<(LinkRef, f64)>) {
+        if from.node == to.node && from.local == to.local {
+            return (0.0, Vec::new());
+        }
+        let pair = [*from, *to];
+        let groups = self.groups(&pair);
+        let ring = self.ring(&pair, &groups);
+        // The first hop is from -> to; its bandwidth is the pair's link
+        // (the ring's bottleneck over both directions, symmetric links).
+        let hop = &ring.hops[..1];
+        let t = ring_ms(2, bytes, ring.bw_gbps, ring.latency_us);
+        let mut loads = Vec::with_capacity(4);
+        self.hop_loads(hop, bytes.max(0.0), &groups, &mut loads);
+        (t, merge_loads(loads))
+    }
+
     fn describe(&self) -> String {
         let t = &self.topo;
         let mut nodes: Vec<String> = Vec::new();
@@ -1061,6 +1094,16 @@ impl CommModel for MeasuredTable {
             .into_iter()
             .map(|(l, b)| (l, (b * scale).min(t)))
             .collect()
+    }
+
+    fn p2p(
+        &self,
+        from: &CollectiveRank,
+        to: &CollectiveRank,
+        bytes: f64,
+    ) -> (f64, Vec<(LinkRef, f64)>) {
+        // Tables hold collectives; a send/recv is costed analytically.
+        self.fallback.p2p(from, to, bytes)
     }
 
     fn describe(&self) -> String {

@@ -1214,6 +1214,25 @@ impl CostModel {
             .collect()
     }
 
+    /// A point-to-point transfer of `bytes` from GPU `from` to GPU `to`
+    /// (pipeline activations and gradients): ms, and the engine shares of
+    /// the links it keeps busy for that long (see [`LinkShare`]).
+    pub fn p2p(&self, from: usize, to: usize, bytes: f64) -> (f64, Vec<LinkShare>) {
+        let c = &self.workload.cluster;
+        let r = |i: usize| collective_ranks(c, &[i], &[0.0])[0];
+        let (t, loads) = self.comm.p2p(&r(from), &r(to), bytes);
+        let shares = if t > 0.0 {
+            loads
+                .into_iter()
+                .filter(|&(_, b)| b > 0.0)
+                .map(|(l, b)| (self.links.id(l), (b / t).clamp(0.0, 1.0) as f32))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        (t, shares)
+    }
+
     /// The link share of a host copy on `rank` (its PCIe link, busy all
     /// the copy long); none on a CPU device.
     pub fn host_copy_share(&self, rank: usize, to_host: bool) -> Option<LinkShare> {

@@ -141,6 +141,9 @@ pub enum Category {
     ReduceScatter,
     /// Gradient all-reduce (DDP buckets, hybrid sharding across replicas).
     AllReduce,
+    /// Point-to-point transfer between pipeline stages (activations
+    /// forward, gradients backward), issued by the sender.
+    P2p,
     /// Device-to-host copy (activation offload).
     CopyD2H,
     /// Host-to-device copy (activation reload).
@@ -162,6 +165,7 @@ impl Category {
             Category::AllGather => "all_gather",
             Category::ReduceScatter => "reduce_scatter",
             Category::AllReduce => "all_reduce",
+            Category::P2p => "p2p",
             Category::CopyD2H => "copy_d2h",
             Category::CopyH2D => "copy_h2d",
             Category::Barrier => "barrier",

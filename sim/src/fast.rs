@@ -189,17 +189,25 @@ pub struct FastEval {
 
 /// Evaluates one iteration of `plan` (validated first, origin `plan`).
 pub fn evaluate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<FastEval, PlanError> {
-    let d = Description::new(costs, plan)?;
-    let ranks = d.ranks();
-    crate::simulate::check_size(&d, ranks)?;
+    let ranks = costs.ranks();
     let mut t = Timeline::new(ranks);
-    let how = Lowering {
-        prefetch: opts.prefetch,
-        contention: false,
-        classes: None,
-        blocking_collectives: opts.blocking_collectives,
+    let parts = match &plan.pipeline {
+        Some(pipe) => {
+            crate::simulate::check_pipeline(costs, plan, pipe)?;
+            crate::pipeline::lower::lower_into(costs, plan, pipe, false, &mut t)?
+        }
+        None => {
+            let d = Description::new(costs, plan)?;
+            crate::simulate::check_size(&d, ranks)?;
+            let how = Lowering {
+                prefetch: opts.prefetch,
+                contention: false,
+                classes: None,
+                blocking_collectives: opts.blocking_collectives,
+            };
+            lower_into(&d, &how, &mut t)
+        }
     };
-    let parts = lower_into(&d, &how, &mut t);
     let mut bases = parts.base_device_bytes.clone();
     bases.extend(&parts.base_host_bytes);
     let peaks = t.peaks(&bases);

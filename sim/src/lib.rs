@@ -27,6 +27,7 @@ pub mod memory;
 pub mod model;
 pub mod perfmodel;
 pub mod physical;
+pub mod pipeline;
 pub mod plan;
 pub mod planner;
 pub mod profile;

@@ -36,6 +36,7 @@
 //! without computing (an empty micro-batch).
 
 use crate::error::PlanError;
+use crate::pipeline::Pipeline;
 use crate::strategy::{Attention, Sharding, Strategy};
 use serde::{Deserialize, Serialize};
 
@@ -90,8 +91,12 @@ pub struct Plan {
     pub planner: String,
     /// How the iteration runs.
     pub strategy: Strategy,
-    /// One entry per rank, in rank order.
+    /// One entry per rank, in rank order (for a pipeline, derived from it:
+    /// [`Pipeline::rank_plans`]).
     pub gpus: Vec<RankPlan>,
+    /// The pipeline, for a pipeline-parallel plan (`None`: data-parallel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<Pipeline>,
 }
 
 /// Format tag of the plan files `cephalo plan --out` writes.
@@ -148,6 +153,9 @@ pub struct PlanFile {
     pub strategy: Option<Strategy>,
     /// Per-rank entries.
     pub gpus: Vec<RankPlan>,
+    /// The pipeline of a pipeline-parallel plan.
+    #[serde(default)]
+    pub pipeline: Option<Pipeline>,
 }
 
 impl PlanFile {
@@ -170,6 +178,7 @@ impl PlanFile {
                 workload: None,
                 strategy: None,
                 gpus: p.gpus,
+                pipeline: None,
             });
         }
         let file: PlanFile = serde_json::from_value(v).map_err(|e| {
@@ -242,6 +251,7 @@ impl PlanFile {
             planner: self.planner,
             strategy: self.strategy.unwrap_or(fallback),
             gpus: self.gpus,
+            pipeline: self.pipeline,
         }
     }
 }
@@ -313,6 +323,7 @@ impl Plan {
             planner: "manual".into(),
             strategy: Strategy::cephalo(g as u32, Attention::Eager),
             gpus,
+            pipeline: None,
         })
     }
 
@@ -322,9 +333,44 @@ impl Plan {
         self
     }
 
-    /// The global batch (sum of local batches).
+    /// The global batch: the sum of local batches (of a pipeline, the
+    /// first stage's).
     pub fn global_batch(&self) -> u32 {
-        self.gpus.iter().map(|g| g.batch).sum()
+        match &self.pipeline {
+            Some(p) => p.stages.first().map_or(0, |s| {
+                s.gpus
+                    .iter()
+                    .map(|&r| self.gpus.get(r as usize).map_or(0, |g| g.batch))
+                    .sum()
+            }),
+            None => self.gpus.iter().map(|g| g.batch).sum(),
+        }
+    }
+
+    /// One line for tables: the strategy's label, and a pipeline's shape
+    /// before it.
+    pub fn label(&self) -> String {
+        match &self.pipeline {
+            Some(p) => format!("{} + {}", p.label(), self.strategy.label()),
+            None => self.strategy.label(),
+        }
+    }
+
+    /// A pipeline plan: `pipe` with the per-GPU entries it implies for a
+    /// cluster of `ranks` GPUs and a global batch of `batch` samples.
+    pub fn pipelined(
+        planner: &str,
+        strategy: Strategy,
+        pipe: Pipeline,
+        ranks: usize,
+        batch: u32,
+    ) -> Plan {
+        Plan {
+            planner: planner.to_string(),
+            gpus: pipe.rank_plans(ranks, batch, strategy.sharding),
+            strategy,
+            pipeline: Some(pipe),
+        }
     }
 
     /// State fractions in rank order.
@@ -346,6 +392,9 @@ impl Plan {
                     self.gpus.len()
                 ),
             ));
+        }
+        if let Some(pipe) = &self.pipeline {
+            return self.validate_pipeline(pipe, ranks, global_batch, origin);
         }
         if self.global_batch() != global_batch {
             return Err(PlanError::invalid(
@@ -456,6 +505,61 @@ impl Plan {
         Ok(())
     }
 
+    /// [`Plan::validate`] of a pipeline plan: the pipeline's structure and
+    /// strategy, one group of all GPUs, and per-GPU entries equal to the
+    /// ones the pipeline implies.
+    fn validate_pipeline(
+        &self,
+        pipe: &Pipeline,
+        ranks: usize,
+        global_batch: u32,
+        origin: &str,
+    ) -> Result<(), PlanError> {
+        let st = &self.strategy;
+        pipe.validate(ranks, None, global_batch, st, origin)?;
+        if st.shard_group as usize != ranks {
+            return Err(PlanError::invalid(
+                origin,
+                "strategy.shard_group",
+                format!(
+                    "a pipeline plan's strategy spans all {ranks} GPUs, got a group of {}",
+                    st.shard_group
+                ),
+            ));
+        }
+        let want = pipe.rank_plans(ranks, global_batch, st.sharding);
+        for (i, (g, w)) in self.gpus.iter().zip(&want).enumerate() {
+            let f = |x: &str| format!("gpus[{i}].{x}");
+            let pairs = [
+                ("batch", g.batch, w.batch),
+                ("microbatches", g.microbatches, w.microbatches),
+                ("microbatch_size", g.microbatch_size, w.microbatch_size),
+            ];
+            for (name, got, expected) in pairs {
+                if got != expected {
+                    return Err(PlanError::invalid(
+                        origin,
+                        f(name),
+                        format!(
+                            "the pipeline gives this GPU {name} {expected}, the entry says {got}"
+                        ),
+                    ));
+                }
+            }
+            if (g.state_fraction - w.state_fraction).abs() > FRACTION_SUM_TOL {
+                return Err(PlanError::invalid(
+                    origin,
+                    f("state_fraction"),
+                    format!(
+                        "the pipeline gives this GPU {} of its stage's state, the entry says {}",
+                        w.state_fraction, g.state_fraction
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The micro-batch passes of a micro-batch-major schedule (the common
     /// count), or of a layered one the largest count.
     pub fn passes(&self) -> u32 {
@@ -479,6 +583,8 @@ impl Plan {
             workload: &'a PlanWorkload,
             strategy: &'a Strategy,
             gpus: &'a [RankPlan],
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pipeline: Option<&'a Pipeline>,
         }
         let f = File {
             format: PLAN_FORMAT,
@@ -486,6 +592,7 @@ impl Plan {
             workload,
             strategy: &self.strategy,
             gpus: &self.gpus,
+            pipeline: self.pipeline.as_ref(),
         };
         let mut s = serde_json::to_string_pretty(&f).expect("plan serialises");
         s.push('\n');

@@ -63,7 +63,7 @@ impl Default for SimOptions {
 /// The nodes [`simulate`] runs under `opts` (all of them, or one per class
 /// of identical nodes).
 pub fn node_classes(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> NodeClasses {
-    if opts.merge_identical_nodes && !opts.trace {
+    if opts.merge_identical_nodes && !opts.trace && plan.pipeline.is_none() {
         NodeClasses::of(costs, plan)
     } else {
         let c = &costs.workload.cluster;
@@ -78,6 +78,14 @@ pub fn build_graph(
     plan: &Plan,
     opts: &SimOptions,
 ) -> Result<Lowered, PlanError> {
+    if let Some(pipe) = &plan.pipeline {
+        check_pipeline(costs, plan, pipe)?;
+        let mut low = crate::pipeline::lower::lower(costs, plan, pipe, opts.contention)?;
+        if opts.contention && costs.comm_overlaps_compute() {
+            low.graph.set_interference(costs.options.comm_interference);
+        }
+        return Ok(low);
+    }
     let d = Description::new(costs, plan)?;
     let classes = node_classes(costs, plan, opts);
     check_size(&d, classes.simulated_ranks())?;
@@ -93,6 +101,36 @@ pub fn build_graph(
         low.graph.set_interference(costs.options.comm_interference);
     }
     Ok(low)
+}
+
+/// Validates a pipeline plan against the workload (origin `plan`) and
+/// refuses one whose graph would exceed [`crate::limits::MAX_SIM_OPS`].
+pub fn check_pipeline(
+    costs: &CostModel,
+    plan: &Plan,
+    pipe: &crate::pipeline::Pipeline,
+) -> Result<(), PlanError> {
+    let w = &costs.workload;
+    plan.validate(costs.ranks(), w.global_batch, "plan")?;
+    pipe.validate(
+        costs.ranks(),
+        Some(w.model.layers),
+        w.global_batch,
+        &plan.strategy,
+        "plan",
+    )?;
+    let ops = crate::pipeline::lower::ops_estimate(pipe);
+    if ops > crate::limits::MAX_SIM_OPS {
+        return Err(PlanError::invalid(
+            "plan",
+            "pipeline.microbatches",
+            format!(
+                "one iteration would need about {ops} simulated ops, above the simulator's limit of {} ops: use fewer micro-batches",
+                crate::limits::MAX_SIM_OPS
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Ops per step a lowered graph holds at most (compute, gather, reduce,
@@ -194,8 +232,25 @@ pub fn simulate_observed(
     let ranks = costs.ranks();
     let mut pools = low.base_device_bytes.clone();
     pools.extend(&low.base_host_bytes);
+    let stage = plan.pipeline.as_ref().map(|p| (p, p.positions(ranks)));
     let mut names: Vec<String> = (0..ranks)
-        .map(|r| format!("rank {r}: {}", costs.gpu(r).name))
+        .map(|r| {
+            let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[r].node].name;
+            let mut n = format!("rank {r}: {} ({node})", costs.gpu(r).name);
+            if let Some((p, pos)) = &stage {
+                match pos[r] {
+                    Some((s, _)) => {
+                        let first = p.first_block(s);
+                        n.push_str(&format!(
+                            " stage {s}: blocks {first}-{}",
+                            first + p.stages[s].blocks - 1
+                        ));
+                    }
+                    None => n.push_str(" unused"),
+                }
+            }
+            n
+        })
         .collect();
     names.extend(
         costs

@@ -171,6 +171,7 @@ pub fn demo_plan(
         .collect();
     Some(Plan {
         planner: "demo-uneven".into(),
+        pipeline: None,
         strategy,
         gpus,
     })

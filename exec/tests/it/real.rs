@@ -551,6 +551,7 @@ fn a_simulator_plan_trains_and_compares() {
     let cfg = sim_glue::block_config(&spec, 16).unwrap();
     let plan = sim::plan::Plan {
         planner: "test".into(),
+        pipeline: None,
         strategy: sim::strategy::Strategy::cephalo(2, sim::strategy::Attention::Eager),
         gpus: vec![
             sim::plan::RankPlan::new(1, 1, 0.3),

@@ -460,6 +460,7 @@ pub fn plan_from(
 ) -> Plan {
     Plan {
         planner: planner.to_string(),
+        pipeline: None,
         strategy,
         gpus: batch_n
             .iter()

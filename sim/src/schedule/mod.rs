@@ -316,20 +316,20 @@ impl Step {
 /// Durations and activation bytes of one micro-batch size on one GPU type.
 #[derive(Debug, Clone, Copy)]
 pub struct Micro {
-    f_blk: SimTime,
-    b_blk: SimTime,
-    re_full: SimTime,
-    re_sel: SimTime,
-    f_emb: SimTime,
-    b_emb: SimTime,
-    f_head: SimTime,
-    b_head: SimTime,
+    pub(crate) f_blk: SimTime,
+    pub(crate) b_blk: SimTime,
+    pub(crate) re_full: SimTime,
+    pub(crate) re_sel: SimTime,
+    pub(crate) f_emb: SimTime,
+    pub(crate) b_emb: SimTime,
+    pub(crate) f_head: SimTime,
+    pub(crate) b_head: SimTime,
     /// Anchored activation sizes of the micro-batch (bytes).
     pub act: BlockActivations,
     /// Physical bytes of one block output (what copies move per `C`).
-    out_phys: f64,
+    pub(crate) out_phys: f64,
     /// Physical over anchored bytes (copies move physical bytes).
-    phys_per_byte: f64,
+    pub(crate) phys_per_byte: f64,
 }
 
 /// A duration in ms as engine time: 0 for zero or negative, and an
@@ -348,7 +348,7 @@ pub fn dur(ms: f64) -> SimTime {
 
 /// Bytes as an integer: rounded, saturating at the `i64` range (an
 /// infinite or NaN size reads as the largest, never as 0).
-fn round(b: f64) -> i64 {
+pub(crate) fn round(b: f64) -> i64 {
     if b.is_nan() {
         i64::MAX
     } else {
@@ -926,7 +926,7 @@ impl<'a> Description<'a> {
 }
 
 /// Costs of one micro-batch of `m` samples on `rank`'s GPU type.
-fn micro_costs(
+pub(crate) fn micro_costs(
     costs: &CostModel,
     rank: usize,
     m: u32,

@@ -2,6 +2,7 @@
 
 mod common;
 mod perfmodel;
+mod pipeline;
 mod planner;
 mod simulate;
 mod strategies;

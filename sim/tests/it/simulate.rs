@@ -485,10 +485,10 @@ fn output_is_byte_identical_across_runs() {
     assert_eq!(
         procs,
         [
-            "rank 0: l4",
-            "rank 1: l4",
-            "rank 2: rtx-a6000",
-            "rank 3: p40",
+            "rank 0: l4 (node0)",
+            "rank 1: l4 (node0)",
+            "rank 2: rtx-a6000 (node0)",
+            "rank 3: p40 (node0)",
             "host: node0"
         ]
     );

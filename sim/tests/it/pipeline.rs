@@ -1,0 +1,435 @@
+//! Pipeline-parallel plans in the simulator: the bubble of identical
+//! stages, 1F1B's memory bound, transfers before the compute they feed,
+//! bandwidth monotonicity, and plans that must be refused.
+
+use crate::simulate::{build, cluster_toml, costs, workload};
+use proptest::prelude::*;
+use sim::comm::{CollectiveKind, CollectiveRank, CommModel, LinkRef};
+use sim::cost::CostModel;
+use sim::dtype::Dtype;
+use sim::engine::{Category, Recorder, Stream};
+use sim::error::PlanError;
+use sim::pipeline::{PipeSchedule, Pipeline, Stage};
+use sim::plan::Plan;
+use sim::profile::{ProfileSet, Source, UnitProfile};
+use sim::simulate::{build_graph, simulate, simulate_observed, SimOptions};
+use sim::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy};
+use std::sync::Arc;
+
+/// Communication that costs nothing.
+#[derive(Debug)]
+struct NoComm;
+
+impl CommModel for NoComm {
+    fn time_ms(&self, _: CollectiveKind, _: &[CollectiveRank]) -> f64 {
+        0.0
+    }
+    fn loads(&self, _: CollectiveKind, _: &[CollectiveRank]) -> Vec<(LinkRef, f64)> {
+        vec![]
+    }
+    fn p2p(&self, _: &CollectiveRank, _: &CollectiveRank, _: f64) -> (f64, Vec<(LinkRef, f64)>) {
+        (0.0, vec![])
+    }
+    fn describe(&self) -> String {
+        "none".into()
+    }
+}
+
+/// The strategy of a pipeline: replicas (or ZeRO-1), local accumulation.
+pub(crate) fn pipe_strategy(ranks: usize, sharding: Sharding, ckpt: Checkpointing) -> Strategy {
+    Strategy {
+        sharding,
+        shard_group: ranks as u32,
+        accumulation: Accumulation::NoSync,
+        checkpointing: ckpt,
+        offload: Offload::None,
+        param_dtype: Dtype::Fp16,
+        reduce_dtype: Dtype::Fp16,
+        attention: sim::strategy::Attention::Eager,
+    }
+}
+
+/// `p` identical GPUs, one per stage, no communication cost, embedding,
+/// head and optimizer at the profile's floor ([`sim::profile::MIN_OP_MS`],
+/// 5 us against ~1.5 ms per block): the stages take the same time up to
+/// those floors.
+fn identical(p: usize, batch: u32) -> CostModel {
+    let gpus = vec!["a100-80gb"; p].join(",");
+    let c = costs(&gpus, "gpt-1.3b", Dtype::Fp16, batch);
+    let mut c = c.with_comm(Arc::new(NoComm));
+    let w = &c.workload;
+    let zero = UnitProfile {
+        gpu: "a100-80gb".into(),
+        model: w.model.name.clone(),
+        seq_len: w.seq_len,
+        dtype: w.dtype,
+        batch_sizes: vec![1, 2],
+        embed_fwd_ms: vec![0.0, 0.0],
+        embed_bwd_ms: vec![0.0, 0.0],
+        head_fwd_ms: vec![0.0, 0.0],
+        head_bwd_ms: vec![0.0, 0.0],
+        optimizer_ms_per_mparam: 0.0,
+        source: Source::Analytic {
+            model: "test: free".into(),
+        },
+    };
+    let mut t = (*c.types[0]).clone();
+    t.units = Some(zero);
+    c.types[0] = Arc::new(t);
+    c
+}
+
+fn even_pipe(p: usize, layers: u32, m: u32, schedule: PipeSchedule) -> Pipeline {
+    let q = layers / p as u32;
+    let r = layers % p as u32;
+    Pipeline {
+        schedule,
+        microbatches: m,
+        stages: (0..p)
+            .map(|s| Stage {
+                blocks: q + u32::from((s as u32) < r),
+                gpus: vec![s as u32],
+            })
+            .collect(),
+    }
+}
+
+fn pipe_plan(c: &CostModel, pipe: Pipeline, sharding: Sharding, ckpt: Checkpointing) -> Plan {
+    let r = c.ranks();
+    Plan::pipelined(
+        "manual",
+        pipe_strategy(r, sharding, ckpt),
+        pipe,
+        r,
+        c.workload.global_batch,
+    )
+}
+
+/// Busy compute time of rank `r` (ns) in a recorded run.
+fn busy_ns(rec: &Recorder, r: u32) -> u64 {
+    rec.ops
+        .iter()
+        .filter(|o| o.1 == r && o.2 == Stream::Compute)
+        .map(|o| o.4 .0 - o.3 .0)
+        .sum()
+}
+
+#[test]
+fn gpipe_bubble_is_p_minus_1_over_m_plus_p_minus_1() {
+    for (p, m) in [(2usize, 1u32), (4, 4), (4, 16), (3, 7), (6, 12)] {
+        let c = identical(p, 2 * m);
+        let layers = c.workload.model.layers;
+        let blocks = layers - layers % p as u32;
+        // Identical stages: the same number of blocks everywhere.
+        let mut pipe = even_pipe(p, blocks, m, PipeSchedule::Gpipe);
+        pipe.stages[p - 1].blocks += layers - blocks;
+        if layers % p as u32 != 0 {
+            continue;
+        }
+        let mut times = Vec::new();
+        for sch in PipeSchedule::ALL {
+            pipe.schedule = sch;
+            let plan = pipe_plan(&c, pipe.clone(), Sharding::NoShard, Checkpointing::None);
+            let mut rec = Recorder::default();
+            let opts = SimOptions::default();
+            let r = simulate_observed(&c, &plan, &opts, &mut rec).unwrap();
+            let total = (r.iteration_ms * 1e6).round() as u64;
+            let want = (p as f64 - 1.0) / (m as f64 + p as f64 - 1.0);
+            // Embedding and head floors: 10 us per micro-batch on the first
+            // and last stage, at most (m + p) of them on the critical path.
+            let tol = 2.0 * (m as f64 + p as f64) * 10_000.0 / total as f64;
+            for s in 0..p as u32 {
+                let busy = busy_ns(&rec, s);
+                let idle = 1.0 - busy as f64 / total as f64;
+                // Only the embedding's and head's 5 us floors differ between stages.
+                assert!(
+                    (idle - want).abs() <= tol,
+                    "{sch} p={p} m={m} stage {s}: idle {idle:.6} of the iteration, want {want:.6}"
+                );
+            }
+            times.push(total);
+        }
+        let floors_ns = 4 * 5_000 * (m as u64 + p as u64);
+        assert!(
+            times[0].abs_diff(times[1]) <= floors_ns,
+            "1F1B and GPipe take the same time (p={p} m={m}): {times:?}"
+        );
+    }
+}
+
+/// Stage 0's activation peak (above its constant memory) under `sch`.
+fn first_stage_activation_gib(c: &CostModel, p: usize, m: u32, sch: PipeSchedule) -> f64 {
+    let pipe = even_pipe(p, c.workload.model.layers, m, sch);
+    let plan = pipe_plan(c, pipe, Sharding::NoShard, Checkpointing::None);
+    let r = simulate(c, &plan, &SimOptions::default()).unwrap();
+    r.gpus[0].peak_mem_gib - r.gpus[0].base_mem_gib
+}
+
+#[test]
+fn one_f_one_b_holds_at_most_p_micro_batches_on_the_first_stage() {
+    let p = 4;
+    for m in [4u32, 8, 16] {
+        let c = identical(p, 2 * m);
+        let one = {
+            let c1 = identical(p, 2);
+            first_stage_activation_gib(&c1, p, 1, PipeSchedule::OneFOneB)
+        };
+        let f1b = first_stage_activation_gib(&c, p, m, PipeSchedule::OneFOneB);
+        let gpipe = first_stage_activation_gib(&c, p, m, PipeSchedule::Gpipe);
+        assert!(one > 0.0);
+        assert!(
+            f1b <= p as f64 * one * 1.0001,
+            "m={m}: 1F1B {f1b} GiB vs {p} x {one}"
+        );
+        if m >= 2 * p as u32 {
+            assert!(gpipe > f1b * 1.5, "m={m}: GPipe {gpipe} GiB, 1F1B {f1b}");
+        }
+    }
+}
+
+/// A 2 x 2 mixed cluster on two nodes, 25 Gbit/s between them.
+fn two_nodes(bw_gbit: f64, batch: u32) -> CostModel {
+    let toml = format!(
+        "[network]\nbw_gbit_s = {bw_gbit}\n\
+         [[nodes]]\ngpus = [ {{ type = \"a100-80gb\", count = 2 }} ]\n\
+         [[nodes]]\ngpus = [ {{ type = \"l4\", count = 2 }} ]\n"
+    );
+    build(
+        workload(cluster_toml(&toml), "gpt-1.3b", Dtype::Fp16, batch),
+        &ProfileSet::new(),
+        None,
+    )
+}
+
+fn two_stage_dp(m: u32, sch: PipeSchedule) -> Pipeline {
+    Pipeline {
+        schedule: sch,
+        microbatches: m,
+        stages: vec![
+            Stage {
+                blocks: 14,
+                gpus: vec![0, 1],
+            },
+            Stage {
+                blocks: 10,
+                gpus: vec![2, 3],
+            },
+        ],
+    }
+}
+
+#[test]
+fn every_send_precedes_the_compute_it_feeds() {
+    let c = two_nodes(25.0, 32);
+    for sch in PipeSchedule::ALL {
+        for sharding in [Sharding::NoShard, Sharding::GradOp] {
+            let plan = pipe_plan(&c, two_stage_dp(8, sch), sharding, Checkpointing::Full);
+            let opts = SimOptions::default();
+            let low = build_graph(&c, &plan, &opts).unwrap();
+            let mut rec = Recorder::default();
+            simulate_observed(&c, &plan, &opts, &mut rec).unwrap();
+            let mut end = vec![None; low.graph.len()];
+            let mut start = vec![None; low.graph.len()];
+            for o in &rec.ops {
+                end[o.0 .0 as usize] = Some(o.4);
+                start[o.0 .0 as usize] = Some(o.3);
+            }
+            let mut fed = 0;
+            for i in 0..low.graph.len() {
+                let op = sim::engine::OpId(i as u32);
+                for dep in low.graph.op_deps(op) {
+                    if low.graph.op_label(dep).category == Category::P2p {
+                        assert!(start[i].unwrap() >= end[dep.0 as usize].unwrap());
+                        // A transfer feeds the same micro-batch.
+                        assert_eq!(low.graph.op_label(dep).micro, low.graph.op_label(op).micro);
+                        fed += 1;
+                    }
+                }
+            }
+            // Every GPU of stage 1 receives every micro-batch's input, and
+            // every GPU of stage 0 its gradient (one-to-one groups).
+            assert_eq!(fed, 2 * 2 * 8, "{sch} {sharding:?}");
+            // Transfers run on the sender's communication stream.
+            let sends: Vec<_> = rec
+                .ops
+                .iter()
+                .filter(|o| low.graph.op_label(o.0).category == Category::P2p)
+                .collect();
+            assert_eq!(sends.len(), 2 * 2 * 8);
+            assert!(sends.iter().all(|o| o.2 == Stream::Comm));
+        }
+    }
+}
+
+#[test]
+fn uneven_groups_reshard_between_stages() {
+    // Stage 0 on 2 GPUs, stage 1 on 1: each micro-batch's halves meet on
+    // the one GPU, which waits for both.
+    let c = two_nodes(100.0, 16);
+    let pipe = Pipeline {
+        schedule: PipeSchedule::OneFOneB,
+        microbatches: 4,
+        stages: vec![
+            Stage {
+                blocks: 12,
+                gpus: vec![0, 1],
+            },
+            Stage {
+                blocks: 12,
+                gpus: vec![2],
+            },
+        ],
+    };
+    let plan = pipe_plan(&c, pipe, Sharding::NoShard, Checkpointing::Full);
+    assert_eq!(plan.gpus[2].batch, 16);
+    assert_eq!(plan.gpus[0].batch + plan.gpus[1].batch, 16);
+    assert_eq!(plan.gpus[3].batch, 0);
+    let r = simulate(&c, &plan, &SimOptions::default()).unwrap();
+    assert!(r.iteration_ms > 0.0 && !r.oom, "{}", r.to_table());
+    // The unused GPU does nothing.
+    assert_eq!(r.gpus[3].compute_ms, 0.0);
+    let opts = SimOptions::default();
+    let low = build_graph(&c, &plan, &opts).unwrap();
+    let sends = (0..low.graph.len())
+        .filter(|&i| low.graph.op_label(sim::engine::OpId(i as u32)).category == Category::P2p)
+        .count();
+    assert_eq!(
+        sends,
+        2 * 4 * 2,
+        "two halves forward and back per micro-batch"
+    );
+    // Memory returns to the constant base at the end: every allocation freed.
+    let mut rec = Recorder::default();
+    simulate_observed(&c, &plan, &opts, &mut rec).unwrap();
+    let mut net = [0i64; 4];
+    for &(pool, _, d, _) in &rec.mems {
+        if (pool as usize) < 4 {
+            net[pool as usize] += d;
+        }
+    }
+    for (g, n) in net.iter().enumerate() {
+        assert!(n.abs() < 4096, "GPU {g} ends with {n} bytes still held");
+    }
+}
+
+#[test]
+fn the_fast_model_times_pipelines_as_the_simulator() {
+    let c = two_nodes(25.0, 32);
+    for sch in PipeSchedule::ALL {
+        let plan = pipe_plan(
+            &c,
+            two_stage_dp(8, sch),
+            Sharding::GradOp,
+            Checkpointing::Full,
+        );
+        let opts = SimOptions {
+            contention: false,
+            ..SimOptions::default()
+        };
+        let sim = simulate(&c, &plan, &opts).unwrap();
+        let fast = sim::fast::evaluate(&c, &plan, &opts).unwrap();
+        assert!((sim.iteration_ms - fast.iteration_ms).abs() < 1e-6);
+        for g in 0..4 {
+            assert!((sim.gpus[g].peak_mem_gib - fast.peak_gib[g]).abs() < 1e-6);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// More network bandwidth never slows a pipeline plan.
+    #[test]
+    fn more_bandwidth_never_slows_a_pipeline(
+        bw in 1.0f64..100.0,
+        factor in 1.0f64..20.0,
+        m in 1u32..12,
+        gpipe in any::<bool>(),
+        grad_op in any::<bool>(),
+    ) {
+        let sch = if gpipe { PipeSchedule::Gpipe } else { PipeSchedule::OneFOneB };
+        let sharding = if grad_op { Sharding::GradOp } else { Sharding::NoShard };
+        let t = |bw: f64| {
+            let c = two_nodes(bw, 2 * m);
+            let plan = pipe_plan(&c, two_stage_dp(m, sch), sharding, Checkpointing::Full);
+            simulate(&c, &plan, &SimOptions::default()).unwrap().iteration_ms
+        };
+        let (slow, fast) = (t(bw), t(bw * factor));
+        prop_assert!(fast <= slow * (1.0 + 1e-9), "{bw} Gbit/s: {slow} ms, x{factor}: {fast} ms");
+    }
+}
+
+#[test]
+fn bad_pipelines_name_the_field() {
+    let c = two_nodes(25.0, 16);
+    let layers = c.workload.model.layers;
+    let check = |pipe: Pipeline, field: &str| {
+        let r = c.ranks();
+        let mut plan = Plan::pipelined(
+            "manual",
+            pipe_strategy(r, Sharding::NoShard, Checkpointing::Full),
+            pipe.clone(),
+            r,
+            16,
+        );
+        plan.pipeline = Some(pipe);
+        match simulate(&c, &plan, &SimOptions::default()) {
+            Err(PlanError::Invalid {
+                field: f, message, ..
+            }) => {
+                assert!(f.starts_with(field), "want {field}, got {f}: {message}")
+            }
+            other => panic!("want an error on {field}, got {other:?}"),
+        }
+    };
+    let stage = |blocks, gpus: Vec<u32>| Stage { blocks, gpus };
+    let pipe = |stages| Pipeline {
+        schedule: PipeSchedule::OneFOneB,
+        microbatches: 4,
+        stages,
+    };
+    // More stages than blocks.
+    let many: Vec<Stage> = (0..layers + 1).map(|_| stage(1, vec![])).collect();
+    check(pipe(many), "pipeline.stages");
+    // A stage with no GPU.
+    check(
+        pipe(vec![stage(12, vec![0]), stage(12, vec![])]),
+        "pipeline.stages[1].gpus",
+    );
+    // A GPU in two stages, a rank that does not exist.
+    check(
+        pipe(vec![stage(12, vec![0]), stage(12, vec![0])]),
+        "pipeline.stages[1].gpus[0]",
+    );
+    check(
+        pipe(vec![stage(12, vec![0]), stage(12, vec![9])]),
+        "pipeline.stages[1].gpus[0]",
+    );
+    // Blocks that do not add up, a stage with none.
+    check(
+        pipe(vec![stage(12, vec![0]), stage(11, vec![1])]),
+        "pipeline.stages[].blocks",
+    );
+    check(
+        pipe(vec![stage(24, vec![0]), stage(0, vec![1])]),
+        "pipeline.stages[1].blocks",
+    );
+    // More micro-batches than samples.
+    let mut p = pipe(vec![stage(12, vec![0]), stage(12, vec![1])]);
+    p.microbatches = 17;
+    check(p, "pipeline.microbatches");
+    // ZeRO-3 inside a stage.
+    let r = c.ranks();
+    let mut plan = Plan::pipelined(
+        "manual",
+        pipe_strategy(r, Sharding::NoShard, Checkpointing::Full),
+        pipe(vec![stage(12, vec![0]), stage(12, vec![1])]),
+        r,
+        16,
+    );
+    plan.strategy.sharding = Sharding::Full;
+    let e = simulate(&c, &plan, &SimOptions::default()).unwrap_err();
+    assert!(
+        matches!(&e, PlanError::Invalid { field, .. } if field == "strategy.sharding"),
+        "{e}"
+    );
+}
