@@ -292,6 +292,7 @@ mod planner {
     use sim::planner::cephalo::{self, Cephalo};
     use sim::planner::closed_form::ClosedForm;
     use sim::planner::compat::Compat;
+    use sim::planner::pipeline_hetero::HeteroPipeline;
     use sim::planner::{Planner, PlannerOptions, Problem, SimJudge};
     use sim::profile::{reference, BlockProfile, ProfileSet};
     use sim::strategy::{Attention, Strategy, StrategySpec};
@@ -501,6 +502,34 @@ mod planner {
         g.finish();
     }
 
+    /// `planner_pipeline_hetero_64gpu`: the heterogeneous pipeline planner
+    /// (groupings x shardings x checkpointing x micro-batch counts, an
+    /// exact partition each, the best simulated) on 64 GPUs of 5 types and
+    /// a model of 80 blocks (LLaMA-2-13B's block, 80 deep: 26B parameters,
+    /// seq 512, so pipelines fit), global batch 512.
+    pub fn planner_pipeline_hetero_64gpu(c: &mut Criterion) {
+        let empty = ProfileSet::new();
+        let mut costs = costs(cluster64(), "llama2-13b", Some(512), 512, &empty, None);
+        costs.workload.model.layers = 80;
+        let opts = PlannerOptions::default();
+        let judge = SimJudge::new(&costs);
+        let p = Problem {
+            costs: &costs,
+            profiles: &empty,
+            options: &opts,
+            strategy: &StrategySpec::NONE,
+            judge: Some(&judge),
+        };
+        let found = HeteroPipeline.plan(&p).expect("a pipeline fits");
+        let mut g = c.benchmark_group("planner_pipeline_hetero_64gpu");
+        g.sample_size(10);
+        g.throughput(Throughput::Elements(found.stats.candidates));
+        g.bench_function("plan", |b| {
+            b.iter(|| black_box(HeteroPipeline.plan(&p).unwrap().plan.gpus.len()))
+        });
+        g.finish();
+    }
+
     pub fn planner_cephalo_64gpu(c: &mut Criterion) {
         let empty = ProfileSet::new();
         let costs = costs(cluster64(), "llama2-7b", Some(2048), 2048, &empty, None);
@@ -513,7 +542,8 @@ criterion_group!(
     planner::planner_compat_4gpu,
     planner::planner_cephalo_4gpu,
     planner::planner_cephalo_64gpu,
-    planner::planner_native_batch
+    planner::planner_native_batch,
+    planner::planner_pipeline_hetero_64gpu
 );
 
 criterion_main!(engine_benches, planner_benches);

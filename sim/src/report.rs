@@ -332,8 +332,170 @@ pub struct Report {
     /// GPUs simulated event by event; each other GPU has the timeline of
     /// its twin on an identical node ([`crate::symmetry`]).
     pub simulated_gpus: usize,
+    /// The stages as simulated (pipeline plans only).
+    pub pipeline: Option<PipelineReport>,
     /// The trace, when requested.
     pub trace: Option<Trace>,
+}
+
+/// A pipeline plan's stages as simulated (see [`crate::pipeline`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PipelineReport {
+    /// Schedule (`gpipe`, `1f1b`).
+    pub schedule: String,
+    /// Micro-batches per iteration.
+    pub microbatches: u32,
+    /// Largest micro-batch, samples.
+    pub microbatch_size: u32,
+    /// Idle share of the iteration over the GPUs that hold a stage, % (the
+    /// bubble, plus waits for slower stages).
+    pub bubble_pct: f64,
+    /// Per stage, in order.
+    pub stages: Vec<StageReport>,
+}
+
+/// One pipeline stage in a report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageReport {
+    /// Stage index.
+    pub stage: usize,
+    /// First and last block (1-based); the first stage also runs the
+    /// embedding, the last the head.
+    pub first_block: u32,
+    /// Last block (1-based).
+    pub last_block: u32,
+    /// Ranks of its data-parallel group.
+    pub ranks: Vec<usize>,
+    /// Its GPUs, grouped (`2x l4`).
+    pub gpus: String,
+    /// Largest compute time of its GPUs, ms.
+    pub compute_ms: f64,
+    /// Largest wait for transfers and collectives, ms.
+    pub exposed_comm_ms: f64,
+    /// Largest idle time, ms.
+    pub idle_ms: f64,
+    /// Largest peak memory, GiB.
+    pub peak_mem_gib: f64,
+    /// Smallest usable memory of its GPUs, GiB.
+    pub usable_gib: f64,
+}
+
+impl PipelineReport {
+    /// The stages of `pipe` from the per-GPU reports of its run.
+    fn of(
+        pipe: &crate::pipeline::Pipeline,
+        gpus: &[GpuReport],
+        iteration_ms: f64,
+    ) -> PipelineReport {
+        let mut stages = Vec::with_capacity(pipe.depth());
+        let (mut idle, mut held) = (0.0, 0usize);
+        for (s, st) in pipe.stages.iter().enumerate() {
+            let g: Vec<&GpuReport> = st.gpus.iter().map(|&r| &gpus[r as usize]).collect();
+            let max = |f: fn(&GpuReport) -> f64| g.iter().map(|x| f(x)).fold(0.0, f64::max);
+            idle += g.iter().map(|x| x.idle_ms).sum::<f64>();
+            held += g.len();
+            let names: Vec<String> = g.iter().map(|x| x.gpu.clone()).collect();
+            let first = pipe.first_block(s);
+            stages.push(StageReport {
+                stage: s,
+                first_block: first,
+                last_block: first + st.blocks - 1,
+                ranks: st.gpus.iter().map(|&r| r as usize).collect(),
+                gpus: crate::session::name_runs(&names),
+                compute_ms: max(|x| x.compute_ms),
+                exposed_comm_ms: max(|x| x.exposed_comm_ms),
+                idle_ms: max(|x| x.idle_ms),
+                peak_mem_gib: max(|x| x.peak_mem_gib),
+                usable_gib: g.iter().map(|x| x.usable_gib).fold(f64::INFINITY, f64::min),
+            });
+        }
+        PipelineReport {
+            schedule: pipe.schedule.name().to_string(),
+            microbatches: pipe.microbatches,
+            microbatch_size: gpus
+                .iter()
+                .filter(|g| g.batch > 0)
+                .map(|g| g.microbatch_size)
+                .max()
+                .unwrap_or(0),
+            bubble_pct: if held > 0 && iteration_ms > 0.0 {
+                100.0 * idle / (held as f64 * iteration_ms)
+            } else {
+                0.0
+            },
+            stages,
+        }
+    }
+
+    /// Appends the stage lines of a report table to `s`.
+    pub fn write_table(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "pipeline: {} stages, {}, {} micro-batches (largest {} samples, split inside each stage), idle {:.1}% of the GPUs' time",
+            self.stages.len(),
+            self.schedule,
+            self.microbatches,
+            self.microbatch_size,
+            self.bubble_pct
+        );
+        let header = [
+            "stage",
+            "blocks",
+            "gpus",
+            "ranks",
+            "compute ms",
+            "exp.comm ms",
+            "idle ms",
+            "peak GiB",
+            "usable GiB",
+        ];
+        let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+        for st in &self.stages {
+            let mut blocks = if st.first_block == st.last_block {
+                st.first_block.to_string()
+            } else {
+                format!("{}-{}", st.first_block, st.last_block)
+            };
+            if st.stage == 0 {
+                blocks = format!("emb+{blocks}");
+            }
+            if st.stage + 1 == self.stages.len() {
+                blocks.push_str("+head");
+            }
+            let ranks: Vec<String> = st.ranks.iter().map(|r| r.to_string()).collect();
+            let ranks = if ranks.len() > 8 {
+                format!("{}..{} ({})", ranks[0], ranks[ranks.len() - 1], ranks.len())
+            } else {
+                ranks.join(",")
+            };
+            rows.push(vec![
+                st.stage.to_string(),
+                blocks,
+                st.gpus.clone(),
+                ranks,
+                format!("{:.1}", st.compute_ms),
+                format!("{:.1}", st.exposed_comm_ms),
+                format!("{:.1}", st.idle_ms),
+                format!("{:.2}", st.peak_mem_gib),
+                format!("{:.2}", st.usable_gib),
+            ]);
+        }
+        let widths: Vec<usize> = (0..header.len())
+            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+            .collect();
+        for r in &rows {
+            let mut line = String::new();
+            for (c, cell) in r.iter().enumerate() {
+                let w = widths[c];
+                if (1..=3).contains(&c) {
+                    let _ = write!(line, "{cell:<w$}  ");
+                } else {
+                    let _ = write!(line, "{cell:>w$}  ");
+                }
+            }
+            let _ = writeln!(s, "{}", line.trim_end());
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -371,6 +533,8 @@ struct ReportJson<'a> {
     collectives: &'a [CollectiveStat],
     comm_model: &'a str,
     gpus: &'a [GpuReport],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pipeline: Option<&'a PipelineReport>,
     warnings: &'a [String],
     ops: u64,
     events: u64,
@@ -442,6 +606,7 @@ impl Report {
             collectives: &self.collectives,
             comm_model: &self.comm_model,
             gpus: &self.gpus,
+            pipeline: self.pipeline.as_ref(),
             warnings: &self.warnings,
             ops: self.ops,
             events: self.events,
@@ -510,6 +675,9 @@ impl Report {
             self.model, self.dtype, self.seq_len, self.global_batch, self.planner, self.cluster
         );
         let _ = writeln!(s, "strategy: {}", self.strategy.label());
+        if let Some(p) = &self.pipeline {
+            p.write_table(&mut s);
+        }
         let header = [
             "rank",
             "gpu",
@@ -797,6 +965,7 @@ fn covered(iv: &VecDeque<(u64, u64)>, t: u64) -> bool {
 #[derive(Debug)]
 pub(crate) struct Breakdown<'g> {
     graph: &'g Graph,
+    start_ns: Vec<u64>,
     end_ns: Vec<u64>,
     pub(crate) ranks: Vec<RankTimes>,
     /// Actual duration of every collective op (ns), by op.
@@ -807,6 +976,7 @@ impl<'g> Breakdown<'g> {
     pub(crate) fn new(graph: &'g Graph, ranks: usize) -> Breakdown<'g> {
         Breakdown {
             graph,
+            start_ns: vec![0; graph.len()],
             end_ns: vec![0; graph.len()],
             ranks: vec![RankTimes::default(); ranks],
             collective_ns: std::collections::HashMap::new(),
@@ -853,6 +1023,7 @@ impl Observer for Breakdown<'_> {
     fn on_op(&mut self, rec: &OpRecord<'_>) {
         let (s, e) = (rec.start.0, rec.end.0);
         self.end_ns[rec.op.0 as usize] = e;
+        self.start_ns[rec.op.0 as usize] = s;
         if rec.label.category.is_collective() {
             self.collective_ns.entry(rec.op.0).or_insert(e - s);
         }
@@ -890,16 +1061,22 @@ impl Observer for Breakdown<'_> {
                 if s > a {
                     let gap = s - a;
                     // The dependency that finished last decides what the gap was.
-                    let mut last: Option<(u64, Category)> = None;
+                    let mut last: Option<(u64, Category, usize)> = None;
                     for d in self.graph.op_deps(rec.op) {
                         let de = self.end_ns[d.0 as usize];
-                        if last.is_none_or(|(t, _)| de > t) {
-                            last = Some((de, self.graph.op_label(d).category));
+                        if last.is_none_or(|(t, _, _)| de > t) {
+                            last = Some((de, self.graph.op_label(d).category, d.0 as usize));
                         }
                     }
-                    let (busy, is_comm) = match last.map(|x| x.1) {
-                        Some(c) if c.is_collective() => (overlap(&r.comm_iv, a, s), true),
-                        Some(Category::CopyD2H | Category::CopyH2D) => {
+                    let (busy, is_comm) = match last.map(|x| (x.1, x.2)) {
+                        Some((c, _)) if c.is_collective() => (overlap(&r.comm_iv, a, s), true),
+                        // A pipeline transfer from another GPU: waiting while
+                        // it runs is exposed communication, before it idle.
+                        Some((Category::P2p, d)) => {
+                            let (ds, de) = (self.start_ns[d].max(a), self.end_ns[d].min(s));
+                            (de.saturating_sub(ds), true)
+                        }
+                        Some((Category::CopyD2H | Category::CopyH2D, _)) => {
                             (overlap(&r.copy_iv, a, s), false)
                         }
                         _ => (0, false),
@@ -1117,6 +1294,10 @@ pub(crate) fn assemble(
             });
         }
     }
+    let pipeline = plan
+        .pipeline
+        .as_ref()
+        .map(|p| PipelineReport::of(p, &gpus, iteration_ms));
     Report {
         planner: plan.planner.clone(),
         model: w.model.name.clone(),
@@ -1151,6 +1332,7 @@ pub(crate) fn assemble(
         ops: stats.ops,
         events: stats.events,
         simulated_gpus: a.classes.simulated_ranks(),
+        pipeline,
         trace,
     }
 }

@@ -218,7 +218,7 @@ pub fn compare(
                 let report = &run.report;
                 rows.push(Row {
                     planner: pl.name().to_string(),
-                    strategy: Some(p.strategy.label()),
+                    strategy: Some(p.label()),
                     samples_per_s: Some(report.samples_per_s),
                     iteration_ms: Some(report.iteration_ms),
                     speedup_vs_even_fsdp: None,

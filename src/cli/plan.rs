@@ -242,6 +242,9 @@ pub struct PlanOutput {
     pub notes: Vec<String>,
     /// The plan in file form.
     pub plan: sim::plan::Plan,
+    /// A pipeline plan's stages as simulated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<sim::report::PipelineReport>,
 }
 
 /// A named objective value.
@@ -313,6 +316,7 @@ pub fn output(res: &Resolved, planned: &Planned, report: &Report) -> PlanOutput 
         considered,
         sources: report.sources(),
         notes: planned.notes.clone(),
+        pipeline: report.pipeline.clone(),
         plan: p.clone(),
     }
 }
@@ -353,7 +357,10 @@ fn table(o: &PlanOutput, summary: &str) -> String {
         o.dtype,
         o.seq_len
     );
-    let _ = writeln!(s, "strategy: {}", o.strategy.label());
+    let _ = writeln!(s, "strategy: {}", o.plan.label());
+    if let Some(p) = &o.pipeline {
+        p.write_table(&mut s);
+    }
     let mut rows: Vec<Vec<String>> = vec![[
         "rank", "gpu", "batch", "micro", "size", "state%", "peak GiB", "usable", "%usable", "",
     ]

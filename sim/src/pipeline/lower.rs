@@ -46,7 +46,6 @@ use crate::schedule::lower::{CollectiveRecord, Group, Lowered, LoweredParts, Sin
 use crate::schedule::{dur, micro_costs, round, Micro};
 use crate::strategy::{Recompute, Sharding};
 use crate::symmetry::NodeClasses;
-use crate::units::GIB;
 use std::collections::HashMap;
 
 /// Constant GPU memory of a GPU holding stage `s` of `pipe` under the
@@ -57,18 +56,13 @@ use std::collections::HashMap;
 /// the group's `d` GPUs, plus the full parameters in `param_dtype` that
 /// compute reads and the full gradient in `reduce_dtype` it accumulates.
 pub fn base_device_bytes(costs: &CostModel, plan: &Plan, pipe: &Pipeline, s: usize) -> i64 {
-    let st = &plan.strategy;
     let params = pipe.stage_params(s, &costs.workload.model) as f64;
-    let d = pipe.stages[s].gpus.len().max(1) as f64;
-    let mut b = costs.options.overhead_gib * GIB + costs.activations.fixed_bytes;
-    b += match st.sharding {
-        Sharding::NoShard => (st.gpu_state_bytes_per_param() + st.reduce_dtype.bytes()) * params,
-        _ => {
-            st.gpu_state_bytes_per_param() * params / d
-                + (st.param_dtype.bytes() + st.reduce_dtype.bytes()) * params
-        }
-    };
-    round(b)
+    round(super::estimate::state_bytes(
+        costs,
+        &plan.strategy,
+        params,
+        pipe.stages[s].gpus.len(),
+    ))
 }
 
 /// Ops per (GPU, micro-batch) of a stage holding `blocks` blocks at most

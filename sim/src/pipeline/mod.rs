@@ -36,6 +36,7 @@
 //! point-to-point transfers on the cluster's links, the gradient
 //! synchronisation and the optimizer step).
 
+pub mod estimate;
 pub mod lower;
 pub mod partition;
 pub mod schedule;

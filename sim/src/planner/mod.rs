@@ -17,6 +17,8 @@
 //! | `hsdp` | [`hsdp`] | HYBRID_SHARD | as `fsdp`, sharded inside each node, replicated across |
 //! | `speed-proportional` | [`proportional`] | PyTorch FSDP | batch proportional to GPU speed, one micro-batch, even shards |
 //! | `speed-proportional-mem` | [`proportional_mem`] | PyTorch FSDP | speed-proportional batch, micro-batches sized to memory, even shards |
+//! | `pipeline` | [`pipeline`] | DeepSpeed pipeline, 1F1B, replicas per stage | equal blocks per stage, one GPU (or an equal group) per stage, m = 4p |
+//! | `pipeline-hetero` | [`pipeline_hetero`] | 1F1B or GPipe, replicas or ZeRO-1 per stage | same-type stage groups, exact block partition by speed and memory, micro-batch size and schedule searched |
 //!
 //! All planners emit the same [`Plan`] type so the simulator judges them all
 //! the same way. Strategy axes the user pinned ([`Problem::strategy`]) are
@@ -36,6 +38,8 @@ pub mod ddp;
 pub mod fsdp;
 pub mod fsdp_ga;
 pub mod hsdp;
+pub mod pipeline;
+pub mod pipeline_hetero;
 pub mod proportional;
 pub mod proportional_mem;
 pub mod zero2;
@@ -329,7 +333,17 @@ pub trait Planner: Send + Sync + std::fmt::Debug {
 pub fn all() -> Vec<Box<dyn Planner>> {
     let mut v: Vec<Box<dyn Planner>> = vec![Box::new(cephalo::Cephalo), Box::new(compat::Compat)];
     v.extend(baselines());
+    v.extend(pipelines());
     v
+}
+
+/// The pipeline-parallel planners (a separate family: not seeds of the
+/// native planner, whose plans are data-parallel).
+pub fn pipelines() -> Vec<Box<dyn Planner>> {
+    vec![
+        Box::new(pipeline::UniformPipeline),
+        Box::new(pipeline_hetero::HeteroPipeline),
+    ]
 }
 
 /// The baselines (every planner but the two Cephalo ones).
@@ -361,6 +375,10 @@ pub fn by_name(name: &str, origin: &str) -> Result<Box<dyn Planner>, PlanError> 
         }
         "speed-proportional-mem" | "proportional-mem" | "memory-aware-proportional" => {
             Some(Box::new(proportional_mem::SpeedProportionalMem))
+        }
+        "pipeline" | "deepspeed-pipeline" | "pp" => Some(Box::new(pipeline::UniformPipeline)),
+        "pipeline-hetero" | "hetero-pipeline" | "metis" => {
+            Some(Box::new(pipeline_hetero::HeteroPipeline))
         }
         _ => None,
     };
@@ -841,7 +859,7 @@ mod tests {
 
     #[test]
     fn names_resolve() {
-        assert_eq!(all().len(), 9);
+        assert_eq!(all().len(), 11);
         for p in all() {
             assert_eq!(by_name(p.name(), "t").unwrap().name(), p.name());
         }
