@@ -541,6 +541,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let (strategy, file) = resolve_strategy(&args, &cluster, dtype, &planned_for)?;
     let fixed = user_plan(&args, strategy, file)?;
     if let Some((plan, origin)) = &fixed {
+        if plan.pipeline.is_some() {
+            return Err(UserError(format!(
+                "{origin}: pipeline: pipeline-parallel plans are simulated only; `validate` runs data-parallel plans (use `cephalo simulate --plan {origin}` for this one)"
+            ))
+            .into());
+        }
         plan.validate(args.ranks, args.global_batch, origin)?;
         let job = sim_glue::job_from_plan(plan, &cfg, &settings).map_err(exec_err)?;
         job.validate(Some(args.ranks), Some(args.global_batch as usize))

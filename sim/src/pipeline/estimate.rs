@@ -8,20 +8,31 @@
 //! * **Period** of a stage: the larger of `t_s` and the time its
 //!   communication stream needs per micro-batch (activations out, input
 //!   gradients back): a link slower than the stage paces the pipeline.
-//! * **Iteration** (Metis' `HeteroCostEstimator` shape, REAL-SYSTEMS.md
-//!   6.3): `sum_s t_s + (m - 1) max_s period_s + sum_boundaries (fwd +
-//!   bwd transfer) + max_s (gradient sync + optimizer)`. With identical
-//!   stages and free communication this is the simulator's
-//!   `(m + p - 1) t`.
+//! * **Iteration** under GPipe: the forwards' pipeline then the
+//!   backwards', `sum_s f_s + (m - 1) max_s f_s` and the same for the
+//!   backward parts. Under 1F1B: the largest over stages `s` of `(m - 1) period_s +
+//!   t_s` (its micro-batches), plus `sum_{s' < s} t_s'` (the stages before
+//!   it fill and drain), plus the round trip through the stages after it
+//!   less what its `in_flight - 1` warm-up forwards hide; then the
+//!   forward transfers' latency and the last gradient sync + optimizer
+//!   (stage `s` ends its backwards the stages before it earlier).
+//!   Metis' `HeteroCostEstimator` (REAL-SYSTEMS.md 6.3) adds every
+//!   stage's fill, `sum_s t_s + (m - 1) max_s t_s`, which overstates a
+//!   pipeline paced by an early stage; both are the simulator's
+//!   `(m + p - 1) t` for identical stages and free communication.
 //! * **Peak memory** of a stage GPU: its constant memory
 //!   ([`state_bytes`]), `f` in-flight micro-batches (GPipe `m`, 1F1B
 //!   `min(p - s, m)`) times its blocks' held activations (input plus what
-//!   the policy keeps), one transfer buffer, and the largest transient of
-//!   one op (a backward's working gradients and regenerated activations,
-//!   the head's logits). Held against the simulator's peak by the tests.
+//!   the policy keeps, and on the last stage the head's logits), one
+//!   transfer buffer, and the largest transient of one op (a backward's
+//!   working gradients and regenerated activations). Held against the
+//!   simulator's peak by the tests.
 
+use super::{PipeSchedule, Pipeline};
+use crate::comm::CollectiveKind;
 use crate::cost::CostModel;
 use crate::error::PlanError;
+use crate::plan::Plan;
 use crate::schedule::micro_costs;
 use crate::strategy::{Checkpointing, Recompute, Sharding, Strategy};
 use crate::units::GIB;
@@ -47,6 +58,12 @@ pub fn state_bytes(costs: &CostModel, strategy: &Strategy, params: f64, d: usize
 pub struct GroupCost {
     /// Forward + recompute + backward of one block, ms (slowest GPU).
     pub block_ms: f64,
+    /// Forward of one block, ms (slowest GPU).
+    pub block_fwd_ms: f64,
+    /// Embedding forward, ms.
+    pub embed_fwd_ms: f64,
+    /// Head forward, ms.
+    pub head_fwd_ms: f64,
     /// Embedding forward + backward, ms (when the group is the first stage).
     pub embed_ms: f64,
     /// Head forward + backward, ms (when the group is the last stage).
@@ -56,7 +73,8 @@ pub struct GroupCost {
     pub held_bytes: f64,
     /// Largest transient of one block's forward or backward, bytes.
     pub block_work_bytes: f64,
-    /// The head's working memory, bytes.
+    /// What the head holds per micro-batch (its logits and their gradient,
+    /// and its input, the last block's output), bytes.
     pub head_work_bytes: f64,
     /// A block's input (one transfer buffer), bytes.
     pub input_bytes: f64,
@@ -115,6 +133,9 @@ pub fn group_cost(
         );
         let g = GroupCost {
             block_ms: ms(mc.f_blk) + re + ms(mc.b_blk),
+            block_fwd_ms: ms(mc.f_blk),
+            embed_fwd_ms: ms(mc.f_emb),
+            head_fwd_ms: ms(mc.f_head),
             embed_ms: ms(mc.f_emb) + ms(mc.b_emb),
             head_ms: ms(mc.f_head) + ms(mc.b_head),
             held_bytes: held,
@@ -128,6 +149,9 @@ pub fn group_cost(
             None => g,
             Some(o) => GroupCost {
                 block_ms: o.block_ms.max(g.block_ms),
+                block_fwd_ms: o.block_fwd_ms.max(g.block_fwd_ms),
+                embed_fwd_ms: o.embed_fwd_ms.max(g.embed_fwd_ms),
+                head_fwd_ms: o.head_fwd_ms.max(g.head_fwd_ms),
                 embed_ms: o.embed_ms.max(g.embed_ms),
                 head_ms: o.head_ms.max(g.head_ms),
                 usable_bytes: o.usable_bytes.min(g.usable_bytes),
@@ -156,6 +180,13 @@ pub fn stage_ms(g: &GroupCost, blocks: u32, at: Place) -> f64 {
         + if at.last { g.head_ms } else { 0.0 }
 }
 
+/// Per-micro-batch forward time of a stage of `blocks` blocks, ms.
+pub fn stage_fwd_ms(g: &GroupCost, blocks: u32, at: Place) -> f64 {
+    blocks as f64 * g.block_fwd_ms
+        + if at.first { g.embed_fwd_ms } else { 0.0 }
+        + if at.last { g.head_fwd_ms } else { 0.0 }
+}
+
 /// Estimated peak GPU memory of a stage GPU, bytes: constant memory for
 /// `params` parameters in a group of `d`, plus activations (module docs).
 pub fn stage_peak_bytes(
@@ -167,11 +198,221 @@ pub fn stage_peak_bytes(
     d: usize,
     at: Place,
 ) -> f64 {
-    let held = at.in_flight as f64 * blocks as f64 * g.held_bytes;
-    let work = if at.last {
-        g.block_work_bytes.max(g.head_work_bytes)
-    } else {
-        g.block_work_bytes
-    };
+    // The head keeps its logits (and their gradient buffer) from its
+    // forward to its backward: once per micro-batch in flight.
+    let head = if at.last { g.head_work_bytes } else { 0.0 };
+    let held = at.in_flight as f64 * (blocks as f64 * g.held_bytes + head);
+    let work = g.block_work_bytes;
     state_bytes(costs, strategy, params, d) + held + g.input_bytes + work
+}
+
+/// Per-stage inputs of the partition for one grouping, micro-batch count
+/// and strategy.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    /// Each stage group's costs.
+    pub costs: Vec<GroupCost>,
+    /// Communication-stream time per micro-batch of each stage, ms.
+    pub comm_ms: Vec<f64>,
+}
+
+/// The costs of every stage group of `groups` at the micro-batch of
+/// `largest` samples (each GPU its slice), and their transfer times.
+pub fn staged(
+    costs: &CostModel,
+    strategy: &Strategy,
+    groups: &[Vec<usize>],
+    largest: u32,
+) -> Result<Staged, PlanError> {
+    let p = groups.len();
+    let mut gc = Vec::with_capacity(p);
+    for g in groups {
+        gc.push(group_cost(
+            costs,
+            strategy,
+            g,
+            largest.div_ceil(g.len() as u32),
+        )?);
+    }
+    // A stage sends its activations forward and its input gradient back,
+    // per micro-batch, each GPU its slice (one-to-one as the first pair).
+    let mut comm_ms = vec![0.0; p];
+    for s in 0..p {
+        let bytes = gc[s].transfer_bytes;
+        if s + 1 < p {
+            comm_ms[s] += costs.p2p(groups[s][0], groups[s + 1][0], bytes).0;
+        }
+        if s > 0 {
+            comm_ms[s] += costs.p2p(groups[s][0], groups[s - 1][0], bytes).0;
+        }
+    }
+    Ok(Staged { costs: gc, comm_ms })
+}
+
+/// Parameters of a stage of `k` blocks at place `at`.
+pub fn params(costs: &CostModel, k: u32, at: Place) -> f64 {
+    let m = &costs.workload.model;
+    (k as u64 * m.params_per_block()
+        + if at.first { m.embedding_params() } else { 0 }
+        + if at.last { m.head_params() } else { 0 }) as f64
+}
+
+/// Stage `s` of `p` under `schedule` with `m` micro-batches.
+pub fn place(schedule: PipeSchedule, p: usize, s: usize, m: u32) -> Place {
+    Place {
+        first: s == 0,
+        last: s + 1 == p,
+        in_flight: schedule.in_flight(p, s, m),
+    }
+}
+
+/// The closed-form iteration of stages `groups` holding `counts` blocks
+/// with `m` micro-batches (module docs), ms.
+pub fn estimate_ms(
+    costs: &CostModel,
+    strategy: &Strategy,
+    groups: &[Vec<usize>],
+    st: &Staged,
+    counts: &[u32],
+    m: u32,
+    schedule: PipeSchedule,
+) -> f64 {
+    let p = groups.len();
+    let at: Vec<Place> = (0..p).map(|s| place(schedule, p, s, m)).collect();
+    let t: Vec<f64> = (0..p)
+        .map(|s| stage_ms(&st.costs[s], counts[s], at[s]))
+        .collect();
+    let f: Vec<f64> = (0..p)
+        .map(|s| stage_fwd_ms(&st.costs[s], counts[s], at[s]))
+        .collect();
+    let steady = match schedule {
+        // Every forward, then every backward: two pipelines in a row.
+        PipeSchedule::Gpipe => {
+            let b: Vec<f64> = (0..p).map(|s| t[s] - f[s]).collect();
+            let pace = |x: &[f64]| {
+                (0..p)
+                    .map(|s| x[s].max(st.comm_ms[s] / 2.0))
+                    .fold(0.0, f64::max)
+            };
+            let m1 = m.saturating_sub(1) as f64;
+            f.iter().sum::<f64>() + m1 * pace(&f) + b.iter().sum::<f64>() + m1 * pace(&b)
+        }
+        // Each stage as the pacing one: its m micro-batches (at its
+        // period), the stages before it filling and draining, and the round
+        // trip through the stages after it, less what its warm-up forwards
+        // hide.
+        PipeSchedule::OneFOneB => {
+            let mut steady = 0.0f64;
+            let (mut before, mut after) = (0.0, t.iter().sum::<f64>());
+            for s in 0..p {
+                after -= t[s];
+                let period = t[s].max(st.comm_ms[s]);
+                let hidden = (at[s].in_flight.saturating_sub(1)) as f64 * f[s];
+                let span = (m.saturating_sub(1)) as f64 * period
+                    + t[s]
+                    + before
+                    + (after - hidden).max(0.0);
+                steady = steady.max(span);
+                before += t[s];
+            }
+            steady
+        }
+    };
+    let fill: f64 = st.comm_ms[..p.saturating_sub(1)].iter().sum();
+    // A stage's gradient sync and optimizer follow its last backward, which
+    // ends the backward parts of the stages before it earlier than stage 0's.
+    let mut tail = 0.0f64;
+    let mut earlier = 0.0;
+    for s in 0..p {
+        let g = &groups[s];
+        let prm = params(costs, counts[s], at[s]);
+        let d = g.len();
+        let sync = if d < 2 {
+            0.0
+        } else {
+            match strategy.sharding {
+                Sharding::NoShard => costs.group_collective_ms(
+                    CollectiveKind::AllReduce,
+                    g,
+                    &vec![prm * strategy.reduce_dtype.bytes(); d],
+                ),
+                _ => {
+                    let piece = prm / d as f64;
+                    costs.group_collective_ms(
+                        CollectiveKind::ReduceScatter,
+                        g,
+                        &vec![piece * strategy.reduce_dtype.bytes(); d],
+                    ) + costs.group_collective_ms(
+                        CollectiveKind::AllGather,
+                        g,
+                        &vec![piece * strategy.param_dtype.bytes(); d],
+                    )
+                }
+            }
+        };
+        let local = match strategy.sharding {
+            Sharding::NoShard => prm,
+            _ => prm / d as f64,
+        };
+        let opt = g
+            .iter()
+            .map(|&r| costs.optimizer_ms(r, local))
+            .fold(0.0, f64::max);
+        tail = tail.max(sync + opt - earlier);
+        earlier += t[s] - f[s];
+    }
+    steady + fill + tail
+}
+
+/// What the closed form says about a pipeline plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    /// Iteration time, ms.
+    pub iteration_ms: f64,
+    /// Peak memory of each stage's GPU with the largest slice, bytes.
+    pub peak_bytes: Vec<f64>,
+}
+
+/// The closed form of a pipeline plan (its pipeline and strategy).
+pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estimate, PlanError> {
+    let groups: Vec<Vec<usize>> = pipe
+        .stages
+        .iter()
+        .map(|s| s.gpus.iter().map(|&r| r as usize).collect())
+        .collect();
+    let largest = pipe
+        .micro_sizes(costs.workload.global_batch)
+        .first()
+        .copied()
+        .unwrap_or(1);
+    let st = staged(costs, &plan.strategy, &groups, largest)?;
+    let counts: Vec<u32> = pipe.stages.iter().map(|s| s.blocks).collect();
+    let m = pipe.microbatches;
+    let p = pipe.depth();
+    let peak_bytes = (0..p)
+        .map(|s| {
+            let at = place(pipe.schedule, p, s, m);
+            stage_peak_bytes(
+                costs,
+                &plan.strategy,
+                &st.costs[s],
+                counts[s],
+                params(costs, counts[s], at),
+                groups[s].len(),
+                at,
+            )
+        })
+        .collect();
+    Ok(Estimate {
+        iteration_ms: estimate_ms(
+            costs,
+            &plan.strategy,
+            &groups,
+            &st,
+            &counts,
+            m,
+            pipe.schedule,
+        ),
+        peak_bytes,
+    })
 }

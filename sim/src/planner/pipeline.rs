@@ -213,7 +213,7 @@ impl Planner for UniformPipeline {
             &plan,
             &peaks,
             &format!(
-                "with {} samples per GPU per micro-batch and {} recompute (the uniform partition of {layers} blocks into {p} stages)",
+                "with {} sample(s) per GPU per micro-batch and {} recompute (the uniform partition of {layers} blocks into {p} stages)",
                 batch.div_ceil(m).div_ceil(d as u32),
                 plan.strategy.checkpointing.name()
             ),
