@@ -81,6 +81,8 @@ pub struct Trace {
 #[derive(Debug, Clone)]
 pub struct TraceRecorder {
     trace: Trace,
+    /// Per rank: end of its latest compute op (ns), to mark idle gaps.
+    compute_end: Vec<u64>,
     current: Vec<i64>,
     /// Per rank: index in `trace.memory` of its latest sample.
     last: Vec<usize>,
@@ -105,6 +107,7 @@ impl TraceRecorder {
         }
         TraceRecorder {
             trace,
+            compute_end: vec![0; gpus],
             last: (0..base_bytes.len()).collect(),
             current: base_bytes,
         }
@@ -118,6 +121,30 @@ impl TraceRecorder {
 
 impl Observer for TraceRecorder {
     fn on_op(&mut self, rec: &OpRecord<'_>) {
+        // A gap on the compute stream (waiting for data, a collective, a
+        // pipeline bubble) shows as an `idle` slice. Compute ops of a rank
+        // end in issue order, so each arrives after the one before it.
+        if rec.stream == Stream::Compute {
+            let r = rec.rank as usize;
+            if r >= self.compute_end.len() {
+                self.compute_end.resize(r + 1, 0);
+            }
+            let prev = self.compute_end[r];
+            if rec.start.0 > prev {
+                self.trace.events.push(TraceEvent {
+                    rank: rec.rank,
+                    stream: Stream::Compute,
+                    category: Category::Other,
+                    name: IDLE_NAME,
+                    unit: NO_INDEX,
+                    micro: NO_INDEX,
+                    participants: 1,
+                    start_ns: prev,
+                    end_ns: rec.start.0,
+                });
+            }
+            self.compute_end[r] = self.compute_end[r].max(rec.end.0);
+        }
         let id = rec.label.name.0 as usize;
         if self.trace.names.len() <= id {
             self.trace.names.resize(id + 1, String::new());
@@ -161,6 +188,9 @@ impl Observer for TraceRecorder {
         });
     }
 }
+
+/// Name id of the `idle` slices (no op has it: op names are interned densely from 0).
+const IDLE_NAME: u32 = u32::MAX;
 
 /// Writes integer nanoseconds as microseconds with three decimals.
 fn write_us(out: &mut String, ns: u64) {
@@ -230,14 +260,21 @@ impl Trace {
         }
         for e in &self.events {
             sep(&mut out);
-            let name = self.names.get(e.name as usize).map_or("?", String::as_str);
+            let (name, cat) = if e.name == IDLE_NAME {
+                ("idle", "idle")
+            } else {
+                (
+                    self.names.get(e.name as usize).map_or("?", String::as_str),
+                    e.category.name(),
+                )
+            };
             let _ = write!(
                 out,
                 "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"name\":{},\"cat\":\"{}\",\"ts\":",
                 e.rank,
                 e.stream.index(),
                 json_str(name),
-                e.category.name()
+                cat
             );
             write_us(&mut out, e.start_ns);
             out.push_str(",\"dur\":");
@@ -311,10 +348,17 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let evs = v["traceEvents"].as_array().unwrap();
         let x: Vec<_> = evs.iter().filter(|e| e["ph"] == "X").collect();
-        assert_eq!(x.len(), 3);
-        assert_eq!(x[2]["ts"].as_f64().unwrap(), 1.5);
-        assert_eq!(x[2]["dur"].as_f64().unwrap(), 2.001);
-        assert_eq!(x[2]["args"]["unit"], 1);
+        // The collective on both ranks, the compute op, and the compute
+        // stream's wait for the collective as an idle slice.
+        assert_eq!(x.len(), 4);
+        let idle: Vec<_> = x.iter().filter(|e| e["cat"] == "idle").collect();
+        assert_eq!(idle.len(), 1);
+        assert_eq!(idle[0]["ts"].as_f64().unwrap(), 0.0);
+        assert_eq!(idle[0]["dur"].as_f64().unwrap(), 1.5);
+        let fwd = x.iter().find(|e| e["name"] == "fwd").unwrap();
+        assert_eq!(fwd["ts"].as_f64().unwrap(), 1.5);
+        assert_eq!(fwd["dur"].as_f64().unwrap(), 2.001);
+        assert_eq!(fwd["args"]["unit"], 1);
         let c: Vec<_> = evs
             .iter()
             .filter(|e| e["ph"] == "C" && e["pid"] == 0)
