@@ -480,21 +480,28 @@ impl PipelineReport {
                 format!("{:.2}", st.usable_gib),
             ]);
         }
-        let widths: Vec<usize> = (0..header.len())
-            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-            .collect();
-        for r in &rows {
-            let mut line = String::new();
-            for (c, cell) in r.iter().enumerate() {
-                let w = widths[c];
-                if (1..=3).contains(&c) {
-                    let _ = write!(line, "{cell:<w$}  ");
-                } else {
-                    let _ = write!(line, "{cell:>w$}  ");
-                }
+        write_aligned(s, &rows, |c| (1..=3).contains(&c));
+    }
+}
+
+/// Appends `rows` (the header first) as columns two spaces apart: the
+/// columns `text` names left-aligned, the others (numbers) right-aligned.
+fn write_aligned(s: &mut String, rows: &[Vec<String>], text: impl Fn(usize) -> bool) {
+    let cols = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            let w = widths[c];
+            if text(c) {
+                let _ = write!(line, "{cell:<w$}  ");
+            } else {
+                let _ = write!(line, "{cell:>w$}  ");
             }
-            let _ = writeln!(s, "{}", line.trim_end());
         }
+        let _ = writeln!(s, "{}", line.trim_end());
     }
 }
 
@@ -725,22 +732,8 @@ impl Report {
         if self.gpus.len() > GROUP_ROWS_ABOVE {
             rows = group_rows(rows);
         }
-        let widths: Vec<usize> = (0..header.len())
-            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-            .collect();
-        for r in &rows {
-            let mut line = String::new();
-            for (c, cell) in r.iter().enumerate() {
-                let w = widths[c];
-                // Text columns left-aligned, numbers right-aligned.
-                if c == 1 || c == 13 || c == 14 {
-                    let _ = write!(line, "{cell:<w$}  ");
-                } else {
-                    let _ = write!(line, "{cell:>w$}  ");
-                }
-            }
-            let _ = writeln!(s, "{}", line.trim_end());
-        }
+        // Text columns left-aligned, numbers right-aligned.
+        write_aligned(&mut s, &rows, |c| c == 1 || c == 13 || c == 14);
         s.push('\n');
         if self.hosts.iter().any(|h| h.peak_gib > 0.0) {
             let line = |h: &HostReport| {

@@ -253,30 +253,17 @@ pub fn lower_into<S: Sink>(
                         );
                     } else {
                         // Activations to the next stage's GPUs holding these samples.
-                        let next = &pipe.stages[s + 1];
-                        for (h, &to) in next.gpus.iter().enumerate() {
-                            let (l2, h2) = Pipeline::slice(sizes[k as usize], next.gpus.len(), h);
-                            let ov = hi.min(h2).saturating_sub(lo.max(l2));
-                            if ov == 0 {
-                                continue;
-                            }
-                            let free = round(a.checkpoint * ov as f64 / n as f64);
-                            let recv_n = h2 - l2;
-                            let ra = cost_of(to as usize, recv_n)?.act;
-                            let alloc = round(ra.checkpoint * ov as f64 / recv_n as f64);
-                            let to_slot = slot(s + 1, h, k);
-                            let id = send(
-                                g,
-                                costs,
-                                contention,
-                                (rank, to),
-                                costs.block_output_bytes(ov),
-                                done,
-                                at(lb.send_act, last + 1, k),
-                                (free, alloc),
-                            );
-                            act_in[to_slot].push(id);
-                            act_in_bytes[to_slot] += alloc;
+                        for (h, to, ov, recv_n) in overlaps(pipe, s + 1, sizes[k as usize], lo, hi)
+                        {
+                            let ra = cost_of(to as usize, recv_n)?.act.checkpoint;
+                            let mem = transfer_mem(a.checkpoint, n, ra, ov, recv_n);
+                            let bytes = costs.block_output_bytes(ov);
+                            let label = at(lb.send_act, last + 1, k);
+                            let id =
+                                send(g, costs, contention, (rank, to), bytes, done, label, mem);
+                            let t = slot(s + 1, h, k);
+                            act_in[t].push(id);
+                            act_in_bytes[t] += mem.1;
                         }
                     }
                 }
@@ -349,30 +336,18 @@ pub fn lower_into<S: Sink>(
                             &[MemChange::end(rank, -c)],
                         );
                     } else {
-                        let before = &pipe.stages[s - 1];
-                        for (h, &to) in before.gpus.iter().enumerate() {
-                            let (l2, h2) = Pipeline::slice(sizes[k as usize], before.gpus.len(), h);
-                            let ov = hi.min(h2).saturating_sub(lo.max(l2));
-                            if ov == 0 {
-                                continue;
-                            }
-                            let free = round(a.checkpoint * ov as f64 / n as f64);
-                            let recv_n = h2 - l2;
-                            let ra = cost_of(to as usize, recv_n)?.act;
-                            let alloc = round(ra.checkpoint * ov as f64 / recv_n as f64);
-                            let to_slot = slot(s - 1, h, k);
-                            let id = send(
-                                g,
-                                costs,
-                                contention,
-                                (rank, to),
-                                costs.block_output_bytes(ov),
-                                done,
-                                at(lb.send_grad, first, k),
-                                (free, alloc),
-                            );
-                            grad_in[to_slot].push(id);
-                            grad_in_bytes[to_slot] += alloc;
+                        // The input gradient to the previous stage's GPUs.
+                        for (h, to, ov, recv_n) in overlaps(pipe, s - 1, sizes[k as usize], lo, hi)
+                        {
+                            let ra = cost_of(to as usize, recv_n)?.act.checkpoint;
+                            let mem = transfer_mem(a.checkpoint, n, ra, ov, recv_n);
+                            let bytes = costs.block_output_bytes(ov);
+                            let label = at(lb.send_grad, first, k);
+                            let id =
+                                send(g, costs, contention, (rank, to), bytes, done, label, mem);
+                            let t = slot(s - 1, h, k);
+                            grad_in[t].push(id);
+                            grad_in_bytes[t] += mem.1;
                         }
                     }
                 }
@@ -477,6 +452,33 @@ pub fn lower_into<S: Sink>(
         base_host_bytes: vec![0; w.cluster.nodes.len()],
         collectives,
     })
+}
+
+/// The GPUs of stage `t` that hold part of the samples `[lo, hi)` of a
+/// micro-batch of `size` samples: (position, rank, samples in common, the
+/// size of their slice).
+fn overlaps(pipe: &Pipeline, t: usize, size: u32, lo: u32, hi: u32) -> Vec<(usize, u32, u32, u32)> {
+    let st = &pipe.stages[t];
+    let d = st.gpus.len();
+    st.gpus
+        .iter()
+        .enumerate()
+        .filter_map(|(h, &to)| {
+            let (l2, h2) = Pipeline::slice(size, d, h);
+            let ov = hi.min(h2).saturating_sub(lo.max(l2));
+            (ov > 0).then_some((h, to, ov, h2 - l2))
+        })
+        .collect()
+}
+
+/// Memory a transfer of `ov` samples moves: the sender's share of its
+/// `n`-sample buffer of `sent` bytes, the receiver's share of its
+/// `recv_n`-sample buffer of `recv` bytes.
+fn transfer_mem(sent: f64, n: u32, recv: f64, ov: u32, recv_n: u32) -> (i64, i64) {
+    (
+        round(sent * ov as f64 / n as f64),
+        round(recv * ov as f64 / recv_n as f64),
+    )
 }
 
 /// One point-to-point transfer of `bytes` from `ends.0` to `ends.1` after

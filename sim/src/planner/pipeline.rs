@@ -83,6 +83,14 @@ pub fn pipeline_strategy(
     scoped.resolve(&base, &forced)
 }
 
+/// What every pipeline plan fixes: gradients accumulate locally over the
+/// micro-batches (`no-sync`), nothing is offloaded.
+pub const PIPELINE_AXES: StrategySpec = StrategySpec {
+    accumulation: Some(Accumulation::NoSync),
+    offload: Some(Offload::None),
+    ..StrategySpec::NONE
+};
+
 /// Checkpointing levels a pipeline planner tries: the user's pin, else
 /// none then full.
 pub fn pipeline_checkpointing(problem: &Problem<'_>) -> Vec<Checkpointing> {
@@ -138,11 +146,7 @@ impl Planner for UniformPipeline {
     }
 
     fn fixed_axes(&self) -> StrategySpec {
-        StrategySpec {
-            accumulation: Some(Accumulation::NoSync),
-            offload: Some(Offload::None),
-            ..StrategySpec::NONE
-        }
+        PIPELINE_AXES
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {

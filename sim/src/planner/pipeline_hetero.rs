@@ -36,7 +36,7 @@ use crate::pipeline::estimate::{estimate_ms, params, place, stage_ms, stage_peak
 use crate::pipeline::partition::min_max;
 use crate::pipeline::{PipeSchedule, Pipeline, Stage};
 use crate::plan::Plan;
-use crate::strategy::{Accumulation, Offload, Sharding, Strategy, StrategySpec};
+use crate::strategy::{Sharding, Strategy, StrategySpec};
 use crate::units::GIB;
 use std::collections::BTreeSet;
 
@@ -175,11 +175,7 @@ impl Planner for HeteroPipeline {
     }
 
     fn fixed_axes(&self) -> StrategySpec {
-        StrategySpec {
-            accumulation: Some(Accumulation::NoSync),
-            offload: Some(Offload::None),
-            ..StrategySpec::NONE
-        }
+        super::pipeline::PIPELINE_AXES
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
