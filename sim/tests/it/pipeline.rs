@@ -119,13 +119,12 @@ fn gpipe_bubble_is_p_minus_1_over_m_plus_p_minus_1() {
     for (p, m) in [(2usize, 1u32), (4, 4), (4, 16), (3, 7), (6, 12)] {
         let c = identical(p, 2 * m);
         let layers = c.workload.model.layers;
-        let blocks = layers - layers % p as u32;
         // Identical stages: the same number of blocks everywhere.
-        let mut pipe = even_pipe(p, blocks, m, PipeSchedule::Gpipe);
-        pipe.stages[p - 1].blocks += layers - blocks;
-        if layers % p as u32 != 0 {
-            continue;
-        }
+        assert!(
+            layers.is_multiple_of(p as u32),
+            "{layers} blocks over {p} stages"
+        );
+        let mut pipe = even_pipe(p, layers, m, PipeSchedule::Gpipe);
         let mut times = Vec::new();
         for sch in PipeSchedule::ALL {
             pipe.schedule = sch;
@@ -235,11 +234,11 @@ fn every_send_precedes_the_compute_it_feeds() {
                 start[o.0 .0 as usize] = Some(o.3);
             }
             let mut fed = 0;
-            for i in 0..low.graph.len() {
+            for (i, began) in start.iter().enumerate() {
                 let op = sim::engine::OpId(i as u32);
                 for dep in low.graph.op_deps(op) {
                     if low.graph.op_label(dep).category == Category::P2p {
-                        assert!(start[i].unwrap() >= end[dep.0 as usize].unwrap());
+                        assert!(began.unwrap() >= end[dep.0 as usize].unwrap());
                         // A transfer feeds the same micro-batch.
                         assert_eq!(low.graph.op_label(dep).micro, low.graph.op_label(op).micro);
                         fed += 1;
