@@ -19,6 +19,7 @@ pub mod cost;
 pub mod dtype;
 pub mod engine;
 pub mod error;
+pub mod experiment;
 pub mod fast;
 pub mod gpu;
 pub mod limits;

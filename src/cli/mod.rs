@@ -3,6 +3,7 @@
 pub mod calibrate;
 pub mod comm;
 pub mod compare;
+pub mod experiment;
 pub mod format;
 pub mod notes;
 pub mod plan;
@@ -40,6 +41,8 @@ pub enum Command {
     Predict(predict::Args),
     /// The nccl-tests of a cluster spec: time, algbw and busbw per buffer size.
     Comm(comm::Args),
+    /// Studies one command away: list, run NAME | --all, merge shards.
+    Experiment(experiment::Args),
     /// Measure a device (compute, memory, collectives) into a cephalo-profile/1 file.
     #[cfg(feature = "exec")]
     Profile(profile::Args),
@@ -61,6 +64,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Comm(a) => comm::run(a),
         Command::Plan(a) => plan::run(a),
         Command::Compare(a) => compare::run(a),
+        Command::Experiment(a) => experiment::run(a),
         #[cfg(feature = "exec")]
         Command::Profile(a) => profile::run(a),
         #[cfg(feature = "exec")]

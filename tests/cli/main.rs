@@ -2,6 +2,7 @@
 
 mod comm;
 mod common;
+mod experiment;
 mod pipeline;
 mod plan;
 mod predict;

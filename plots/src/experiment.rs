@@ -1,0 +1,378 @@
+//! The figures of an experiment ([`sim::experiment`]): its results mapped
+//! to grouped bars, lines, stacked per-GPU bars and Gantt timelines, as
+//! its spec's `[[figure]]` tables say.
+
+use crate::bars::GroupedBars;
+use crate::gantt::{Gantt, Span};
+use crate::lines::Lines;
+use crate::render::{render, DynErr};
+use crate::stacked::StackedBars;
+use sim::experiment::{ExperimentSpec, FigureSpec, Results, METRICS};
+use std::path::{Path, PathBuf};
+
+/// One drawn figure: its files and its caption.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Drawn {
+    /// The PNG and the SVG.
+    pub files: Vec<PathBuf>,
+    /// Caption (for the report).
+    pub caption: String,
+    /// The figure spec it came from.
+    pub spec: FigureSpec,
+}
+
+/// An axis label for sweep axis `a`, with its unit.
+fn axis_label(a: &str) -> String {
+    match a {
+        "network_gbit_s" => "network bandwidth between nodes (Gbit/s)".into(),
+        "gpus" => "GPUs in the cluster".into(),
+        "global_batch" => "global batch (samples)".into(),
+        "seq_len" => "sequence length (tokens)".into(),
+        "add_gpu" => "GPU added to the cluster".into(),
+        other => other.replace('_', " "),
+    }
+}
+
+/// An axis label for `metric`, with its unit.
+fn metric_label(metric: &str) -> String {
+    let unit = METRICS.iter().find(|m| m.0 == metric).map_or("", |m| m.1);
+    let name = match metric {
+        "samples_per_s" | "tokens_per_s" => "throughput",
+        "iteration_ms" => "iteration time",
+        "mfu" => "MFU",
+        "peak_usable_pct" => "peak memory",
+        "usd_per_million_tokens" => "cost",
+        "speedup_vs_fsdp" => "speed-up",
+        "samples_per_s_per_usd_hour" => "throughput per cost",
+        other => other,
+    };
+    format!("{name} ({unit})")
+}
+
+/// Short names for axis labels (the reference data's `deepspeed` prefix dropped).
+pub fn short(s: &str) -> String {
+    s.strip_prefix("deepspeed").unwrap_or(s).to_string()
+}
+
+/// Values of axis `a` in first-seen order.
+fn values(results: &Results, a: &str, planners: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for r in results.rows.iter().filter(|r| keep(planners, &r.planner)) {
+        let x = r.axis(a);
+        if !v.contains(&x) {
+            v.push(x);
+        }
+    }
+    v
+}
+
+fn keep(planners: &[String], p: &str) -> bool {
+    planners.is_empty() || planners.iter().any(|x| x == p)
+}
+
+/// Draws every figure of `spec` from `results` into `dir`.
+pub fn draw_all(
+    spec: &ExperimentSpec,
+    results: &Results,
+    dir: &Path,
+) -> Result<Vec<Drawn>, DynErr> {
+    let mut out = Vec::new();
+    for (i, f) in spec.figures.iter().enumerate() {
+        let file = if f.file.is_empty() {
+            format!("fig{}", i + 1)
+        } else {
+            f.file.clone()
+        };
+        let base = dir.join(&file);
+        let (files, caption) = match f.kind.as_str() {
+            "bars" => bars(spec, f, results, &base)?,
+            "lines" => lines(spec, f, results, &base)?,
+            "time" | "memory" => stacked(spec, f, results, &base)?,
+            "gantt" => gantt(spec, f, results, &base)?,
+            other => return Err(format!("unknown figure kind {other}").into()),
+        };
+        out.push(Drawn {
+            files,
+            caption,
+            spec: f.clone(),
+        });
+    }
+    Ok(out)
+}
+
+fn title(spec: &ExperimentSpec, f: &FigureSpec, default: String) -> String {
+    if f.title.is_empty() {
+        if default.is_empty() {
+            spec.title.clone()
+        } else {
+            default
+        }
+    } else {
+        f.title.clone()
+    }
+}
+
+fn bars(
+    spec: &ExperimentSpec,
+    f: &FigureSpec,
+    results: &Results,
+    base: &Path,
+) -> Result<(Vec<PathBuf>, String), DynErr> {
+    let xs = values(results, &f.x, &f.planners);
+    let ss = values(results, &f.series, &f.planners);
+    let series: Vec<(String, Vec<Option<f64>>)> = ss
+        .iter()
+        .map(|s| {
+            let vals = xs
+                .iter()
+                .map(|x| {
+                    results
+                        .rows
+                        .iter()
+                        .find(|r| &r.axis(&f.x) == x && &r.axis(&f.series) == s)
+                        .and_then(|r| r.metric(&f.y))
+                })
+                .collect();
+            (short(s), vals)
+        })
+        .collect();
+    let t = title(spec, f, String::new());
+    let fig = GroupedBars {
+        title: t.clone(),
+        x_label: axis_label(&f.x),
+        y_label: metric_label(&f.y),
+        categories: xs.iter().map(|x| short(x)).collect(),
+        series,
+    };
+    Ok((
+        render(&fig, base)?,
+        format!("{t} (a missing bar: out of memory or infeasible)"),
+    ))
+}
+
+fn lines(
+    spec: &ExperimentSpec,
+    f: &FigureSpec,
+    results: &Results,
+    base: &Path,
+) -> Result<(Vec<PathBuf>, String), DynErr> {
+    let ss = values(results, &f.series, &f.planners);
+    let series: Vec<(String, Vec<(f64, f64)>)> = ss
+        .iter()
+        .map(|s| {
+            let pts = results
+                .rows
+                .iter()
+                .filter(|r| &r.axis(&f.series) == s)
+                .filter_map(|r| {
+                    let x: f64 = r.axis(&f.x).parse().ok()?;
+                    Some((x, r.metric(&f.y)?))
+                })
+                .collect();
+            (short(s), pts)
+        })
+        .collect();
+    let t = title(spec, f, String::new());
+    let fig = Lines {
+        title: t.clone(),
+        x_label: axis_label(&f.x),
+        y_label: metric_label(&f.y),
+        series,
+        log_x: f.log_x,
+        log_y: f.log_y,
+    };
+    Ok((render(&fig, base)?, t))
+}
+
+fn stacked(
+    spec: &ExperimentSpec,
+    f: &FigureSpec,
+    results: &Results,
+    base: &Path,
+) -> Result<(Vec<PathBuf>, String), DynErr> {
+    let case = f.workload;
+    let planners: Vec<String> = values(results, "planner", &f.planners);
+    let mut groups = Vec::new();
+    let memory = f.kind == "memory";
+    let names: Vec<String> = if memory {
+        vec![
+            "constant: state, buffers".into(),
+            "activations (peak)".into(),
+            "free (of usable)".into(),
+        ]
+    } else {
+        vec![
+            "compute (forward, backward)".into(),
+            "recompute".into(),
+            "exposed communication".into(),
+            "host copies".into(),
+            "host work".into(),
+            "idle".into(),
+        ]
+    };
+    let mut parts: Vec<(String, Vec<f64>)> = names.into_iter().map(|n| (n, Vec::new())).collect();
+    for p in &planners {
+        let gs: Vec<_> = results
+            .gpus
+            .iter()
+            .filter(|g| g.case == case && &g.planner == p)
+            .collect();
+        if gs.is_empty() {
+            continue;
+        }
+        groups.push((
+            short(p),
+            gs.iter().map(|g| format!("{}:{}", g.rank, g.gpu)).collect(),
+        ));
+        for g in gs {
+            let vals = if memory {
+                let act = (g.peak_mem_gib - g.base_mem_gib).max(0.0);
+                vec![
+                    g.base_mem_gib,
+                    act,
+                    (g.usable_gib - g.peak_mem_gib).max(0.0),
+                ]
+            } else {
+                vec![
+                    (g.compute_ms - g.recompute_ms).max(0.0),
+                    g.recompute_ms,
+                    g.exposed_comm_ms,
+                    g.copy_ms,
+                    g.host_ms,
+                    g.idle_ms,
+                ]
+            };
+            for (k, v) in vals.into_iter().enumerate() {
+                parts[k].1.push(v);
+            }
+        }
+    }
+    let w = results.rows.iter().find(|r| r.case == case);
+    let what = w.map_or(String::new(), |r| {
+        format!(
+            "{} on {}, batch {}",
+            short(&r.model),
+            r.cluster,
+            r.global_batch
+        )
+    });
+    let t = title(
+        spec,
+        f,
+        if memory {
+            format!("Per-GPU memory by component: {what}")
+        } else {
+            format!("Per-GPU time in one iteration: {what}")
+        },
+    );
+    let fig = StackedBars {
+        title: t.clone(),
+        y_label: if memory { "GiB".into() } else { "ms".into() },
+        groups,
+        parts,
+    };
+    Ok((render(&fig, base)?, t))
+}
+
+fn gantt(
+    spec: &ExperimentSpec,
+    f: &FigureSpec,
+    results: &Results,
+    base: &Path,
+) -> Result<(Vec<PathBuf>, String), DynErr> {
+    let case = f.workload;
+    let planners: Vec<String> = values(results, "planner", &f.planners);
+    let mut lanes: Vec<String> = Vec::new();
+    let mut kinds: Vec<String> = Vec::new();
+    let mut spans = Vec::new();
+    for p in &planners {
+        let mut lane_of: Vec<(String, usize)> = Vec::new();
+        for s in results
+            .spans
+            .iter()
+            .filter(|s| s.case == case && &s.planner == p && s.category != "idle")
+        {
+            // `rank 0: l4 (node0) stage 1: blocks 18-24` -> `rank 0: l4 stage 1`.
+            let proc_label = match (s.process.find(" ("), s.process.find(')')) {
+                (Some(a), Some(b)) if b > a => {
+                    let rest = s.process[b + 1..].split(':').next().unwrap_or("");
+                    format!("{}{}", &s.process[..a], rest)
+                }
+                _ => s.process.clone(),
+            };
+            let key = format!("{} {} {}", short(p), proc_label, s.stream);
+            let lane = match lane_of.iter().find(|l| l.0 == key) {
+                Some(l) => l.1,
+                None => {
+                    lanes.push(key.clone());
+                    lane_of.push((key, lanes.len() - 1));
+                    lanes.len() - 1
+                }
+            };
+            let kind = match kinds.iter().position(|k| k == &s.category) {
+                Some(k) => k,
+                None => {
+                    kinds.push(s.category.clone());
+                    kinds.len() - 1
+                }
+            };
+            spans.push(Span {
+                lane,
+                start_ms: s.start_ms,
+                end_ms: s.end_ms,
+                kind,
+            });
+        }
+    }
+    // Lanes grouped by planner then rank then stream (stable, readable).
+    let mut order: Vec<usize> = (0..lanes.len()).collect();
+    order.sort_by(|&a, &b| lane_key(&lanes[a]).cmp(&lane_key(&lanes[b])));
+    let mut pos = vec![0; lanes.len()];
+    for (i, &l) in order.iter().enumerate() {
+        pos[l] = i;
+    }
+    let lanes: Vec<String> = order.iter().map(|&l| lanes[l].clone()).collect();
+    for s in &mut spans {
+        s.lane = pos[s.lane];
+    }
+    let w = results.rows.iter().find(|r| r.case == case);
+    let what = w.map_or(String::new(), |r| {
+        format!(
+            "{} on {}, batch {}",
+            short(&r.model),
+            r.cluster,
+            r.global_batch
+        )
+    });
+    let t = title(spec, f, format!("One iteration: {what}"));
+    let fig = Gantt {
+        title: t.clone(),
+        lanes,
+        kinds,
+        spans,
+    };
+    Ok((
+        render(&fig, base)?,
+        format!("{t} (empty compute time is waiting)"),
+    ))
+}
+
+/// Sort key of a Gantt lane `planner rank N: gpu stream`.
+fn lane_key(l: &str) -> (String, u32, String) {
+    let mut it = l.split_whitespace();
+    let p = it.next().unwrap_or("").to_string();
+    let _ = it.next();
+    let r = it
+        .next()
+        .and_then(|x| x.trim_end_matches(':').parse().ok())
+        .unwrap_or(0);
+    let stream = l.rsplit(' ').next().unwrap_or("").to_string();
+    let rank_stream = match stream.as_str() {
+        "compute" => "0",
+        "comm" => "1",
+        "reduce" => "2",
+        "copy" => "3",
+        _ => "4",
+    };
+    (p, r, rank_stream.to_string())
+}

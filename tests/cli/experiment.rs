@@ -1,0 +1,248 @@
+//! `cephalo experiment` end to end on a small study: its CSV equals the
+//! library called directly, its figures exist at their sizes, shards
+//! merged equal one run byte for byte, and malformed specs are refused
+//! before any work, naming the field.
+
+use crate::common::run;
+use std::path::{Path, PathBuf};
+
+const SPEC: &str = r#"
+name = "small"
+title = "A small study"
+description = "Two GPUs, two batches, three planners."
+profiles = "calibrated"
+
+[sweep]
+gpus = ["a100-80gb,l4"]
+models = ["gpt-1.3b"]
+global_batches = [8, 16]
+planners = ["cephalo", "fsdp", "pipeline-hetero"]
+timeline = true
+
+[[figure]]
+kind = "bars"
+x = "global_batch"
+y = "samples_per_s"
+file = "bars"
+title = "Small bars"
+
+[[figure]]
+kind = "lines"
+x = "global_batch"
+y = "iteration_ms"
+file = "lines"
+
+[[figure]]
+kind = "time"
+file = "time"
+
+[[figure]]
+kind = "memory"
+workload = 1
+file = "memory"
+
+[[figure]]
+kind = "gantt"
+planners = ["fsdp", "cephalo"]
+file = "gantt"
+"#;
+
+fn dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn go(args: &[&str]) -> crate::common::Out {
+    run(args)
+}
+
+/// `experiment run NAME` with specs in `specs` and results in `results`.
+fn run_in(specs: &Path, results: &Path, extra: &[&str]) -> crate::common::Out {
+    let mut a = vec![
+        "experiment",
+        "run",
+        "small",
+        "--dir",
+        specs.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+    ];
+    a.extend_from_slice(extra);
+    go(&a)
+}
+
+/// Width and height of a PNG (its IHDR chunk).
+fn png_size(p: &Path) -> (u32, u32) {
+    let b = std::fs::read(p).unwrap();
+    assert_eq!(&b[1..4], b"PNG", "{} is not a PNG", p.display());
+    let be = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    (be(16), be(20))
+}
+
+#[test]
+fn a_small_experiment_runs_end_to_end() {
+    let specs = dir("exp-specs");
+    std::fs::write(specs.join("small.toml"), SPEC).unwrap();
+    let one = dir("exp-one");
+    let o = run_in(&specs, &one, &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let out = one.join("small");
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    let mut r = csv::Reader::from_reader(csv.as_bytes());
+    let rows: Vec<sim::experiment::ResultRow> = r.deserialize().map(|x| x.unwrap()).collect();
+    assert_eq!(rows.len(), 2 * 3, "two workloads x three planners");
+    // The CSV holds what the library says for the same workload.
+    let predictor = sim::perfmodel::Calibrated::builtin();
+    for row in &rows {
+        let cluster = sim::cluster::Cluster::from_gpu_list(
+            "a100-80gb,l4",
+            "t",
+            sim::gpu::GpuCatalog::builtin(),
+        )
+        .unwrap();
+        let spec = sim::session::WorkloadSpec {
+            cluster,
+            model: "gpt-1.3b".into(),
+            global_batch: row.global_batch,
+            seq_len: None,
+            dtype: sim::dtype::Dtype::Fp16,
+            options: sim::cost::CostOptions::default(),
+        };
+        let empty = sim::profile::ProfileSet::new();
+        let costs = sim::session::build_workload(&spec, &empty, &predictor).unwrap();
+        let pl = sim::planner::by_name(&row.planner, "t").unwrap();
+        let opts = sim::planner::PlannerOptions {
+            model_key: Some("gpt-1.3b".into()),
+            ..Default::default()
+        };
+        let got = sim::session::plan_and_simulate(
+            &costs,
+            &empty,
+            pl.as_ref(),
+            &opts,
+            &sim::strategy::StrategySpec::NONE,
+        )
+        .unwrap();
+        assert_eq!(
+            row.iteration_ms,
+            Some(got.report.iteration_ms),
+            "{}",
+            row.planner
+        );
+        assert_eq!(row.oom, got.report.oom);
+        assert_eq!(row.strategy, got.planned.plan.label());
+    }
+    // Figures at their sizes, with their titles.
+    for (f, size) in [
+        ("bars", (1200, 700)),
+        ("lines", (1200, 700)),
+        ("time", (1400, 750)),
+        ("memory", (1400, 750)),
+    ] {
+        let png = out.join(format!("{f}.png"));
+        assert_eq!(png_size(&png), size, "{f}");
+        assert!(
+            std::fs::metadata(&png).unwrap().len() > 10_000,
+            "{f} is nearly empty"
+        );
+        assert!(out.join(format!("{f}.svg")).is_file());
+    }
+    let (w, h) = png_size(&out.join("gantt.png"));
+    assert_eq!(w, 1500);
+    assert!(h >= 400, "{h}");
+    let svg = std::fs::read_to_string(out.join("bars.svg")).unwrap();
+    assert!(
+        svg.contains("Small bars") && svg.contains("cephalo"),
+        "bars.svg lacks its title or legend"
+    );
+    for f in ["spec.toml", "version.txt", "gpus.csv", "timeline.csv"] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    assert_eq!(
+        std::fs::read_to_string(out.join("spec.toml")).unwrap(),
+        SPEC
+    );
+    let report = std::fs::read_to_string(one.join("REPORT.md")).unwrap();
+    assert!(report.contains("## A small study"), "{report}");
+    assert!(report.contains("small/bars.png") && report.contains("small/gantt.png"));
+    assert!(report.contains("calibrated analytic model"), "{report}");
+
+    // Shards 1/2 and 2/2, merged, equal the single run byte for byte.
+    let parts = dir("exp-parts");
+    for k in ["1/2", "2/2"] {
+        let o = run_in(&specs, &parts, &["--shard", k]);
+        assert_eq!(o.code, 0, "{k}: {}", o.stderr);
+    }
+    assert!(
+        !parts.join("small/results.csv").exists(),
+        "a shard writes only its part"
+    );
+    let m = go(&[
+        "experiment",
+        "merge",
+        "small",
+        "--dir",
+        specs.to_str().unwrap(),
+        "--results",
+        parts.to_str().unwrap(),
+    ]);
+    assert_eq!(m.code, 0, "{}", m.stderr);
+    for f in ["results.csv", "gpus.csv", "timeline.csv"] {
+        let a = std::fs::read(out.join(f)).unwrap();
+        let b = std::fs::read(parts.join("small").join(f)).unwrap();
+        assert!(a == b, "{f} differs between one run and merged shards");
+    }
+    // And a second run gives the same bytes.
+    let again = dir("exp-again");
+    assert_eq!(run_in(&specs, &again, &[]).code, 0);
+    assert!(
+        std::fs::read(out.join("results.csv")).unwrap()
+            == std::fs::read(again.join("small/results.csv")).unwrap()
+    );
+}
+
+#[test]
+fn malformed_specs_are_refused_before_any_work() {
+    let cases: [(&str, &str, &str); 6] = [
+        (
+            "planners = [\"cephalo\", \"fsdp\", \"pipeline-hetero\"]",
+            "planners = [\"cephalo\", \"warp-drive\"]",
+            "sweep.planners[1]",
+        ),
+        ("models = [\"gpt-1.3b\"]", "models = []", "sweep.models"),
+        ("y = \"samples_per_s\"", "y = \"happiness\"", "figure[0].y"),
+        ("kind = \"bars\"", "kind = \"pie\"", "figure[0].kind"),
+        (
+            "gpus = [\"a100-80gb,l4\"]",
+            "clusters = [\"bad.toml\"]",
+            "z100",
+        ),
+        (
+            "global_batches = [8, 16]",
+            "global_batches = [8, 16]\nwhatever = 3",
+            "whatever",
+        ),
+    ];
+    for (i, (from, to, field)) in cases.iter().enumerate() {
+        let specs = dir(&format!("exp-bad-{i}"));
+        std::fs::write(
+            specs.join("bad.toml"),
+            "[[nodes]]\ngpus = [ { type = \"z100\", count = 2 } ]\n",
+        )
+        .unwrap();
+        assert!(SPEC.contains(from), "{from}");
+        std::fs::write(specs.join("small.toml"), SPEC.replace(from, to)).unwrap();
+        let results = dir(&format!("exp-bad-out-{i}"));
+        let o = run_in(&specs, &results, &[]);
+        assert_eq!(o.code, 2, "{field}: {}", o.stderr);
+        assert!(
+            o.stderr.contains(field),
+            "want `{field}` named: {}",
+            o.stderr
+        );
+        assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+        assert!(!results.join("small").exists(), "{field}: work started");
+    }
+}
