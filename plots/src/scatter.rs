@@ -86,7 +86,12 @@ where
         .axis_desc_style(("sans-serif", 20))
         .draw()
         .map_err(|e| e.to_string())?;
-    let diag = |k: f64| vec![(lo, lo * k), (hi, hi * k)];
+    // y = k x inside the plot box only: an end outside the axes' range is
+    // dropped by the log backend, which cut the error bands short.
+    let diag = |k: f64| {
+        let (x0, x1) = (lo.max(lo / k), hi.min(hi / k));
+        vec![(x0, x0 * k), (x1, x1 * k)]
+    };
     chart
         .draw_series(LineSeries::new(diag(1.0), BLACK.stroke_width(2)))
         .map_err(|e| e.to_string())?
