@@ -3,7 +3,7 @@
 //! plot. A missing value (out of memory, infeasible) leaves its slot empty
 //! and the caption says what that means.
 
-use crate::render::{color, err, with_legend, DynErr, Figure};
+use crate::render::{color, entries, err, with_legend, DynErr, Figure};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -27,12 +27,7 @@ impl Figure for GroupedBars {
     where
         DB::ErrorType: 'static,
     {
-        let entries: Vec<(String, RGBColor)> = self
-            .series
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.0.clone(), color(i)))
-            .collect();
+        let entries = entries(self.series.iter().map(|s| &s.0));
         let plot = with_legend(&root, 250, "", &entries)?;
         let n = self.categories.len().max(1);
         let top = self

@@ -4,7 +4,7 @@
 //! compute lane is waiting. Lanes of one GPU are adjacent; a pipeline's
 //! lanes carry their stage in the label.
 
-use crate::render::{color, err, with_legend, DynErr, Figure};
+use crate::render::{color, entries, err, with_legend, DynErr, Figure};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -43,12 +43,7 @@ impl Figure for Gantt {
     where
         DB::ErrorType: 'static,
     {
-        let entries: Vec<(String, RGBColor)> = self
-            .kinds
-            .iter()
-            .enumerate()
-            .map(|(i, k)| (k.clone(), color(i)))
-            .collect();
+        let entries = entries(self.kinds.iter());
         let plot = with_legend(&root, 200, "", &entries)?;
         let end = self.spans.iter().map(|s| s.end_ms).fold(0.0f64, f64::max);
         let end = if end > 0.0 { end * 1.02 } else { 1.0 };

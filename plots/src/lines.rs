@@ -2,7 +2,7 @@
 //! (GPUs, network bandwidth, global batch), optionally on log axes; the
 //! legend beside the plot.
 
-use crate::render::{color, err, with_legend, DynErr, Figure};
+use crate::render::{color, entries, err, with_legend, DynErr, Figure};
 use plotters::coord::combinators::IntoLogRange;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
@@ -113,12 +113,7 @@ impl Figure for Lines {
     where
         DB::ErrorType: 'static,
     {
-        let entries: Vec<(String, RGBColor)> = self
-            .series
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.0.clone(), color(i)))
-            .collect();
+        let entries = entries(self.series.iter().map(|s| &s.0));
         let plot = with_legend(&root, 250, "", &entries)?;
         let pts = self.points();
         let (x0, x1) = range(pts.iter().flatten().map(|p| p.0), self.log_x, false);

@@ -63,6 +63,14 @@ pub fn err<E: std::fmt::Display>(e: E) -> DynErr {
     e.to_string().into()
 }
 
+/// Legend entries for `names`, coloured in order.
+pub fn entries<'a>(names: impl Iterator<Item = &'a String>) -> Vec<(String, RGBColor)> {
+    names
+        .enumerate()
+        .map(|(i, n)| (n.clone(), color(i)))
+        .collect()
+}
+
 /// Splits `root` into the plot (left) and a legend panel (right, `legend_px`
 /// wide) so legends never cover data; draws the legend's `entries` (label,
 /// colour) as filled boxes and text, top to bottom.

@@ -2,7 +2,7 @@
 //! groups), stacked by part (compute, recompute, exposed communication,
 //! copies, idle; or memory by component); the legend beside the plot.
 
-use crate::render::{color, err, with_legend, DynErr, Figure};
+use crate::render::{color, entries, err, with_legend, DynErr, Figure};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -44,12 +44,7 @@ impl Figure for StackedBars {
     where
         DB::ErrorType: 'static,
     {
-        let entries: Vec<(String, RGBColor)> = self
-            .parts
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.0.clone(), color(i)))
-            .collect();
+        let entries = entries(self.parts.iter().map(|s| &s.0));
         let plot = with_legend(&root, 230, "", &entries)?;
         let pos = self.positions();
         let n = pos.len();

@@ -251,7 +251,7 @@ pub struct ClusterText {
 }
 
 /// One row of results: a workload under one planner (the CSV columns).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ResultRow {
     /// Workload index.
     pub case: usize,
@@ -913,19 +913,7 @@ fn run_one(
             network_gbit_s: w.network_gbit_s,
             add_gpu: w.add_gpu.clone(),
             planner: pl.name().to_string(),
-            strategy: String::new(),
-            oom: false,
-            error: String::new(),
-            iteration_ms: None,
-            samples_per_s: None,
-            tokens_per_s: None,
-            mfu: None,
-            peak_usable_pct: None,
-            price_per_hour_usd: None,
-            usd_per_million_tokens: None,
-            speedup_vs_fsdp: None,
-            samples_per_s_per_usd_hour: None,
-            sources: String::new(),
+            ..ResultRow::default()
         };
         match plan_and_simulate(
             &costs,
@@ -1379,32 +1367,10 @@ network_gbit_s = [10, 100]
 
     #[test]
     fn merge_orders_rows_as_one_run() {
-        let row = |case, pi| ResultRow {
+        let row = |case, planner_index| ResultRow {
             case,
-            planner_index: pi,
-            cluster: String::new(),
-            gpus: 1,
-            gpu_types: String::new(),
-            model: String::new(),
-            seq_len: 1,
-            dtype: String::new(),
-            global_batch: 1,
-            network_gbit_s: None,
-            add_gpu: String::new(),
-            planner: String::new(),
-            strategy: String::new(),
-            oom: false,
-            error: String::new(),
-            iteration_ms: None,
-            samples_per_s: None,
-            tokens_per_s: None,
-            mfu: None,
-            peak_usable_pct: None,
-            price_per_hour_usd: None,
-            usd_per_million_tokens: None,
-            speedup_vs_fsdp: None,
-            samples_per_s_per_usd_hour: None,
-            sources: String::new(),
+            planner_index,
+            ..ResultRow::default()
         };
         let a = Results {
             rows: vec![row(1, 0), row(1, 1), row(3, 0)],
