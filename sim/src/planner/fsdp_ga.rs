@@ -26,10 +26,21 @@ pub fn even_shard_plan(
     problem: &Problem<'_>,
     batch: &[u32],
 ) -> Result<Planned, PlanError> {
+    layered_plan(name, problem, batch, None)
+}
+
+/// [`even_shard_plan`] with state fractions `fractions` (one per GPU,
+/// summing to 1; `None`: even).
+pub fn layered_plan(
+    name: &str,
+    problem: &Problem<'_>,
+    batch: &[u32],
+    fractions: Option<Vec<f64>>,
+) -> Result<Planned, PlanError> {
     let g = problem.costs.ranks();
     let (strategy, notes) = problem.resolve(&StrategySpec::default(), &FsdpGa.fixed_axes())?;
     let schedule = Schedule::new(problem.costs, strategy);
-    let fr = super::even_fractions(&strategy, g);
+    let fr = fractions.unwrap_or_else(|| super::even_fractions(&strategy, g));
     let mut pairs = Vec::with_capacity(g);
     let mut oom = Vec::new();
     let mut seen: Vec<(usize, u32, u32)> = Vec::new();
@@ -75,7 +86,7 @@ pub fn even_shard_plan(
     out.notes = notes;
     for i in oom {
         out.notes.push(format!(
-            "not even one sample fits on GPU {i} ({}) with an even state shard",
+            "not even one sample fits on GPU {i} ({}) next to its state shard",
             problem.costs.gpu(i).name
         ));
     }

@@ -17,6 +17,8 @@
 //! | `hsdp` | [`hsdp`] | HYBRID_SHARD | as `fsdp`, sharded inside each node, replicated across |
 //! | `speed-proportional` | [`proportional`] | PyTorch FSDP | batch proportional to GPU speed, one micro-batch, even shards |
 //! | `speed-proportional-mem` | [`proportional_mem`] | PyTorch FSDP | speed-proportional batch, micro-batches sized to memory, even shards |
+//! | `balance-compute` | [`ablation`] | Cephalo's trainer | ablation: batches by speed, even shards |
+//! | `balance-state` | [`ablation`] | Cephalo's trainer | ablation: even batches, shards by memory |
 //! | `pipeline` | [`pipeline`] | DeepSpeed pipeline, 1F1B, replicas per stage | equal blocks per stage, one GPU (or an equal group) per stage, m = 4p |
 //! | `pipeline-hetero` | [`pipeline_hetero`] | 1F1B or GPipe, replicas or ZeRO-1 per stage | same-type stage groups, exact block partition by speed and memory, micro-batch size and schedule searched |
 //!
@@ -31,6 +33,7 @@
 //! plan); `sim` does no I/O, so search statistics come back in
 //! [`SearchStats`] for the caller to log.
 
+pub mod ablation;
 pub mod cephalo;
 pub mod closed_form;
 pub mod compat;
@@ -356,6 +359,8 @@ pub fn baselines() -> Vec<Box<dyn Planner>> {
         Box::new(hsdp::Hsdp),
         Box::new(proportional::SpeedProportional),
         Box::new(proportional_mem::SpeedProportionalMem),
+        Box::new(ablation::BalanceCompute),
+        Box::new(ablation::BalanceState),
     ]
 }
 
@@ -376,6 +381,8 @@ pub fn by_name(name: &str, origin: &str) -> Result<Box<dyn Planner>, PlanError> 
         "speed-proportional-mem" | "proportional-mem" | "memory-aware-proportional" => {
             Some(Box::new(proportional_mem::SpeedProportionalMem))
         }
+        "balance-compute" | "compute-balancing" => Some(Box::new(ablation::BalanceCompute)),
+        "balance-state" | "state-balancing" => Some(Box::new(ablation::BalanceState)),
         "pipeline" | "deepspeed-pipeline" | "pp" => Some(Box::new(pipeline::UniformPipeline)),
         "pipeline-hetero" | "hetero-pipeline" | "metis" => {
             Some(Box::new(pipeline_hetero::HeteroPipeline))
@@ -859,7 +866,7 @@ mod tests {
 
     #[test]
     fn names_resolve() {
-        assert_eq!(all().len(), 11);
+        assert_eq!(all().len(), 13);
         for p in all() {
             assert_eq!(by_name(p.name(), "t").unwrap().name(), p.name());
         }
