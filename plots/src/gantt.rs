@@ -53,7 +53,7 @@ impl Figure for Gantt {
             .caption(&self.title, ("sans-serif", 24))
             .margin(15)
             .x_label_area_size(50)
-            .y_label_area_size(260)
+            .y_label_area_size(330)
             .build_cartesian_2d(0.0f64..end, 0.0f64..n as f64)
             .map_err(err)?;
         chart

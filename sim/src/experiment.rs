@@ -72,6 +72,10 @@ pub struct ExperimentSpec {
     pub memory_cluster: Option<String>,
     /// The sweep.
     pub sweep: Sweep,
+    /// A throughput target (tokens/s): the report names the cheapest
+    /// cluster of the sweep that reaches it, and its planner.
+    #[serde(default)]
+    pub target_tokens_per_s: Option<f64>,
     /// Where the study sits in the report (smaller first; ties by name).
     #[serde(default = "default_order")]
     pub order: u32,
@@ -1118,6 +1122,32 @@ pub fn report_section(
                 "Cephalo's speed-up over the {what} that fit here: {lo:.2}x ({wl}) to {hi:.2}x ({wh}).\n"
             );
         }
+    }
+    if results.rows.iter().any(|r| r.price_per_hour_usd.is_some()) {
+        let _ = writeln!(
+            s,
+            "Prices: USD per GPU-hour from the cluster spec (`price_per_hour_usd` per GPU entry) where it gives one, else the GPU catalog's approximate public on-demand price (2024 list prices, us-east, instance price / GPUs per instance; `profiles/gpus.toml`).\n"
+        );
+    }
+    if let Some(target) = spec.target_tokens_per_s {
+        let best = results
+            .rows
+            .iter()
+            .filter(|r| r.tokens_per_s.is_some_and(|t| t >= target))
+            .filter_map(|r| Some((r.price_per_hour_usd?, r)))
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        let _ = match best {
+            Some((p, r)) => writeln!(
+                s,
+                "Cheapest cluster of this sweep reaching {target:.0} tokens/s: {} ({} GPUs) at ${p:.2}/h under {}, {:.0} tokens/s, ${:.3} per million tokens.\n",
+                r.cluster,
+                r.gpus,
+                r.planner,
+                r.tokens_per_s.unwrap_or(0.0),
+                r.usd_per_million_tokens.unwrap_or(0.0)
+            ),
+            None => writeln!(s, "No cluster of this sweep reaches {target:.0} tokens/s.\n"),
+        };
     }
     let errors: Vec<&ResultRow> = results
         .rows
