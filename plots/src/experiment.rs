@@ -89,6 +89,7 @@ pub fn draw_all(
             "lines" => lines(spec, f, results, &base)?,
             "time" | "memory" => stacked(spec, f, results, &base)?,
             "gantt" => gantt(spec, f, results, &base)?,
+            "validation" => validation(spec, f, results, &base)?,
             other => return Err(format!("unknown figure kind {other}").into()),
         };
         out.push(Drawn {
@@ -354,6 +355,38 @@ fn gantt(
     Ok((
         render(&fig, base)?,
         format!("{t} (empty compute time is waiting)"),
+    ))
+}
+
+fn validation(
+    spec: &ExperimentSpec,
+    f: &FigureSpec,
+    results: &Results,
+    base: &Path,
+) -> Result<(Vec<PathBuf>, String), DynErr> {
+    let points: Vec<crate::scatter::ScatterPoint> = results
+        .validation
+        .iter()
+        .map(|p| crate::scatter::ScatterPoint {
+            measured: p.measured_ms,
+            predicted: p.predicted_ms,
+            group: if p.quantity == "iteration" {
+                "iteration".into()
+            } else {
+                "compute per rank".into()
+            },
+        })
+        .collect();
+    let t = title(spec, f, "Predicted against measured (validate runs)".into());
+    let sc = crate::scatter::ScatterSpec {
+        title: t.clone(),
+        x_label: "measured ms".into(),
+        y_label: "predicted ms".into(),
+        band: 0.1,
+    };
+    Ok((
+        crate::scatter::render(&points, &sc, base)?,
+        format!("{t} (band: +-10%)"),
     ))
 }
 

@@ -70,8 +70,14 @@ pub struct ExperimentSpec {
     /// reference profiles only.
     #[serde(default)]
     pub memory_cluster: Option<String>,
-    /// The sweep.
+    /// The sweep (empty for a study of measurements only).
+    #[serde(default)]
     pub sweep: Sweep,
+    /// Outputs of `cephalo validate --format json` (files relative to the
+    /// experiments directory): predicted against measured, for
+    /// `validation` figures.
+    #[serde(default)]
+    pub validations: Vec<String>,
     /// A throughput target (tokens/s): the report names the cheapest
     /// cluster of the sweep that reaches it, and its planner.
     #[serde(default)]
@@ -89,7 +95,7 @@ fn default_order() -> u32 {
 }
 
 /// The axes of a sweep; every combination is one workload.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sweep {
     /// Cluster files (relative to the experiments directory).
@@ -204,7 +210,86 @@ pub const METRICS: [(&str, &str); 8] = [
 ];
 
 /// Figure kinds.
-pub const FIGURE_KINDS: [&str; 5] = ["bars", "lines", "time", "memory", "gantt"];
+pub const FIGURE_KINDS: [&str; 6] = ["bars", "lines", "time", "memory", "gantt", "validation"];
+
+/// One predicted-against-measured pair of a `validate` run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ValidationPoint {
+    /// The run (its file).
+    pub run: String,
+    /// The strategy it ran.
+    pub strategy: String,
+    /// What is compared: `iteration`, or `compute rank N`.
+    pub quantity: String,
+    /// The simulator's value, ms.
+    pub predicted_ms: f64,
+    /// The measured value, ms.
+    pub measured_ms: f64,
+    /// Whether the run flagged its own measurement as disturbed (other
+    /// load, a wide spread of iteration times).
+    pub disturbed: bool,
+}
+
+impl ValidationPoint {
+    /// The points of one `cephalo validate --format json` output (`run`
+    /// names it): the iteration and every rank's compute time.
+    pub fn from_json(text: &str, run: &str) -> Result<Vec<ValidationPoint>, SpecError> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| SpecError::parse(run.to_string(), e))?;
+        let num = |x: &serde_json::Value, f: &str| -> Result<f64, SpecError> {
+            x.get(f).and_then(|y| y.as_f64()).ok_or_else(|| {
+                SpecError::invalid(
+                    run,
+                    f,
+                    "expected a number (a `cephalo validate --format json` output)",
+                )
+            })
+        };
+        let strategy = v
+            .pointer("/plan/strategy")
+            .map(|s| {
+                serde_json::from_value::<crate::strategy::Strategy>(s.clone())
+                    .map(|s| s.label())
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        let disturbed = v
+            .get("measurement_disturbed")
+            .and_then(|d| d.as_bool())
+            .unwrap_or(false);
+        let mut out = vec![ValidationPoint {
+            run: run.to_string(),
+            strategy: strategy.clone(),
+            quantity: "iteration".into(),
+            predicted_ms: num(&v, "predicted_iteration_ms")?,
+            measured_ms: num(&v, "measured_iteration_ms")?,
+            disturbed,
+        }];
+        let ranks = v
+            .get("ranks")
+            .and_then(|r| r.as_array())
+            .ok_or_else(|| SpecError::invalid(run, "ranks", "expected the per-rank comparison"))?;
+        for (i, r) in ranks.iter().enumerate() {
+            let c = r.get("compute_ms").ok_or_else(|| {
+                SpecError::invalid(run, format!("ranks[{i}].compute_ms"), "missing")
+            })?;
+            if let (Some(p), Some(m)) = (
+                c.get("predicted").and_then(|x| x.as_f64()),
+                c.get("measured").and_then(|x| x.as_f64()),
+            ) {
+                out.push(ValidationPoint {
+                    run: run.to_string(),
+                    strategy: strategy.clone(),
+                    quantity: format!("compute rank {i}"),
+                    predicted_ms: p,
+                    measured_ms: m,
+                    disturbed,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
 
 /// One workload of a sweep.
 #[derive(Debug, Clone, PartialEq)]
@@ -413,6 +498,8 @@ pub struct Results {
     pub gpus: Vec<GpuRow>,
     /// Timelines (when the sweep records them).
     pub spans: Vec<SpanRow>,
+    /// Predicted against measured (studies with `validations`).
+    pub validation: Vec<ValidationPoint>,
 }
 
 impl Results {
@@ -423,6 +510,7 @@ impl Results {
             r.rows.extend(p.rows);
             r.gpus.extend(p.gpus);
             r.spans.extend(p.spans);
+            r.validation.extend(p.validation);
         }
         r.rows.sort_by_key(|x| (x.case, x.planner_index));
         r.gpus.sort_by_key(|x| (x.case, x.planner_index, x.rank));
@@ -461,6 +549,10 @@ impl ExperimentSpec {
             );
         }
         let w = &self.sweep;
+        let measured_only = !self.validations.is_empty() && *w == Sweep::default();
+        if measured_only {
+            return self.check_figures(origin);
+        }
         if w.clusters.is_empty() && w.gpus.is_empty() {
             return bad(
                 "sweep.clusters",
@@ -546,6 +638,12 @@ impl ExperimentSpec {
                     .into(),
             );
         }
+        self.check_figures(origin)
+    }
+
+    fn check_figures(&self, origin: &str) -> Result<(), SpecError> {
+        let bad = |field: &str, msg: String| Err(SpecError::invalid(origin, field, msg));
+        let w = &self.sweep;
         for (i, f) in self.figures.iter().enumerate() {
             let at = |x: &str| format!("figure[{i}].{x}");
             if !FIGURE_KINDS.contains(&f.kind.as_str()) {
@@ -580,6 +678,9 @@ impl ExperimentSpec {
                     &at("y"),
                     format!("expected a metric ({}), got `{}`", names.join(", "), f.y),
                 );
+            }
+            if f.kind == "validation" && self.validations.is_empty() {
+                return bad(&at("kind"), "a validation figure needs `validations` (files of `cephalo validate --format json`)".into());
             }
             if f.kind == "gantt" && !w.timeline {
                 return bad(
@@ -1098,14 +1199,26 @@ pub fn report_section(
         .map(|r| r.case)
         .max()
         .map_or(0, |c| c + 1);
-    let _ = writeln!(
-        s,
-        "Experiment `{}`: {} workloads x {} planners, profiles: {profiles_used}. Data: `{}/results.csv` (per GPU: `gpus.csv`).\n",
-        spec.name,
-        workloads,
-        spec.planner_names().len(),
-        spec.name
-    );
+    if workloads == 0 {
+        let runs: std::collections::BTreeSet<&str> =
+            results.validation.iter().map(|p| p.run.as_str()).collect();
+        let _ = writeln!(
+            s,
+            "Experiment `{}`: {} measured runs (`validations`); each prediction uses the profile its `validate` run measured on the spot. Data: `{}/validation.csv`.\n",
+            spec.name,
+            runs.len(),
+            spec.name
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "Experiment `{}`: {} workloads x {} planners, profiles: {profiles_used}. Data: `{}/results.csv` (per GPU: `gpus.csv`).\n",
+            spec.name,
+            workloads,
+            spec.planner_names().len(),
+            spec.name
+        );
+    }
     for f in figures {
         let _ = writeln!(s, "![{}]({})\n", f.caption, f.path);
         let _ = writeln!(s, "*{}.* {}\n", f.caption, paragraph(&f.spec, results));
@@ -1285,6 +1398,40 @@ fn paragraph(f: &FigureSpec, results: &Results) -> String {
                 }
             }
             let _ = write!(s, "{}.", parts.join("; "));
+        }
+        "validation" => {
+            let errs: Vec<(f64, &ValidationPoint)> = results
+                .validation
+                .iter()
+                .filter(|p| p.measured_ms > 0.0)
+                .map(|p| ((p.predicted_ms - p.measured_ms) / p.measured_ms, p))
+                .collect();
+            let its: Vec<f64> = errs
+                .iter()
+                .filter(|e| e.1.quantity == "iteration")
+                .map(|e| e.0)
+                .collect();
+            let worst = errs.iter().max_by(|a, b| a.0.abs().total_cmp(&b.0.abs()));
+            let mut abs: Vec<f64> = its.iter().map(|e| e.abs()).collect();
+            abs.sort_by(f64::total_cmp);
+            let med = match abs.len() {
+                0 => None,
+                n if n % 2 == 1 => Some(abs[n / 2]),
+                n => Some((abs[n / 2 - 1] + abs[n / 2]) / 2.0),
+            };
+            if let (Some(med), Some((w, p))) = (med, worst) {
+                let _ = write!(
+                    s,
+                    "{} runs: iteration predicted within {:.1}% median ({}); the largest error of any point is {:+.1}% ({} of {}, {}).",
+                    its.len(),
+                    100.0 * med,
+                    its.iter().map(|e| format!("{:+.1}%", 100.0 * e)).collect::<Vec<_>>().join(", "),
+                    100.0 * w,
+                    p.quantity,
+                    p.run,
+                    if p.disturbed { "a run that flagged its own measurement as disturbed" } else { "an undisturbed run" }
+                );
+            }
         }
         "gantt" => {
             let mut parts = Vec::new();

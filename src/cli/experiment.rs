@@ -15,7 +15,7 @@ use crate::out;
 use anyhow::{Context, Result};
 use sim::experiment::{
     report_section, ClusterText, ExperimentSpec, FigureRef, GpuRow, Inputs, ProfilesUse, ResultRow,
-    Results, SpanRow,
+    Results, SpanRow, ValidationPoint,
 };
 use sim::profile::ProfileSet;
 use std::path::{Path, PathBuf};
@@ -91,11 +91,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
 }
 
-/// A spec with its file text and its clusters' texts.
+/// A spec with its file text, its clusters' texts and its measurements.
 struct Loaded {
     spec: ExperimentSpec,
     text: String,
     clusters: Vec<ClusterText>,
+    validation: Vec<ValidationPoint>,
 }
 
 fn spec_names(dir: &Path) -> Result<Vec<String>> {
@@ -159,10 +160,27 @@ fn load_spec(dir: &Path, name: &str) -> Result<Loaded> {
     for w in spec.workloads(&clusters)? {
         sim::experiment::cluster_of(&w)?;
     }
+    let mut validation = Vec::new();
+    for (i, v) in spec.validations.iter().enumerate() {
+        let p = dir.join(v);
+        let t = std::fs::read_to_string(&p).map_err(|e| {
+            UserError(format!(
+                "{origin}: field `validations[{i}]`: cannot read {}: {e}",
+                p.display()
+            ))
+        })?;
+        let run = p
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or(v)
+            .to_string();
+        validation.extend(ValidationPoint::from_json(&t, &run)?);
+    }
     Ok(Loaded {
         spec,
         text,
         clusters,
+        validation,
     })
 }
 
@@ -261,7 +279,10 @@ fn run_experiments(a: &RunArgs) -> Result<ExitCode> {
             profiles: profiles.unwrap_or(&empty),
             predictor: &predictor,
         };
-        let res = sim::experiment::run(&spec, &workloads, inputs, shard, &tick)?;
+        let mut res = sim::experiment::run(&spec, &workloads, inputs, shard, &tick)?;
+        if shard.is_none_or(|(k, _)| k == 1) {
+            res.validation = l.validation.clone();
+        }
         bar.finish_and_clear();
         write_results(&dir, &res)?;
         if shard.is_none() {
@@ -362,6 +383,13 @@ fn write_results(dir: &Path, r: &Results) -> Result<()> {
     if !r.spans.is_empty() {
         out::write_atomic(&dir.join("timeline.csv"), &csv_of(&r.spans)?, "timelines")?;
     }
+    if !r.validation.is_empty() {
+        out::write_atomic(
+            &dir.join("validation.csv"),
+            &csv_of(&r.validation)?,
+            "measurements",
+        )?;
+    }
     Ok(())
 }
 
@@ -370,6 +398,7 @@ fn read_results(dir: &Path) -> Result<Results> {
         rows: read_csv::<ResultRow>(&dir.join("results.csv"))?,
         gpus: read_csv::<GpuRow>(&dir.join("gpus.csv"))?,
         spans: read_csv::<SpanRow>(&dir.join("timeline.csv"))?,
+        validation: read_csv::<ValidationPoint>(&dir.join("validation.csv"))?,
     })
 }
 

@@ -246,3 +246,57 @@ fn malformed_specs_are_refused_before_any_work() {
         assert!(!results.join("small").exists(), "{field}: work started");
     }
 }
+
+/// A `validate --format json` output with the fields a study reads.
+fn validate_json(pred: f64, meas: f64) -> String {
+    format!(
+        r#"{{"format": "cephalo-validate/1", "predicted_iteration_ms": {pred}, "measured_iteration_ms": {meas},
+            "measurement_disturbed": false,
+            "ranks": [{{"compute_ms": {{"predicted": {}, "measured": {}}}}}, {{"compute_ms": {{"predicted": {}, "measured": {}}}}}]}}"#,
+        pred * 0.6,
+        meas * 0.6,
+        pred * 0.7,
+        meas * 0.65
+    )
+}
+
+#[test]
+fn a_study_of_measurements_draws_predicted_against_measured() {
+    let specs = dir("exp-val-specs");
+    std::fs::write(specs.join("run-a.json"), validate_json(100.0, 110.0)).unwrap();
+    std::fs::write(specs.join("run-b.json"), validate_json(200.0, 190.0)).unwrap();
+    let spec = r#"
+name = "small"
+title = "Measured"
+profiles = "calibrated"
+validations = ["run-a.json", "run-b.json"]
+[[figure]]
+kind = "validation"
+file = "scatter"
+"#;
+    std::fs::write(specs.join("small.toml"), spec).unwrap();
+    let results = dir("exp-val-out");
+    let o = run_in(&specs, &results, &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let csv = std::fs::read_to_string(results.join("small/validation.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 2 * 3, "{csv}");
+    assert!(csv.contains("run-a,") && csv.contains("compute rank 1"));
+    assert!(results.join("small/scatter.png").is_file());
+    let report = std::fs::read_to_string(results.join("REPORT.md")).unwrap();
+    assert!(report.contains("2 measured runs"), "{report}");
+    // The iteration errors the paragraph states: -9.1% and +5.3%.
+    assert!(
+        report.contains("-9.1%") && report.contains("+5.3%"),
+        "{report}"
+    );
+    // A missing file is refused before any work, naming the field.
+    std::fs::write(
+        specs.join("small.toml"),
+        spec.replace("run-b.json", "no-such.json"),
+    )
+    .unwrap();
+    let bad = dir("exp-val-bad");
+    let o = run_in(&specs, &bad, &[]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("validations[1]"), "{}", o.stderr);
+}
