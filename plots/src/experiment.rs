@@ -54,22 +54,6 @@ pub fn short(s: &str) -> String {
     s.strip_prefix("deepspeed").unwrap_or(s).to_string()
 }
 
-/// Values of axis `a` in first-seen order.
-fn values(results: &Results, a: &str, planners: &[String]) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
-    for r in results.rows.iter().filter(|r| keep(planners, &r.planner)) {
-        let x = r.axis(a);
-        if !v.contains(&x) {
-            v.push(x);
-        }
-    }
-    v
-}
-
-fn keep(planners: &[String], p: &str) -> bool {
-    planners.is_empty() || planners.iter().any(|x| x == p)
-}
-
 /// Draws every figure of `spec` from `results` into `dir`.
 pub fn draw_all(
     spec: &ExperimentSpec,
@@ -119,8 +103,8 @@ fn bars(
     results: &Results,
     base: &Path,
 ) -> Result<(Vec<PathBuf>, String), DynErr> {
-    let xs = values(results, &f.x, &f.planners);
-    let ss = values(results, &f.series, &f.planners);
+    let xs = results.axis_values(&f.x, &f.planners);
+    let ss = results.axis_values(&f.series, &f.planners);
     let series: Vec<(String, Vec<Option<f64>>)> = ss
         .iter()
         .map(|s| {
@@ -157,7 +141,7 @@ fn lines(
     results: &Results,
     base: &Path,
 ) -> Result<(Vec<PathBuf>, String), DynErr> {
-    let ss = values(results, &f.series, &f.planners);
+    let ss = results.axis_values(&f.series, &f.planners);
     let series: Vec<(String, Vec<(f64, f64)>)> = ss
         .iter()
         .map(|s| {
@@ -192,7 +176,7 @@ fn stacked(
     base: &Path,
 ) -> Result<(Vec<PathBuf>, String), DynErr> {
     let case = f.workload;
-    let planners: Vec<String> = values(results, "planner", &f.planners);
+    let planners: Vec<String> = results.axis_values("planner", &f.planners);
     let mut groups = Vec::new();
     let memory = f.kind == "memory";
     let names: Vec<String> = if memory {
@@ -282,7 +266,7 @@ fn gantt(
     base: &Path,
 ) -> Result<(Vec<PathBuf>, String), DynErr> {
     let case = f.workload;
-    let planners: Vec<String> = values(results, "planner", &f.planners);
+    let planners: Vec<String> = results.axis_values("planner", &f.planners);
     let mut lanes: Vec<String> = Vec::new();
     let mut kinds: Vec<String> = Vec::new();
     let mut spans = Vec::new();

@@ -503,6 +503,23 @@ pub struct Results {
 }
 
 impl Results {
+    /// The values of sweep axis `axis` over the rows of `planners` (all
+    /// when empty), in first-seen order.
+    pub fn axis_values(&self, axis: &str, planners: &[String]) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for r in self
+            .rows
+            .iter()
+            .filter(|r| planners.is_empty() || planners.iter().any(|p| p == &r.planner))
+        {
+            let x = r.axis(axis);
+            if !v.contains(&x) {
+                v.push(x);
+            }
+        }
+        v
+    }
+
     /// Joins shards' results into the order of one unsharded run.
     pub fn merge(parts: Vec<Results>) -> Results {
         let mut r = Results::default();
@@ -1291,13 +1308,7 @@ fn paragraph(f: &FigureSpec, results: &Results) -> String {
     let keep = |p: &str| f.planners.is_empty() || f.planners.iter().any(|x| x == p);
     match f.kind.as_str() {
         "bars" | "lines" => {
-            let mut xs: Vec<String> = Vec::new();
-            for r in results.rows.iter().filter(|r| keep(&r.planner)) {
-                let x = r.axis(&f.x);
-                if !xs.contains(&x) {
-                    xs.push(x);
-                }
-            }
+            let xs = results.axis_values(&f.x, &f.planners);
             let lower_is_better = matches!(
                 f.y.as_str(),
                 "iteration_ms" | "usd_per_million_tokens" | "peak_usable_pct"

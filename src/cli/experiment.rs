@@ -486,18 +486,17 @@ fn write_report(d: &Dirs) -> Result<()> {
         "# Results\n\nWritten by `cephalo experiment run --all` (every number below is simulated by this tool; `validate` holds the simulator against real runs). Each section says which profiles it ran on.\n\n",
     );
     let mut all: Vec<(ExperimentSpec, Results)> = Vec::new();
-    let mut names: Vec<(u32, String)> = Vec::new();
+    // Each spec read once, studies in report order.
+    let mut specs: Vec<(u32, String, Loaded)> = Vec::new();
     for n in spec_names(&d.dir)? {
-        let order = load_spec(&d.dir, &n)?.spec.order;
-        names.push((order, n));
-    }
-    names.sort();
-    for (_, n) in names {
-        let dir = d.results.join(&n);
-        if !dir.join("results.csv").is_file() {
-            continue;
+        if d.results.join(&n).join("results.csv").is_file() {
+            let l = load_spec(&d.dir, &n)?;
+            specs.push((l.spec.order, n, l));
         }
-        let l = load_spec(&d.dir, &n)?;
+    }
+    specs.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    for (_, n, l) in specs {
+        let dir = d.results.join(&n);
         let res = read_results(&dir)?;
         let used = std::fs::read_to_string(dir.join("profiles.txt")).unwrap_or_default();
         let figs: Vec<FigureRef> = l

@@ -42,7 +42,7 @@ use crate::cost::{collective_ranks, CostModel};
 use crate::engine::{Category, Graph, MemChange, OpId, OpLabel, Stream, NO_INDEX};
 use crate::error::PlanError;
 use crate::plan::Plan;
-use crate::schedule::lower::{CollectiveRecord, Group, Lowered, LoweredParts, Sink};
+use crate::schedule::lower::{at, CollectiveRecord, Group, Lowered, LoweredParts, Sink};
 use crate::schedule::{dur, micro_costs, round, Micro};
 use crate::strategy::{Recompute, Sharding};
 use crate::symmetry::NodeClasses;
@@ -92,10 +92,6 @@ struct Labels {
     all_reduce: OpLabel,
     reduce_scatter: OpLabel,
     all_gather: OpLabel,
-}
-
-fn at(l: OpLabel, unit: u32, micro: u32) -> OpLabel {
-    OpLabel { unit, micro, ..l }
 }
 
 /// Builds the engine graph of one iteration of a pipeline plan.

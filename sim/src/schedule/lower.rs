@@ -183,7 +183,9 @@ struct Labels {
     h2d_params: OpLabel,
 }
 
-fn at(l: OpLabel, unit: u32, micro: u32) -> OpLabel {
+/// `l` with its unit and micro-batch indices set (the pipeline lowering
+/// labels its ops with it too).
+pub(crate) fn at(l: OpLabel, unit: u32, micro: u32) -> OpLabel {
     OpLabel { unit, micro, ..l }
 }
 
