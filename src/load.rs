@@ -8,6 +8,81 @@ use sim::model::ModelCatalog;
 use sim::perfmodel::Calibrated;
 use sim::profile::{native, reference, ProfileSet};
 use std::path::Path;
+use std::sync::OnceLock;
+
+/// The catalogs this run looks names up in: the built-in ones, extended by
+/// `--gpu-catalog` / `--model-catalog` (set once, before the command runs).
+static CATALOGS: OnceLock<(GpuCatalog, ModelCatalog)> = OnceLock::new();
+
+/// Reads `--gpu-catalog` and `--model-catalog` (same formats as
+/// `profiles/gpus.toml` and `profiles/models.toml`) and makes their entries
+/// visible to every lookup of this run; an entry sharing a name or alias
+/// with a built-in one replaces it. Returns notes naming what was replaced.
+pub fn install_catalogs(gpu: Option<&Path>, model: Option<&Path>) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    let gpus = match gpu {
+        None => GpuCatalog::builtin().clone(),
+        Some(p) => {
+            let origin = p.display().to_string();
+            let user = GpuCatalog::from_toml(&read_text(p)?, &origin)?;
+            let (cat, replaced) = GpuCatalog::builtin().with_user(&user, &origin)?;
+            for r in replaced {
+                notes.push(format!("{origin}: replaces the built-in GPU type `{r}`"));
+            }
+            cat
+        }
+    };
+    let models = match model {
+        None => ModelCatalog::builtin().clone(),
+        Some(p) => {
+            let origin = p.display().to_string();
+            let user = ModelCatalog::from_toml(&read_text(p)?, &origin)?;
+            let (cat, replaced) = ModelCatalog::builtin().with_user(&user, &origin)?;
+            for r in replaced {
+                notes.push(format!("{origin}: replaces the built-in model `{r}`"));
+            }
+            cat
+        }
+    };
+    let _ = CATALOGS.set((gpus, models));
+    Ok(notes)
+}
+
+/// The GPU catalog of this run (built in, plus `--gpu-catalog`).
+pub fn gpus() -> &'static GpuCatalog {
+    CATALOGS.get().map_or(GpuCatalog::builtin(), |c| &c.0)
+}
+
+/// The model catalog of this run (built in, plus `--model-catalog`).
+pub fn models() -> &'static ModelCatalog {
+    CATALOGS.get().map_or(ModelCatalog::builtin(), |c| &c.1)
+}
+
+/// The model a `--model` value names: a catalog name or alias, or the path
+/// of a Hugging Face `config.json` (any existing file, or a `.json` path),
+/// named after its directory (`Llama-2-7b-hf/config.json` ->
+/// `Llama-2-7b-hf`) or, for another file name, its stem.
+pub fn model(arg: &str, flag: &str) -> Result<sim::model::ModelSpec> {
+    let path = Path::new(arg);
+    if path.is_file() || arg.ends_with(".json") {
+        let origin = path.display().to_string();
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or(arg);
+        let name = if stem == "config" {
+            path.canonicalize()
+                .ok()
+                .and_then(|p| p.parent()?.file_name()?.to_str().map(str::to_string))
+                .unwrap_or_else(|| stem.to_string())
+        } else {
+            stem.to_string()
+        };
+        return Ok(sim::hf_config::from_hf_config(
+            &read_text(path)?,
+            &origin,
+            &name,
+        )?);
+    }
+    Ok(models().lookup(arg, flag)?.clone())
+}
 
 /// Reads a whole text file; a missing or unreadable file is a user error.
 pub fn read_text(path: &Path) -> Result<String> {
@@ -61,7 +136,7 @@ fn sniff(text: &str, path: &Path) -> Result<ProfileKind> {
 pub fn load_profile_file(path: &Path) -> Result<ProfileSet> {
     let text = read_text(path)?;
     let origin = path.display().to_string();
-    let (g, m) = (GpuCatalog::builtin(), ModelCatalog::builtin());
+    let (g, m) = (gpus(), models());
     let set = match sniff(&text, path)? {
         ProfileKind::Native => native::import(&text, &origin, g, m)?,
         ProfileKind::ReferenceLatencies => reference::import_latencies(&text, &origin, g, m)?,
@@ -72,7 +147,7 @@ pub fn load_profile_file(path: &Path) -> Result<ProfileSet> {
 
 /// The cluster of `--gpus LIST` or `--cluster FILE` (exactly one given).
 pub fn cluster(gpus: Option<&str>, file: Option<&Path>) -> Result<sim::cluster::Cluster> {
-    let catalog = GpuCatalog::builtin();
+    let catalog = self::gpus();
     Ok(match (gpus, file) {
         (Some(list), None) => sim::cluster::Cluster::from_gpu_list(list, "--gpus", catalog)?,
         (None, Some(path)) => sim::cluster::Cluster::from_toml(

@@ -227,6 +227,34 @@ pub enum MemAt {
     End,
 }
 
+/// What a memory change holds (the per-component breakdown of a peak).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemKind {
+    /// Saved activations, recompute and backward workspaces, activation
+    /// gradients, offload staging: the working memory of compute (the
+    /// default of [`MemChange::start`] / [`MemChange::end`]).
+    Activations,
+    /// Unsharded (all-gathered) parameters.
+    Params,
+    /// Unsharded gradient buffers (and their dtype casts) before the
+    /// reduction.
+    Grads,
+}
+
+impl MemKind {
+    /// Number of kinds (the length of per-kind arrays).
+    pub const COUNT: usize = 3;
+
+    /// Index into per-kind arrays.
+    pub fn index(self) -> usize {
+        match self {
+            MemKind::Activations => 0,
+            MemKind::Params => 1,
+            MemKind::Grads => 2,
+        }
+    }
+}
+
 /// A memory change on one pool tied to an op's start or end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemChange {
@@ -237,25 +265,34 @@ pub struct MemChange {
     pub at: MemAt,
     /// Signed change in bytes (positive = allocate, negative = free).
     pub delta_bytes: i64,
+    /// What the bytes hold.
+    pub kind: MemKind,
 }
 
 impl MemChange {
-    /// `delta_bytes` on `pool` at the op's start.
+    /// `delta_bytes` of activations / working memory on `pool` at the op's start.
     pub fn start(pool: u32, delta_bytes: i64) -> MemChange {
         MemChange {
             pool,
             at: MemAt::Start,
             delta_bytes,
+            kind: MemKind::Activations,
         }
     }
 
-    /// `delta_bytes` on `pool` at the op's end.
+    /// `delta_bytes` of activations / working memory on `pool` at the op's end.
     pub fn end(pool: u32, delta_bytes: i64) -> MemChange {
         MemChange {
             pool,
             at: MemAt::End,
             delta_bytes,
+            kind: MemKind::Activations,
         }
+    }
+
+    /// The same change, holding `kind`.
+    pub fn of(self, kind: MemKind) -> MemChange {
+        MemChange { kind, ..self }
     }
 }
 
@@ -290,8 +327,10 @@ pub struct OpRecord<'a> {
 pub trait Observer {
     /// An op ran on one `(rank, stream)` (called when it ends).
     fn on_op(&mut self, rec: &OpRecord<'_>);
-    /// Memory of `pool` changed by `delta_bytes` at `time` because of `op`.
-    fn on_mem(&mut self, _pool: u32, _time: SimTime, _delta_bytes: i64, _op: OpId) {}
+    /// Memory of `pool` changed by `delta_bytes` (holding `kind`) at `time`
+    /// because of `op`.
+    fn on_mem(&mut self, _pool: u32, _time: SimTime, _delta_bytes: i64, _kind: MemKind, _op: OpId) {
+    }
 }
 
 /// An observer that ignores everything.
@@ -760,7 +799,7 @@ pub fn run(graph: &Graph, observer: &mut dyn Observer) -> Result<RunStats, SimEr
         {
             state
                 .observer
-                .on_mem(m.pool, SimTime(now), m.delta_bytes, OpId(op));
+                .on_mem(m.pool, SimTime(now), m.delta_bytes, m.kind, OpId(op));
         }
         for &s in succ.get(o) {
             let p = &mut pending[s as usize];
@@ -955,7 +994,7 @@ impl RunState<'_, '_> {
         }
         for m in g.op_mems(OpId(op)).iter().filter(|m| m.at == MemAt::Start) {
             self.observer
-                .on_mem(m.pool, SimTime(now), m.delta_bytes, OpId(op));
+                .on_mem(m.pool, SimTime(now), m.delta_bytes, m.kind, OpId(op));
         }
         let shares = g.op_shares(OpId(op));
         let comm = self.counts_as_comm(op, first);
@@ -1243,8 +1282,8 @@ fn fmt_index(i: u32) -> String {
 pub struct Recorder {
     /// `(op, rank, stream, start, end)` in the order the engine reported them.
     pub ops: Vec<(OpId, u32, Stream, SimTime, SimTime)>,
-    /// `(pool, time, delta_bytes, op)` in the order the engine reported them.
-    pub mems: Vec<(u32, SimTime, i64, OpId)>,
+    /// `(pool, time, delta_bytes, kind, op)` in the order the engine reported them.
+    pub mems: Vec<(u32, SimTime, i64, MemKind, OpId)>,
 }
 
 impl Observer for Recorder {
@@ -1253,8 +1292,8 @@ impl Observer for Recorder {
             .push((rec.op, rec.rank, rec.stream, rec.start, rec.end));
     }
 
-    fn on_mem(&mut self, pool: u32, time: SimTime, delta_bytes: i64, op: OpId) {
-        self.mems.push((pool, time, delta_bytes, op));
+    fn on_mem(&mut self, pool: u32, time: SimTime, delta_bytes: i64, kind: MemKind, op: OpId) {
+        self.mems.push((pool, time, delta_bytes, kind, op));
     }
 }
 
@@ -1456,9 +1495,9 @@ mod tests {
         assert_eq!(
             r.mems,
             vec![
-                (0, ms(0.0), 100, OpId(0)),
-                (1, ms(0.0), 100, OpId(0)),
-                (0, ms(3.0), -100, OpId(1))
+                (0, ms(0.0), 100, MemKind::Activations, OpId(0)),
+                (1, ms(0.0), 100, MemKind::Activations, OpId(0)),
+                (0, ms(3.0), -100, MemKind::Activations, OpId(1))
             ]
         );
     }

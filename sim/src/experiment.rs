@@ -997,7 +997,9 @@ fn run_one(
     };
     let ws = WorkloadSpec {
         cluster,
-        model: w.model.clone(),
+        model: ModelCatalog::builtin()
+            .lookup(&w.model, "experiment: sweep.models")?
+            .clone(),
         global_batch: w.global_batch,
         seq_len: w.seq_len,
         dtype: w.dtype,

@@ -472,6 +472,33 @@ impl GpuCatalog {
         })
     }
 
+    /// This catalog with `user`'s GPU types in front: a user type replaces
+    /// every entry here that shares one of its names or aliases (after
+    /// normalisation), so `--gpu-catalog` can redefine a built-in type.
+    /// Returns the catalog and the canonical names of the replaced entries.
+    pub fn with_user(
+        &self,
+        user: &GpuCatalog,
+        origin: &str,
+    ) -> Result<(GpuCatalog, Vec<String>), SpecError> {
+        let keys = |g: &GpuSpec| -> Vec<String> {
+            std::iter::once(&g.name)
+                .chain(&g.aliases)
+                .map(|k| normalize_gpu_name(k))
+                .collect()
+        };
+        let taken: std::collections::BTreeSet<String> = user.gpus.iter().flat_map(keys).collect();
+        let (replaced, kept): (Vec<&GpuSpec>, Vec<&GpuSpec>) = self
+            .gpus
+            .iter()
+            .partition(|g| keys(g).iter().any(|k| taken.contains(k)));
+        let gpus = user.gpus.iter().chain(kept).cloned().collect();
+        Ok((
+            GpuCatalog::from_specs(gpus, origin)?,
+            replaced.into_iter().map(|g| g.name.clone()).collect(),
+        ))
+    }
+
     /// All GPU types, in catalog order.
     pub fn all(&self) -> &[GpuSpec] {
         &self.gpus

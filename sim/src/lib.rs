@@ -22,6 +22,7 @@ pub mod error;
 pub mod experiment;
 pub mod fast;
 pub mod gpu;
+pub mod hf_config;
 pub mod limits;
 pub mod link;
 pub mod memory;

@@ -18,7 +18,7 @@
 //! below zero, and every allocation of an iteration is freed by its end, so
 //! [`MemoryTracker::current_bytes`] equals the base after a run.
 
-use crate::engine::{Observer, OpId, OpRecord};
+use crate::engine::{MemKind, Observer, OpId, OpRecord};
 use crate::units::SimTime;
 
 /// Per-pool running memory total, its peak and when the peak was reached.
@@ -29,6 +29,9 @@ pub struct MemoryTracker {
     peak: Vec<i64>,
     peak_at: Vec<SimTime>,
     min_dynamic: Vec<i64>,
+    /// Dynamic bytes per [`MemKind`] now, and at the peak.
+    by_kind: Vec<[i64; MemKind::COUNT]>,
+    peak_by_kind: Vec<[i64; MemKind::COUNT]>,
     /// The instant whose changes are being applied, the pools it touched
     /// (in order, and as a per-pool flag).
     now: SimTime,
@@ -46,6 +49,8 @@ impl MemoryTracker {
             base: base_bytes,
             peak_at: vec![SimTime::ZERO; n],
             min_dynamic: vec![0; n],
+            by_kind: vec![[0; MemKind::COUNT]; n],
+            peak_by_kind: vec![[0; MemKind::COUNT]; n],
             now: SimTime::ZERO,
             touched: Vec::new(),
             is_touched: vec![false; n],
@@ -61,6 +66,7 @@ impl MemoryTracker {
             if c > self.peak[r] {
                 self.peak[r] = c;
                 self.peak_at[r] = self.now;
+                self.peak_by_kind[r] = self.by_kind[r];
             }
             let d = c - self.base[r];
             if d < self.min_dynamic[r] {
@@ -99,6 +105,16 @@ impl MemoryTracker {
         }
     }
 
+    /// The dynamic part of the peak of `rank` by [`MemKind`] (bytes, indexed
+    /// by [`MemKind::index`]; with the base they sum to [`Self::peak_bytes`]).
+    pub fn peak_by_kind(&self, rank: usize) -> [i64; MemKind::COUNT] {
+        if self.is_touched[rank] && self.current[rank] > self.peak[rank] {
+            self.by_kind[rank]
+        } else {
+            self.peak_by_kind[rank]
+        }
+    }
+
     /// Current total of `rank` (bytes); equals the base after a full iteration.
     pub fn current_bytes(&self, rank: usize) -> i64 {
         self.current[rank]
@@ -118,7 +134,7 @@ impl MemoryTracker {
 impl Observer for MemoryTracker {
     fn on_op(&mut self, _rec: &OpRecord<'_>) {}
 
-    fn on_mem(&mut self, rank: u32, time: SimTime, delta_bytes: i64, _op: OpId) {
+    fn on_mem(&mut self, rank: u32, time: SimTime, delta_bytes: i64, kind: MemKind, _op: OpId) {
         let r = rank as usize;
         if r >= self.current.len() {
             return;
@@ -129,6 +145,8 @@ impl Observer for MemoryTracker {
         }
         // Saturating: an absurd size reads as huge (out of memory), never wraps.
         self.current[r] = self.current[r].saturating_add(delta_bytes);
+        let k = &mut self.by_kind[r][kind.index()];
+        *k = k.saturating_add(delta_bytes);
         if !self.is_touched[r] {
             self.is_touched[r] = true;
             self.touched.push(rank);
@@ -139,27 +157,30 @@ impl Observer for MemoryTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    const A: MemKind = MemKind::Activations;
 
     #[test]
     fn absurd_sizes_saturate_instead_of_wrapping() {
         let mut m = MemoryTracker::new(vec![i64::MAX - 10]);
-        m.on_mem(0, SimTime(1), i64::MAX, OpId(0));
-        m.on_mem(0, SimTime(2), 5, OpId(1));
+        m.on_mem(0, SimTime(1), i64::MAX, A, OpId(0));
+        m.on_mem(0, SimTime(2), 5, A, OpId(1));
         assert_eq!(m.peak_bytes(0), i64::MAX);
     }
 
     #[test]
     fn tracks_peak_and_time() {
         let mut m = MemoryTracker::new(vec![100, 0]);
-        m.on_mem(0, SimTime(5), 50, OpId(0));
-        m.on_mem(0, SimTime(6), 30, OpId(1));
-        m.on_mem(0, SimTime(7), -80, OpId(1));
-        m.on_mem(1, SimTime(8), -1, OpId(2));
+        m.on_mem(0, SimTime(5), 50, MemKind::Params, OpId(0));
+        m.on_mem(0, SimTime(6), 30, A, OpId(1));
+        m.on_mem(0, SimTime(7), -80, A, OpId(1));
+        m.on_mem(1, SimTime(8), -1, A, OpId(2));
         assert_eq!(m.peak_bytes(0), 180);
         assert_eq!(m.peak_time(0), SimTime(6));
         assert_eq!(m.current_bytes(0), 100);
         assert_eq!(m.min_dynamic_bytes(1), -1);
         assert_eq!(m.peak_bytes(1), 0);
+        // At the peak (t = 6): 50 bytes of parameters, 30 of activations.
+        assert_eq!(m.peak_by_kind(0), [30, 50, 0]);
     }
 
     #[test]
@@ -167,11 +188,11 @@ mod tests {
         // An op ends (-40) as the next starts (+40) at t = 3, in either order.
         for order in [[-40i64, 40], [40, -40]] {
             let mut m = MemoryTracker::new(vec![0]);
-            m.on_mem(0, SimTime(1), 40, OpId(0));
+            m.on_mem(0, SimTime(1), 40, A, OpId(0));
             for d in order {
-                m.on_mem(0, SimTime(3), d, OpId(1));
+                m.on_mem(0, SimTime(3), d, A, OpId(1));
             }
-            m.on_mem(0, SimTime(5), -40, OpId(2));
+            m.on_mem(0, SimTime(5), -40, A, OpId(2));
             assert_eq!(m.peak_bytes(0), 40);
             assert_eq!(m.min_dynamic_bytes(0), 0);
         }

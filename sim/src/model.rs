@@ -119,27 +119,28 @@ pub struct ModelSpec {
     pub max_positions: u32,
 }
 
-/// On-disk form of one model (`[[model]]` table), before defaults.
+/// On-disk form of one model (`[[model]]` table), before defaults; also
+/// what [`crate::hf_config`] fills from a Hugging Face `config.json`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawModel {
-    name: String,
+pub(crate) struct RawModel {
+    pub(crate) name: String,
     #[serde(default)]
-    aliases: Vec<String>,
-    family: Family,
-    layers: u32,
-    hidden: u32,
-    heads: u32,
-    kv_heads: Option<u32>,
-    ffn: Option<u32>,
+    pub(crate) aliases: Vec<String>,
+    pub(crate) family: Family,
+    pub(crate) layers: u32,
+    pub(crate) hidden: u32,
+    pub(crate) heads: u32,
+    pub(crate) kv_heads: Option<u32>,
+    pub(crate) ffn: Option<u32>,
     #[serde(alias = "classes")]
-    vocab: u32,
-    seq_len: u32,
-    image_size: Option<u32>,
-    patch_size: Option<u32>,
+    pub(crate) vocab: u32,
+    pub(crate) seq_len: u32,
+    pub(crate) image_size: Option<u32>,
+    pub(crate) patch_size: Option<u32>,
     #[serde(default)]
-    tied_embeddings: bool,
-    max_positions: Option<u32>,
+    pub(crate) tied_embeddings: bool,
+    pub(crate) max_positions: Option<u32>,
 }
 
 /// On-disk form of the catalog: `[[model]]` tables.
@@ -151,7 +152,9 @@ struct ModelFile {
 }
 
 impl RawModel {
-    fn into_spec(self, origin: &str, field: &str) -> Result<ModelSpec, SpecError> {
+    /// Validates the fields and fills the defaults. Errors name
+    /// `origin: field.<name>`.
+    pub(crate) fn into_spec(self, origin: &str, field: &str) -> Result<ModelSpec, SpecError> {
         let who = if self.name.trim().is_empty() {
             "?".to_string()
         } else {
@@ -643,6 +646,12 @@ impl ModelCatalog {
             .enumerate()
             .map(|(i, m)| m.into_spec(origin, &format!("model[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
+        ModelCatalog::from_specs(models, origin)
+    }
+
+    /// Indexes validated specs into a catalog (order is kept; names and
+    /// aliases must be unique, as in [`ModelCatalog::from_toml`]).
+    pub fn from_specs(models: Vec<ModelSpec>, origin: &str) -> Result<ModelCatalog, SpecError> {
         let entries: Vec<(String, &str, &[String])> = models
             .iter()
             .enumerate()
@@ -670,6 +679,33 @@ impl ModelCatalog {
             name: name.to_string(),
             known: self.names(),
         })
+    }
+
+    /// This catalog with `user`'s models in front: a user model replaces
+    /// every entry here that shares one of its names or aliases (after
+    /// normalisation), so `--model-catalog` can redefine a built-in model.
+    /// Returns the catalog and the canonical names of the replaced entries.
+    pub fn with_user(
+        &self,
+        user: &ModelCatalog,
+        origin: &str,
+    ) -> Result<(ModelCatalog, Vec<String>), SpecError> {
+        let keys = |m: &ModelSpec| -> Vec<String> {
+            std::iter::once(&m.name)
+                .chain(&m.aliases)
+                .map(|k| normalize_model_name(k))
+                .collect()
+        };
+        let taken: std::collections::BTreeSet<String> = user.models.iter().flat_map(keys).collect();
+        let (replaced, kept): (Vec<&ModelSpec>, Vec<&ModelSpec>) = self
+            .models
+            .iter()
+            .partition(|m| keys(m).iter().any(|k| taken.contains(k)));
+        let models = user.models.iter().chain(kept).cloned().collect();
+        Ok((
+            ModelCatalog::from_specs(models, origin)?,
+            replaced.into_iter().map(|m| m.name.clone()).collect(),
+        ))
     }
 
     /// All models, in catalog order.
@@ -790,6 +826,39 @@ mod tests {
         }
     }
 
+    /// Public names mean the released shapes; the paper authors' builds of
+    /// the same sizes keep their reference keys (49,152 vocabulary, 512 tokens).
+    #[test]
+    fn public_names_mean_public_shapes() {
+        for (public, vocab, seq, params, build) in [
+            (
+                "Llama-2-7B",
+                32000,
+                4096,
+                6_738_415_616,
+                "deepspeedllamav2_7b",
+            ),
+            ("llama-7b", 32000, 2048, 6_738_415_616, "deepspeedllama_7b"),
+            (
+                "mistral-7b",
+                32000,
+                8192,
+                7_241_732_096,
+                "deepspeedmistral_7b",
+            ),
+            ("bert-large", 30522, 512, 335_174_458, "deepspeedbert_large"),
+        ] {
+            let m = model(public);
+            assert_eq!(
+                (m.vocab, m.seq_len, m.total_params()),
+                (vocab, seq, params),
+                "{public}"
+            );
+            let b = model(build);
+            assert_eq!((b.vocab, b.seq_len, b.name.as_str()), (49152, 512, build));
+        }
+    }
+
     #[test]
     fn lookup_tiers() {
         assert_eq!(model("deepspeedgpt_2.7b").name, "gpt-2.7b");
@@ -797,8 +866,9 @@ mod tests {
         assert_eq!(model("GPT 2.7B").name, "gpt-2.7b");
         assert_eq!(model("gpt_2.7b").name, "gpt-2.7b-hf");
         assert_eq!(model("GPT_2.7B").name, "gpt-2.7b-hf");
-        assert_eq!(model("DeepSpeedLlama-7B").name, "llama-7b");
+        assert_eq!(model("DeepSpeedLlama-7B").name, "deepspeedllama_7b");
         assert_eq!(model("llama-2-13b").name, "llama2-13b");
+        assert_eq!(model("meta-llama/Llama-2-7b-hf").name, "llama2-7b");
         assert_eq!(model("Llama_3_8B").name, "llama3-8b");
         assert_eq!(model("vit_e").name, "vit-e-hf");
         assert_eq!(model("vit e").name, "vit-e");

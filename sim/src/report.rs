@@ -120,6 +120,9 @@ pub struct GpuReport {
     pub usable_pct: f64,
     /// Peak exceeds the usable memory.
     pub oom: bool,
+    /// What the peak holds, and the headroom to the policy limit and to
+    /// the physical capacity.
+    pub memory: MemoryBreakdown,
     /// The factor on the analytic activation sizes at this GPU's
     /// micro-batch size, from anchoring them to the measured non-state
     /// memory (`crate::cost::ActivationModel`).
@@ -130,6 +133,127 @@ pub struct GpuReport {
     pub memory_source: String,
     /// Where the embedding / head / optimizer times came from.
     pub unit_source: String,
+}
+
+/// One GPU's memory at its peak instant, by component (GiB): the five
+/// parts sum to the peak.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryBreakdown {
+    /// Training state this GPU keeps all iteration: its shard of the
+    /// parameters, gradients and optimizer moments (a whole replica and
+    /// DDP's gradient buffer without sharding; nothing offloaded).
+    pub state_gib: f64,
+    /// Framework memory: the fixed `--overhead-gib` (CUDA context,
+    /// allocator) plus the measured constant workspaces, GiB.
+    pub overhead_gib: f64,
+    /// All-gathered (unsharded) parameters alive at the peak.
+    pub unsharded_params_gib: f64,
+    /// Unsharded gradient buffers alive at the peak (before their reduction).
+    pub gradients_gib: f64,
+    /// Saved activations and compute workspaces alive at the peak.
+    pub activations_gib: f64,
+    /// The peak (the sum of the five parts).
+    pub peak_gib: f64,
+    /// The policy limit: capacity x `--mem-fraction`.
+    pub policy_limit_gib: f64,
+    /// `policy_limit_gib - peak_gib` (negative: over the limit).
+    pub headroom_policy_gib: f64,
+    /// Physical capacity.
+    pub capacity_gib: f64,
+    /// `capacity_gib - peak_gib` (negative: does not fit at all).
+    pub headroom_capacity_gib: f64,
+    /// `fits`, `over-policy` (over the limit, within the capacity: it may
+    /// run, without the margin the policy asks for) or `over-capacity`.
+    pub status: &'static str,
+}
+
+impl MemoryBreakdown {
+    /// The breakdown of a peak of `peak_bytes` with a constant `base_bytes`
+    /// of which `overhead_bytes` is framework memory, and a dynamic part
+    /// split by [`crate::engine::MemKind`] index.
+    pub fn new(
+        peak_bytes: i64,
+        base_bytes: i64,
+        overhead_bytes: i64,
+        dynamic: [i64; crate::engine::MemKind::COUNT],
+        usable_gib: f64,
+        capacity_gib: f64,
+    ) -> MemoryBreakdown {
+        use crate::engine::MemKind;
+        let gib = |b: i64| b as f64 / GIB;
+        let overhead = overhead_bytes.clamp(0, base_bytes.max(0));
+        let peak_gib = gib(peak_bytes);
+        MemoryBreakdown {
+            state_gib: gib(base_bytes - overhead),
+            overhead_gib: gib(overhead),
+            unsharded_params_gib: gib(dynamic[MemKind::Params.index()]),
+            gradients_gib: gib(dynamic[MemKind::Grads.index()]),
+            activations_gib: gib(dynamic[MemKind::Activations.index()]),
+            peak_gib,
+            policy_limit_gib: usable_gib,
+            headroom_policy_gib: usable_gib - peak_gib,
+            capacity_gib,
+            headroom_capacity_gib: capacity_gib - peak_gib,
+            status: if peak_gib <= usable_gib {
+                "fits"
+            } else if peak_gib <= capacity_gib {
+                "over-policy"
+            } else {
+                "over-capacity"
+            },
+        }
+    }
+}
+
+/// The per-GPU memory at the peak by component, with the headroom to the
+/// policy limit and to the capacity: one row per rank (`gpus[r]`,
+/// `memory[r]`), identical ranks grouped on large clusters as in the main
+/// table.
+pub fn memory_table(gpus: &[String], memory: &[MemoryBreakdown]) -> String {
+    let mut s = String::from("memory at each GPU's peak, GiB (limit = capacity x mem fraction):\n");
+    let header = [
+        "rank",
+        "gpu",
+        "state",
+        "overhead",
+        "params",
+        "grads",
+        "activ.",
+        "peak",
+        "limit",
+        "headroom",
+        "capacity",
+        "to capacity",
+        "",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for (r, (g, m)) in gpus.iter().zip(memory).enumerate() {
+        rows.push(vec![
+            r.to_string(),
+            g.clone(),
+            format!("{:.2}", m.state_gib),
+            format!("{:.2}", m.overhead_gib),
+            format!("{:.2}", m.unsharded_params_gib),
+            format!("{:.2}", m.gradients_gib),
+            format!("{:.2}", m.activations_gib),
+            format!("{:.2}", m.peak_gib),
+            format!("{:.2}", m.policy_limit_gib),
+            format!("{:+.2}", m.headroom_policy_gib),
+            format!("{:.2}", m.capacity_gib),
+            format!("{:+.2}", m.headroom_capacity_gib),
+            match m.status {
+                "fits" => String::new(),
+                "over-policy" => "OVER THE LIMIT, within capacity".into(),
+                _ => "OVER CAPACITY".into(),
+            },
+        ]);
+    }
+    if gpus.len() > GROUP_ROWS_ABOVE {
+        rows = group_rows(rows);
+    }
+    write_aligned(&mut s, &rows, |c| c == 1 || c == 12);
+    s.push('\n');
+    s
 }
 
 /// A GPU whose peak memory exceeds its usable memory.
@@ -249,7 +373,12 @@ pub struct Timing {
 ///             comm_busy_ms, copy_busy_ms, host_busy_ms, interference_ms (part of compute_ms),
 ///             contention_ms (transfers' stretch from shared links), finish_ms,
 ///             peak_mem_gib, peak_at_ms, base_mem_gib, capacity_gib, usable_gib, mem_pct,
-///             usable_pct, oom, activation_scale, compute_source, memory_source, unit_source}],
+///             usable_pct, oom,
+///             memory: {state_gib, overhead_gib, unsharded_params_gib, gradients_gib,
+///                      activations_gib (the five sum to peak_gib), peak_gib,
+///                      policy_limit_gib, headroom_policy_gib, capacity_gib,
+///                      headroom_capacity_gib, status: "fits"|"over-policy"|"over-capacity"},
+///             activation_scale, compute_source, memory_source, unit_source}],
 ///   "warnings": [str],
 ///   "ops": int, "events": int,                      -- size of the simulated task graph
 ///   "simulated_gpus": int                           -- GPUs simulated event by event (the
@@ -633,13 +762,13 @@ impl Report {
     /// usable_pct,oom,compute_source,memory_source`.
     pub fn to_csv(&self) -> String {
         let mut s = String::from(
-            "rank,gpu,node,batch,microbatches,microbatch_size,state_fraction,compute_ms,exposed_comm_ms,copy_ms,host_ms,idle_ms,forward_ms,recompute_ms,backward_ms,optimizer_ms,interference_ms,contention_ms,finish_ms,peak_mem_gib,capacity_gib,usable_gib,mem_pct,usable_pct,oom,compute_source,memory_source\n",
+            "rank,gpu,node,batch,microbatches,microbatch_size,state_fraction,compute_ms,exposed_comm_ms,copy_ms,host_ms,idle_ms,forward_ms,recompute_ms,backward_ms,optimizer_ms,interference_ms,contention_ms,finish_ms,peak_mem_gib,capacity_gib,usable_gib,mem_pct,usable_pct,oom,compute_source,memory_source,state_gib,overhead_gib,unsharded_params_gib,gradients_gib,activations_gib,headroom_policy_gib,headroom_capacity_gib,mem_status\n",
         );
         let q = |t: &str| format!("\"{}\"", t.replace('"', "\"\""));
         for g in &self.gpus {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.3},{:.3},{},{},{}",
+                "{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.3},{:.3},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{}",
                 g.rank,
                 q(&g.gpu),
                 g.node,
@@ -666,7 +795,15 @@ impl Report {
                 g.usable_pct,
                 g.oom,
                 q(&g.compute_source),
-                q(&g.memory_source)
+                q(&g.memory_source),
+                g.memory.state_gib,
+                g.memory.overhead_gib,
+                g.memory.unsharded_params_gib,
+                g.memory.gradients_gib,
+                g.memory.activations_gib,
+                g.memory.headroom_policy_gib,
+                g.memory.headroom_capacity_gib,
+                g.memory.status
             );
         }
         s
@@ -735,6 +872,9 @@ impl Report {
         // Text columns left-aligned, numbers right-aligned.
         write_aligned(&mut s, &rows, |c| c == 1 || c == 13 || c == 14);
         s.push('\n');
+        let names: Vec<String> = self.gpus.iter().map(|g| g.gpu.clone()).collect();
+        let parts: Vec<MemoryBreakdown> = self.gpus.iter().map(|g| g.memory.clone()).collect();
+        s += &memory_table(&names, &parts);
         if self.hosts.iter().any(|h| h.peak_gib > 0.0) {
             let line = |h: &HostReport| {
                 format!(
@@ -1176,6 +1316,14 @@ pub(crate) fn assemble(
         let capacity_gib = costs.capacity_gib(r);
         let usable_gib = costs.usable_gib(r);
         let oom = peak_gib > usable_gib;
+        let memory_parts = MemoryBreakdown::new(
+            memory.peak_bytes(q),
+            a.base_device_bytes[r],
+            (costs.options.overhead_gib * GIB + costs.activations.fixed_bytes).round() as i64,
+            memory.peak_by_kind(q),
+            usable_gib,
+            capacity_gib,
+        );
         if oom {
             oom_gpus.push(OomGpu {
                 rank: r,
@@ -1216,6 +1364,7 @@ pub(crate) fn assemble(
             mem_pct: if capacity_gib > 0.0 { 100.0 * peak_gib / capacity_gib } else { 0.0 },
             usable_pct: if usable_gib > 0.0 { 100.0 * peak_gib / usable_gib } else { 0.0 },
             oom,
+            memory: memory_parts,
             activation_scale: costs.activations.scale_at(rp.microbatch_size),
             compute_source: ty.curve_source(strategy.attention),
             memory_source: memory_source.clone(),

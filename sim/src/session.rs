@@ -11,7 +11,7 @@ use crate::cluster::Cluster;
 use crate::cost::{CostModel, CostOptions, Workload};
 use crate::dtype::Dtype;
 use crate::error::{PlanError, SpecError};
-use crate::model::ModelCatalog;
+use crate::model::ModelSpec;
 use crate::perfmodel::Predictor;
 use crate::planner::{Planned, Planner, PlannerOptions, Problem, SimJudge};
 use crate::profile::ProfileSet;
@@ -27,8 +27,9 @@ use std::time::Instant;
 pub struct WorkloadSpec {
     /// The cluster.
     pub cluster: Cluster,
-    /// Model name or alias (catalog).
-    pub model: String,
+    /// The model (from a catalog, `--model-catalog` or a Hugging Face
+    /// `config.json`; the caller resolves the name).
+    pub model: ModelSpec,
     /// Samples per iteration.
     pub global_batch: u32,
     /// Tokens per sample (`None`: the model's default; ViT ignores it).
@@ -48,9 +49,7 @@ pub fn build_workload(
     profiles: &ProfileSet,
     predictor: &dyn Predictor,
 ) -> Result<CostModel, SpecError> {
-    let model = ModelCatalog::builtin()
-        .lookup(&spec.model, "--model")?
-        .clone();
+    let model = spec.model.clone();
     let seq_len = match spec.seq_len {
         Some(0) => {
             return Err(SpecError::invalid(

@@ -13,7 +13,7 @@
 //! optimizer(all params)`; without checkpointing the recompute term goes.
 
 use crate::cost::CostModel;
-use crate::engine::{run, NullObserver, Observer, OpId, OpRecord};
+use crate::engine::{run, MemKind, NullObserver, Observer, OpId, OpRecord};
 use crate::error::PlanError;
 use crate::memory::MemoryTracker;
 use crate::plan::Plan;
@@ -199,12 +199,12 @@ impl Observer for Fan<'_, '_> {
         self.extra.on_op(rec);
     }
 
-    fn on_mem(&mut self, pool: u32, time: SimTime, delta_bytes: i64, op: OpId) {
-        self.memory.on_mem(pool, time, delta_bytes, op);
+    fn on_mem(&mut self, pool: u32, time: SimTime, delta_bytes: i64, kind: MemKind, op: OpId) {
+        self.memory.on_mem(pool, time, delta_bytes, kind, op);
         if let Some(t) = &mut self.trace {
-            t.on_mem(pool, time, delta_bytes, op);
+            t.on_mem(pool, time, delta_bytes, kind, op);
         }
-        self.extra.on_mem(pool, time, delta_bytes, op);
+        self.extra.on_mem(pool, time, delta_bytes, kind, op);
     }
 }
 

@@ -24,7 +24,7 @@
 //! The output is deterministic: events are written in the engine's (time,
 //! sequence) order, numbers with fixed formatting.
 
-use crate::engine::{Category, Observer, OpId, OpRecord, Stream, NO_INDEX};
+use crate::engine::{Category, MemKind, Observer, OpId, OpRecord, Stream, NO_INDEX};
 use crate::units::{SimTime, GIB};
 use std::fmt::Write as _;
 
@@ -165,7 +165,7 @@ impl Observer for TraceRecorder {
         });
     }
 
-    fn on_mem(&mut self, rank: u32, time: SimTime, delta_bytes: i64, _op: OpId) {
+    fn on_mem(&mut self, rank: u32, time: SimTime, delta_bytes: i64, _kind: MemKind, _op: OpId) {
         let r = rank as usize;
         if r >= self.current.len() {
             self.current.resize(r + 1, 0);

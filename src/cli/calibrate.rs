@@ -7,8 +7,6 @@ use crate::cli::UserError;
 use crate::load;
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
-use sim::gpu::GpuCatalog;
-use sim::model::ModelCatalog;
 use sim::perfmodel::calibrate::{
     calibrate, dataset, CvMode, CvReport, ErrorStats, GroupErrors, HOLDOUT_BATCHES,
 };
@@ -222,7 +220,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .into());
     }
     let set = load::load_profiles(&a.reference)?;
-    let ds = dataset(&set, GpuCatalog::builtin(), ModelCatalog::builtin());
+    let ds = dataset(&set, crate::load::gpus(), crate::load::models());
     if ds.time.is_empty() {
         return Err(UserError(format!(
             "--reference: {}: no usable timing entries (need raw per-batch lists)",

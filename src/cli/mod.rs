@@ -5,6 +5,7 @@ pub mod comm;
 pub mod compare;
 pub mod experiment;
 pub mod format;
+pub mod list;
 pub mod notes;
 pub mod plan;
 pub mod predict;
@@ -15,15 +16,25 @@ pub mod simulate;
 pub mod validate;
 pub mod workload;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Plan, simulate and validate FSDP training on heterogeneous GPU clusters.
 #[derive(Debug, Parser)]
 #[command(name = "cephalo", version, about, long_about = None)]
 pub struct Cli {
+    /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
+    /// Extra GPU types (TOML `[[gpu]]` tables, the format of
+    /// profiles/gpus.toml); an entry with a built-in name replaces it.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub gpu_catalog: Option<PathBuf>,
+    /// Extra models (TOML `[[model]]` tables, the format of
+    /// profiles/models.toml); an entry with a built-in name replaces it.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub model_catalog: Option<PathBuf>,
 }
 
 /// The subcommands.
@@ -43,6 +54,14 @@ pub enum Command {
     Comm(comm::Args),
     /// Studies one command away: list, run NAME | --all, merge shards.
     Experiment(experiment::Args),
+    /// What names this build understands: gpus | models | planners | strategies.
+    List(list::Args),
+    /// Shell completions: `cephalo completions bash > /etc/bash_completion.d/cephalo`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Measure a device (compute, memory, collectives) into a cephalo-profile/1 file.
     #[cfg(feature = "exec")]
     Profile(profile::Args),
@@ -53,11 +72,57 @@ pub enum Command {
     #[cfg(feature = "exec")]
     #[command(name = "exec-rank", hide = true)]
     ExecRank(validate::RankArgs),
+    /// Measure a device (needs a build with `--features exec`; this one has none).
+    #[cfg(not(feature = "exec"))]
+    #[command(disable_help_flag = true)]
+    Profile(NoExec),
+    /// Train for real and compare with the prediction (needs a build with
+    /// `--features exec`; this one has none).
+    #[cfg(not(feature = "exec"))]
+    #[command(disable_help_flag = true)]
+    Validate(NoExec),
+}
+
+/// The arguments of a real-execution subcommand in a build without it:
+/// anything, so the user gets the build hint instead of a flag error.
+#[cfg(not(feature = "exec"))]
+#[derive(Debug, clap::Args)]
+pub struct NoExec {
+    /// Ignored.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    pub rest: Vec<String>,
+}
+
+/// How to get `profile` / `validate`: what `scripts/exec-env.sh` sets up.
+#[cfg(not(feature = "exec"))]
+fn no_exec(command: &str) -> anyhow::Result<ExitCode> {
+    Err(UserError(format!(
+        "`cephalo {command}` runs training for real (libtorch + MPI) and this binary was built without it. \
+         Build it with: `. scripts/exec-env.sh && cargo build --release --features exec` \
+         (add `cuda` for GPUs: --features cuda); exec/README.md says more"
+    ))
+    .into())
 }
 
 /// Runs the chosen subcommand.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    for note in
+        crate::load::install_catalogs(cli.gpu_catalog.as_deref(), cli.model_catalog.as_deref())?
+    {
+        eprintln!("note: {note}");
+    }
     match cli.command {
+        Command::List(a) => list::run(a),
+        Command::Completions { shell } => {
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "cephalo", &mut buf);
+            out!("{}", String::from_utf8_lossy(&buf));
+            Ok(ExitCode::SUCCESS)
+        }
+        #[cfg(not(feature = "exec"))]
+        Command::Profile(_) => no_exec("profile"),
+        #[cfg(not(feature = "exec"))]
+        Command::Validate(_) => no_exec("validate"),
         Command::Simulate(a) => simulate::run(a),
         Command::Calibrate(a) => calibrate::run(a),
         Command::Predict(a) => predict::run(a),

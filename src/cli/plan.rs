@@ -103,6 +103,9 @@ pub struct SimulatedSummary {
     pub peak_usable_pct: Vec<f64>,
     /// Usable memory per GPU (capacity x allowed fraction), GiB.
     pub usable_gib: Vec<f64>,
+    /// Per GPU: what its peak holds, and its headroom to the policy limit
+    /// and to the capacity.
+    pub memory: Vec<sim::report::MemoryBreakdown>,
 }
 
 impl SimulatedSummary {
@@ -115,6 +118,7 @@ impl SimulatedSummary {
             mfu: r.mfu,
             oom: r.oom,
             peak_mem_gib: r.gpus.iter().map(|g| g.peak_mem_gib).collect(),
+            memory: r.gpus.iter().map(|g| g.memory.clone()).collect(),
             peak_mem_pct: r.gpus.iter().map(|g| g.mem_pct).collect(),
             peak_usable_pct: r.gpus.iter().map(|g| g.usable_pct).collect(),
             usable_gib: r.gpus.iter().map(|g| g.usable_gib).collect(),
@@ -396,6 +400,8 @@ fn table(o: &PlanOutput, summary: &str) -> String {
             r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9]
         );
     }
+    s.push('\n');
+    s += &sim::report::memory_table(&o.gpus, &o.simulated.memory);
     if let Some(m) = o.makespan_ms_per_block {
         let _ = writeln!(s, "makespan_ms_per_block (reference objective): {m:.6}");
         if let (Some(e), Some(h)) = (&o.max_bs_even_shard, &o.max_bs) {

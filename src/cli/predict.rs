@@ -17,8 +17,6 @@ use clap::{Args as ClapArgs, ValueEnum};
 use serde::Serialize;
 use sim::dtype::Dtype;
 use sim::error::SpecError;
-use sim::gpu::GpuCatalog;
-use sim::model::ModelCatalog;
 use sim::perfmodel::Predictor;
 use sim::profile::ProfileSet;
 use std::path::PathBuf;
@@ -113,8 +111,8 @@ pub fn parse_batches(s: &str) -> Result<Vec<u32>, SpecError> {
 
 /// Runs `cephalo predict`.
 pub fn run(a: Args) -> Result<ExitCode> {
-    let gpu = GpuCatalog::builtin().lookup(&a.gpu, "--gpu")?;
-    let model = ModelCatalog::builtin().lookup(&a.model, "--model")?;
+    let gpu = crate::load::gpus().lookup(&a.gpu, "--gpu")?;
+    let model = &crate::load::model(&a.model, "--model")?;
     let dtype = Dtype::parse(&a.dtype).ok_or_else(|| {
         SpecError::invalid(
             "--dtype",

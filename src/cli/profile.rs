@@ -22,8 +22,7 @@ use anyhow::{Context, Result};
 use clap::{Args as ClapArgs, ValueEnum};
 use exec::sim_glue::{self, ProfileLabels};
 use exec::{CollectiveConfig, DeviceKind, LaunchOptions, ProfileConfig};
-use sim::gpu::GpuCatalog;
-use sim::model::{ModelCatalog, ModelSpec};
+use sim::model::ModelSpec;
 use sim::profile::native::{self, NativeProfile};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -136,7 +135,7 @@ pub struct Request {
 
 /// Resolves the model name (exit 2 when unknown).
 pub fn model(name: &str, origin: &str) -> Result<ModelSpec> {
-    Ok(ModelCatalog::builtin().lookup(name, origin)?.clone())
+    crate::load::model(name, origin)
 }
 
 /// Resolves `--dtype` for a device (CPU: fp32 only).
@@ -158,7 +157,7 @@ pub fn dtype(flag: Option<&str>, device: Device) -> Result<sim::dtype::Dtype> {
 /// The catalog name of the device: `--gpu`, else `cpu`, else the first
 /// CUDA device's name from `nvidia-smi`.
 pub fn device_name(flag: Option<&str>, device: Device) -> Result<String> {
-    let cat = GpuCatalog::builtin();
+    let cat = crate::load::gpus();
     if let Some(g) = flag {
         return Ok(cat.lookup(g, "--gpu")?.name.clone());
     }

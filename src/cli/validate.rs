@@ -44,7 +44,6 @@ use exec::{AdamConfig, ExecError};
 use serde::Serialize;
 use sim::cluster::Cluster;
 use sim::cost::{CostModel, CostOptions, Workload};
-use sim::gpu::GpuCatalog;
 use sim::plan::Plan;
 use sim::planner::{self, PlannerOptions, Problem, SimJudge};
 use sim::profile::Source;
@@ -530,7 +529,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         None => None,
     };
     let list = vec![gpu.as_str(); args.ranks].join(",");
-    let cluster = Cluster::from_gpu_list(&list, "--device", GpuCatalog::builtin())?;
+    let cluster = Cluster::from_gpu_list(&list, "--device", crate::load::gpus())?;
     let planned_for = sim::plan::PlanWorkload {
         model: spec.name.clone(),
         seq_len: spec.tokens_per_sample(seq_len),
@@ -612,8 +611,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             let set = sim::profile::native::import(
                 &text,
                 "measured now",
-                GpuCatalog::builtin(),
-                sim::model::ModelCatalog::builtin(),
+                crate::load::gpus(),
+                crate::load::models(),
             )?;
             (set, "measured now (cephalo profile)".to_string())
         }

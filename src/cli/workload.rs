@@ -263,7 +263,7 @@ impl WorkloadArgs {
         let predictor = load::calibration(self.calibration.as_deref())?;
         let spec = WorkloadSpec {
             cluster,
-            model: self.model.clone(),
+            model: load::model(&self.model, "--model")?,
             global_batch: self.global_batch,
             seq_len: self.seq_len,
             dtype,

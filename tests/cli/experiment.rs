@@ -104,7 +104,10 @@ fn a_small_experiment_runs_end_to_end() {
         .unwrap();
         let spec = sim::session::WorkloadSpec {
             cluster,
-            model: "gpt-1.3b".into(),
+            model: sim::model::ModelCatalog::builtin()
+                .get("gpt-1.3b")
+                .unwrap()
+                .clone(),
             global_batch: row.global_batch,
             seq_len: None,
             dtype: sim::dtype::Dtype::Fp16,

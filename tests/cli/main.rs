@@ -3,6 +3,7 @@
 mod comm;
 mod common;
 mod experiment;
+mod explain;
 mod pipeline;
 mod plan;
 mod predict;

@@ -303,7 +303,8 @@ fn large_clusters_read_as_groups_with_their_sources() {
         .lines()
         .filter(|l| l.trim_start().starts_with("0-") || l.trim_start().starts_with("20-"))
         .collect();
-    assert_eq!(ranks.len(), 2, "{}", o.stdout);
+    // Two groups in the plan table and two in the memory table.
+    assert_eq!(ranks.len(), 4, "{}", o.stdout);
     assert!(
         o.stdout.contains("sources:\n  20x t4: compute analytic"),
         "{}",

@@ -40,7 +40,7 @@
 
 use super::{Description, Mem, OpKind, PhaseKind, Step};
 use crate::comm::CollectiveKind;
-use crate::engine::{Category, Graph, MemAt, MemChange, OpId, OpLabel, Stream, NO_INDEX};
+use crate::engine::{Category, Graph, MemAt, MemChange, MemKind, OpId, OpLabel, Stream, NO_INDEX};
 use crate::strategy::{Offload, Sharding};
 use crate::symmetry::NodeClasses;
 use crate::units::SimTime;
@@ -302,6 +302,7 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
                 pool: if m.host { host_pool } else { rank as u32 },
                 at: m.at,
                 delta_bytes: m.bytes,
+                kind: m.kind,
             });
         }
         let blocked = match stream {
@@ -386,11 +387,11 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
                 let deps: Vec<OpId> = ranks.iter().filter_map(|&r| after[r]).collect();
                 let mut mems = Vec::with_capacity(2 * ranks.len());
                 for &r in &ranks {
-                    mems.push(MemChange::start(r as u32, pb));
+                    mems.push(MemChange::start(r as u32, pb).of(MemKind::Params));
                     // A GPU with nothing to compute in the phase frees at
                     // once when the phase reshards (a GPU with no samples).
                     if d.step_count(r, p) == 0 && ph.reshard {
-                        mems.push(MemChange::end(r as u32, -pb));
+                        mems.push(MemChange::end(r as u32, -pb).of(MemKind::Params));
                     }
                 }
                 let buffer = CollectiveKind::AllGather.buffer_bytes(&as_ranks(&pieces));
@@ -567,14 +568,16 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, how: &Lowering<'_>, g: &mut S) -
                 let mut step: Step = st[r].next_step.take().unwrap_or_else(|| d.step(r, p, j));
                 if j == 0 && ph.grad_alloc && s.sharding.shards_params() && !st[r].grad_live[ui] {
                     if let Some(w) = step.backward_work_mut() {
-                        w.mem.push(Mem::dev(MemAt::Start, d.units[ui].grad_bytes));
+                        w.mem.push(
+                            Mem::dev(MemAt::Start, d.units[ui].grad_bytes).of(MemKind::Grads),
+                        );
                         st[r].grad_live[ui] = true;
                     }
                 }
                 if j + 1 == n && ph.reshard && d.units[ui].param_bytes != 0 {
                     step.last_work_mut()
                         .mem
-                        .push(Mem::dev(MemAt::End, -d.units[ui].param_bytes));
+                        .push(Mem::dev(MemAt::End, -d.units[ui].param_bytes).of(MemKind::Params));
                 }
                 // This step's host-to-device copy: prefetched, or now.
                 if let Some(c) = &step.h2d {
@@ -786,14 +789,16 @@ fn reduce<S: Sink>(
                     // samples, or no micro-batch in this pass) still
                     // reduces a buffer of zeros.
                     if !st[r].grad_live[u] {
-                        mems.push(MemChange::start(r as u32, gb));
+                        mems.push(MemChange::start(r as u32, gb).of(MemKind::Grads));
                     }
-                    mems.push(MemChange::end(r as u32, -gb));
+                    mems.push(MemChange::end(r as u32, -gb).of(MemKind::Grads));
                     st[r].grad_live[u] = false;
                     // Parameters kept since an earlier phase (SHARD_GRAD_OP)
                     // free here on a GPU that did not compute this phase.
                     if ph.reshard && !ph.gather && d.step_count(r, p) == 0 {
-                        mems.push(MemChange::end(r as u32, -d.units[u].param_bytes));
+                        mems.push(
+                            MemChange::end(r as u32, -d.units[u].param_bytes).of(MemKind::Params),
+                        );
                     }
                 }
                 let buffer = CollectiveKind::ReduceScatter.buffer_bytes(&as_ranks(&pieces));

@@ -75,7 +75,7 @@ pub mod microbatch;
 use crate::activation::BlockActivations;
 use crate::comm::CollectiveKind;
 use crate::cost::CostModel;
-use crate::engine::MemAt;
+use crate::engine::{MemAt, MemKind};
 use crate::error::PlanError;
 use crate::plan::Plan;
 use crate::strategy::{Accumulation, Attention, Groups, Offload, Recompute, Sharding, Strategy};
@@ -178,22 +178,32 @@ pub struct Mem {
     pub host: bool,
     /// Signed bytes.
     pub bytes: i64,
+    /// What the bytes hold.
+    pub kind: MemKind,
 }
 
 impl Mem {
-    fn dev(at: MemAt, bytes: i64) -> Mem {
+    /// Activations / working memory on the rank's GPU.
+    pub(crate) fn dev(at: MemAt, bytes: i64) -> Mem {
         Mem {
             at,
             host: false,
             bytes,
+            kind: MemKind::Activations,
         }
     }
-    fn host(at: MemAt, bytes: i64) -> Mem {
+    /// Activations on the rank's node's host (offloaded).
+    pub(crate) fn host(at: MemAt, bytes: i64) -> Mem {
         Mem {
             at,
             host: true,
             bytes,
+            kind: MemKind::Activations,
         }
+    }
+    /// The same change, holding `kind`.
+    pub(crate) fn of(self, kind: MemKind) -> Mem {
+        Mem { kind, ..self }
     }
 }
 
@@ -471,8 +481,8 @@ impl<'a> Schedule<'a> {
             && self.strategy.param_dtype != self.strategy.reduce_dtype
         {
             let cast = round(unit.params as f64 * self.strategy.param_dtype.bytes());
-            grad_mems.push(Mem::dev(MemAt::Start, cast));
-            grad_mems.push(Mem::dev(MemAt::End, -cast));
+            grad_mems.push(Mem::dev(MemAt::Start, cast).of(MemKind::Grads));
+            grad_mems.push(Mem::dev(MemAt::End, -cast).of(MemKind::Grads));
         }
         let d2h = |bytes: i64, phys: SimTime| {
             let mut m = Mems::default();

@@ -301,7 +301,7 @@ fn uneven_groups_reshard_between_stages() {
     let mut rec = Recorder::default();
     simulate_observed(&c, &plan, &opts, &mut rec).unwrap();
     let mut net = [0i64; 4];
-    for &(pool, _, d, _) in &rec.mems {
+    for &(pool, _, d, _, _) in &rec.mems {
         if (pool as usize) < 4 {
             net[pool as usize] += d;
         }

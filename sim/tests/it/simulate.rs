@@ -153,8 +153,8 @@ pub(crate) fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report
     let mut bases = low.base_device_bytes.clone();
     bases.extend(&low.base_host_bytes);
     let mut mem = MemoryTracker::new(bases);
-    for &(pool, time, delta, op) in &rec.mems {
-        sim::engine::Observer::on_mem(&mut mem, pool, time, delta, op);
+    for &(pool, time, delta, kind, op) in &rec.mems {
+        sim::engine::Observer::on_mem(&mut mem, pool, time, delta, kind, op);
     }
     for p in 0..mem.ranks() {
         assert!(
@@ -167,9 +167,42 @@ pub(crate) fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report
             "pool {p} leaks memory"
         );
     }
+    // Each kind of memory is freed by the end too (every allocation and its
+    // free carry the same kind), and the report's breakdown sums to its peak.
+    let mut by_kind = std::collections::BTreeMap::new();
+    for &(pool, _, delta, kind, _) in &rec.mems {
+        *by_kind.entry((pool, kind.index())).or_insert(0i64) += delta;
+    }
+    assert!(
+        by_kind.values().all(|&v| v == 0),
+        "a kind of memory is not freed by the end: {by_kind:?}"
+    );
     for r in 0..costs.ranks() {
         let peak = mem.peak_bytes(r) as f64 / sim::units::GIB;
         assert!((peak - report.gpus[r].peak_mem_gib).abs() < 1e-12);
+        let m = &report.gpus[r].memory;
+        let sum = m.state_gib
+            + m.overhead_gib
+            + m.unsharded_params_gib
+            + m.gradients_gib
+            + m.activations_gib;
+        assert!(
+            (sum - m.peak_gib).abs() < 1e-9 && m.peak_gib == report.gpus[r].peak_mem_gib,
+            "rank {r}: parts {sum} vs peak {}",
+            m.peak_gib
+        );
+        assert!(
+            [
+                m.state_gib,
+                m.overhead_gib,
+                m.unsharded_params_gib,
+                m.gradients_gib,
+                m.activations_gib
+            ]
+            .iter()
+            .all(|&v| v >= 0.0),
+            "rank {r}: a negative part {m:?}"
+        );
     }
     for h in &report.hosts {
         let peak = mem.peak_bytes(costs.ranks() + h.node) as f64 / sim::units::GIB;
