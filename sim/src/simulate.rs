@@ -268,7 +268,18 @@ pub fn simulate_observed(
     };
     let stats = run(&low.graph, &mut fan)?;
     fan.breakdown.finish(stats.makespan.0);
-    let trace = fan.trace.take().map(TraceRecorder::finish);
+    let trace = fan.trace.take().map(|t| {
+        let mut t = t.finish();
+        t.layers = costs.workload.model.layers;
+        t.layer_major = plan.pipeline.is_none()
+            && plan.strategy.accumulation == crate::strategy::Accumulation::Layered;
+        t.op_bytes = low
+            .collectives
+            .iter()
+            .map(|c| (c.op.0, c.buffer_bytes))
+            .collect();
+        t
+    });
     let a = Assembly {
         costs,
         plan,

@@ -12,11 +12,23 @@
 //! * five **threads** per GPU process (`tid` 0 = `compute`, 1 = `comm`,
 //!   2 = `reduce`, 3 = `copy`, 4 = `host`), one per engine [`Stream`];
 //! * one complete event (`"ph": "X"`) per op per stream: `name` the op name
-//!   (`fwd`, `bwd`, `recompute`, `all_gather`, ...), `cat` its
-//!   [`Category`] name, `ts` / `dur` in **microseconds** (exact: written from
-//!   integer nanoseconds with three decimals), `args.unit` (FSDP unit: 0 =
-//!   embedding, 1..=L blocks, L+1 head) and `args.micro` (micro-batch, from 0)
-//!   where they apply, `args.ranks` for collectives;
+//!   and its layer (`fwd block 3`, `all_gather embedding`, `bwd head`,
+//!   `optimizer`), `cat` its [`Category`] name, `ts` / `dur` in
+//!   **microseconds** (exact: written from integer nanoseconds with three
+//!   decimals), `args.unit` (FSDP unit: 0 = embedding, 1..=L blocks, L+1
+//!   head) and `args.micro` (micro-batch, from 0) where they apply;
+//!   collectives add `args.ranks`, `args.bytes` (NCCL's buffer size) and
+//!   `args.algbw_gbps` (bytes / duration, GB/s);
+//! * on each GPU's `compute` thread, enclosing slices (`cat` `nest`) so the
+//!   timeline reads **iteration > phase > micro-batch > op**: one
+//!   `iteration` slice, then a phase per run of ops of one direction and
+//!   one layer (layered accumulation: `forward block 3` over all
+//!   micro-batches) or one micro-batch (micro-batch-major and pipelines:
+//!   `backward micro-batch 2`), then the ops of one micro-batch inside a
+//!   layered phase (`micro-batch 2`: its recompute and backward) or of one
+//!   layer inside a micro-batch phase (`block 3`);
+//! * **flow arrows** (`"ph": "s"/"t"/"f"`, `cat` `collective`) chaining the
+//!   slices of one collective across its ranks, in rank order;
 //! * one counter track per memory pool (`"ph": "C"`, name `memory`,
 //!   `args.GiB`): each GPU's and each host's total simulated memory after
 //!   each change.
@@ -45,6 +57,8 @@ pub struct TraceEvent {
     pub micro: u32,
     /// Participants (1 for a local op).
     pub participants: u32,
+    /// The engine op (the same on every rank of a collective).
+    pub op: u32,
     /// Start, ns.
     pub start_ns: u64,
     /// End, ns.
@@ -75,6 +89,13 @@ pub struct Trace {
     pub events: Vec<TraceEvent>,
     /// Memory samples in engine order.
     pub memory: Vec<MemSample>,
+    /// Transformer blocks (names unit L+1 the head); 0 names units by number.
+    pub layers: u32,
+    /// Layer-major (Cephalo's layered accumulation): phases are per layer,
+    /// else per micro-batch.
+    pub layer_major: bool,
+    /// Buffer bytes of each collective, by engine op.
+    pub op_bytes: std::collections::BTreeMap<u32, f64>,
 }
 
 /// Observer that records a [`Trace`].
@@ -139,6 +160,7 @@ impl Observer for TraceRecorder {
                     unit: NO_INDEX,
                     micro: NO_INDEX,
                     participants: 1,
+                    op: u32::MAX,
                     start_ns: prev,
                     end_ns: rec.start.0,
                 });
@@ -160,6 +182,7 @@ impl Observer for TraceRecorder {
             unit: rec.label.unit,
             micro: rec.label.micro,
             participants: rec.participants,
+            op: rec.op.0,
             start_ns: rec.start.0,
             end_ns: rec.end.0,
         });
@@ -201,7 +224,100 @@ fn json_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"?\"".to_string())
 }
 
+/// What a compute op does, for the phase slices.
+fn direction(c: Category) -> &'static str {
+    match c {
+        Category::Forward => "forward",
+        Category::Recompute | Category::Backward => "backward",
+        Category::Optimizer => "optimizer",
+        _ => "other",
+    }
+}
+
 impl Trace {
+    /// The layer unit `u` is: `embedding`, `block k`, `head`.
+    fn layer(&self, unit: u32) -> String {
+        match unit {
+            0 if self.layers > 0 => "embedding".into(),
+            u if self.layers > 0 && u == self.layers + 1 => "head".into(),
+            u if self.layers > 0 => format!("block {u}"),
+            u => format!("unit {u}"),
+        }
+    }
+
+    /// The enclosing slices of rank `rank`'s compute thread: `(name,
+    /// start_ns, end_ns)`, outermost first.
+    fn nesting(&self, rank: u32) -> Vec<(String, u64, u64)> {
+        let ops: Vec<&TraceEvent> = self
+            .events
+            .iter()
+            .filter(|e| e.rank == rank && e.stream == Stream::Compute && e.name != IDLE_NAME)
+            .collect();
+        let Some(last) = ops.iter().map(|e| e.end_ns).max() else {
+            return Vec::new();
+        };
+        let mut out = vec![("iteration".to_string(), 0, last)];
+        // Runs of consecutive ops with an equal key, as (first, last) indices.
+        let runs = |from: usize, to: usize, key: &dyn Fn(&TraceEvent) -> (u32, &'static str)| {
+            let mut v = Vec::new();
+            let mut i = from;
+            while i < to {
+                let mut j = i + 1;
+                while j < to && key(ops[j]) == key(ops[i]) {
+                    j += 1;
+                }
+                v.push((i, j));
+                i = j;
+            }
+            v
+        };
+        // Layered: a phase is one layer's run (its forwards, or its
+        // backwards; the head's forward and backward alternate per
+        // micro-batch and form one phase), micro-batches inside. Otherwise
+        // a phase is one micro-batch's forward or backward, layers inside.
+        let unit_key = |e: &TraceEvent| (e.unit, "");
+        let micro_key = |e: &TraceEvent| (e.micro, "");
+        let micro_dir_key = |e: &TraceEvent| (e.micro, direction(e.category));
+        type Key<'k> = &'k dyn Fn(&TraceEvent) -> (u32, &'static str);
+        let (outer, inner): (Key<'_>, Key<'_>) = if self.layer_major {
+            (&unit_key, &micro_key)
+        } else {
+            (&micro_dir_key, &unit_key)
+        };
+        for (i, j) in runs(0, ops.len(), outer) {
+            let e = ops[i];
+            let mut dirs: Vec<&str> = Vec::new();
+            for o in &ops[i..j] {
+                if !dirs.contains(&direction(o.category)) {
+                    dirs.push(direction(o.category));
+                }
+            }
+            let what = match (self.layer_major, e.unit, e.micro) {
+                (true, u, _) if u != NO_INDEX => format!(" {}", self.layer(u)),
+                (false, _, m) if m != NO_INDEX => format!(" micro-batch {m}"),
+                _ => String::new(),
+            };
+            out.push((
+                format!("{}{what}", dirs.join("+")),
+                e.start_ns,
+                ops[j - 1].end_ns,
+            ));
+            for (a, b) in runs(i, j, inner) {
+                if b - a < 2 {
+                    continue;
+                }
+                let f = ops[a];
+                let name = if self.layer_major {
+                    format!("micro-batch {}", f.micro)
+                } else {
+                    self.layer(f.unit)
+                };
+                out.push((name, f.start_ns, ops[b - 1].end_ns));
+            }
+        }
+        out
+    }
+
     /// Number of op records.
     pub fn len(&self) -> usize {
         self.events.len()
@@ -258,22 +374,47 @@ impl Trace {
                 );
             }
         }
+        for rank in 0..self.gpu_processes as u32 {
+            for (name, start, end) in self.nesting(rank) {
+                sep(&mut out);
+                let _ = write!(
+                    out,
+                    "{{\"ph\":\"X\",\"pid\":{rank},\"tid\":{},\"name\":{},\"cat\":\"nest\",\"ts\":",
+                    Stream::Compute.index(),
+                    json_str(&name)
+                );
+                write_us(&mut out, start);
+                out.push_str(",\"dur\":");
+                write_us(&mut out, end - start);
+                out.push_str(",\"args\":{}}");
+            }
+        }
+        // Each collective's slices, by op, for the flow arrows.
+        let mut flows: std::collections::BTreeMap<u32, Vec<&TraceEvent>> = Default::default();
         for e in &self.events {
             sep(&mut out);
             let (name, cat) = if e.name == IDLE_NAME {
-                ("idle", "idle")
+                ("idle".to_string(), "idle")
             } else {
+                let base = self.names.get(e.name as usize).map_or("?", String::as_str);
                 (
-                    self.names.get(e.name as usize).map_or("?", String::as_str),
+                    if e.unit == NO_INDEX {
+                        base.to_string()
+                    } else {
+                        format!("{base} {}", self.layer(e.unit))
+                    },
                     e.category.name(),
                 )
             };
+            if e.participants > 1 {
+                flows.entry(e.op).or_default().push(e);
+            }
             let _ = write!(
                 out,
                 "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"name\":{},\"cat\":\"{}\",\"ts\":",
                 e.rank,
                 e.stream.index(),
-                json_str(name),
+                json_str(&name),
                 cat
             );
             write_us(&mut out, e.start_ns);
@@ -290,8 +431,39 @@ impl Trace {
             if e.participants > 1 {
                 args.push(format!("\"ranks\":{}", e.participants));
             }
+            if let Some(&b) = self.op_bytes.get(&e.op) {
+                args.push(format!("\"bytes\":{b:.0}"));
+                let ns = e.end_ns - e.start_ns;
+                if ns > 0 {
+                    args.push(format!("\"algbw_gbps\":{:.3}", b / ns as f64));
+                }
+            }
             out.push_str(&args.join(","));
             out.push_str("}}");
+        }
+        for (op, mut evs) in flows {
+            evs.sort_by_key(|e| e.rank);
+            let n = evs.len();
+            for (i, e) in evs.iter().enumerate() {
+                let ph = if i == 0 {
+                    "s"
+                } else if i + 1 == n {
+                    "f"
+                } else {
+                    "t"
+                };
+                sep(&mut out);
+                let _ = write!(
+                    out,
+                    "{{\"ph\":\"{ph}\",\"id\":{op},\"pid\":{},\"tid\":{},\"name\":{},\"cat\":\"collective\",{}\"ts\":",
+                    e.rank,
+                    e.stream.index(),
+                    json_str(self.names.get(e.name as usize).map_or("?", String::as_str)),
+                    if ph == "s" { "" } else { "\"bp\":\"e\"," }
+                );
+                write_us(&mut out, e.start_ns);
+                out.push('}');
+            }
         }
         for m in &self.memory {
             sep(&mut out);
@@ -343,11 +515,15 @@ mod tests {
             vec![0, 0],
         );
         run(&g, &mut rec).unwrap();
-        let t = rec.finish();
+        let mut t = rec.finish();
+        t.layers = 2;
         let text = t.to_json();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let evs = v["traceEvents"].as_array().unwrap();
-        let x: Vec<_> = evs.iter().filter(|e| e["ph"] == "X").collect();
+        let x: Vec<_> = evs
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] != "nest")
+            .collect();
         // The collective on both ranks, the compute op, and the compute
         // stream's wait for the collective as an idle slice.
         assert_eq!(x.len(), 4);
@@ -355,7 +531,7 @@ mod tests {
         assert_eq!(idle.len(), 1);
         assert_eq!(idle[0]["ts"].as_f64().unwrap(), 0.0);
         assert_eq!(idle[0]["dur"].as_f64().unwrap(), 1.5);
-        let fwd = x.iter().find(|e| e["name"] == "fwd").unwrap();
+        let fwd = x.iter().find(|e| e["name"] == "fwd block 1").unwrap();
         assert_eq!(fwd["ts"].as_f64().unwrap(), 1.5);
         assert_eq!(fwd["dur"].as_f64().unwrap(), 2.001);
         assert_eq!(fwd["args"]["unit"], 1);

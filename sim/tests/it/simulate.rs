@@ -536,6 +536,100 @@ fn output_is_byte_identical_across_runs() {
     assert!(evs.iter().any(|e| e["ph"] == "C" && e["name"] == "memory"));
 }
 
+/// A trace reads iteration > phase > micro-batch > op on each compute
+/// thread (slices on one thread nest or are disjoint), ops name their
+/// layer, collectives carry bytes and bandwidth and are chained across
+/// their ranks by flow arrows, under layered and micro-batch-major
+/// accumulation.
+#[test]
+fn traces_nest_and_link_collectives() {
+    use sim::strategy::{Accumulation, Attention, Strategy};
+    let c = costs("l4,l4,a6000,p40", "gpt-1.3b", Dtype::Fp16, 16);
+    for acc in [Accumulation::Layered, Accumulation::NoSync] {
+        let strategy = Strategy {
+            accumulation: acc,
+            ..Strategy::cephalo(4, Attention::Eager)
+        };
+        let p = plan(&[4, 4, 6, 2], &[2, 2, 2, 1], None).with_strategy(strategy);
+        let opts = SimOptions {
+            trace: true,
+            ..SimOptions::default()
+        };
+        let text = simulate(&c, &p, &opts).unwrap().trace.unwrap().to_json();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let evs = v["traceEvents"].as_array().unwrap();
+        let xs: Vec<&serde_json::Value> = evs.iter().filter(|e| e["ph"] == "X").collect();
+        let us = |e: &serde_json::Value, k: &str| (e[k].as_f64().unwrap() * 1000.0).round() as i64;
+        // Nesting: on every (pid, tid), two slices are disjoint or one holds the other.
+        let mut by_thread: std::collections::BTreeMap<(u64, u64), Vec<(i64, i64)>> =
+            Default::default();
+        for e in &xs {
+            let t = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
+            let a = us(e, "ts");
+            by_thread.entry(t).or_default().push((a, a + us(e, "dur")));
+        }
+        for (t, v) in &by_thread {
+            for (i, a) in v.iter().enumerate() {
+                for b in &v[i + 1..] {
+                    let disjoint = a.1 <= b.0 || b.1 <= a.0;
+                    let nested = (a.0 <= b.0 && b.1 <= a.1) || (b.0 <= a.0 && a.1 <= b.1);
+                    assert!(
+                        disjoint || nested,
+                        "{acc:?} thread {t:?}: {a:?} and {b:?} overlap"
+                    );
+                }
+            }
+        }
+        let nest: Vec<&str> = xs
+            .iter()
+            .filter(|e| e["cat"] == "nest" && e["pid"] == 0)
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(nest[0], "iteration");
+        match acc {
+            Accumulation::Layered => {
+                assert!(
+                    nest.contains(&"forward block 3") && nest.contains(&"micro-batch 1"),
+                    "{nest:?}"
+                )
+            }
+            _ => assert!(
+                nest.contains(&"backward micro-batch 1") && nest.contains(&"block 3"),
+                "{nest:?}"
+            ),
+        }
+        assert!(xs.iter().any(|e| e["name"] == "fwd block 3"));
+        assert!(xs.iter().any(|e| e["name"] == "all_gather embedding"));
+        // Collectives: bytes and bandwidth; one flow chain per collective over its 4 ranks.
+        let coll: Vec<_> = xs
+            .iter()
+            .filter(|e| e["args"]["ranks"].as_u64() == Some(4))
+            .collect();
+        assert!(!coll.is_empty());
+        for e in &coll {
+            assert!(e["args"]["bytes"].as_f64().unwrap() > 0.0, "{e}");
+            assert!(e["args"]["algbw_gbps"].as_f64().unwrap() > 0.0, "{e}");
+        }
+        let mut chains: std::collections::BTreeMap<u64, Vec<(String, u64)>> = Default::default();
+        for e in evs
+            .iter()
+            .filter(|e| matches!(e["ph"].as_str(), Some("s" | "t" | "f")))
+        {
+            chains.entry(e["id"].as_u64().unwrap()).or_default().push((
+                e["ph"].as_str().unwrap().to_string(),
+                e["pid"].as_u64().unwrap(),
+            ));
+        }
+        assert_eq!(chains.len() * 4, coll.len(), "one chain per collective");
+        for chain in chains.values() {
+            let phases: Vec<&str> = chain.iter().map(|(p, _)| p.as_str()).collect();
+            assert_eq!(phases, ["s", "t", "t", "f"]);
+            let ranks: Vec<u64> = chain.iter().map(|x| x.1).collect();
+            assert_eq!(ranks, [0, 1, 2, 3]);
+        }
+    }
+}
+
 /// See: issue 2 ("an even plan that cannot fit ... reported as out of memory").
 #[test]
 fn r2_llama7b_fp32_on_four_t4_is_out_of_memory() {
