@@ -4,6 +4,7 @@ mod comm;
 mod common;
 mod experiment;
 mod explain;
+mod fuzz;
 mod pipeline;
 mod plan;
 mod predict;

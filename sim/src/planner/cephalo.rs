@@ -896,14 +896,31 @@ fn infeasible_at_once(cf: &ClosedForm<'_>) -> Option<PlanError> {
             .map(|r| (r, costs.usable_gib(r)))
             .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
             .unwrap_or((0, 0.0));
-        return Some(PlanError::Infeasible {
-            message: format!(
-                "the training state ({s:.2} GiB at {} B/param) is larger than the free memory of all GPUs combined \
-                 ({free:.2} GiB after overhead): short by {short:.2} GiB even with zero samples anywhere \
-                 (the largest GPU, {r} {}, has {most:.2} GiB usable)",
+        let fixed = cf.empty_nonstate_gib(costs.rank_type[r]);
+        let message = if free <= 0.0 {
+            format!(
+                "no GPU has memory left for the training state: the fixed overhead and buffers alone \
+                 ({} on the largest GPU, rank {r} {}, with --overhead-gib {}) fill its usable {}",
+                size_gib(fixed),
+                costs.gpu(r).name,
+                costs.options.overhead_gib,
+                size_gib(most)
+            )
+        } else {
+            format!(
+                "the training state ({} at {} B/param) is larger than the free memory of all GPUs combined \
+                 ({} after overhead): short by {} even with zero samples anywhere \
+                 (the largest GPU, {r} {}, has {} usable)",
+                size_gib(s),
                 cf.strategy().gpu_state_bytes_per_param(),
-                costs.gpu(r).name
-            ),
+                size_gib(free),
+                size_gib(short),
+                costs.gpu(r).name,
+                size_gib(most)
+            )
+        };
+        return Some(PlanError::Infeasible {
+            message,
             shortfall_gib: short,
             rank: None,
         });
@@ -1803,5 +1820,15 @@ impl Planner for Cephalo {
             stats,
             notes,
         })
+    }
+}
+
+/// A memory size for a message: GiB with two decimals, MiB below 0.1 GiB
+/// (a tiny model's state is not "0.00 GiB").
+fn size_gib(gib: f64) -> String {
+    if gib.abs() >= 0.1 || gib == 0.0 {
+        format!("{gib:.2} GiB")
+    } else {
+        format!("{:.2} MiB", gib * 1024.0)
     }
 }
