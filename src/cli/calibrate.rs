@@ -8,7 +8,7 @@ use crate::load;
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
 use sim::perfmodel::calibrate::{
-    calibrate, dataset, CvMode, CvReport, ErrorStats, GroupErrors, HOLDOUT_BATCHES,
+    dataset, CvMode, CvReport, ErrorStats, GroupErrors, HOLDOUT_BATCHES,
 };
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -236,7 +236,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .into());
     }
     let label = a.reference.display().to_string();
-    let run = calibrate(&ds, &label);
+    let bar = crate::cli::progress::bar(
+        sim::perfmodel::calibrate::fits_needed(&ds) as u64,
+        "calibrate",
+        "fits",
+    );
+    let run = sim::perfmodel::calibrate::calibrate_observed(&ds, &label, &|| bar.inc(1));
+    bar.finish_and_clear();
     write(
         &a.out,
         &(serde_json::to_string_pretty(&run.calibration)? + "\n"),

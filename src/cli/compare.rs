@@ -56,7 +56,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let spec = args.strategy.spec()?;
     let res = args.workload.resolve()?;
     crate::cli::notes::eprint("warning", &res.costs.warnings);
+    let spin = crate::cli::progress::spinner(&format!("running {} planners", list.len()));
     let cmp = compare(&res.costs, &res.profiles, &list, &opts, &spec);
+    spin.finish_and_clear();
     for r in &cmp.rows {
         match (&r.run, &r.error) {
             // Baselines follow a rule and search nothing: only searches are logged.

@@ -272,7 +272,7 @@ fn run_experiments(a: &RunArgs) -> Result<ExitCode> {
             .iter()
             .filter(|w| shard.is_none_or(|(k, n)| w.index % n == k - 1))
             .count();
-        let bar = progress(todo as u64, &spec.name);
+        let bar = crate::cli::progress::bar(todo as u64, &spec.name, "workloads");
         let tick = || bar.inc(1);
         let empty = ProfileSet::new();
         let inputs = Inputs {
@@ -339,31 +339,6 @@ fn inputs_for<'a>(
     }
 }
 
-fn progress(n: u64, name: &str) -> indicatif::ProgressBar {
-    use std::io::IsTerminal;
-    if !std::io::stderr().is_terminal() {
-        return indicatif::ProgressBar::hidden();
-    }
-    let b = indicatif::ProgressBar::new(n);
-    b.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} workloads ({eta})")
-            .expect("progress template")
-            .progress_chars("=> "),
-    );
-    b.set_message(name.to_string());
-    b
-}
-
-fn csv_of<T: serde::Serialize>(rows: &[T]) -> Result<String> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    for r in rows {
-        w.serialize(r)?;
-    }
-    Ok(String::from_utf8(
-        w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
-    )?)
-}
-
 fn read_csv<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
     if !path.is_file() {
         return Ok(Vec::new());
@@ -378,15 +353,27 @@ fn read_csv<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
 }
 
 fn write_results(dir: &Path, r: &Results) -> Result<()> {
-    out::write_atomic(&dir.join("results.csv"), &csv_of(&r.rows)?, "results")?;
-    out::write_atomic(&dir.join("gpus.csv"), &csv_of(&r.gpus)?, "per-GPU results")?;
+    out::write_atomic(
+        &dir.join("results.csv"),
+        &crate::cli::format::csv_of(&r.rows)?,
+        "results",
+    )?;
+    out::write_atomic(
+        &dir.join("gpus.csv"),
+        &crate::cli::format::csv_of(&r.gpus)?,
+        "per-GPU results",
+    )?;
     if !r.spans.is_empty() {
-        out::write_atomic(&dir.join("timeline.csv"), &csv_of(&r.spans)?, "timelines")?;
+        out::write_atomic(
+            &dir.join("timeline.csv"),
+            &crate::cli::format::csv_of(&r.spans)?,
+            "timelines",
+        )?;
     }
     if !r.validation.is_empty() {
         out::write_atomic(
             &dir.join("validation.csv"),
-            &csv_of(&r.validation)?,
+            &crate::cli::format::csv_of(&r.validation)?,
             "measurements",
         )?;
     }

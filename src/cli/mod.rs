@@ -11,6 +11,7 @@ pub mod plan;
 pub mod predict;
 #[cfg(feature = "exec")]
 pub mod profile;
+pub mod progress;
 pub mod simulate;
 #[cfg(feature = "exec")]
 pub mod validate;

@@ -479,7 +479,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let spec = args.strategy.spec()?;
     let res = args.workload.resolve()?;
     crate::cli::notes::eprint("warning", &res.costs.warnings);
-    let run = plan_and_simulate(&res.costs, &res.profiles, pl.as_ref(), &opts, &spec)?;
+    let spin = crate::cli::progress::spinner(&format!("planning with {}", pl.name()));
+    let run = plan_and_simulate(&res.costs, &res.profiles, pl.as_ref(), &opts, &spec);
+    spin.finish_and_clear();
+    let run = run?;
     log_search(pl.name(), &run.planned.stats, run.elapsed_s);
     crate::cli::notes::eprint("note", &run.planned.notes);
     let (planned, report) = (run.planned, run.report);

@@ -645,45 +645,83 @@ fn mem_mode(mode: &str, points: Vec<MemPoint>) -> MemCv {
     }
 }
 
-/// Leave-one-group-out predictions: refits without each group in turn.
-fn leave_one_out(ds: &Dataset, key: impl Fn(&TimeEntry) -> &str + Sync) -> Vec<CvPoint> {
-    let mut names: Vec<&str> = ds.time.iter().map(&key).collect();
-    names.sort();
-    names.dedup();
+/// Leave-one-group-out predictions: refits without each group in turn,
+/// calling `fitted` after each refit.
+fn leave_one_out(
+    ds: &Dataset,
+    key: impl Fn(&TimeEntry) -> &str + Sync,
+    fitted: &(dyn Fn() + Sync),
+) -> Vec<CvPoint> {
+    let names = distinct(ds.time.iter().map(&key));
     let per: Vec<Vec<CvPoint>> = names
         .par_iter()
         .map(|n| {
             let train: Vec<&TimeEntry> = ds.time.iter().filter(|e| key(e) != *n).collect();
             let test: Vec<&TimeEntry> = ds.time.iter().filter(|e| key(e) == *n).collect();
-            predict_points(&fit_time(&train), &test)
+            let p = predict_points(&fit_time(&train), &test);
+            fitted();
+            p
         })
         .collect();
     per.into_iter().flatten().collect()
 }
 
+/// The distinct values, sorted.
+fn distinct<'a>(it: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut v: Vec<&str> = it.collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// How many fits [`calibrate_observed`] runs on `ds`: the full time and
+/// memory fits, one time refit per GPU and per model left out, one memory
+/// refit per model left out (what a progress bar counts).
+pub fn fits_needed(ds: &Dataset) -> usize {
+    2 + distinct(ds.time.iter().map(|e| e.gpu.as_str())).len()
+        + distinct(ds.time.iter().map(|e| e.model.as_str())).len()
+        + distinct(ds.memory.iter().map(|e| e.model.as_str())).len()
+}
+
 /// Fits everything, cross-validates, and returns the calibration file content
 /// and the report. `reference` labels where the data came from.
 pub fn calibrate(ds: &Dataset, reference: &str) -> CalibrationRun {
+    calibrate_observed(ds, reference, &|| {})
+}
+
+/// [`calibrate`], calling `fitted` after each of its [`fits_needed`] fits
+/// (from several threads: the leave-one-out refits run in parallel).
+pub fn calibrate_observed(
+    ds: &Dataset,
+    reference: &str,
+    fitted: &(dyn Fn() + Sync),
+) -> CalibrationRun {
     let all: Vec<&TimeEntry> = ds.time.iter().collect();
     let mem_all: Vec<&MemEntry> = ds.memory.iter().collect();
     let ((th, mem), (logo, lomo)) = rayon::join(
-        || (fit_time(&all), fit_memory(&mem_all)),
+        || {
+            let th = fit_time(&all);
+            fitted();
+            let mem = fit_memory(&mem_all);
+            fitted();
+            (th, mem)
+        },
         || {
             rayon::join(
-                || leave_one_out(ds, |e| e.gpu.as_str()),
-                || leave_one_out(ds, |e| e.model.as_str()),
+                || leave_one_out(ds, |e| e.gpu.as_str(), fitted),
+                || leave_one_out(ds, |e| e.model.as_str(), fitted),
             )
         },
     );
-    let mut mem_names: Vec<&str> = ds.memory.iter().map(|e| e.model.as_str()).collect();
-    mem_names.sort();
-    mem_names.dedup();
+    let mem_names = distinct(ds.memory.iter().map(|e| e.model.as_str()));
     let mem_lomo: Vec<MemPoint> = mem_names
         .iter()
         .flat_map(|n| {
             let train: Vec<&MemEntry> = ds.memory.iter().filter(|e| e.model != *n).collect();
             let test: Vec<&MemEntry> = ds.memory.iter().filter(|e| e.model == *n).collect();
-            mem_points(&fit_memory(&train), &test)
+            let p = mem_points(&fit_memory(&train), &test);
+            fitted();
+            p
         })
         .collect();
     let report = CvReport {

@@ -8,7 +8,8 @@ use sim::dtype::Dtype;
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;
 use sim::perfmodel::calibrate::{
-    calibrate, dataset, fit_time, Dataset, ErrorStats, TimeEntry, HOLDOUT_BATCHES,
+    calibrate_observed, dataset, fit_time, fits_needed, Dataset, ErrorStats, TimeEntry,
+    HOLDOUT_BATCHES,
 };
 use sim::perfmodel::{roofline_bound_ms, Calibrated, Predictor, BUILTIN_CALIBRATION_JSON};
 use sim::profile::{reference, ProfileSet};
@@ -278,7 +279,13 @@ fn fit_only_entries_are_held_out_not_fitted() {
 #[ignore]
 fn cross_validation_targets() {
     let Some(d) = shared_dir() else { return };
-    let run = calibrate(&reference_dataset(&d), "reference");
+    let ds = reference_dataset(&d);
+    // The progress callback fires once per fit, as many as announced.
+    let fits = std::sync::atomic::AtomicUsize::new(0);
+    let run = calibrate_observed(&ds, "reference", &|| {
+        fits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(fits.into_inner(), fits_needed(&ds));
     let r = &run.report;
     let lomo = r.time_leave_one_model_out.overall;
     assert!(
