@@ -39,6 +39,7 @@
 //! peak and capacity, and the JSON and table do not present the iteration
 //! time as a result (see [`Report::to_json`]).
 
+use crate::cost::CostModel;
 use crate::engine::{Category, Graph, Observer, OpRecord, RunStats, Stream};
 use crate::memory::MemoryTracker;
 use crate::schedule::lower::{CollectiveRecord, Group};
@@ -1262,6 +1263,53 @@ pub struct Assembly<'a> {
     pub classes: &'a crate::symmetry::NodeClasses,
 }
 
+/// Throughput figures of an iteration of `iteration_ms` on `costs`'
+/// workload.
+struct Rates {
+    samples_per_s: f64,
+    tokens_per_s: f64,
+    tflops: f64,
+    mfu: f64,
+    hfu: f64,
+    peak_tflops: f64,
+    model_tflop: f64,
+    hardware_tflop: f64,
+}
+
+impl Rates {
+    fn of(costs: &CostModel, iteration_ms: f64, recompute_flops: f64) -> Rates {
+        let w = &costs.workload;
+        let secs = iteration_ms / 1e3;
+        let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
+        let samples_per_s = per_s(w.global_batch as f64);
+        let model_flops = costs.iteration_model_flops();
+        let peak_tflops: f64 = (0..costs.ranks())
+            .map(|r| {
+                let g = costs.gpu(r);
+                g.peak_tflops(w.dtype).unwrap_or(g.fp32_tflops)
+            })
+            .sum();
+        let util = |flops: f64| {
+            if peak_tflops > 0.0 {
+                per_s(flops) / 1e12 / peak_tflops
+            } else {
+                0.0
+            }
+        };
+        let hw_flops = model_flops + recompute_flops;
+        Rates {
+            samples_per_s,
+            tokens_per_s: samples_per_s * w.model.tokens_per_sample(w.seq_len) as f64,
+            tflops: per_s(model_flops) / 1e12,
+            mfu: util(model_flops),
+            hfu: util(hw_flops),
+            peak_tflops,
+            model_tflop: model_flops / 1e12,
+            hardware_tflop: hw_flops / 1e12,
+        }
+    }
+}
+
 /// Builds the report of a finished run: `stats` from the engine, the
 /// breakdown and memory observers, the trace if recorded.
 pub(crate) fn assemble(
@@ -1281,26 +1329,7 @@ pub(crate) fn assemble(
     let dtype = w.dtype;
     let makespan = stats.makespan.0;
     let iteration_ms = makespan as f64 / 1e6;
-    let secs = iteration_ms / 1e3;
-    let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
-    let samples_per_s = per_s(w.global_batch as f64);
-    let tokens_per_s = samples_per_s * w.model.tokens_per_sample(w.seq_len) as f64;
-    let model_flops = costs.iteration_model_flops();
-    let tflops = per_s(model_flops) / 1e12;
-    let peak_tflops: f64 = (0..ranks)
-        .map(|r| {
-            let g = costs.gpu(r);
-            g.peak_tflops(dtype).unwrap_or(g.fp32_tflops)
-        })
-        .sum();
-    let util = |flops: f64| {
-        if peak_tflops > 0.0 {
-            per_s(flops) / 1e12 / peak_tflops
-        } else {
-            0.0
-        }
-    };
-    let hw_flops = model_flops + a.recompute_flops;
+    let rate = Rates::of(costs, iteration_ms, a.recompute_flops);
     let ns_ms = |ns: u64| ns as f64 / 1e6;
     let memory_source = costs.act.source().to_string();
     let strategy = plan.strategy;
@@ -1450,15 +1479,15 @@ pub(crate) fn assemble(
         strategy,
         oom: !oom_gpus.is_empty() || !oom_hosts.is_empty(),
         iteration_ms,
-        samples_per_s,
-        tokens_per_s,
-        tflops,
-        mfu: util(model_flops),
-        hfu: util(hw_flops),
-        peak_tflops,
+        samples_per_s: rate.samples_per_s,
+        tokens_per_s: rate.tokens_per_s,
+        tflops: rate.tflops,
+        mfu: rate.mfu,
+        hfu: rate.hfu,
+        peak_tflops: rate.peak_tflops,
         price_per_hour_usd: w.cluster.gpus.iter().map(|g| g.price_per_hour_usd).sum(),
-        model_tflop: model_flops / 1e12,
-        hardware_tflop: hw_flops / 1e12,
+        model_tflop: rate.model_tflop,
+        hardware_tflop: rate.hardware_tflop,
         mem_fraction: costs.options.mem_fraction,
         overhead_gib: costs.options.overhead_gib,
         buffers_ref_gib: costs.activations.buffers_ref_bytes / GIB,

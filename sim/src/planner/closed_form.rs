@@ -119,11 +119,24 @@ struct Pair {
     count: f64,
 }
 
+/// A run of consecutive passes with the same pairs.
+#[derive(Debug, Clone, PartialEq)]
+struct PassRun {
+    /// First pass of the run.
+    start: u32,
+    /// Passes in the run.
+    len: u32,
+    /// The pairs of each of its passes.
+    pairs: Vec<Pair>,
+}
+
 /// Pass classes of a micro-batch-major iteration.
 #[derive(Debug, Clone, Default)]
 struct Tally {
-    /// Every pass (layered: the only one), in order: the pairs of each.
-    passes: Vec<Vec<Pair>>,
+    /// Every pass (layered: the only one), in order, as runs of identical
+    /// passes (the middle passes of a micro-batch-major iteration are all
+    /// alike, so the closed form costs O(1) in the pass count).
+    passes: Vec<PassRun>,
     /// First gather and last reduction (exposed).
     first_gather: Option<usize>,
     last_reduce: Option<usize>,
@@ -196,10 +209,11 @@ fn tally_for(schedule: &Schedule<'_>, phases: &[Phase]) -> Tally {
     let mut tally = Tally::default();
     let np = phases.len();
     let per_pass = 2 * layers as usize + 3;
+    let mut passes: Vec<Vec<Pair>> = Vec::new();
     for (p, ph) in phases.iter().enumerate() {
         let k = p / per_pass;
-        if tally.passes.len() <= k {
-            tally.passes.push(Vec::new());
+        if passes.len() <= k {
+            passes.push(Vec::new());
         }
         let reduce = (p > 0 && phases[p - 1].reduce).then(|| class(phases[p - 1].unit, layers));
         let gather = phases
@@ -207,7 +221,7 @@ fn tally_for(schedule: &Schedule<'_>, phases: &[Phase]) -> Tally {
             .filter(|q| q.gather)
             .map(|q| class(q.unit, layers));
         let t = template_of(ph, schedule);
-        let v = &mut tally.passes[k];
+        let v = &mut passes[k];
         match v
             .iter_mut()
             .find(|x| x.template == t && x.reduce == reduce && x.gather == gather)
@@ -218,6 +232,16 @@ fn tally_for(schedule: &Schedule<'_>, phases: &[Phase]) -> Tally {
                 reduce,
                 gather,
                 count: 1.0,
+            }),
+        }
+    }
+    for (k, v) in passes.into_iter().enumerate() {
+        match tally.passes.last_mut() {
+            Some(run) if run.pairs == v => run.len += 1,
+            _ => tally.passes.push(PassRun {
+                start: k as u32,
+                len: 1,
+                pairs: v,
             }),
         }
     }
@@ -685,14 +709,34 @@ impl<'a> ClosedForm<'a> {
                 .sum()
         };
         let body: f64 = match self.passes {
-            None => self.tally.passes.first().map_or(0.0, |v| pass(v, 0)),
-            Some(_) if o.batch == 0 => self.tally.passes.iter().map(|v| pass(v, 0)).sum(),
+            None => self.tally.passes.first().map_or(0.0, |v| pass(&v.pairs, 0)),
+            Some(_) if o.batch == 0 => self
+                .tally
+                .passes
+                .iter()
+                .map(|v| v.len as f64 * pass(&v.pairs, 0))
+                .sum(),
+            // The first `rem` passes run the larger micro-batch (size
+            // index 0), the others the smaller one (index 1).
             Some(_) => self
                 .tally
                 .passes
                 .iter()
-                .enumerate()
-                .map(|(k, v)| pass(v, usize::from(o.rem > 0 && k as u32 >= o.rem)))
+                .map(|v| {
+                    let larger = if o.rem == 0 {
+                        v.len
+                    } else {
+                        o.rem.saturating_sub(v.start).min(v.len)
+                    };
+                    let mut t = 0.0;
+                    if larger > 0 {
+                        t += larger as f64 * pass(&v.pairs, 0);
+                    }
+                    if larger < v.len {
+                        t += (v.len - larger) as f64 * pass(&v.pairs, 1);
+                    }
+                    t
+                })
                 .sum(),
         };
         let head = self.tally.first_gather.map_or(0.0, |k| c.ag[k]);
