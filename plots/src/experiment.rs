@@ -181,8 +181,11 @@ fn stacked(
     let memory = f.kind == "memory";
     let names: Vec<String> = if memory {
         vec![
-            "constant: state, buffers".into(),
-            "activations (peak)".into(),
+            "training-state shard".into(),
+            "framework overhead".into(),
+            "gathered parameters".into(),
+            "gradient buffers".into(),
+            "activations".into(),
             "free (of usable)".into(),
         ]
     } else {
@@ -211,10 +214,12 @@ fn stacked(
         ));
         for g in gs {
             let vals = if memory {
-                let act = (g.peak_mem_gib - g.base_mem_gib).max(0.0);
                 vec![
-                    g.base_mem_gib,
-                    act,
+                    g.state_gib,
+                    g.overhead_gib,
+                    g.unsharded_params_gib,
+                    g.gradients_gib,
+                    g.activations_gib,
                     (g.usable_gib - g.peak_mem_gib).max(0.0),
                 ]
             } else {

@@ -198,7 +198,7 @@ pub const AXES: [&str; 9] = [
 ];
 
 /// Metrics a figure may show, with their units.
-pub const METRICS: [(&str, &str); 8] = [
+pub const METRICS: [(&str, &str); 10] = [
     ("samples_per_s", "samples/s"),
     ("tokens_per_s", "tokens/s"),
     ("iteration_ms", "ms"),
@@ -207,6 +207,8 @@ pub const METRICS: [(&str, &str); 8] = [
     ("usd_per_million_tokens", "USD per million tokens"),
     ("speedup_vs_fsdp", "x over even FSDP"),
     ("samples_per_s_per_usd_hour", "samples/s per USD/h"),
+    ("search_candidates", "candidate plans priced"),
+    ("search_simulations", "plans simulated or fast-evaluated"),
 ];
 
 /// Figure kinds.
@@ -390,6 +392,11 @@ pub struct ResultRow {
     pub speedup_vs_fsdp: Option<f64>,
     /// samples/s per USD/h of the cluster.
     pub samples_per_s_per_usd_hour: Option<f64>,
+    /// The planner's search: candidate plans it priced in closed form
+    /// (deterministic, unlike its wall time).
+    pub search_candidates: Option<u64>,
+    /// The planner's search: plans it simulated or fast-evaluated.
+    pub search_simulations: Option<u64>,
     /// Where the compute numbers came from (per GPU type, `;`-joined).
     pub sources: String,
 }
@@ -406,6 +413,8 @@ impl ResultRow {
             "usd_per_million_tokens" => self.usd_per_million_tokens,
             "speedup_vs_fsdp" => self.speedup_vs_fsdp,
             "samples_per_s_per_usd_hour" => self.samples_per_s_per_usd_hour,
+            "search_candidates" => self.search_candidates.map(|v| v as f64),
+            "search_simulations" => self.search_simulations.map(|v| v as f64),
             _ => None,
         }
     }
@@ -458,9 +467,17 @@ pub struct GpuRow {
     pub host_ms: f64,
     /// Idle, ms.
     pub idle_ms: f64,
-    /// Constant memory (state, buffers, overhead), GiB.
-    pub base_mem_gib: f64,
-    /// Peak memory, GiB.
+    /// At the peak: the training-state shard, GiB.
+    pub state_gib: f64,
+    /// At the peak: framework overhead and fixed workspaces, GiB.
+    pub overhead_gib: f64,
+    /// At the peak: all-gathered parameters, GiB.
+    pub unsharded_params_gib: f64,
+    /// At the peak: unsharded gradient buffers, GiB.
+    pub gradients_gib: f64,
+    /// At the peak: activations and workspaces, GiB.
+    pub activations_gib: f64,
+    /// Peak memory (the sum of the five parts), GiB.
     pub peak_mem_gib: f64,
     /// Usable memory, GiB.
     pub usable_gib: f64,
@@ -1051,6 +1068,9 @@ fn run_one(
                 let fits = !rep.oom;
                 row.strategy = r.planned.plan.label();
                 row.oom = rep.oom;
+                let st = &r.planned.stats;
+                row.search_candidates = Some(st.candidates);
+                row.search_simulations = Some(st.simulated + st.fast_evaluated);
                 row.iteration_ms = Some(rep.iteration_ms);
                 row.samples_per_s = fits.then_some(rep.samples_per_s);
                 row.tokens_per_s = fits.then_some(rep.tokens_per_s);
@@ -1081,7 +1101,11 @@ fn run_one(
                         copy_ms: g.copy_ms,
                         host_ms: g.host_ms,
                         idle_ms: g.idle_ms,
-                        base_mem_gib: g.base_mem_gib,
+                        state_gib: g.memory.state_gib,
+                        overhead_gib: g.memory.overhead_gib,
+                        unsharded_params_gib: g.memory.unsharded_params_gib,
+                        gradients_gib: g.memory.gradients_gib,
+                        activations_gib: g.memory.activations_gib,
                         peak_mem_gib: g.peak_mem_gib,
                         usable_gib: g.usable_gib,
                     });
@@ -1400,12 +1424,15 @@ fn paragraph(f: &FigureSpec, results: &Results) -> String {
                         });
                     if let Some((u, g)) = worst {
                         parts.push(format!(
-                            "{p}: fullest GPU rank {} ({}) at {:.0}% of usable, {:.1} GiB constant + {:.1} GiB activations",
+                            "{p}: fullest GPU rank {} ({}) at {:.0}% of usable: {:.1} GiB state shard, {:.1} overhead, {:.1} gathered parameters, {:.1} gradient buffers, {:.1} activations",
                             g.rank,
                             g.gpu,
                             100.0 * u,
-                            g.base_mem_gib,
-                            (g.peak_mem_gib - g.base_mem_gib).max(0.0)
+                            g.state_gib,
+                            g.overhead_gib,
+                            g.unsharded_params_gib,
+                            g.gradients_gib,
+                            g.activations_gib
                         ));
                     }
                 }
