@@ -309,6 +309,29 @@ pub fn normalize_gpu_name(name: &str) -> String {
     out
 }
 
+/// `user`'s entries, then those of `builtin` that share no key with any of
+/// them (`keys`: an entry's normalised name and aliases), and the `name`
+/// of each `builtin` entry left out. Shared by the GPU and model catalogs'
+/// `with_user`.
+pub(crate) fn user_first<T: Clone>(
+    user: &[T],
+    builtin: &[T],
+    name: impl Fn(&T) -> String,
+    keys: impl Fn(&T) -> Vec<String>,
+) -> (Vec<T>, Vec<String>) {
+    let taken: std::collections::BTreeSet<String> = user.iter().flat_map(&keys).collect();
+    let mut out: Vec<T> = user.to_vec();
+    let mut replaced = Vec::new();
+    for e in builtin {
+        if keys(e).iter().any(|x| taken.contains(x)) {
+            replaced.push(name(e));
+        } else {
+            out.push(e.clone());
+        }
+    }
+    (out, replaced)
+}
+
 /// Name lookup shared by the GPU and model catalogs.
 ///
 /// Three tiers, tried in order: the exact name or alias ignoring case; the
@@ -481,22 +504,14 @@ impl GpuCatalog {
         user: &GpuCatalog,
         origin: &str,
     ) -> Result<(GpuCatalog, Vec<String>), SpecError> {
-        let keys = |g: &GpuSpec| -> Vec<String> {
+        let name = |g: &GpuSpec| g.name.clone();
+        let (gpus, replaced) = user_first(&user.gpus, &self.gpus, name, |g: &GpuSpec| {
             std::iter::once(&g.name)
                 .chain(&g.aliases)
                 .map(|k| normalize_gpu_name(k))
                 .collect()
-        };
-        let taken: std::collections::BTreeSet<String> = user.gpus.iter().flat_map(keys).collect();
-        let (replaced, kept): (Vec<&GpuSpec>, Vec<&GpuSpec>) = self
-            .gpus
-            .iter()
-            .partition(|g| keys(g).iter().any(|k| taken.contains(k)));
-        let gpus = user.gpus.iter().chain(kept).cloned().collect();
-        Ok((
-            GpuCatalog::from_specs(gpus, origin)?,
-            replaced.into_iter().map(|g| g.name.clone()).collect(),
-        ))
+        });
+        Ok((GpuCatalog::from_specs(gpus, origin)?, replaced))
     }
 
     /// All GPU types, in catalog order.

@@ -690,22 +690,15 @@ impl ModelCatalog {
         user: &ModelCatalog,
         origin: &str,
     ) -> Result<(ModelCatalog, Vec<String>), SpecError> {
-        let keys = |m: &ModelSpec| -> Vec<String> {
-            std::iter::once(&m.name)
-                .chain(&m.aliases)
-                .map(|k| normalize_model_name(k))
-                .collect()
-        };
-        let taken: std::collections::BTreeSet<String> = user.models.iter().flat_map(keys).collect();
-        let (replaced, kept): (Vec<&ModelSpec>, Vec<&ModelSpec>) = self
-            .models
-            .iter()
-            .partition(|m| keys(m).iter().any(|k| taken.contains(k)));
-        let models = user.models.iter().chain(kept).cloned().collect();
-        Ok((
-            ModelCatalog::from_specs(models, origin)?,
-            replaced.into_iter().map(|m| m.name.clone()).collect(),
-        ))
+        let name = |m: &ModelSpec| m.name.clone();
+        let (models, replaced) =
+            crate::gpu::user_first(&user.models, &self.models, name, |m: &ModelSpec| {
+                std::iter::once(&m.name)
+                    .chain(&m.aliases)
+                    .map(|k| normalize_model_name(k))
+                    .collect()
+            });
+        Ok((ModelCatalog::from_specs(models, origin)?, replaced))
     }
 
     /// All models, in catalog order.

@@ -508,7 +508,7 @@ impl ErrorBand {
             None => {
                 let s = &self.time_leave_one_gpu_out;
                 format!(
-                    "cross-validated error {:.0}% median, {:.0}% p90 (each GPU type left out of the fit in turn, {} points; {gpu} was not in the data)",
+                    "cross-validated error {:.0}% median, {:.0}% p90 (each GPU type left out in turn, {} points; no {gpu} in the data)",
                     s.median_ape_pct, s.p90_ape_pct, s.points
                 )
             }
