@@ -207,10 +207,10 @@ impl MemoryBreakdown {
 }
 
 /// The per-GPU memory at the peak by component, with the headroom to the
-/// policy limit and to the capacity: one row per rank (`gpus[r]`,
-/// `memory[r]`), identical ranks grouped on large clusters as in the main
+/// policy limit and to the capacity: one row per rank (`(gpu, memory)` in
+/// rank order), identical ranks grouped on large clusters as in the main
 /// table.
-pub fn memory_table(gpus: &[String], memory: &[MemoryBreakdown]) -> String {
+pub fn memory_table<'a>(gpu_rows: impl Iterator<Item = (&'a str, &'a MemoryBreakdown)>) -> String {
     let mut s = String::from("memory at each GPU's peak, GiB (limit = capacity x mem fraction):\n");
     let header = [
         "rank",
@@ -228,10 +228,10 @@ pub fn memory_table(gpus: &[String], memory: &[MemoryBreakdown]) -> String {
         "",
     ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
-    for (r, (g, m)) in gpus.iter().zip(memory).enumerate() {
+    for (r, (g, m)) in gpu_rows.enumerate() {
         rows.push(vec![
             r.to_string(),
-            g.clone(),
+            g.to_string(),
             format!("{:.2}", m.state_gib),
             format!("{:.2}", m.overhead_gib),
             format!("{:.2}", m.unsharded_params_gib),
@@ -249,7 +249,8 @@ pub fn memory_table(gpus: &[String], memory: &[MemoryBreakdown]) -> String {
             },
         ]);
     }
-    if gpus.len() > GROUP_ROWS_ABOVE {
+    // `rows` holds the header too.
+    if rows.len() - 1 > GROUP_ROWS_ABOVE {
         rows = group_rows(rows);
     }
     write_aligned(&mut s, &rows, |c| c == 1 || c == 12);
@@ -873,9 +874,7 @@ impl Report {
         // Text columns left-aligned, numbers right-aligned.
         write_aligned(&mut s, &rows, |c| c == 1 || c == 13 || c == 14);
         s.push('\n');
-        let names: Vec<String> = self.gpus.iter().map(|g| g.gpu.clone()).collect();
-        let parts: Vec<MemoryBreakdown> = self.gpus.iter().map(|g| g.memory.clone()).collect();
-        s += &memory_table(&names, &parts);
+        s += &memory_table(self.gpus.iter().map(|g| (g.gpu.as_str(), &g.memory)));
         if self.hosts.iter().any(|h| h.peak_gib > 0.0) {
             let line = |h: &HostReport| {
                 format!(

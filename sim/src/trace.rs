@@ -245,14 +245,23 @@ impl Trace {
         }
     }
 
-    /// The enclosing slices of rank `rank`'s compute thread: `(name,
-    /// start_ns, end_ns)`, outermost first.
-    fn nesting(&self, rank: u32) -> Vec<(String, u64, u64)> {
-        let ops: Vec<&TraceEvent> = self
-            .events
-            .iter()
-            .filter(|e| e.rank == rank && e.stream == Stream::Compute && e.name != IDLE_NAME)
-            .collect();
+    /// The compute ops of every GPU rank (idle slices left out), in engine
+    /// order, from one pass over the events.
+    fn compute_ops(&self) -> Vec<Vec<&TraceEvent>> {
+        let mut by_rank: Vec<Vec<&TraceEvent>> = vec![Vec::new(); self.gpu_processes];
+        for e in &self.events {
+            if e.stream == Stream::Compute && e.name != IDLE_NAME {
+                if let Some(v) = by_rank.get_mut(e.rank as usize) {
+                    v.push(e);
+                }
+            }
+        }
+        by_rank
+    }
+
+    /// The enclosing slices of one rank's compute thread, given its compute
+    /// ops in order: `(name, start_ns, end_ns)`, outermost first.
+    fn nesting(&self, ops: &[&TraceEvent]) -> Vec<(String, u64, u64)> {
         let Some(last) = ops.iter().map(|e| e.end_ns).max() else {
             return Vec::new();
         };
@@ -374,8 +383,8 @@ impl Trace {
                 );
             }
         }
-        for rank in 0..self.gpu_processes as u32 {
-            for (name, start, end) in self.nesting(rank) {
+        for (rank, ops) in self.compute_ops().iter().enumerate() {
+            for (name, start, end) in self.nesting(ops) {
                 sep(&mut out);
                 let _ = write!(
                     out,

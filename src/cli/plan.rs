@@ -401,7 +401,7 @@ fn table(o: &PlanOutput, summary: &str) -> String {
         );
     }
     s.push('\n');
-    s += &sim::report::memory_table(&o.gpus, &o.simulated.memory);
+    s += &sim::report::memory_table(o.gpus.iter().map(String::as_str).zip(&o.simulated.memory));
     if let Some(m) = o.makespan_ms_per_block {
         let _ = writeln!(s, "makespan_ms_per_block (reference objective): {m:.6}");
         if let (Some(e), Some(h)) = (&o.max_bs_even_shard, &o.max_bs) {
