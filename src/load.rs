@@ -10,9 +10,11 @@ use sim::profile::{native, reference, ProfileSet};
 use std::path::Path;
 use std::sync::OnceLock;
 
-/// The catalogs this run looks names up in: the built-in ones, extended by
-/// `--gpu-catalog` / `--model-catalog` (set once, before the command runs).
-static CATALOGS: OnceLock<(GpuCatalog, ModelCatalog)> = OnceLock::new();
+/// The catalogs this run looks names up in when `--gpu-catalog` /
+/// `--model-catalog` extend the built-in ones (set once, before the command
+/// runs; unset, lookups use the built-in catalogs directly).
+static USER_GPUS: OnceLock<GpuCatalog> = OnceLock::new();
+static USER_MODELS: OnceLock<ModelCatalog> = OnceLock::new();
 
 /// Reads `--gpu-catalog` and `--model-catalog` (same formats as
 /// `profiles/gpus.toml` and `profiles/models.toml`) and makes their entries
@@ -20,42 +22,35 @@ static CATALOGS: OnceLock<(GpuCatalog, ModelCatalog)> = OnceLock::new();
 /// with a built-in one replaces it. Returns notes naming what was replaced.
 pub fn install_catalogs(gpu: Option<&Path>, model: Option<&Path>) -> Result<Vec<String>> {
     let mut notes = Vec::new();
-    let gpus = match gpu {
-        None => GpuCatalog::builtin().clone(),
-        Some(p) => {
-            let origin = p.display().to_string();
-            let user = GpuCatalog::from_toml(&read_text(p)?, &origin)?;
-            let (cat, replaced) = GpuCatalog::builtin().with_user(&user, &origin)?;
-            for r in replaced {
-                notes.push(format!("{origin}: replaces the built-in GPU type `{r}`"));
-            }
-            cat
+    if let Some(p) = gpu {
+        let origin = p.display().to_string();
+        let user = GpuCatalog::from_toml(&read_text(p)?, &origin)?;
+        let (cat, replaced) = GpuCatalog::builtin().with_user(&user, &origin)?;
+        for r in replaced {
+            notes.push(format!("{origin}: replaces the built-in GPU type `{r}`"));
         }
-    };
-    let models = match model {
-        None => ModelCatalog::builtin().clone(),
-        Some(p) => {
-            let origin = p.display().to_string();
-            let user = ModelCatalog::from_toml(&read_text(p)?, &origin)?;
-            let (cat, replaced) = ModelCatalog::builtin().with_user(&user, &origin)?;
-            for r in replaced {
-                notes.push(format!("{origin}: replaces the built-in model `{r}`"));
-            }
-            cat
+        let _ = USER_GPUS.set(cat);
+    }
+    if let Some(p) = model {
+        let origin = p.display().to_string();
+        let user = ModelCatalog::from_toml(&read_text(p)?, &origin)?;
+        let (cat, replaced) = ModelCatalog::builtin().with_user(&user, &origin)?;
+        for r in replaced {
+            notes.push(format!("{origin}: replaces the built-in model `{r}`"));
         }
-    };
-    let _ = CATALOGS.set((gpus, models));
+        let _ = USER_MODELS.set(cat);
+    }
     Ok(notes)
 }
 
 /// The GPU catalog of this run (built in, plus `--gpu-catalog`).
 pub fn gpus() -> &'static GpuCatalog {
-    CATALOGS.get().map_or(GpuCatalog::builtin(), |c| &c.0)
+    USER_GPUS.get().unwrap_or_else(|| GpuCatalog::builtin())
 }
 
 /// The model catalog of this run (built in, plus `--model-catalog`).
 pub fn models() -> &'static ModelCatalog {
-    CATALOGS.get().map_or(ModelCatalog::builtin(), |c| &c.1)
+    USER_MODELS.get().unwrap_or_else(|| ModelCatalog::builtin())
 }
 
 /// The model a `--model` value names: a catalog name or alias, or the path
