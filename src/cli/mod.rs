@@ -107,6 +107,16 @@ fn no_exec(command: &str) -> anyhow::Result<ExitCode> {
 
 /// Runs the chosen subcommand.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // A study is reproducible from its spec alone: the library runs it on
+    // the built-in catalogs, so extra ones would be silently ignored.
+    if matches!(cli.command, Command::Experiment(_))
+        && (cli.gpu_catalog.is_some() || cli.model_catalog.is_some())
+    {
+        return Err(UserError(
+            "--gpu-catalog / --model-catalog: experiments run on the built-in catalogs (a study must be reproducible from its spec); use them with simulate, plan, compare, predict or list".into(),
+        )
+        .into());
+    }
     for note in
         crate::load::install_catalogs(cli.gpu_catalog.as_deref(), cli.model_catalog.as_deref())?
     {

@@ -152,6 +152,15 @@ seq_len = 1024
         v["seq_len"], 1024,
         "the user's gpt-1.3b, not the built-in one"
     );
+    // Experiments run on the built-in catalogs: the flags are refused, not ignored.
+    let o = run(&[
+        "experiment",
+        "list",
+        "--gpu-catalog",
+        gpus.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("built-in catalogs"), "{}", o.stderr);
     // The new type is listed; a broken catalog names its file and field.
     let o = run(&["list", "gpus", "--gpu-catalog", gpus.to_str().unwrap()]);
     assert!(o.stdout.contains("lab-card"));
