@@ -21,6 +21,7 @@ pub mod engine;
 pub mod error;
 pub mod experiment;
 pub mod fast;
+pub mod fold;
 pub mod gpu;
 pub mod hf_config;
 pub mod limits;

@@ -28,6 +28,9 @@ pub struct MemoryTracker {
     current: Vec<i64>,
     peak: Vec<i64>,
     peak_at: Vec<SimTime>,
+    /// Per pool: the op of the last change applied, and that op at the peak.
+    last_op: Vec<OpId>,
+    peak_op: Vec<Option<OpId>>,
     min_dynamic: Vec<i64>,
     /// Dynamic bytes per [`MemKind`] now, and at the peak.
     by_kind: Vec<[i64; MemKind::COUNT]>,
@@ -48,6 +51,8 @@ impl MemoryTracker {
             peak: base_bytes.clone(),
             base: base_bytes,
             peak_at: vec![SimTime::ZERO; n],
+            last_op: vec![OpId(0); n],
+            peak_op: vec![None; n],
             min_dynamic: vec![0; n],
             by_kind: vec![[0; MemKind::COUNT]; n],
             peak_by_kind: vec![[0; MemKind::COUNT]; n],
@@ -66,6 +71,7 @@ impl MemoryTracker {
             if c > self.peak[r] {
                 self.peak[r] = c;
                 self.peak_at[r] = self.now;
+                self.peak_op[r] = Some(self.last_op[r]);
                 self.peak_by_kind[r] = self.by_kind[r];
             }
             let d = c - self.base[r];
@@ -105,6 +111,16 @@ impl MemoryTracker {
         }
     }
 
+    /// An op whose memory change made the peak of `rank` (the last one
+    /// applied at [`Self::peak_time`]); `None` while at the base.
+    pub fn peak_op(&self, rank: usize) -> Option<OpId> {
+        if self.is_touched[rank] && self.current[rank] > self.peak[rank] {
+            Some(self.last_op[rank])
+        } else {
+            self.peak_op[rank]
+        }
+    }
+
     /// The dynamic part of the peak of `rank` by [`MemKind`] (bytes, indexed
     /// by [`MemKind::index`]; with the base they sum to [`Self::peak_bytes`]).
     pub fn peak_by_kind(&self, rank: usize) -> [i64; MemKind::COUNT] {
@@ -134,7 +150,7 @@ impl MemoryTracker {
 impl Observer for MemoryTracker {
     fn on_op(&mut self, _rec: &OpRecord<'_>) {}
 
-    fn on_mem(&mut self, rank: u32, time: SimTime, delta_bytes: i64, kind: MemKind, _op: OpId) {
+    fn on_mem(&mut self, rank: u32, time: SimTime, delta_bytes: i64, kind: MemKind, op: OpId) {
         let r = rank as usize;
         if r >= self.current.len() {
             return;
@@ -147,6 +163,7 @@ impl Observer for MemoryTracker {
         self.current[r] = self.current[r].saturating_add(delta_bytes);
         let k = &mut self.by_kind[r][kind.index()];
         *k = k.saturating_add(delta_bytes);
+        self.last_op[r] = op;
         if !self.is_touched[r] {
             self.is_touched[r] = true;
             self.touched.push(rank);
@@ -176,6 +193,7 @@ mod tests {
         m.on_mem(1, SimTime(8), -1, A, OpId(2));
         assert_eq!(m.peak_bytes(0), 180);
         assert_eq!(m.peak_time(0), SimTime(6));
+        assert_eq!(m.peak_op(0), Some(OpId(1)));
         assert_eq!(m.current_bytes(0), 100);
         assert_eq!(m.min_dynamic_bytes(1), -1);
         assert_eq!(m.peak_bytes(1), 0);

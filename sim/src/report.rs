@@ -385,6 +385,8 @@ pub struct Timing {
 ///   "ops": int, "events": int,                      -- size of the simulated task graph
 ///   "simulated_gpus": int                           -- GPUs simulated event by event (the
 ///                                                      others have an identical node's timeline)
+///   "folded_passes": int                            -- micro-batch passes not simulated event by
+///                                                      event (repeats of a periodic pattern)
 /// }
 /// ```
 ///
@@ -463,6 +465,9 @@ pub struct Report {
     /// GPUs simulated event by event; each other GPU has the timeline of
     /// its twin on an identical node ([`crate::symmetry`]).
     pub simulated_gpus: usize,
+    /// Micro-batch passes not simulated event by event: each repeats an
+    /// exactly periodic pattern of the simulated passes ([`crate::fold`]).
+    pub folded_passes: u32,
     /// The stages as simulated (pipeline plans only).
     pub pipeline: Option<PipelineReport>,
     /// The trace, when requested.
@@ -677,6 +682,7 @@ struct ReportJson<'a> {
     ops: u64,
     events: u64,
     simulated_gpus: usize,
+    folded_passes: u32,
 }
 
 impl Report {
@@ -749,6 +755,7 @@ impl Report {
             ops: self.ops,
             events: self.events,
             simulated_gpus: self.simulated_gpus,
+            folded_passes: self.folded_passes,
         };
         let mut s =
             serde_json::to_string_pretty(&j).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
@@ -1077,6 +1084,10 @@ pub(crate) struct RankTimes {
     pub(crate) contention: u64,
     pub(crate) finish: u64,
     prev_compute_end: u64,
+    /// Pass of the previous compute op (`None`: none yet), and of the
+    /// rank's latest-ending op.
+    prev_compute_pass: Option<u32>,
+    last_pass: Option<u32>,
     comm_iv: VecDeque<(u64, u64)>,
     copy_iv: VecDeque<(u64, u64)>,
     host_iv: VecDeque<(u64, u64)>,
@@ -1103,6 +1114,11 @@ pub(crate) struct Breakdown<'g> {
     pub(crate) ranks: Vec<RankTimes>,
     /// Actual duration of every collective op (ns), by op.
     pub(crate) collective_ns: std::collections::HashMap<u32, u64>,
+    /// The folded blocks of a reduced run ([`crate::fold::Unfold::blocks`])
+    /// and, per block and rank, when the rank's first op of the block
+    /// starts (ns; `None`: the rank has none): the window `[start, start +
+    /// delta)` holds one period of its timeline.
+    pub(crate) blocks: Vec<(crate::fold::Block, Vec<Option<u64>>)>,
 }
 
 impl<'g> Breakdown<'g> {
@@ -1113,6 +1129,7 @@ impl<'g> Breakdown<'g> {
             end_ns: vec![0; graph.len()],
             ranks: vec![RankTimes::default(); ranks],
             collective_ns: std::collections::HashMap::new(),
+            blocks: Vec::new(),
         }
     }
 
@@ -1120,31 +1137,25 @@ impl<'g> Breakdown<'g> {
     /// the tail after its last compute op, by priority host, copy,
     /// communication, idle; then the barrier.
     pub(crate) fn finish(&mut self, makespan_ns: u64) {
-        for r in &mut self.ranks {
+        for (r_index, r) in self.ranks.iter_mut().enumerate() {
             let (a, f) = (r.prev_compute_end, r.finish.max(r.prev_compute_end));
             if f > a {
-                // Sweep the breakpoints of the tail's intervals.
-                let mut points: Vec<u64> = vec![a, f];
-                for iv in [&r.host_iv, &r.copy_iv, &r.comm_iv] {
-                    for &(s, e) in iv {
-                        points.extend([s.clamp(a, f), e.clamp(a, f)]);
+                let mut t = tail(r, a, f);
+                let rank = r_index;
+                for (b, starts) in &self.blocks {
+                    if spans(b, r.prev_compute_pass, r.last_pass) {
+                        let x = starts[rank].map_or([0, 0, 0, b.delta_ns], |w0| {
+                            tail(r, w0, w0.saturating_add(b.delta_ns))
+                        });
+                        for (t, x) in t.iter_mut().zip(x) {
+                            *t = t.saturating_add(x.saturating_mul(b.copies));
+                        }
                     }
                 }
-                points.sort_unstable();
-                points.dedup();
-                for w in points.windows(2) {
-                    let (x, y) = (w[0], w[1]);
-                    let d = y - x;
-                    if covered(&r.host_iv, x) {
-                        r.host += d;
-                    } else if covered(&r.copy_iv, x) {
-                        r.copy += d;
-                    } else if covered(&r.comm_iv, x) {
-                        r.exposed_comm += d;
-                    } else {
-                        r.idle += d;
-                    }
-                }
+                r.host += t[0];
+                r.copy += t[1];
+                r.exposed_comm += t[2];
+                r.idle += t[3];
             }
             r.idle += makespan_ns.saturating_sub(f);
             r.prev_compute_end = makespan_ns;
@@ -1152,8 +1163,55 @@ impl<'g> Breakdown<'g> {
     }
 }
 
+/// Whether a rank's wait from an op of pass `from` to one of pass `to`
+/// (`None`: the iteration's start) spans the folded block `b`.
+fn spans(b: &crate::fold::Block, from: Option<u32>, to: Option<u32>) -> bool {
+    from.is_none_or(|p| p < b.passes.start) && to.is_some_and(|p| p >= b.passes.end)
+}
+
+/// The span `[a, f)` of a rank's timeline after its last compute op, ns:
+/// `[host, copy, communication, idle]` by that priority.
+fn tail(r: &RankTimes, a: u64, f: u64) -> [u64; 4] {
+    let mut out = [0u64; 4];
+    // Sweep the breakpoints of the tail's intervals.
+    let mut points: Vec<u64> = vec![a, f];
+    for iv in [&r.host_iv, &r.copy_iv, &r.comm_iv] {
+        for &(s, e) in iv {
+            points.extend([s.clamp(a, f), e.clamp(a, f)]);
+        }
+    }
+    points.sort_unstable();
+    points.dedup();
+    for w in points.windows(2) {
+        let (x, y) = (w[0], w[1]);
+        let d = y - x;
+        let k = if covered(&r.host_iv, x) {
+            0
+        } else if covered(&r.copy_iv, x) {
+            1
+        } else if covered(&r.comm_iv, x) {
+            2
+        } else {
+            3
+        };
+        out[k] += d;
+    }
+    out
+}
+
 impl Observer for Breakdown<'_> {
     fn on_op(&mut self, rec: &OpRecord<'_>) {
+        self.on_op_weighted(rec, 1);
+    }
+}
+
+impl Breakdown<'_> {
+    /// Adds `rec` as `weight` executions of the op (a folded period's op
+    /// stands for its copies, [`crate::fold`]): every time it adds counts
+    /// `weight` times; its timeline (stall attribution, the rank's finish)
+    /// is the reduced run's.
+    pub(crate) fn on_op_weighted(&mut self, rec: &OpRecord<'_>, weight: u64) {
+        let w = weight;
         let (s, e) = (rec.start.0, rec.end.0);
         self.end_ns[rec.op.0 as usize] = e;
         self.start_ns[rec.op.0 as usize] = s;
@@ -1163,28 +1221,31 @@ impl Observer for Breakdown<'_> {
         let Some(r) = self.ranks.get_mut(rec.rank as usize) else {
             return;
         };
-        r.finish = r.finish.max(e);
+        if e >= r.finish {
+            r.finish = e;
+            r.last_pass = Some(rec.label.micro);
+        }
         let stretch = (e - s).saturating_sub(rec.nominal.0);
         if rec.stream == Stream::Compute {
-            r.interference += stretch;
+            r.interference += stretch.saturating_mul(w);
         } else {
-            r.contention += stretch;
+            r.contention += stretch.saturating_mul(w);
         }
         match rec.stream {
             Stream::Comm | Stream::Reduce => {
-                r.comm_busy += e - s;
+                r.comm_busy += (e - s).saturating_mul(w);
                 if e > s {
                     r.comm_iv.push_back((s, e));
                 }
             }
             Stream::Copy => {
-                r.copy_busy += e - s;
+                r.copy_busy += (e - s).saturating_mul(w);
                 if e > s {
                     r.copy_iv.push_back((s, e));
                 }
             }
             Stream::Host => {
-                r.host_busy += e - s;
+                r.host_busy += (e - s).saturating_mul(w);
                 if e > s {
                     r.host_iv.push_back((s, e));
                 }
@@ -1201,37 +1262,53 @@ impl Observer for Breakdown<'_> {
                             last = Some((de, self.graph.op_label(d).category, d.0 as usize));
                         }
                     }
-                    let (busy, is_comm) = match last.map(|x| (x.1, x.2)) {
-                        Some((c, _)) if c.is_collective() => (overlap(&r.comm_iv, a, s), true),
+                    let kind = last.map(|x| (x.1, x.2));
+                    // Busy time of what the gap waited for inside [x, y).
+                    let busy_in = |x: u64, y: u64| match kind {
+                        Some((c, _)) if c.is_collective() => (overlap(&r.comm_iv, x, y), true),
                         // A pipeline transfer from another GPU: waiting while
                         // it runs is exposed communication, before it idle.
                         Some((Category::P2p, d)) => {
-                            let (ds, de) = (self.start_ns[d].max(a), self.end_ns[d].min(s));
+                            let (ds, de) = (self.start_ns[d].max(x), self.end_ns[d].min(y));
                             (de.saturating_sub(ds), true)
                         }
                         Some((Category::CopyD2H | Category::CopyH2D, _)) => {
-                            (overlap(&r.copy_iv, a, s), false)
+                            (overlap(&r.copy_iv, x, y), false)
                         }
                         _ => (0, false),
                     };
-                    let busy = busy.min(gap);
-                    if is_comm {
-                        r.exposed_comm += busy;
-                    } else {
-                        r.copy += busy;
+                    let (busy, is_comm) = busy_in(a, s);
+                    let mut busy = busy.min(gap);
+                    let mut gap = gap;
+                    // A wait through a folded block waits through its
+                    // copies too.
+                    for (b, starts) in &self.blocks {
+                        if spans(b, r.prev_compute_pass, Some(rec.label.micro)) {
+                            let len = b.delta_ns;
+                            let x = starts[rec.rank as usize]
+                                .map_or(0, |w0| busy_in(w0, w0.saturating_add(len)).0.min(len));
+                            busy = busy.saturating_add(x.saturating_mul(b.copies));
+                            gap = gap.saturating_add(len.saturating_mul(b.copies));
+                        }
                     }
-                    r.idle += gap - busy;
+                    if is_comm {
+                        r.exposed_comm += busy.saturating_mul(w);
+                    } else {
+                        r.copy += busy.saturating_mul(w);
+                    }
+                    r.idle += (gap - busy).saturating_mul(w);
                 }
                 let d = e - s;
-                r.compute += d;
+                r.compute += d.saturating_mul(w);
                 let k = match rec.label.category {
                     Category::Forward => 0,
                     Category::Recompute => 1,
                     Category::Backward => 2,
                     _ => 3,
                 };
-                r.by_kind[k] += d;
+                r.by_kind[k] += d.saturating_mul(w);
                 r.prev_compute_end = e;
+                r.prev_compute_pass = Some(rec.label.micro);
                 // Intervals ending before this op starts cannot overlap later gaps.
                 for iv in [&mut r.comm_iv, &mut r.copy_iv, &mut r.host_iv] {
                     while iv.front().is_some_and(|&(_, x)| x <= s) {
@@ -1260,6 +1337,27 @@ pub struct Assembly<'a> {
     pub recompute_flops: f64,
     /// Which ranks were simulated and whose timeline the others have.
     pub classes: &'a crate::symmetry::NodeClasses,
+    /// How a folded run stands for the whole iteration (`None`: every pass
+    /// simulated).
+    pub folding: Option<&'a Folding>,
+}
+
+/// How a reduced run of folded passes ([`crate::fold`]) stands for the
+/// whole iteration, as the report needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Folding {
+    /// Per op of the reduced graph: how many ops of the iteration it
+    /// stands for.
+    pub op_weight: Vec<u64>,
+    /// Per memory pool: how much later the whole iteration first reaches
+    /// the peak than the reduced run, ns.
+    pub peak_shift_ns: Vec<u64>,
+    /// Per simulated rank: when its last op ends in the whole iteration, ns.
+    pub finish_ns: Vec<u64>,
+    /// When the whole iteration ends, ns.
+    pub makespan_ns: u64,
+    /// Passes not simulated event by event.
+    pub folded_passes: u32,
 }
 
 /// Throughput figures of an iteration of `iteration_ms` on `costs`'
@@ -1385,7 +1483,12 @@ pub(crate) fn assemble(
             contention_ms: ns_ms(t.contention),
             finish_ms: ns_ms(t.finish),
             peak_mem_gib: peak_gib,
-            peak_at_ms: memory.peak_time(q).as_ms(),
+            peak_at_ms: ns_ms(
+                memory
+                    .peak_time(q)
+                    .0
+                    .saturating_add(a.folding.map_or(0, |f| f.peak_shift_ns[q])),
+            ),
             base_mem_gib: a.base_device_bytes[r] as f64 / GIB,
             capacity_gib,
             usable_gib,
@@ -1431,25 +1534,29 @@ pub(crate) fn assemble(
         Group::Shard(k) => k == groups.group_of(0),
         Group::Replica(j) => j == groups.position(0),
     };
-    let mut stats_by: std::collections::BTreeMap<(String, u32), (u32, f64, f64)> =
+    // (count, buffer bytes, time in ns: integer, so that a folded run's
+    // weighted sums are the whole iteration's to the ns).
+    let mut stats_by: std::collections::BTreeMap<(String, u32), (u64, f64, u64)> =
         std::collections::BTreeMap::new();
     for c in a.collectives.iter().filter(|c| in_view(c.group)) {
+        let w = a.folding.map_or(1, |f| f.op_weight[c.op.0 as usize]);
         let e = stats_by
             .entry((c.kind.name().to_string(), c.unit))
-            .or_insert((0, 0.0, 0.0));
-        e.0 += c.count;
-        e.1 += c.buffer_bytes;
+            .or_insert((0, 0.0, 0));
+        e.0 = e.0.saturating_add(u64::from(c.count).saturating_mul(w));
+        e.1 += c.buffer_bytes * w as f64;
         let actual = breakdown.collective_ns.get(&c.op.0).copied();
-        e.2 += actual.map_or(c.dur.as_ms(), ns_ms);
+        e.2 =
+            e.2.saturating_add(actual.unwrap_or(c.dur.0).saturating_mul(w));
     }
     let collectives: Vec<CollectiveStat> = stats_by
         .iter()
-        .map(|((kind, unit), &(count, bytes, ms))| CollectiveStat {
+        .map(|((kind, unit), &(count, bytes, ns))| CollectiveStat {
             kind: kind.clone(),
             unit: *unit,
-            count,
+            count: u32::try_from(count).unwrap_or(u32::MAX),
             buffer_bytes: bytes,
-            time_ms: ms,
+            time_ms: ns_ms(ns),
         })
         .collect();
     let mut collective_summary: Vec<KindSummary> = Vec::new();
@@ -1502,6 +1609,7 @@ pub(crate) fn assemble(
         ops: stats.ops,
         events: stats.events,
         simulated_gpus: a.classes.simulated_ranks(),
+        folded_passes: a.folding.map_or(0, |f| f.folded_passes),
         pipeline,
         trace,
     }

@@ -17,7 +17,7 @@ use crate::engine::{run, MemKind, NullObserver, Observer, OpId, OpRecord};
 use crate::error::PlanError;
 use crate::memory::MemoryTracker;
 use crate::plan::Plan;
-use crate::report::{assemble, Assembly, Breakdown, Report};
+use crate::report::{assemble, Assembly, Breakdown, Folding, Report};
 use crate::schedule::lower::{lower, Lowered, Lowering};
 use crate::schedule::Description;
 use crate::strategy::{Attention, Recompute};
@@ -46,6 +46,12 @@ pub struct SimOptions {
     /// that issues collectives synchronously (`exec`'s: what `validate`
     /// predicts); default false. CPU ranks always block.
     pub blocking_collectives: bool,
+    /// Simulate a few passes of each long run of identical micro-batch
+    /// passes and stand one exactly periodic pass pattern for the rest
+    /// ([`crate::fold`]; checked on the simulated times, held equal to the
+    /// full simulation by the tests); default true. A trace always shows
+    /// every pass, so tracing simulates them all.
+    pub fold_passes: bool,
 }
 
 impl Default for SimOptions {
@@ -56,6 +62,7 @@ impl Default for SimOptions {
             contention: true,
             merge_identical_nodes: true,
             blocking_collectives: false,
+            fold_passes: true,
         }
     }
 }
@@ -89,18 +96,24 @@ pub fn build_graph(
     let d = Description::new(costs, plan)?;
     let classes = node_classes(costs, plan, opts);
     check_size(&d, classes.simulated_ranks())?;
+    Ok(lower_description(&d, opts, &classes))
+}
+
+/// The engine graph of the iteration `d` (the ranks `classes` simulate).
+fn lower_description(d: &Description<'_>, opts: &SimOptions, classes: &NodeClasses) -> Lowered {
     let how = Lowering {
         prefetch: opts.prefetch,
         contention: opts.contention,
-        classes: (!classes.is_identity()).then_some(&classes),
+        classes: (!classes.is_identity()).then_some(classes),
         blocking_collectives: opts.blocking_collectives,
     };
-    let mut low = lower(&d, &how);
+    let mut low = lower(d, &how);
     // Interference only where communication overlaps compute (not on CPU ranks).
-    if opts.contention && costs.comm_overlaps_compute() {
-        low.graph.set_interference(costs.options.comm_interference);
+    if opts.contention && d.costs.comm_overlaps_compute() {
+        low.graph
+            .set_interference(d.costs.options.comm_interference);
     }
-    Ok(low)
+    low
 }
 
 /// Validates a pipeline plan against the workload (origin `plan`) and
@@ -182,9 +195,25 @@ pub fn recompute_flops(costs: &CostModel, plan: &Plan) -> f64 {
     per_sample * w.global_batch as f64
 }
 
+/// An op execution kept for a later pass over the report's breakdown
+/// (a folded run weighs the ops only once the run proved periodic).
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    op: OpId,
+    rank: u32,
+    stream: crate::engine::Stream,
+    label: crate::engine::OpLabel,
+    start: SimTime,
+    end: SimTime,
+    nominal: SimTime,
+    participants: u32,
+}
+
 /// Fans engine calls out to the report's observers and an extra one.
 struct Fan<'a, 'g> {
     breakdown: Breakdown<'g>,
+    /// Every op execution, when the breakdown is taken afterwards.
+    kept: Option<Vec<Kept>>,
     memory: MemoryTracker,
     trace: Option<TraceRecorder>,
     extra: &'a mut dyn Observer,
@@ -192,7 +221,19 @@ struct Fan<'a, 'g> {
 
 impl Observer for Fan<'_, '_> {
     fn on_op(&mut self, rec: &OpRecord<'_>) {
-        self.breakdown.on_op(rec);
+        match &mut self.kept {
+            Some(k) => k.push(Kept {
+                op: rec.op,
+                rank: rec.rank,
+                stream: rec.stream,
+                label: rec.label,
+                start: rec.start,
+                end: rec.end,
+                nominal: rec.nominal,
+                participants: rec.participants,
+            }),
+            None => self.breakdown.on_op(rec),
+        }
         if let Some(t) = &mut self.trace {
             t.on_op(rec);
         }
@@ -212,8 +253,26 @@ impl Observer for Fan<'_, '_> {
 ///
 /// Validates the plan first (origin `plan`): rank count, batch sum,
 /// micro-batch consistency, state fractions, what its strategy requires.
-/// An out-of-memory plan is an `Ok` report with `oom: true`.
+/// An out-of-memory plan is an `Ok` report with `oom: true`. Long runs of
+/// identical micro-batch passes are folded (`opts.fold_passes`,
+/// [`crate::fold`]).
 pub fn simulate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<Report, PlanError> {
+    if opts.fold_passes && !opts.trace && plan.pipeline.is_none() {
+        let d = Description::new(costs, plan)?;
+        let classes = node_classes(costs, plan, opts);
+        check_size(&d, classes.simulated_ranks())?;
+        let runs = d.pass_runs();
+        for level in crate::fold::LEVELS {
+            let Some(layout) = crate::fold::Layout::new(&runs, level) else {
+                break;
+            };
+            let low = lower_description(&d.with_passes(&layout.kept), opts, &classes);
+            if let Some(r) = run_lowered(costs, plan, opts, &low, &mut NullObserver, Some(&layout))?
+            {
+                return Ok(r);
+            }
+        }
+    }
     simulate_observed(costs, plan, opts, &mut NullObserver)
 }
 
@@ -221,7 +280,8 @@ pub fn simulate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<Rep
 /// [`crate::engine::Recorder`] to check invariants on the raw timeline;
 /// memory pools are the GPUs' ranks, then `ranks + node` for hosts). With
 /// `opts.merge_identical_nodes`, `extra` sees the simulated ranks only
-/// ([`node_classes`]).
+/// ([`node_classes`]); passes are never folded here, so `extra` sees every
+/// pass.
 pub fn simulate_observed(
     costs: &CostModel,
     plan: &Plan,
@@ -229,45 +289,76 @@ pub fn simulate_observed(
     extra: &mut dyn Observer,
 ) -> Result<Report, PlanError> {
     let low = build_graph(costs, plan, opts)?;
+    let r = run_lowered(costs, plan, opts, &low, extra, None)?;
+    Ok(r.expect("an unfolded run always reports"))
+}
+
+/// Runs the lowered iteration `low` of `plan` and assembles its report.
+/// With `fold`, `low` is the reduced iteration of that layout: `None` when
+/// its folded runs are not exactly periodic (nothing is reported then).
+fn run_lowered(
+    costs: &CostModel,
+    plan: &Plan,
+    opts: &SimOptions,
+    low: &Lowered,
+    extra: &mut dyn Observer,
+    fold: Option<&crate::fold::Layout>,
+) -> Result<Option<Report>, PlanError> {
     let ranks = costs.ranks();
     let mut pools = low.base_device_bytes.clone();
     pools.extend(&low.base_host_bytes);
     let stage = plan.pipeline.as_ref().map(|p| (p, p.positions(ranks)));
-    let mut names: Vec<String> = (0..ranks)
-        .map(|r| {
-            let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[r].node].name;
-            let mut n = format!("rank {r}: {} ({node})", costs.gpu(r).name);
-            if let Some((p, pos)) = &stage {
-                match pos[r] {
-                    Some((s, _)) => {
-                        let first = p.first_block(s);
-                        n.push_str(&format!(
-                            " stage {s}: blocks {first}-{}",
-                            first + p.stages[s].blocks - 1
-                        ));
+    let trace = opts.trace.then(|| {
+        let mut names: Vec<String> = (0..ranks)
+            .map(|r| {
+                let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[r].node].name;
+                let mut n = format!("rank {r}: {} ({node})", costs.gpu(r).name);
+                if let Some((p, pos)) = &stage {
+                    match pos[r] {
+                        Some((s, _)) => {
+                            let first = p.first_block(s);
+                            n.push_str(&format!(
+                                " stage {s}: blocks {first}-{}",
+                                first + p.stages[s].blocks - 1
+                            ));
+                        }
+                        None => n.push_str(" unused"),
                     }
-                    None => n.push_str(" unused"),
                 }
-            }
-            n
-        })
-        .collect();
-    names.extend(
-        costs
-            .workload
-            .cluster
-            .nodes
-            .iter()
-            .map(|n| format!("host: {}", n.name)),
-    );
+                n
+            })
+            .collect();
+        names.extend(
+            costs
+                .workload
+                .cluster
+                .nodes
+                .iter()
+                .map(|n| format!("host: {}", n.name)),
+        );
+        TraceRecorder::new(names, ranks, pools.clone())
+    });
     let mut fan = Fan {
         breakdown: Breakdown::new(&low.graph, ranks),
-        memory: MemoryTracker::new(pools.clone()),
-        trace: opts.trace.then(|| TraceRecorder::new(names, ranks, pools)),
+        kept: fold.map(|_| Vec::with_capacity(2 * low.graph.len())),
+        memory: MemoryTracker::new(pools),
+        trace,
         extra,
     };
     let stats = run(&low.graph, &mut fan)?;
+    let mut folding = None;
+    if let (Some(layout), Some(kept)) = (fold, fan.kept.take()) {
+        let Some(f) = unfold(low, layout, &kept, &mut fan) else {
+            return Ok(None);
+        };
+        folding = Some(f);
+    }
     fan.breakdown.finish(stats.makespan.0);
+    if let Some(f) = &folding {
+        for (r, t) in fan.breakdown.ranks.iter_mut().enumerate() {
+            t.finish = f.finish_ns[r];
+        }
+    }
     let trace = fan.trace.take().map(|t| {
         let mut t = t.finish();
         t.layers = costs.workload.model.layers;
@@ -288,6 +379,104 @@ pub fn simulate_observed(
         collectives: &low.collectives,
         recompute_flops: recompute_flops(costs, plan),
         classes: &low.classes,
+        folding: folding.as_ref(),
     };
-    Ok(assemble(&a, &stats, &fan.breakdown, &fan.memory, trace))
+    let mut stats_full = stats;
+    if let Some(f) = &folding {
+        stats_full.makespan = SimTime(f.makespan_ns);
+    }
+    Ok(Some(assemble(
+        &a,
+        &stats_full,
+        &fan.breakdown,
+        &fan.memory,
+        trace,
+    )))
+}
+
+/// Checks the reduced run `kept` of `layout` for periodic passes and, when
+/// they are, feeds the breakdown every op weighted by the ops it stands
+/// for; `None` when a folded run is not exactly periodic.
+fn unfold(
+    low: &Lowered,
+    layout: &crate::fold::Layout,
+    kept: &[Kept],
+    fan: &mut Fan<'_, '_>,
+) -> Option<Folding> {
+    let g = &low.graph;
+    let mut times = vec![crate::fold::OpTime::default(); g.len()];
+    for k in kept {
+        let t = &mut times[k.op.0 as usize];
+        t.start = k.start.0;
+        t.end = k.end.0;
+    }
+    for (i, t) in times.iter_mut().enumerate() {
+        let label = g.op_label(OpId(i as u32));
+        t.pass = label.micro;
+        t.key = g.op_duration(OpId(i as u32)).0 ^ ((label.category as u64) << 56);
+    }
+    let pools = fan.memory.ranks();
+    let net_zero = |block: &[u32]| {
+        let mut net = vec![0i64; pools];
+        for &o in block {
+            for m in g.op_mems(OpId(o)) {
+                if let Some(x) = net.get_mut(m.pool as usize) {
+                    *x = x.saturating_add(m.delta_bytes);
+                }
+            }
+        }
+        net.iter().all(|&x| x == 0)
+    };
+    let u = layout.detect(&times, &net_zero)?;
+    let pass = |op: OpId| times[op.0 as usize].pass;
+    let ranks = fan.breakdown.ranks.len();
+    let mut finish_ns = vec![0u64; ranks];
+    let mut makespan_ns = 0u64;
+    fan.breakdown.blocks = u
+        .blocks()
+        .map(|b| {
+            let mut starts: Vec<Option<u64>> = vec![None; ranks];
+            for k in kept.iter().filter(|k| b.passes.contains(&pass(k.op))) {
+                if let Some(s) = starts.get_mut(k.rank as usize) {
+                    *s = Some(s.map_or(k.start.0, |x| x.min(k.start.0)));
+                }
+            }
+            (b, starts)
+        })
+        .collect();
+    for k in kept {
+        let p = pass(k.op);
+        let rec = OpRecord {
+            op: k.op,
+            rank: k.rank,
+            stream: k.stream,
+            label: k.label,
+            name: g.name(k.label.name),
+            start: k.start,
+            end: k.end,
+            nominal: k.nominal,
+            participants: k.participants,
+        };
+        fan.breakdown.on_op_weighted(&rec, u.weight(p));
+        let end = k.end.0.saturating_add(u.shift_last_ns(p));
+        if let Some(f) = finish_ns.get_mut(k.rank as usize) {
+            *f = (*f).max(end);
+        }
+        makespan_ns = makespan_ns.max(end);
+    }
+    let op_weight = times.iter().map(|t| u.weight(t.pass)).collect();
+    let peak_shift_ns = (0..pools)
+        .map(|q| {
+            fan.memory
+                .peak_op(q)
+                .map_or(0, |op| u.shift_first_ns(pass(op)))
+        })
+        .collect();
+    Some(Folding {
+        op_weight,
+        peak_shift_ns,
+        finish_ns,
+        makespan_ns,
+        folded_passes: u.folded_passes(),
+    })
 }

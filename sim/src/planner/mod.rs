@@ -422,8 +422,13 @@ pub fn fits(
         Sharding::NoShard => total,
         _ => fraction * total,
     };
-    let p = rank_peak(schedule, rank, sizes, passes, local)?;
     let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[rank].node];
+    // Offloaded activations the host cannot hold fail without a walk.
+    let host_floor = crate::fast::host_floor(schedule, rank, sizes, passes, local)?;
+    if host_floor as f64 / GIB > node.host_mem_gib {
+        return Ok(false);
+    }
+    let p = rank_peak(schedule, rank, sizes, passes, local)?;
     Ok(p.device_bytes as f64 / GIB <= costs.usable_gib(rank)
         && p.host_bytes as f64 / GIB <= node.host_mem_gib)
 }

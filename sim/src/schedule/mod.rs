@@ -786,6 +786,86 @@ impl<'a> Description<'a> {
         self.ranks[rank].batch > 0
     }
 
+    /// Micro-batch passes of a micro-batch-major iteration (`None`:
+    /// layered, one pass over every micro-batch).
+    pub fn passes(&self) -> Option<u32> {
+        self.phases.last().and_then(|p| p.pass).map(|k| k + 1)
+    }
+
+    /// The phases of micro-batch pass `k` (micro-batch-major only; they
+    /// are contiguous, in pass order).
+    fn pass_phases(&self, k: u32) -> &[Phase] {
+        let per = self.phases.len() / self.passes().unwrap_or(1).max(1) as usize;
+        &self.phases[k as usize * per..(k as usize + 1) * per]
+    }
+
+    /// Maximal runs of identical passes, `(first pass, length)` in order,
+    /// covering every pass: passes whose phases have the same units and
+    /// flags and in which every rank runs a micro-batch of the same size
+    /// (or none), so their lowered ops are the same. Empty for a layered
+    /// iteration.
+    pub fn pass_runs(&self) -> Vec<(u32, u32)> {
+        let Some(n) = self.passes() else {
+            return vec![];
+        };
+        let same = |a: u32, b: u32| {
+            let (pa, pb) = (self.pass_phases(a), self.pass_phases(b));
+            pa.iter()
+                .zip(pb)
+                .all(|(x, y)| Phase { pass: y.pass, ..*x } == *y)
+                && self
+                    .ranks
+                    .iter()
+                    .all(|r| r.micro.get(a as usize) == r.micro.get(b as usize))
+        };
+        let mut runs: Vec<(u32, u32)> = Vec::new();
+        for k in 0..n {
+            match runs.last_mut() {
+                Some((first, len)) if same(*first, k) => *len += 1,
+                _ => runs.push((k, 1)),
+            }
+        }
+        runs
+    }
+
+    /// The same iteration running only the passes `kept` (ascending
+    /// original indices of a micro-batch-major iteration), renumbered
+    /// from 0: each keeps its phases' flags and every rank's micro-batch
+    /// of that pass, so a kept pass lowers to the ops it has in the whole
+    /// iteration ([`crate::fold`] simulates such a reduced iteration).
+    pub fn with_passes(&self, kept: &[u32]) -> Description<'a> {
+        let mut phases = Vec::with_capacity(kept.len() * self.pass_phases(0).len());
+        for (i, &k) in kept.iter().enumerate() {
+            phases.extend(self.pass_phases(k).iter().map(|p| Phase {
+                pass: Some(i as u32),
+                ..*p
+            }));
+        }
+        let ranks = self
+            .ranks
+            .iter()
+            .map(|r| RankInfo {
+                micro: kept
+                    .iter()
+                    .filter_map(|&k| r.micro.get(k as usize).copied())
+                    .collect(),
+                offloads: r.offloads,
+                batch: r.batch,
+            })
+            .collect();
+        Description {
+            schedule: self.schedule.clone(),
+            costs: self.costs,
+            plan: self.plan,
+            strategy: self.strategy,
+            groups: self.groups,
+            phases,
+            units: self.units.clone(),
+            ranks,
+            micro: self.micro.clone(),
+        }
+    }
+
     /// Steps of one iteration over all ranks (what the lowered graph's op
     /// count grows with; ranks are grouped by micro-batch count).
     pub fn total_steps(&self) -> u64 {

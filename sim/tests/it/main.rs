@@ -1,6 +1,7 @@
 //! Integration tests of the `sim` crate (one binary, CONVENTIONS.md item 11).
 
 mod common;
+mod fold;
 mod perfmodel;
 mod pipeline;
 mod planner;
