@@ -475,8 +475,10 @@ mod planner {
 
     /// `planner_native_batch`: the whole native planner on the paper
     /// cluster, GPT-2.7B, as the global batch grows 1,024 -> 65,536 (the
-    /// batch-grid search keeps the search flat; what grows is simulating
-    /// plans of thousands of micro-batches).
+    /// batch-grid search keeps the search flat, and identical micro-batch
+    /// passes fold in the simulator and the fast model; what still grows
+    /// is simulating layered plans of thousands of micro-batches, which
+    /// do not fold).
     pub fn planner_native_batch(c: &mut Criterion) {
         let mut g = c.benchmark_group("planner_native_batch");
         g.sample_size(10);
@@ -497,6 +499,44 @@ mod planner {
             g.throughput(Throughput::Elements(b as u64));
             g.bench_function(format!("b{b}"), |bch| {
                 bch.iter(|| black_box(Cephalo.plan(&p).unwrap().plan.gpus.len()))
+            });
+        }
+        g.finish();
+    }
+
+    /// `planner_fold_65536`: the native planner's plan for global batch
+    /// 65,536 on the paper cluster (3,072 micro-batch passes) simulated and
+    /// evaluated by the fast model with identical passes folded (what the
+    /// planner and `cephalo simulate` do) and pass by pass.
+    pub fn planner_fold_65536(c: &mut Criterion) {
+        use sim::simulate::{simulate, SimOptions};
+        let (costs, profiles) = paper(65536);
+        let opts = PlannerOptions {
+            model_key: Some("deepspeedgpt_2.7b".into()),
+            ..PlannerOptions::default()
+        };
+        let judge = SimJudge::new(&costs);
+        let p = Problem {
+            costs: &costs,
+            profiles: &profiles,
+            options: &opts,
+            strategy: &StrategySpec::NONE,
+            judge: Some(&judge),
+        };
+        let plan = Cephalo.plan(&p).unwrap().plan;
+        let folded = SimOptions::default();
+        let full = SimOptions {
+            fold_passes: false,
+            ..folded
+        };
+        let mut g = c.benchmark_group("planner_fold_65536");
+        g.sample_size(10);
+        for (name, o) in [("folded", folded), ("every_pass", full)] {
+            g.bench_function(format!("simulate_{name}"), |b| {
+                b.iter(|| black_box(simulate(&costs, &plan, &o).unwrap().iteration_ms))
+            });
+            g.bench_function(format!("fast_{name}"), |b| {
+                b.iter(|| black_box(sim::fast::evaluate(&costs, &plan, &o).unwrap().iteration_ms))
             });
         }
         g.finish();
@@ -543,6 +583,7 @@ criterion_group!(
     planner::planner_cephalo_4gpu,
     planner::planner_cephalo_64gpu,
     planner::planner_native_batch,
+    planner::planner_fold_65536,
     planner::planner_pipeline_hetero_64gpu
 );
 

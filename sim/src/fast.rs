@@ -758,4 +758,76 @@ mod tests {
             assert!(checked > 336, "{checked}");
         }
     }
+
+    /// [`host_floor`] never exceeds the walk's host peak (it is what
+    /// `planner::fits` refuses counts with), and under layered offload it
+    /// grows with the samples while the host peak does.
+    #[test]
+    fn host_floor_bounds_the_host_peak() {
+        let w = crate::cost::Workload {
+            cluster: crate::cluster::Cluster::from_gpu_list(
+                "l4,a10g",
+                "--gpus",
+                crate::gpu::GpuCatalog::builtin(),
+            )
+            .unwrap(),
+            model: crate::model::ModelCatalog::builtin()
+                .get("llama-tiny")
+                .unwrap()
+                .clone(),
+            seq_len: 256,
+            dtype: crate::dtype::Dtype::Fp16,
+            global_batch: 64,
+        };
+        let c = CostModel::build(
+            w,
+            &crate::profile::ProfileSet::new(),
+            &*crate::perfmodel::builtin(),
+            crate::cost::CostOptions::default(),
+        )
+        .unwrap();
+        let mut bounded = 0;
+        for acc in [
+            Accumulation::Layered,
+            Accumulation::NoSync,
+            Accumulation::Sync,
+        ] {
+            for ck in [
+                Checkpointing::Full,
+                Checkpointing::Selective,
+                Checkpointing::None,
+            ] {
+                let spec = StrategySpec {
+                    sharding: Some(Sharding::Full),
+                    accumulation: Some(acc),
+                    checkpointing: Some(ck),
+                    offload: Some(crate::strategy::Offload::Activations),
+                    ..StrategySpec::default()
+                };
+                let Ok(st) = crate::session::resolve_strategy(&c, &spec) else {
+                    continue;
+                };
+                let sch = Schedule::new(&c, st);
+                let local = 0.5 * c.workload.model.total_params() as f64;
+                let mut last = 0;
+                for (b, n) in [(4u32, 2u32), (9, 3), (20, 5), (40, 8), (64, 16)] {
+                    let sizes = crate::planner::sizes(b, n);
+                    let floor = host_floor(&sch, 0, &sizes, n, local).unwrap();
+                    let peak = walk_peak(&sch, 0, &sizes, n, local, false).unwrap();
+                    assert!(
+                        floor <= peak.host_bytes,
+                        "{}: {b}/{n}: {floor} > {}",
+                        st.label(),
+                        peak.host_bytes
+                    );
+                    if acc == Accumulation::Layered {
+                        assert!(floor > last, "{}: {b}/{n}", st.label());
+                        last = floor;
+                    }
+                    bounded += 1;
+                }
+            }
+        }
+        assert!(bounded >= 30, "{bounded}");
+    }
 }

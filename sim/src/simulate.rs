@@ -348,7 +348,7 @@ fn run_lowered(
     let stats = run(&low.graph, &mut fan)?;
     let mut folding = None;
     if let (Some(layout), Some(kept)) = (fold, fan.kept.take()) {
-        let Some(f) = unfold(low, layout, &kept, &mut fan) else {
+        let Some(f) = unfold(low, layout, &kept, &mut fan)? else {
             return Ok(None);
         };
         folding = Some(f);
@@ -396,13 +396,14 @@ fn run_lowered(
 
 /// Checks the reduced run `kept` of `layout` for periodic passes and, when
 /// they are, feeds the breakdown every op weighted by the ops it stands
-/// for; `None` when a folded run is not exactly periodic.
+/// for; `None` when a folded run is not exactly periodic. A whole
+/// iteration that ends past the engine's clock is the engine's error.
 fn unfold(
     low: &Lowered,
     layout: &crate::fold::Layout,
     kept: &[Kept],
     fan: &mut Fan<'_, '_>,
-) -> Option<Folding> {
+) -> Result<Option<Folding>, crate::error::SimError> {
     let g = &low.graph;
     let mut times = vec![crate::fold::OpTime::default(); g.len()];
     for k in kept {
@@ -427,7 +428,9 @@ fn unfold(
         }
         net.iter().all(|&x| x == 0)
     };
-    let u = layout.detect(&times, &net_zero)?;
+    let Some(u) = layout.detect(&times, &net_zero) else {
+        return Ok(None);
+    };
     let pass = |op: OpId| times[op.0 as usize].pass;
     let ranks = fan.breakdown.ranks.len();
     let mut finish_ns = vec![0u64; ranks];
@@ -459,6 +462,12 @@ fn unfold(
         };
         fan.breakdown.on_op_weighted(&rec, u.weight(p));
         let end = k.end.0.saturating_add(u.shift_last_ns(p));
+        if end == SimTime::MAX.0 {
+            return Err(crate::error::SimError::TimeOverflow {
+                op: k.op.0,
+                name: g.name(k.label.name).to_string(),
+            });
+        }
         if let Some(f) = finish_ns.get_mut(k.rank as usize) {
             *f = (*f).max(end);
         }
@@ -472,11 +481,11 @@ fn unfold(
                 .map_or(0, |op| u.shift_first_ns(pass(op)))
         })
         .collect();
-    Some(Folding {
+    Ok(Some(Folding {
         op_weight,
         peak_shift_ns,
         finish_ns,
         makespan_ns,
         folded_passes: u.folded_passes(),
-    })
+    }))
 }
