@@ -473,6 +473,24 @@ mod planner {
         );
     }
 
+    /// Runs `f` on the native planner's problem for the paper cluster at
+    /// global batch `b` (judged by the simulator).
+    fn on_paper<R>(b: u32, f: impl FnOnce(&Problem<'_>) -> R) -> R {
+        let (costs, profiles) = paper(b);
+        let opts = PlannerOptions {
+            model_key: Some("deepspeedgpt_2.7b".into()),
+            ..PlannerOptions::default()
+        };
+        let judge = SimJudge::new(&costs);
+        f(&Problem {
+            costs: &costs,
+            profiles: &profiles,
+            options: &opts,
+            strategy: &StrategySpec::NONE,
+            judge: Some(&judge),
+        })
+    }
+
     /// `planner_native_batch`: the whole native planner on the paper
     /// cluster, GPT-2.7B, as the global batch grows 1,024 -> 65,536 (the
     /// batch-grid search keeps the search flat, and identical micro-batch
@@ -483,22 +501,11 @@ mod planner {
         let mut g = c.benchmark_group("planner_native_batch");
         g.sample_size(10);
         for b in [1024u32, 4096, 16384, 65536] {
-            let (costs, profiles) = paper(b);
-            let opts = PlannerOptions {
-                model_key: Some("deepspeedgpt_2.7b".into()),
-                ..PlannerOptions::default()
-            };
-            let judge = SimJudge::new(&costs);
-            let p = Problem {
-                costs: &costs,
-                profiles: &profiles,
-                options: &opts,
-                strategy: &StrategySpec::NONE,
-                judge: Some(&judge),
-            };
-            g.throughput(Throughput::Elements(b as u64));
-            g.bench_function(format!("b{b}"), |bch| {
-                bch.iter(|| black_box(Cephalo.plan(&p).unwrap().plan.gpus.len()))
+            on_paper(b, |p| {
+                g.throughput(Throughput::Elements(b as u64));
+                g.bench_function(format!("b{b}"), |bch| {
+                    bch.iter(|| black_box(Cephalo.plan(p).unwrap().plan.gpus.len()))
+                });
             });
         }
         g.finish();
@@ -510,20 +517,7 @@ mod planner {
     /// planner and `cephalo simulate` do) and pass by pass.
     pub fn planner_fold_65536(c: &mut Criterion) {
         use sim::simulate::{simulate, SimOptions};
-        let (costs, profiles) = paper(65536);
-        let opts = PlannerOptions {
-            model_key: Some("deepspeedgpt_2.7b".into()),
-            ..PlannerOptions::default()
-        };
-        let judge = SimJudge::new(&costs);
-        let p = Problem {
-            costs: &costs,
-            profiles: &profiles,
-            options: &opts,
-            strategy: &StrategySpec::NONE,
-            judge: Some(&judge),
-        };
-        let plan = Cephalo.plan(&p).unwrap().plan;
+        let (plan, costs) = on_paper(65536, |p| (Cephalo.plan(p).unwrap().plan, p.costs.clone()));
         let folded = SimOptions::default();
         let full = SimOptions {
             fold_passes: false,

@@ -142,21 +142,12 @@ impl Timeline {
                 key: self.key[i],
             })
             .collect();
-        let pools = self
-            .mems
-            .iter()
-            .map(|m| m.0 as usize + 1)
-            .max()
-            .unwrap_or(0);
         let net_zero = |block: &[u32]| {
-            let mut net = vec![0i64; pools];
-            for &o in block {
-                for &(p, _, d) in &self.mems[Self::range(&self.mem_at, o as usize, self.mems.len())]
-                {
-                    net[p as usize] = net[p as usize].saturating_add(d);
-                }
-            }
-            net.iter().all(|&x| x == 0)
+            crate::fold::sums_to_zero(block.iter().flat_map(|&o| {
+                self.mems[Self::range(&self.mem_at, o as usize, self.mems.len())]
+                    .iter()
+                    .map(|&(p, _, d)| (p, d))
+            }))
         };
         let u = layout.detect(&times, &net_zero)?;
         let mut finish = vec![0u64; self.finish.len()];
@@ -684,34 +675,39 @@ mod tests {
     use super::*;
     use crate::strategy::{Accumulation, Checkpointing, Sharding, StrategySpec};
 
+    /// The analytic cost model of llama-tiny at 256 tokens on `gpus`.
+    fn tiny_costs(gpus: &str) -> CostModel {
+        let w = crate::cost::Workload {
+            cluster: crate::cluster::Cluster::from_gpu_list(
+                gpus,
+                "--gpus",
+                crate::gpu::GpuCatalog::builtin(),
+            )
+            .unwrap(),
+            model: crate::model::ModelCatalog::builtin()
+                .get("llama-tiny")
+                .unwrap()
+                .clone(),
+            seq_len: 256,
+            dtype: crate::dtype::Dtype::Fp16,
+            global_batch: 64,
+        };
+        CostModel::build(
+            w,
+            &crate::profile::ProfileSet::new(),
+            &*crate::perfmodel::builtin(),
+            crate::cost::CostOptions::default(),
+        )
+        .unwrap()
+    }
+
     /// The shortcuts of [`rank_peak`] for long micro-batch-major iterations
     /// (three passes of each size) and long layered runs (four steps of
     /// each run of equal micro-batches) give exactly the full walk's peaks.
     #[test]
     fn repeated_passes_peak_as_three_of_each_size() {
         for gpus in ["l4,a10g", "t4,t4"] {
-            let w = crate::cost::Workload {
-                cluster: crate::cluster::Cluster::from_gpu_list(
-                    gpus,
-                    "--gpus",
-                    crate::gpu::GpuCatalog::builtin(),
-                )
-                .unwrap(),
-                model: crate::model::ModelCatalog::builtin()
-                    .get("llama-tiny")
-                    .unwrap()
-                    .clone(),
-                seq_len: 256,
-                dtype: crate::dtype::Dtype::Fp16,
-                global_batch: 64,
-            };
-            let c = CostModel::build(
-                w,
-                &crate::profile::ProfileSet::new(),
-                &*crate::perfmodel::builtin(),
-                crate::cost::CostOptions::default(),
-            )
-            .unwrap();
+            let c = tiny_costs(gpus);
             let mut checked = 0;
             for sh in [Sharding::Full, Sharding::GradOp, Sharding::NoShard] {
                 for acc in [
@@ -764,28 +760,7 @@ mod tests {
     /// grows with the samples while the host peak does.
     #[test]
     fn host_floor_bounds_the_host_peak() {
-        let w = crate::cost::Workload {
-            cluster: crate::cluster::Cluster::from_gpu_list(
-                "l4,a10g",
-                "--gpus",
-                crate::gpu::GpuCatalog::builtin(),
-            )
-            .unwrap(),
-            model: crate::model::ModelCatalog::builtin()
-                .get("llama-tiny")
-                .unwrap()
-                .clone(),
-            seq_len: 256,
-            dtype: crate::dtype::Dtype::Fp16,
-            global_batch: 64,
-        };
-        let c = CostModel::build(
-            w,
-            &crate::profile::ProfileSet::new(),
-            &*crate::perfmodel::builtin(),
-            crate::cost::CostOptions::default(),
-        )
-        .unwrap();
+        let c = tiny_costs("l4,a10g");
         let mut bounded = 0;
         for acc in [
             Accumulation::Layered,

@@ -193,6 +193,15 @@ impl Layout {
     }
 }
 
+/// Whether memory changes `(pool, signed bytes)` sum to zero on every
+/// pool (what [`Layout::detect`] asks of a period's ops).
+pub fn sums_to_zero(changes: impl IntoIterator<Item = (u32, i64)>) -> bool {
+    let mut v: Vec<(u32, i64)> = changes.into_iter().collect();
+    v.sort_unstable_by_key(|x| x.0);
+    v.chunk_by(|a, b| a.0 == b.0)
+        .all(|c| c.iter().fold(0i64, |s, x| s.saturating_add(x.1)) == 0)
+}
+
 /// One op of a reduced run, as [`Layout::detect`] reads it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OpTime {
@@ -387,5 +396,12 @@ mod tests {
         assert!(l.detect(&drift, &ok).is_none());
         // Periodic times but memory that grows every pass: not folded.
         assert!(l.detect(&steady, &|_: &[u32]| false).is_none());
+    }
+
+    #[test]
+    fn memory_sums_per_pool() {
+        assert!(sums_to_zero([(0, 5), (1, 3), (0, -5), (1, -3)]));
+        assert!(!sums_to_zero([(0, 5), (1, -5)]));
+        assert!(sums_to_zero([]));
     }
 }

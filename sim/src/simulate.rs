@@ -416,17 +416,13 @@ fn unfold(
         t.pass = label.micro;
         t.key = g.op_duration(OpId(i as u32)).0 ^ ((label.category as u64) << 56);
     }
-    let pools = fan.memory.ranks();
     let net_zero = |block: &[u32]| {
-        let mut net = vec![0i64; pools];
-        for &o in block {
-            for m in g.op_mems(OpId(o)) {
-                if let Some(x) = net.get_mut(m.pool as usize) {
-                    *x = x.saturating_add(m.delta_bytes);
-                }
-            }
-        }
-        net.iter().all(|&x| x == 0)
+        crate::fold::sums_to_zero(
+            block
+                .iter()
+                .flat_map(|&o| g.op_mems(OpId(o)))
+                .map(|m| (m.pool, m.delta_bytes)),
+        )
     };
     let Some(u) = layout.detect(&times, &net_zero) else {
         return Ok(None);
@@ -474,7 +470,7 @@ fn unfold(
         makespan_ns = makespan_ns.max(end);
     }
     let op_weight = times.iter().map(|t| u.weight(t.pass)).collect();
-    let peak_shift_ns = (0..pools)
+    let peak_shift_ns = (0..fan.memory.ranks())
         .map(|q| {
             fan.memory
                 .peak_op(q)
