@@ -13,6 +13,53 @@ use crate::error::PlanError;
 use crate::schedule::Schedule;
 use crate::strategy::{Accumulation, StrategySpec};
 
+/// Why GPU `i` cannot hold its `b` samples in as many micro-batches as
+/// the simulator allows (state fraction `r`): the memory it would still
+/// need at that count, on the GPU or (offloaded activations) on the host.
+fn too_many_microbatches(
+    problem: &Problem<'_>,
+    schedule: &Schedule<'_>,
+    i: usize,
+    b: u32,
+    r: f64,
+) -> PlanError {
+    let costs = problem.costs;
+    let n = crate::limits::MAX_MICROBATCHES;
+    let local = match schedule.strategy.sharding {
+        crate::strategy::Sharding::NoShard => 1.0,
+        _ => r,
+    } * costs.workload.model.total_params() as f64;
+    let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[i].node];
+    let gib = |x: i64| x as f64 / crate::units::GIB;
+    let floor = crate::fast::host_floor(schedule, i, &sizes(b, n), n, local).map_or(0.0, gib);
+    let (what, short) = if floor > node.host_mem_gib {
+        (
+            format!(
+                "its offloaded activations alone need at least {floor:.1} GiB of host memory on node {}, which has {:.1} GiB",
+                node.name, node.host_mem_gib
+            ),
+            floor - node.host_mem_gib,
+        )
+    } else {
+        let dev = crate::fast::rank_peak(schedule, i, &sizes(b, n), n, local)
+            .map_or(f64::INFINITY, |p| gib(p.device_bytes));
+        let usable = costs.usable_gib(i);
+        (
+            format!("it would still need {dev:.1} GiB of {usable:.1} GiB usable GPU memory"),
+            (dev - usable).max(0.0),
+        )
+    };
+    PlanError::Infeasible {
+        message: format!(
+            "GPU {i} ({}) cannot fit its {b} samples under {} in up to {n} micro-batches (the simulator's limit): at {n}, {what}",
+            costs.gpu(i).name,
+            schedule.strategy.label()
+        ),
+        shortfall_gib: short,
+        rank: Some(i),
+    }
+}
+
 /// Even batch, even shard, per-GPU largest micro-batch, layered.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FsdpGa;
@@ -71,7 +118,13 @@ pub fn layered_plan(
             }
         }
         let mut n = if lo == 0 { b + 1 } else { b.div_ceil(lo) };
-        while n <= b && !fits(&schedule, i, &sizes(b, n), n, fr[i])? {
+        while n <= b {
+            if n > crate::limits::MAX_MICROBATCHES {
+                return Err(too_many_microbatches(problem, &schedule, i, b, fr[i]));
+            }
+            if fits(&schedule, i, &sizes(b, n), n, fr[i])? {
+                break;
+            }
             let m = b.div_ceil(n);
             n = if m <= 1 { b + 1 } else { b.div_ceil(m - 1) };
         }

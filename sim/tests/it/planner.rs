@@ -618,3 +618,38 @@ fn the_pass_ladder_climbs_as_far_as_the_batch_needs() {
     let small: Vec<u32> = cephalo::pass_ladder(10).collect();
     assert_eq!(small, vec![1, 2, 3, 4, 6, 8]);
 }
+
+/// A layered baseline whose GPUs cannot hold their samples in as many
+/// micro-batches as the simulator allows says which GPU and what memory
+/// binds (here the host, for the offloaded activations), instead of
+/// naming the micro-batch limit alone.
+#[test]
+fn layered_baselines_say_why_no_count_fits() {
+    let empty = ProfileSet::new();
+    let c = build(
+        "l4,l4,l4,l4",
+        "gpt-2.7b",
+        65536,
+        Dtype::Fp16,
+        &empty,
+        None,
+        |_| {},
+    );
+    for p in [
+        Box::new(sim::planner::fsdp_ga::FsdpGa) as Box<dyn Planner>,
+        Box::new(sim::planner::ablation::BalanceCompute),
+    ] {
+        match p.plan(&problem(&c, &empty, None)) {
+            Err(PlanError::Infeasible {
+                message,
+                shortfall_gib,
+                rank,
+            }) => {
+                assert!(message.contains("in up to 8192 micro-batches"), "{message}");
+                assert!(message.contains("GiB of host memory"), "{message}");
+                assert!(shortfall_gib > 0.0 && rank.is_some(), "{message}");
+            }
+            other => panic!("{}: expected infeasible, got {other:?}", p.name()),
+        }
+    }
+}
