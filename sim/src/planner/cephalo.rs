@@ -1372,6 +1372,9 @@ pub fn strategy_space(problem: &Problem<'_>) -> Vec<Strategy> {
     out
 }
 
+/// A list of planners (the native planner's seeds).
+type Planners = Vec<Box<dyn Planner>>;
+
 /// What searching one strategy gives: the closed form and optimum per
 /// pass count searched.
 type Searched<'a> = Result<Vec<(ClosedForm<'a>, Found)>, PlanError>;
@@ -1458,39 +1461,79 @@ impl Planner for Cephalo {
             // The pins themselves do not resolve: report why.
             problem.resolve(&StrategySpec::default(), &StrategySpec::default())?;
         }
-        // The seeds (baselines whose rule can land in the space, planned
-        // while the strategies are searched): candidates next to the
-        // search's own.
+        // The seeds: baselines whose rule can land in the space, as
+        // candidates next to the search's own.
         let seeding = problem.options.seed_with_baselines && problem.judge.is_some();
-        let plan_seeds = || -> Vec<(&'static str, Result<Planned, PlanError>)> {
-            if !seeding {
-                return vec![];
-            }
-            let mut seeds: Vec<Box<dyn Planner>> = super::baselines();
+        let mut seeds: Vec<Box<dyn Planner>> = Vec::new();
+        if seeding {
+            seeds = super::baselines();
             seeds.insert(0, Box::new(super::compat::Compat));
-            let reachable = |fixed: StrategySpec| {
-                space.iter().any(|s| {
+        }
+        let reaches = |p: &dyn Planner| -> Vec<usize> {
+            let fixed = p.fixed_axes();
+            (0..space.len())
+                .filter(|&i| {
+                    let s = &space[i];
                     fixed.sharding.is_none_or(|x| x == s.sharding)
                         && fixed.accumulation.is_none_or(|x| x == s.accumulation)
                         && fixed.checkpointing.is_none_or(|x| x == s.checkpointing)
                         && fixed.offload.is_none_or(|x| x == s.offload)
                 })
-            };
-            seeds.retain(|p| reachable(p.fixed_axes()));
-            seeds
-                .par_iter()
-                .map(|p| (p.name(), p.plan(problem)))
                 .collect()
         };
-        let (results, seeded): (Vec<(Strategy, Searched<'_>)>, _) = rayon::join(
+        seeds.retain(|p| !reaches(p.as_ref()).is_empty());
+        // Seeds that can land under a micro-batch-major strategy are planned
+        // while the strategies are searched (their memory walks are O(1) in
+        // the pass count); layered-only ones (whose walks grow with the
+        // micro-batch count) once the search is done, and only if they can
+        // matter: the closed form being exact, a seed under a strategy
+        // whose optimum is more than CLOSED_FORM_MARGIN slower than the
+        // best is no closer, is never evaluated and cannot win, so it is
+        // planned only if a strategy it reaches has no closed-form plan or
+        // one within the margin (or, below, when every near candidate
+        // overflows the host).
+        let (eager, lazy): (Planners, Planners) = seeds.into_iter().partition(|p| {
+            reaches(p.as_ref())
+                .iter()
+                .any(|&i| space[i].accumulation.is_microbatch_major())
+        });
+        let plan_seeds =
+            |list: &[Box<dyn Planner>]| -> Vec<(&'static str, Result<Planned, PlanError>)> {
+                list.par_iter()
+                    .map(|p| (p.name(), p.plan(problem)))
+                    .collect()
+            };
+        let (results, mut seeded): (Vec<(Strategy, Searched<'_>)>, _) = rayon::join(
             || {
                 space
                     .par_iter()
                     .map(|&s| (s, search_strategy(costs, s)))
                     .collect()
             },
-            plan_seeds,
+            || plan_seeds(&eager),
         );
+        // The closed-form optimum per strategy (`None`: it found no plan).
+        let strategy_best: Vec<Option<f64>> = results
+            .iter()
+            .map(|(_, r)| {
+                r.as_ref().ok().and_then(|l| {
+                    l.iter()
+                        .map(|(_, f)| f.eval.iteration_ms)
+                        .min_by(f64::total_cmp)
+                })
+            })
+            .collect();
+        let best_found = strategy_best
+            .iter()
+            .flatten()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let (now, later): (Planners, Planners) = lazy.into_iter().partition(|p| {
+            reaches(p.as_ref())
+                .iter()
+                .any(|&i| strategy_best[i].is_none_or(|b| b <= best_found * CLOSED_FORM_MARGIN))
+        });
+        seeded.extend(plan_seeds(&now));
         let mut stats = SearchStats {
             strategies: space.len() as u64,
             ..SearchStats::default()
@@ -1560,24 +1603,32 @@ impl Planner for Cephalo {
                 }
             }
         }
-        for (name, result) in seeded {
-            if let Ok(mut pl) = result {
-                let Some(si) = space.iter().position(|s| *s == pl.plan.strategy) else {
-                    continue;
-                };
-                pl.plan.planner = self.name().to_string();
-                for gp in &mut pl.plan.gpus {
-                    gp.note = None;
-                }
-                if !cands.iter().any(|c| c.plan == pl.plan) {
-                    cands.push(Cand {
-                        strategy: si,
-                        label: format!("seed: {name}"),
-                        plan: pl.plan,
-                        closed_ms: f64::INFINITY,
-                    });
+        let add_seeds = |seeded: Vec<(&'static str, Result<Planned, PlanError>)>,
+                         cands: &mut Vec<Cand>| {
+            for (name, result) in seeded {
+                if let Ok(mut pl) = result {
+                    let Some(si) = space.iter().position(|s| *s == pl.plan.strategy) else {
+                        continue;
+                    };
+                    pl.plan.planner = self.name().to_string();
+                    for gp in &mut pl.plan.gpus {
+                        gp.note = None;
+                    }
+                    if !cands.iter().any(|c| c.plan == pl.plan) {
+                        cands.push(Cand {
+                            strategy: si,
+                            label: format!("seed: {name}"),
+                            plan: pl.plan,
+                            closed_ms: f64::INFINITY,
+                        });
+                    }
                 }
             }
+        };
+        add_seeds(seeded, &mut cands);
+        let mut later = Some(later);
+        if cands.iter().all(|c| !c.closed_ms.is_finite()) {
+            add_seeds(plan_seeds(&later.take().unwrap_or_default()), &mut cands);
         }
         // No closed-form plan under any strategy: only seeds that fit may
         // stand in (the closed form bounds memory conservatively, e.g. the
@@ -1636,8 +1687,13 @@ impl Planner for Cephalo {
             .map(|c| if wanted(c) { evaluate(c) } else { None })
             .collect();
         // The closed form does not check host memory: when every candidate
-        // near the best overflows somewhere, the others get their turn.
+        // near the best overflows somewhere, the others (and the seeds left
+        // out) get their turn.
         if !fast.iter().any(|f| matches!(f, Some((_, false)))) {
+            if let Some(l) = later.take() {
+                add_seeds(plan_seeds(&l), &mut cands);
+                fast.resize(cands.len(), None);
+            }
             let rest: Vec<Option<(f64, bool)>> = cands
                 .par_iter()
                 .zip(&fast)
