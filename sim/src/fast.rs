@@ -497,11 +497,14 @@ fn walk_peak(
         }
         k += len;
     }
-    // The rank's steps per phase, in program order, each with the net
-    // memory of the steps folded in before it (bytes).
-    let steps: Vec<Vec<(i64, crate::schedule::Step)>> = phases
-        .iter()
-        .map(|ph| match ph.pass {
+    // The rank's steps of phase `p`, in program order, each with the net
+    // memory of the steps folded in before it (bytes); described as the
+    // walk reaches them.
+    let steps_of = |p: usize| -> Vec<(i64, crate::schedule::Step)> {
+        let Some(ph) = phases.get(p) else {
+            return vec![];
+        };
+        match ph.pass {
             None => walked
                 .iter()
                 .map(|&(k, skipped)| {
@@ -520,8 +523,10 @@ fn walk_peak(
                 vec![(0, schedule.step(rank, &micro[k], ph, k as u32, offloads))]
             }
             Some(_) => vec![],
-        })
-        .collect();
+        }
+    };
+    // The next phase's steps, when a prefetched copy looked ahead.
+    let mut upcoming: Option<Vec<(i64, crate::schedule::Step)>> = None;
     let mut gathered = vec![false; units.len()];
     let mut grads = vec![false; units.len()];
     let (mut params_live, mut grads_live) = (0i64, 0i64);
@@ -537,9 +542,13 @@ fn walk_peak(
     let (mut compute, mut copy) = (0u64, 0u64);
     let mut prev_step_end = 0u64;
     let mut pending: Option<u64> = None;
+    // An op's changes at its start, then at its end: compute back to back
+    // keeps the events in time order.
     let add = |v: &mut Vec<(u64, i64)>, t0: u64, t1: u64, m: &crate::schedule::Mems, host: bool| {
-        for x in m.as_slice().iter().filter(|x| x.host == host) {
-            v.push((if x.at == MemAt::Start { t0 } else { t1 }, x.bytes));
+        for (at, t) in [(MemAt::Start, t0), (MemAt::End, t1)] {
+            for x in m.as_slice().iter().filter(|x| x.host == host && x.at == at) {
+                v.push((t, x.bytes));
+            }
         }
     };
     // Issues a copy on the copy stream no earlier than `after`.
@@ -556,12 +565,13 @@ fn walk_peak(
         end
     };
     for (p, ph) in phases.iter().enumerate() {
+        let steps = upcoming.take().unwrap_or_else(|| steps_of(p));
         let u = ph.unit as usize;
         if ph.gather && !gathered[u] {
             gathered[u] = true;
             params_live = params_live.saturating_add(units[u].param_bytes);
         }
-        if ph.grad_alloc && shards && !grads[u] && !steps[p].is_empty() {
+        if ph.grad_alloc && shards && !grads[u] && !steps.is_empty() {
             grads[u] = true;
             grads_live = grads_live.saturating_add(units[u].grad_bytes);
         }
@@ -584,7 +594,7 @@ fn walk_peak(
             crate::schedule::PhaseKind::Head | crate::schedule::PhaseKind::Backward
         );
         let phase_start = compute;
-        for (j, (skipped_bytes, st)) in steps[p].iter().enumerate() {
+        for (j, (skipped_bytes, st)) in steps.iter().enumerate() {
             // As the lowering: this step's copy (prefetched, or now), then
             // the next step's prefetch, then compute, then the copy out.
             let mut ready = compute;
@@ -598,11 +608,16 @@ fn walk_peak(
                 };
                 ready = ready.max(end);
             }
-            if backward_kind {
-                let next = steps[p]
-                    .get(j + 1)
-                    .or_else(|| steps.get(p + 1).and_then(|v| v.first()))
-                    .and_then(|x| x.1.h2d.as_ref());
+            // (Only offloading steps have copies to prefetch.)
+            if backward_kind && offloads {
+                let next = match steps.get(j + 1) {
+                    Some(x) => Some(&x.1),
+                    None => upcoming
+                        .get_or_insert_with(|| steps_of(p + 1))
+                        .first()
+                        .map(|x| &x.1),
+                }
+                .and_then(|x| x.h2d.as_ref());
                 if let Some(h) = next {
                     pending = Some(issue(h, prev_step_end, &mut copy, &mut dev, &mut host));
                 }
@@ -644,9 +659,12 @@ fn walk_peak(
 
 /// Peak of `base` plus the running sum of `events` (allocations before
 /// frees at equal instants) plus, at every instant inside a window
-/// `(start, end, bytes)`, that window's bytes.
+/// `(start, end, bytes)`, that window's bytes. `events` in time order cost
+/// no sort (a walk without copies emits them so).
 fn sweep(base: i64, mut events: Vec<(u64, i64)>, windows: &[(u64, u64, i64)]) -> i64 {
-    events.sort_unstable_by(|x, y| x.0.cmp(&y.0).then(y.1.cmp(&x.1)));
+    if !events.is_sorted_by_key(|e| e.0) {
+        events.sort_unstable_by_key(|e| e.0);
+    }
     let mut peak = base;
     let mut cur = 0i64;
     let mut w = 0usize;
@@ -659,13 +677,29 @@ fn sweep(base: i64, mut events: Vec<(u64, i64)>, windows: &[(u64, u64, i64)]) ->
             w += 1;
         }
         let Some(t) = t else { break };
-        cur = cur.saturating_add(events[i].1);
+        // The instant's changes: its highest level is after all its
+        // allocations (or, with none, after its smallest free).
+        let (mut allocated, mut net, mut top) = (0i64, 0i64, i64::MIN);
+        while i < events.len() && events[i].0 == t {
+            let d = events[i].1;
+            if d > 0 {
+                allocated = allocated.saturating_add(d);
+            }
+            top = top.max(d);
+            net = net.saturating_add(d);
+            i += 1;
+        }
+        let high = if allocated > 0 { allocated } else { top };
         let win = windows
             .get(w)
             .filter(|x| x.0 <= t && t < x.1)
             .map_or(0, |x| x.2);
-        peak = peak.max(base.saturating_add(cur).saturating_add(win));
-        i += 1;
+        peak = peak.max(
+            base.saturating_add(cur)
+                .saturating_add(high)
+                .saturating_add(win),
+        );
+        cur = cur.saturating_add(net);
     }
     peak
 }
@@ -804,5 +838,72 @@ mod tests {
             }
         }
         assert!(bounded >= 30, "{bounded}");
+    }
+
+    /// The sweep as first written (sort by time, allocations first, a peak
+    /// after every event): the reference for [`sweep`].
+    /// Peak of `base` plus the running sum of `events` (allocations before
+    /// frees at equal instants) plus, at every instant inside a window
+    /// `(start, end, bytes)`, that window's bytes.
+    fn sweep_sorted(base: i64, mut events: Vec<(u64, i64)>, windows: &[(u64, u64, i64)]) -> i64 {
+        // Stable (adaptive) sort: the events arrive in nearly time order.
+        events.sort_by(|x, y| x.0.cmp(&y.0).then(y.1.cmp(&x.1)));
+        let mut peak = base;
+        let mut cur = 0i64;
+        let mut w = 0usize;
+        let mut i = 0usize;
+        loop {
+            let t = events.get(i).map(|e| e.0);
+            // Close windows that end before the next event (or all at the end).
+            while w < windows.len() && t.is_none_or(|t| windows[w].1 <= t) {
+                peak = peak.max(base.saturating_add(cur).saturating_add(windows[w].2));
+                w += 1;
+            }
+            let Some(t) = t else { break };
+            cur = cur.saturating_add(events[i].1);
+            let win = windows
+                .get(w)
+                .filter(|x| x.0 <= t && t < x.1)
+                .map_or(0, |x| x.2);
+            peak = peak.max(base.saturating_add(cur).saturating_add(win));
+            i += 1;
+        }
+        peak
+    }
+
+    /// [`sweep`] (per instant, no sort for ordered events) peaks where the
+    /// reference per-event sweep does, on random events and windows.
+    #[test]
+    fn sweep_per_instant_equals_the_reference() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for _ in 0..2000 {
+            let n = next(30) as usize;
+            let events: Vec<(u64, i64)> =
+                (0..n).map(|_| (next(12), next(200) as i64 - 100)).collect();
+            let mut windows = Vec::new();
+            let mut t = 0;
+            for _ in 0..next(4) {
+                let s0 = t + next(3);
+                let e0 = s0 + 1 + next(4);
+                windows.push((s0, e0, next(50) as i64));
+                t = e0;
+            }
+            let base = next(100) as i64;
+            let mut sorted = events.clone();
+            sorted.sort_by_key(|e| e.0);
+            for ev in [events, sorted] {
+                assert_eq!(
+                    sweep(base, ev.clone(), &windows),
+                    sweep_sorted(base, ev.clone(), &windows),
+                    "{ev:?} {windows:?}"
+                );
+            }
+        }
     }
 }

@@ -468,7 +468,8 @@ impl<'a> Schedule<'a> {
                 .costs
                 .host_copy_ms(rank, bytes as f64 * mc.phys_per_byte))
         };
-        let copy_c = dur(self.costs.host_copy_ms(rank, mc.out_phys));
+        // (Only offloading steps copy: priced when asked.)
+        let copy_c = || dur(self.costs.host_copy_ms(rank, mc.out_phys));
         // What a block keeps beyond its input (the embedding and the head
         // keep nothing of their own).
         let internal = if (1..=layers).contains(&u) {
@@ -527,7 +528,7 @@ impl<'a> Schedule<'a> {
                     let bytes = out + internal;
                     if bytes > 0 {
                         let phys = if out == c && internal == 0 {
-                            copy_c
+                            copy_c()
                         } else {
                             copy(bytes)
                         };
@@ -537,7 +538,7 @@ impl<'a> Schedule<'a> {
             }
             PhaseKind::Head => {
                 if offload && self.rules.offload_head_input {
-                    step.h2d = Some(h2d(c, copy_c));
+                    step.h2d = Some(h2d(c, copy_c()));
                 }
                 let w = round(a.head_work);
                 let mut fm = Mems::default();
@@ -557,12 +558,12 @@ impl<'a> Schedule<'a> {
                     mem: bm,
                 });
                 if offload && self.rules.offload_gradients {
-                    step.d2h = Some(d2h(c, copy_c));
+                    step.d2h = Some(d2h(c, copy_c()));
                 }
             }
             PhaseKind::Backward if u == 0 => {
                 if offload && self.rules.offload_gradients {
-                    step.h2d = Some(h2d(c, copy_c));
+                    step.h2d = Some(h2d(c, copy_c()));
                 }
                 let mut m = grad_mems;
                 m.push(Mem::dev(MemAt::End, -c));
@@ -580,7 +581,7 @@ impl<'a> Schedule<'a> {
                         if grads > 0 {
                             dur(self.costs.host_copy_ms(rank, 2.0 * mc.out_phys))
                         } else {
-                            copy_c
+                            copy_c()
                         }
                     } else {
                         copy(bytes)
@@ -613,7 +614,7 @@ impl<'a> Schedule<'a> {
                     mem: m,
                 });
                 if offload && self.rules.offload_gradients {
-                    step.d2h = Some(d2h(c, copy_c));
+                    step.d2h = Some(d2h(c, copy_c()));
                 }
             }
         }
