@@ -1488,10 +1488,11 @@ impl Planner for Cephalo {
         // micro-batch count) once the search is done, and only if they can
         // matter: the closed form being exact, a seed under a strategy
         // whose optimum is more than CLOSED_FORM_MARGIN slower than the
-        // best is no closer, is never evaluated and cannot win, so it is
-        // planned only if a strategy it reaches has no closed-form plan or
-        // one within the margin (or, below, when every near candidate
-        // overflows the host).
+        // best is no closer, so it is never evaluated by the fast model and
+        // ranks after every closed-form candidate; it is planned only if a
+        // strategy it reaches has no closed-form plan or one within the
+        // margin (or, below, when there are fewer candidates than the
+        // simulator confirms, or every near candidate overflows the host).
         let (eager, lazy): (Planners, Planners) = seeds.into_iter().partition(|p| {
             reaches(p.as_ref())
                 .iter()
@@ -1626,8 +1627,13 @@ impl Planner for Cephalo {
             }
         };
         add_seeds(seeded, &mut cands);
+        // A seed left out ranks after every candidate here (it would not
+        // be evaluated: key (2, infinity)), so the simulator would only
+        // have confirmed it with fewer candidates than confirmations; then,
+        // or with no closed-form plan at all, the seeds left out are
+        // planned too.
         let mut later = Some(later);
-        if cands.iter().all(|c| !c.closed_ms.is_finite()) {
+        if cands.len() < per_strategy || cands.iter().all(|c| !c.closed_ms.is_finite()) {
             add_seeds(plan_seeds(&later.take().unwrap_or_default()), &mut cands);
         }
         // No closed-form plan under any strategy: only seeds that fit may
