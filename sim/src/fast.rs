@@ -48,12 +48,9 @@ use crate::units::{SimTime, GIB};
 #[derive(Debug, Clone)]
 pub struct Timeline {
     streams: Vec<u64>,
-    start: Vec<u64>,
-    end: Vec<u64>,
-    /// Per op: its pass ([`OpLabel::micro`]) and what it is (duration and
-    /// category), for folding ([`crate::fold`]).
-    pass: Vec<u32>,
-    key: Vec<u64>,
+    /// Per op: its start, end, pass and what it is (as folding reads
+    /// them, [`crate::fold`]).
+    ops: Vec<crate::fold::OpTime>,
     /// Per op: where its memory changes and its ranks start in `mems` and
     /// `ranks`.
     mem_at: Vec<u32>,
@@ -70,10 +67,7 @@ impl Timeline {
     pub fn new(ranks: usize) -> Timeline {
         Timeline {
             streams: vec![0; ranks * Stream::COUNT],
-            start: Vec::new(),
-            end: Vec::new(),
-            pass: Vec::new(),
-            key: Vec::new(),
+            ops: Vec::new(),
             mem_at: Vec::new(),
             rank_at: Vec::new(),
             ranks: Vec::new(),
@@ -96,11 +90,9 @@ impl Timeline {
         ranks: &[u32],
     ) -> (OpId, u64) {
         let end = start.saturating_add(dur.0);
-        let id = OpId(self.end.len() as u32);
-        self.start.push(start);
-        self.end.push(end);
-        self.pass.push(label.micro);
-        self.key.push(dur.0 ^ ((label.category as u64) << 56));
+        let id = OpId(self.ops.len() as u32);
+        self.ops
+            .push(crate::fold::OpTime::new(label, dur, start, end));
         self.mem_at.push(self.mems.len() as u32);
         self.rank_at.push(self.ranks.len() as u32);
         self.ranks.extend_from_slice(ranks);
@@ -125,7 +117,7 @@ impl Timeline {
 
     fn ready(&self, deps: &[OpId]) -> u64 {
         deps.iter()
-            .map(|d| self.end[d.0 as usize])
+            .map(|d| self.ops[d.0 as usize].end)
             .max()
             .unwrap_or(0)
     }
@@ -134,14 +126,6 @@ impl Timeline {
     /// timeline is the reduced run of `layout`, or `None` when a folded
     /// run is not exactly periodic ([`crate::fold::Layout::detect`]).
     fn unfold(&self, layout: &crate::fold::Layout) -> Option<(Vec<u64>, u64)> {
-        let times: Vec<crate::fold::OpTime> = (0..self.end.len())
-            .map(|i| crate::fold::OpTime {
-                pass: self.pass[i],
-                start: self.start[i],
-                end: self.end[i],
-                key: self.key[i],
-            })
-            .collect();
         let net_zero = |block: &[u32]| {
             crate::fold::sums_to_zero(block.iter().flat_map(|&o| {
                 self.mems[Self::range(&self.mem_at, o as usize, self.mems.len())]
@@ -149,10 +133,10 @@ impl Timeline {
                     .map(|&(p, _, d)| (p, d))
             }))
         };
-        let u = layout.detect(&times, &net_zero)?;
+        let u = layout.detect(&self.ops, &net_zero)?;
         let mut finish = vec![0u64; self.finish.len()];
         let mut makespan = 0u64;
-        for (i, t) in times.iter().enumerate() {
+        for (i, t) in self.ops.iter().enumerate() {
             let end = t.end.saturating_add(u.shift_last_ns(t.pass));
             makespan = makespan.max(end);
             for &r in &self.ranks[Self::range(&self.rank_at, i, self.ranks.len())] {
@@ -383,7 +367,6 @@ pub fn host_floor(
     schedule: &Schedule<'_>,
     rank: usize,
     sizes: &[u32],
-    passes: u32,
     local_params: f64,
 ) -> Result<i64, PlanError> {
     let s = &schedule.strategy;
@@ -393,28 +376,29 @@ pub fn host_floor(
     if n == 0 || !s.offloads_activations(n as u32) {
         return Ok(floor);
     }
-    // Micro-batches per size: (size, count).
-    let mut by_size: Vec<(u32, i64)> = Vec::new();
+    // Micro-batches per size: (size, count, costs).
+    let mut by_size: Vec<(u32, i64, crate::schedule::Micro)> = Vec::new();
     for &m in sizes {
         match by_size.iter_mut().find(|x| x.0 == m) {
             Some(x) => x.1 += 1,
-            None => by_size.push((m, 1)),
+            None => by_size.push((m, 1, schedule.micro(rank, m)?)),
         }
     }
+    // The leading forward phases are the same units in any pass count
+    // (a step depends on its phase's unit and kind only): one pass's.
     for ph in schedule
-        .phases(passes.max(n as u32))
+        .phases(1)
         .iter()
         .take_while(|ph| ph.kind == crate::schedule::PhaseKind::Forward)
     {
-        for &(m, count) in &by_size {
+        for (m, count, mc) in &by_size {
             let k = match ph.pass {
-                None => count,
+                None => *count,
                 // A micro-batch-major pass runs the first size once.
-                Some(_) if m == sizes[0] => 1,
+                Some(_) if *m == sizes[0] => 1,
                 Some(_) => continue,
             };
-            let mc = schedule.micro(rank, m)?;
-            let st = schedule.step(rank, &mc, ph, 0, true);
+            let st = schedule.step(rank, mc, ph, 0, true);
             let bytes: i64 = st
                 .d2h
                 .iter()
@@ -821,7 +805,7 @@ mod tests {
                 let mut last = 0;
                 for (b, n) in [(4u32, 2u32), (9, 3), (20, 5), (40, 8), (64, 16)] {
                     let sizes = crate::planner::sizes(b, n);
-                    let floor = host_floor(&sch, 0, &sizes, n, local).unwrap();
+                    let floor = host_floor(&sch, 0, &sizes, local).unwrap();
                     let peak = walk_peak(&sch, 0, &sizes, n, local, false).unwrap();
                     assert!(
                         floor <= peak.host_bytes,

@@ -31,7 +31,8 @@
 //!
 //! Units: times in ns ([`crate::units::SimTime`] values), passes counted.
 
-use crate::engine::NO_INDEX;
+use crate::engine::{OpLabel, NO_INDEX};
+use crate::units::SimTime;
 
 /// Passes kept after the checked periods of a run, so that the next run
 /// (or the iteration's end) does not reach back into them.
@@ -217,6 +218,19 @@ pub struct OpTime {
     pub key: u64,
 }
 
+impl OpTime {
+    /// The op labelled `label` (its pass is [`OpLabel::micro`]) lasting
+    /// `duration` alone, run from `start` to `end` (ns).
+    pub fn new(label: OpLabel, duration: SimTime, start: u64, end: u64) -> OpTime {
+        OpTime {
+            pass: label.micro,
+            start,
+            end,
+            key: duration.0 ^ ((label.category as u64) << 56),
+        }
+    }
+}
+
 /// One folded run: the block of passes `lo..hi` (one period) stands for
 /// itself and `copies` more periods, each `delta_ns` later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,23 +276,20 @@ impl Unfold {
     /// folded block; [`NO_INDEX`], after every pass, moves by
     /// [`Self::total_shift_ns`]).
     pub fn shift_last_ns(&self, pass: u32) -> u64 {
-        self.folds
-            .iter()
-            .filter(|f| pass >= f.lo)
-            .fold(0u64, |s, f| {
-                s.saturating_add(f.copies.saturating_mul(f.delta_ns))
-            })
+        self.inserted_ns(|f| pass >= f.lo)
     }
 
     /// How much later than in the reduced run the first op an op of
     /// reduced pass `pass` stands for happens, ns.
     pub fn shift_first_ns(&self, pass: u32) -> u64 {
-        self.folds
-            .iter()
-            .filter(|f| pass >= f.hi)
-            .fold(0u64, |s, f| {
-                s.saturating_add(f.copies.saturating_mul(f.delta_ns))
-            })
+        self.inserted_ns(|f| pass >= f.hi)
+    }
+
+    /// The time the copies of the folds `which` insert, ns.
+    fn inserted_ns(&self, which: impl Fn(&Fold) -> bool) -> u64 {
+        self.folds.iter().filter(|f| which(f)).fold(0u64, |s, f| {
+            s.saturating_add(f.copies.saturating_mul(f.delta_ns))
+        })
     }
 
     /// How much later the iteration ends than the reduced run, ns.

@@ -257,23 +257,27 @@ impl Observer for Fan<'_, '_> {
 /// identical micro-batch passes are folded (`opts.fold_passes`,
 /// [`crate::fold`]).
 pub fn simulate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<Report, PlanError> {
-    if opts.fold_passes && !opts.trace && plan.pipeline.is_none() {
-        let d = Description::new(costs, plan)?;
-        let classes = node_classes(costs, plan, opts);
-        check_size(&d, classes.simulated_ranks())?;
-        let runs = d.pass_runs();
-        for level in crate::fold::LEVELS {
-            let Some(layout) = crate::fold::Layout::new(&runs, level) else {
-                break;
-            };
-            let low = lower_description(&d.with_passes(&layout.kept), opts, &classes);
-            if let Some(r) = run_lowered(costs, plan, opts, &low, &mut NullObserver, Some(&layout))?
-            {
-                return Ok(r);
-            }
+    if !opts.fold_passes || opts.trace || plan.pipeline.is_some() {
+        return simulate_observed(costs, plan, opts, &mut NullObserver);
+    }
+    let d = Description::new(costs, plan)?;
+    let classes = node_classes(costs, plan, opts);
+    check_size(&d, classes.simulated_ranks())?;
+    let runs = d.pass_runs();
+    for level in crate::fold::LEVELS {
+        let Some(layout) = crate::fold::Layout::new(&runs, level) else {
+            break;
+        };
+        let low = lower_description(&d.with_passes(&layout.kept), opts, &classes);
+        if let Some(r) = run_lowered(costs, plan, opts, &low, &mut NullObserver, Some(&layout))? {
+            return Ok(r);
         }
     }
-    simulate_observed(costs, plan, opts, &mut NullObserver)
+    // Nothing to fold, or nothing periodic: every pass, from the same
+    // description.
+    let low = lower_description(&d, opts, &classes);
+    let r = run_lowered(costs, plan, opts, &low, &mut NullObserver, None)?;
+    Ok(r.expect("an unfolded run always reports"))
 }
 
 /// [`simulate`], also pushing every engine call to `extra` (tests use an
@@ -405,16 +409,13 @@ fn unfold(
     fan: &mut Fan<'_, '_>,
 ) -> Result<Option<Folding>, crate::error::SimError> {
     let g = &low.graph;
-    let mut times = vec![crate::fold::OpTime::default(); g.len()];
+    let mut times: Vec<crate::fold::OpTime> = (0..g.len() as u32)
+        .map(|i| crate::fold::OpTime::new(g.op_label(OpId(i)), g.op_duration(OpId(i)), 0, 0))
+        .collect();
     for k in kept {
         let t = &mut times[k.op.0 as usize];
         t.start = k.start.0;
         t.end = k.end.0;
-    }
-    for (i, t) in times.iter_mut().enumerate() {
-        let label = g.op_label(OpId(i as u32));
-        t.pass = label.micro;
-        t.key = g.op_duration(OpId(i as u32)).0 ^ ((label.category as u64) << 56);
     }
     let net_zero = |block: &[u32]| {
         crate::fold::sums_to_zero(

@@ -25,13 +25,10 @@ fn too_many_microbatches(
 ) -> PlanError {
     let costs = problem.costs;
     let n = crate::limits::MAX_MICROBATCHES;
-    let local = match schedule.strategy.sharding {
-        crate::strategy::Sharding::NoShard => 1.0,
-        _ => r,
-    } * costs.workload.model.total_params() as f64;
+    let local = super::local_params(schedule, r);
     let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[i].node];
     let gib = |x: i64| x as f64 / crate::units::GIB;
-    let floor = crate::fast::host_floor(schedule, i, &sizes(b, n), n, local).map_or(0.0, gib);
+    let floor = crate::fast::host_floor(schedule, i, &sizes(b, n), local).map_or(0.0, gib);
     let (what, short) = if floor > node.host_mem_gib {
         (
             format!(

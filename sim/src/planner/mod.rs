@@ -405,6 +405,16 @@ pub fn even_fractions(strategy: &Strategy, ranks: usize) -> Vec<f64> {
     vec![1.0 / g as f64; ranks]
 }
 
+/// Parameters whose state a GPU holding `fraction` of it keeps under
+/// `schedule` (all of them without sharding).
+pub fn local_params(schedule: &Schedule<'_>, fraction: f64) -> f64 {
+    let total = schedule.costs.workload.model.total_params() as f64;
+    match schedule.strategy.sharding {
+        Sharding::NoShard => total,
+        _ => fraction * total,
+    }
+}
+
 /// Whether `rank` fits running `sizes` under `schedule` holding
 /// `fraction` of the state, by the fast model's per-GPU bound (and its
 /// node's host memory for the offload it uses by itself), in an iteration
@@ -417,14 +427,10 @@ pub fn fits(
     fraction: f64,
 ) -> Result<bool, PlanError> {
     let costs = schedule.costs;
-    let total = costs.workload.model.total_params() as f64;
-    let local = match schedule.strategy.sharding {
-        Sharding::NoShard => total,
-        _ => fraction * total,
-    };
+    let local = local_params(schedule, fraction);
     let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[rank].node];
     // Offloaded activations the host cannot hold fail without a walk.
-    let host_floor = crate::fast::host_floor(schedule, rank, sizes, passes, local)?;
+    let host_floor = crate::fast::host_floor(schedule, rank, sizes, local)?;
     if host_floor as f64 / GIB > node.host_mem_gib {
         return Ok(false);
     }
