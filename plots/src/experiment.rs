@@ -5,16 +5,16 @@
 use crate::bars::GroupedBars;
 use crate::gantt::{Gantt, Span};
 use crate::lines::Lines;
-use crate::render::{render, DynErr};
+use crate::render::{render, DynErr, Rendered};
 use crate::stacked::StackedBars;
 use sim::experiment::{ExperimentSpec, FigureSpec, Results, METRICS};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// One drawn figure: its files and its caption.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Drawn {
-    /// The PNG and the SVG.
-    pub files: Vec<PathBuf>,
+    /// The PNG and the SVG, rendered (the caller writes them).
+    pub files: Vec<Rendered>,
     /// Caption (for the report).
     pub caption: String,
     /// The figure spec it came from.
@@ -54,7 +54,8 @@ pub fn short(s: &str) -> String {
     s.strip_prefix("deepspeed").unwrap_or(s).to_string()
 }
 
-/// Draws every figure of `spec` from `results` into `dir`.
+/// Draws every figure of `spec` from `results`, as files meant for `dir`
+/// (rendered in memory; the caller writes them).
 pub fn draw_all(
     spec: &ExperimentSpec,
     results: &Results,
@@ -102,7 +103,7 @@ fn bars(
     f: &FigureSpec,
     results: &Results,
     base: &Path,
-) -> Result<(Vec<PathBuf>, String), DynErr> {
+) -> Result<(Vec<Rendered>, String), DynErr> {
     let xs = results.axis_values(&f.x, &f.planners);
     let ss = results.axis_values(&f.series, &f.planners);
     let series: Vec<(String, Vec<Option<f64>>)> = ss
@@ -140,7 +141,7 @@ fn lines(
     f: &FigureSpec,
     results: &Results,
     base: &Path,
-) -> Result<(Vec<PathBuf>, String), DynErr> {
+) -> Result<(Vec<Rendered>, String), DynErr> {
     let ss = results.axis_values(&f.series, &f.planners);
     let series: Vec<(String, Vec<(f64, f64)>)> = ss
         .iter()
@@ -174,7 +175,7 @@ fn stacked(
     f: &FigureSpec,
     results: &Results,
     base: &Path,
-) -> Result<(Vec<PathBuf>, String), DynErr> {
+) -> Result<(Vec<Rendered>, String), DynErr> {
     let case = f.workload;
     let planners: Vec<String> = results.axis_values("planner", &f.planners);
     let mut groups = Vec::new();
@@ -269,7 +270,7 @@ fn gantt(
     f: &FigureSpec,
     results: &Results,
     base: &Path,
-) -> Result<(Vec<PathBuf>, String), DynErr> {
+) -> Result<(Vec<Rendered>, String), DynErr> {
     let case = f.workload;
     let planners: Vec<String> = results.axis_values("planner", &f.planners);
     let mut lanes: Vec<String> = Vec::new();
@@ -352,7 +353,7 @@ fn validation(
     f: &FigureSpec,
     results: &Results,
     base: &Path,
-) -> Result<(Vec<PathBuf>, String), DynErr> {
+) -> Result<(Vec<Rendered>, String), DynErr> {
     let points: Vec<crate::scatter::ScatterPoint> = results
         .validation
         .iter()

@@ -1,12 +1,14 @@
-//! Writing one drawing to `<base>.png` and `<base>.svg` (every figure
-//! module draws through this), and the colours figures share.
+//! Rendering one drawing as `<base>.png` and `<base>.svg` in memory (every
+//! figure module draws through this; the caller writes the files), and the
+//! colours figures share.
 
+use image::ImageEncoder;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::error::Error;
 use std::path::{Path, PathBuf};
 
-/// Error of a figure (plotters' backends' errors, I/O).
+/// Error of a figure (plotters' backends' errors, PNG encoding).
 pub type DynErr = Box<dyn Error + Send + Sync>;
 
 /// A figure that can draw itself on any plotters backend.
@@ -21,17 +23,52 @@ pub trait Figure {
         DB::ErrorType: 'static;
 }
 
-/// Renders `fig` to `<base>.png` and `<base>.svg`; returns both paths.
-pub fn render<F: Figure>(fig: &F, base: &Path) -> Result<Vec<PathBuf>, DynErr> {
-    if let Some(dir) = base.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
+/// One rendered file: the path it belongs at and its bytes. Figures are
+/// drawn in memory; the caller writes them (the CLI through its one output
+/// writer, so a figure path behaves like every other output path).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    /// Where the file belongs (`<base>.png` or `<base>.svg`).
+    pub path: PathBuf,
+    /// The encoded PNG or SVG.
+    pub bytes: Vec<u8>,
+}
+
+/// Renders `fig` as `<base>.png` and `<base>.svg` (in memory; nothing is
+/// written).
+pub fn render<F: Figure>(fig: &F, base: &Path) -> Result<Vec<Rendered>, DynErr> {
     // Appended, not `with_extension`: names such as `time-gpt2.7b` keep their dot.
     let png = PathBuf::from(format!("{}.png", base.display()));
     let svg = PathBuf::from(format!("{}.svg", base.display()));
-    fig.draw(BitMapBackend::new(&png, fig.size()).into_drawing_area())?;
-    fig.draw(SVGBackend::new(&svg, fig.size()).into_drawing_area())?;
-    Ok(vec![png, svg])
+    render_to(fig, png, svg)
+}
+
+/// Renders `fig` as a PNG and an SVG (in memory) meant for the given paths.
+pub fn render_to<F: Figure>(fig: &F, png: PathBuf, svg: PathBuf) -> Result<Vec<Rendered>, DynErr> {
+    let (w, h) = fig.size();
+    let mut rgb = vec![0u8; w as usize * h as usize * 3];
+    fig.draw(BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area())?;
+    // The encoder and settings plotters' file backend uses (image's default
+    // PNG encoder), so a figure's bytes do not depend on where it goes.
+    let mut png_bytes = Vec::new();
+    image::codecs::png::PngEncoder::new(&mut png_bytes).write_image(
+        &rgb,
+        w,
+        h,
+        image::ColorType::Rgb8,
+    )?;
+    let mut svg_text = String::new();
+    fig.draw(SVGBackend::with_string(&mut svg_text, (w, h)).into_drawing_area())?;
+    Ok(vec![
+        Rendered {
+            path: png,
+            bytes: png_bytes,
+        },
+        Rendered {
+            path: svg,
+            bytes: svg_text.into_bytes(),
+        },
+    ])
 }
 
 /// The `i`-th series colour (a qualitative palette, stable across figures).

@@ -1,6 +1,6 @@
 //! Predicted-vs-measured scatter figure on log-log axes, with the y = x line
 //! and a +-band (e.g. 25%) around it, one colour per group (GPU or model).
-//! Written as PNG and SVG. Values are in whatever unit the caller labels
+//! Rendered as PNG and SVG. Values are in whatever unit the caller labels
 //! (ms, GiB); non-positive values cannot sit on log axes and are skipped.
 //!
 //! Text is rendered with a system TrueType font (plotters' `ttf` feature,
@@ -12,7 +12,7 @@ use plotters::coord::combinators::IntoLogRange;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::error::Error;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// One point of the scatter.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,28 +135,36 @@ where
     Ok(())
 }
 
-/// Renders the scatter to `<base>.png` and `<base>.svg`; returns both paths.
+/// The scatter as a [`crate::Figure`].
+struct Scatter<'a> {
+    points: &'a [ScatterPoint],
+    spec: &'a ScatterSpec,
+}
+
+impl crate::Figure for Scatter<'_> {
+    fn size(&self) -> (u32, u32) {
+        SIZE
+    }
+    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<(), DynErr>
+    where
+        DB::ErrorType: 'static,
+    {
+        draw(root, self.points, self.spec)
+    }
+}
+
+/// Renders the scatter as `<base>.png` and `<base>.svg` (in memory; the
+/// caller writes them).
 pub fn render(
     points: &[ScatterPoint],
     spec: &ScatterSpec,
     base: &Path,
-) -> Result<Vec<PathBuf>, DynErr> {
-    if let Some(dir) = base.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let png = base.with_extension("png");
-    let svg = base.with_extension("svg");
-    draw(
-        BitMapBackend::new(&png, SIZE).into_drawing_area(),
-        points,
-        spec,
-    )?;
-    draw(
-        SVGBackend::new(&svg, SIZE).into_drawing_area(),
-        points,
-        spec,
-    )?;
-    Ok(vec![png, svg])
+) -> Result<Vec<crate::render::Rendered>, DynErr> {
+    crate::render::render_to(
+        &Scatter { points, spec },
+        base.with_extension("png"),
+        base.with_extension("svg"),
+    )
 }
 
 #[cfg(test)]
@@ -186,12 +194,14 @@ mod tests {
         let files = render(&pts, &spec, &dir.join("fig"))
             .expect("render (is a TrueType font installed? fonts-dejavu-core)");
         assert_eq!(files.len(), 2);
-        let svg = std::fs::read_to_string(&files[1]).unwrap();
+        assert_eq!(files[0].path, dir.join("fig.png"));
+        assert_eq!(files[1].path, dir.join("fig.svg"));
+        let svg = String::from_utf8(files[1].bytes.clone()).unwrap();
         assert!(svg.contains("Scatter test title"), "svg lacks the title");
         assert!(svg.contains("measured ms") && svg.contains("t4"));
-        let img = std::fs::read(&files[0]).unwrap();
+        let img = &files[0].bytes;
         assert!(img.len() > 10_000, "png too small");
-        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(&img[1..4], b"PNG", "not a PNG");
         // Rasterised text: the caption band (top 40 rows) must hold dark pixels.
         let (w, h) = SIZE;
         let mut buf = vec![0u8; (w * h * 3) as usize];

@@ -5,7 +5,7 @@
 
 use crate::cli::UserError;
 use crate::load;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args as ClapArgs;
 use sim::perfmodel::calibrate::{
     dataset, CvMode, CvReport, ErrorStats, GroupErrors, HOLDOUT_BATCHES,
@@ -131,15 +131,8 @@ pub fn markdown(report: &CvReport, reference: &str) -> String {
     s
 }
 
-fn write(path: &Path, text: &str) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("{}: cannot create directory", dir.display()))?;
-    }
-    crate::out::write_atomic(path, text, "the output")
-}
-
-fn figures(report: &CvReport, dir: &Path) -> Result<Vec<PathBuf>> {
+/// The cross-validation figures, rendered (meant for `dir`).
+fn figures(report: &CvReport, dir: &Path) -> Result<Vec<plots::render::Rendered>> {
     let mut written = Vec::new();
     for (mode, name, title) in [
         (
@@ -200,18 +193,33 @@ fn figures(report: &CvReport, dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// Runs `cephalo calibrate`.
 pub fn run(a: Args) -> Result<ExitCode> {
-    if a.out.exists() && !a.force {
+    // Every output is checked before the fit: a path that cannot be
+    // written is exit 2 at once, not after the work.
+    const OUT: &str = "the calibration (--out)";
+    const REPORT: &str = "the cross-validation report (--report-dir)";
+    if crate::out::replaces_existing_file(&a.out, OUT)? && !a.force {
         return Err(UserError(format!(
             "--out: {} exists; add --force to replace it (the shipped calibration is profiles/calibration.json)",
             a.out.display()
         ))
         .into());
     }
-    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("{}: cannot create directory", dir.display()))?;
+    // The default `target/calibration.json` may be run before any build.
+    if let Some(dir) = a
+        .out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    {
+        crate::out::prepare_dir(dir, OUT)?;
     }
-    crate::out::check_writable(&a.out, "the calibration (--out)")?;
+    crate::out::check_writable(&a.out, OUT)?;
+    crate::out::prepare_dir(&a.report_dir, REPORT)?;
+    let (md_path, json_path) = (
+        a.report_dir.join("cv_report.md"),
+        a.report_dir.join("cv_report.json"),
+    );
+    crate::out::check_writable(&md_path, REPORT)?;
+    crate::out::check_writable(&json_path, REPORT)?;
     if !a.reference.exists() {
         return Err(UserError(format!(
             "--reference: {}: no such file or directory",
@@ -220,6 +228,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .into());
     }
     let set = load::load_profiles(&a.reference)?;
+    if let Some(r) = set.rejected.first() {
+        return Err(UserError(format!(
+            "--reference: {}: entry {}: {} (a calibration is fitted to every entry: fix or remove it)",
+            r.origin, r.entry, r.why
+        ))
+        .into());
+    }
     let ds = dataset(&set, crate::load::gpus(), crate::load::models());
     if ds.time.is_empty() {
         return Err(UserError(format!(
@@ -243,15 +258,17 @@ pub fn run(a: Args) -> Result<ExitCode> {
     );
     let run = sim::perfmodel::calibrate::calibrate_observed(&ds, &label, &|| bar.inc(1));
     bar.finish_and_clear();
-    write(
+    crate::out::write_text(
         &a.out,
         &(serde_json::to_string_pretty(&run.calibration)? + "\n"),
+        OUT,
     )?;
     let md = markdown(&run.report, &label);
-    write(&a.report_dir.join("cv_report.md"), &md)?;
-    write(
-        &a.report_dir.join("cv_report.json"),
+    crate::out::write_text(&md_path, &md, REPORT)?;
+    crate::out::write_text(
+        &json_path,
         &(serde_json::to_string_pretty(&run.report)? + "\n"),
+        REPORT,
     )?;
     out!("{md}");
     outln!("\nwrote {}", a.out.display());
@@ -260,8 +277,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         a.report_dir.display()
     );
     if !a.no_figures {
-        for p in figures(&run.report, &a.report_dir)? {
-            outln!("wrote {}", p.display());
+        for f in figures(&run.report, &a.report_dir)? {
+            crate::out::write_file(&f.path, &f.bytes, REPORT)?;
+            outln!("wrote {}", f.path.display());
         }
     }
     Ok(ExitCode::SUCCESS)

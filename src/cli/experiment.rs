@@ -12,7 +12,7 @@
 use crate::cli::UserError;
 use crate::load;
 use crate::out;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sim::experiment::{
     report_section, ClusterText, ExperimentSpec, FigureRef, GpuRow, Inputs, ProfilesUse, ResultRow,
     Results, SpanRow, ValidationPoint,
@@ -248,12 +248,7 @@ fn run_experiments(a: &RunArgs) -> Result<ExitCode> {
         .collect::<Result<_>>()?;
     let reference = reference(a.profiles.as_deref())?;
     let predictor = load::calibration(None)?;
-    std::fs::create_dir_all(&a.dirs.results).with_context(|| {
-        format!(
-            "{}: cannot create the results directory",
-            a.dirs.results.display()
-        )
-    })?;
+    out::prepare_dir(&a.dirs.results, "the results (--results)")?;
     out::check_writable(&a.dirs.results.join("REPORT.md"), "the report")?;
     for l in &loaded {
         let (profiles, used, spec) = inputs_for(&l.spec, reference.as_ref());
@@ -266,8 +261,7 @@ fn run_experiments(a: &RunArgs) -> Result<ExitCode> {
                 .join(format!("shard-{k}-of-{n}")),
             None => a.dirs.results.join(&spec.name),
         };
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("{}: cannot create", dir.display()))?;
+        out::prepare_dir(&dir, "the results (--results)")?;
         let todo = workloads
             .iter()
             .filter(|w| shard.is_none_or(|(k, n)| w.index % n == k - 1))
@@ -288,7 +282,7 @@ fn run_experiments(a: &RunArgs) -> Result<ExitCode> {
         if shard.is_none() {
             finish(&a.dirs, l, &spec, &res, &used)?;
         } else {
-            out::write_atomic(
+            out::write_text(
                 &dir.join("profiles.txt"),
                 &format!("{used}\n"),
                 "provenance",
@@ -353,25 +347,25 @@ fn read_csv<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
 }
 
 fn write_results(dir: &Path, r: &Results) -> Result<()> {
-    out::write_atomic(
+    out::write_text(
         &dir.join("results.csv"),
         &crate::cli::format::csv_of(&r.rows)?,
         "results",
     )?;
-    out::write_atomic(
+    out::write_text(
         &dir.join("gpus.csv"),
         &crate::cli::format::csv_of(&r.gpus)?,
         "per-GPU results",
     )?;
     if !r.spans.is_empty() {
-        out::write_atomic(
+        out::write_text(
             &dir.join("timeline.csv"),
             &crate::cli::format::csv_of(&r.spans)?,
             "timelines",
         )?;
     }
     if !r.validation.is_empty() {
-        out::write_atomic(
+        out::write_text(
             &dir.join("validation.csv"),
             &crate::cli::format::csv_of(&r.validation)?,
             "measurements",
@@ -392,15 +386,18 @@ fn read_results(dir: &Path) -> Result<Results> {
 /// Figures, the exact spec, the version and the provenance of a finished run.
 fn finish(d: &Dirs, l: &Loaded, spec: &ExperimentSpec, res: &Results, used: &str) -> Result<()> {
     let dir = d.results.join(&spec.name);
-    plots::experiment::draw_all(spec, res, &dir)
+    let drawn = plots::experiment::draw_all(spec, res, &dir)
         .map_err(|e| anyhow::anyhow!("{}: drawing the figures: {e}", dir.display()))?;
-    out::write_atomic(&dir.join("spec.toml"), &l.text, "the spec")?;
-    out::write_atomic(
+    for file in drawn.iter().flat_map(|d| &d.files) {
+        out::write_file(&file.path, &file.bytes, "a figure")?;
+    }
+    out::write_text(&dir.join("spec.toml"), &l.text, "the spec")?;
+    out::write_text(
         &dir.join("version.txt"),
         &format!("cephalo {}\n", env!("CARGO_PKG_VERSION")),
         "the version",
     )?;
-    out::write_atomic(
+    out::write_text(
         &dir.join("profiles.txt"),
         &format!("{used}\n"),
         "provenance",
@@ -530,6 +527,6 @@ fn write_report(d: &Dirs) -> Result<()> {
             "## Reproduced speed-up range\n\nOver the paper-reproduction experiments (`paper-*`, `aws-*`), Cephalo's simulated throughput is {lo:.2}x ({wl}) to {hi:.2}x ({wh}) that of the data-parallel baselines that fit (PyTorch FSDP, FSDP with layered accumulation, ZeRO-2, DDP, HSDP, speed-proportional with and without memory-aware micro-batches).{pipes} The paper reports 1.2x-10.8x over its baselines. What differs: these are simulations on the authors' per-block measurements (embedding, head, optimizer and communication are this project's models, not measurements); our baselines are planned as their frameworks would plan them here (FSDP choosing its own accumulation and least recompute that fits, so it rarely runs out of memory), not the configurations the paper ran; plans that run out of memory count as no throughput rather than as the paper's largest speed-ups; and this tool's communication model (NCCL rings and trees at nccl-tests bus bandwidths, link sharing, 10% compute slow-down while collectives run) sets how much sharded data parallelism pays for crossing a slow network.\n\n"
         ));
     }
-    out::write_atomic(&d.results.join("REPORT.md"), &s, "the report")?;
+    out::write_text(&d.results.join("REPORT.md"), &s, "the report")?;
     Ok(())
 }

@@ -489,7 +489,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let out = output(&res, &planned, &report);
     if let Some(path) = &args.out {
         let w = sim::plan::PlanWorkload::of(&res.costs);
-        crate::out::write_atomic(path, &planned.plan.to_file_json(&w), "the plan (--out)")?;
+        crate::out::write_text(path, &planned.plan.to_file_json(&w), "the plan (--out)")?;
     }
     match args.format {
         Format::Json => {

@@ -442,7 +442,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let profile = measure(&req)?;
     let text = native::to_json(&profile);
     match &args.out {
-        Some(path) => crate::out::write_atomic(path, &text, "the profile (--out)")?,
+        Some(path) => crate::out::write_text(path, &text, "the profile (--out)")?,
         None => out!("{text}"),
     }
     Ok(ExitCode::SUCCESS)

@@ -136,10 +136,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eprintln!("note: {others} warnings about other entries of the loaded profiles (not used here); --verbose lists them");
     }
     if let (Some(path), Some(trace)) = (&args.trace, &report.trace) {
-        crate::out::write_atomic(path, &trace.to_json(), "the trace (--trace)")?;
+        crate::out::write_text(path, &trace.to_json(), "the trace (--trace)")?;
     }
     if let Some(path) = &args.csv {
-        crate::out::write_atomic(path, &report.to_csv(), "the CSV (--csv)")?;
+        crate::out::write_text(path, &report.to_csv(), "the CSV (--csv)")?;
     }
     match args.format {
         Format::Json => out!("{}", report.to_json()),

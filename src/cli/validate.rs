@@ -606,7 +606,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             bg_profile = probe.and_then(|p| p.others_pct());
             let text = sim::profile::native::to_json(&native);
             if let Some(path) = &args.save_profile {
-                crate::out::write_atomic(path, &text, "the profile (--save-profile)")?;
+                crate::out::write_text(path, &text, "the profile (--save-profile)")?;
             }
             let set = sim::profile::native::import(
                 &text,

@@ -43,3 +43,32 @@ pub fn shared_dir() -> Option<PathBuf> {
     );
     None
 }
+
+/// A small reference directory in `dir`, cut at test time from
+/// `../shared/reference-profiles` (never committed): the latencies and
+/// memory of two models, enough for `calibrate` to fit in about a second
+/// in a debug build. `None` (with the reason printed) where the reference
+/// profiles are absent, as [`shared_dir`].
+pub fn small_reference(dir: &std::path::Path) -> Option<PathBuf> {
+    let shared = shared_dir()?;
+    const KEEP: [&str; 2] = ["deepspeedgpt_1.3b", "deepspeedbert_large"];
+    let read = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(shared.join(name)).unwrap()).unwrap()
+    };
+    let mut lat = read("model_latencies.json");
+    lat.as_object_mut()
+        .unwrap()
+        .retain(|k, _| KEEP.contains(&k.as_str()));
+    let mut mem = read("model_memory.json");
+    for by_model in mem.as_object_mut().unwrap().values_mut() {
+        by_model
+            .as_object_mut()
+            .unwrap()
+            .retain(|k, _| KEEP.contains(&k.as_str()));
+    }
+    let out = dir.join("small-reference");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("model_latencies.json"), lat.to_string()).unwrap();
+    std::fs::write(out.join("model_memory.json"), mem.to_string()).unwrap();
+    Some(out)
+}

@@ -5,6 +5,7 @@ mod common;
 mod experiment;
 mod explain;
 mod fuzz;
+mod outputs;
 mod pipeline;
 mod plan;
 mod predict;
