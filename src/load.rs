@@ -215,16 +215,23 @@ pub fn load_profiles(path: &Path) -> Result<ProfileSet> {
         .filter(|p| p.extension().is_some_and(|x| x == "json") && p.is_file())
         .collect();
     files.sort();
+    // Files of the reference directory that are not profiles.
+    files.retain(|f| {
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        !(name == "model_stats.json"
+            || name == "reference_plans.json"
+            || name.starts_with("example_plan"))
+    });
+    if files.is_empty() {
+        return Err(UserError(format!(
+            "{}: no profile in this directory (--profiles): expected *.json files in the reference format \
+             (model_latencies.json, model_memory.json) or cephalo-profile/1",
+            path.display()
+        ))
+        .into());
+    }
     let mut set = ProfileSet::new();
     for f in files {
-        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        // Files of the reference directory that are not profiles.
-        if name == "model_stats.json"
-            || name == "reference_plans.json"
-            || name.starts_with("example_plan")
-        {
-            continue;
-        }
         set.merge(load_profile_file(&f)?);
     }
     Ok(set)

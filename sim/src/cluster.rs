@@ -590,14 +590,7 @@ impl Cluster {
         origin: &str,
         catalog: &GpuCatalog,
     ) -> Result<Cluster, SpecError> {
-        let names: Vec<&str> = list.split(',').map(str::trim).collect();
-        if names.iter().any(|n| n.is_empty()) {
-            return Err(SpecError::invalid(
-                origin,
-                "gpus",
-                format!("expected a comma-separated list of GPU names, got `{list}`"),
-            ));
-        }
+        let names = crate::lists::items(list, origin)?;
         // Name each unknown entry by its position in the list, not by the
         // internal node/group path the shorthand expands to.
         for (i, n) in names.iter().enumerate() {

@@ -715,6 +715,14 @@ impl CostModel {
             workload.global_batch,
             workload.seq_len,
         )?;
+        // Where the dtype meets the cluster's GPUs: each type once, in rank order.
+        let mut seen: Vec<&str> = Vec::new();
+        for g in &workload.cluster.gpus {
+            if !seen.contains(&g.spec.name.as_str()) {
+                seen.push(&g.spec.name);
+                g.spec.check_dtype(workload.dtype, "--dtype", "dtype")?;
+            }
+        }
         if !(options.mem_fraction > 0.0 && options.mem_fraction <= 1.0) {
             return Err(SpecError::invalid(
                 "--mem-fraction",
@@ -810,6 +818,27 @@ impl CostModel {
             let mut kernels = [None, None];
             kernels[measured_attention.index()] = Some(block.clone());
             kernels[other.index()] = derived;
+            // A long prediction is an answer, said once: the fastest kernel's
+            // smallest micro-batch.
+            let fastest = kernels
+                .iter()
+                .flatten()
+                .filter_map(|c| {
+                    Some((
+                        *c.batch_sizes.first()?,
+                        c.fwd_ms.first()? + c.bwd_ms.first()?,
+                    ))
+                })
+                .min_by(|a, b| a.1.total_cmp(&b.1));
+            if let Some((m, ms)) = fastest.filter(|f| f.1 > crate::physical::LONG_PASS_MS) {
+                warnings.push(format!(
+                    "{} / {} / {seq} / {dtype}: one block's forward + backward takes {:.1} h at micro-batch {m} ({}): a long run, not an error",
+                    g.spec.name,
+                    model.name,
+                    ms / 3.6e6,
+                    block.source.label()
+                ));
+            }
             let selective_fraction = [Attention::Eager, Attention::Flash]
                 .map(|a| selective_fractions(predictor, &g.spec, model, seq, dtype, a));
             rank_type.push(types.len());

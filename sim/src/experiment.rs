@@ -883,8 +883,8 @@ fn variant(
         ),
         ClusterSource::Gpus(list) => {
             let mut t = toml::Table::new();
-            let gpus: Vec<toml::Value> = list
-                .split(',')
+            let gpus: Vec<toml::Value> = crate::lists::items(list, "sweep.clusters")?
+                .into_iter()
                 .map(|g| {
                     let mut e = toml::Table::new();
                     e.insert("type".into(), toml::Value::String(g.trim().to_string()));

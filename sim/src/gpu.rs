@@ -155,6 +155,35 @@ impl GpuSpec {
         self.peak_tflops(dtype).is_some()
     }
 
+    /// The dtypes this GPU can train in, as printed (`fp16, fp32`).
+    pub fn supported_dtypes(&self) -> String {
+        Dtype::ALL
+            .iter()
+            .filter(|d| self.supports(**d))
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The one check where a dtype meets this GPU (a workload's `--dtype`,
+    /// a profile entry, `predict`): an error naming `origin` and `field`
+    /// when the GPU has no units for it (bf16 on Pascal, Volta and Turing:
+    /// no `bf16_tflops` in the catalog).
+    pub fn check_dtype(&self, dtype: Dtype, origin: &str, field: &str) -> Result<(), SpecError> {
+        if self.supports(dtype) {
+            return Ok(());
+        }
+        Err(SpecError::invalid(
+            origin,
+            field,
+            format!(
+                "{} cannot train in {dtype}: the catalog gives it no {dtype} peak (it supports {})",
+                self.name,
+                self.supported_dtypes()
+            ),
+        ))
+    }
+
     /// Memory capacity, GiB (= `mem_gib`).
     pub fn capacity_gib(&self) -> f64 {
         self.mem_gib

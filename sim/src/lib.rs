@@ -26,6 +26,7 @@ pub mod gpu;
 pub mod hf_config;
 pub mod limits;
 pub mod link;
+pub mod lists;
 pub mod memory;
 pub mod model;
 pub mod perfmodel;

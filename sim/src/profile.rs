@@ -182,16 +182,23 @@ fn curve_lookup(sizes: &[u32], vals: &[f64], fit: &LinearFit, m: u32) -> f64 {
 impl ComputeCurve {
     /// Why this curve is not physical for a block of `fwd_flops` FLOPs per
     /// sample forward (backward twice that) on a GPU of `peak_tflops`
-    /// (`None`: fine): a measured time outside [`crate::physical::OP_MS`],
+    /// (`None`: fine): a measured time outside [`crate::physical::OP_MS`]
+    /// (a prediction outside [`crate::physical::PREDICTED_MS`]),
     /// a total (forward + backward) that falls with the micro-batch beyond
     /// noise, a fit that goes to zero or below for a micro-batch size it
     /// serves (1 to [`crate::planner::closed_form::MAX_MICROBATCH`] outside
     /// the measured sizes), or a time faster than the GPU's peak allows.
     pub fn physical_problem(&self, fwd_flops: f64, peak_tflops: f64) -> Option<String> {
-        use crate::physical::{outside, series_problem, OP_MS};
+        use crate::physical::{outside, series_problem, OP_MS, PREDICTED_MS};
         debug_assert_eq!(self.fwd_ms.len(), self.batch_sizes.len());
+        // A measured time has a unit-mix-up bound; a prediction may be as
+        // long as the simulator's clock holds (a long run is an answer).
+        let range = match self.source {
+            Source::Analytic { .. } => &PREDICTED_MS,
+            _ => &OP_MS,
+        };
         for (name, v) in [("fwd_ms", &self.fwd_ms), ("bwd_ms", &self.bwd_ms)] {
-            if let Some(e) = outside(&self.batch_sizes, v, &OP_MS) {
+            if let Some(e) = outside(&self.batch_sizes, v, range) {
                 return Some(format!("{name}: {e}"));
             }
         }
@@ -201,7 +208,7 @@ impl ComputeCurve {
             .zip(&self.bwd_ms)
             .map(|(f, b)| f + b)
             .collect();
-        if let Some(e) = series_problem(&self.batch_sizes, &totals, &OP_MS) {
+        if let Some(e) = series_problem(&self.batch_sizes, &totals, range) {
             return Some(format!("forward + backward: {e}"));
         }
         let top = crate::planner::closed_form::MAX_MICROBATCH;

@@ -968,9 +968,15 @@ impl Report {
         } else {
             let _ = writeln!(
                 s,
-                "iteration {:.1} ms | {:.2} samples/s | {:.0} tokens/s | {:.2} TFLOPS | MFU {:.1}% | HFU {:.1}%",
+                "iteration {:.1} ms | {} samples/s | {:.0} tokens/s | {:.2} TFLOPS | MFU {:.1}% | HFU {:.1}%",
                 self.iteration_ms,
-                self.samples_per_s,
+                // Three significant digits below 1 (a long run's 0.0034
+                // samples/s is not 0.00), two decimals above.
+                if self.samples_per_s > 0.0 && self.samples_per_s < 1.0 {
+                    format!("{:.*}", (2 - self.samples_per_s.log10().floor() as i32).max(2) as usize, self.samples_per_s)
+                } else {
+                    format!("{:.2}", self.samples_per_s)
+                },
                 self.tokens_per_s,
                 self.tflops,
                 self.mfu * 100.0,

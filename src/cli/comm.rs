@@ -31,10 +31,10 @@ pub struct Args {
     pub op: String,
     /// Buffer sizes (nccl-tests' size), comma-separated; suffixes K, M, G
     /// are powers of 1024 as in nccl-tests (`1M,64M,1G`).
-    #[arg(long, default_value = "1M,16M,64M,256M,1G")]
+    #[arg(long, default_value = "1M,16M,64M,256M,1G", allow_hyphen_values = true)]
     pub sizes: String,
     /// Ranks in ring order: a list with ranges (`0-7,16-23`); default all.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub ranks: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
@@ -42,38 +42,6 @@ pub struct Args {
     /// Communication-model flags.
     #[command(flatten)]
     pub comm: CommArgs,
-}
-
-/// Parses `1M`, `64M`, `1G`, `4096` (K/M/G = 2^10/2^20/2^30).
-fn parse_size(tok: &str) -> Option<f64> {
-    let t = tok.trim();
-    let (num, mult) = match t.chars().last()? {
-        'K' | 'k' => (&t[..t.len() - 1], 1024.0),
-        'M' | 'm' => (&t[..t.len() - 1], 1024.0 * 1024.0),
-        'G' | 'g' => (&t[..t.len() - 1], 1024.0 * 1024.0 * 1024.0),
-        _ => (t, 1.0),
-    };
-    let v: f64 = num.parse().ok()?;
-    (v.is_finite() && v > 0.0 && v * mult <= 1e15).then_some(v * mult)
-}
-
-/// Parses `0-7,16` into rank indices.
-fn parse_ranks(s: &str) -> Option<Vec<usize>> {
-    let mut out = Vec::new();
-    for part in s.split(',') {
-        let part = part.trim();
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-                if b < a || b - a > 1 << 20 {
-                    return None;
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().ok()?),
-        }
-    }
-    Some(out)
 }
 
 /// Runs the command.
@@ -85,23 +53,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             args.op
         ))
     })?;
-    let sizes: Vec<f64> = args
-        .sizes
-        .split(',')
-        .map(|t| {
-            parse_size(t).ok_or_else(|| {
-                UserError(format!(
-                    "--sizes: expected positive sizes like 1M,64M,1G (at most 1e15 bytes), got `{t}`"
-                ))
-            })
-        })
-        .collect::<Result<_, _>>()?;
+    let sizes = sim::lists::byte_sizes(&args.sizes, "--sizes", 1e15)?;
     let ranks = match &args.ranks {
-        Some(s) => parse_ranks(s).ok_or_else(|| {
-            UserError(format!(
-                "--ranks: expected a list of ranks and ranges like 0-7,16, got `{s}`"
-            ))
-        })?,
+        Some(s) => sim::lists::ranks(s, "--ranks", 1 << 20)?,
         None => (0..cluster.len()).collect(),
     };
     let profiles = args.comm.profiles()?;

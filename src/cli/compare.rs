@@ -27,8 +27,8 @@ pub struct Args {
     #[command(flatten)]
     pub flags: PlannerFlags,
     /// Planners to run, comma-separated (default: all).
-    #[arg(long, value_delimiter = ',')]
-    pub planners: Option<Vec<String>>,
+    #[arg(long)]
+    pub planners: Option<String>,
     /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -38,8 +38,8 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode> {
     let list: Vec<Box<dyn Planner>> = match &args.planners {
         Some(names) => {
-            let mut v: Vec<Box<dyn Planner>> = names
-                .iter()
+            let mut v: Vec<Box<dyn Planner>> = sim::lists::items(names, "--planners")?
+                .into_iter()
                 .map(|n| planner::by_name(n, "--planners"))
                 .collect::<Result<_, _>>()?;
             // Speed-ups need both references.

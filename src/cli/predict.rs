@@ -88,25 +88,7 @@ fn round4(x: f64) -> f64 {
 
 /// Parses `1,2,4` into batch sizes (each >= 1).
 pub fn parse_batches(s: &str) -> Result<Vec<u32>, SpecError> {
-    let bad = |what: &str| {
-        SpecError::invalid(
-            "--batch-sizes",
-            "batch_sizes",
-            format!("expected comma-separated integers >= 1, {what}"),
-        )
-    };
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let b: u32 = part.parse().map_err(|_| bad(&format!("got `{part}`")))?;
-        if b == 0 {
-            return Err(bad("got 0 (a micro-batch holds at least one sample)"));
-        }
-        out.push(b);
-    }
-    if out.is_empty() {
-        return Err(bad("got none"));
-    }
-    Ok(out)
+    sim::lists::counts(s, "--batch-sizes", 1)
 }
 
 /// Runs `cephalo predict`.
@@ -120,23 +102,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             format!("expected fp16, bf16 or fp32, got `{}`", a.dtype),
         )
     })?;
-    if !gpu.supports(dtype) {
-        let can: Vec<String> = Dtype::ALL
-            .iter()
-            .filter(|d| gpu.supports(**d))
-            .map(|d| d.to_string())
-            .collect();
-        return Err(SpecError::invalid(
-            "--dtype",
-            "dtype",
-            format!(
-                "{} cannot run {dtype} (it supports {})",
-                gpu.name,
-                can.join(", ")
-            ),
-        )
-        .into());
-    }
+    gpu.check_dtype(dtype, "--dtype", "dtype")?;
     let seq = match a.seq_len {
         Some(0) => {
             return Err(SpecError::invalid(

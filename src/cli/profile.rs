@@ -61,8 +61,8 @@ pub struct Args {
     #[arg(long)]
     pub dtype: Option<String>,
     /// Micro-batch sizes to time, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
-    pub batch_sizes: Vec<u32>,
+    #[arg(long, default_value = "1,2,4", allow_hyphen_values = true)]
+    pub batch_sizes: String,
     /// Device to measure.
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
@@ -75,13 +75,13 @@ pub struct Args {
     pub ranks: usize,
     /// Collective buffer sizes, MiB, comma-separated (default: the model's
     /// unit sizes (embedding, block, head) in f32 and 1, 4, 16 MiB).
-    #[arg(long, value_delimiter = ',')]
-    pub collective_mib: Option<Vec<f64>>,
+    #[arg(long, allow_hyphen_values = true)]
+    pub collective_mib: Option<String>,
     /// Piece splits of the collectives, `/`-separated fractions per split,
     /// comma-separated splits (e.g. `0.5/0.5,0.4/0.6`; default: even and
     /// fractions proportional to 2, 3, 4, ...).
-    #[arg(long, value_delimiter = ',')]
-    pub splits: Option<Vec<String>>,
+    #[arg(long, allow_hyphen_values = true)]
+    pub splits: Option<String>,
     /// libtorch threads (default 1 on the CPU, as the catalog's `cpu` device
     /// is one rank on one core; libtorch's default on CUDA).
     #[arg(long)]
@@ -209,7 +209,7 @@ pub fn ramp(n: usize) -> Vec<f64> {
     (0..n).map(|i| (i + 2) as f64 / total).collect()
 }
 
-fn parse_splits(list: &[String], ranks: usize) -> Result<Vec<Vec<f64>>> {
+fn parse_splits(list: &[&str], ranks: usize) -> Result<Vec<Vec<f64>>> {
     let mut out = Vec::new();
     for (i, s) in list.iter().enumerate() {
         let fr: Vec<f64> = s
@@ -265,16 +265,23 @@ impl Args {
         let (spec, _) = sim_glue::model_for_trainer(&spec, seq_len);
         let dtype = dtype(self.dtype.as_deref(), self.device)?;
         let gpu = device_name(self.gpu.as_deref(), self.device)?;
-        let batch_sizes = batch_sizes(&self.batch_sizes, "--batch-sizes")?;
+        let batch_sizes = batch_sizes(
+            &sim::lists::counts(&self.batch_sizes, "--batch-sizes", 1)?,
+            "--batch-sizes",
+        )?;
         if self.repetitions == 0 {
             return Err(UserError("--repetitions: expected at least 1".into()).into());
         }
         let ranks = self.ranks;
         let collective_elems = match &self.collective_mib {
-            Some(list) => {
-                if list.iter().any(|m| !(m.is_finite() && *m > 0.0)) {
-                    return Err(UserError("--collective-mib: expected sizes > 0".into()).into());
-                }
+            Some(text) => {
+                let list = sim::lists::numbers(
+                    text,
+                    "--collective-mib",
+                    1e-6,
+                    1e6,
+                    "a buffer size in MiB",
+                )?;
                 let mut v: Vec<usize> = list
                     .iter()
                     .map(|m| ((m * 1048576.0 / 4.0).round() as usize).max(1))
@@ -286,7 +293,7 @@ impl Args {
             None => default_collective_elems(&spec, seq_len)?,
         };
         let splits = match &self.splits {
-            Some(list) => parse_splits(list, ranks.max(1))?,
+            Some(text) => parse_splits(&sim::lists::items(text, "--splits")?, ranks.max(1))?,
             None => default_splits(ranks),
         };
         let threads = match (self.threads, self.device) {

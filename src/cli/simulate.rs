@@ -32,14 +32,14 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["batch", "microbatches", "state_fractions"])]
     pub plan: Option<PathBuf>,
     /// Local batch per rank, comma-separated (e.g. `13,12,34,5`); must sum to --global-batch.
-    #[arg(long, value_delimiter = ',')]
-    pub batch: Option<Vec<u32>>,
+    #[arg(long, allow_hyphen_values = true)]
+    pub batch: Option<String>,
     /// Micro-batch COUNT per rank, comma-separated (default 1 for every rank with samples).
-    #[arg(long, value_delimiter = ',', requires = "batch")]
-    pub microbatches: Option<Vec<u32>>,
+    #[arg(long, requires = "batch", allow_hyphen_values = true)]
+    pub microbatches: Option<String>,
     /// Fraction of the sharded training state per rank, comma-separated (default even).
-    #[arg(long, value_delimiter = ',', requires = "batch")]
-    pub state_fractions: Option<Vec<f64>>,
+    #[arg(long, requires = "batch", allow_hyphen_values = true)]
+    pub state_fractions: Option<String>,
     /// Report format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -74,16 +74,13 @@ fn resolve_plan(args: &Args, costs: &CostModel) -> Result<Plan> {
             (file.into_plan(strategy), origin)
         }
         (None, Some(batch)) => {
-            let micro: Vec<u32> = match &args.microbatches {
-                Some(m) => m.clone(),
-                None => batch.iter().map(|&b| u32::from(b > 0)).collect(),
-            };
-            let fr = args.state_fractions.as_deref();
-            if let Some(f) = fr {
-                if let Some((i, v)) = f.iter().enumerate().find(|(_, v)| !(v.is_finite() && (0.0..=1.0).contains(*v))) {
-                    return Err(UserError(format!("--state-fractions: entry {i} is {v}, expected a fraction in [0, 1]")).into());
-                }
-            }
+            let (batch, micro, fractions) = crate::cli::workload::plan_lists(
+                batch,
+                args.microbatches.as_deref(),
+                args.state_fractions.as_deref(),
+            )?;
+            let batch = &batch;
+            let fr = fractions.as_deref();
             let strategy = resolve_strategy(costs, &spec)?;
             let mut plan = Plan::from_lists(batch, &micro, fr, "--batch")?.with_strategy(strategy);
             if fr.is_none() {

@@ -97,14 +97,14 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["batch", "planner"])]
     pub plan: Option<PathBuf>,
     /// Local batch per rank, comma-separated (default: the demo plan).
-    #[arg(long, value_delimiter = ',', conflicts_with = "planner")]
-    pub batch: Option<Vec<u32>>,
+    #[arg(long, conflicts_with = "planner", allow_hyphen_values = true)]
+    pub batch: Option<String>,
     /// Micro-batch COUNT per rank, comma-separated (default 1 each with --batch).
-    #[arg(long, value_delimiter = ',', requires = "batch")]
-    pub microbatches: Option<Vec<u32>>,
+    #[arg(long, requires = "batch", allow_hyphen_values = true)]
+    pub microbatches: Option<String>,
     /// State fraction per rank, comma-separated (default even with --batch).
-    #[arg(long, value_delimiter = ',', requires = "batch")]
-    pub state_fractions: Option<Vec<f64>>,
+    #[arg(long, requires = "batch", allow_hyphen_values = true)]
+    pub state_fractions: Option<String>,
     /// Plan with this planner instead (cephalo, fsdp, fsdp-ga, ...).
     #[arg(long)]
     pub planner: Option<String>,
@@ -316,12 +316,13 @@ fn user_plan(
     let ranks = args.ranks;
     match &args.batch {
         Some(batch) => {
-            let micro: Vec<u32> = match &args.microbatches {
-                Some(m) => m.clone(),
-                None => batch.iter().map(|&b| u32::from(b > 0)).collect(),
-            };
-            let fr = args.state_fractions.as_deref();
-            let mut plan = Plan::from_lists(batch, &micro, fr, "--batch")?.with_strategy(strategy);
+            let (batch, micro, fractions) = crate::cli::workload::plan_lists(
+                batch,
+                args.microbatches.as_deref(),
+                args.state_fractions.as_deref(),
+            )?;
+            let fr = fractions.as_deref();
+            let mut plan = Plan::from_lists(&batch, &micro, fr, "--batch")?.with_strategy(strategy);
             if fr.is_none() {
                 let even = sim::planner::even_fractions(&strategy, ranks);
                 for (g, f) in plan.gpus.iter_mut().zip(even) {

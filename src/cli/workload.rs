@@ -47,6 +47,29 @@ pub struct StrategyArgs {
     pub attention: Option<String>,
 }
 
+/// The `--batch`, `--microbatches` and `--state-fractions` lists of a
+/// plan given on the command line, through the one list parser
+/// ([`sim::lists`]): batches and counts are whole numbers >= 0, fractions
+/// in [0, 1]; without `--microbatches` every rank with samples runs one.
+pub type PlanLists = (Vec<u32>, Vec<u32>, Option<Vec<f64>>);
+
+/// Parses the plan lists (see [`PlanLists`]); errors name the flag and item.
+pub fn plan_lists(
+    batch: &str,
+    microbatches: Option<&str>,
+    fractions: Option<&str>,
+) -> Result<PlanLists, SpecError> {
+    let batch = sim::lists::counts(batch, "--batch", 0)?;
+    let micro = match microbatches {
+        Some(m) => sim::lists::counts(m, "--microbatches", 0)?,
+        None => batch.iter().map(|&b| u32::from(b > 0)).collect(),
+    };
+    let fractions = fractions
+        .map(|f| sim::lists::numbers(f, "--state-fractions", 0.0, 1.0, "a fraction of the state"))
+        .transpose()?;
+    Ok((batch, micro, fractions))
+}
+
 fn bad(flag: &str, msg: String) -> SpecError {
     SpecError::invalid(flag, flag.trim_start_matches('-').replace('-', "_"), msg)
 }

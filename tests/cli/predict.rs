@@ -119,15 +119,15 @@ fn bad_queries_exit_2() {
         ),
         (
             &["--gpu", "v100x16", "--model", "llama-7b", "--dtype", "bf16"],
-            "cannot run bf16",
+            "cannot train in bf16",
         ),
         (
             &["--gpu", "t4", "--model", "llama-7b", "--dtype", "bf16"],
-            "cannot run bf16",
+            "cannot train in bf16",
         ),
         (
             &["--gpu", "p40", "--model", "llama-7b", "--dtype", "bf16"],
-            "cannot run bf16",
+            "cannot train in bf16",
         ),
     ];
     for (args, want) in cases {

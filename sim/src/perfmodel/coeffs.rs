@@ -497,6 +497,57 @@ pub struct ErrorBand {
 }
 
 impl ErrorBand {
+    /// Checks every statistic of the band: percentages in
+    /// [`ranges::ERROR_PCT`], the 90th percentile not below the median, and
+    /// at least one point behind each; errors name the field.
+    pub fn check(&self, origin: &str) -> Result<(), SpecError> {
+        use crate::perfmodel::calibrate::ErrorStats;
+        let one = |field: String, s: &ErrorStats| -> Result<(), SpecError> {
+            crate::physical::check(
+                origin,
+                &format!("{field}.median_ape_pct"),
+                s.median_ape_pct,
+                &ranges::ERROR_PCT,
+            )?;
+            crate::physical::check(
+                origin,
+                &format!("{field}.p90_ape_pct"),
+                s.p90_ape_pct,
+                &ranges::ERROR_PCT,
+            )?;
+            if s.p90_ape_pct < s.median_ape_pct || s.points == 0 {
+                return Err(SpecError::invalid(
+                    origin,
+                    field,
+                    format!(
+                        "expected a 90th percentile at or above the median over at least one point, got median {}%, p90 {}%, {} points",
+                        s.median_ape_pct, s.p90_ape_pct, s.points
+                    ),
+                ));
+            }
+            Ok(())
+        };
+        one(
+            "error_band.time_leave_one_gpu_out".into(),
+            &self.time_leave_one_gpu_out,
+        )?;
+        one(
+            "error_band.time_leave_one_model_out".into(),
+            &self.time_leave_one_model_out,
+        )?;
+        one(
+            "error_band.memory_leave_one_model_out".into(),
+            &self.memory_leave_one_model_out,
+        )?;
+        for (i, g) in self.time_leave_one_gpu_out_per_gpu.iter().enumerate() {
+            one(
+                format!("error_band.time_leave_one_gpu_out_per_gpu[{i}].stats"),
+                &g.stats,
+            )?;
+        }
+        Ok(())
+    }
+
     /// The time error band for a GPU, as printed: its own leave-one-GPU-out
     /// errors when the fit had it, else the pooled ones.
     pub fn time_for(&self, gpu: &str) -> String {
@@ -596,46 +647,47 @@ impl TimeTheta {
         }
     }
 
-    /// Parameter vector of physical coefficients; errors name the field.
+    /// Parameter vector of physical coefficients; every coefficient is
+    /// checked against its physical range ([`ranges`]) and an error names
+    /// the field, the range and why.
     pub fn from_coefficients(t: &TimeCoefficients, origin: &str) -> Result<TimeTheta, SpecError> {
-        fn ln(x: f64, base: f64, origin: &str, field: &str) -> Result<f64, SpecError> {
-            if x.is_finite() && x > 0.0 {
-                Ok((x / base).ln())
-            } else {
-                Err(SpecError::invalid(
-                    origin,
-                    field,
-                    format!("expected a positive number, got {x}"),
-                ))
-            }
+        use ranges::*;
+        fn ln(
+            x: f64,
+            base: f64,
+            origin: &str,
+            field: &str,
+            range: &crate::physical::Range,
+        ) -> Result<f64, SpecError> {
+            Ok((crate::physical::check(origin, field, x, range)? / base).ln())
         }
-        fn frac(x: f64, origin: &str, field: &str) -> Result<f64, SpecError> {
-            if x.is_finite() && x > 0.0 && x < 1.0 {
-                Ok(logit(x))
-            } else {
-                Err(SpecError::invalid(
-                    origin,
-                    field,
-                    format!("expected a fraction in (0, 1), got {x}"),
-                ))
-            }
+        fn frac(
+            x: f64,
+            origin: &str,
+            field: &str,
+            range: &crate::physical::Range,
+        ) -> Result<f64, SpecError> {
+            Ok(logit(crate::physical::check(origin, field, x, range)?))
         }
         let mut th = TimeTheta::default();
         th.v[EG] = frac(
             t.gemm_efficiency_default.tensor,
             origin,
             "time.gemm_efficiency_default.tensor",
+            &EFFICIENCY,
         )?;
         th.v[EG + 1] = frac(
             t.gemm_efficiency_default.simt,
             origin,
             "time.gemm_efficiency_default.simt",
+            &EFFICIENCY,
         )?;
         th.v[DUAL] = ln(
             t.dual_issue_simt_factor,
             DUAL_BASE,
             origin,
             "time.dual_issue_simt_factor",
+            &DUAL_ISSUE,
         )?;
         for (c, pp) in &t.gemm_efficiency {
             let i = c.index();
@@ -644,6 +696,7 @@ impl TimeTheta {
                     x,
                     origin,
                     &format!("time.gemm_efficiency.{}.tensor", c.as_str()),
+                    &EFFICIENCY,
                 )? - th.v[EG];
                 th.fitted[i][0] = true;
             }
@@ -652,6 +705,7 @@ impl TimeTheta {
                     x,
                     origin,
                     &format!("time.gemm_efficiency.{}.simt", c.as_str()),
+                    &EFFICIENCY,
                 )? - th.v[EG + 1];
                 th.fitted[i][1] = true;
             }
@@ -662,50 +716,66 @@ impl TimeTheta {
                 1.0,
                 origin,
                 &format!("time.power_class_factor.{}", c.as_str()),
+                &CLASS_FACTOR,
             )?;
         }
         let v = &mut th.v;
-        if !t.power_node_exponent.is_finite() {
-            return Err(SpecError::invalid(
-                origin,
-                "time.power_node_exponent",
-                format!("expected a finite number, got {}", t.power_node_exponent),
-            ));
-        }
-        v[NODE] = t.power_node_exponent;
+        v[NODE] = crate::physical::check(
+            origin,
+            "time.power_node_exponent",
+            t.power_node_exponent,
+            &NODE_EXPONENT,
+        )?;
         v[CLK] = ln(
-            t.power_clock_ghz.tensor * 1e9,
-            CLOCK_BASE_HZ,
+            t.power_clock_ghz.tensor,
+            CLOCK_BASE_HZ / 1e9,
             origin,
             "time.power_clock_ghz.tensor",
+            &CLOCK_GHZ,
         )?;
         v[CLK + 1] = ln(
-            t.power_clock_ghz.simt * 1e9,
-            CLOCK_BASE_HZ,
+            t.power_clock_ghz.simt,
+            CLOCK_BASE_HZ / 1e9,
             origin,
             "time.power_clock_ghz.simt",
+            &CLOCK_GHZ,
         )?;
         v[GAM] = ln(
             t.power_clock_exponent,
             GAM_BASE,
             origin,
             "time.power_clock_exponent",
+            &CLOCK_EXPONENT,
         )?;
         v[H0] = ln(
             t.hidden_half.tensor,
             H0_BASE,
             origin,
             "time.hidden_half.tensor",
+            &HIDDEN_HALF,
         )?;
-        v[H0 + 1] = ln(t.hidden_half.simt, H0_BASE, origin, "time.hidden_half.simt")?;
+        v[H0 + 1] = ln(
+            t.hidden_half.simt,
+            H0_BASE,
+            origin,
+            "time.hidden_half.simt",
+            &HIDDEN_HALF,
+        )?;
         v[T0] = ln(
             t.tokens_half.tensor,
             T0_BASE,
             origin,
             "time.tokens_half.tensor",
+            &TOKENS_HALF,
         )?;
-        v[T0 + 1] = ln(t.tokens_half.simt, T0_BASE, origin, "time.tokens_half.simt")?;
-        v[EBW] = frac(t.bw_efficiency, origin, "time.bw_efficiency")?;
+        v[T0 + 1] = ln(
+            t.tokens_half.simt,
+            T0_BASE,
+            origin,
+            "time.tokens_half.simt",
+            &TOKENS_HALF,
+        )?;
+        v[EBW] = frac(t.bw_efficiency, origin, "time.bw_efficiency", &EFFICIENCY)?;
         for (i, fam) in FAMILIES.iter().enumerate() {
             let get = |m: &BTreeMap<String, f64>, field: &str| {
                 m.get(*fam).copied().ok_or_else(|| {
@@ -716,7 +786,8 @@ impl TimeTheta {
                 get(&t.passes_mask, "passes_mask")?,
                 CM_BASE,
                 origin,
-                "time.passes_mask",
+                &format!("time.passes_mask.{fam}"),
+                &MASK_PASSES,
             )?;
         }
         let w = &t.weight_bytes_per_param;
@@ -725,41 +796,71 @@ impl TimeTheta {
             W_BASE[0],
             origin,
             "time.weight_bytes_per_param.fwd_half",
+            &BYTES_PER_PARAM,
         )?;
         v[WB + 1] = ln(
             w.bwd_half,
             W_BASE[1],
             origin,
             "time.weight_bytes_per_param.bwd_half",
+            &BYTES_PER_PARAM,
         )?;
         v[WB + 2] = ln(
             w.fwd_fp32,
             W_BASE[2],
             origin,
             "time.weight_bytes_per_param.fwd_fp32",
+            &BYTES_PER_PARAM,
         )?;
         v[WB + 3] = ln(
             w.bwd_fp32,
             W_BASE[3],
             origin,
             "time.weight_bytes_per_param.bwd_fp32",
+            &BYTES_PER_PARAM,
         )?;
         v[SCR] = ln(
             t.score_traffic_factor.tensor,
             1.0,
             origin,
             "time.score_traffic_factor.tensor",
+            &TRAFFIC_FACTOR,
         )?;
         v[SCR + 1] = ln(
             t.score_traffic_factor.simt,
             1.0,
             origin,
             "time.score_traffic_factor.simt",
+            &TRAFFIC_FACTOR,
         )?;
-        v[RMM] = ln(t.bwd_gemm_ratio, RMM_BASE, origin, "time.bwd_gemm_ratio")?;
-        v[REL] = ln(t.bwd_elem_ratio, REL_BASE, origin, "time.bwd_elem_ratio")?;
-        v[T0F] = ln(t.fixed_fwd_ms, FIXED_BASE_MS, origin, "time.fixed_fwd_ms")?;
-        v[T0B] = ln(t.fixed_bwd_ms, FIXED_BASE_MS, origin, "time.fixed_bwd_ms")?;
+        v[RMM] = ln(
+            t.bwd_gemm_ratio,
+            RMM_BASE,
+            origin,
+            "time.bwd_gemm_ratio",
+            &BWD_GEMM_RATIO,
+        )?;
+        v[REL] = ln(
+            t.bwd_elem_ratio,
+            REL_BASE,
+            origin,
+            "time.bwd_elem_ratio",
+            &BWD_ELEM_RATIO,
+        )?;
+        v[T0F] = ln(
+            t.fixed_fwd_ms,
+            FIXED_BASE_MS,
+            origin,
+            "time.fixed_fwd_ms",
+            &FIXED_MS,
+        )?;
+        v[T0B] = ln(
+            t.fixed_bwd_ms,
+            FIXED_BASE_MS,
+            origin,
+            "time.fixed_bwd_ms",
+            &FIXED_MS,
+        )?;
         if !th.fitted.iter().any(|c| c.iter().any(|f| *f)) {
             return Err(SpecError::invalid(
                 origin,
@@ -785,7 +886,8 @@ impl MemTheta {
         }
     }
 
-    /// Parameter vector of physical coefficients.
+    /// Parameter vector of physical coefficients, each checked against its
+    /// physical range ([`ranges::memory`]); errors name the field.
     pub fn from_coefficients(m: &MemoryCoefficients, origin: &str) -> Result<MemTheta, SpecError> {
         let vals = [
             ("memory.fixed_gib", m.fixed_gib),
@@ -798,16 +900,206 @@ impl MemTheta {
         ];
         let mut v = vec![0.0; N_MEM];
         for (i, (field, x)) in vals.iter().enumerate() {
-            if !(x.is_finite() && *x > 0.0) {
-                return Err(SpecError::invalid(
-                    origin,
-                    *field,
-                    format!("expected a positive number, got {x}"),
-                ));
-            }
-            v[i] = (x / MEM_BASE[i]).ln();
+            let range = ranges::memory(field);
+            v[i] = (crate::physical::check(origin, field, *x, range)? / MEM_BASE[i]).ln();
         }
         Ok(MemTheta { v })
+    }
+}
+
+/// The physical range of every calibration coefficient: a calibration file
+/// (`--calibration`, `cephalo calibrate --out`) whose coefficient lies
+/// outside is refused naming it, so a corrupted or hand-edited file cannot
+/// predict 10^10 GiB of activations or a block in a nanosecond. The ranges
+/// are wide (they catch corruption and unit slips, not unusual fits) and
+/// hold the shipped calibration with room to spare.
+pub mod ranges {
+    use crate::physical::Range;
+
+    const fn r(
+        lo: f64,
+        lo_inclusive: bool,
+        hi: f64,
+        unit: &'static str,
+        why: &'static str,
+    ) -> Range {
+        Range {
+            lo,
+            lo_inclusive,
+            hi,
+            unit,
+            why,
+        }
+    }
+
+    /// Asymptotic fraction of peak a matmul (or a memory stream) reaches:
+    /// tuned cuBLAS GEMMs reach 60-95% of peak, STREAM-like kernels 80-95%
+    /// of HBM bandwidth; below 1% is no kernel's steady state.
+    pub const EFFICIENCY: Range = r(
+        0.01,
+        true,
+        0.9999,
+        "of peak",
+        "a kernel reaches between 1% and 100% of its peak",
+    );
+    /// Fraction of GA10x / Ada's doubled FP32 peak that dual issue sustains
+    /// (the second FP32 path shares its issue slot with INT32: 50-100%).
+    pub const DUAL_ISSUE: Range = r(
+        0.05,
+        true,
+        1.0,
+        "of the doubled peak",
+        "dual issue sustains a fraction of the doubled FP32 rate",
+    );
+    /// Sustained clock under dense GEMMs at the reference power, GHz: GPUs
+    /// clock between 0.3 and 2.6 GHz.
+    pub const CLOCK_GHZ: Range = r(
+        0.1,
+        true,
+        5.0,
+        "GHz",
+        "GPU clocks run between 0.1 and 5 GHz",
+    );
+    /// Exponent of the power-limited clock in the watts per unit (1/3 is the
+    /// ideal DVFS cube law).
+    pub const CLOCK_EXPONENT: Range = r(
+        0.0,
+        false,
+        3.0,
+        "",
+        "the DVFS law's exponent is about 1/3, never above 3",
+    );
+    /// A GPU class's factor on the sustained clock.
+    pub const CLASS_FACTOR: Range = r(
+        0.1,
+        true,
+        10.0,
+        "x",
+        "a class changes the sustained clock by at most 10x",
+    );
+    /// Exponent of the process node in the power cap ((node / 8 nm)^-beta).
+    pub const NODE_EXPONENT: Range = r(
+        -4.0,
+        true,
+        4.0,
+        "",
+        "process nodes from 4 to 16 nm change energy per FLOP by at most 2^4",
+    );
+    /// Hidden size at which a matmul runs at half its asymptotic rate.
+    pub const HIDDEN_HALF: Range = r(
+        0.0,
+        false,
+        1e5,
+        "",
+        "a hidden size of 10^5 already fills every GPU",
+    );
+    /// Tokens per micro-batch at which a matmul runs at half its rate.
+    pub const TOKENS_HALF: Range = r(
+        0.0,
+        false,
+        1e6,
+        "tokens",
+        "10^6 tokens already fill every GPU",
+    );
+    /// Passes over a seq x seq score tensor per block (the eager softmax's
+    /// mask, dropout and casts; the shipped GPT fit takes 1,828).
+    pub const MASK_PASSES: Range = r(
+        0.0,
+        false,
+        1e4,
+        "passes",
+        "a block reads its score tensor at most thousands of times",
+    );
+    /// Bytes read per block parameter in a pass (weights, their casts and
+    /// gradients: a few to tens of bytes).
+    pub const BYTES_PER_PARAM: Range = r(
+        0.0,
+        false,
+        1e3,
+        "bytes",
+        "a pass reads each parameter's bytes a bounded number of times",
+    );
+    /// Factor on the score-shaped traffic of a pass.
+    pub const TRAFFIC_FACTOR: Range = r(
+        0.0,
+        false,
+        1e3,
+        "x",
+        "score traffic is at most 1,000x its tensor's size",
+    );
+    /// Backward matmul FLOPs over twice the forward's (1 for a dense block).
+    pub const BWD_GEMM_RATIO: Range = r(
+        0.1,
+        true,
+        10.0,
+        "x",
+        "a backward's matmuls are about twice the forward's",
+    );
+    /// Backward elementwise traffic over the forward's.
+    pub const BWD_ELEM_RATIO: Range = r(
+        0.1,
+        true,
+        100.0,
+        "x",
+        "a backward moves a small multiple of the forward's bytes",
+    );
+    /// A block pass's fixed time (launches, syncs), ms.
+    pub const FIXED_MS: Range = r(
+        0.0,
+        false,
+        1e3,
+        "ms",
+        "a block's fixed cost is microseconds to milliseconds",
+    );
+
+    /// Non-state memory that does not grow with the batch, GiB (CUDA
+    /// context, workspaces): the largest GPU holds 288 GB.
+    pub const FIXED_GIB: Range = r(0.0, false, 300.0, "GiB", "no GPU holds more than 288 GB");
+    /// Bytes per parameter held as non-state memory (unsharded parameters,
+    /// gradient buffers: fp32 copies of both are 8 bytes, a few buffers more).
+    pub const MEM_BYTES_PER_PARAM: Range = r(
+        0.0,
+        false,
+        64.0,
+        "bytes",
+        "unsharded parameters and gradients hold tens of bytes per parameter at most",
+    );
+    /// Hidden-, ffn- or score-sized tensors kept per token and block
+    /// (Korthikanti et al.: 34 bytes per token and hidden unit for GPT,
+    /// about 17 fp16 tensors; eager attention keeps a few score tensors).
+    pub const TENSORS_PER_TOKEN: Range = r(
+        0.0,
+        false,
+        1e3,
+        "tensors",
+        "a block keeps tens of tensors per token, not thousands",
+    );
+    /// A cross-validated error, % (absolute percentage error): 0 to 10^4
+    /// (a prediction 100x off).
+    pub const ERROR_PCT: Range = r(
+        0.0,
+        true,
+        1e4,
+        "%",
+        "an error band is a percentage, at most 100x off",
+    );
+    /// Copies of the logits a step holds.
+    pub const LOGIT_COPIES: Range = r(
+        0.0,
+        false,
+        100.0,
+        "copies",
+        "a step holds a few copies of its logits",
+    );
+
+    /// The range of memory coefficient `field` (`memory.<name>`).
+    pub fn memory(field: &str) -> &'static Range {
+        match field {
+            "memory.fixed_gib" => &FIXED_GIB,
+            "memory.bytes_per_block_param" | "memory.bytes_per_edge_param" => &MEM_BYTES_PER_PARAM,
+            "memory.logit_copies" => &LOGIT_COPIES,
+            _ => &TENSORS_PER_TOKEN,
+        }
     }
 }
 

@@ -285,6 +285,9 @@ impl Calibrated {
             ));
         }
         let time = TimeTheta::from_coefficients(&calibration.time, origin)?;
+        if let Some(b) = &calibration.error_band {
+            b.check(origin)?;
+        }
         let mem = MemTheta::from_coefficients(&calibration.memory, origin)?;
         Ok(Calibrated {
             calibration,

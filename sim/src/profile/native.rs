@@ -121,19 +121,16 @@ pub struct NativeUnits {
 /// where the run uses them, [`crate::profile::ComputeCurve::physical_problem`]:
 /// each alone is noisier.)
 fn check_series(origin: &str, field: &str, sizes: &[u32], vals: &[f64]) -> Result<(), SpecError> {
-    check_series_in(origin, field, sizes, vals, &crate::physical::OP_MS, false)
+    check_series_in(origin, field, sizes, vals, &crate::physical::OP_MS)
 }
 
-/// Checks a measured series: one value per size, each inside `range`, and
-/// with `monotone` none falling beyond noise as the size grows
-/// ([`crate::physical::series_problem`]).
+/// Checks a measured series: one value per size, each inside `range`.
 fn check_series_in(
     origin: &str,
     field: &str,
     sizes: &[u32],
     vals: &[f64],
     range: &crate::physical::Range,
-    monotone: bool,
 ) -> Result<(), SpecError> {
     if vals.len() != sizes.len() {
         return Err(SpecError::invalid(
@@ -146,12 +143,7 @@ fn check_series_in(
             ),
         ));
     }
-    let problem = if monotone {
-        crate::physical::series_problem(sizes, vals, range)
-    } else {
-        crate::physical::outside(sizes, vals, range)
-    };
-    match problem {
+    match crate::physical::outside(sizes, vals, range) {
         Some(why) => Err(SpecError::invalid(origin, field, why)),
         None => Ok(()),
     }
@@ -203,6 +195,7 @@ pub fn import(
         let gpu = gpus.lookup(&b.gpu, &format!("{origin}: {f}.gpu"))?;
         let model = models.lookup(&b.model, &format!("{origin}: {f}.model"))?;
         let dt = dtype(origin, &format!("{f}.dtype"), &b.dtype)?;
+        gpu.check_dtype(dt, origin, &format!("{f}.dtype"))?;
         if b.seq_len == 0 {
             return Err(SpecError::invalid(
                 origin,
@@ -229,14 +222,17 @@ pub fn import(
             flags: vec![],
         });
         if let Some(mem) = &b.act_mem_gib {
+            let field = format!("{f}.act_mem_gib");
             check_series_in(
                 origin,
-                &format!("{f}.act_mem_gib"),
+                &field,
                 &b.batch_sizes,
                 mem,
-                &crate::physical::MEM_GIB,
-                true,
+                &crate::physical::ACT_GIB,
             )?;
+            if let Some(why) = crate::physical::memory_series_problem(&b.batch_sizes, mem) {
+                return Err(SpecError::invalid(origin, field, why));
+            }
             // Memory profiles are indexed by batch size 1..n: keep the dense prefix.
             let dense: Vec<f64> = b
                 .batch_sizes
@@ -265,6 +261,7 @@ pub fn import(
         let gpu = gpus.lookup(&u.gpu, &format!("{origin}: {f}.gpu"))?;
         let model = models.lookup(&u.model, &format!("{origin}: {f}.model"))?;
         let dt = dtype(origin, &format!("{f}.dtype"), &u.dtype)?;
+        gpu.check_dtype(dt, origin, &format!("{f}.dtype"))?;
         check_sizes(origin, &format!("{f}.batch_sizes"), &u.batch_sizes)?;
         for (name, vals) in [
             ("embed_fwd_ms", &u.embed_fwd_ms),
@@ -315,6 +312,13 @@ pub fn import(
             return Err(SpecError::invalid(origin, f, why));
         }
         set.collectives.push(c.clone());
+    }
+    if set.blocks.is_empty() && set.units.is_empty() && set.collectives.is_empty() {
+        return Err(SpecError::invalid(
+            origin,
+            "<root>",
+            "the profile holds no blocks, units or collectives",
+        ));
     }
     Ok(set)
 }

@@ -62,8 +62,25 @@ fn as_list(v: &Value) -> Option<Vec<f64>> {
 /// A parsed leaf: raw forward list, raw backward list, forward fit, backward fit, flags.
 type Leaf = (Vec<f64>, Vec<f64>, LinearFit, LinearFit, Vec<String>);
 
-/// Parses one leaf. `None` when malformed.
-fn parse_leaf(v: &Value) -> Option<Leaf> {
+/// What a leaf must be, for the error of a malformed one.
+const LEAF_FORMS: &str = "expected a per-sample number, a [slope, intercept] pair, \
+     or [forward fit, backward fit, forward list, backward list]";
+
+/// Parses one leaf; `Err` says why it is malformed or not physical.
+fn parse_leaf(v: &Value) -> Result<Leaf, String> {
+    let malformed = || format!("malformed entry: {LEAF_FORMS}");
+    // A fit serves every size it is asked for: a block's time grows with
+    // its samples and is positive at one sample.
+    let serving = |name: &str, l: &LinearFit| -> Result<(), String> {
+        if l.slope.is_finite() && l.slope > 0.0 && l.intercept.is_finite() && l.at(1.0) > 0.0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "the {name} fit ({} ms per sample + {} ms) is not a time that grows from a positive value at one sample",
+                l.slope, l.intercept
+            ))
+        }
+    };
     let mut flags = Vec::new();
     if let Some(x) = as_f64(v) {
         flags.push("legacy combined per-sample slope; split 1:2 into forward/backward".to_string());
@@ -75,11 +92,25 @@ fn parse_leaf(v: &Value) -> Option<Leaf> {
             slope: 2.0 * x / 3.0,
             intercept: 0.0,
         };
-        return Some((vec![], vec![], f, b, flags));
+        serving(
+            "combined",
+            &LinearFit {
+                slope: x,
+                intercept: 0.0,
+            },
+        )?;
+        return Ok((vec![], vec![], f, b, flags));
     }
-    let a = v.as_array()?;
+    let a = v.as_array().ok_or_else(malformed)?;
     if a.len() == 2 && as_f64(&a[0]).is_some() {
-        let (s, i) = as_pair(v)?;
+        let (s, i) = as_pair(v).ok_or_else(malformed)?;
+        serving(
+            "combined",
+            &LinearFit {
+                slope: s,
+                intercept: i,
+            },
+        )?;
         flags.push("legacy combined fwd+bwd fit; split 1:2 into forward/backward".to_string());
         let f = LinearFit {
             slope: s / 3.0,
@@ -89,13 +120,13 @@ fn parse_leaf(v: &Value) -> Option<Leaf> {
             slope: 2.0 * s / 3.0,
             intercept: 2.0 * i / 3.0,
         };
-        return Some((vec![], vec![], f, b, flags));
+        return Ok((vec![], vec![], f, b, flags));
     }
     if a.len() != 2 && a.len() != 4 {
-        return None;
+        return Err(malformed());
     }
-    let (fs, fi) = as_pair(&a[0])?;
-    let (bs, bi) = as_pair(&a[1])?;
+    let (fs, fi) = as_pair(&a[0]).ok_or_else(malformed)?;
+    let (bs, bi) = as_pair(&a[1]).ok_or_else(malformed)?;
     let f = LinearFit {
         slope: fs,
         intercept: fi,
@@ -105,17 +136,31 @@ fn parse_leaf(v: &Value) -> Option<Leaf> {
         intercept: bi,
     };
     if a.len() == 2 {
-        return Some((vec![], vec![], f, b, flags));
+        serving("forward", &f)?;
+        serving("backward", &b)?;
+        return Ok((vec![], vec![], f, b, flags));
     }
-    let fr = as_list(&a[2])?;
-    let br = as_list(&a[3])?;
-    if fr.len() != br.len() || fr.iter().chain(&br).any(|x| !x.is_finite() || *x < 0.0) {
-        return None;
+    let fr = as_list(&a[2]).ok_or_else(malformed)?;
+    let br = as_list(&a[3]).ok_or_else(malformed)?;
+    if fr.is_empty() || fr.len() != br.len() {
+        return Err(format!(
+            "malformed entry: the forward and backward lists must hold one time per batch size 1..n each (got {} and {})",
+            fr.len(),
+            br.len()
+        ));
+    }
+    // Measured times: a kernel takes more than zero time; zeros are a
+    // placeholder, not a measurement.
+    let sizes: Vec<u32> = (1..=fr.len() as u32).collect();
+    for (name, raw) in [("forward", &fr), ("backward", &br)] {
+        if let Some(e) = crate::physical::outside(&sizes, raw, &crate::physical::OP_MS) {
+            return Err(format!("{name} list: {e}"));
+        }
     }
     for (name, raw, fit) in [("forward", &fr, &f), ("backward", &br, &b)] {
         flags.extend(quality_flags(name, raw, fit));
     }
-    Some((fr, br, f, b, flags))
+    Ok((fr, br, f, b, flags))
 }
 
 /// Data-quality checks of one raw list against its fit.
@@ -230,21 +275,23 @@ pub fn import_latencies(
                             .push(format!("{origin}: {entry}: unknown dtype; skipped"));
                         continue;
                     };
-                    let Some((fr, br, f, b, flags)) = parse_leaf(leaf) else {
-                        set.warnings
-                            .push(format!("{origin}: {entry}: malformed entry (none of the four leaf forms); skipped"));
-                        set.rejected.push(crate::profile::Rejected {
-                            gpu: gpu.name.clone(),
-                            model: model.name.clone(),
-                            seq_len,
-                            dtype,
-                            origin: origin.to_string(),
-                            entry: entry.clone(),
-                            why: "malformed entry: expected a per-sample number, a [slope, intercept] pair, \
-                                  or [forward fit, backward fit, forward list, backward list] of finite values >= 0"
-                                .to_string(),
-                        });
-                        continue;
+                    gpu.check_dtype(dtype, origin, &entry)?;
+                    let (fr, br, f, b, flags) = match parse_leaf(leaf) {
+                        Ok(l) => l,
+                        Err(why) => {
+                            set.warnings
+                                .push(format!("{origin}: {entry}: {why}; skipped"));
+                            set.rejected.push(crate::profile::Rejected {
+                                gpu: gpu.name.clone(),
+                                model: model.name.clone(),
+                                seq_len,
+                                dtype,
+                                origin: origin.to_string(),
+                                entry: entry.clone(),
+                                why,
+                            });
+                            continue;
+                        }
                     };
                     for fl in &flags {
                         if !fl.starts_with("legacy") {
@@ -276,7 +323,37 @@ pub fn import_latencies(
             }
         }
     }
+    if set.blocks.is_empty() {
+        return Err(nothing_usable(origin, &set));
+    }
     Ok(set)
+}
+
+/// The error of a profile file none of whose entries can be used: how many
+/// were skipped or refused, and the first reason.
+fn nothing_usable(origin: &str, set: &ProfileSet) -> SpecError {
+    let prefix = format!("{origin}: ");
+    let reasons: Vec<String> = set
+        .rejected
+        .iter()
+        .map(|r| format!("{}: {}", r.entry, r.why))
+        .chain(
+            set.warnings
+                .iter()
+                .map(|w| w.strip_prefix(&prefix).unwrap_or(w).to_string()),
+        )
+        .collect();
+    SpecError::invalid(
+        origin,
+        "<root>",
+        match reasons.first() {
+            None => "the file holds no profile entries".to_string(),
+            Some(first) => format!(
+                "none of its entries can be used ({} skipped or refused); the first: {first}",
+                reasons.len()
+            ),
+        },
+    )
 }
 
 /// Imports `model_memory.json` text.
@@ -336,9 +413,7 @@ pub fn import_memory(
                         )
                     })?;
                 let sizes: Vec<u32> = (1..=act.len() as u32).collect();
-                if let Some(why) =
-                    crate::physical::series_problem(&sizes, &act, &crate::physical::MEM_GIB)
-                {
+                if let Some(why) = crate::physical::memory_series_problem(&sizes, &act) {
                     return Err(SpecError::invalid(origin, f.clone(), why));
                 }
                 set.memory.push(MemoryProfile {
@@ -356,6 +431,9 @@ pub fn import_memory(
                 });
             }
         }
+    }
+    if set.memory.is_empty() {
+        return Err(nothing_usable(origin, &set));
     }
     Ok(set)
 }
@@ -390,8 +468,14 @@ mod tests {
         assert!((f.at(2.0) - 4.0).abs() < 1e-12);
         assert!((b.at(2.0) - 8.0).abs() < 1e-12);
 
-        assert!(parse_leaf(&json!([1, 2, 3])).is_none());
-        assert!(parse_leaf(&json!("x")).is_none());
+        assert!(parse_leaf(&json!([1, 2, 3])).is_err());
+        assert!(parse_leaf(&json!("x")).is_err());
+        // Zeros are placeholders, not measurements; fits must serve.
+        let e = parse_leaf(&json!([[2.0, 1.0], [4.0, 2.0], [0.0, 5.0], [6.0, 10.0]])).unwrap_err();
+        assert!(e.contains("forward list") && e.contains("size 1"), "{e}");
+        assert!(parse_leaf(&json!([[0.0, 0.0], [0.0, 0.0]])).is_err());
+        assert!(parse_leaf(&json!(0.0)).is_err());
+        assert!(parse_leaf(&json!([-1.0, 3.0])).is_err());
     }
 
     #[test]
@@ -499,14 +583,46 @@ mod shared_tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("paper.deepspeedgpt_2.7b.parameters"), "{e}");
-        // Unknown names and malformed leaves are warnings, not failures.
+        // Unknown names and malformed leaves are warnings (and a malformed
+        // leaf is refused where a run needs it), not failures...
         let s = import_latencies(
-            r#"{"nomodel": {}, "deepspeedgpt_2.7b": {"k80": {}, "l4": {"512": {"float16": "x"}}}}"#,
+            r#"{"nomodel": {}, "deepspeedgpt_2.7b": {"k80": {}, "l4": {"512": {"float16": "x", "float32": [3.0, 1.0]}}}}"#,
             "lat.json",
             g,
             m,
         )
         .unwrap();
         assert_eq!(s.warnings.len(), 3, "{:?}", s.warnings);
+        assert_eq!(s.rejected.len(), 1);
+        // ...unless no entry of the file can be used: then the file is an
+        // error that says how many and the first reason.
+        let e = import_latencies(
+            r#"{"nomodel": {}, "deepspeedgpt_2.7b": {"l4": {"512": {"float16": [[0, 0], [0, 0], [0, 0], [0, 0]]}}}}"#,
+            "lat.json",
+            g,
+            m,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("lat.json")
+                && e.contains("none of its entries")
+                && e.contains("deepspeedgpt_2.7b/l4/512/float16"),
+            "{e}"
+        );
+        assert!(import_latencies("{}", "lat.json", g, m).is_err());
+        // bf16 measured on a GPU without bf16 units is refused, naming the entry.
+        let e = import_latencies(
+            r#"{"deepspeedgpt_2.7b": {"t4": {"512": {"bfloat16": [3.0, 1.0]}}}}"#,
+            "lat.json",
+            g,
+            m,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("deepspeedgpt_2.7b/t4/512/bfloat16") && e.contains("bf16"),
+            "{e}"
+        );
     }
 }
