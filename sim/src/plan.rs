@@ -156,6 +156,101 @@ pub struct PlanFile {
     /// The pipeline of a pipeline-parallel plan.
     #[serde(default)]
     pub pipeline: Option<Pipeline>,
+    /// What a reference-optimizer plan says of its workload (its own field
+    /// names), checked like [`PlanFile::workload`].
+    #[serde(skip)]
+    pub reference: Option<ReferenceWorkload>,
+}
+
+/// The workload fields of a plan in the reference optimizer's format
+/// (`model_name`, `seq_length`, `autocast_dtype`, the batch list), each
+/// absent when the file leaves it out.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+pub struct ReferenceWorkload {
+    /// Model key (`deepspeedgpt_2.7b`): a catalog name or alias.
+    #[serde(default)]
+    pub model_name: Option<String>,
+    /// Sequence length key (the reference's; ViT keys run the image's tokens).
+    #[serde(default)]
+    pub seq_length: Option<u32>,
+    /// Autocast dtype (`float16`, `torch.bfloat16`, ...).
+    #[serde(default)]
+    pub autocast_dtype: Option<String>,
+    /// Per-rank batches.
+    pub uneven_batch_sizes: Vec<u32>,
+}
+
+impl ReferenceWorkload {
+    /// Checks the file's workload against `now`; the error names the
+    /// reference field that differs. A model is resolved through the
+    /// built-in catalog (the reference keys are its aliases), and a ViT's
+    /// sequence key through its image's token count.
+    fn check(&self, now: &PlanWorkload, origin: &str) -> Result<(), PlanError> {
+        let differ = |field: &str, file: String, here: String| {
+            PlanError::invalid(
+                origin,
+                field,
+                format!("the plan was made for {file}, this run is {here}"),
+            )
+        };
+        let model = self
+            .model_name
+            .as_deref()
+            .map(|m| (m, crate::model::ModelCatalog::builtin().get(m)));
+        if let Some((name, spec)) = model {
+            let same = crate::model::normalize_model_name(name)
+                == crate::model::normalize_model_name(&now.model)
+                || spec.is_some_and(|s| s.name == now.model);
+            if !same {
+                return Err(differ("model_name", name.to_string(), now.model.clone()));
+            }
+        }
+        if let Some(seq) = self.seq_length {
+            let tokens = match model.and_then(|m| m.1) {
+                Some(spec) => spec.tokens_per_sample(seq),
+                None => seq,
+            };
+            if tokens != now.seq_len {
+                return Err(differ(
+                    "seq_length",
+                    format!("{seq} ({tokens} tokens per sample)"),
+                    format!("{} tokens per sample", now.seq_len),
+                ));
+            }
+        }
+        if let Some(d) = &self.autocast_dtype {
+            let key = d.trim().trim_start_matches("torch.");
+            match crate::dtype::Dtype::parse(key) {
+                Some(dt) if dt.to_string() == now.dtype => {}
+                Some(dt) => {
+                    return Err(differ("autocast_dtype", dt.to_string(), now.dtype.clone()))
+                }
+                None => {
+                    return Err(PlanError::invalid(
+                        origin,
+                        "autocast_dtype",
+                        format!("expected float16, bfloat16 or float32, got `{d}`"),
+                    ))
+                }
+            }
+        }
+        if self.uneven_batch_sizes.len() != now.gpus.len() {
+            return Err(differ(
+                "uneven_batch_sizes",
+                format!("{} GPUs", self.uneven_batch_sizes.len()),
+                format!("{} GPUs", now.gpus.len()),
+            ));
+        }
+        let sum: u64 = self.uneven_batch_sizes.iter().map(|&b| b as u64).sum();
+        if sum != now.global_batch as u64 {
+            return Err(differ(
+                "uneven_batch_sizes",
+                format!("a global batch of {sum}"),
+                format!("{}", now.global_batch),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl PlanFile {
@@ -164,6 +259,8 @@ impl PlanFile {
         let v: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| PlanError::invalid(origin, "<root>", format!("cannot parse JSON: {e}")))?;
         if v.get("uneven_batch_sizes").is_some() {
+            let reference: ReferenceWorkload = serde_json::from_value(v.clone())
+                .map_err(|e| PlanError::invalid(origin, "<root>", e.to_string()))?;
             let r: ReferencePlanFile = serde_json::from_value(v)
                 .map_err(|e| PlanError::invalid(origin, "<root>", e.to_string()))?;
             let p = Plan::from_lists(
@@ -179,6 +276,7 @@ impl PlanFile {
                 strategy: None,
                 gpus: p.gpus,
                 pipeline: None,
+                reference: Some(reference),
             });
         }
         let file: PlanFile = serde_json::from_value(v).map_err(|e| {
@@ -201,6 +299,9 @@ impl PlanFile {
     /// Checks the recorded workload (if any) against the one the plan is
     /// about to run on; the error names the first field that differs.
     pub fn check_workload(&self, now: &PlanWorkload, origin: &str) -> Result<(), PlanError> {
+        if let Some(r) = &self.reference {
+            r.check(now, origin)?;
+        }
         let Some(w) = &self.workload else {
             return Ok(());
         };
@@ -735,5 +836,64 @@ mod tests {
         // Older files (no format, no workload) still load and are not checked.
         let old = PlanFile::from_json(&p.to_json(), "old.json").unwrap();
         old.check_workload(&w, "old.json").unwrap();
+    }
+
+    #[test]
+    fn reference_plans_are_checked_against_the_workload() {
+        let t = r#"{"model_name": "deepspeedgpt_2.7b", "uneven_batch_sizes": [13, 12, 34, 5],
+            "uneven_microbatches": [1, 2, 1, 1], "seq_length": 512, "autocast_dtype": "float16",
+            "split_uneven": true, "ga": true}"#;
+        let f = PlanFile::from_json(t, "ref.json").unwrap();
+        let w = PlanWorkload {
+            model: "gpt-2.7b".into(),
+            seq_len: 512,
+            dtype: "fp16".into(),
+            global_batch: 64,
+            gpus: vec!["l4".into(), "l4".into(), "a6000".into(), "p40".into()],
+        };
+        f.check_workload(&w, "ref.json").unwrap();
+        for (field, other) in [
+            (
+                "model_name",
+                PlanWorkload {
+                    model: "gpt-1.3b".into(),
+                    ..w.clone()
+                },
+            ),
+            (
+                "seq_length",
+                PlanWorkload {
+                    seq_len: 1024,
+                    ..w.clone()
+                },
+            ),
+            (
+                "autocast_dtype",
+                PlanWorkload {
+                    dtype: "fp32".into(),
+                    ..w.clone()
+                },
+            ),
+            (
+                "uneven_batch_sizes",
+                PlanWorkload {
+                    global_batch: 65,
+                    ..w.clone()
+                },
+            ),
+            (
+                "uneven_batch_sizes",
+                PlanWorkload {
+                    gpus: vec!["l4".into(); 5],
+                    ..w.clone()
+                },
+            ),
+        ] {
+            let e = f
+                .check_workload(&other, "ref.json")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("ref.json") && e.contains(field), "{field}: {e}");
+        }
     }
 }
