@@ -379,6 +379,11 @@ mod planner {
     /// (NVLink), 1 of 8 V100-16GB (NVLink), 2 of 8 L4 (PCIe 4), 1 of 8 T4
     /// (PCIe 3); 100 Gbit/s between nodes.
     fn cluster64() -> Cluster {
+        cluster64_times(1)
+    }
+
+    /// [`cluster64`] replicated `k` times (64 x `k` GPUs).
+    fn cluster64_times(k: usize) -> Cluster {
         let types = [
             ("h100-sxm", "nvlink", 2),
             ("a100-40gb", "nvlink", 2),
@@ -389,12 +394,14 @@ mod planner {
         let mut toml =
             String::from("name = \"bench-64\"\n[network]\nbw_gbit_s = 100.0\nlatency_us = 10.0\n");
         let mut n = 0;
-        for (gpu, link, nodes) in types {
-            for _ in 0..nodes {
-                toml.push_str(&format!(
-                    "[[nodes]]\nname = \"n{n}\"\nintra_link = \"{link}\"\ngpus = [ {{ type = \"{gpu}\", count = 8 }} ]\n"
-                ));
-                n += 1;
+        for _ in 0..k {
+            for (gpu, link, nodes) in types {
+                for _ in 0..nodes {
+                    toml.push_str(&format!(
+                        "[[nodes]]\nname = \"n{n}\"\nintra_link = \"{link}\"\ngpus = [ {{ type = \"{gpu}\", count = 8 }} ]\n"
+                    ));
+                    n += 1;
+                }
             }
         }
         Cluster::from_toml(&toml, "bench", GpuCatalog::builtin()).expect("bench cluster")
@@ -564,6 +571,43 @@ mod planner {
         g.finish();
     }
 
+    /// `planner_native_gpus`: the whole native planner at its stated GPU
+    /// limit (`cephalo::MAX_GPUS`, 1,024: the 64-GPU mixed cluster 16
+    /// times), LLaMA-2-7B at 2,048 tokens and BERT-Large at 512, 4 and 16
+    /// samples per GPU (identical nodes merged in the fast model and the
+    /// simulator, identical GPUs priced once per class in the search's
+    /// refinement).
+    pub fn planner_native_gpus(c: &mut Criterion) {
+        let empty = ProfileSet::new();
+        let mut g = c.benchmark_group("planner_native_gpus");
+        g.sample_size(10);
+        for (model, seq) in [("llama2-7b", 2048u32), ("bert-large", 512)] {
+            for per_gpu in [4u32, 16] {
+                let costs = costs(
+                    cluster64_times(16),
+                    model,
+                    Some(seq),
+                    1024 * per_gpu,
+                    &empty,
+                    None,
+                );
+                let opts = PlannerOptions::default();
+                let judge = SimJudge::new(&costs);
+                let p = Problem {
+                    costs: &costs,
+                    profiles: &empty,
+                    options: &opts,
+                    strategy: &StrategySpec::NONE,
+                    judge: Some(&judge),
+                };
+                g.bench_function(format!("{model}_1024gpus_{per_gpu}_per_gpu"), |b| {
+                    b.iter(|| black_box(Cephalo.plan(&p).unwrap().plan.gpus.len()))
+                });
+            }
+        }
+        g.finish();
+    }
+
     pub fn planner_cephalo_64gpu(c: &mut Criterion) {
         let empty = ProfileSet::new();
         let costs = costs(cluster64(), "llama2-7b", Some(2048), 2048, &empty, None);
@@ -576,6 +620,7 @@ criterion_group!(
     planner::planner_compat_4gpu,
     planner::planner_cephalo_4gpu,
     planner::planner_cephalo_64gpu,
+    planner::planner_native_gpus,
     planner::planner_native_batch,
     planner::planner_fold_65536,
     planner::planner_pipeline_hetero_64gpu

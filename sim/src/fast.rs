@@ -243,10 +243,15 @@ pub struct FastEval {
 /// folds them (`opts.fold_passes`, [`crate::fold`]).
 pub fn evaluate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<FastEval, PlanError> {
     let ranks = costs.ranks();
+    // Identical nodes are timed once, as the simulator simulates them once
+    // ([`crate::symmetry`]); every other GPU and host takes its twin's times
+    // and peaks below. Exact by the same construction.
+    let classes = crate::simulate::node_classes(costs, plan, opts);
+    let merged = !classes.is_identity();
     let how = Lowering {
         prefetch: opts.prefetch,
         contention: false,
-        classes: None,
+        classes: merged.then_some(&classes),
         blocking_collectives: opts.blocking_collectives,
     };
     let mut t = Timeline::new(ranks);
@@ -258,7 +263,7 @@ pub fn evaluate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<Fas
         }
         None => {
             let d = Description::new(costs, plan)?;
-            crate::simulate::check_size(&d, ranks)?;
+            crate::simulate::check_size(&d, classes.simulated_ranks())?;
             let mut found = None;
             if opts.fold_passes {
                 let runs = d.pass_runs();
@@ -283,10 +288,19 @@ pub fn evaluate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<Fas
             }
         }
     };
-    let (finish, makespan) = unfolded.unwrap_or_else(|| (t.finish.clone(), t.makespan));
+    let (mut finish, makespan) = unfolded.unwrap_or_else(|| (t.finish.clone(), t.makespan));
     let mut bases = parts.base_device_bytes.clone();
     bases.extend(&parts.base_host_bytes);
-    let peaks = t.peaks(&bases);
+    let mut peaks = t.peaks(&bases);
+    if merged {
+        for r in 0..ranks {
+            finish[r] = finish[classes.rep_rank[r]];
+            peaks[r] = peaks[classes.rep_rank[r]];
+        }
+        for (n, &rep) in classes.rep_node.iter().enumerate() {
+            peaks[ranks + n] = peaks[ranks + rep];
+        }
+    }
     let peak_gib: Vec<f64> = peaks[..ranks].iter().map(|&b| b as f64 / GIB).collect();
     let host_peak_gib: Vec<f64> = peaks[ranks..].iter().map(|&b| b as f64 / GIB).collect();
     let oom = (0..ranks).any(|r| peak_gib[r] > costs.usable_gib(r))

@@ -335,3 +335,48 @@ fn large_clusters_read_as_groups_with_their_sources() {
     );
     assert!(c.stdout.contains("sources:"), "{}", c.stdout);
 }
+
+#[test]
+fn the_native_planner_refuses_more_gpus_than_its_stated_limit() {
+    // The stated limit (planner::cephalo::MAX_GPUS, 1,024, what plans in
+    // 10 s): above it the planner says so before any search and names the
+    // alternatives.
+    let toml: String = std::iter::once("[network]\nbw_gbit_s = 100\n".to_string())
+        .chain((0..129).map(|n| {
+            format!("[[nodes]]\nname = \"n{n}\"\ngpus = [ {{ type = \"l4\", count = 8 }} ]\n")
+        }))
+        .collect();
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cluster-1032.toml");
+    std::fs::write(&path, toml).unwrap();
+    let o = run(&[
+        "plan",
+        "--cluster",
+        path.to_str().unwrap(),
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "2064",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("up to 1024 GPUs")
+            && o.stderr.contains("1032")
+            && o.stderr.contains("--planner fsdp"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stdout.is_empty());
+    // Another planner plans it.
+    let o = run(&[
+        "plan",
+        "--cluster",
+        path.to_str().unwrap(),
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "2064",
+        "--planner",
+        "fsdp",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}

@@ -170,6 +170,42 @@ struct TypeTable {
     host_budget_gib: f64,
 }
 
+/// Collective times already priced, by water level (its bits): a search
+/// prices the same few levels thousands of times (every rank's count at the
+/// level of the plan at hand), and one pricing walks the shard group's
+/// rings, O(GPUs). Memoised, a 1,024-GPU search no longer spends most of
+/// its time there. Bounded: cleared when it holds [`CommCache::MAX`] levels.
+#[derive(Debug, Default)]
+struct CommCache(std::sync::Mutex<std::collections::HashMap<u64, CommTimes>>);
+
+impl CommCache {
+    /// Levels kept before the cache is cleared.
+    const MAX: usize = 4096;
+
+    fn get_or(&self, level: f64, price: impl FnOnce() -> CommTimes) -> CommTimes {
+        let key = level.to_bits();
+        if let Some(c) = self.0.lock().ok().and_then(|m| m.get(&key).copied()) {
+            return c;
+        }
+        let c = price();
+        if let Ok(mut m) = self.0.lock() {
+            if m.len() >= Self::MAX {
+                m.clear();
+            }
+            m.insert(key, c);
+        }
+        c
+    }
+}
+
+impl Clone for CommCache {
+    fn clone(&self) -> Self {
+        CommCache(std::sync::Mutex::new(
+            self.0.lock().map(|m| m.clone()).unwrap_or_default(),
+        ))
+    }
+}
+
 /// The closed-form model of one workload under one strategy.
 #[derive(Debug, Clone)]
 pub struct ClosedForm<'a> {
@@ -184,6 +220,7 @@ pub struct ClosedForm<'a> {
     tally: Tally,
     unit_params: [u64; 3],
     ddp_reduce_bytes: [Vec<f64>; 3],
+    comm_cache: CommCache,
 }
 
 /// The closed-form evaluation of a whole plan.
@@ -197,6 +234,19 @@ pub struct Evaluation {
     pub fractions: Vec<f64>,
     /// Per rank closed-form time, ms.
     pub rank_ms: Vec<f64>,
+}
+
+/// A choice priced by class of identical ranks ([`ClosedForm::class_times`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassTimes {
+    /// Largest state fraction (water level).
+    pub level: f64,
+    /// Per class: its cap (room for state, fraction of the model).
+    pub caps: Vec<f64>,
+    /// Per class: its closed-form rank time at `level`, ms.
+    pub ms: Vec<f64>,
+    /// Per rank: its class.
+    pub class_of: Vec<usize>,
 }
 
 /// Largest micro-batch size the closed form tabulates: GPU efficiency
@@ -405,6 +455,7 @@ impl<'a> ClosedForm<'a> {
             tally,
             unit_params,
             ddp_reduce_bytes,
+            comm_cache: CommCache::default(),
         })
     }
 
@@ -610,6 +661,11 @@ impl<'a> ClosedForm<'a> {
 
     /// Collective times with every piece equal to `level` of a unit.
     pub fn comm(&self, level: f64) -> CommTimes {
+        self.comm_cache.get_or(level, || self.price_comm(level))
+    }
+
+    /// [`ClosedForm::comm`], priced.
+    fn price_comm(&self, level: f64) -> CommTimes {
         let s = self.schedule.strategy;
         let ranks = self.costs.ranks();
         let groups = s.groups(ranks);
@@ -762,45 +818,85 @@ impl<'a> ClosedForm<'a> {
     /// Evaluates a whole choice (per rank `(b, n)`): `None` when a
     /// micro-batch does not fit or the state does not fit in the caps.
     pub fn evaluate(&self, choice: &[(u32, u32)]) -> Option<Evaluation> {
-        let opts: Vec<RankCost> = choice
-            .iter()
-            .enumerate()
-            .map(|(r, &(b, n))| self.option(self.costs.rank_type[r], b, n))
-            .collect::<Option<_>>()?;
-        let caps: Vec<f64> = opts.iter().map(|o| o.cap).collect();
-        let s = self.schedule.strategy;
+        let t = self.class_times(choice)?;
+        let caps: Vec<f64> = t.class_of.iter().map(|&k| t.caps[k]).collect();
         let ranks = self.costs.ranks();
-        let (level, fractions) = match s.sharding {
-            Sharding::Full | Sharding::GradOp => {
-                (super::water_level(&caps)?, super::water_fill(&caps)?)
-            }
+        let fractions = match self.schedule.strategy.sharding {
+            Sharding::Full | Sharding::GradOp => super::water_fill_at(&caps, t.level),
+            _ => vec![
+                if self.schedule.strategy.sharding == Sharding::NoShard {
+                    1.0 / ranks as f64
+                } else {
+                    t.level
+                };
+                ranks
+            ],
+        };
+        let rank_ms: Vec<f64> = t.class_of.iter().map(|&k| t.ms[k]).collect();
+        let iteration_ms = rank_ms.iter().copied().fold(0.0, f64::max);
+        Some(Evaluation {
+            iteration_ms,
+            level: t.level,
+            fractions,
+            rank_ms,
+        })
+    }
+
+    /// A choice's times by class of identical ranks (same type, batch and
+    /// count, priced once: a plan of thousands of GPUs has a few dozen such
+    /// classes); every rank gets exactly the numbers pricing it alone would
+    /// give. `None` as [`ClosedForm::evaluate`].
+    pub fn class_times(&self, choice: &[(u32, u32)]) -> Option<ClassTimes> {
+        let mut index: std::collections::HashMap<(usize, u32, u32), usize> =
+            std::collections::HashMap::new();
+        let mut classes: Vec<(usize, RankCost)> = Vec::new();
+        let mut class_of = Vec::with_capacity(choice.len());
+        // Neighbouring ranks mostly share their class: check the last first.
+        let mut last: Option<((usize, u32, u32), usize)> = None;
+        for (r, &(b, n)) in choice.iter().enumerate() {
+            let key = (self.costs.rank_type[r], b, n);
+            let k = match last.filter(|l| l.0 == key) {
+                Some(l) => l.1,
+                None => match index.get(&key) {
+                    Some(&k) => k,
+                    None => {
+                        classes.push((key.0, self.option(key.0, b, n)?));
+                        index.insert(key, classes.len() - 1);
+                        classes.len() - 1
+                    }
+                },
+            };
+            last = Some((key, k));
+            class_of.push(k);
+        }
+        let caps: Vec<f64> = classes.iter().map(|(_, o)| o.cap).collect();
+        let s = self.schedule.strategy;
+        let level = match s.sharding {
+            Sharding::Full | Sharding::GradOp => super::water_level_of_classes(&caps, &class_of)?,
             Sharding::Hybrid => {
-                let g = s.shard_group as usize;
-                let even = 1.0 / g as f64;
+                let even = 1.0 / s.shard_group as f64;
                 if caps.iter().any(|&c| c < even - super::FILL_TOL) {
                     return None;
                 }
-                (even, vec![even; ranks])
+                even
             }
             Sharding::NoShard => {
                 if caps.iter().any(|&c| c < 1.0 - super::FILL_TOL) {
                     return None;
                 }
-                (1.0, vec![1.0 / ranks as f64; ranks])
+                1.0
             }
         };
         let c = self.comm(level);
-        let rank_ms: Vec<f64> = opts
+        let ms: Vec<f64> = classes
             .iter()
-            .enumerate()
-            .map(|(r, o)| self.rank_ms(self.costs.rank_type[r], o, &c, level))
+            .map(|(t, o)| self.rank_ms(*t, o, &c, level))
             .collect();
-        let iteration_ms = rank_ms.iter().copied().fold(0.0, f64::max);
-        Some(Evaluation {
-            iteration_ms,
+        Some(ClassTimes {
             level,
-            fractions,
-            rank_ms,
+            caps,
+            ms,
+            class_of,
         })
     }
 }

@@ -739,13 +739,18 @@ fn fits_cached(
 /// collectives) is as small as possible. `caps` are fractions of the total
 /// state each rank has room for. `None` when `sum(caps) < 1`.
 pub fn water_fill(caps: &[f64]) -> Option<Vec<f64>> {
-    let level = water_level(caps)?;
+    Some(water_fill_at(caps, water_level(caps)?))
+}
+
+/// [`water_fill`] at its known level (`water_level(caps)`), so a caller
+/// that needs both sorts the caps once.
+pub fn water_fill_at(caps: &[f64], level: f64) -> Vec<f64> {
     let mut r: Vec<f64> = caps.iter().map(|&c| c.clamp(0.0, 1.0).min(level)).collect();
     // Put the rounding residue (~1e-16) on the first largest piece.
     let sum: f64 = r.iter().sum();
     let big = (0..r.len()).fold(0, |best, i| if r[i] > r[best] { i } else { best });
     r[big] = (r[big] + 1.0 - sum).max(0.0);
-    Some(r)
+    r
 }
 
 /// Tolerance on "the fractions reach 1" in water-filling and feasibility.
@@ -773,6 +778,42 @@ pub fn water_level(caps: &[f64]) -> Option<f64> {
         prefix += ck;
     }
     Some(c[g - 1])
+}
+
+/// [`water_level`] of caps given as classes: `caps[k]` held by the ranks
+/// `class_of[r] == k`. The same arithmetic in the same order (the sum in
+/// rank order, the prefix over the caps in ascending order), so the same
+/// bits, without sorting one cap per rank: a plan of thousands of GPUs has
+/// a few dozen classes.
+pub fn water_level_of_classes(caps: &[f64], class_of: &[usize]) -> Option<f64> {
+    let g = class_of.len();
+    if g == 0 {
+        return None;
+    }
+    let c: Vec<f64> = caps.iter().map(|&x| x.clamp(0.0, 1.0)).collect();
+    let total: f64 = class_of.iter().map(|&k| c[k]).sum();
+    if total < 1.0 - FILL_TOL {
+        return None;
+    }
+    let mut count = vec![0usize; c.len()];
+    for &k in class_of {
+        count[k] += 1;
+    }
+    let mut order: Vec<usize> = (0..c.len()).filter(|&k| count[k] > 0).collect();
+    order.sort_by(|&a, &b| c[a].total_cmp(&c[b]));
+    let (mut prefix, mut k) = (0.0, 0usize);
+    for &cls in &order {
+        let ck = c[cls];
+        for _ in 0..count[cls] {
+            let level = (1.0 - prefix) / (g - k) as f64;
+            if level <= ck {
+                return Some(level);
+            }
+            prefix += ck;
+            k += 1;
+        }
+    }
+    order.last().map(|&cls| c[cls])
 }
 
 /// Splits `total` samples over ranks in proportion to `weights` (largest
@@ -857,6 +898,28 @@ mod tests {
         }
         assert!((r.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         assert_eq!(water_fill(&[0.2, 0.3]), None);
+        // By classes: the same bits as one cap per rank.
+        let mut x = 0x9e3779b97f4a7c15u64;
+        for _ in 0..200 {
+            let mut next = || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let classes: Vec<f64> = (0..1 + next() % 6)
+                .map(|_| (next() % 1000) as f64 / 997.0)
+                .collect();
+            let class_of: Vec<usize> = (0..1 + next() % 40)
+                .map(|_| (next() % classes.len() as u64) as usize)
+                .collect();
+            let caps: Vec<f64> = class_of.iter().map(|&k| classes[k]).collect();
+            assert_eq!(
+                water_level_of_classes(&classes, &class_of).map(f64::to_bits),
+                water_level(&caps).map(f64::to_bits),
+                "{classes:?} {class_of:?}"
+            );
+        }
         let even = water_fill(&[1.0, 1.0, 1.0, 1.0]).unwrap();
         assert!(even.iter().all(|x| (x - 0.25).abs() < 1e-15));
     }

@@ -1033,6 +1033,13 @@ proptest! {
         prop_assert!(distinct.len() <= costs.workload.cluster.nodes.len());
         prop_assert_eq!(simulate(&costs, &p, &opts).unwrap().simulated_gpus, classes.simulated_ranks());
         prop_assert!(r.iteration_ms > 0.0);
+        // The fast model merges the same nodes and changes no number either.
+        let whole = SimOptions { merge_identical_nodes: false, ..opts };
+        let (a, b) = (
+            sim::fast::evaluate(&costs, &p, &opts).unwrap(),
+            sim::fast::evaluate(&costs, &p, &whole).unwrap(),
+        );
+        prop_assert_eq!(a, b);
     }
 }
 
