@@ -104,7 +104,7 @@ fn files(dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
 /// Every JSON number is finite (serde writes NaN / inf as null, so every
 /// `*_ms` must be a non-negative number, or null only on an OOM report),
 /// and no MFU or HFU exceeds 1.
-fn check_json(v: &Value, path: &str, oom: bool) -> Result<(), String> {
+pub fn check_json(v: &Value, path: &str, oom: bool) -> Result<(), String> {
     match v {
         Value::Object(m) => {
             // Null times are "not evaluated" on an OOM report, a compare
@@ -153,7 +153,7 @@ fn check_json(v: &Value, path: &str, oom: bool) -> Result<(), String> {
 }
 
 /// What a table or message may never say.
-fn check_text(s: &str) -> Result<(), String> {
+pub fn check_text(s: &str) -> Result<(), String> {
     for w in s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.')) {
         let l = w.to_ascii_lowercase();
         if matches!(l.as_str(), "nan" | "inf" | "-inf" | "infinity" | "-nan") {

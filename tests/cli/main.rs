@@ -5,6 +5,8 @@ mod common;
 mod experiment;
 mod explain;
 mod fuzz;
+mod fuzz_surfaces;
+mod inputs;
 mod outputs;
 mod pipeline;
 mod plan;

@@ -393,3 +393,58 @@ fn bad_plans_exit_2_before_any_rank_starts() {
     ]);
     assert_eq!(o.code, 2, "{}", o.stderr);
 }
+
+#[test]
+fn profile_and_save_profile_outputs_follow_the_output_rules() {
+    // A directory is refused before anything is measured; `-` is stdout.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let d = dir.to_str().unwrap();
+    for args in [
+        vec![
+            "profile",
+            "--model",
+            "gpt-tiny",
+            "--batch-sizes",
+            "1",
+            "--out",
+            d,
+        ],
+        vec![
+            "validate",
+            "--model",
+            "gpt-tiny",
+            "--global-batch",
+            "4",
+            "--ranks",
+            "2",
+            "--save-profile",
+            d,
+        ],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
+        assert!(o.stderr.contains("is a directory"), "{}", o.stderr);
+        assert!(
+            !o.stderr.contains("profiling"),
+            "measured first: {}",
+            o.stderr
+        );
+    }
+    let o = run(&[
+        "profile",
+        "--model",
+        "gpt-tiny",
+        "--batch-sizes",
+        "1",
+        "--warmup",
+        "0",
+        "--repetitions",
+        "1",
+        "--out",
+        "-",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["format"], "cephalo-profile/1");
+    assert!(!Path::new("-").exists());
+}
