@@ -479,7 +479,7 @@ fn every_surface_exits_0_1_or_2_and_damages_nothing() {
     let seed = std::env::var("CEPHALO_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5EED_CE_FA_u64);
+        .unwrap_or(0x5EED_CEFA_u64);
     let mut rng = Rng(seed | 1);
     const CASES: usize = 160;
     let mut codes = [0usize; 3];
