@@ -485,6 +485,17 @@ pub fn prepare_dir(dir: &Path, what: &str) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    fn mkfifo(path: &Path) {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+    }
+
     fn tmp(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("cephalo-out-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
@@ -523,14 +534,7 @@ mod tests {
         let e = resolve(&a, "x").unwrap_err().to_string();
         assert!(e.contains("loop") || e.contains("symlinks"), "{e}");
         let fifo = d.join("p");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        mkfifo(&fifo);
         assert!(matches!(
             resolve(&fifo, "x").unwrap(),
             Dest::InPlace { fifo: true, .. }
@@ -562,14 +566,7 @@ mod tests {
         // bounded wait relies on), and succeeds with one.
         let d = tmp("fifo");
         let fifo = d.join("p");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        mkfifo(&fifo);
         let e = OpenOptions::new()
             .write(true)
             .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)

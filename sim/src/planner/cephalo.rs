@@ -498,7 +498,6 @@ impl Classes {
         cf: &ClosedForm<'_>,
         cache: &std::cell::RefCell<std::collections::HashMap<ClassKey, Option<RankCost>>>,
     ) -> Option<ClassScore> {
-        let g = self.choice.len();
         let mut counts: std::collections::BTreeMap<ClassKey, usize> =
             self.members.iter().map(|(k, m)| (*k, m.len())).collect();
         for &(r, new) in changes {
@@ -520,29 +519,9 @@ impl Classes {
         let strategy = cf.strategy();
         let level = match strategy.sharding {
             Sharding::Full | Sharding::GradOp => {
-                // water_level's arithmetic: the caps in ascending order, one
-                // rank at a time.
-                let clamp = |x: f64| x.clamp(0.0, 1.0);
-                let total: f64 = priced.iter().map(|p| clamp(p.2.cap) * p.1 as f64).sum();
-                if total < 1.0 - FILL_TOL {
-                    return None;
-                }
-                let mut order: Vec<usize> = (0..priced.len()).collect();
-                order.sort_by(|&a, &b| clamp(priced[a].2.cap).total_cmp(&clamp(priced[b].2.cap)));
-                let (mut prefix, mut k, mut level) = (0.0, 0usize, None);
-                'fill: for &i in &order {
-                    let ck = clamp(priced[i].2.cap);
-                    for _ in 0..priced[i].1 {
-                        let l = (1.0 - prefix) / (g - k) as f64;
-                        if l <= ck {
-                            level = Some(l);
-                            break 'fill;
-                        }
-                        prefix += ck;
-                        k += 1;
-                    }
-                }
-                level.or_else(|| order.last().map(|&i| clamp(priced[i].2.cap)))?
+                let caps: Vec<f64> = priced.iter().map(|p| p.2.cap).collect();
+                let counts: Vec<usize> = priced.iter().map(|p| p.1).collect();
+                super::water_level_counted(&caps, &counts)?
             }
             Sharding::Hybrid => {
                 let even = 1.0 / strategy.shard_group as f64;

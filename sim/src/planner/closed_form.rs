@@ -872,7 +872,13 @@ impl<'a> ClosedForm<'a> {
         let caps: Vec<f64> = classes.iter().map(|(_, o)| o.cap).collect();
         let s = self.schedule.strategy;
         let level = match s.sharding {
-            Sharding::Full | Sharding::GradOp => super::water_level_of_classes(&caps, &class_of)?,
+            Sharding::Full | Sharding::GradOp => {
+                let mut counts = vec![0usize; caps.len()];
+                for &k in &class_of {
+                    counts[k] += 1;
+                }
+                super::water_level_counted(&caps, &counts)?
+            }
             Sharding::Hybrid => {
                 let even = 1.0 / s.shard_group as f64;
                 if caps.iter().any(|&c| c < even - super::FILL_TOL) {

@@ -780,31 +780,27 @@ pub fn water_level(caps: &[f64]) -> Option<f64> {
     Some(c[g - 1])
 }
 
-/// [`water_level`] of caps given as classes: `caps[k]` held by the ranks
-/// `class_of[r] == k`. The same arithmetic in the same order (the sum in
-/// rank order, the prefix over the caps in ascending order), so the same
-/// bits, without sorting one cap per rank: a plan of thousands of GPUs has
-/// a few dozen classes.
-pub fn water_level_of_classes(caps: &[f64], class_of: &[usize]) -> Option<f64> {
-    let g = class_of.len();
+/// [`water_level`] of caps given as classes: `caps[k]` held by `counts[k]`
+/// ranks. The level is the same arithmetic in the same order (the prefix
+/// over the caps in ascending order, one rank at a time), so the same bits,
+/// without sorting one cap per rank: a plan of thousands of GPUs has a few
+/// dozen classes. (Only the feasibility sum is taken per class.)
+pub fn water_level_counted(caps: &[f64], counts: &[usize]) -> Option<f64> {
+    let g: usize = counts.iter().sum();
     if g == 0 {
         return None;
     }
     let c: Vec<f64> = caps.iter().map(|&x| x.clamp(0.0, 1.0)).collect();
-    let total: f64 = class_of.iter().map(|&k| c[k]).sum();
+    let total: f64 = c.iter().zip(counts).map(|(x, &n)| x * n as f64).sum();
     if total < 1.0 - FILL_TOL {
         return None;
     }
-    let mut count = vec![0usize; c.len()];
-    for &k in class_of {
-        count[k] += 1;
-    }
-    let mut order: Vec<usize> = (0..c.len()).filter(|&k| count[k] > 0).collect();
+    let mut order: Vec<usize> = (0..c.len()).filter(|&k| counts[k] > 0).collect();
     order.sort_by(|&a, &b| c[a].total_cmp(&c[b]));
     let (mut prefix, mut k) = (0.0, 0usize);
     for &cls in &order {
         let ck = c[cls];
-        for _ in 0..count[cls] {
+        for _ in 0..counts[cls] {
             let level = (1.0 - prefix) / (g - k) as f64;
             if level <= ck {
                 return Some(level);
@@ -914,8 +910,12 @@ mod tests {
                 .map(|_| (next() % classes.len() as u64) as usize)
                 .collect();
             let caps: Vec<f64> = class_of.iter().map(|&k| classes[k]).collect();
+            let mut counts = vec![0usize; classes.len()];
+            for &k in &class_of {
+                counts[k] += 1;
+            }
             assert_eq!(
-                water_level_of_classes(&classes, &class_of).map(f64::to_bits),
+                water_level_counted(&classes, &counts).map(f64::to_bits),
                 water_level(&caps).map(f64::to_bits),
                 "{classes:?} {class_of:?}"
             );
