@@ -457,14 +457,31 @@ fn a_closed_or_full_stdout_is_not_a_panic() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
-    // A full disk behind the redirect: exit 1 naming stdout.
-    if let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") {
-        let o = Command::new(&bin).args(args).stdout(full).output().unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(1), "{err}");
-        assert!(err.contains("cannot write to stdout"), "{err}");
-        assert!(!err.contains("panicked"), "{err}");
+    // A full disk behind the redirect: exit 1 naming stdout. The full
+    // device is a stand-in for /dev/full (1:7) made in a temporary
+    // directory (tests never touch the real /dev); where this user may not
+    // make device nodes the case is skipped, saying so (CI runs as root).
+    let node = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("stdout-full");
+    let _ = std::fs::remove_file(&node);
+    let made = Command::new("mknod")
+        .arg(&node)
+        .args(["c", "1", "7"])
+        .status()
+        .unwrap();
+    if !made.success() {
+        assert!(
+            std::env::var("CI").map_or(true, |v| v != "true"),
+            "CI=true but mknod failed (CI runs as root)"
+        );
+        eprintln!("skipping the full-stdout case: mknod failed (not root?)");
+        return;
     }
+    let full = std::fs::OpenOptions::new().write(true).open(&node).unwrap();
+    let o = Command::new(&bin).args(args).stdout(full).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot write to stdout"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }
 
 #[test]
