@@ -260,7 +260,7 @@ pub const EXACT_BATCH: u32 = 256;
 pub const SEARCH_CELLS: usize = 1 << 22;
 
 /// The coarsest grid the search runs on: 4 batch units per GPU on average
-/// (the plan is then completed and refined to the sample, [`refine`]).
+/// (the plan is then completed and refined to the sample by `refine`).
 pub const MIN_UNITS_PER_GPU: usize = 4;
 
 /// Samples per batch unit of the search for a global batch of `big_b`
