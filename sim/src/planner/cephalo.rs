@@ -489,9 +489,9 @@ impl Classes {
     }
 
     /// The closed-form times of this choice with `changes` applied, by class
-    /// (`None` when an option or the state does not fit), with the
-    /// arithmetic of [`ClosedForm::class_times`]; options are priced once
-    /// per class over the whole refinement (`cache`).
+    /// (`None` when an option or the state does not fit), priced by
+    /// [`ClosedForm::price_classes`]; options are priced once per class over
+    /// the whole refinement (`cache`).
     fn times_with(
         &self,
         changes: &[(usize, ClassKey)],
@@ -508,39 +508,21 @@ impl Classes {
             *counts.entry(new).or_insert(0) += 1;
         }
         counts.retain(|_, c| *c > 0);
-        let mut priced: Vec<(ClassKey, usize, RankCost)> = Vec::with_capacity(counts.len());
+        let mut keys = Vec::with_capacity(counts.len());
+        let mut priced = Vec::with_capacity(counts.len());
         for (&key, &n) in &counts {
             let o = *cache
                 .borrow_mut()
                 .entry(key)
                 .or_insert_with(|| cf.option(key.0, key.1, key.2));
-            priced.push((key, n, o?));
+            keys.push((key, n));
+            priced.push((key.0, o?, n));
         }
-        let strategy = cf.strategy();
-        let level = match strategy.sharding {
-            Sharding::Full | Sharding::GradOp => {
-                let caps: Vec<f64> = priced.iter().map(|p| p.2.cap).collect();
-                let counts: Vec<usize> = priced.iter().map(|p| p.1).collect();
-                super::water_level_counted(&caps, &counts)?
-            }
-            Sharding::Hybrid => {
-                let even = 1.0 / strategy.shard_group as f64;
-                if priced.iter().any(|p| p.2.cap < even - FILL_TOL) {
-                    return None;
-                }
-                even
-            }
-            Sharding::NoShard => {
-                if priced.iter().any(|p| p.2.cap < 1.0 - FILL_TOL) {
-                    return None;
-                }
-                1.0
-            }
-        };
-        let c = cf.comm(level);
-        let ms = priced
-            .iter()
-            .map(|&(key, n, o)| (key, n, cf.rank_ms(key.0, &o, &c, level)))
+        let (level, times) = cf.price_classes(&priced)?;
+        let ms = keys
+            .into_iter()
+            .zip(times)
+            .map(|((k, n), t)| (k, n, t))
             .collect();
         Some(ClassScore { level, ms })
     }

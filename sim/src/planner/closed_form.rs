@@ -842,6 +842,41 @@ impl<'a> ClosedForm<'a> {
         })
     }
 
+    /// The water level and each class's rank time (ms) at it, for classes
+    /// of identical ranks given as `(type, option, ranks in it)`: `None`
+    /// when the state does not fit in the caps. The one pricing of a choice
+    /// by class ([`ClosedForm::class_times`], the native planner's
+    /// refinement).
+    pub fn price_classes(&self, classes: &[(usize, RankCost, usize)]) -> Option<(f64, Vec<f64>)> {
+        let s = self.schedule.strategy;
+        let level = match s.sharding {
+            Sharding::Full | Sharding::GradOp => {
+                let caps: Vec<f64> = classes.iter().map(|c| c.1.cap).collect();
+                let counts: Vec<usize> = classes.iter().map(|c| c.2).collect();
+                super::water_level_counted(&caps, &counts)?
+            }
+            Sharding::Hybrid => {
+                let even = 1.0 / s.shard_group as f64;
+                if classes.iter().any(|c| c.1.cap < even - super::FILL_TOL) {
+                    return None;
+                }
+                even
+            }
+            Sharding::NoShard => {
+                if classes.iter().any(|c| c.1.cap < 1.0 - super::FILL_TOL) {
+                    return None;
+                }
+                1.0
+            }
+        };
+        let c = self.comm(level);
+        let ms = classes
+            .iter()
+            .map(|(t, o, _)| self.rank_ms(*t, o, &c, level))
+            .collect();
+        Some((level, ms))
+    }
+
     /// A choice's times by class of identical ranks (same type, batch and
     /// count, priced once: a plan of thousands of GPUs has a few dozen such
     /// classes); every rank gets exactly the numbers pricing it alone would
@@ -869,35 +904,17 @@ impl<'a> ClosedForm<'a> {
             last = Some((key, k));
             class_of.push(k);
         }
-        let caps: Vec<f64> = classes.iter().map(|(_, o)| o.cap).collect();
-        let s = self.schedule.strategy;
-        let level = match s.sharding {
-            Sharding::Full | Sharding::GradOp => {
-                let mut counts = vec![0usize; caps.len()];
-                for &k in &class_of {
-                    counts[k] += 1;
-                }
-                super::water_level_counted(&caps, &counts)?
-            }
-            Sharding::Hybrid => {
-                let even = 1.0 / s.shard_group as f64;
-                if caps.iter().any(|&c| c < even - super::FILL_TOL) {
-                    return None;
-                }
-                even
-            }
-            Sharding::NoShard => {
-                if caps.iter().any(|&c| c < 1.0 - super::FILL_TOL) {
-                    return None;
-                }
-                1.0
-            }
-        };
-        let c = self.comm(level);
-        let ms: Vec<f64> = classes
+        let mut counts = vec![0usize; classes.len()];
+        for &k in &class_of {
+            counts[k] += 1;
+        }
+        let priced: Vec<(usize, RankCost, usize)> = classes
             .iter()
-            .map(|(t, o)| self.rank_ms(*t, o, &c, level))
+            .zip(&counts)
+            .map(|(&(t, o), &n)| (t, o, n))
             .collect();
+        let (level, ms) = self.price_classes(&priced)?;
+        let caps = classes.iter().map(|(_, o)| o.cap).collect();
         Some(ClassTimes {
             level,
             caps,
