@@ -151,22 +151,35 @@ fn link_target(link: &Path) -> std::io::Result<PathBuf> {
     })
 }
 
-/// Whether `path` or a link on its way names an open descriptor.
-fn names_descriptor(path: &Path) -> bool {
-    let mut p = path.to_path_buf();
-    for _ in 0..MAX_LINKS {
-        if p.parent().is_some_and(is_fd_dir) {
-            return true;
-        }
-        match std::fs::symlink_metadata(&p) {
-            Ok(m) if m.file_type().is_symlink() => match link_target(&p) {
-                Ok(t) => p = t,
-                Err(_) => return false,
-            },
-            _ => return false,
+/// The symlink chain from `path`: `path`, then each link's target, up to
+/// the first path that is not a symlink (or does not exist). Errors name
+/// the output: a link that cannot be read, or more than [`MAX_LINKS`].
+fn link_chain(path: &Path, what: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let mut chain = vec![path.to_path_buf()];
+    while chain.len() <= MAX_LINKS {
+        let p = chain.last().expect("the chain starts at path");
+        match std::fs::symlink_metadata(p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let next = link_target(p).map_err(|e| refuse(path, what, e))?;
+                chain.push(next);
+            }
+            Ok(_) => return Ok(chain),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(chain),
+            Err(e) => return Err(refuse(path, what, e)),
         }
     }
-    false
+    Err(refuse(
+        path,
+        what,
+        format!("more than {MAX_LINKS} symlinks (a loop?)"),
+    ))
+}
+
+/// Whether `path` or a link on its way names an open descriptor.
+fn names_descriptor(path: &Path, what: &str) -> anyhow::Result<bool> {
+    Ok(link_chain(path, what)?
+        .iter()
+        .any(|p| p.parent().is_some_and(is_fd_dir)))
 }
 
 /// Device and inode of one of our standard streams, if it is open.
@@ -175,26 +188,6 @@ fn stream_id(fd: impl rustix::fd::AsFd) -> Option<(u64, u64)> {
     rustix::fs::fstat(fd)
         .ok()
         .map(|s| (s.st_dev as u64, s.st_ino as u64))
-}
-
-/// The final path of a dangling symlink chain starting at `link`.
-fn dangling_end(link: &Path, what: &str) -> anyhow::Result<PathBuf> {
-    let mut p = link.to_path_buf();
-    for _ in 0..MAX_LINKS {
-        match std::fs::symlink_metadata(&p) {
-            Ok(m) if m.file_type().is_symlink() => {
-                p = link_target(&p).map_err(|e| refuse(link, what, e))?;
-            }
-            Ok(_) => return Ok(p),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(p),
-            Err(e) => return Err(refuse(link, what, e)),
-        }
-    }
-    Err(refuse(
-        link,
-        what,
-        format!("more than {MAX_LINKS} symlinks (a loop?)"),
-    ))
 }
 
 /// Resolves an output path without writing anything.
@@ -208,7 +201,7 @@ fn resolve(path: &Path, what: &str) -> anyhow::Result<Dest> {
             if md.is_dir() {
                 return Err(refuse(path, what, "it is a directory"));
             }
-            let descriptor = names_descriptor(path);
+            let descriptor = names_descriptor(path, what)?;
             if descriptor {
                 let id = (md.dev(), md.ino());
                 if stream_id(std::io::stdout()) == Some(id) {
@@ -243,7 +236,9 @@ fn resolve(path: &Path, what: &str) -> anyhow::Result<Dest> {
                 .map(|m| m.file_type().is_symlink())
                 .unwrap_or(false);
             let target = if link {
-                dangling_end(path, what)?
+                link_chain(path, what)?
+                    .pop()
+                    .expect("the chain starts at path")
             } else {
                 path.to_path_buf()
             };
@@ -278,6 +273,15 @@ fn temp_beside(target: &Path) -> PathBuf {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ))
+}
+
+/// Whether `dir` accepts a new file: a temporary one is created in it and
+/// removed.
+fn probe(dir: &Path) -> std::io::Result<()> {
+    let p = temp_beside(&dir.join("probe"));
+    OpenOptions::new().write(true).create_new(true).open(&p)?;
+    let _ = std::fs::remove_file(&p);
+    Ok(())
 }
 
 /// Checks before any long work that `path` can be written as the `what`
@@ -316,18 +320,13 @@ pub fn check_writable(path: &Path, what: &str) -> anyhow::Result<()> {
                     )
                 })?;
             }
-            let probe = temp_beside(&target);
-            match OpenOptions::new().write(true).create_new(true).open(&probe) {
-                Ok(_) => {
-                    let _ = std::fs::remove_file(&probe);
-                    Ok(())
-                }
-                Err(e) => Err(refuse(
+            probe(&dir).map_err(|e| {
+                refuse(
                     path,
                     what,
                     format!("cannot create a file in {}: {e}", dir.display()),
-                )),
-            }
+                )
+            })
         }
     }
 }
@@ -467,18 +466,7 @@ pub fn prepare_dir(dir: &Path, what: &str) -> anyhow::Result<()> {
         Err(_) => std::fs::create_dir_all(dir)
             .map_err(|e| refuse(dir, what, format!("cannot create the directory: {e}")))?,
     }
-    let probe = temp_beside(&dir.join("probe"));
-    match OpenOptions::new().write(true).create_new(true).open(&probe) {
-        Ok(_) => {
-            let _ = std::fs::remove_file(&probe);
-            Ok(())
-        }
-        Err(e) => Err(refuse(
-            dir,
-            what,
-            format!("cannot create a file in it: {e}"),
-        )),
-    }
+    probe(dir).map_err(|e| refuse(dir, what, format!("cannot create a file in it: {e}")))
 }
 
 #[cfg(test)]
