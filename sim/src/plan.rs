@@ -259,12 +259,10 @@ impl PlanFile {
         let v: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| PlanError::invalid(origin, "<root>", format!("cannot parse JSON: {e}")))?;
         if v.get("uneven_batch_sizes").is_some() {
-            let reference: ReferenceWorkload = serde_json::from_value(v.clone())
-                .map_err(|e| PlanError::invalid(origin, "<root>", e.to_string()))?;
             let r: ReferencePlanFile = serde_json::from_value(v)
                 .map_err(|e| PlanError::invalid(origin, "<root>", e.to_string()))?;
             let p = Plan::from_lists(
-                &r.uneven_batch_sizes,
+                &r.workload.uneven_batch_sizes,
                 &r.uneven_microbatches,
                 r.split_uneven_partitions.as_deref(),
                 origin,
@@ -276,7 +274,7 @@ impl PlanFile {
                 strategy: None,
                 gpus: p.gpus,
                 pipeline: None,
-                reference: Some(reference),
+                reference: Some(r.workload),
             });
         }
         let file: PlanFile = serde_json::from_value(v).map_err(|e| {
@@ -359,7 +357,9 @@ impl PlanFile {
 
 #[derive(Deserialize)]
 struct ReferencePlanFile {
-    uneven_batch_sizes: Vec<u32>,
+    /// The workload fields, the batch list among them.
+    #[serde(flatten)]
+    workload: ReferenceWorkload,
     uneven_microbatches: Vec<u32>,
     #[serde(default)]
     split_uneven_partitions: Option<Vec<f64>>,

@@ -191,13 +191,10 @@ pub fn device_name(flag: Option<&str>, device: Device) -> Result<String> {
     }
 }
 
-/// Checks a list of micro-batch sizes: non-empty, >= 1; returns it sorted
-/// and without duplicates.
-pub fn batch_sizes(sizes: &[u32], flag: &str) -> Result<Vec<u32>> {
-    if sizes.is_empty() || sizes.contains(&0) {
-        return Err(UserError(format!("{flag}: expected micro-batch sizes >= 1")).into());
-    }
-    let mut v = sizes.to_vec();
+/// Parses a list of micro-batch sizes (each >= 1, [`sim::lists::counts`]);
+/// returns it sorted and without duplicates.
+pub fn batch_sizes(text: &str, flag: &str) -> Result<Vec<u32>> {
+    let mut v = sim::lists::counts(text, flag, 1)?;
     v.sort_unstable();
     v.dedup();
     Ok(v)
@@ -265,10 +262,7 @@ impl Args {
         let (spec, _) = sim_glue::model_for_trainer(&spec, seq_len);
         let dtype = dtype(self.dtype.as_deref(), self.device)?;
         let gpu = device_name(self.gpu.as_deref(), self.device)?;
-        let batch_sizes = batch_sizes(
-            &sim::lists::counts(&self.batch_sizes, "--batch-sizes", 1)?,
-            "--batch-sizes",
-        )?;
+        let batch_sizes = batch_sizes(&self.batch_sizes, "--batch-sizes")?;
         if self.repetitions == 0 {
             return Err(UserError("--repetitions: expected at least 1".into()).into());
         }

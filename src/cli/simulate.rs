@@ -79,10 +79,9 @@ fn resolve_plan(args: &Args, costs: &CostModel) -> Result<Plan> {
                 args.microbatches.as_deref(),
                 args.state_fractions.as_deref(),
             )?;
-            let batch = &batch;
             let fr = fractions.as_deref();
             let strategy = resolve_strategy(costs, &spec)?;
-            let mut plan = Plan::from_lists(batch, &micro, fr, "--batch")?.with_strategy(strategy);
+            let mut plan = Plan::from_lists(&batch, &micro, fr, "--batch")?.with_strategy(strategy);
             if fr.is_none() {
                 for (g, f) in plan.gpus.iter_mut().zip(even_fractions(&strategy, ranks)) {
                     g.state_fraction = f;

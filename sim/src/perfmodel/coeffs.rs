@@ -887,20 +887,28 @@ impl MemTheta {
     }
 
     /// Parameter vector of physical coefficients, each checked against its
-    /// physical range ([`ranges::memory`]); errors name the field.
+    /// physical range ([`ranges`]); errors name the field.
     pub fn from_coefficients(m: &MemoryCoefficients, origin: &str) -> Result<MemTheta, SpecError> {
+        use ranges::{FIXED_GIB, LOGIT_COPIES, MEM_BYTES_PER_PARAM, TENSORS_PER_TOKEN};
         let vals = [
-            ("memory.fixed_gib", m.fixed_gib),
-            ("memory.bytes_per_block_param", m.bytes_per_block_param),
-            ("memory.bytes_per_edge_param", m.bytes_per_edge_param),
-            ("memory.passes_hidden", m.passes_hidden),
-            ("memory.passes_ffn", m.passes_ffn),
-            ("memory.passes_scores", m.passes_scores),
-            ("memory.logit_copies", m.logit_copies),
+            ("memory.fixed_gib", m.fixed_gib, &FIXED_GIB),
+            (
+                "memory.bytes_per_block_param",
+                m.bytes_per_block_param,
+                &MEM_BYTES_PER_PARAM,
+            ),
+            (
+                "memory.bytes_per_edge_param",
+                m.bytes_per_edge_param,
+                &MEM_BYTES_PER_PARAM,
+            ),
+            ("memory.passes_hidden", m.passes_hidden, &TENSORS_PER_TOKEN),
+            ("memory.passes_ffn", m.passes_ffn, &TENSORS_PER_TOKEN),
+            ("memory.passes_scores", m.passes_scores, &TENSORS_PER_TOKEN),
+            ("memory.logit_copies", m.logit_copies, &LOGIT_COPIES),
         ];
         let mut v = vec![0.0; N_MEM];
-        for (i, (field, x)) in vals.iter().enumerate() {
-            let range = ranges::memory(field);
+        for (i, (field, x, range)) in vals.iter().enumerate() {
             v[i] = (crate::physical::check(origin, field, *x, range)? / MEM_BASE[i]).ln();
         }
         Ok(MemTheta { v })
@@ -1091,16 +1099,6 @@ pub mod ranges {
         "copies",
         "a step holds a few copies of its logits",
     );
-
-    /// The range of memory coefficient `field` (`memory.<name>`).
-    pub fn memory(field: &str) -> &'static Range {
-        match field {
-            "memory.fixed_gib" => &FIXED_GIB,
-            "memory.bytes_per_block_param" | "memory.bytes_per_edge_param" => &MEM_BYTES_PER_PARAM,
-            "memory.logit_copies" => &LOGIT_COPIES,
-            _ => &TENSORS_PER_TOKEN,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -86,7 +86,8 @@ pub const RELAXED_SLACK: [f64; 3] = [0.003, 0.01, 0.03];
 /// (`Search::min_sum`) cannot skip cells, so time grows with the square of
 /// the GPU count. Measured (whole process, five models from BERT-Large to
 /// LLaMA-2-13B at 1 to 64 samples per GPU on the 5-type mixed cluster
-/// replicated): at most 4.8 s at 1,024 GPUs; 2,048 GPUs took up to 23 s and
+/// replicated): at most about 6 s at 1,024 GPUs (median of five runs of the
+/// slowest case, BERT-Large at 4 samples per GPU); 2,048 GPUs took up to 23 s and
 /// 4,096 up to 160 s (BERT-Large at 4 samples per GPU), so they are
 /// refused rather than promised.
 pub const MAX_GPUS: usize = 1024;
@@ -255,7 +256,7 @@ pub const EXACT_BATCH: u32 = 256;
 /// 512 GPUs at 16 units each. A sub-problem's dynamic programme walks every
 /// GPU over every unit, and a search solves hundreds of them, so time grows
 /// with GPUs x units; this keeps it near what 512 GPUs at 16 samples each
-/// take (about 6 s on this project's 2-core machine, LLaMA-2-7B), and from
+/// take (5.4 s measured on this project's 2-core machine, LLaMA-2-7B), and from
 /// 513 GPUs on the grid shrinks towards [`MIN_UNITS_PER_GPU`].
 pub const SEARCH_CELLS: usize = 1 << 22;
 
@@ -1648,7 +1649,7 @@ impl Planner for Cephalo {
                 "nodes",
                 format!(
                     "the cephalo planner searches clusters of up to {MAX_GPUS} GPUs, this one has {}: \
-                     its search grows with the square of the GPU count (1,024 GPUs plan in under 5 s, \
+                     its search grows with the square of the GPU count (1,024 GPUs plan in at most about 6 s, \
                      2,048 in up to 25 s, 4,096 in up to 3 min); plan it with a baseline \
                      (--planner fsdp, hsdp, speed-proportional, ...), or plan a sub-cluster of identical \
                      nodes and replicate the plan",
