@@ -152,6 +152,22 @@ pub fn check_json(v: &Value, path: &str, oom: bool) -> Result<(), String> {
     }
 }
 
+/// Runs `cephalo` with `args`, killed after 120 s (a hang is a failure, not
+/// a stuck suite): its exit code (`None` when killed) and its output.
+pub fn run_bounded(args: &[String]) -> (Option<i32>, String, String) {
+    let o = Command::cargo_bin("cephalo")
+        .unwrap()
+        .args(args)
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).to_string(),
+        String::from_utf8_lossy(&o.stderr).to_string(),
+    )
+}
+
 /// What a table or message may never say.
 pub fn check_text(s: &str) -> Result<(), String> {
     for w in s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.')) {
@@ -273,17 +289,7 @@ fn random_flags_and_files_exit_0_or_2_with_sane_numbers() {
             if json {
                 push("--format", "json");
             }
-            let o = Command::cargo_bin("cephalo")
-                .unwrap()
-                .args(&args)
-                .timeout(Duration::from_secs(120))
-                .output()
-                .unwrap();
-            let (stdout, stderr) = (
-                String::from_utf8_lossy(&o.stdout).to_string(),
-                String::from_utf8_lossy(&o.stderr).to_string(),
-            );
-            let code = o.status.code();
+            let (code, stdout, stderr) = run_bounded(&args);
             let why = |what: String| {
                 TestCaseError::fail(format!(
                     "cephalo {}: {what}\nstdout: {stdout}\nstderr: {stderr}",

@@ -9,12 +9,11 @@
 //! an infinity, never put a negative time or an MFU above 1 in JSON, and
 //! never replace a device node, a FIFO or a symlink they were given.
 
-use crate::fuzz::{check_json, check_text};
+use crate::fuzz::{check_json, check_text, run_bounded};
 use assert_cmd::Command;
 use serde_json::Value;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// xorshift64*: a seeded stream of picks (same seed, same corpus).
 struct Rng(u64);
@@ -485,23 +484,14 @@ fn every_surface_exits_0_1_or_2_and_damages_nothing() {
     let mut codes = [0usize; 3];
     for i in 0..CASES {
         let (args, json) = case(&mut rng, &f, &dir, i);
-        let o = Command::cargo_bin("cephalo")
-            .unwrap()
-            .args(&args)
-            .timeout(Duration::from_secs(120))
-            .output()
-            .unwrap();
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&o.stdout).to_string(),
-            String::from_utf8_lossy(&o.stderr).to_string(),
-        );
+        let (code, stdout, stderr) = run_bounded(&args);
         let ctx = || {
             format!(
                 "cephalo {}\nstdout: {stdout}\nstderr: {stderr}",
                 args.join(" ")
             )
         };
-        match o.status.code() {
+        match code {
             Some(0) => codes[0] += 1,
             Some(1) => {
                 assert!(
@@ -525,7 +515,7 @@ fn every_surface_exits_0_1_or_2_and_damages_nothing() {
             panic!("{e}: {}", ctx());
         }
         assert!(!stderr.contains("panicked"), "panics: {}", ctx());
-        if json && o.status.code() == Some(0) && !stdout.trim().is_empty() {
+        if json && code == Some(0) && !stdout.trim().is_empty() {
             // `--csv -` / `--trace -` share stdout with the report: check the
             // report only when stdout is one JSON document.
             if let Ok(v) = serde_json::from_str::<Value>(&stdout) {

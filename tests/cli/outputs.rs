@@ -53,14 +53,27 @@ fn mkfifo(path: &Path) {
     assert!(o.status.success(), "mkfifo: {o:?}");
 }
 
-/// One writer: the arguments that make `cephalo` write its output to `path`.
+/// One writer: a command whose output flag `flag` writes a file.
 struct Writer {
     name: &'static str,
-    args: fn(&str) -> Vec<String>,
+    /// The command and its flags before the workload.
+    command: &'static [&'static str],
+    /// Its flags after the workload, then the output flag.
+    extra: &'static [&'static str],
 }
 
-fn owned(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
+impl Writer {
+    /// The arguments that make `cephalo` write this output to `path`.
+    fn args(&self, path: &str) -> Vec<String> {
+        self.command
+            .iter()
+            .chain(&WORKLOAD)
+            .chain(self.extra)
+            .copied()
+            .chain([path])
+            .map(str::to_string)
+            .collect()
+    }
 }
 
 /// Every file writer that runs without libtorch (profile --out and
@@ -69,30 +82,18 @@ fn writers() -> Vec<Writer> {
     vec![
         Writer {
             name: "simulate --csv",
-            args: |p| {
-                let mut v = owned(&["simulate"]);
-                v.extend(owned(&WORKLOAD));
-                v.extend(owned(&["--batch", "4,4", "--csv", p]));
-                v
-            },
+            command: &["simulate"],
+            extra: &["--batch", "4,4", "--csv"],
         },
         Writer {
             name: "simulate --trace",
-            args: |p| {
-                let mut v = owned(&["simulate"]);
-                v.extend(owned(&WORKLOAD));
-                v.extend(owned(&["--batch", "4,4", "--trace", p]));
-                v
-            },
+            command: &["simulate"],
+            extra: &["--batch", "4,4", "--trace"],
         },
         Writer {
             name: "plan --out",
-            args: |p| {
-                let mut v = owned(&["plan"]);
-                v.extend(owned(&WORKLOAD));
-                v.extend(owned(&["--out", p]));
-                v
-            },
+            command: &["plan"],
+            extra: &["--out"],
         },
     ]
 }
@@ -110,7 +111,7 @@ fn a_device_node_is_written_in_place_and_a_full_one_is_exit_1() {
         if dev_full(&node).is_none() {
             return;
         }
-        let o = run_owned(&(w.args)(node.to_str().unwrap()));
+        let o = run_owned(&w.args(node.to_str().unwrap()));
         assert_eq!(o.code, 1, "{}: {}", w.name, o.stderr);
         assert!(
             o.stderr.contains(node.to_str().unwrap()) && o.stderr.contains("No space left"),
@@ -140,7 +141,7 @@ fn a_device_node_is_written_in_place_and_a_full_one_is_exit_1() {
         .status()
         .unwrap();
     assert!(made.success());
-    let o = run_owned(&(writers()[1].args)(null.to_str().unwrap()));
+    let o = run_owned(&writers()[1].args(null.to_str().unwrap()));
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(std::fs::symlink_metadata(&null)
         .unwrap()
@@ -158,7 +159,7 @@ fn a_fifo_with_a_reader_receives_the_output() {
             let fifo = fifo.clone();
             std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
         };
-        let o = run_owned(&(w.args)(fifo.to_str().unwrap()));
+        let o = run_owned(&w.args(fifo.to_str().unwrap()));
         assert_eq!(o.code, 0, "{}: {}", w.name, o.stderr);
         let got = reader.join().unwrap();
         assert!(got.len() > 20, "{}: the reader got {got:?}", w.name);
@@ -183,7 +184,7 @@ fn a_symlink_keeps_being_a_link_and_its_target_is_updated_with_its_permissions()
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
         let link = d.join(format!("latest-{tag}.out"));
         std::os::unix::fs::symlink(target.file_name().unwrap(), &link).unwrap();
-        let o = run_owned(&(w.args)(link.to_str().unwrap()));
+        let o = run_owned(&w.args(link.to_str().unwrap()));
         assert_eq!(o.code, 0, "{}: {}", w.name, o.stderr);
         assert!(
             std::fs::symlink_metadata(&link)
@@ -212,7 +213,7 @@ fn a_dangling_symlink_creates_its_target() {
         let link = d.join(format!("latest-{tag}.out"));
         let target = d.join(format!("new-{tag}.out"));
         std::os::unix::fs::symlink(target.file_name().unwrap(), &link).unwrap();
-        let o = run_owned(&(w.args)(link.to_str().unwrap()));
+        let o = run_owned(&w.args(link.to_str().unwrap()));
         assert_eq!(o.code, 0, "{}: {}", w.name, o.stderr);
         assert!(std::fs::symlink_metadata(&link)
             .unwrap()
@@ -227,7 +228,7 @@ fn a_dangling_symlink_creates_its_target() {
     // A link into a directory that does not exist is refused before the work.
     let link = d.join("into-nowhere.csv");
     std::os::unix::fs::symlink("no-such-dir/x.csv", &link).unwrap();
-    let o = run_owned(&(writers()[0].args)(link.to_str().unwrap()));
+    let o = run_owned(&writers()[0].args(link.to_str().unwrap()));
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("does not exist"), "{}", o.stderr);
     assert!(o.stdout.is_empty(), "worked before refusing: {}", o.stdout);
@@ -235,7 +236,7 @@ fn a_dangling_symlink_creates_its_target() {
     let (a, b) = (d.join("loop-a.csv"), d.join("loop-b.csv"));
     std::os::unix::fs::symlink(&b, &a).unwrap();
     std::os::unix::fs::symlink(&a, &b).unwrap();
-    let o = run_owned(&(writers()[0].args)(a.to_str().unwrap()));
+    let o = run_owned(&writers()[0].args(a.to_str().unwrap()));
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(
         o.stderr.contains("loop") && o.stderr.contains("loop-a.csv"),
@@ -248,7 +249,7 @@ fn a_dangling_symlink_creates_its_target() {
 fn a_directory_is_refused_before_any_work() {
     let d = scratch("directory");
     for w in writers() {
-        let o = run_owned(&(w.args)(d.to_str().unwrap()));
+        let o = run_owned(&w.args(d.to_str().unwrap()));
         assert_eq!(o.code, 2, "{}: {}", w.name, o.stderr);
         assert!(o.stderr.contains("is a directory"), "{}", o.stderr);
         assert!(
@@ -263,7 +264,7 @@ fn a_directory_is_refused_before_any_work() {
 #[test]
 fn dash_is_standard_output_for_every_flag() {
     for w in writers() {
-        let o = run_owned(&(w.args)("-"));
+        let o = run_owned(&w.args("-"));
         assert_eq!(o.code, 0, "{}: {}", w.name, o.stderr);
         let marker = match w.name {
             "simulate --csv" => "rank,gpu,",
