@@ -1046,7 +1046,7 @@ fn run_one(
             planner_index: pi,
             cluster: w.cluster.clone(),
             gpus: names.len(),
-            gpu_types: crate::session::name_runs(&names),
+            gpu_types: crate::lists::name_runs(&names),
             model: costs.workload.model.name.clone(),
             seq_len: costs.workload.seq_len,
             dtype: costs.workload.dtype.to_string(),

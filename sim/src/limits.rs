@@ -32,6 +32,11 @@ pub const MAX_GLOBAL_BATCH: u32 = 1 << 24;
 /// stages).
 pub const MAX_SEQ_LEN: u32 = 1 << 21;
 
+/// Largest micro-batch size the planners' closed form tabulates (and a
+/// profile's fit must serve): GPU efficiency saturates long before, and the
+/// search cost grows with it.
+pub const MAX_MICROBATCH: u32 = 256;
+
 /// Most micro-batches one GPU runs per iteration: 8,192. Gradient
 /// accumulation in practice runs tens to hundreds of micro-batches per
 /// step; 8,192 is far past that and keeps the planners' memory walk of

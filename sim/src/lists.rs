@@ -8,6 +8,9 @@
 //! are plain decimal: no sign (`-1`, `+4`), no hexadecimal, no `nan` or
 //! `inf`; counts are whole numbers without an exponent (`1e3` is refused:
 //! write `1000`).
+//!
+//! Its inverse for printing, a long list as runs of equal values
+//! ([`runs`], [`name_runs`]), is here too.
 
 use crate::error::SpecError;
 
@@ -163,6 +166,37 @@ pub fn ranks(text: &str, flag: &str, max_span: usize) -> Result<Vec<usize>, Spec
         }
     }
     Ok(out)
+}
+
+/// Runs of equal consecutive values as cells: `8x 64`, `2`.
+fn run_cells<T: PartialEq + std::fmt::Display>(v: &[T]) -> Vec<String> {
+    let mut out: Vec<(usize, &T)> = Vec::new();
+    for x in v {
+        match out.last_mut() {
+            Some((n, y)) if *y == x => *n += 1,
+            _ => out.push((1, x)),
+        }
+    }
+    out.iter()
+        .map(|&(n, x)| {
+            if n == 1 {
+                x.to_string()
+            } else {
+                format!("{n}x {x}")
+            }
+        })
+        .collect()
+}
+
+/// GPU names as runs: `256x a100-80gb, 256x h100-sxm`.
+pub fn name_runs(names: &[String]) -> String {
+    run_cells(names).join(", ")
+}
+
+/// A long list as runs of equal values, `[8x 64, 4x 40, 2]`, so a
+/// 1,024-GPU row stays one readable line.
+pub fn runs(v: &[u32]) -> String {
+    format!("[{}]", run_cells(v).join(", "))
 }
 
 #[cfg(test)]

@@ -186,7 +186,7 @@ impl ComputeCurve {
     /// (a prediction outside [`crate::physical::PREDICTED_MS`]),
     /// a total (forward + backward) that falls with the micro-batch beyond
     /// noise, a fit that goes to zero or below for a micro-batch size it
-    /// serves (1 to [`crate::planner::closed_form::MAX_MICROBATCH`] outside
+    /// serves (1 to [`crate::limits::MAX_MICROBATCH`] outside
     /// the measured sizes), or a time faster than the GPU's peak allows.
     pub fn physical_problem(&self, fwd_flops: f64, peak_tflops: f64) -> Option<String> {
         use crate::physical::{outside, series_problem, OP_MS, PREDICTED_MS};
@@ -211,7 +211,7 @@ impl ComputeCurve {
         if let Some(e) = series_problem(&self.batch_sizes, &totals, range) {
             return Some(format!("forward + backward: {e}"));
         }
-        let top = crate::planner::closed_form::MAX_MICROBATCH;
+        let top = crate::limits::MAX_MICROBATCH;
         let (first, last) = (
             self.batch_sizes.first().copied().unwrap_or(u32::MAX),
             self.batch_sizes.last().copied().unwrap_or(0),

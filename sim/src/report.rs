@@ -519,7 +519,7 @@ pub struct StageReport {
 impl PipelineReport {
     /// The stages of `pipe` from the per-GPU reports of its run.
     fn of(
-        pipe: &crate::pipeline::Pipeline,
+        pipe: &crate::plan::pipeline::Pipeline,
         gpus: &[GpuReport],
         iteration_ms: f64,
     ) -> PipelineReport {
@@ -537,7 +537,7 @@ impl PipelineReport {
                 first_block: first,
                 last_block: first + st.blocks - 1,
                 ranks: st.gpus.iter().map(|&r| r as usize).collect(),
-                gpus: crate::session::name_runs(&names),
+                gpus: crate::lists::name_runs(&names),
                 compute_ms: max(|x| x.compute_ms),
                 exposed_comm_ms: max(|x| x.exposed_comm_ms),
                 idle_ms: max(|x| x.idle_ms),

@@ -271,7 +271,7 @@ pub fn compare(
         "{} on [{}], global batch {}, {}, seq {}",
         w.model.name,
         if names.len() > crate::report::GROUP_ROWS_ABOVE {
-            name_runs(&names)
+            crate::lists::name_runs(&names)
         } else {
             names.join(", ")
         },
@@ -357,7 +357,11 @@ impl Comparison {
             let plan = if r.batch_sizes.is_empty() {
                 r.error.clone().unwrap_or_default()
             } else if r.batch_sizes.len() > crate::report::GROUP_ROWS_ABOVE {
-                format!("{} / {}", runs(&r.batch_sizes), runs(&r.microbatches))
+                format!(
+                    "{} / {}",
+                    crate::lists::runs(&r.batch_sizes),
+                    crate::lists::runs(&r.microbatches)
+                )
             } else {
                 format!("{:?} / {:?}", r.batch_sizes, r.microbatches)
             };
@@ -394,37 +398,6 @@ impl Comparison {
         }
         s
     }
-}
-
-/// Runs of equal consecutive values as cells: `8x 64`, `2`.
-fn run_cells<T: PartialEq + std::fmt::Display>(v: &[T]) -> Vec<String> {
-    let mut out: Vec<(usize, &T)> = Vec::new();
-    for x in v {
-        match out.last_mut() {
-            Some((n, y)) if *y == x => *n += 1,
-            _ => out.push((1, x)),
-        }
-    }
-    out.iter()
-        .map(|&(n, x)| {
-            if n == 1 {
-                x.to_string()
-            } else {
-                format!("{n}x {x}")
-            }
-        })
-        .collect()
-}
-
-/// GPU names as runs: `256x a100-80gb, 256x h100-sxm`.
-pub fn name_runs(names: &[String]) -> String {
-    run_cells(names).join(", ")
-}
-
-/// A long list as runs of equal values, `[8x 64, 4x 40, 2]`, so a
-/// 1,024-GPU row stays one readable line.
-pub fn runs(v: &[u32]) -> String {
-    format!("[{}]", run_cells(v).join(", "))
 }
 
 /// One row of [`comm_sweep`], the nccl-tests columns.

@@ -121,7 +121,7 @@ fn lower_description(d: &Description<'_>, opts: &SimOptions, classes: &NodeClass
 pub fn check_pipeline(
     costs: &CostModel,
     plan: &Plan,
-    pipe: &crate::pipeline::Pipeline,
+    pipe: &crate::plan::pipeline::Pipeline,
 ) -> Result<(), PlanError> {
     let w = &costs.workload;
     plan.validate(costs.ranks(), w.global_batch, "plan")?;

@@ -356,7 +356,7 @@ fn table(o: &PlanOutput, summary: &str) -> String {
         "workload: {} x {} on [{}], global batch {}, {}, seq {}",
         o.model,
         o.gpus.len(),
-        sim::session::name_runs(&o.gpus),
+        sim::lists::name_runs(&o.gpus),
         o.global_batch,
         o.dtype,
         o.seq_len
@@ -443,8 +443,8 @@ fn table(o: &PlanOutput, summary: &str) -> String {
             } else {
                 format!(
                     "{} / {}",
-                    sim::session::runs(&c.batch_sizes),
-                    sim::session::runs(&c.microbatches)
+                    sim::lists::runs(&c.batch_sizes),
+                    sim::lists::runs(&c.microbatches)
                 )
             };
             let _ = writeln!(s, "  {t}  {:<60} {plan}", c.label);

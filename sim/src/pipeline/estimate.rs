@@ -28,10 +28,10 @@
 //!   working gradients and regenerated activations). Held against the
 //!   simulator's peak by the tests.
 
-use super::{PipeSchedule, Pipeline};
 use crate::comm::CollectiveKind;
 use crate::cost::CostModel;
 use crate::error::PlanError;
+use crate::plan::pipeline::{PipeSchedule, Pipeline};
 use crate::plan::Plan;
 use crate::schedule::micro_costs;
 use crate::strategy::{Checkpointing, Recompute, Sharding, Strategy};

@@ -36,11 +36,11 @@
 //! fixed workspace, the stage's state (see [`base_device_bytes`]).
 
 use super::schedule::{topological, Action};
-use super::Pipeline;
 use crate::comm::CollectiveKind;
 use crate::cost::{collective_ranks, CostModel};
 use crate::engine::{Category, Graph, MemChange, OpId, OpLabel, Stream, NO_INDEX};
 use crate::error::PlanError;
+use crate::plan::pipeline::Pipeline;
 use crate::plan::Plan;
 use crate::schedule::lower::{at, CollectiveRecord, Group, Lowered, LoweredParts, Sink};
 use crate::schedule::{dur, micro_costs, round, Micro};

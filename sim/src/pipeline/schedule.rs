@@ -12,7 +12,7 @@
 //! `s + 1`'s backward of `k`. Both schedules are deadlock-free under
 //! these dependencies ([`topological`] proves it for a given `p`, `m`).
 
-use super::PipeSchedule;
+use crate::plan::pipeline::PipeSchedule;
 
 /// One step of a stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

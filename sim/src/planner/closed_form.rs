@@ -249,10 +249,6 @@ pub struct ClassTimes {
     pub class_of: Vec<usize>,
 }
 
-/// Largest micro-batch size the closed form tabulates: GPU efficiency
-/// saturates long before, and the search cost grows with it.
-pub const MAX_MICROBATCH: u32 = 256;
-
 /// The (template, communication) pairs of every pass of `phases`.
 fn tally_for(schedule: &Schedule<'_>, phases: &[Phase]) -> Tally {
     let layers = schedule.layers();
@@ -368,7 +364,7 @@ impl<'a> ClosedForm<'a> {
             };
             let fits = |g: f64| g <= usable;
             let mut m = 1u32;
-            while m <= big_b.min(MAX_MICROBATCH) {
+            while m <= big_b.min(crate::limits::MAX_MICROBATCH) {
                 let mc = schedule.micro(rank, m)?;
                 let mut row = [(0.0, 0.0); TEMPLATES];
                 for (i, r) in rep.iter().enumerate() {

@@ -16,7 +16,7 @@
 use super::{Planned, Planner, Problem, SearchStats};
 use crate::error::PlanError;
 use crate::fast::evaluate;
-use crate::pipeline::{PipeSchedule, Pipeline, Stage};
+use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use crate::plan::Plan;
 use crate::simulate::SimOptions;
 use crate::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy, StrategySpec};

@@ -34,7 +34,7 @@ use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::pipeline::estimate::{estimate_ms, params, place, stage_ms, stage_peak_bytes, staged};
 use crate::pipeline::partition::min_max;
-use crate::pipeline::{PipeSchedule, Pipeline, Stage};
+use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use crate::plan::Plan;
 use crate::strategy::{Sharding, Strategy, StrategySpec};
 use crate::units::GIB;

@@ -9,7 +9,7 @@ use sim::cost::CostModel;
 use sim::dtype::Dtype;
 use sim::engine::{Category, Recorder, Stream};
 use sim::error::PlanError;
-use sim::pipeline::{PipeSchedule, Pipeline, Stage};
+use sim::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use sim::plan::Plan;
 use sim::profile::{ProfileSet, Source, UnitProfile};
 use sim::simulate::{build_graph, simulate, simulate_observed, SimOptions};

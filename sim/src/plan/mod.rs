@@ -35,9 +35,11 @@
 //! GPU with fewer micro-batches joins the remaining passes' collectives
 //! without computing (an empty micro-batch).
 
+pub mod pipeline;
+
 use crate::error::PlanError;
-use crate::pipeline::Pipeline;
 use crate::strategy::{Attention, Sharding, Strategy};
+use pipeline::Pipeline;
 use serde::{Deserialize, Serialize};
 
 /// Tolerance on the sum of state fractions.

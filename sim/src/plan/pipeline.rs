@@ -1,0 +1,347 @@
+//! The pipeline of a pipeline-parallel [`crate::plan::Plan`]: its stages
+//! (contiguous blocks, each held by one GPU or a data-parallel group),
+//! micro-batches and schedule, the per-GPU entries it implies and its
+//! validation. How such a plan runs (its ops, its estimate, the partition
+//! the planners search) is [`crate::pipeline`].
+
+use super::RankPlan;
+use crate::error::PlanError;
+use crate::strategy::{Accumulation, Offload, Sharding, Strategy};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The order in which each stage runs its micro-batches' forwards and
+/// backwards ([`schedule::actions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum PipeSchedule {
+    /// GPipe (PyTorch `ScheduleGPipe`): every forward, then every backward;
+    /// each stage keeps all `m` micro-batches' activations.
+    #[serde(rename = "gpipe")]
+    Gpipe,
+    /// 1F1B (PipeDream-Flush; DeepSpeed `TrainSchedule`, Megatron, PyTorch
+    /// `Schedule1F1B`): `p - s - 1` warm-up forwards on stage `s`, then one
+    /// forward and one backward alternately; at most `min(p - s, m)`
+    /// micro-batches in flight. Same bubble as GPipe.
+    #[serde(rename = "1f1b")]
+    OneFOneB,
+}
+
+impl PipeSchedule {
+    /// Both schedules, in the order planners try them.
+    pub const ALL: [PipeSchedule; 2] = [PipeSchedule::OneFOneB, PipeSchedule::Gpipe];
+
+    /// Name in files and on the command line (`gpipe`, `1f1b`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PipeSchedule::Gpipe => "gpipe",
+            PipeSchedule::OneFOneB => "1f1b",
+        }
+    }
+
+    /// Parses a name (`gpipe`, `1f1b`, `one-f-one-b`).
+    pub fn parse(s: &str) -> Option<PipeSchedule> {
+        match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+            "gpipe" => Some(PipeSchedule::Gpipe),
+            "1f1b" | "one-f-one-b" | "pipedream-flush" => Some(PipeSchedule::OneFOneB),
+            _ => None,
+        }
+    }
+
+    /// Micro-batches stage `s` of `p` holds activations for at most, of `m`.
+    pub fn in_flight(self, p: usize, s: usize, m: u32) -> u32 {
+        match self {
+            PipeSchedule::Gpipe => m,
+            PipeSchedule::OneFOneB => (p.saturating_sub(s) as u32).clamp(1, m.max(1)),
+        }
+    }
+}
+
+impl fmt::Display for PipeSchedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One stage: a contiguous range of blocks and the GPUs that hold it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stage {
+    /// Transformer blocks of the stage (at least one); stages take
+    /// consecutive blocks in order, the first also the embedding, the
+    /// last also the head.
+    pub blocks: u32,
+    /// Ranks of the stage's data-parallel group (each micro-batch split
+    /// across them in this order).
+    pub gpus: Vec<u32>,
+}
+
+/// A pipeline: its schedule, micro-batch count and stages (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pipeline {
+    /// Schedule of every stage.
+    pub schedule: PipeSchedule,
+    /// Micro-batches per iteration `m` (each passes every stage).
+    pub microbatches: u32,
+    /// Stages in order.
+    pub stages: Vec<Stage>,
+}
+
+impl Pipeline {
+    /// Number of stages `p`.
+    pub fn depth(&self) -> usize {
+        self.stages.len()
+    }
+
+    /// First block (1-based) of stage `s`.
+    pub fn first_block(&self, s: usize) -> u32 {
+        self.stages[..s].iter().map(|x| x.blocks).sum::<u32>() + 1
+    }
+
+    /// Sizes of the `m` micro-batches of a global batch of `batch` samples
+    /// (near-equal, largest first).
+    pub fn micro_sizes(&self, batch: u32) -> Vec<u32> {
+        RankPlan::new(batch, self.microbatches, 0.0).microbatch_sizes()
+    }
+
+    /// The samples `[lo, hi)` of a micro-batch of `size` samples position
+    /// `j` of a group of `d` GPUs takes (near-equal slices in order).
+    pub fn slice(size: u32, d: usize, j: usize) -> (u32, u32) {
+        let d = d.max(1) as u32;
+        let (q, r) = (size / d, size % d);
+        let j = j as u32;
+        let lo = j * q + j.min(r);
+        (lo, lo + q + u32::from(j < r))
+    }
+
+    /// Stage and position of every rank (`None`: in no stage).
+    pub fn positions(&self, ranks: usize) -> Vec<Option<(usize, usize)>> {
+        let mut v = vec![None; ranks];
+        for (s, st) in self.stages.iter().enumerate() {
+            for (j, &r) in st.gpus.iter().enumerate() {
+                if let Some(x) = v.get_mut(r as usize) {
+                    *x = Some((s, j));
+                }
+            }
+        }
+        v
+    }
+
+    /// Parameters of stage `s`: its blocks, plus the embedding on the
+    /// first and the head on the last.
+    pub fn stage_params(&self, s: usize, model: &crate::model::ModelSpec) -> u64 {
+        let mut p = self.stages[s].blocks as u64 * model.params_per_block();
+        if s == 0 {
+            p += model.embedding_params();
+        }
+        if s + 1 == self.depth() {
+            p += model.head_params();
+        }
+        p
+    }
+
+    /// The per-GPU plan entries this pipeline implies for a cluster of
+    /// `ranks` GPUs and a global batch of `batch` samples under `sharding`
+    /// (see the module docs).
+    pub fn rank_plans(&self, ranks: usize, batch: u32, sharding: Sharding) -> Vec<RankPlan> {
+        let sizes = self.micro_sizes(batch);
+        self.positions(ranks)
+            .into_iter()
+            .map(|pos| match pos {
+                None => RankPlan::new(0, 0, 0.0),
+                Some((s, j)) => {
+                    let d = self.stages[s].gpus.len();
+                    let slices: Vec<u32> = sizes
+                        .iter()
+                        .map(|&m| {
+                            let (lo, hi) = Pipeline::slice(m, d, j);
+                            hi - lo
+                        })
+                        .collect();
+                    let fraction = match sharding {
+                        Sharding::NoShard => 1.0,
+                        _ => 1.0 / d as f64,
+                    };
+                    RankPlan {
+                        batch: slices.iter().sum(),
+                        microbatches: slices.iter().filter(|&&n| n > 0).count() as u32,
+                        microbatch_size: slices.iter().copied().max().unwrap_or(0),
+                        state_fraction: fraction,
+                        note: None,
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// One line for tables: `1f1b 4 stages [8,8,8,8 blocks] x [1,1,1,1 GPUs] m=16`.
+    pub fn label(&self) -> String {
+        let blocks: Vec<String> = self.stages.iter().map(|s| s.blocks.to_string()).collect();
+        let gpus: Vec<String> = self
+            .stages
+            .iter()
+            .map(|s| s.gpus.len().to_string())
+            .collect();
+        format!(
+            "pipeline {} {} stages [{} blocks] x [{} GPUs] m={}",
+            self.schedule,
+            self.depth(),
+            blocks.join(","),
+            gpus.join(","),
+            self.microbatches
+        )
+    }
+
+    /// Checks the pipeline against a workload: `ranks` GPUs, the model's
+    /// `layers` blocks (when known), `global_batch` samples, and the plan's
+    /// `strategy` (the error names the field, under `pipeline.`).
+    pub fn validate(
+        &self,
+        ranks: usize,
+        layers: Option<u32>,
+        global_batch: u32,
+        strategy: &Strategy,
+        origin: &str,
+    ) -> Result<(), PlanError> {
+        let bad = |field: String, msg: String| Err(PlanError::invalid(origin, field, msg));
+        let p = self.depth();
+        if p == 0 {
+            return bad(
+                "pipeline.stages".into(),
+                "a pipeline needs at least one stage".into(),
+            );
+        }
+        if let Some(layers) = layers.filter(|&l| p as u64 > l as u64) {
+            return bad(
+                "pipeline.stages".into(),
+                format!(
+                    "{p} stages but the model has {layers} blocks: every stage needs at least one block"
+                ),
+            );
+        }
+        let mut seen = vec![None; ranks];
+        for (s, st) in self.stages.iter().enumerate() {
+            if st.blocks == 0 {
+                return bad(
+                    format!("pipeline.stages[{s}].blocks"),
+                    "every stage needs at least one block, got 0".into(),
+                );
+            }
+            if st.gpus.is_empty() {
+                return bad(
+                    format!("pipeline.stages[{s}].gpus"),
+                    "a stage needs at least one GPU, got none".into(),
+                );
+            }
+            for (j, &r) in st.gpus.iter().enumerate() {
+                let f = format!("pipeline.stages[{s}].gpus[{j}]");
+                let Some(slot) = seen.get_mut(r as usize) else {
+                    return bad(
+                        f,
+                        format!("rank {r} does not exist: the cluster has ranks 0..{ranks}"),
+                    );
+                };
+                if let Some(other) = *slot {
+                    return bad(
+                        f,
+                        format!("rank {r} is already in stage {other}: a GPU holds one stage"),
+                    );
+                }
+                *slot = Some(s);
+            }
+        }
+        let total: u64 = self.stages.iter().map(|s| s.blocks as u64).sum();
+        if let Some(layers) = layers.filter(|&l| total != l as u64) {
+            return bad(
+                "pipeline.stages[].blocks".into(),
+                format!("the stages hold {total} blocks but the model has {layers}"),
+            );
+        }
+        crate::limits::check_microbatches(
+            origin,
+            "pipeline.microbatches",
+            self.microbatches as u64,
+        )?;
+        if self.microbatches == 0 || self.microbatches > global_batch {
+            return bad(
+                "pipeline.microbatches".into(),
+                format!(
+                    "expected 1..={global_batch} micro-batches (the global batch), got {}",
+                    self.microbatches
+                ),
+            );
+        }
+        let smallest = global_batch / self.microbatches;
+        for (s, st) in self.stages.iter().enumerate() {
+            if st.gpus.len() as u64 > smallest as u64 {
+                return bad(
+                    format!("pipeline.stages[{s}].gpus"),
+                    format!(
+                        "{} GPUs share micro-batches of {smallest} samples: every GPU of a stage needs at least one sample of each (use fewer micro-batches or fewer GPUs in the stage)",
+                        st.gpus.len()
+                    ),
+                );
+            }
+        }
+        match strategy.sharding {
+            Sharding::NoShard | Sharding::GradOp => {}
+            other => {
+                return bad(
+                    "strategy.sharding".into(),
+                    format!(
+                        "a pipeline stage's GPUs run `none` (replicas) or `grad-op` (ZeRO-1), not `{}`: DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3",
+                        other.name()
+                    ),
+                );
+            }
+        }
+        if strategy.accumulation != Accumulation::NoSync {
+            return bad(
+                "strategy.accumulation".into(),
+                format!(
+                    "a pipeline accumulates gradients over its micro-batches and reduces them once (`no-sync`), not `{}`",
+                    strategy.accumulation.name()
+                ),
+            );
+        }
+        if strategy.offload != Offload::None {
+            return bad(
+                "strategy.offload".into(),
+                format!(
+                    "pipeline plans offload nothing, got `{}`",
+                    strategy.offload.name()
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_cover_the_micro_batch_in_order() {
+        for size in 1..40u32 {
+            for d in 1..=size.min(9) as usize {
+                let mut at = 0;
+                for j in 0..d {
+                    let (lo, hi) = Pipeline::slice(size, d, j);
+                    assert_eq!(lo, at);
+                    assert!(hi > lo);
+                    at = hi;
+                }
+                assert_eq!(at, size);
+            }
+        }
+    }
+
+    #[test]
+    fn one_f_one_b_in_flight_is_p_minus_s() {
+        assert_eq!(PipeSchedule::OneFOneB.in_flight(4, 0, 16), 4);
+        assert_eq!(PipeSchedule::OneFOneB.in_flight(4, 3, 16), 1);
+        assert_eq!(PipeSchedule::OneFOneB.in_flight(4, 0, 2), 2);
+        assert_eq!(PipeSchedule::Gpipe.in_flight(4, 0, 16), 16);
+    }
+}
