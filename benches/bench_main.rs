@@ -16,11 +16,12 @@ mod engine {
     use sim::dtype::Dtype;
     use sim::engine::{run, NullObserver};
     use sim::gpu::GpuCatalog;
+    use sim::iteration::SimOptions;
     use sim::model::ModelCatalog;
     use sim::perfmodel::Roofline;
     use sim::plan::Plan;
     use sim::profile::ProfileSet;
-    use sim::simulate::{build_graph, simulate, SimOptions};
+    use sim::simulate::{build_graph, simulate};
     use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding, Strategy};
     use std::hint::black_box;
 
@@ -523,7 +524,8 @@ mod planner {
     /// evaluated by the fast model with identical passes folded (what the
     /// planner and `cephalo simulate` do) and pass by pass.
     pub fn planner_fold_65536(c: &mut Criterion) {
-        use sim::simulate::{simulate, SimOptions};
+        use sim::iteration::SimOptions;
+        use sim::simulate::simulate;
         let (plan, costs) = on_paper(65536, |p| (Cephalo.plan(p).unwrap().plan, p.costs.clone()));
         let folded = SimOptions::default();
         let full = SimOptions {

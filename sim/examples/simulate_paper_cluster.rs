@@ -17,11 +17,12 @@ use sim::cluster::Cluster;
 use sim::cost::{CostModel, CostOptions, Workload};
 use sim::dtype::Dtype;
 use sim::gpu::GpuCatalog;
+use sim::iteration::SimOptions;
 use sim::model::ModelCatalog;
 use sim::perfmodel::Roofline;
 use sim::plan::Plan;
 use sim::profile::ProfileSet;
-use sim::simulate::{simulate, SimOptions};
+use sim::simulate::simulate;
 
 fn main() {
     let cluster =

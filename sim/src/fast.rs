@@ -38,10 +38,10 @@ use crate::cost::CostModel;
 use crate::engine::NameId;
 use crate::engine::{Category, MemAt, MemChange, OpId, OpLabel, Stream, NO_INDEX};
 use crate::error::PlanError;
+use crate::iteration::{Iteration, SimOptions};
 use crate::plan::Plan;
-use crate::schedule::lower::{lower_into, Lowering, Sink};
-use crate::schedule::{Description, Schedule};
-use crate::simulate::SimOptions;
+use crate::schedule::lower::Sink;
+use crate::schedule::Schedule;
 use crate::units::{SimTime, GIB};
 
 /// A [`Sink`] that evaluates each op on arrival (see the module docs).
@@ -246,46 +246,24 @@ pub fn evaluate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<Fas
     // Identical nodes are timed once, as the simulator simulates them once
     // ([`crate::symmetry`]); every other GPU and host takes its twin's times
     // and peaks below. Exact by the same construction.
-    let classes = crate::simulate::node_classes(costs, plan, opts);
+    let it = Iteration::new(costs, plan, opts)?;
+    let classes = it.classes();
     let merged = !classes.is_identity();
-    let how = Lowering {
-        prefetch: opts.prefetch,
-        contention: false,
-        classes: merged.then_some(&classes),
-        blocking_collectives: opts.blocking_collectives,
-    };
-    let mut t = Timeline::new(ranks);
-    let (parts, unfolded) = match &plan.pipeline {
-        Some(pipe) => {
-            crate::simulate::check_pipeline(costs, plan, pipe)?;
-            let parts = crate::pipeline::lower::lower_into(costs, plan, pipe, false, &mut t)?;
-            (parts, None)
+    let mut found = None;
+    for layout in it.fold_layouts(opts) {
+        let mut reduced = Timeline::new(ranks);
+        let parts = it.lower_into(opts, false, Some(&layout), &mut reduced)?;
+        if let Some(u) = reduced.unfold(&layout) {
+            found = Some((parts, reduced, u));
+            break;
         }
+    }
+    let (t, parts, unfolded) = match found {
+        Some((parts, reduced, u)) => (reduced, parts, Some(u)),
         None => {
-            let d = Description::new(costs, plan)?;
-            crate::simulate::check_size(&d, classes.simulated_ranks())?;
-            let mut found = None;
-            if opts.fold_passes {
-                let runs = d.pass_runs();
-                for level in crate::fold::LEVELS {
-                    let Some(layout) = crate::fold::Layout::new(&runs, level) else {
-                        break;
-                    };
-                    let mut reduced = Timeline::new(ranks);
-                    let parts = lower_into(&d.with_passes(&layout.kept), &how, &mut reduced);
-                    if let Some(u) = reduced.unfold(&layout) {
-                        found = Some((parts, reduced, u));
-                        break;
-                    }
-                }
-            }
-            match found {
-                Some((parts, reduced, u)) => {
-                    t = reduced;
-                    (parts, Some(u))
-                }
-                None => (lower_into(&d, &how, &mut t), None),
-            }
+            let mut t = Timeline::new(ranks);
+            let parts = it.lower_into(opts, false, None, &mut t)?;
+            (t, parts, None)
         }
     };
     let (mut finish, makespan) = unfolded.unwrap_or_else(|| (t.finish.clone(), t.makespan));

@@ -24,6 +24,7 @@ pub mod fast;
 pub mod fold;
 pub mod gpu;
 pub mod hf_config;
+pub mod iteration;
 pub mod limits;
 pub mod link;
 pub mod lists;

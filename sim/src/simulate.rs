@@ -15,164 +15,39 @@
 use crate::cost::CostModel;
 use crate::engine::{run, MemKind, NullObserver, Observer, OpId, OpRecord};
 use crate::error::PlanError;
+use crate::iteration::{Iteration, SimOptions};
 use crate::memory::MemoryTracker;
 use crate::plan::Plan;
 use crate::report::{assemble, Assembly, Breakdown, Folding, Report};
-use crate::schedule::lower::{lower, Lowered, Lowering};
-use crate::schedule::Description;
+use crate::schedule::lower::Lowered;
 use crate::strategy::{Attention, Recompute};
-use crate::symmetry::NodeClasses;
 use crate::trace::TraceRecorder;
 use crate::units::SimTime;
 
-/// Knobs of a simulation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SimOptions {
-    /// Record a Chrome trace into [`Report::trace`].
-    pub trace: bool,
-    /// Prefetch the next unit's all-gather (default true).
-    pub prefetch: bool,
-    /// Share links between overlapping transfers and slow compute while
-    /// collectives run (the cost model's `comm_interference`); default
-    /// true. Off, every op takes its duration alone: the fast model's
-    /// timing ([`crate::fast::evaluate`]), equal to the simulator then.
-    pub contention: bool,
-    /// Simulate one node per class of identical nodes and give the others
-    /// its timeline ([`NodeClasses`]; exact, held equal to the full
-    /// simulation by the tests); default true. A trace always shows every
-    /// GPU, so tracing simulates them all.
-    pub merge_identical_nodes: bool,
-    /// Every collective blocks its ranks' next compute op, as in a trainer
-    /// that issues collectives synchronously (`exec`'s: what `validate`
-    /// predicts); default false. CPU ranks always block.
-    pub blocking_collectives: bool,
-    /// Simulate a few passes of each long run of identical micro-batch
-    /// passes and stand one exactly periodic pass pattern for the rest
-    /// ([`crate::fold`]; checked on the simulated times, held equal to the
-    /// full simulation by the tests); default true. A trace always shows
-    /// every pass, so tracing simulates them all.
-    pub fold_passes: bool,
-}
-
-impl Default for SimOptions {
-    fn default() -> Self {
-        SimOptions {
-            trace: false,
-            prefetch: true,
-            contention: true,
-            merge_identical_nodes: true,
-            blocking_collectives: false,
-            fold_passes: true,
-        }
-    }
-}
-
-/// The nodes [`simulate`] runs under `opts` (all of them, or one per class
-/// of identical nodes).
-pub fn node_classes(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> NodeClasses {
-    if opts.merge_identical_nodes && !opts.trace && plan.pipeline.is_none() {
-        NodeClasses::of(costs, plan)
-    } else {
-        let c = &costs.workload.cluster;
-        NodeClasses::identity(c.len(), c.nodes.len())
-    }
-}
-
 /// The engine graph of one iteration of `plan` (validated first, origin
-/// `plan`): the ops of the ranks [`node_classes`] simulates.
+/// `plan`): the ops of the ranks [`crate::iteration::node_classes`] simulates.
 pub fn build_graph(
     costs: &CostModel,
     plan: &Plan,
     opts: &SimOptions,
 ) -> Result<Lowered, PlanError> {
-    if let Some(pipe) = &plan.pipeline {
-        check_pipeline(costs, plan, pipe)?;
-        let mut low = crate::pipeline::lower::lower(costs, plan, pipe, opts.contention)?;
-        if opts.contention && costs.comm_overlaps_compute() {
-            low.graph.set_interference(costs.options.comm_interference);
-        }
-        return Ok(low);
-    }
-    let d = Description::new(costs, plan)?;
-    let classes = node_classes(costs, plan, opts);
-    check_size(&d, classes.simulated_ranks())?;
-    Ok(lower_description(&d, opts, &classes))
+    graph_of(&Iteration::new(costs, plan, opts)?, opts, None)
 }
 
-/// The engine graph of the iteration `d` (the ranks `classes` simulate).
-fn lower_description(d: &Description<'_>, opts: &SimOptions, classes: &NodeClasses) -> Lowered {
-    let how = Lowering {
-        prefetch: opts.prefetch,
-        contention: opts.contention,
-        classes: (!classes.is_identity()).then_some(classes),
-        blocking_collectives: opts.blocking_collectives,
-    };
-    let mut low = lower(d, &how);
+/// The engine graph of `it` (of `layout`'s reduced run of passes, when
+/// given), with compute slowed while collectives run where they overlap.
+fn graph_of(
+    it: &Iteration<'_>,
+    opts: &SimOptions,
+    layout: Option<&crate::fold::Layout>,
+) -> Result<Lowered, PlanError> {
+    let mut low = it.lower_graph(opts, layout)?;
     // Interference only where communication overlaps compute (not on CPU ranks).
-    if opts.contention && d.costs.comm_overlaps_compute() {
-        low.graph
-            .set_interference(d.costs.options.comm_interference);
+    let costs = it.costs();
+    if opts.contention && costs.comm_overlaps_compute() {
+        low.graph.set_interference(costs.options.comm_interference);
     }
-    low
-}
-
-/// Validates a pipeline plan against the workload (origin `plan`) and
-/// refuses one whose graph would exceed [`crate::limits::MAX_SIM_OPS`].
-pub fn check_pipeline(
-    costs: &CostModel,
-    plan: &Plan,
-    pipe: &crate::plan::pipeline::Pipeline,
-) -> Result<(), PlanError> {
-    let w = &costs.workload;
-    plan.validate(costs.ranks(), w.global_batch, "plan")?;
-    pipe.validate(
-        costs.ranks(),
-        Some(w.model.layers),
-        w.global_batch,
-        &plan.strategy,
-        "plan",
-    )?;
-    let ops = crate::pipeline::lower::ops_estimate(pipe);
-    if ops > crate::limits::MAX_SIM_OPS {
-        return Err(PlanError::invalid(
-            "plan",
-            "pipeline.microbatches",
-            format!(
-                "one iteration would need about {ops} simulated ops, above the simulator's limit of {} ops: use fewer micro-batches",
-                crate::limits::MAX_SIM_OPS
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Ops per step a lowered graph holds at most (compute, gather, reduce,
-/// copy), for the size check.
-const OPS_PER_STEP: u64 = 4;
-
-/// Refuses a plan whose graph would exceed [`crate::limits::MAX_SIM_OPS`]
-/// on the `simulated` ranks, before it is built.
-pub fn check_size(d: &Description<'_>, simulated: usize) -> Result<(), PlanError> {
-    let ranks = d.ranks().max(1) as u64;
-    let ops = d
-        .total_steps()
-        .saturating_mul(OPS_PER_STEP)
-        .saturating_mul(simulated as u64)
-        / ranks;
-    if ops > crate::limits::MAX_SIM_OPS {
-        return Err(PlanError::invalid(
-            "plan",
-            "gpus[].microbatches",
-            format!(
-                "one iteration would need about {ops} simulated ops ({} steps of {} phases on {simulated} simulated GPUs), \
-                 above the simulator's limit of {} ops: use fewer micro-batches",
-                d.total_steps(),
-                d.phases.len(),
-                crate::limits::MAX_SIM_OPS
-            ),
-        ));
-    }
-    Ok(())
+    Ok(low)
 }
 
 /// Executed FLOPs of one iteration beyond the model's: every sample's
@@ -257,25 +132,16 @@ impl Observer for Fan<'_, '_> {
 /// identical micro-batch passes are folded (`opts.fold_passes`,
 /// [`crate::fold`]).
 pub fn simulate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<Report, PlanError> {
-    if !opts.fold_passes || opts.trace || plan.pipeline.is_some() {
-        return simulate_observed(costs, plan, opts, &mut NullObserver);
-    }
-    let d = Description::new(costs, plan)?;
-    let classes = node_classes(costs, plan, opts);
-    check_size(&d, classes.simulated_ranks())?;
-    let runs = d.pass_runs();
-    for level in crate::fold::LEVELS {
-        let Some(layout) = crate::fold::Layout::new(&runs, level) else {
-            break;
-        };
-        let low = lower_description(&d.with_passes(&layout.kept), opts, &classes);
+    let it = Iteration::new(costs, plan, opts)?;
+    for layout in it.fold_layouts(opts) {
+        let low = graph_of(&it, opts, Some(&layout))?;
         if let Some(r) = run_lowered(costs, plan, opts, &low, &mut NullObserver, Some(&layout))? {
             return Ok(r);
         }
     }
     // Nothing to fold, or nothing periodic: every pass, from the same
-    // description.
-    let low = lower_description(&d, opts, &classes);
+    // iteration.
+    let low = graph_of(&it, opts, None)?;
     let r = run_lowered(costs, plan, opts, &low, &mut NullObserver, None)?;
     Ok(r.expect("an unfolded run always reports"))
 }
@@ -284,7 +150,7 @@ pub fn simulate(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Result<Rep
 /// [`crate::engine::Recorder`] to check invariants on the raw timeline;
 /// memory pools are the GPUs' ranks, then `ranks + node` for hosts). With
 /// `opts.merge_identical_nodes`, `extra` sees the simulated ranks only
-/// ([`node_classes`]); passes are never folded here, so `extra` sees every
+/// ([`crate::iteration::node_classes`]); passes are never folded here, so `extra` sees every
 /// pass.
 pub fn simulate_observed(
     costs: &CostModel,

@@ -11,10 +11,11 @@ use crate::load;
 use anyhow::Result;
 use clap::Args as ClapArgs;
 use sim::cost::CostModel;
+use sim::iteration::SimOptions;
 use sim::plan::{Plan, PlanFile};
 use sim::planner::even_fractions;
 use sim::session::resolve_strategy;
-use sim::simulate::{simulate, SimOptions};
+use sim::simulate::simulate;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

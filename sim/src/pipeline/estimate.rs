@@ -37,22 +37,6 @@ use crate::schedule::micro_costs;
 use crate::strategy::{Checkpointing, Recompute, Sharding, Strategy};
 use crate::units::GIB;
 
-/// Constant GPU memory of a GPU holding `params` parameters of a stage
-/// whose group has `d` GPUs, bytes (see [`super::lower::base_device_bytes`]).
-pub fn state_bytes(costs: &CostModel, strategy: &Strategy, params: f64, d: usize) -> f64 {
-    let st = strategy;
-    let d = d.max(1) as f64;
-    let mut b = costs.options.overhead_gib * GIB + costs.activations.fixed_bytes;
-    b += match st.sharding {
-        Sharding::NoShard => (st.gpu_state_bytes_per_param() + st.reduce_dtype.bytes()) * params,
-        _ => {
-            st.gpu_state_bytes_per_param() * params / d
-                + (st.param_dtype.bytes() + st.reduce_dtype.bytes()) * params
-        }
-    };
-    b
-}
-
 /// What one stage group costs per micro-batch, per block and fixed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GroupCost {
@@ -203,7 +187,7 @@ pub fn stage_peak_bytes(
     let head = if at.last { g.head_work_bytes } else { 0.0 };
     let held = at.in_flight as f64 * (blocks as f64 * g.held_bytes + head);
     let work = g.block_work_bytes;
-    state_bytes(costs, strategy, params, d) + held + g.input_bytes + work
+    super::state_bytes(costs, strategy, params, d) + held + g.input_bytes + work
 }
 
 /// Per-stage inputs of the partition for one grouping, micro-batch count

@@ -57,7 +57,7 @@ use std::collections::HashMap;
 /// compute reads and the full gradient in `reduce_dtype` it accumulates.
 pub fn base_device_bytes(costs: &CostModel, plan: &Plan, pipe: &Pipeline, s: usize) -> i64 {
     let params = pipe.stage_params(s, &costs.workload.model) as f64;
-    round(super::estimate::state_bytes(
+    round(super::state_bytes(
         costs,
         &plan.strategy,
         params,

@@ -40,3 +40,24 @@ pub mod estimate;
 pub mod lower;
 pub mod partition;
 pub mod schedule;
+
+use crate::cost::CostModel;
+use crate::strategy::{Sharding, Strategy};
+use crate::units::GIB;
+
+/// Constant GPU memory of a GPU holding `params` parameters of a stage
+/// whose group has `d` GPUs, bytes (see [`lower::base_device_bytes`]): what the
+/// lowering holds constant and the planners' estimate counts.
+pub fn state_bytes(costs: &CostModel, strategy: &Strategy, params: f64, d: usize) -> f64 {
+    let st = strategy;
+    let d = d.max(1) as f64;
+    let mut b = costs.options.overhead_gib * GIB + costs.activations.fixed_bytes;
+    b += match st.sharding {
+        Sharding::NoShard => (st.gpu_state_bytes_per_param() + st.reduce_dtype.bytes()) * params,
+        _ => {
+            st.gpu_state_bytes_per_param() * params / d
+                + (st.param_dtype.bytes() + st.reduce_dtype.bytes()) * params
+        }
+    };
+    b
+}

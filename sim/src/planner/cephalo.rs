@@ -63,8 +63,8 @@
 use super::closed_form::{ClosedForm, Evaluation, RankCost};
 use super::{Considered, Objective, Planned, Planner, Problem, SearchStats, FILL_TOL};
 use crate::error::PlanError;
+use crate::iteration::SimOptions;
 use crate::plan::Plan;
-use crate::simulate::SimOptions;
 use crate::strategy::{Accumulation, Checkpointing, Sharding, Strategy, StrategySpec};
 use rayon::prelude::*;
 

@@ -50,10 +50,10 @@ pub mod zero2;
 use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::fast::rank_peak;
+use crate::iteration::SimOptions;
 use crate::plan::{Plan, RankPlan};
 use crate::profile::ProfileSet;
 use crate::schedule::Schedule;
-use crate::simulate::SimOptions;
 use crate::strategy::{
     Accumulation, Checkpointing, Sharding, Strategy, StrategyContext, StrategySpec,
 };

@@ -16,9 +16,9 @@
 use super::{Planned, Planner, Problem, SearchStats};
 use crate::error::PlanError;
 use crate::fast::evaluate;
+use crate::iteration::SimOptions;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use crate::plan::Plan;
-use crate::simulate::SimOptions;
 use crate::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy, StrategySpec};
 
 /// Uniform-partition 1F1B pipeline.

@@ -8,11 +8,12 @@ use crate::simulate::{build, cluster_toml, costs, workload};
 use proptest::prelude::*;
 use sim::cost::CostModel;
 use sim::dtype::Dtype;
+use sim::iteration::SimOptions;
 use sim::plan::{Plan, RankPlan};
 use sim::profile::ProfileSet;
 use sim::report::Report;
 use sim::session::resolve_strategy;
-use sim::simulate::{simulate, SimOptions};
+use sim::simulate::simulate;
 use sim::strategy::{Accumulation, Checkpointing, Offload, Sharding, StrategySpec};
 
 /// Two JSON values equal, numbers to 1e-12 relative (weighted sums of

@@ -9,10 +9,11 @@ use sim::cost::CostModel;
 use sim::dtype::Dtype;
 use sim::engine::{Category, Recorder, Stream};
 use sim::error::PlanError;
+use sim::iteration::SimOptions;
 use sim::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use sim::plan::Plan;
 use sim::profile::{ProfileSet, Source, UnitProfile};
-use sim::simulate::{build_graph, simulate, simulate_observed, SimOptions};
+use sim::simulate::{build_graph, simulate, simulate_observed};
 use sim::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy};
 use std::sync::Arc;
 

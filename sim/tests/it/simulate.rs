@@ -12,6 +12,7 @@ use sim::dtype::Dtype;
 use sim::engine::{Graph, OpId, Recorder, Stream};
 use sim::error::PlanError;
 use sim::gpu::GpuCatalog;
+use sim::iteration::SimOptions;
 use sim::memory::MemoryTracker;
 use sim::model::ModelCatalog;
 use sim::perfmodel::Roofline;
@@ -19,7 +20,7 @@ use sim::plan::{Plan, RankPlan};
 use sim::profile::ProfileSet;
 use sim::report::Report;
 use sim::schedule::lower::Lowered;
-use sim::simulate::{build_graph, simulate, simulate_observed, SimOptions};
+use sim::simulate::{build_graph, simulate, simulate_observed};
 use sim::units::SimTime;
 use std::collections::BTreeMap;
 
@@ -1028,7 +1029,7 @@ proptest! {
         let opts = SimOptions { contention, ..SimOptions::default() };
         prop_assume!(simulate(&costs, &p, &opts).is_ok());
         let r = check(&costs, &p, &opts);
-        let classes = sim::simulate::node_classes(&costs, &p, &opts);
+        let classes = sim::iteration::node_classes(&costs, &p, &opts);
         let distinct: std::collections::BTreeSet<usize> = classes.rep_node.iter().copied().collect();
         prop_assert!(distinct.len() <= costs.workload.cluster.nodes.len());
         prop_assert_eq!(simulate(&costs, &p, &opts).unwrap().simulated_gpus, classes.simulated_ranks());
@@ -1059,7 +1060,7 @@ fn identical_nodes_are_simulated_once() {
     );
     let p = plan(&[4; 12], &[2; 12], None);
     let opts = SimOptions::default();
-    let classes = sim::simulate::node_classes(&costs, &p, &opts);
+    let classes = sim::iteration::node_classes(&costs, &p, &opts);
     assert_eq!(classes.rep_node, vec![0, 1, 0, 1, 0, 1]);
     assert_eq!(classes.simulated_ranks(), 4);
     let r = check(&costs, &p, &opts);
@@ -1069,7 +1070,7 @@ fn identical_nodes_are_simulated_once() {
     let f = odd.gpus[8].state_fraction;
     odd.gpus[9] = sim::plan::RankPlan::new(5, 2, f);
     odd.gpus[8] = sim::plan::RankPlan::new(3, 2, f);
-    let classes = sim::simulate::node_classes(&costs, &odd, &opts);
+    let classes = sim::iteration::node_classes(&costs, &odd, &opts);
     assert_eq!(classes.rep_node, vec![0, 1, 0, 1, 4, 1]);
     check(&costs, &odd, &opts);
     // A trace shows every GPU.
@@ -1077,7 +1078,7 @@ fn identical_nodes_are_simulated_once() {
         trace: true,
         ..opts
     };
-    assert!(sim::simulate::node_classes(&costs, &p, &traced).is_identity());
+    assert!(sim::iteration::node_classes(&costs, &p, &traced).is_identity());
 }
 
 #[test]

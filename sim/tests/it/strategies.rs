@@ -13,12 +13,13 @@ use sim::cluster::Cluster;
 use sim::cost::CostModel;
 use sim::dtype::Dtype;
 use sim::engine::{Category, OpId};
+use sim::iteration::SimOptions;
 use sim::plan::Plan;
 use sim::profile::ProfileSet;
 use sim::report::Report;
 use sim::schedule::{DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES};
 use sim::session::resolve_strategy;
-use sim::simulate::{build_graph, SimOptions};
+use sim::simulate::build_graph;
 use sim::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy, StrategySpec};
 
 /// The strategy of `spec` on the workload of `c`.
