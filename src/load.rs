@@ -1,7 +1,7 @@
 //! Reading input files: every path the CLI touches goes through here, so every
 //! error names its file.
 
-use crate::cli::UserError;
+use crate::error::UserError;
 use anyhow::Result;
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;

@@ -7,6 +7,7 @@
 #[macro_use]
 mod out;
 mod cli;
+mod error;
 mod load;
 
 use clap::Parser;
@@ -20,7 +21,7 @@ fn main() -> ExitCode {
         Err(e) if e.is::<out::ClosedStdout>() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(cli::exit_code(&e))
+            ExitCode::from(error::exit_code(&e))
         }
     }
 }

@@ -124,7 +124,7 @@ enum Dest {
 
 /// A user error about output `what` at `path` (exit 2).
 fn refuse(path: &Path, what: &str, why: impl std::fmt::Display) -> anyhow::Error {
-    crate::cli::UserError(format!("{}: cannot write {what}: {why}", path.display())).into()
+    crate::error::UserError(format!("{}: cannot write {what}: {why}", path.display())).into()
 }
 
 /// Whether `dir` is a process's descriptor directory (`/proc/<pid>/fd`,

@@ -3,7 +3,7 @@
 //! cross-validation report (JSON with every point, Markdown tables, and
 //! predicted-vs-measured scatter figures in PNG and SVG).
 
-use crate::cli::UserError;
+use crate::error::UserError;
 use crate::load;
 use anyhow::Result;
 use clap::Args as ClapArgs;

@@ -6,7 +6,7 @@
 //! those keys.
 
 use crate::cli::workload::CommArgs;
-use crate::cli::UserError;
+use crate::error::UserError;
 use crate::load;
 use anyhow::Result;
 use clap::Args as ClapArgs;

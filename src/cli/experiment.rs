@@ -9,7 +9,7 @@
 //! runs one part into `results/NAME/shard-K-of-N/`; `merge NAME` joins the
 //! parts into what one run writes.
 
-use crate::cli::UserError;
+use crate::error::UserError;
 use crate::load;
 use crate::out;
 use anyhow::Result;

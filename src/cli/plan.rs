@@ -7,7 +7,7 @@
 //! smallest memory shortfall and the GPU).
 
 use crate::cli::workload::{Resolved, StrategyArgs, WorkloadArgs};
-use crate::cli::UserError;
+use crate::error::UserError;
 use anyhow::Result;
 use clap::Args as ClapArgs;
 use serde::Serialize;

@@ -17,7 +17,7 @@
 //! Units: ms, GiB, bytes, samples. Exit codes: 0 with a profile, 2 for bad
 //! input (unknown model, device or dtype, bad sizes), 1 when measuring fails.
 
-use crate::cli::UserError;
+use crate::error::UserError;
 use anyhow::{Context, Result};
 use clap::{Args as ClapArgs, ValueEnum};
 use exec::sim_glue::{self, ProfileLabels};

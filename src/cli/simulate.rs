@@ -6,7 +6,7 @@
 //! bad input (the error names the file or flag and the field).
 
 use crate::cli::workload::{StrategyArgs, WorkloadArgs};
-use crate::cli::UserError;
+use crate::error::UserError;
 use crate::load;
 use anyhow::Result;
 use clap::Args as ClapArgs;

@@ -35,7 +35,7 @@
 
 use crate::cli::profile::{self, Device};
 use crate::cli::workload::StrategyArgs;
-use crate::cli::UserError;
+use crate::error::UserError;
 use crate::load;
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;

@@ -3,7 +3,7 @@
 //! [`sim::session`]) into a validated [`sim::cost::CostModel`] and a
 //! [`sim::strategy::StrategySpec`].
 
-use crate::cli::UserError;
+use crate::error::UserError;
 use crate::load;
 use anyhow::Result;
 use clap::Args as ClapArgs;
