@@ -233,7 +233,11 @@ pub fn plan_of_job(job: &Job) -> Plan {
             .plan
             .iter()
             .map(|p| {
-                sim::plan::RankPlan::new(p.batch as u32, p.micro_batches as u32, p.state_fraction)
+                sim::plan::rank::RankPlan::new(
+                    p.batch as u32,
+                    p.micro_batches as u32,
+                    p.state_fraction,
+                )
             })
             .collect(),
     }
@@ -599,8 +603,8 @@ mod tests {
             pipeline: None,
             strategy: sim::strategy::Strategy::cephalo(2, sim::strategy::Attention::Eager),
             gpus: vec![
-                sim::plan::RankPlan::new(3, 1, 0.4),
-                sim::plan::RankPlan::new(5, 2, 0.6),
+                sim::plan::rank::RankPlan::new(3, 1, 0.4),
+                sim::plan::rank::RankPlan::new(5, 2, 0.6),
             ],
         };
         let s = RunSettings {
@@ -618,7 +622,7 @@ mod tests {
         let back = plan_of_job(&job);
         assert_eq!(back.gpus, plan.gpus);
         let mut zero = plan.clone();
-        zero.gpus[0] = sim::plan::RankPlan::new(0, 0, 0.4);
+        zero.gpus[0] = sim::plan::rank::RankPlan::new(0, 0, 0.4);
         match job_from_plan(&zero, &BlockConfig::tiny_gpt(), &s) {
             Err(ExecError::InvalidJob { field, .. }) => assert_eq!(field, "plan[0].batch"),
             other => panic!("{other:?}"),

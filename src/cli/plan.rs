@@ -488,7 +488,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let (planned, report) = (run.planned, run.report);
     let out = output(&res, &planned, &report);
     if let Some(path) = &args.out {
-        let w = sim::plan::PlanWorkload::of(&res.costs);
+        let w = sim::plan::file::PlanWorkload::of(&res.costs);
         crate::out::write_text(path, &planned.plan.to_file_json(&w), "the plan (--out)")?;
     }
     match args.format {

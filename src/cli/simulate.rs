@@ -12,7 +12,8 @@ use anyhow::Result;
 use clap::Args as ClapArgs;
 use sim::cost::CostModel;
 use sim::iteration::SimOptions;
-use sim::plan::{Plan, PlanFile};
+use sim::plan::file::PlanFile;
+use sim::plan::Plan;
 use sim::planner::even_fractions;
 use sim::session::resolve_strategy;
 use sim::simulate::simulate;
@@ -69,7 +70,7 @@ fn resolve_plan(args: &Args, costs: &CostModel) -> Result<Plan> {
         (Some(path), _) => {
             let origin = path.display().to_string();
             let file = PlanFile::from_json(&load::read_text(path)?, &origin)?;
-            file.check_workload(&sim::plan::PlanWorkload::of(costs), &origin)?;
+            file.check_workload(&sim::plan::file::PlanWorkload::of(costs), &origin)?;
             let ctx = sim::session::strategy_context(costs);
             let strategy = file.strategy_under(&spec, &ctx, &origin)?;
             (file.into_plan(strategy), origin)

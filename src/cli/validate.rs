@@ -167,7 +167,7 @@ pub fn demo_plan(
     // One rank alone still accumulates gradients (2 micro-batches).
     let first = if ranks == 1 { 2 } else { 1 };
     let gpus = (0..ranks)
-        .map(|i| sim::plan::RankPlan::new(b[i], (i as u32 + first).min(b[i]), fr[i % g]))
+        .map(|i| sim::plan::rank::RankPlan::new(b[i], (i as u32 + first).min(b[i]), fr[i % g]))
         .collect();
     Some(Plan {
         planner: "demo-uneven".into(),
@@ -284,7 +284,7 @@ fn resolve_strategy(
     args: &Args,
     cluster: &Cluster,
     dtype: sim::dtype::Dtype,
-    workload: &sim::plan::PlanWorkload,
+    workload: &sim::plan::file::PlanWorkload,
 ) -> Result<(sim::strategy::Strategy, Option<(Plan, String)>)> {
     let spec = args.strategy.spec()?;
     let ctx = sim::strategy::StrategyContext {
@@ -295,7 +295,7 @@ fn resolve_strategy(
     };
     if let Some(path) = &args.plan {
         let origin = path.display().to_string();
-        let file = sim::plan::PlanFile::from_json(&load::read_text(path)?, &origin)?;
+        let file = sim::plan::file::PlanFile::from_json(&load::read_text(path)?, &origin)?;
         file.check_workload(workload, &origin)?;
         let strategy = file.strategy_under(&spec, &ctx, &origin)?;
         return Ok((strategy, Some((file.into_plan(strategy), origin))));
@@ -532,7 +532,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let list = vec![gpu.as_str(); args.ranks].join(",");
     let cluster = Cluster::from_gpu_list(&list, "--device", crate::load::gpus())?;
-    let planned_for = sim::plan::PlanWorkload {
+    let planned_for = sim::plan::file::PlanWorkload {
         model: spec.name.clone(),
         seq_len: spec.tokens_per_sample(seq_len),
         dtype: dtype.to_string(),

@@ -554,8 +554,8 @@ fn a_simulator_plan_trains_and_compares() {
         pipeline: None,
         strategy: sim::strategy::Strategy::cephalo(2, sim::strategy::Attention::Eager),
         gpus: vec![
-            sim::plan::RankPlan::new(1, 1, 0.3),
-            sim::plan::RankPlan::new(3, 2, 0.7),
+            sim::plan::rank::RankPlan::new(1, 1, 0.3),
+            sim::plan::rank::RankPlan::new(3, 2, 0.7),
         ],
     };
     let s = RunSettings {

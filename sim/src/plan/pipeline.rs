@@ -4,7 +4,7 @@
 //! validation. How such a plan runs (its ops, its estimate, the partition
 //! the planners search) is [`crate::pipeline`].
 
-use super::RankPlan;
+use super::rank::RankPlan;
 use crate::error::PlanError;
 use crate::strategy::{Accumulation, Offload, Sharding, Strategy};
 use serde::{Deserialize, Serialize};

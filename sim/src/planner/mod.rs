@@ -51,7 +51,8 @@ use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::fast::rank_peak;
 use crate::iteration::SimOptions;
-use crate::plan::{Plan, RankPlan};
+use crate::plan::rank::RankPlan;
+use crate::plan::Plan;
 use crate::profile::ProfileSet;
 use crate::schedule::Schedule;
 use crate::strategy::{
