@@ -8,7 +8,7 @@
 //! Units: element counts (f32). [`SelfComm`] is the one-rank implementation
 //! (always available); `MpiComm` (feature `mpi`) runs over `MPI_COMM_WORLD`.
 
-use crate::ExecError;
+use crate::error::ExecError;
 
 /// Collectives of a group of ranks. Piece `i` of a split buffer belongs to
 /// rank `i`; `counts` has one entry per rank and sums to the full length.
@@ -145,7 +145,7 @@ pub use mpi_impl::MpiComm;
 #[cfg(feature = "mpi")]
 mod mpi_impl {
     use super::{check_counts, Collectives};
-    use crate::ExecError;
+    use crate::error::ExecError;
     use mpi::collective::SystemOperation;
     use mpi::collective::{CommunicatorCollectives, Root};
     use mpi::datatype::PartitionMut;

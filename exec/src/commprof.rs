@@ -8,9 +8,9 @@
 use std::time::Instant;
 
 use crate::comm::Collectives;
+use crate::error::ExecError;
 use crate::report::{median, CollectiveOp, CollectiveTiming};
 use crate::shard::piece_sizes;
-use crate::ExecError;
 
 /// What [`profile_collectives`] measures.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use sim::strategy::{Attention, Checkpointing, Sharding, Strategy};
 
-use crate::ExecError;
+use crate::error::ExecError;
 
 /// Block family of a transformer built by the trainer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

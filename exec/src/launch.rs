@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::commprof::CollectiveConfig;
 use crate::config::{Job, ProfileConfig};
+use crate::error::ExecError;
 use crate::report::{CollectiveTiming, ComputeProfile, TrainReport};
-use crate::ExecError;
 
 /// What the ranks of one `mpirun` do (the `--job` file).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -336,7 +336,7 @@ pub fn parse_rank_args<I: IntoIterator<Item = String>>(
 #[cfg(all(feature = "torch", feature = "mpi"))]
 pub fn rank_main(job_path: &Path, report_path: &Path) -> Result<(), ExecError> {
     use crate::comm::{Collectives, MpiComm};
-    crate::keep_freed_memory();
+    crate::alloc::keep_freed_memory();
     let Some((_universe, comm)) = MpiComm::init() else {
         return Err(ExecError::Comm("MPI was already initialised".into()));
     };

@@ -29,9 +29,11 @@
 //! Units throughout: ms, bytes, samples, f32 elements (see each module).
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod alloc;
 pub mod comm;
 pub mod commprof;
 pub mod config;
+pub mod error;
 pub mod launch;
 pub mod layout;
 pub mod report;
@@ -61,63 +63,10 @@ pub use report::{
     ReferenceRun, TrainReport,
 };
 
+pub use alloc::keep_freed_memory;
 #[cfg(feature = "mpi")]
 pub use comm::MpiComm;
-
-/// Errors of real execution.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ExecError {
-    /// The binary was built without the features real execution needs.
-    #[error("real execution is not compiled in: rebuild with `--features exec` (see README)")]
-    NotCompiled,
-    /// A job or profile request is malformed (rejected before any work).
-    #[error("invalid job: {field}: {message}")]
-    InvalidJob {
-        /// Field path, e.g. `plan[2].state_fraction`.
-        field: String,
-        /// What was expected and what was found.
-        message: String,
-    },
-    /// libtorch reported an error.
-    #[error("libtorch: {0}")]
-    Torch(String),
-    /// A collective failed or was called with inconsistent buffers.
-    #[error("collective: {0}")]
-    Comm(String),
-    /// The requested device is not available.
-    #[error("device: {0}")]
-    NoDevice(String),
-    /// Reading or writing a job/report file failed.
-    #[error("i/o: {0}")]
-    Io(String),
-    /// `mpirun` could not be started.
-    #[error("launch: {0}")]
-    Launch(String),
-    /// A rank died or failed; the whole job was ended.
-    #[error(
-        "a rank failed (mpirun exit status {status} after {secs:.1} s): {cause}\nlast output:\n{detail}"
-    )]
-    RankFailed {
-        /// mpirun's exit status.
-        status: i32,
-        /// The most telling line of the ranks' output (a rank's error, a
-        /// panic, or mpirun's note of a rank's exit or signal).
-        cause: String,
-        /// Seconds from launch to the end of the job.
-        secs: f64,
-        /// Tail of the ranks' output.
-        detail: String,
-    },
-    /// The job ran past its wall-clock limit and was killed.
-    #[error("the job ran past its {secs:.0} s limit and was killed; last output:\n{detail}")]
-    Timeout {
-        /// The limit (s).
-        secs: f64,
-        /// Tail of the ranks' output.
-        detail: String,
-    },
-}
+pub use error::ExecError;
 
 /// Trains `job` on this rank of `comm` (every rank calls it with the same
 /// job): Cephalo's FSDP schedule (layer-major forward with outputs kept in
@@ -182,30 +131,6 @@ pub fn cuda_available() -> bool {
     #[cfg(not(feature = "torch"))]
     {
         false
-    }
-}
-
-/// Makes this process keep freed host memory for reuse: glibc's `malloc`
-/// serves every block from its heap (no `mmap` per large block) and never
-/// gives the heap's top back to the system (below 2 GiB).
-///
-/// Without it every large CPU tensor (a gathered unit, the logits, the
-/// embedding's dense gradient, a gradient buffer: tens of MB for small
-/// models) is a fresh `mmap` whose pages are faulted in and zeroed on first
-/// touch, every iteration. That costs more than the arithmetic on small
-/// models, and on a CPU it makes ranks of one host fight over memory
-/// bandwidth. Keeping freed memory is what PyTorch's caching allocator does
-/// on CUDA. The profiler and every rank call this first, so profiles and
-/// runs see the same allocator. A no-op without the `torch` feature or
-/// outside glibc.
-pub fn keep_freed_memory() {
-    #[cfg(all(feature = "torch", target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallopt only changes allocator parameters.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_MAX, 0);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
-        }
     }
 }
 

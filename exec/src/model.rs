@@ -9,8 +9,8 @@
 use tch::{Device, Kind, Reduction, Tensor};
 
 use crate::config::{BlockConfig, Family};
+use crate::error::ExecError;
 use crate::layout::{unit_layouts, UnitKind, UnitLayout};
-use crate::ExecError;
 
 pub(crate) fn terr(e: tch::TchError) -> ExecError {
     ExecError::Torch(e.to_string())

@@ -11,10 +11,10 @@ use tch::{Device, Kind, Tensor};
 
 use crate::adam::{adam_step, AdamState};
 use crate::config::{AdamConfig, DeviceKind, Dtype, ProfileConfig};
+use crate::error::ExecError;
 use crate::layout::init_values;
 use crate::model::{device_for, device_used_bytes, kind_of, sync, terr, Model, TResult};
 use crate::report::{median, ComputeProfile, PassTiming};
-use crate::ExecError;
 
 fn time_ms<F: FnMut() -> TResult<()>>(
     device: Device,
@@ -161,7 +161,7 @@ pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError>
             message: "expected fp32 on the cpu device".into(),
         });
     }
-    crate::keep_freed_memory();
+    crate::alloc::keep_freed_memory();
     if let Some(t) = cfg.threads {
         tch::set_num_threads(t as i32);
     }

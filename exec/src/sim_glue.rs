@@ -39,9 +39,9 @@ use sim::profile::CollectiveSample;
 use sim::report::Report;
 
 use crate::config::{AdamConfig, BlockConfig, DeviceKind, Dtype, Family, Job, RankPlan};
+use crate::error::ExecError;
 use crate::layout::unit_layouts;
 use crate::report::{median, CollectiveOp, CollectiveTiming, ComputeProfile, TrainReport};
-use crate::ExecError;
 
 const GIB: f64 = (1u64 << 30) as f64;
 

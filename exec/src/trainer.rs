@@ -47,11 +47,11 @@ use tch::{Device, Kind, Tensor};
 use crate::adam::{adam_step, AdamState};
 use crate::comm::Collectives;
 use crate::config::{AdamConfig, BlockConfig, DeviceKind, FaultKind, Job};
+use crate::error::ExecError;
 use crate::layout::init_values;
 use crate::model::{device_for, device_used_bytes, kind_of, sync, terr, Model, TResult};
 use crate::report::{IterationRecord, RankIteration, ReferenceRun, TrainReport};
 use crate::shard::{micro_batch_sizes, offsets, piece_sizes};
-use crate::ExecError;
 
 /// Per-rank accumulators of one iteration.
 #[derive(Debug, Default, Clone, Copy)]

@@ -10,7 +10,7 @@
 //! micro-batch) sends block outputs, the head's input and the activation
 //! gradients between units through the host ([`RULES`]).
 
-use super::{Phase, PhaseKind, Rules};
+use super::phase::{Phase, PhaseKind, Rules};
 
 /// Copies of the layered schedule: activation gradients and the last
 /// block's output go through the host too.

@@ -15,7 +15,7 @@
 //! straight into the next, so only what blocks keep for their backward is
 //! offloaded ([`RULES`]).
 
-use super::{Phase, PhaseKind, Rules};
+use super::phase::{Phase, PhaseKind, Rules};
 use crate::strategy::Accumulation;
 
 /// Copies of micro-batch-major schedules: only the tensors blocks keep.

@@ -71,6 +71,9 @@
 pub mod layered;
 pub mod lower;
 pub mod microbatch;
+pub mod phase;
+
+pub use phase::{Phase, PhaseKind, Rules};
 
 use crate::activation::BlockActivations;
 use crate::comm::CollectiveKind;
@@ -86,37 +89,6 @@ pub const DDP_BUCKET_BYTES: f64 = 25.0 * 1024.0 * 1024.0;
 /// DDP's first (small) bucket after the rebuild, bytes (1 MiB,
 /// `_DEFAULT_FIRST_BUCKET_BYTES`).
 pub const DDP_FIRST_BUCKET_BYTES: f64 = 1024.0 * 1024.0;
-
-/// The kind of a phase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PhaseKind {
-    /// Forward of a unit (embedding or block).
-    Forward,
-    /// Head forward and backward.
-    Head,
-    /// Backward of a unit (block or embedding).
-    Backward,
-}
-
-/// One phase of the iteration (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Phase {
-    /// Unit index (0 embedding, 1..=L blocks, L+1 head).
-    pub unit: u32,
-    /// Forward, head or backward.
-    pub kind: PhaseKind,
-    /// Micro-batch pass of a micro-batch-major schedule (`None`: layered,
-    /// every micro-batch of each rank).
-    pub pass: Option<u32>,
-    /// All-gather the unit before the compute.
-    pub gather: bool,
-    /// Free the gathered parameters when the compute ends.
-    pub reshard: bool,
-    /// Reduce the unit's gradients after the phase.
-    pub reduce: bool,
-    /// The phase's first backward op allocates the unit's gradient buffer.
-    pub grad_alloc: bool,
-}
 
 /// The phases of one iteration of `strategy` over a model of `layers`
 /// blocks in `passes` micro-batch passes (layered schedules have one pass
@@ -156,17 +128,6 @@ fn place_sharding(s: &Strategy, slots: Vec<Phase>, passes: u32) -> Vec<Phase> {
             p
         })
         .collect()
-}
-
-/// What an accumulation style decides about copies (module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rules {
-    /// Activation gradients between units go through the host too (layered:
-    /// the next unit's backward runs after every micro-batch of this one).
-    pub offload_gradients: bool,
-    /// The last block's output goes to the host (layered: the head runs
-    /// after every micro-batch of the last block).
-    pub offload_head_input: bool,
 }
 
 /// A memory change of a step's op: device or host pool, at start or end.
