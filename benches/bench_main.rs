@@ -290,10 +290,11 @@ mod planner {
     use sim::dtype::Dtype;
     use sim::gpu::GpuCatalog;
     use sim::model::ModelCatalog;
-    use sim::planner::cephalo::{self, Cephalo};
+    use sim::planner::cephalo;
     use sim::planner::closed_form::ClosedForm;
     use sim::planner::compat::Compat;
     use sim::planner::pipeline_hetero::HeteroPipeline;
+    use sim::planner::registry::native;
     use sim::planner::{Planner, PlannerOptions, Problem, SimJudge};
     use sim::profile::{reference, BlockProfile, ProfileSet};
     use sim::strategy::{Attention, Strategy, StrategySpec};
@@ -465,7 +466,7 @@ mod planner {
         // ... and the whole planner: every strategy searched, candidates
         // ranked by the fast model, the best confirmed by the simulator.
         g.bench_function("plan", |b| {
-            b.iter(|| black_box(Cephalo.plan(&p).unwrap().plan.gpus.len()))
+            b.iter(|| black_box(native().plan(&p).unwrap().plan.gpus.len()))
         });
         g.finish();
     }
@@ -512,7 +513,7 @@ mod planner {
             on_paper(b, |p| {
                 g.throughput(Throughput::Elements(b as u64));
                 g.bench_function(format!("b{b}"), |bch| {
-                    bch.iter(|| black_box(Cephalo.plan(p).unwrap().plan.gpus.len()))
+                    bch.iter(|| black_box(native().plan(p).unwrap().plan.gpus.len()))
                 });
             });
         }
@@ -526,7 +527,7 @@ mod planner {
     pub fn planner_fold_65536(c: &mut Criterion) {
         use sim::iteration::SimOptions;
         use sim::simulate::simulate;
-        let (plan, costs) = on_paper(65536, |p| (Cephalo.plan(p).unwrap().plan, p.costs.clone()));
+        let (plan, costs) = on_paper(65536, |p| (native().plan(p).unwrap().plan, p.costs.clone()));
         let folded = SimOptions::default();
         let full = SimOptions {
             fold_passes: false,
@@ -603,7 +604,7 @@ mod planner {
                     judge: Some(&judge),
                 };
                 g.bench_function(format!("{model}_1024gpus_{per_gpu}_per_gpu"), |b| {
-                    b.iter(|| black_box(Cephalo.plan(&p).unwrap().plan.gpus.len()))
+                    b.iter(|| black_box(native().plan(&p).unwrap().plan.gpus.len()))
                 });
             }
         }

@@ -626,9 +626,9 @@ impl ExperimentSpec {
             }
         }
         for (i, p) in w.planners.iter().enumerate() {
-            planner::by_name(p, &format!("{origin}: sweep.planners[{i}]")).map_err(|e| {
-                SpecError::invalid(origin, format!("sweep.planners[{i}]"), e.to_string())
-            })?;
+            planner::registry::by_name(p, &format!("{origin}: sweep.planners[{i}]")).map_err(
+                |e| SpecError::invalid(origin, format!("sweep.planners[{i}]"), e.to_string()),
+            )?;
         }
         for (i, d) in w.dtypes.iter().enumerate() {
             if Dtype::parse(d).is_none() {
@@ -725,7 +725,7 @@ impl ExperimentSpec {
                 );
             }
             for (j, p) in f.planners.iter().enumerate() {
-                planner::by_name(p, "figure").map_err(|e| {
+                planner::registry::by_name(p, "figure").map_err(|e| {
                     SpecError::invalid(origin, at(&format!("planners[{j}]")), e.to_string())
                 })?;
             }
@@ -736,7 +736,7 @@ impl ExperimentSpec {
     /// The planners of the sweep (canonical names), in order.
     pub fn planner_names(&self) -> Vec<String> {
         if self.sweep.planners.is_empty() {
-            planner::all()
+            planner::registry::all()
                 .iter()
                 .map(|p| p.name().to_string())
                 .collect()
@@ -745,7 +745,7 @@ impl ExperimentSpec {
                 .planners
                 .iter()
                 .map(|p| {
-                    planner::by_name(p, "sweep")
+                    planner::registry::by_name(p, "sweep")
                         .map(|x| x.name().to_string())
                         .unwrap_or_default()
                 })
@@ -1040,7 +1040,7 @@ fn run_one(
     let mut out = Results::default();
     let names = costs.workload.cluster.gpu_names();
     for (pi, name) in planners.iter().enumerate() {
-        let pl = planner::by_name(name, "sweep.planners")
+        let pl = planner::registry::by_name(name, "sweep.planners")
             .map_err(|e| SpecError::invalid("experiment", "sweep.planners", e.to_string()))?;
         let mut row = ResultRow {
             case: w.index,

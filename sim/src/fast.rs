@@ -746,7 +746,7 @@ mod tests {
                             (3, 2),
                             (1, 1),
                         ] {
-                            let sizes = crate::planner::sizes(b, n);
+                            let sizes = crate::planner::standard::sizes(b, n);
                             let local = 0.5 * c.workload.model.total_params() as f64;
                             for passes in [n, n + 1, n + 2, n + 9] {
                                 let fast = rank_peak(&sch, 0, &sizes, passes, local).unwrap();
@@ -796,7 +796,7 @@ mod tests {
                 let local = 0.5 * c.workload.model.total_params() as f64;
                 let mut last = 0;
                 for (b, n) in [(4u32, 2u32), (9, 3), (20, 5), (40, 8), (64, 16)] {
-                    let sizes = crate::planner::sizes(b, n);
+                    let sizes = crate::planner::standard::sizes(b, n);
                     let floor = host_floor(&sch, 0, &sizes, local).unwrap();
                     let peak = walk_peak(&sch, 0, &sizes, n, local, false).unwrap();
                     assert!(

@@ -14,6 +14,8 @@ use crate::error::{PlanError, SpecError};
 use crate::iteration::SimOptions;
 use crate::model::ModelSpec;
 use crate::perfmodel::Predictor;
+use crate::plan::file::{PlanFile, PlanWorkload};
+use crate::plan::Plan;
 use crate::planner::{Planned, Planner, PlannerOptions, Problem, SimJudge};
 use crate::profile::ProfileSet;
 use crate::report::Report;
@@ -99,6 +101,80 @@ pub fn strategy_context(costs: &CostModel) -> StrategyContext<'_> {
         dtype: costs.workload.dtype,
         profile_attention: costs.profile_attention(),
     }
+}
+
+/// Where a user's own plan comes from (`simulate --plan` or `--batch`,
+/// `validate`'s the same).
+#[derive(Debug, Clone, Copy)]
+pub enum PlanInput<'a> {
+    /// A plan file's text (`cephalo plan --out`, or the reference
+    /// optimizer's output), named `origin` (its path) in errors.
+    File {
+        /// The file's text.
+        text: &'a str,
+        /// Its name in errors.
+        origin: &'a str,
+    },
+    /// Per-rank lists, named `origin` in errors.
+    Lists {
+        /// Local batch per rank (samples).
+        batch: &'a [u32],
+        /// Micro-batch count per rank.
+        microbatches: &'a [u32],
+        /// State fraction per rank (`None`: even in every shard group).
+        state_fractions: Option<&'a [f64]>,
+        /// Their name in errors.
+        origin: &'a str,
+    },
+}
+
+impl PlanInput<'_> {
+    /// The name errors give the input.
+    pub fn origin(&self) -> &str {
+        match self {
+            PlanInput::File { origin, .. } | PlanInput::Lists { origin, .. } => origin,
+        }
+    }
+}
+
+/// The plan a user gave, with its strategy: a file's own (checked against
+/// the pinned axes `spec`) or, for a file without one and for lists, `spec`
+/// resolved in `ctx`. A file must have been made for `workload`; the plan
+/// is validated against its GPUs and global batch. Errors name the input
+/// ([`PlanInput::origin`]) and the field.
+pub fn user_plan(
+    input: PlanInput<'_>,
+    spec: &StrategySpec,
+    ctx: &StrategyContext<'_>,
+    workload: &PlanWorkload,
+) -> Result<Plan, PlanError> {
+    let plan = match input {
+        PlanInput::File { text, origin } => {
+            let file = PlanFile::from_json(text, origin)?;
+            file.check_workload(workload, origin)?;
+            let strategy = file.strategy_under(spec, ctx, origin)?;
+            file.into_plan(strategy)
+        }
+        PlanInput::Lists {
+            batch,
+            microbatches,
+            state_fractions,
+            origin,
+        } => {
+            let strategy = spec.resolve(ctx)?;
+            let mut plan = Plan::from_lists(batch, microbatches, state_fractions, origin)?
+                .with_strategy(strategy);
+            if state_fractions.is_none() {
+                let even = crate::planner::standard::even_fractions(&strategy, workload.gpus.len());
+                for (g, f) in plan.gpus.iter_mut().zip(even) {
+                    g.state_fraction = f;
+                }
+            }
+            plan
+        }
+    };
+    plan.validate(workload.gpus.len(), workload.global_batch, input.origin())?;
+    Ok(plan)
 }
 
 /// A planned and simulated workload.

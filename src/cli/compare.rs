@@ -40,17 +40,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(names) => {
             let mut v: Vec<Box<dyn Planner>> = sim::lists::items(names, "--planners")?
                 .into_iter()
-                .map(|n| planner::by_name(n, "--planners"))
+                .map(|n| planner::registry::by_name(n, "--planners"))
                 .collect::<Result<_, _>>()?;
             // Speed-ups need both references.
             for must in ["cephalo", "fsdp"] {
                 if !v.iter().any(|p| p.name() == must) {
-                    v.push(planner::by_name(must, "--planners")?);
+                    v.push(planner::registry::by_name(must, "--planners")?);
                 }
             }
             v
         }
-        None => planner::all(),
+        None => planner::registry::all(),
     };
     let opts = args.flags.options(&args.workload.model)?;
     let spec = args.strategy.spec()?;

@@ -223,17 +223,15 @@ fn thousands(n: u64) -> String {
 }
 
 fn planner_rows() -> Vec<PlannerRow> {
-    let pipelines: Vec<&'static str> = sim::planner::pipelines().iter().map(|p| p.name()).collect();
-    sim::planner::all()
+    sim::planner::registry::ENTRIES
         .iter()
-        .map(|p| PlannerRow {
-            name: p.name(),
-            family: if pipelines.contains(&p.name()) {
-                "pipeline"
-            } else {
-                "data-parallel"
-            },
-            summary: p.summary(),
+        .map(|e| {
+            let p = (e.make)();
+            PlannerRow {
+                name: p.name(),
+                family: e.family.name(),
+                summary: p.summary(),
+            }
         })
         .collect()
 }

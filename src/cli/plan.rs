@@ -66,8 +66,8 @@ pub struct Args {
     pub workload: WorkloadArgs,
     #[command(flatten)]
     pub strategy: StrategyArgs,
-    /// Planner: cephalo | cephalo-compat | fsdp | fsdp-ga | zero2 | ddp | hsdp | speed-proportional | speed-proportional-mem.
-    #[arg(long, default_value = "cephalo")]
+    // The planner (its help lists the registry's names).
+    #[arg(long, default_value = "cephalo", help = planner_help())]
     pub planner: String,
     /// Use the reference optimizer's rules (same as `--planner cephalo-compat`).
     #[arg(long)]
@@ -466,7 +466,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     if args.compat
         && args.planner != "cephalo"
-        && planner::by_name(&args.planner, "--planner")?.name() != "cephalo-compat"
+        && planner::registry::by_name(&args.planner, "--planner")?.name() != "cephalo-compat"
     {
         return Err(UserError(format!(
             "--compat conflicts with --planner {}",
@@ -474,7 +474,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ))
         .into());
     }
-    let pl = planner::by_name(name, "--planner")?;
+    let pl = planner::registry::by_name(name, "--planner")?;
     let opts = args.flags.options(&args.workload.model)?;
     let spec = args.strategy.spec()?;
     let res = args.workload.resolve()?;
@@ -502,4 +502,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Format::Csv => out!("{}", report.to_csv()),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--planner`'s help: every planner of the registry.
+fn planner_help() -> String {
+    format!(
+        "Planner: {} (`cephalo list planners` says what each does)",
+        sim::planner::registry::names(|_| true).join(" | ")
+    )
 }

@@ -12,10 +12,8 @@ use anyhow::Result;
 use clap::Args as ClapArgs;
 use sim::cost::CostModel;
 use sim::iteration::SimOptions;
-use sim::plan::file::PlanFile;
 use sim::plan::Plan;
-use sim::planner::even_fractions;
-use sim::session::resolve_strategy;
+use sim::session::{user_plan, PlanInput};
 use sim::simulate::simulate;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -63,17 +61,14 @@ pub struct Args {
 /// strategy (the file's, checked against the flags, or the flags') and
 /// checks it against the workload, naming the file or flag on error.
 fn resolve_plan(args: &Args, costs: &CostModel) -> Result<Plan> {
-    let ranks = costs.ranks();
-    let global_batch = costs.workload.global_batch;
     let spec = args.strategy.spec()?;
-    let (plan, origin) = match (&args.plan, &args.batch) {
+    let workload = sim::plan::file::PlanWorkload::of(costs);
+    let ctx = sim::session::strategy_context(costs);
+    let plan = match (&args.plan, &args.batch) {
         (Some(path), _) => {
             let origin = path.display().to_string();
-            let file = PlanFile::from_json(&load::read_text(path)?, &origin)?;
-            file.check_workload(&sim::plan::file::PlanWorkload::of(costs), &origin)?;
-            let ctx = sim::session::strategy_context(costs);
-            let strategy = file.strategy_under(&spec, &ctx, &origin)?;
-            (file.into_plan(strategy), origin)
+            let text = load::read_text(path)?;
+            user_plan(PlanInput::File { text: &text, origin: &origin }, &spec, &ctx, &workload)?
         }
         (None, Some(batch)) => {
             let (batch, micro, fractions) = crate::cli::workload::plan_lists(
@@ -81,21 +76,18 @@ fn resolve_plan(args: &Args, costs: &CostModel) -> Result<Plan> {
                 args.microbatches.as_deref(),
                 args.state_fractions.as_deref(),
             )?;
-            let fr = fractions.as_deref();
-            let strategy = resolve_strategy(costs, &spec)?;
-            let mut plan = Plan::from_lists(&batch, &micro, fr, "--batch")?.with_strategy(strategy);
-            if fr.is_none() {
-                for (g, f) in plan.gpus.iter_mut().zip(even_fractions(&strategy, ranks)) {
-                    g.state_fraction = f;
-                }
-            }
-            (plan, "--batch".to_string())
+            let input = PlanInput::Lists {
+                batch: &batch,
+                microbatches: &micro,
+                state_fractions: fractions.as_deref(),
+                origin: "--batch",
+            };
+            user_plan(input, &spec, &ctx, &workload)?
         }
         (None, None) => {
             return Err(UserError("give a plan with --plan FILE or --batch LIST [--microbatches LIST] [--state-fractions LIST]".into()).into())
         }
     };
-    plan.validate(ranks, global_batch, &origin)?;
     Ok(plan)
 }
 

@@ -48,6 +48,7 @@ use sim::iteration::SimOptions;
 use sim::plan::Plan;
 use sim::planner::{self, PlannerOptions, Problem, SimJudge};
 use sim::profile::Source;
+use sim::session::{self, PlanInput};
 use sim::simulate::simulate;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -278,41 +279,41 @@ fn exec_err(e: ExecError) -> anyhow::Error {
     }
 }
 
-/// The strategy of the run: the `--plan` file's (checked against the
-/// flags) or the flags' on this cluster, and the plan file if one is given.
-fn resolve_strategy(
-    args: &Args,
+/// The strategy context of a run: the trainer's blocks use eager
+/// attention.
+fn trainer_context(
     cluster: &Cluster,
     dtype: sim::dtype::Dtype,
-    workload: &sim::plan::file::PlanWorkload,
-) -> Result<(sim::strategy::Strategy, Option<(Plan, String)>)> {
-    let spec = args.strategy.spec()?;
-    let ctx = sim::strategy::StrategyContext {
+) -> sim::strategy::StrategyContext<'_> {
+    sim::strategy::StrategyContext {
         cluster,
         dtype,
-        // The trainer's blocks use eager attention.
         profile_attention: sim::strategy::Attention::Eager,
-    };
-    if let Some(path) = &args.plan {
-        let origin = path.display().to_string();
-        let file = sim::plan::file::PlanFile::from_json(&load::read_text(path)?, &origin)?;
-        file.check_workload(workload, &origin)?;
-        let strategy = file.strategy_under(&spec, &ctx, &origin)?;
-        return Ok((strategy, Some((file.into_plan(strategy), origin))));
     }
-    Ok((spec.resolve(&ctx)?, None))
 }
 
+/// The plan the user gave (`--plan` or `--batch`), or the default uneven
+/// demo plan when neither is given; `None` when `--planner` plans it.
 fn user_plan(
     args: &Args,
-    strategy: sim::strategy::Strategy,
-    file: Option<(Plan, String)>,
+    ctx: &sim::strategy::StrategyContext<'_>,
+    workload: &sim::plan::file::PlanWorkload,
 ) -> Result<Option<(Plan, String)>> {
     if args.planner.is_some() {
         return Ok(None);
     }
-    if file.is_some() {
-        return Ok(file);
+    let spec = args.strategy.spec()?;
+    if let Some(path) = &args.plan {
+        let origin = path.display().to_string();
+        let text = load::read_text(path)?;
+        let input = PlanInput::File {
+            text: &text,
+            origin: &origin,
+        };
+        return Ok(Some((
+            session::user_plan(input, &spec, ctx, workload)?,
+            origin,
+        )));
     }
     let ranks = args.ranks;
     match &args.batch {
@@ -322,17 +323,16 @@ fn user_plan(
                 args.microbatches.as_deref(),
                 args.state_fractions.as_deref(),
             )?;
-            let fr = fractions.as_deref();
-            let mut plan = Plan::from_lists(&batch, &micro, fr, "--batch")?.with_strategy(strategy);
-            if fr.is_none() {
-                let even = sim::planner::even_fractions(&strategy, ranks);
-                for (g, f) in plan.gpus.iter_mut().zip(even) {
-                    g.state_fraction = f;
-                }
-            }
-            Ok(Some((plan, "--batch / --microbatches / --state-fractions".into())))
+            let origin = "--batch / --microbatches / --state-fractions";
+            let input = PlanInput::Lists {
+                batch: &batch,
+                microbatches: &micro,
+                state_fractions: fractions.as_deref(),
+                origin,
+            };
+            Ok(Some((session::user_plan(input, &spec, ctx, workload)?, origin.into())))
         }
-        None => match demo_plan(ranks, args.global_batch, strategy) {
+        None => match demo_plan(ranks, args.global_batch, spec.resolve(ctx)?) {
             Some(p) => Ok(Some((
                 p,
                 "default uneven demo plan: batches proportional to 3, 5, 7, ..., micro-batch counts 1, 2, 3, ..., state fractions proportional to 2, 3, 4, ...".into(),
@@ -527,7 +527,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         adam: AdamConfig::default(),
     };
     let planner = match &args.planner {
-        Some(name) => Some(planner::by_name(name, "--planner")?),
+        Some(name) => Some(planner::registry::by_name(name, "--planner")?),
         None => None,
     };
     let list = vec![gpu.as_str(); args.ranks].join(",");
@@ -539,8 +539,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         global_batch: args.global_batch,
         gpus: cluster.gpus.iter().map(|g| g.spec.name.clone()).collect(),
     };
-    let (strategy, file) = resolve_strategy(&args, &cluster, dtype, &planned_for)?;
-    let fixed = user_plan(&args, strategy, file)?;
+    let ctx = trainer_context(&cluster, dtype);
+    let fixed = user_plan(&args, &ctx, &planned_for)?;
+    let strategy = match &fixed {
+        Some((plan, _)) => plan.strategy,
+        None => args.strategy.spec()?.resolve(&ctx)?,
+    };
     if let Some((plan, origin)) = &fixed {
         if plan.pipeline.is_some() {
             return Err(UserError(format!(
@@ -548,7 +552,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ))
             .into());
         }
-        plan.validate(args.ranks, args.global_batch, origin)?;
         let job = sim_glue::job_from_plan(plan, &cfg, &settings).map_err(exec_err)?;
         job.validate(Some(args.ranks), Some(args.global_batch as usize))
             .map_err(exec_err)?;

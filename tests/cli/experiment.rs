@@ -115,7 +115,7 @@ fn a_small_experiment_runs_end_to_end() {
         };
         let empty = sim::profile::ProfileSet::new();
         let costs = sim::session::build_workload(&spec, &empty, &predictor).unwrap();
-        let pl = sim::planner::by_name(&row.planner, "t").unwrap();
+        let pl = sim::planner::registry::by_name(&row.planner, "t").unwrap();
         let opts = sim::planner::PlannerOptions {
             model_key: Some("gpt-1.3b".into()),
             ..Default::default()

@@ -13,7 +13,8 @@
 
 use super::fsdp_ga::{layered_plan, FsdpGa};
 use super::proportional::speed_batches;
-use super::{even_split, Planned, Planner, Problem};
+use super::standard::even_split;
+use super::{Planned, Planner, Problem};
 use crate::error::PlanError;
 use crate::strategy::StrategySpec;
 

@@ -61,7 +61,8 @@
 //!    [`super::Planned::considered`].
 
 use super::closed_form::{ClosedForm, Evaluation, RankCost};
-use super::{Considered, Objective, Planned, Planner, Problem, SearchStats, FILL_TOL};
+use super::water::FILL_TOL;
+use super::{Considered, Objective, Planned, Planner, Problem, SearchStats};
 use crate::error::PlanError;
 use crate::iteration::SimOptions;
 use crate::plan::Plan;
@@ -69,8 +70,22 @@ use crate::strategy::{Accumulation, Checkpointing, Sharding, Strategy, StrategyS
 use rayon::prelude::*;
 
 /// The native Cephalo planner.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Cephalo;
+#[derive(Debug, Clone, Copy)]
+pub struct Cephalo {
+    /// The planners whose plans seed the search (the registry's
+    /// [`super::registry::seeds`]: the reference optimizer, then the
+    /// data-parallel baselines and ablations), given rather than imported
+    /// so the registry, which lists this planner, is not imported back.
+    seeds: fn() -> Vec<Box<dyn Planner>>,
+}
+
+impl Cephalo {
+    /// The native planner, seeding its search with the planners `seeds`
+    /// returns.
+    pub fn with_seeds(seeds: fn() -> Vec<Box<dyn Planner>>) -> Cephalo {
+        Cephalo { seeds }
+    }
+}
 
 /// Relative tolerance of the optimality proof.
 pub const OPT_TOL: f64 = 1e-12;
@@ -1479,7 +1494,7 @@ fn finish(
 pub fn plan_of(cf: &ClosedForm<'_>, name: &str, choice: &Choice) -> Option<(Plan, Evaluation)> {
     let ev = cf.evaluate(choice)?;
     Some((
-        super::plan_from(name, cf.strategy(), choice, &ev.fractions),
+        super::standard::plan_from(name, cf.strategy(), choice, &ev.fractions),
         ev,
     ))
 }
@@ -1667,8 +1682,7 @@ impl Planner for Cephalo {
         let seeding = problem.options.seed_with_baselines && problem.judge.is_some();
         let mut seeds: Vec<Box<dyn Planner>> = Vec::new();
         if seeding {
-            seeds = super::baselines();
-            seeds.insert(0, Box::new(super::compat::Compat));
+            seeds = (self.seeds)();
         }
         let reaches = |p: &dyn Planner| -> Vec<usize> {
             let fixed = p.fixed_axes();

@@ -31,7 +31,7 @@
 //! Memory: a rank's *cap* is the largest state fraction that fits next to
 //! its micro-batches: `(usable - peak without state) / (state bytes per
 //! parameter x P)`, with the peak from [`crate::fast::rank_peak`]. State is
-//! water-filled into the caps ([`super::water_fill`]) under full sharding;
+//! water-filled into the caps ([`super::water::water_fill`]) under full sharding;
 //! hybrid sharding holds even shards in every group. Units: ms, GiB,
 //! samples.
 
@@ -818,7 +818,7 @@ impl<'a> ClosedForm<'a> {
         let caps: Vec<f64> = t.class_of.iter().map(|&k| t.caps[k]).collect();
         let ranks = self.costs.ranks();
         let fractions = match self.schedule.strategy.sharding {
-            Sharding::Full | Sharding::GradOp => super::water_fill_at(&caps, t.level),
+            Sharding::Full | Sharding::GradOp => super::water::water_fill_at(&caps, t.level),
             _ => vec![
                 if self.schedule.strategy.sharding == Sharding::NoShard {
                     1.0 / ranks as f64
@@ -849,17 +849,23 @@ impl<'a> ClosedForm<'a> {
             Sharding::Full | Sharding::GradOp => {
                 let caps: Vec<f64> = classes.iter().map(|c| c.1.cap).collect();
                 let counts: Vec<usize> = classes.iter().map(|c| c.2).collect();
-                super::water_level_counted(&caps, &counts)?
+                super::water::water_level_counted(&caps, &counts)?
             }
             Sharding::Hybrid => {
                 let even = 1.0 / s.shard_group as f64;
-                if classes.iter().any(|c| c.1.cap < even - super::FILL_TOL) {
+                if classes
+                    .iter()
+                    .any(|c| c.1.cap < even - super::water::FILL_TOL)
+                {
                     return None;
                 }
                 even
             }
             Sharding::NoShard => {
-                if classes.iter().any(|c| c.1.cap < 1.0 - super::FILL_TOL) {
+                if classes
+                    .iter()
+                    .any(|c| c.1.cap < 1.0 - super::water::FILL_TOL)
+                {
                     return None;
                 }
                 1.0

@@ -506,7 +506,7 @@ impl Planner for Compat {
                 )
             })
             .collect();
-        let fractions = match super::water_fill(&caps) {
+        let fractions = match super::water::water_fill(&caps) {
             Some(f) => f,
             None => {
                 notes.push("the training state does not fit in the GPUs' free memory under the reference rule; state split evenly".into());
@@ -523,7 +523,7 @@ impl Planner for Compat {
             &self.fixed_axes(),
         )?;
         notes.extend(pin_notes);
-        let plan: Plan = super::plan_from(self.name(), strategy, &pairs, &fractions);
+        let plan: Plan = super::standard::plan_from(self.name(), strategy, &pairs, &fractions);
         let cells = sol.cells;
         Ok(Planned {
             plan,

@@ -4,7 +4,9 @@
 //! the backward makes them ready, `no_sync()` accumulation. Units: samples,
 //! GiB.
 
-use super::{even_standard_plan, Planned, Planner, Problem};
+use super::standard::even_standard_plan;
+
+use super::{Planned, Planner, Problem};
 use crate::error::PlanError;
 use crate::strategy::{Sharding, StrategySpec};
 

@@ -13,7 +13,9 @@
 //! fits, the plan is returned anyway and the simulator reports the OOM.
 //! Units: samples, GiB.
 
-use super::{even_standard_plan, Planned, Planner, Problem};
+use super::standard::even_standard_plan;
+
+use super::{Planned, Planner, Problem};
 use crate::error::PlanError;
 use crate::strategy::{Sharding, StrategySpec};
 

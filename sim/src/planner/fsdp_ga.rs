@@ -8,7 +8,9 @@
 //! whatever the micro-batch count, every block recomputed, activations
 //! offloaded. Units: samples, GiB.
 
-use super::{even_split, fits, plan_from, sizes, Planned, Planner, Problem};
+use super::standard::{even_split, fits, plan_from, sizes};
+
+use super::{Planned, Planner, Problem};
 use crate::error::PlanError;
 use crate::schedule::Schedule;
 use crate::strategy::{Accumulation, StrategySpec};
@@ -25,7 +27,7 @@ fn too_many_microbatches(
 ) -> PlanError {
     let costs = problem.costs;
     let n = crate::limits::MAX_MICROBATCHES;
-    let local = super::local_params(schedule, r);
+    let local = super::standard::local_params(schedule, r);
     let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[i].node];
     let gib = |x: i64| x as f64 / crate::units::GIB;
     let floor = crate::fast::host_floor(schedule, i, &sizes(b, n), local).map_or(0.0, gib);
@@ -84,7 +86,7 @@ pub fn layered_plan(
     let g = problem.costs.ranks();
     let (strategy, notes) = problem.resolve(&StrategySpec::default(), &FsdpGa.fixed_axes())?;
     let schedule = Schedule::new(problem.costs, strategy);
-    let fr = fractions.unwrap_or_else(|| super::even_fractions(&strategy, g));
+    let fr = fractions.unwrap_or_else(|| super::standard::even_fractions(&strategy, g));
     let mut pairs = Vec::with_capacity(g);
     let mut oom = Vec::new();
     let mut seen: Vec<(usize, u32, u32)> = Vec::new();

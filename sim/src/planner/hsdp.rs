@@ -5,7 +5,9 @@
 //! on a second communicator that overlaps the group's collectives. Units:
 //! samples, GiB.
 
-use super::{even_standard_plan, Planned, Planner, Problem};
+use super::standard::even_standard_plan;
+
+use super::{Planned, Planner, Problem};
 use crate::error::PlanError;
 use crate::strategy::{Sharding, StrategySpec};
 

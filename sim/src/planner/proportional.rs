@@ -11,7 +11,9 @@
 //! one pass: when that does not fit, the simulator reports the OOM — which
 //! is what this baseline does to users. Units: samples, ms.
 
-use super::{proportional_split, rank_speeds, standard_plan, Planned, Planner, Problem};
+use super::standard::{proportional_split, rank_speeds, standard_plan};
+
+use super::{Planned, Planner, Problem};
 use crate::error::PlanError;
 use crate::strategy::{Sharding, StrategySpec};
 

@@ -9,7 +9,8 @@
 //! the simulator reports the OOM. Units: samples, GiB.
 
 use super::proportional::speed_batches;
-use super::{standard_plan, Planned, Planner, Problem};
+use super::standard::standard_plan;
+use super::{Planned, Planner, Problem};
 use crate::error::PlanError;
 use crate::strategy::{Sharding, StrategySpec};
 

@@ -5,7 +5,9 @@
 //! backward all-gather but every unit's parameters are live at once.
 //! Units: samples, GiB.
 
-use super::{even_standard_plan, Planned, Planner, Problem};
+use super::standard::even_standard_plan;
+
+use super::{Planned, Planner, Problem};
 use crate::error::PlanError;
 use crate::strategy::{Sharding, StrategySpec};
 

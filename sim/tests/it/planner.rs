@@ -376,7 +376,7 @@ fn every_planner_plan_validates_and_simulates() {
     );
     let judge = SimJudge::new(&c.costs);
     let p = problem(&c, profiles, Some(&judge));
-    for pl in planner::all() {
+    for pl in planner::registry::all() {
         let out = pl.plan(&p).unwrap();
         out.plan.validate(4, 64, pl.name()).unwrap();
         assert_eq!(out.plan.planner, pl.name());
@@ -397,12 +397,12 @@ fn native_never_worse_than_compat_or_baselines() {
         let c = ref_case(rc, profiles);
         let judge = SimJudge::new(&c.costs);
         let p = problem(&c, profiles, Some(&judge));
-        let ours = planner::cephalo::Cephalo.plan(&p).unwrap();
+        let ours = planner::registry::native().plan(&p).unwrap();
         let r = simulate(&c.costs, &ours.plan, &Default::default()).unwrap();
         assert!(!r.oom, "{}: cephalo plan OOM", rc.id);
         let others =
             std::iter::once(Box::new(planner::compat::Compat) as Box<dyn planner::Planner>)
-                .chain(planner::baselines());
+                .chain(planner::registry::baselines());
         for pl in others {
             let Ok(other) = pl.plan(&p) else { continue };
             let o = simulate(&c.costs, &other.plan, &Default::default()).unwrap();
@@ -461,7 +461,7 @@ fn infeasible_state_names_the_shortfall() {
     let empty = ProfileSet::new();
     // 70B parameters x 16 B = ~1 TiB of state on two 16 GiB T4s.
     let c = build("t4,t4", "llama2-70b", 8, Dtype::Fp16, &empty, None, |_| {});
-    let err = planner::cephalo::Cephalo
+    let err = planner::registry::native()
         .plan(&problem(&c, &empty, None))
         .unwrap_err();
     match err {
@@ -505,7 +505,7 @@ fn hybrid_share_too_large_names_the_gpu() {
         strategy: &pins,
         ..problem(&c, &empty, None)
     };
-    match planner::cephalo::Cephalo.plan(&p).unwrap_err() {
+    match planner::registry::native().plan(&p).unwrap_err() {
         PlanError::Infeasible {
             message,
             rank,
@@ -530,7 +530,7 @@ fn hybrid_share_too_large_names_the_gpu() {
         strategy: &full,
         ..problem(&c, &empty, None)
     };
-    let planned = planner::cephalo::Cephalo.plan(&p).unwrap();
+    let planned = planner::registry::native().plan(&p).unwrap();
     assert!(planned.plan.gpus[2].state_fraction < 0.5);
 }
 
@@ -560,7 +560,7 @@ fn infeasible_microbatch_names_the_gpu() {
         Some("huge"),
         |_| {},
     );
-    let err = planner::cephalo::Cephalo
+    let err = planner::registry::native()
         .plan(&problem(&c, &profiles, None))
         .unwrap_err();
     match err {
@@ -590,7 +590,7 @@ fn slow_gpu_can_be_left_without_samples_and_says_so() {
         |_| {},
     );
     let judge = SimJudge::new(&c.costs);
-    let out = planner::cephalo::Cephalo
+    let out = planner::registry::native()
         .plan(&problem(&c, &empty, Some(&judge)))
         .unwrap();
     out.plan.validate(3, 4, "t").unwrap();
