@@ -24,17 +24,18 @@ pub fn shared_dir() -> Option<PathBuf> {
     None
 }
 
-/// The reference latencies and memory, imported once per test binary.
+/// The reference latencies and memory, imported once per test binary;
+/// `None` as [`shared_dir`] (each caller prints why it skips, or fails
+/// under `CI=true`).
 pub fn reference_profiles() -> Option<&'static ProfileSet> {
-    static SET: OnceLock<Option<ProfileSet>> = OnceLock::new();
-    SET.get_or_init(|| {
-        let d = shared_dir()?;
+    static SET: OnceLock<ProfileSet> = OnceLock::new();
+    let d = shared_dir()?;
+    Some(SET.get_or_init(|| {
         let (g, m) = (GpuCatalog::builtin(), ModelCatalog::builtin());
         let lat = std::fs::read_to_string(d.join("model_latencies.json")).unwrap();
         let mem = std::fs::read_to_string(d.join("model_memory.json")).unwrap();
         let mut set = reference::import_latencies(&lat, "model_latencies.json", g, m).unwrap();
         set.merge(reference::import_memory(&mem, "model_memory.json", m).unwrap());
-        Some(set)
-    })
-    .as_ref()
+        set
+    }))
 }
