@@ -2,15 +2,12 @@
 //! outputs, both searches against brute force, native vs every other planner
 //! in the simulator, infeasibility explanations.
 
-use crate::common::{reference_profiles, shared_dir};
+use crate::common::{gpu_list, reference_profiles, shared_dir, workload};
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
-use sim::cluster::Cluster;
-use sim::cost::{CostModel, CostOptions, Workload};
+use sim::cost::{CostModel, CostOptions};
 use sim::dtype::Dtype;
 use sim::error::PlanError;
-use sim::gpu::GpuCatalog;
-use sim::model::ModelCatalog;
 use sim::planner::cephalo::{self, Choice};
 use sim::planner::closed_form::ClosedForm;
 use sim::planner::compat::{self, CompatInputs};
@@ -35,24 +32,12 @@ fn build(
     cluster: Option<&str>,
     tweak: impl FnOnce(&mut CostOptions),
 ) -> Case {
-    let cl = Cluster::from_gpu_list(gpus, "--gpus", GpuCatalog::builtin()).unwrap();
-    let spec = ModelCatalog::builtin()
-        .lookup(model, "--model")
-        .unwrap()
-        .clone();
-    let seq_len = spec.tokens_per_sample(spec.seq_len);
     let mut options = CostOptions {
         memory_cluster: cluster.map(str::to_string),
         ..CostOptions::default()
     };
     tweak(&mut options);
-    let w = Workload {
-        cluster: cl,
-        model: spec,
-        seq_len,
-        dtype,
-        global_batch: batch,
-    };
+    let w = workload(gpu_list(gpus), model, dtype, batch);
     let pred = sim::perfmodel::builtin();
     let costs = CostModel::build(w, profiles, pred.as_ref(), options).unwrap();
     Case {

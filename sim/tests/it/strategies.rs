@@ -6,7 +6,8 @@
 //! one node, bandwidth monotonicity). The invariant checker is
 //! [`crate::simulate::check`].
 
-use crate::simulate::{build, check, cluster_toml, costs, plan, workload};
+use crate::common::{build, cluster_toml, costs, plan, under, workload};
+use crate::simulate::check;
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 use sim::cluster::Cluster;
@@ -24,16 +25,6 @@ use sim::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy, St
 /// The strategy of `spec` on the workload of `c`.
 fn strategy(c: &CostModel, spec: StrategySpec) -> Strategy {
     resolve_strategy(c, &spec).unwrap()
-}
-
-/// `plan` under `s`, with even fractions per shard group.
-fn under(p: &Plan, s: Strategy) -> Plan {
-    let mut q = p.clone().with_strategy(s);
-    let g = s.shard_group as f64;
-    for gp in &mut q.gpus {
-        gp.state_fraction = 1.0 / g;
-    }
-    q
 }
 
 fn spec(
