@@ -1,20 +1,7 @@
 //! `cephalo comm`, `--comm-profile` and the cluster's link and NIC fields.
 
-use crate::common::{run, Out};
+use crate::common::{run, run_command, tmp, write, Out};
 use serde_json::Value;
-use std::path::PathBuf;
-
-fn tmp(name: &str, text: &str) -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-comm-{name}"));
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-fn comm(args: &[&str]) -> Out {
-    let mut a = vec!["comm"];
-    a.extend_from_slice(args);
-    run(&a)
-}
 
 fn rows(o: &Out) -> Vec<Value> {
     assert_eq!(o.code, 0, "{}", o.stderr);
@@ -26,11 +13,11 @@ fn rows(o: &Out) -> Vec<Value> {
 }
 
 /// Two 8-GPU NVSwitch nodes with `nics` NICs of 200 Gbit/s each.
-fn two_nodes(nics: u32) -> PathBuf {
+fn two_nodes(nics: u32) -> String {
     let node =
         "[[nodes]]\nintra_link = \"nvswitch\"\ngpus = [{ type = \"a100-80gb\", count = 8 }]\n";
-    tmp(
-        &format!("two-{nics}.toml"),
+    write(
+        tmp(&format!("cli-comm-two-{nics}.toml")),
         &format!("[network]\nnics = {nics}\nnic_gbit_s = 200\n{node}{node}"),
     )
 }
@@ -38,16 +25,19 @@ fn two_nodes(nics: u32) -> PathBuf {
 #[test]
 fn json_rows_have_exactly_the_nccl_tests_columns() {
     let c = two_nodes(1);
-    let o = comm(&[
-        "--cluster",
-        c.to_str().unwrap(),
-        "--op",
-        "all-gather",
-        "--sizes",
-        "1M,64M,1G",
-        "--format",
-        "json",
-    ]);
+    let o = run_command(
+        "comm",
+        &[
+            "--cluster",
+            &c,
+            "--op",
+            "all-gather",
+            "--sizes",
+            "1M,64M,1G",
+            "--format",
+            "json",
+        ],
+    );
     let r = rows(&o);
     assert_eq!(r.len(), 3);
     for row in &r {
@@ -74,53 +64,62 @@ fn json_rows_have_exactly_the_nccl_tests_columns() {
     assert!(bus > 20.0 && bus < 25.0, "{bus}");
     // Four NICs: four times the network; one node alone: NVSwitch.
     let c4 = two_nodes(4);
-    let r4 = rows(&comm(&[
-        "--cluster",
-        c4.to_str().unwrap(),
-        "--op",
-        "all-gather",
-        "--sizes",
-        "1G",
-        "--format",
-        "json",
-    ]));
+    let r4 = rows(&run_command(
+        "comm",
+        &[
+            "--cluster",
+            &c4,
+            "--op",
+            "all-gather",
+            "--sizes",
+            "1G",
+            "--format",
+            "json",
+        ],
+    ));
     let bus4 = r4[0]["busbw_gb_s"].as_f64().unwrap();
     assert!((bus4 / bus - 4.0).abs() < 0.05, "{bus4} vs {bus}");
-    let r1 = rows(&comm(&[
-        "--cluster",
-        c4.to_str().unwrap(),
-        "--op",
-        "all-reduce",
-        "--sizes",
-        "1G",
-        "--ranks",
-        "0-7",
-        "--format",
-        "json",
-    ]));
+    let r1 = rows(&run_command(
+        "comm",
+        &[
+            "--cluster",
+            &c4,
+            "--op",
+            "all-reduce",
+            "--sizes",
+            "1G",
+            "--ranks",
+            "0-7",
+            "--format",
+            "json",
+        ],
+    ));
     let nvs = r1[0]["busbw_gb_s"].as_f64().unwrap();
     assert!(nvs > 200.0 && nvs < 300.0, "{nvs}");
 }
 
 #[test]
 fn four_bridged_gpus_are_paced_by_pcie() {
-    let c = tmp(
-        "bridge.toml",
+    let c = write(
+        tmp("cli-comm-bridge.toml"),
         "[[nodes]]\nintra_link = \"nvlink-bridge\"\ngpus = [{ type = \"rtx-a6000\", count = 4 }]\n",
     );
     let bus = |ranks: &str| {
-        rows(&comm(&[
-            "--cluster",
-            c.to_str().unwrap(),
-            "--op",
-            "all-reduce",
-            "--sizes",
-            "1G",
-            "--ranks",
-            ranks,
-            "--format",
-            "json",
-        ]))[0]["busbw_gb_s"]
+        rows(&run_command(
+            "comm",
+            &[
+                "--cluster",
+                &c,
+                "--op",
+                "all-reduce",
+                "--sizes",
+                "1G",
+                "--ranks",
+                ranks,
+                "--format",
+                "json",
+            ],
+        ))[0]["busbw_gb_s"]
             .as_f64()
             .unwrap()
     };
@@ -155,45 +154,51 @@ fn nccl_log(ranks: usize, busbw: f64) -> String {
 #[test]
 fn an_imported_log_reproduces_its_own_bus_bandwidth() {
     let c = two_nodes(1);
-    let log = tmp("ag16.log", &nccl_log(16, 17.5));
-    let o = comm(&[
-        "--cluster",
-        c.to_str().unwrap(),
-        "--op",
-        "all-gather",
-        "--sizes",
-        "1M,16M,256M,1G",
-        "--comm-profile",
-        log.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
+    let log = write(tmp("cli-comm-ag16.log"), &nccl_log(16, 17.5));
+    let o = run_command(
+        "comm",
+        &[
+            "--cluster",
+            &c,
+            "--op",
+            "all-gather",
+            "--sizes",
+            "1M,16M,256M,1G",
+            "--comm-profile",
+            &log,
+            "--format",
+            "json",
+        ],
+    );
     for r in rows(&o) {
         let bus = r["busbw_gb_s"].as_f64().unwrap();
         assert!((bus - 17.5).abs() < 0.02, "{r}");
     }
     // A log of another rank count: rescaled at equal bus bandwidth, with a
     // warning in simulate that says how.
-    let log8 = tmp("ag8.log", &nccl_log(8, 17.5));
-    let o = comm(&[
-        "--cluster",
-        c.to_str().unwrap(),
-        "--op",
-        "all-gather",
-        "--sizes",
-        "1G",
-        "--comm-profile",
-        log8.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
+    let log8 = write(tmp("cli-comm-ag8.log"), &nccl_log(8, 17.5));
+    let o = run_command(
+        "comm",
+        &[
+            "--cluster",
+            &c,
+            "--op",
+            "all-gather",
+            "--sizes",
+            "1G",
+            "--comm-profile",
+            &log8,
+            "--format",
+            "json",
+        ],
+    );
     let bus = rows(&o)[0]["busbw_gb_s"].as_f64().unwrap();
     assert!((bus - 17.5).abs() < 0.02, "{bus}");
     let ones = vec!["1"; 16].join(",");
     let o = run(&[
         "simulate",
         "--cluster",
-        c.to_str().unwrap(),
+        &c,
         "--model",
         "gpt-1.3b",
         "--global-batch",
@@ -201,7 +206,7 @@ fn an_imported_log_reproduces_its_own_bus_bandwidth() {
         "--batch",
         &ones,
         "--comm-profile",
-        log8.to_str().unwrap(),
+        &log8,
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(
@@ -214,8 +219,8 @@ fn an_imported_log_reproduces_its_own_bus_bandwidth() {
 #[test]
 fn bad_input_names_the_field() {
     let bad = |name: &str, toml: &str, want: &str| {
-        let c = tmp(name, toml);
-        let o = comm(&["--cluster", c.to_str().unwrap(), "--op", "all-gather"]);
+        let c = write(tmp(&format!("cli-comm-{name}")), toml);
+        let o = run_command("comm", &["--cluster", &c, "--op", "all-gather"]);
         assert_eq!(o.code, 2, "{name}: {}", o.stderr);
         assert!(o.stderr.contains(want), "{name}: {}", o.stderr);
     };
@@ -248,22 +253,28 @@ fn bad_input_names_the_field() {
     ]);
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("--comm-interference"), "{}", o.stderr);
-    let o = comm(&["--gpus", "l4,l4", "--op", "all-gather", "--ranks", "0,5"]);
+    let o = run_command(
+        "comm",
+        &["--gpus", "l4,l4", "--op", "all-gather", "--ranks", "0,5"],
+    );
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("--ranks"), "{}", o.stderr);
-    let o = comm(&["--gpus", "l4,l4", "--op", "broadcast"]);
+    let o = run_command("comm", &["--gpus", "l4,l4", "--op", "broadcast"]);
     assert_eq!(o.code, 2);
     // A garbled log names its line.
     let log = nccl_log(4, 10.0).replace("float    none", "float    none  x");
-    let p = tmp("garbled.log", &log);
-    let o = comm(&[
-        "--gpus",
-        "l4,l4,l4,l4",
-        "--op",
-        "all-gather",
-        "--comm-profile",
-        p.to_str().unwrap(),
-    ]);
+    let p = write(tmp("cli-comm-garbled.log"), &log);
+    let o = run_command(
+        "comm",
+        &[
+            "--gpus",
+            "l4,l4,l4,l4",
+            "--op",
+            "all-gather",
+            "--comm-profile",
+            &p,
+        ],
+    );
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("line 1"), "{}", o.stderr);
 }

@@ -1,11 +1,13 @@
-//! Fixtures shared by the CLI tests.
+//! Fixtures shared by the CLI tests: running the debug build's `cephalo`,
+//! temporary files and directories, device nodes, input files.
 
 use assert_cmd::Command;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// What one `cephalo` run printed and its exit code.
 pub struct Out {
-    /// Exit code (-1 when killed by a signal).
+    /// Exit code (-1 when killed by a signal, a timeout included).
     pub code: i32,
     /// Standard output.
     pub stdout: String,
@@ -13,18 +15,94 @@ pub struct Out {
     pub stderr: String,
 }
 
-/// Runs the `cephalo` binary with `args`.
-pub fn run(args: &[&str]) -> Out {
-    let o = Command::cargo_bin("cephalo")
-        .unwrap()
-        .args(args)
-        .output()
-        .unwrap();
+/// How long one `cephalo` run may take before it counts as a hang (killed,
+/// so that the test fails instead of stalling the suite; real execution
+/// under MPI is the slowest, a few minutes at most).
+pub const HANG_LIMIT: Duration = Duration::from_secs(600);
+
+/// Runs the `cephalo` binary with `args` (killed after [`HANG_LIMIT`]).
+pub fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Out {
+    run_limited(args, HANG_LIMIT)
+}
+
+/// Runs `cephalo COMMAND ARGS`.
+pub fn run_command(command: &str, args: &[&str]) -> Out {
+    run(&[&[command], args].concat())
+}
+
+/// Runs the `cephalo` binary with `args`, killed after `timeout`.
+pub fn run_limited<S: AsRef<std::ffi::OsStr>>(args: &[S], timeout: Duration) -> Out {
+    let mut cmd = Command::cargo_bin("cephalo").unwrap();
+    cmd.args(args).timeout(timeout);
+    let o = cmd.output().unwrap();
+    let text = |bytes: Vec<u8>, stream: &str| {
+        String::from_utf8(bytes).unwrap_or_else(|e| {
+            let shown: Vec<String> = args
+                .iter()
+                .map(|a| a.as_ref().to_string_lossy().into_owned())
+                .collect();
+            panic!("cephalo {}: {stream} is not UTF-8: {e}", shown.join(" "))
+        })
+    };
     Out {
         code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(o.stdout).unwrap(),
-        stderr: String::from_utf8(o.stderr).unwrap(),
+        stdout: text(o.stdout, "stdout"),
+        stderr: text(o.stderr, "stderr"),
     }
+}
+
+/// `name` in the test binary's temporary directory (nothing is created).
+/// Tests run in parallel in one process: each module starts its names
+/// with its own prefix.
+pub fn tmp(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// A fresh, empty directory [`tmp`]`(name)` (what a previous run left
+/// there is removed first).
+pub fn scratch(name: &str) -> PathBuf {
+    let d = tmp(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Writes `text` to `path`, creating its directory; returns the path as
+/// a command-line argument.
+pub fn write(path: impl AsRef<Path>, text: &str) -> String {
+    let p = path.as_ref();
+    if let Some(parent) = p.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(p, text).unwrap();
+    p.display().to_string()
+}
+
+/// Whether the environment says this is CI (`CI=true`), where missing test
+/// data or tools fail a test instead of skipping it.
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// A character device 1:`minor` at `path` (7 is a stand-in for
+/// `/dev/full`, 3 for `/dev/null`; tests never touch the real `/dev`), or
+/// `None` (with the reason printed) where this user may not make device
+/// nodes; under `CI=true` (CI runs as root) that fails the test.
+pub fn device_node(path: &Path, minor: u32) -> Option<()> {
+    let made = std::process::Command::new("mknod")
+        .arg(path)
+        .args(["c", "1", &minor.to_string()])
+        .output()
+        .unwrap();
+    if made.status.success() {
+        return Some(());
+    }
+    let why = String::from_utf8_lossy(&made.stderr).into_owned();
+    if under_ci() {
+        panic!("CI=true but mknod failed (CI runs as root): {why}");
+    }
+    eprintln!("skipping the device-node cases: mknod failed (not root?): {why}");
+    None
 }
 
 /// `../shared/reference-profiles`, or `None` (with a printed reason) when it
@@ -34,7 +112,7 @@ pub fn shared_dir() -> Option<PathBuf> {
     if d.join("model_latencies.json").is_file() {
         return Some(d);
     }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
+    if under_ci() {
         panic!("CI=true but {} has no reference profiles", d.display());
     }
     eprintln!(
@@ -49,7 +127,7 @@ pub fn shared_dir() -> Option<PathBuf> {
 /// memory of two models, enough for `calibrate` to fit in about a second
 /// in a debug build. `None` (with the reason printed) where the reference
 /// profiles are absent, as [`shared_dir`].
-pub fn small_reference(dir: &std::path::Path) -> Option<PathBuf> {
+pub fn small_reference(dir: &Path) -> Option<PathBuf> {
     let shared = shared_dir()?;
     const KEEP: [&str; 2] = ["deepspeedgpt_1.3b", "deepspeedbert_large"];
     let read = |name: &str| -> serde_json::Value {
@@ -67,8 +145,16 @@ pub fn small_reference(dir: &std::path::Path) -> Option<PathBuf> {
             .retain(|k, _| KEEP.contains(&k.as_str()));
     }
     let out = dir.join("small-reference");
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::write(out.join("model_latencies.json"), lat.to_string()).unwrap();
-    std::fs::write(out.join("model_memory.json"), mem.to_string()).unwrap();
+    write(out.join("model_latencies.json"), &lat.to_string());
+    write(out.join("model_memory.json"), &mem.to_string());
     Some(out)
+}
+
+/// A native profile (`cephalo-profile/1`) of one GPT-1.3B block entry on
+/// `gpu` in `dtype`, with activation memory `act` (a JSON list of GiB,
+/// one per batch size 1, 2, 3).
+pub fn native_profile(gpu: &str, dtype: &str, act: &str) -> String {
+    format!(
+        r#"{{"format": "cephalo-profile/1", "device": "test", "blocks": [{{"gpu": "{gpu}", "model": "gpt-1.3b", "seq_len": 512, "dtype": "{dtype}", "batch_sizes": [1, 2, 3], "fwd_ms": [10.0, 19.0, 28.0], "bwd_ms": [20.0, 38.0, 56.0], "act_mem_gib": {act}}}], "units": [], "collectives": []}}"#
+    )
 }

@@ -3,8 +3,8 @@
 //! merged equal one run byte for byte, and malformed specs are refused
 //! before any work, naming the field.
 
-use crate::common::run;
-use std::path::{Path, PathBuf};
+use crate::common::{run, scratch, write, Out};
+use std::path::Path;
 
 const SPEC: &str = r#"
 name = "small"
@@ -47,19 +47,8 @@ planners = ["fsdp", "cephalo"]
 file = "gantt"
 "#;
 
-fn dir(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn go(args: &[&str]) -> crate::common::Out {
-    run(args)
-}
-
 /// `experiment run NAME` with specs in `specs` and results in `results`.
-fn run_in(specs: &Path, results: &Path, extra: &[&str]) -> crate::common::Out {
+fn run_in(specs: &Path, results: &Path, extra: &[&str]) -> Out {
     let mut a = vec![
         "experiment",
         "run",
@@ -70,7 +59,7 @@ fn run_in(specs: &Path, results: &Path, extra: &[&str]) -> crate::common::Out {
         results.to_str().unwrap(),
     ];
     a.extend_from_slice(extra);
-    go(&a)
+    run(&a)
 }
 
 /// Width and height of a PNG (its IHDR chunk).
@@ -83,9 +72,9 @@ fn png_size(p: &Path) -> (u32, u32) {
 
 #[test]
 fn a_small_experiment_runs_end_to_end() {
-    let specs = dir("exp-specs");
-    std::fs::write(specs.join("small.toml"), SPEC).unwrap();
-    let one = dir("exp-one");
+    let specs = scratch("exp-specs");
+    write(specs.join("small.toml"), SPEC);
+    let one = scratch("exp-one");
     let o = run_in(&specs, &one, &[]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let out = one.join("small");
@@ -173,7 +162,7 @@ fn a_small_experiment_runs_end_to_end() {
     assert!(report.contains("calibrated analytic model"), "{report}");
 
     // Shards 1/2 and 2/2, merged, equal the single run byte for byte.
-    let parts = dir("exp-parts");
+    let parts = scratch("exp-parts");
     for k in ["1/2", "2/2"] {
         let o = run_in(&specs, &parts, &["--shard", k]);
         assert_eq!(o.code, 0, "{k}: {}", o.stderr);
@@ -182,7 +171,7 @@ fn a_small_experiment_runs_end_to_end() {
         !parts.join("small/results.csv").exists(),
         "a shard writes only its part"
     );
-    let m = go(&[
+    let m = run(&[
         "experiment",
         "merge",
         "small",
@@ -198,7 +187,7 @@ fn a_small_experiment_runs_end_to_end() {
         assert!(a == b, "{f} differs between one run and merged shards");
     }
     // And a second run gives the same bytes.
-    let again = dir("exp-again");
+    let again = scratch("exp-again");
     assert_eq!(run_in(&specs, &again, &[]).code, 0);
     assert!(
         std::fs::read(out.join("results.csv")).unwrap()
@@ -229,15 +218,14 @@ fn malformed_specs_are_refused_before_any_work() {
         ),
     ];
     for (i, (from, to, field)) in cases.iter().enumerate() {
-        let specs = dir(&format!("exp-bad-{i}"));
-        std::fs::write(
+        let specs = scratch(&format!("exp-bad-{i}"));
+        write(
             specs.join("bad.toml"),
             "[[nodes]]\ngpus = [ { type = \"z100\", count = 2 } ]\n",
-        )
-        .unwrap();
+        );
         assert!(SPEC.contains(from), "{from}");
-        std::fs::write(specs.join("small.toml"), SPEC.replace(from, to)).unwrap();
-        let results = dir(&format!("exp-bad-out-{i}"));
+        write(specs.join("small.toml"), &SPEC.replace(from, to));
+        let results = scratch(&format!("exp-bad-out-{i}"));
         let o = run_in(&specs, &results, &[]);
         assert_eq!(o.code, 2, "{field}: {}", o.stderr);
         assert!(
@@ -265,9 +253,9 @@ fn validate_json(pred: f64, meas: f64) -> String {
 
 #[test]
 fn a_study_of_measurements_draws_predicted_against_measured() {
-    let specs = dir("exp-val-specs");
-    std::fs::write(specs.join("run-a.json"), validate_json(100.0, 110.0)).unwrap();
-    std::fs::write(specs.join("run-b.json"), validate_json(200.0, 190.0)).unwrap();
+    let specs = scratch("exp-val-specs");
+    write(specs.join("run-a.json"), &validate_json(100.0, 110.0));
+    write(specs.join("run-b.json"), &validate_json(200.0, 190.0));
     let spec = r#"
 name = "small"
 title = "Measured"
@@ -277,8 +265,8 @@ validations = ["run-a.json", "run-b.json"]
 kind = "validation"
 file = "scatter"
 "#;
-    std::fs::write(specs.join("small.toml"), spec).unwrap();
-    let results = dir("exp-val-out");
+    write(specs.join("small.toml"), spec);
+    let results = scratch("exp-val-out");
     let o = run_in(&specs, &results, &[]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let csv = std::fs::read_to_string(results.join("small/validation.csv")).unwrap();
@@ -293,12 +281,11 @@ file = "scatter"
         "{report}"
     );
     // A missing file is refused before any work, naming the field.
-    std::fs::write(
+    write(
         specs.join("small.toml"),
-        spec.replace("run-b.json", "no-such.json"),
-    )
-    .unwrap();
-    let bad = dir("exp-val-bad");
+        &spec.replace("run-b.json", "no-such.json"),
+    );
+    let bad = scratch("exp-val-bad");
     let o = run_in(&specs, &bad, &[]);
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("validations[1]"), "{}", o.stderr);

@@ -3,16 +3,8 @@
 //! `config.json`), the per-GPU memory breakdown, and the build hint for
 //! real execution in a build without it.
 
-use crate::common::run;
+use crate::common::{run, scratch, write};
 use serde_json::Value;
-use std::path::PathBuf;
-
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("cephalo-explain-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 #[test]
 fn list_names_every_catalog_entry_with_its_numbers() {
@@ -91,9 +83,9 @@ fn help_text_has_no_rust_doc_links() {
 
 #[test]
 fn catalogs_at_run_time_extend_and_replace_the_built_in_ones() {
-    let d = scratch("catalogs");
+    let d = scratch("cli-explain-catalogs");
     let gpus = d.join("gpus.toml");
-    std::fs::write(
+    write(
         &gpus,
         r#"[[gpu]]
 name = "lab-card"
@@ -106,10 +98,9 @@ bf16_tflops = 180.0
 mem_bw_gbps = 960.0
 host_link = { pcie_gen = 4, lanes = 16 }
 "#,
-    )
-    .unwrap();
+    );
     let models = d.join("models.toml");
-    std::fs::write(
+    write(
         &models,
         r#"[[model]]
 name = "gpt-1.3b"
@@ -120,8 +111,7 @@ heads = 16
 vocab = 50257
 seq_len = 1024
 "#,
-    )
-    .unwrap();
+    );
     let o = run(&[
         "simulate",
         "--gpu-catalog",
@@ -164,7 +154,7 @@ seq_len = 1024
     // The new type is listed; a broken catalog names its file and field.
     let o = run(&["list", "gpus", "--gpu-catalog", gpus.to_str().unwrap()]);
     assert!(o.stdout.contains("lab-card"));
-    std::fs::write(&gpus, "[[gpu]]\nname = \"x\"\nspeed = 3\n").unwrap();
+    write(&gpus, "[[gpu]]\nname = \"x\"\nspeed = 3\n");
     let o = run(&["list", "gpus", "--gpu-catalog", gpus.to_str().unwrap()]);
     assert_eq!(o.code, 2);
     assert!(
@@ -177,17 +167,15 @@ seq_len = 1024
 
 #[test]
 fn a_hugging_face_config_is_a_model() {
-    let d = scratch("hf").join("Llama-2-7b-hf");
-    std::fs::create_dir_all(&d).unwrap();
+    let d = scratch("cli-explain-hf").join("Llama-2-7b-hf");
     let cfg = d.join("config.json");
-    std::fs::write(
+    write(
         &cfg,
         r#"{"architectures": ["LlamaForCausalLM"], "model_type": "llama",
             "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
             "num_hidden_layers": 32, "num_key_value_heads": 32,
             "max_position_embeddings": 4096, "vocab_size": 32000, "torch_dtype": "float16"}"#,
-    )
-    .unwrap();
+    );
     let args = |m: &str| {
         vec![
             "simulate".to_string(),
@@ -203,17 +191,16 @@ fn a_hugging_face_config_is_a_model() {
             "json".into(),
         ]
     };
-    let run_s = |a: Vec<String>| run(&a.iter().map(String::as_str).collect::<Vec<_>>());
-    let from_file = run_s(args(cfg.to_str().unwrap()));
+    let from_file = run(&args(cfg.to_str().unwrap()));
     assert_eq!(from_file.code, 0, "{}", from_file.stderr);
     let v: Value = serde_json::from_str(&from_file.stdout).unwrap();
     assert_eq!(v["model"], "Llama-2-7b-hf");
     // The same shapes as the catalog's public llama2-7b: the same iteration.
-    let named: Value = serde_json::from_str(&run_s(args("llama2-7b")).stdout).unwrap();
+    let named: Value = serde_json::from_str(&run(&args("llama2-7b")).stdout).unwrap();
     assert_eq!(v["iteration_ms"], named["iteration_ms"]);
     assert_eq!(v["seq_len"], 4096);
-    std::fs::write(&cfg, r#"{"model_type": "t5", "d_model": 512}"#).unwrap();
-    let bad = run_s(args(cfg.to_str().unwrap()));
+    write(&cfg, r#"{"model_type": "t5", "d_model": 512}"#);
+    let bad = run(&args(cfg.to_str().unwrap()));
     assert_eq!(bad.code, 2);
     assert!(
         bad.stderr.contains("config.json") && bad.stderr.contains("model_type"),

@@ -4,7 +4,7 @@
 //! infeasible, with a message), within a time limit, and never print NaN,
 //! an infinity, a negative time or an MFU above 1.
 
-use assert_cmd::Command;
+use crate::common::{run_limited, scratch, write};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use serde_json::Value;
@@ -72,11 +72,7 @@ fn maybe(v: Values) -> BoxedStrategy<Option<&'static str>> {
 /// malformed ones.
 fn files(dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let w = |name: &str, text: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    };
+    let w = |name: &str, text: &str| PathBuf::from(write(dir.join(name), text));
     let clusters = vec![
         root.join("experiments/clusters/paper-4gpu.toml"),
         w(
@@ -152,21 +148,9 @@ pub fn check_json(v: &Value, path: &str, oom: bool) -> Result<(), String> {
     }
 }
 
-/// Runs `cephalo` with `args`, killed after 120 s (a hang is a failure, not
-/// a stuck suite): its exit code (`None` when killed) and its output.
-pub fn run_bounded(args: &[String]) -> (Option<i32>, String, String) {
-    let o = Command::cargo_bin("cephalo")
-        .unwrap()
-        .args(args)
-        .timeout(Duration::from_secs(120))
-        .output()
-        .unwrap();
-    (
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout).to_string(),
-        String::from_utf8_lossy(&o.stderr).to_string(),
-    )
-}
+/// How long one fuzzed `cephalo` run may take before it counts as a hang
+/// (a failure, not a stuck suite).
+pub const LIMIT: Duration = Duration::from_secs(120);
 
 /// What a table or message may never say.
 pub fn check_text(s: &str) -> Result<(), String> {
@@ -184,9 +168,7 @@ pub fn check_text(s: &str) -> Result<(), String> {
 
 #[test]
 fn random_flags_and_files_exit_0_or_2_with_sane_numbers() {
-    let dir = std::env::temp_dir().join(format!("cephalo-fuzz-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("cli-fuzz");
     let (clusters, plans) = files(&dir);
     let case = (
         0usize..3,
@@ -289,7 +271,8 @@ fn random_flags_and_files_exit_0_or_2_with_sane_numbers() {
             if json {
                 push("--format", "json");
             }
-            let (code, stdout, stderr) = run_bounded(&args);
+            let o = run_limited(&args, LIMIT);
+            let (code, stdout, stderr) = (o.code, o.stdout, o.stderr);
             let why = |what: String| {
                 TestCaseError::fail(format!(
                     "cephalo {}: {what}\nstdout: {stdout}\nstderr: {stderr}",
@@ -297,10 +280,10 @@ fn random_flags_and_files_exit_0_or_2_with_sane_numbers() {
                 ))
             };
             match code {
-                Some(0) => {
+                0 => {
                     answers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                Some(2) => {
+                2 => {
                     if !stderr.lines().any(|l| l.starts_with("error: ")) {
                         return Err(why("exit 2 without an error message".into()));
                     }
@@ -310,12 +293,12 @@ fn random_flags_and_files_exit_0_or_2_with_sane_numbers() {
             check_text(&stdout).map_err(&why)?;
             // An error message may quote the bad input (`got NaN`); notes
             // and warnings of an answer may not.
-            if code == Some(0) {
+            if code == 0 {
                 check_text(&stderr).map_err(&why)?;
             } else if stderr.contains("panicked") {
                 return Err(why("panics".into()));
             }
-            if json && code == Some(0) {
+            if json && code == 0 {
                 let v: Value =
                     serde_json::from_str(&stdout).map_err(|e| why(format!("not JSON: {e}")))?;
                 check_json(&v, "", false).map_err(&why)?;

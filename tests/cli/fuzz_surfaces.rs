@@ -9,8 +9,8 @@
 //! an infinity, never put a negative time or an MFU above 1 in JSON, and
 //! never replace a device node, a FIFO or a symlink they were given.
 
-use crate::fuzz::{check_json, check_text, run_bounded};
-use assert_cmd::Command;
+use crate::common::{device_node, native_profile, run, run_limited, scratch, write};
+use crate::fuzz::{check_json, check_text, LIMIT};
 use serde_json::Value;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -64,21 +64,8 @@ fn nccl_log(busbw: f64, time_scale: f64) -> String {
     s
 }
 
-fn native_profile(gpu: &str, dtype: &str, act: &str) -> String {
-    format!(
-        r#"{{"format": "cephalo-profile/1", "device": "fuzz", "blocks": [{{"gpu": "{gpu}", "model": "gpt-1.3b", "seq_len": 512, "dtype": "{dtype}", "batch_sizes": [1, 2, 3], "fwd_ms": [10.0, 19.0, 28.0], "bwd_ms": [20.0, 38.0, 56.0], "act_mem_gib": {act}}}], "units": [], "collectives": []}}"#
-    )
-}
-
 fn files(dir: &Path) -> Files {
-    let w = |name: &str, text: &str| -> String {
-        let p = dir.join(name);
-        if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent).unwrap();
-        }
-        std::fs::write(&p, text).unwrap();
-        p.display().to_string()
-    };
+    let w = |name: &str, text: &str| write(dir.join(name), text);
     let mkdir = |name: &str| -> String {
         let p = dir.join(name);
         std::fs::create_dir_all(&p).unwrap();
@@ -180,24 +167,20 @@ fn files(dir: &Path) -> Files {
     ];
     // A real pipeline plan, and corrupted copies of it.
     let good = dir.join("pipe-good.json");
-    let o = Command::cargo_bin("cephalo")
-        .unwrap()
-        .args([
-            "plan",
-            "--gpus",
-            "l4,l4,a100",
-            "--model",
-            "gpt-1.3b",
-            "--global-batch",
-            "16",
-            "--planner",
-            "pipeline",
-            "--out",
-            good.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{o:?}");
+    let o = run(&[
+        "plan",
+        "--gpus",
+        "l4,l4,a100",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "16",
+        "--planner",
+        "pipeline",
+        "--out",
+        good.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
     let plan: Value = serde_json::from_str(&std::fs::read_to_string(&good).unwrap()).unwrap();
     let edit = |name: &str, f: &dyn Fn(&mut Value)| -> String {
         let mut v = plan.clone();
@@ -224,7 +207,7 @@ fn files(dir: &Path) -> Files {
     let specs_dir = dir.join("specs");
     std::fs::create_dir_all(&specs_dir).unwrap();
     let spec = |name: &str, body: &str| {
-        std::fs::write(specs_dir.join(format!("{name}.toml")), body).unwrap();
+        write(specs_dir.join(format!("{name}.toml")), body);
     };
     let small = "name = \"fz-ok\"\ntitle = \"t\"\ndescription = \"d\"\nprofiles = \"calibrated\"\n[sweep]\ngpus = [\"a100-80gb,l4\"]\nmodels = [\"gpt-1.3b\"]\nglobal_batches = [8]\nplanners = [\"fsdp\"]\n[[figure]]\nkind = \"bars\"\nx = \"global_batch\"\ny = \"samples_per_s\"\n";
     spec("fz-ok", small);
@@ -278,20 +261,11 @@ fn files(dir: &Path) -> Files {
     std::os::unix::fs::symlink("created-by-fuzz.out", &dangling).unwrap();
     special.push((dangling.clone(), "symlink"));
     outputs.push(dangling.display().to_string());
-    for (name, minor) in [("full", "7"), ("null", "3")] {
+    for (name, minor) in [("full", 7), ("null", 3)] {
         let p = dir.join(format!("dev-{name}"));
-        let made = std::process::Command::new("mknod")
-            .arg(&p)
-            .args(["c", "1", minor])
-            .status()
-            .unwrap();
-        if made.success() {
+        if device_node(&p, minor).is_some() {
             special.push((p.clone(), "device"));
             outputs.push(p.display().to_string());
-        } else if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true but mknod failed (CI runs as root)");
-        } else {
-            eprintln!("fuzz: no device-node outputs (mknod failed: not root?)");
         }
     }
     Files {
@@ -471,9 +445,7 @@ fn case(rng: &mut Rng, f: &Files, dir: &Path, i: usize) -> (Vec<String>, bool) {
 
 #[test]
 fn every_surface_exits_0_1_or_2_and_damages_nothing() {
-    let dir = std::env::temp_dir().join(format!("cephalo-fuzz-surfaces-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("cli-fuzz-surfaces");
     let f = files(&dir);
     let seed = std::env::var("CEPHALO_FUZZ_SEED")
         .ok()
@@ -484,7 +456,8 @@ fn every_surface_exits_0_1_or_2_and_damages_nothing() {
     let mut codes = [0usize; 3];
     for i in 0..CASES {
         let (args, json) = case(&mut rng, &f, &dir, i);
-        let (code, stdout, stderr) = run_bounded(&args);
+        let o = run_limited(&args, LIMIT);
+        let (code, stdout, stderr) = (o.code, o.stdout, o.stderr);
         let ctx = || {
             format!(
                 "cephalo {}\nstdout: {stdout}\nstderr: {stderr}",
@@ -492,8 +465,8 @@ fn every_surface_exits_0_1_or_2_and_damages_nothing() {
             )
         };
         match code {
-            Some(0) => codes[0] += 1,
-            Some(1) => {
+            0 => codes[0] += 1,
+            1 => {
                 assert!(
                     stderr.contains("cannot write"),
                     "exit 1 is only for a failed write: {}",
@@ -501,7 +474,7 @@ fn every_surface_exits_0_1_or_2_and_damages_nothing() {
                 );
                 codes[1] += 1;
             }
-            Some(2) => {
+            2 => {
                 assert!(
                     stderr.lines().any(|l| l.starts_with("error: ")),
                     "exit 2 without an error line: {}",
@@ -515,7 +488,7 @@ fn every_surface_exits_0_1_or_2_and_damages_nothing() {
             panic!("{e}: {}", ctx());
         }
         assert!(!stderr.contains("panicked"), "panics: {}", ctx());
-        if json && code == Some(0) && !stdout.trim().is_empty() {
+        if json && code == 0 && !stdout.trim().is_empty() {
             // `--csv -` / `--trace -` share stdout with the report: check the
             // report only when stdout is one JSON document.
             if let Ok(v) = serde_json::from_str::<Value>(&stdout) {

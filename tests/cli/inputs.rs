@@ -4,22 +4,8 @@
 //! list flags, reference-optimizer plan files, and impossible against
 //! merely large numbers.
 
-use crate::common::{run, shared_dir, small_reference, Out};
-use std::path::{Path, PathBuf};
-
-fn scratch(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("inputs-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let p = dir.join(name);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(&p, text).unwrap();
-    p.display().to_string()
-}
+use crate::common::{native_profile, run, scratch, shared_dir, small_reference, write, Out};
+use std::path::PathBuf;
 
 fn simulate(extra: &[&str]) -> Out {
     let mut a = vec![
@@ -45,29 +31,22 @@ fn refused(o: &Out, needles: &[&str]) {
     assert!(o.stdout.is_empty(), "answered anyway: {}", o.stdout);
 }
 
-fn native(gpu: &str, dtype: &str, act: &str) -> String {
-    format!(
-        r#"{{"format": "cephalo-profile/1", "device": "test", "blocks": [{{"gpu": "{gpu}", "model": "gpt-1.3b", "seq_len": 512, "dtype": "{dtype}", "batch_sizes": [1, 2, 3], "fwd_ms": [10.0, 19.0, 28.0], "bwd_ms": [20.0, 38.0, 56.0], "act_mem_gib": {act}}}], "units": [], "collectives": []}}"#
-    )
-}
-
 #[test]
 fn profiles_that_hold_nothing_usable_are_errors_naming_the_path() {
-    let d = scratch("empty-profiles");
+    let d = scratch("inputs-empty-profiles");
     let empty = d.join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     refused(
         &simulate(&["--profiles", empty.to_str().unwrap()]),
         &["empty", "no profile in this directory"],
     );
-    let braces = write(&d, "braces/x.json", "{}");
+    let braces = write(d.join("braces/x.json"), "{}");
     refused(
         &simulate(&["--profiles", &braces]),
         &["x.json", "no profile entries"],
     );
     let unknown = write(
-        &d,
-        "unknown.json",
+        d.join("unknown.json"),
         r#"{"no-such-model": {"l4": {"512": {"float16": 3.0}}}}"#,
     );
     refused(
@@ -79,8 +58,7 @@ fn profiles_that_hold_nothing_usable_are_errors_naming_the_path() {
         ],
     );
     let native_empty = write(
-        &d,
-        "native-empty.json",
+        d.join("native-empty.json"),
         r#"{"format": "cephalo-profile/1", "device": "x", "blocks": [], "units": [], "collectives": []}"#,
     );
     refused(
@@ -91,7 +69,7 @@ fn profiles_that_hold_nothing_usable_are_errors_naming_the_path() {
 
 #[test]
 fn a_dtype_a_gpu_cannot_run_is_refused_wherever_they_meet() {
-    let d = scratch("dtype");
+    let d = scratch("inputs-dtype");
     for gpus in ["v100-16gb,l4", "t4,t4", "p40,a100"] {
         let o = run(&[
             "simulate",
@@ -125,14 +103,16 @@ fn a_dtype_a_gpu_cannot_run_is_refused_wherever_they_meet() {
     ]);
     refused(&o, &["t4 cannot train in bf16", "fp16, fp32"]);
     // Profiles: a native block and a reference entry measured in bf16 on a T4.
-    let p = write(&d, "bf16-t4.json", &native("t4", "bf16", "null"));
+    let p = write(
+        d.join("bf16-t4.json"),
+        &native_profile("t4", "bf16", "null"),
+    );
     refused(
         &simulate(&["--profiles", &p]),
         &["bf16-t4.json", "blocks[0].dtype", "cannot train in bf16"],
     );
     let r = write(
-        &d,
-        "ref-bf16.json",
+        d.join("ref-bf16.json"),
         r#"{"deepspeedgpt_1.3b": {"t4": {"512": {"bfloat16": 3.0}}}}"#,
     );
     refused(
@@ -143,13 +123,19 @@ fn a_dtype_a_gpu_cannot_run_is_refused_wherever_they_meet() {
 
 #[test]
 fn memory_lists_that_fall_are_refused_in_every_format() {
-    let d = scratch("memory");
+    let d = scratch("inputs-memory");
     // Within allocator noise (2% or 64 MiB): accepted.
-    let ok = write(&d, "ok.json", &native("l4", "fp16", "[2.0, 1.98, 3.0]"));
+    let ok = write(
+        d.join("ok.json"),
+        &native_profile("l4", "fp16", "[2.0, 1.98, 3.0]"),
+    );
     let o = simulate(&["--profiles", &ok]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     // Beyond it, in the native format and in the reference one.
-    let bad = write(&d, "falls.json", &native("l4", "fp16", "[4.0, 3.0, 5.0]"));
+    let bad = write(
+        d.join("falls.json"),
+        &native_profile("l4", "fp16", "[4.0, 3.0, 5.0]"),
+    );
     refused(
         &simulate(&["--profiles", &bad]),
         &[
@@ -159,14 +145,16 @@ fn memory_lists_that_fall_are_refused_in_every_format() {
             "2% or 64 MiB",
         ],
     );
-    let zero = write(&d, "zero.json", &native("l4", "fp16", "[0.0, 1.0, 2.0]"));
+    let zero = write(
+        d.join("zero.json"),
+        &native_profile("l4", "fp16", "[0.0, 1.0, 2.0]"),
+    );
     refused(
         &simulate(&["--profiles", &zero]),
         &["zero.json", "act_mem_gib", "holds activations"],
     );
     let mem = write(
-        &d,
-        "model_memory.json",
+        d.join("model_memory.json"),
         r#"{"paper": {"deepspeedgpt_1.3b": {"parameters": 1315575808, "profiled_compute_memory": {"float16": [3.0, 4.0, 3.5, 5.0]}}}}"#,
     );
     refused(
@@ -181,7 +169,7 @@ fn memory_lists_that_fall_are_refused_in_every_format() {
 
 #[test]
 fn calibration_coefficients_are_physically_checked() {
-    let d = scratch("calibration");
+    let d = scratch("inputs-calibration");
     let shipped: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("profiles/calibration.json"),
@@ -204,7 +192,7 @@ fn calibration_coefficients_are_physically_checked() {
     for (part, key, value, field) in cases {
         let mut c = shipped.clone();
         c[part][key] = value;
-        let p = write(&d, &format!("{key}.json"), &c.to_string());
+        let p = write(d.join(format!("{key}.json")), &c.to_string());
         refused(
             &simulate(&["--calibration", &p]),
             &[&p, field, "expected a value in"],
@@ -222,19 +210,19 @@ fn calibration_coefficients_are_physically_checked() {
     }
     let mut c = shipped.clone();
     c["error_band"]["time_leave_one_model_out"]["p90_ape_pct"] = (-3.0).into();
-    let p = write(&d, "band.json", &c.to_string());
+    let p = write(d.join("band.json"), &c.to_string());
     refused(
         &simulate(&["--calibration", &p]),
         &["error_band.time_leave_one_model_out.p90_ape_pct"],
     );
     // The shipped file passes its own checks.
-    let p = write(&d, "shipped.json", &shipped.to_string());
+    let p = write(d.join("shipped.json"), &shipped.to_string());
     assert_eq!(simulate(&["--calibration", &p]).code, 0);
 }
 
 #[test]
 fn calibrate_refuses_measurements_that_are_zero_naming_the_entry() {
-    let d = scratch("calibrate-zero");
+    let d = scratch("inputs-calibrate-zero");
     let Some(reference) = small_reference(&d) else {
         return;
     };
@@ -480,17 +468,16 @@ fn long_predictions_are_reported_and_impossible_numbers_refused() {
         o.stderr
     );
     // A measured pass of hours is large, not impossible; zero is impossible.
-    let d = scratch("long");
+    let d = scratch("inputs-long");
     let hours = write(
-        &d,
-        "hours.json",
-        &native("l4", "fp16", "null").replace("[10.0, 19.0, 28.0]", "[7.2e6, 1.4e7, 2.1e7]"),
+        d.join("hours.json"),
+        &native_profile("l4", "fp16", "null")
+            .replace("[10.0, 19.0, 28.0]", "[7.2e6, 1.4e7, 2.1e7]"),
     );
     assert_eq!(simulate(&["--profiles", &hours]).code, 0);
     let zero = write(
-        &d,
-        "zero.json",
-        &native("l4", "fp16", "null").replace("[10.0, 19.0, 28.0]", "[0.0, 19.0, 28.0]"),
+        d.join("zero.json"),
+        &native_profile("l4", "fp16", "null").replace("[10.0, 19.0, 28.0]", "[0.0, 19.0, 28.0]"),
     );
     refused(
         &simulate(&["--profiles", &zero]),
@@ -498,9 +485,9 @@ fn long_predictions_are_reported_and_impossible_numbers_refused() {
     );
     // A unit mix-up (nanoseconds read as ms) is still refused.
     let ns = write(
-        &d,
-        "ns.json",
-        &native("l4", "fp16", "null").replace("[10.0, 19.0, 28.0]", "[1e10, 1.9e10, 2.8e10]"),
+        d.join("ns.json"),
+        &native_profile("l4", "fp16", "null")
+            .replace("[10.0, 19.0, 28.0]", "[1e10, 1.9e10, 2.8e10]"),
     );
     refused(&simulate(&["--profiles", &ns]), &["ns.json", "unit mix-up"]);
 }

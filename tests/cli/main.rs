@@ -6,6 +6,7 @@ mod experiment;
 mod explain;
 mod fuzz;
 mod fuzz_surfaces;
+mod golden;
 mod inputs;
 mod outputs;
 mod pipeline;

@@ -5,9 +5,9 @@
 //! its target, a directory is refused before any work. No test touches the
 //! real `/dev`: device nodes are made with `mknod` in a temporary directory.
 
-use crate::common::{run, small_reference, Out};
+use crate::common::{device_node, run, scratch, small_reference};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const WORKLOAD: [&str; 6] = [
     "--gpus",
@@ -17,33 +17,6 @@ const WORKLOAD: [&str; 6] = [
     "--global-batch",
     "8",
 ];
-
-fn scratch(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("outputs-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// A stand-in for `/dev/full` (character device 1:7) at `path`, or `None`
-/// (with the reason printed) where this user may not make device nodes;
-/// under `CI=true` (root) that fails the test.
-fn dev_full(path: &Path) -> Option<()> {
-    let made = std::process::Command::new("mknod")
-        .arg(path)
-        .args(["c", "1", "7"])
-        .output()
-        .unwrap();
-    if made.status.success() {
-        return Some(());
-    }
-    let why = String::from_utf8_lossy(&made.stderr).into_owned();
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but mknod failed (CI runs as root): {why}");
-    }
-    eprintln!("skipping the device-node cases: mknod failed (not root?): {why}");
-    None
-}
 
 fn mkfifo(path: &Path) {
     let o = std::process::Command::new("mkfifo")
@@ -98,20 +71,15 @@ fn writers() -> Vec<Writer> {
     ]
 }
 
-fn run_owned(args: &[String]) -> Out {
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    run(&a)
-}
-
 #[test]
 fn a_device_node_is_written_in_place_and_a_full_one_is_exit_1() {
-    let d = scratch("device");
+    let d = scratch("outputs-device");
     for w in writers() {
         let node = d.join(format!("full-{}", w.name.replace([' ', '-'], "_")));
-        if dev_full(&node).is_none() {
+        if device_node(&node, 7).is_none() {
             return;
         }
-        let o = run_owned(&w.args(node.to_str().unwrap()));
+        let o = run(&w.args(node.to_str().unwrap()));
         assert_eq!(o.code, 1, "{}: {}", w.name, o.stderr);
         assert!(
             o.stderr.contains(node.to_str().unwrap()) && o.stderr.contains("No space left"),
@@ -135,13 +103,8 @@ fn a_device_node_is_written_in_place_and_a_full_one_is_exit_1() {
     // A writable device (a stand-in for /dev/null, 1:3) takes the output and
     // stays a device.
     let null = d.join("null");
-    let made = std::process::Command::new("mknod")
-        .arg(&null)
-        .args(["c", "1", "3"])
-        .status()
-        .unwrap();
-    assert!(made.success());
-    let o = run_owned(&writers()[1].args(null.to_str().unwrap()));
+    assert!(device_node(&null, 3).is_some());
+    let o = run(&writers()[1].args(null.to_str().unwrap()));
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(std::fs::symlink_metadata(&null)
         .unwrap()
@@ -151,7 +114,7 @@ fn a_device_node_is_written_in_place_and_a_full_one_is_exit_1() {
 
 #[test]
 fn a_fifo_with_a_reader_receives_the_output() {
-    let d = scratch("fifo");
+    let d = scratch("outputs-fifo");
     for w in writers() {
         let fifo = d.join(format!("pipe-{}", w.name.replace([' ', '-'], "_")));
         mkfifo(&fifo);
@@ -159,7 +122,7 @@ fn a_fifo_with_a_reader_receives_the_output() {
             let fifo = fifo.clone();
             std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
         };
-        let o = run_owned(&w.args(fifo.to_str().unwrap()));
+        let o = run(&w.args(fifo.to_str().unwrap()));
         assert_eq!(o.code, 0, "{}: {}", w.name, o.stderr);
         let got = reader.join().unwrap();
         assert!(got.len() > 20, "{}: the reader got {got:?}", w.name);
@@ -176,7 +139,7 @@ fn a_fifo_with_a_reader_receives_the_output() {
 
 #[test]
 fn a_symlink_keeps_being_a_link_and_its_target_is_updated_with_its_permissions() {
-    let d = scratch("symlink");
+    let d = scratch("outputs-symlink");
     for w in writers() {
         let tag = w.name.replace([' ', '-'], "_");
         let target = d.join(format!("run-42-{tag}.out"));
@@ -184,7 +147,7 @@ fn a_symlink_keeps_being_a_link_and_its_target_is_updated_with_its_permissions()
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
         let link = d.join(format!("latest-{tag}.out"));
         std::os::unix::fs::symlink(target.file_name().unwrap(), &link).unwrap();
-        let o = run_owned(&w.args(link.to_str().unwrap()));
+        let o = run(&w.args(link.to_str().unwrap()));
         assert_eq!(o.code, 0, "{}: {}", w.name, o.stderr);
         assert!(
             std::fs::symlink_metadata(&link)
@@ -207,13 +170,13 @@ fn a_symlink_keeps_being_a_link_and_its_target_is_updated_with_its_permissions()
 
 #[test]
 fn a_dangling_symlink_creates_its_target() {
-    let d = scratch("dangling");
+    let d = scratch("outputs-dangling");
     for w in writers() {
         let tag = w.name.replace([' ', '-'], "_");
         let link = d.join(format!("latest-{tag}.out"));
         let target = d.join(format!("new-{tag}.out"));
         std::os::unix::fs::symlink(target.file_name().unwrap(), &link).unwrap();
-        let o = run_owned(&w.args(link.to_str().unwrap()));
+        let o = run(&w.args(link.to_str().unwrap()));
         assert_eq!(o.code, 0, "{}: {}", w.name, o.stderr);
         assert!(std::fs::symlink_metadata(&link)
             .unwrap()
@@ -228,7 +191,7 @@ fn a_dangling_symlink_creates_its_target() {
     // A link into a directory that does not exist is refused before the work.
     let link = d.join("into-nowhere.csv");
     std::os::unix::fs::symlink("no-such-dir/x.csv", &link).unwrap();
-    let o = run_owned(&writers()[0].args(link.to_str().unwrap()));
+    let o = run(&writers()[0].args(link.to_str().unwrap()));
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("does not exist"), "{}", o.stderr);
     assert!(o.stdout.is_empty(), "worked before refusing: {}", o.stdout);
@@ -236,7 +199,7 @@ fn a_dangling_symlink_creates_its_target() {
     let (a, b) = (d.join("loop-a.csv"), d.join("loop-b.csv"));
     std::os::unix::fs::symlink(&b, &a).unwrap();
     std::os::unix::fs::symlink(&a, &b).unwrap();
-    let o = run_owned(&writers()[0].args(a.to_str().unwrap()));
+    let o = run(&writers()[0].args(a.to_str().unwrap()));
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(
         o.stderr.contains("loop") && o.stderr.contains("loop-a.csv"),
@@ -247,9 +210,9 @@ fn a_dangling_symlink_creates_its_target() {
 
 #[test]
 fn a_directory_is_refused_before_any_work() {
-    let d = scratch("directory");
+    let d = scratch("outputs-directory");
     for w in writers() {
-        let o = run_owned(&w.args(d.to_str().unwrap()));
+        let o = run(&w.args(d.to_str().unwrap()));
         assert_eq!(o.code, 2, "{}: {}", w.name, o.stderr);
         assert!(o.stderr.contains("is a directory"), "{}", o.stderr);
         assert!(
@@ -264,7 +227,7 @@ fn a_directory_is_refused_before_any_work() {
 #[test]
 fn dash_is_standard_output_for_every_flag() {
     for w in writers() {
-        let o = run_owned(&w.args("-"));
+        let o = run(&w.args("-"));
         assert_eq!(o.code, 0, "{}: {}", w.name, o.stderr);
         let marker = match w.name {
             "simulate --csv" => "rank,gpu,",
@@ -286,7 +249,7 @@ fn dash_is_standard_output_for_every_flag() {
 
 #[test]
 fn calibrate_checks_its_outputs_before_the_fit() {
-    let d = scratch("calibrate");
+    let d = scratch("outputs-calibrate");
     let Some(reference) = small_reference(&d) else {
         return;
     };
@@ -331,7 +294,7 @@ fn calibrate_checks_its_outputs_before_the_fit() {
             reference.clone(),
         ];
         a.extend(extra);
-        let o = run_owned(&a);
+        let o = run(&a);
         assert_eq!(o.code, 2, "{a:?}: {}", o.stderr);
         assert!(o.stderr.contains(flag), "{a:?}: {}", o.stderr);
         assert!(o.stdout.is_empty(), "{a:?}: fitted first");
@@ -339,16 +302,10 @@ fn calibrate_checks_its_outputs_before_the_fit() {
     }
     // A device as --out needs no --force (nothing is replaced) and takes the file.
     let null = d.join("null");
-    if dev_full(&d.join("probe-full")).is_none() {
+    if device_node(&null, 3).is_none() {
         return;
     }
-    let made = std::process::Command::new("mknod")
-        .arg(&null)
-        .args(["c", "1", "3"])
-        .status()
-        .unwrap();
-    assert!(made.success());
-    let o = run_owned(&[
+    let o = run(&[
         "calibrate".into(),
         "--reference".into(),
         reference,

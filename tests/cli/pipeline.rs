@@ -3,9 +3,8 @@
 //! shape, hand-edited plan files refused naming the field (exit 2), and a
 //! workload no pipeline can hold reported as infeasible with its stage.
 
-use crate::common::run;
+use crate::common::{run, tmp, write};
 use serde_json::Value;
-use std::path::PathBuf;
 
 const WORKLOAD: [&str; 8] = [
     "--gpus",
@@ -26,19 +25,11 @@ fn with(cmd: &str, extra: &[&str]) -> Vec<String> {
         .collect()
 }
 
-fn go(v: &[String]) -> crate::common::Out {
-    run(&v.iter().map(String::as_str).collect::<Vec<_>>())
-}
-
-fn tmp(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
-}
-
 #[test]
 fn pipeline_plan_round_trips_through_simulate() {
     let path = tmp("cli-pipeline-plan.json");
     let p = path.to_str().unwrap();
-    let o = go(&with(
+    let o = run(&with(
         "plan",
         &[
             "--planner",
@@ -60,7 +51,7 @@ fn pipeline_plan_round_trips_through_simulate() {
     assert_eq!(blocks, 24, "gpt-1.3b has 24 blocks");
     let file: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert!(file["pipeline"]["stages"].is_array(), "{file}");
-    let s = go(&with("simulate", &["--plan", p, "--format", "json"]));
+    let s = run(&with("simulate", &["--plan", p, "--format", "json"]));
     assert_eq!(s.code, 0, "{}", s.stderr);
     let sim: Value = serde_json::from_str(&s.stdout).unwrap();
     let (a, b) = (
@@ -69,14 +60,14 @@ fn pipeline_plan_round_trips_through_simulate() {
     );
     assert!((a - b).abs() <= 1e-9 * b, "{a} vs {b}");
     assert_eq!(sim["pipeline"]["stages"], planned["pipeline"]["stages"]);
-    let t = go(&with("simulate", &["--plan", p]));
+    let t = run(&with("simulate", &["--plan", p]));
     assert!(t.stdout.contains("pipeline: "), "{}", t.stdout);
     assert!(t.stdout.contains("emb+1-"), "{}", t.stdout);
 }
 
 #[test]
 fn compare_shows_pipeline_rows_with_their_shape() {
-    let o = go(&with("compare", &["--format", "json"]));
+    let o = run(&with("compare", &["--format", "json"]));
     assert_eq!(o.code, 0, "{}", o.stderr);
     let rows: Vec<Value> = serde_json::from_str(&o.stdout).unwrap();
     for name in ["pipeline", "pipeline-hetero"] {
@@ -90,7 +81,7 @@ fn compare_shows_pipeline_rows_with_their_shape() {
 /// A pipeline plan file with `edit` applied must exit 2 naming `field`.
 fn refused(edit: impl Fn(&mut Value), field: &str) {
     let good = tmp("cli-pipeline-good.json");
-    let o = go(&with(
+    let o = run(&with(
         "plan",
         &["--planner", "pipeline", "--out", good.to_str().unwrap()],
     ));
@@ -101,8 +92,8 @@ fn refused(edit: impl Fn(&mut Value), field: &str) {
         "cli-pipeline-bad-{}.json",
         field.replace(['[', ']', '.'], "_")
     ));
-    std::fs::write(&bad, serde_json::to_string(&v).unwrap()).unwrap();
-    let s = go(&with("simulate", &["--plan", bad.to_str().unwrap()]));
+    write(&bad, &serde_json::to_string(&v).unwrap());
+    let s = run(&with("simulate", &["--plan", bad.to_str().unwrap()]));
     assert_eq!(s.code, 2, "{field}: {}", s.stderr);
     assert!(s.stderr.contains(field), "want {field}: {}", s.stderr);
     assert!(!s.stderr.contains("panicked"), "{}", s.stderr);

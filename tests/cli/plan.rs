@@ -3,9 +3,8 @@
 //! back by `simulate --plan`, determinism, and infeasible workloads exiting
 //! 2 with the shortfall and the GPU.
 
-use crate::common::{run, shared_dir};
+use crate::common::{run, scratch, shared_dir, tmp, write};
 use serde_json::Value;
-use std::path::PathBuf;
 
 fn paper(cmd: &str, d: &str, extra: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = [
@@ -30,16 +29,12 @@ fn paper(cmd: &str, d: &str, extra: &[&str]) -> Vec<String> {
     v
 }
 
-fn args(v: &[String]) -> Vec<&str> {
-    v.iter().map(String::as_str).collect()
-}
-
 #[test]
 fn r3_compat_plan_matches_the_reference() {
     // See: issue 3 ("Must show", first bullet).
     let Some(d) = shared_dir() else { return };
     let d = d.to_str().unwrap();
-    let o = run(&args(&paper("plan", d, &["--compat", "--format", "json"])));
+    let o = run(&paper("plan", d, &["--compat", "--format", "json"]));
     assert_eq!(o.code, 0, "{}", o.stderr);
     let v: Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(v["batch_sizes"], serde_json::json!([13, 12, 34, 5]));
@@ -52,7 +47,7 @@ fn r3_compat_plan_matches_the_reference() {
     assert!(v["simulated"]["iteration_ms"].as_f64().unwrap() > 0.0);
     assert_eq!(v["simulated"]["oom"], Value::Bool(false));
     // Same inputs, same bytes.
-    let again = run(&args(&paper("plan", d, &["--compat", "--format", "json"])));
+    let again = run(&paper("plan", d, &["--compat", "--format", "json"]));
     assert_eq!(again.stdout, o.stdout);
 }
 
@@ -60,17 +55,13 @@ fn r3_compat_plan_matches_the_reference() {
 fn plan_out_is_read_back_by_simulate() {
     let Some(d) = shared_dir() else { return };
     let d = d.to_str().unwrap();
-    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-plan-out.json");
+    let path = tmp("cli-plan-out.json");
     let p = path.to_str().unwrap();
-    let o = run(&args(&paper("plan", d, &["--format", "json", "--out", p])));
+    let o = run(&paper("plan", d, &["--format", "json", "--out", p]));
     assert_eq!(o.code, 0, "{}", o.stderr);
     let planned: Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(planned["planner"], "cephalo");
-    let s = run(&args(&paper(
-        "simulate",
-        d,
-        &["--plan", p, "--format", "json"],
-    )));
+    let s = run(&paper("simulate", d, &["--plan", p, "--format", "json"]));
     assert_eq!(s.code, 0, "{}", s.stderr);
     let sim: Value = serde_json::from_str(&s.stdout).unwrap();
     let a = sim["iteration_ms"].as_f64().unwrap();
@@ -82,7 +73,7 @@ fn plan_out_is_read_back_by_simulate() {
 fn compare_rows_contract_and_ours_wins() {
     let Some(d) = shared_dir() else { return };
     let d = d.to_str().unwrap();
-    let o = run(&args(&paper("compare", d, &["--format", "json"])));
+    let o = run(&paper("compare", d, &["--format", "json"]));
     assert_eq!(o.code, 0, "{}", o.stderr);
     let rows: Vec<Value> = serde_json::from_str(&o.stdout).unwrap();
     let names: Vec<&str> = rows
@@ -132,7 +123,7 @@ fn compare_rows_contract_and_ours_wins() {
     }
     let fsdp = rows.iter().find(|r| r["planner"] == "fsdp").unwrap();
     assert!((fsdp["speedup_vs_even_fsdp"].as_f64().unwrap() - 1.0).abs() < 1e-12);
-    let csv = run(&args(&paper("compare", d, &["--format", "csv"])));
+    let csv = run(&paper("compare", d, &["--format", "csv"]));
     assert_eq!(csv.code, 0);
     assert!(csv
         .stdout
@@ -230,17 +221,14 @@ fn calibration_flag_replaces_the_shipped_model() {
         let v = slow["time"][k].as_f64().unwrap();
         slow["time"][k] = Value::from(v * 100.0);
     }
-    let dir = std::env::temp_dir().join(format!("cephalo-cal-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let slow_path = dir.join("slow.json");
-    std::fs::write(&slow_path, slow.to_string()).unwrap();
+    let dir = scratch("cli-plan-calibration");
+    let slow_path = write(dir.join("slow.json"), &slow.to_string());
     let mut stale = shipped;
     stale["time"]
         .as_object_mut()
         .unwrap()
         .remove("power_clock_ghz");
-    let stale_path = dir.join("stale.json");
-    std::fs::write(&stale_path, stale.to_string()).unwrap();
+    let stale_path = write(dir.join("stale.json"), &stale.to_string());
 
     let base = [
         "plan",
@@ -260,10 +248,10 @@ fn calibration_flag_replaces_the_shipped_model() {
         v["simulated"]["iteration_ms"].as_f64().unwrap()
     };
     let default_ms = iter_ms(&[]);
-    let slow_ms = iter_ms(&["--calibration", slow_path.to_str().unwrap()]);
+    let slow_ms = iter_ms(&["--calibration", &slow_path]);
     assert!(slow_ms > default_ms * 1.05, "{slow_ms} vs {default_ms}");
 
-    let o = run(&[&base[..], &["--calibration", stale_path.to_str().unwrap()]].concat());
+    let o = run(&[&base[..], &["--calibration", &stale_path]].concat());
     assert_eq!(o.code, 2);
     assert!(
         o.stderr.contains("stale.json") && o.stderr.contains("power_clock_ghz"),
@@ -346,12 +334,11 @@ fn the_native_planner_refuses_more_gpus_than_its_stated_limit() {
             format!("[[nodes]]\nname = \"n{n}\"\ngpus = [ {{ type = \"l4\", count = 8 }} ]\n")
         }))
         .collect();
-    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cluster-1032.toml");
-    std::fs::write(&path, toml).unwrap();
+    let path = write(tmp("cli-plan-cluster-1032.toml"), &toml);
     let o = run(&[
         "plan",
         "--cluster",
-        path.to_str().unwrap(),
+        &path,
         "--model",
         "gpt-1.3b",
         "--global-batch",
@@ -370,7 +357,7 @@ fn the_native_planner_refuses_more_gpus_than_its_stated_limit() {
     let o = run(&[
         "plan",
         "--cluster",
-        path.to_str().unwrap(),
+        &path,
         "--model",
         "gpt-1.3b",
         "--global-batch",

@@ -2,22 +2,8 @@
 //! calibrated model alone, the best-source mode with imported profiles, and
 //! bad queries exiting 2.
 
-use crate::common::shared_dir;
-use assert_cmd::Command;
+use crate::common::{run, run_command, shared_dir};
 use serde_json::Value;
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let o = Command::cargo_bin("cephalo")
-        .unwrap()
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8(o.stdout).unwrap(),
-        String::from_utf8(o.stderr).unwrap(),
-    )
-}
 
 const H100_13B: [&str; 12] = [
     "predict",
@@ -38,7 +24,8 @@ const H100_13B: [&str; 12] = [
 fn analytic_json_for_an_unmeasured_gpu() {
     let mut args = H100_13B.to_vec();
     args.extend(["json", "--source", "analytic"]);
-    let (code, out, err) = run(&args);
+    let o = run(&args);
+    let (code, out, err) = (o.code, o.stdout, o.stderr);
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     let rows = v.as_array().unwrap();
@@ -57,7 +44,7 @@ fn analytic_json_for_an_unmeasured_gpu() {
         assert!(r["time_source"].as_str().unwrap().starts_with("analytic"));
     }
     // Same inputs, same bytes.
-    assert_eq!(run(&args).1, out);
+    assert_eq!(run(&args).stdout, out);
 }
 
 #[test]
@@ -81,7 +68,8 @@ fn best_source_prefers_imported_profiles_and_says_so() {
         "--profiles",
         &d,
     ];
-    let (code, out, err) = run(&base);
+    let o = run(&base);
+    let (code, out, err) = (o.code, o.stdout, o.stderr);
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert!(
@@ -94,7 +82,8 @@ fn best_source_prefers_imported_profiles_and_says_so() {
     // --source analytic never uses the imported entry.
     let mut a = base.to_vec();
     a.extend(["--source", "analytic"]);
-    let (code, out, _) = run(&a);
+    let o = run(&a);
+    let (code, out) = (o.code, o.stdout);
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert!(v[0]["time_source"]
@@ -131,9 +120,8 @@ fn bad_queries_exit_2() {
         ),
     ];
     for (args, want) in cases {
-        let mut a = vec!["predict"];
-        a.extend_from_slice(args);
-        let (code, _, err) = run(&a);
+        let o = run_command("predict", args);
+        let (code, err) = (o.code, o.stderr);
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
     }

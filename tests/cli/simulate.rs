@@ -3,21 +3,9 @@
 //! trace, out-of-memory reporting, and bad input exiting 2 with the file or
 //! field named and no panic.
 
-use crate::common::shared_dir;
-use crate::common::Out;
+use crate::common::{device_node, run, run_command, scratch, shared_dir, tmp, write};
 use serde_json::Value;
 use std::path::PathBuf;
-
-fn tmp(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-simulate-{name}"))
-}
-
-/// `cephalo simulate ARGS`.
-fn run(args: &[&str]) -> Out {
-    let mut a = vec!["simulate"];
-    a.extend_from_slice(args);
-    crate::common::run(&a)
-}
 
 const CONTRACT_TOP: [&str; 6] = [
     "iteration_ms",
@@ -64,8 +52,8 @@ fn check_contract(j: &Value, gpus: usize) {
 fn r2_paper_case_runs_with_a_bounded_time_and_a_valid_trace() {
     let Some(d) = shared_dir() else { return };
     let d = d.to_str().unwrap();
-    let trace = tmp("paper-trace.json");
-    let csv = tmp("paper.csv");
+    let trace = tmp("cli-simulate-paper-trace.json");
+    let csv = tmp("cli-simulate-paper.csv");
     let args = [
         "--gpus",
         "l4,l4,a6000,p40",
@@ -93,7 +81,7 @@ fn r2_paper_case_runs_with_a_bounded_time_and_a_valid_trace() {
         "--csv",
         csv.to_str().unwrap(),
     ]);
-    let o = run(&with_files);
+    let o = run_command("simulate", &with_files);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(!o.stderr.contains("panicked"));
     let j: Value = serde_json::from_str(&o.stdout).unwrap();
@@ -132,13 +120,13 @@ fn r2_paper_case_runs_with_a_bounded_time_and_a_valid_trace() {
     assert!(c.starts_with("rank,gpu,"));
     // Same bytes again (stdout and trace).
     let first_trace = std::fs::read(&trace).unwrap();
-    let again = run(&with_files);
+    let again = run_command("simulate", &with_files);
     assert_eq!(again.stdout, o.stdout);
     assert_eq!(std::fs::read(&trace).unwrap(), first_trace);
     // The table says the same.
     let mut table = args.to_vec();
     table.truncate(table.len() - 2);
-    let o = run(&table);
+    let o = run_command("simulate", &table);
     assert_eq!(o.code, 0);
     assert!(
         o.stdout.contains("iteration ") && o.stdout.contains("MFU"),
@@ -149,26 +137,29 @@ fn r2_paper_case_runs_with_a_bounded_time_and_a_valid_trace() {
 
 #[test]
 fn output_is_byte_identical_across_runs() {
-    let (t1, t2) = (tmp("det1.json"), tmp("det2.json"));
+    let (t1, t2) = (tmp("cli-simulate-det1.json"), tmp("cli-simulate-det2.json"));
     let go = |t: &PathBuf| {
-        run(&[
-            "--gpus",
-            "a10g,t4,v100x16",
-            "--model",
-            "llama-tiny",
-            "--global-batch",
-            "24",
-            "--batch",
-            "12,4,8",
-            "--microbatches",
-            "3,1,2",
-            "--state-fractions",
-            "0.5,0.2,0.3",
-            "--format",
-            "json",
-            "--trace",
-            t.to_str().unwrap(),
-        ])
+        run_command(
+            "simulate",
+            &[
+                "--gpus",
+                "a10g,t4,v100x16",
+                "--model",
+                "llama-tiny",
+                "--global-batch",
+                "24",
+                "--batch",
+                "12,4,8",
+                "--microbatches",
+                "3,1,2",
+                "--state-fractions",
+                "0.5,0.2,0.3",
+                "--format",
+                "json",
+                "--trace",
+                t.to_str().unwrap(),
+            ],
+        )
     };
     let (a, b) = (go(&t1), go(&t2));
     assert_eq!(a.code, 0, "{}", a.stderr);
@@ -179,12 +170,11 @@ fn output_is_byte_identical_across_runs() {
 
 #[test]
 fn plan_file_and_lists_agree() {
-    let plan = tmp("plan.json");
-    std::fs::write(
+    let plan = tmp("cli-simulate-plan.json");
+    write(
         &plan,
         r#"{"uneven_batch_sizes":[6,2],"uneven_microbatches":[2,1],"split_uneven_partitions":[0.6,0.4]}"#,
-    )
-    .unwrap();
+    );
     let common = [
         "--gpus",
         "a10g,t4",
@@ -206,7 +196,7 @@ fn plan_file_and_lists_agree() {
         "--state-fractions",
         "0.6,0.4",
     ]);
-    let (x, y) = (run(&a), run(&b));
+    let (x, y) = (run_command("simulate", &a), run_command("simulate", &b));
     assert_eq!(x.code, 0, "{}", x.stderr);
     let (jx, jy): (Value, Value) = (
         serde_json::from_str(&x.stdout).unwrap(),
@@ -231,7 +221,7 @@ fn r2_llama7b_fp32_batch_8_on_four_t4_is_out_of_memory() {
         "--batch",
         "8,8,8,8",
     ];
-    let o = run(&args);
+    let o = run_command("simulate", &args);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stdout.contains("OUT OF MEMORY"), "{}", o.stdout);
     assert!(
@@ -246,7 +236,7 @@ fn r2_llama7b_fp32_batch_8_on_four_t4_is_out_of_memory() {
     );
     let mut j = args.to_vec();
     j.extend(["--format", "json"]);
-    let o = run(&j);
+    let o = run_command("simulate", &j);
     assert_eq!(o.code, 0);
     let v: Value = serde_json::from_str(&o.stdout).unwrap();
     check_contract(&v, 4);
@@ -272,13 +262,13 @@ fn r2_llama7b_fp32_batch_8_on_four_t4_is_out_of_memory() {
 /// Bad input exits 2, names the file / flag / field, and never panics.
 #[test]
 fn bad_input_exits_2_naming_the_culprit() {
-    let neg = tmp("neg.toml");
-    std::fs::write(&neg, "name = \"x\"\n[network]\nbw_gbit_s = -10.0\n[[nodes]]\ngpus = [ { type = \"l4\", count = 2 } ]\n").unwrap();
-    let bad_toml = tmp("bad.toml");
-    std::fs::write(&bad_toml, "nodes = [\n").unwrap();
-    let bad_json = tmp("bad.json");
-    std::fs::write(&bad_json, "{ \"gpus\": [ ").unwrap();
-    let missing = tmp("missing.json");
+    let neg = tmp("cli-simulate-neg.toml");
+    write(&neg, "name = \"x\"\n[network]\nbw_gbit_s = -10.0\n[[nodes]]\ngpus = [ { type = \"l4\", count = 2 } ]\n");
+    let bad_toml = tmp("cli-simulate-bad.toml");
+    write(&bad_toml, "nodes = [\n");
+    let bad_json = tmp("cli-simulate-bad.json");
+    write(&bad_json, "{ \"gpus\": [ ");
+    let missing = tmp("cli-simulate-missing.json");
     let (neg, bad_toml, bad_json, missing) = (
         neg.to_str().unwrap().to_string(),
         bad_toml.to_str().unwrap().to_string(),
@@ -344,7 +334,7 @@ fn bad_input_exits_2_naming_the_culprit() {
     for (args, needles) in cases {
         let mut a = args.clone();
         a.extend(m);
-        let o = run(&a);
+        let o = run_command("simulate", &a);
         assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
         assert!(!o.stderr.contains("panicked"), "{args:?}: {}", o.stderr);
         assert!(o.stdout.is_empty(), "{args:?}: nothing on stdout");
@@ -352,32 +342,38 @@ fn bad_input_exits_2_naming_the_culprit() {
             assert!(o.stderr.contains(n), "{args:?}: `{n}` not in: {}", o.stderr);
         }
     }
-    let o = run(&[
-        "--gpus",
-        "l4,l4",
-        "--model",
-        "gpt-9000",
-        "--global-batch",
-        "2",
-        "--batch",
-        "1,1",
-    ]);
+    let o = run_command(
+        "simulate",
+        &[
+            "--gpus",
+            "l4,l4",
+            "--model",
+            "gpt-9000",
+            "--global-batch",
+            "2",
+            "--batch",
+            "1,1",
+        ],
+    );
     assert_eq!(o.code, 2);
     assert!(
         o.stderr.contains("--model") && o.stderr.contains("gpt-9000"),
         "{}",
         o.stderr
     );
-    let o = run(&[
-        "--gpus",
-        "l4,l4",
-        "--model",
-        "gpt-1.3b",
-        "--global-batch",
-        "2",
-        "--batch",
-        "-1,3",
-    ]);
+    let o = run_command(
+        "simulate",
+        &[
+            "--gpus",
+            "l4,l4",
+            "--model",
+            "gpt-1.3b",
+            "--global-batch",
+            "2",
+            "--batch",
+            "-1,3",
+        ],
+    );
     assert_eq!(o.code, 2);
     assert!(!o.stderr.contains("panicked"));
 }
@@ -387,20 +383,23 @@ fn bad_input_exits_2_naming_the_culprit() {
 /// neither.
 #[test]
 fn cost_per_million_tokens_follows_prices() {
-    let priced = run(&[
-        "--gpus",
-        "l4,l4",
-        "--model",
-        "gpt-1.3b",
-        "--global-batch",
-        "4",
-        "--batch",
-        "2,2",
-        "--microbatches",
-        "1,1",
-        "--format",
-        "json",
-    ]);
+    let priced = run_command(
+        "simulate",
+        &[
+            "--gpus",
+            "l4,l4",
+            "--model",
+            "gpt-1.3b",
+            "--global-batch",
+            "4",
+            "--batch",
+            "2,2",
+            "--microbatches",
+            "1,1",
+            "--format",
+            "json",
+        ],
+    );
     assert_eq!(priced.code, 0, "{}", priced.stderr);
     let v: Value = serde_json::from_str(&priced.stdout).unwrap();
     let p = v["price_per_hour_usd"].as_f64().unwrap();
@@ -411,20 +410,23 @@ fn cost_per_million_tokens_follows_prices() {
         (c - p / 3600.0 / tok * 1e6).abs() < 1e-9 * c,
         "{c} vs {p} {tok}"
     );
-    let unpriced = run(&[
-        "--gpus",
-        "l4,p40",
-        "--model",
-        "gpt-1.3b",
-        "--global-batch",
-        "4",
-        "--batch",
-        "2,2",
-        "--microbatches",
-        "1,1",
-        "--format",
-        "json",
-    ]);
+    let unpriced = run_command(
+        "simulate",
+        &[
+            "--gpus",
+            "l4,p40",
+            "--model",
+            "gpt-1.3b",
+            "--global-batch",
+            "4",
+            "--batch",
+            "2,2",
+            "--microbatches",
+            "1,1",
+            "--format",
+            "json",
+        ],
+    );
     let v: Value = serde_json::from_str(&unpriced.stdout).unwrap();
     assert!(v["price_per_hour_usd"].is_null() && v["usd_per_million_tokens"].is_null());
 }
@@ -461,19 +463,9 @@ fn a_closed_or_full_stdout_is_not_a_panic() {
     // device is a stand-in for /dev/full (1:7) made in a temporary
     // directory (tests never touch the real /dev); where this user may not
     // make device nodes the case is skipped, saying so (CI runs as root).
-    let node = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("stdout-full");
+    let node = tmp("cli-simulate-stdout-full");
     let _ = std::fs::remove_file(&node);
-    let made = Command::new("mknod")
-        .arg(&node)
-        .args(["c", "1", "7"])
-        .status()
-        .unwrap();
-    if !made.success() {
-        assert!(
-            std::env::var("CI").map_or(true, |v| v != "true"),
-            "CI=true but mknod failed (CI runs as root)"
-        );
-        eprintln!("skipping the full-stdout case: mknod failed (not root?)");
+    if device_node(&node, 7).is_none() {
         return;
     }
     let full = std::fs::OpenOptions::new().write(true).open(&node).unwrap();
@@ -488,14 +480,10 @@ fn a_closed_or_full_stdout_is_not_a_panic() {
 fn an_absurd_duration_is_an_error_not_a_small_number() {
     // 1e-290 Gbit/s between nodes: collectives of ~1e290 ms, past the
     // engine's 584-year clock. It must not wrap into a small time.
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let f = dir.join("absurd-network.toml");
-    std::fs::write(
-        &f,
-        "[network]\nbw_gbit_s = 1e-290\n[[nodes]]\ngpus = [{ type = \"a100-80gb\", count = 2 }]\n[[nodes]]\ngpus = [{ type = \"a100-80gb\", count = 2 }]\n",
-    )
-    .unwrap();
-    let o = crate::common::run(&[
+    let f = tmp("cli-simulate-absurd-network.toml");
+    write(&f, "[network]\nbw_gbit_s = 1e-290\n[[nodes]]\ngpus = [{ type = \"a100-80gb\", count = 2 }]\n[[nodes]]\ngpus = [{ type = \"a100-80gb\", count = 2 }]\n",
+    );
+    let o = run(&[
         "simulate",
         "--cluster",
         f.to_str().unwrap(),
@@ -521,7 +509,6 @@ fn an_absurd_duration_is_an_error_not_a_small_number() {
 
 #[test]
 fn output_paths_are_checked_before_the_work() {
-    let run = crate::common::run;
     let base = [
         "--gpus",
         "l4,l4",
@@ -551,7 +538,7 @@ fn output_paths_are_checked_before_the_work() {
         "simulated before checking: {}",
         o.stdout
     );
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let dir = scratch("cli-simulate-output-paths");
     let o = with("plan", &["--out", dir.to_str().unwrap()]);
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("is a directory"), "{}", o.stderr);
@@ -572,7 +559,7 @@ fn output_paths_are_checked_before_the_work() {
     // `calibrate` does not replace an existing file (the shipped one
     // included) without --force.
     let existing = dir.join("existing-calibration.json");
-    std::fs::write(&existing, "keep").unwrap();
+    write(&existing, "keep");
     let o = run(&["calibrate", "--out", existing.to_str().unwrap()]);
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("--force"), "{}", o.stderr);
@@ -625,7 +612,7 @@ fn every_command_speaks_table_json_and_csv() {
         for (format, check) in [("table", ""), ("json", "{"), ("csv", header)] {
             let mut a = args.clone();
             a.extend(["--format", format]);
-            let o = crate::common::run(&a);
+            let o = run(&a);
             assert_eq!(o.code, 0, "{a:?}: {}", o.stderr);
             let first = o.stdout.lines().next().unwrap_or("");
             if format == "json" {
@@ -642,9 +629,8 @@ fn every_command_speaks_table_json_and_csv() {
 
 #[test]
 fn a_plan_made_for_another_workload_is_refused() {
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let f = dir.join("plan-for-8.json");
-    let o = crate::common::run(&[
+    let f = tmp("cli-simulate-plan-for-8.json");
+    let o = run(&[
         "plan",
         "--gpus",
         "l4,l4",
@@ -659,7 +645,7 @@ fn a_plan_made_for_another_workload_is_refused() {
     let sim = |extra: &[&str]| {
         let mut a = vec!["simulate", "--plan", f.to_str().unwrap(), "--gpus", "l4,l4"];
         a.extend(extra);
-        crate::common::run(&a)
+        run(&a)
     };
     let ok = sim(&["--model", "gpt-1.3b", "--global-batch", "8"]);
     assert_eq!(ok.code, 0, "{}", ok.stderr);
@@ -720,22 +706,25 @@ fn impossible_numbers_are_refused_where_they_enter() {
         ),
     ];
     for (name, text, want) in cases {
-        let f = tmp(&format!("physical-{name}.json"));
-        std::fs::write(&f, text).unwrap();
-        let o = run(&[
-            "--gpus",
-            "l4,l4",
-            "--model",
-            "gpt-1.3b",
-            "--seq-len",
-            "2048",
-            "--global-batch",
-            "8",
-            "--batch",
-            "4,4",
-            "--profiles",
-            f.to_str().unwrap(),
-        ]);
+        let f = tmp(&format!("cli-simulate-physical-{name}.json"));
+        write(&f, &text);
+        let o = run_command(
+            "simulate",
+            &[
+                "--gpus",
+                "l4,l4",
+                "--model",
+                "gpt-1.3b",
+                "--seq-len",
+                "2048",
+                "--global-batch",
+                "8",
+                "--batch",
+                "4,4",
+                "--profiles",
+                f.to_str().unwrap(),
+            ],
+        );
         assert_eq!(o.code, 2, "{name}: {}", o.stderr);
         assert!(o.stderr.contains(want), "{name}: {}", o.stderr);
         assert!(
@@ -744,22 +733,24 @@ fn impossible_numbers_are_refused_where_they_enter() {
             o.stderr
         );
     }
-    let f = tmp("physical-latency.toml");
-    std::fs::write(
+    let f = tmp("cli-simulate-physical-latency.toml");
+    write(
         &f,
         "[network]\nlatency_us = 1e12\n[[nodes]]\ngpus = [{ type = \"l4\", count = 2 }]\n",
-    )
-    .unwrap();
-    let o = run(&[
-        "--cluster",
-        f.to_str().unwrap(),
-        "--model",
-        "gpt-1.3b",
-        "--global-batch",
-        "8",
-        "--batch",
-        "4,4",
-    ]);
+    );
+    let o = run_command(
+        "simulate",
+        &[
+            "--cluster",
+            f.to_str().unwrap(),
+            "--model",
+            "gpt-1.3b",
+            "--global-batch",
+            "8",
+            "--batch",
+            "4,4",
+        ],
+    );
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(
         o.stderr.contains("network.latency_us") && o.stderr.contains("[0, 1000000] us"),

@@ -3,27 +3,19 @@
 //! native planner's per-strategy table; bad strategy input exiting 2 with
 //! the flag named (issue 9). Built-in catalogs only (no profile files).
 
-use crate::common::{run, Out};
+use crate::common::{run, tmp, write, Out};
 use serde_json::Value;
-use std::path::PathBuf;
-
-fn tmp(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-strategy-{name}"))
-}
 
 /// Two nodes of two GPUs (a hybrid shard group of 2 by default). Written
 /// once per test binary: tests run in parallel, and a rewrite truncates
 /// the file under a reader.
-fn two_nodes() -> PathBuf {
-    static ONCE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+fn two_nodes() -> String {
+    static ONCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ONCE.get_or_init(|| {
-        let p = tmp("two-nodes.toml");
-        std::fs::write(
-            &p,
+        write(
+            tmp("cli-strategy-two-nodes.toml"),
             "name = \"two\"\n[network]\nbw_gbit_s = 25\n[[nodes]]\ngpus = [ { type = \"a10g\", count = 2 } ]\n[[nodes]]\ngpus = [ { type = \"a10g\", count = 2 } ]\n",
         )
-        .unwrap();
-        p
     })
     .clone()
 }
@@ -35,7 +27,7 @@ fn on_two_nodes(cmd: &str, extra: &[&str]) -> Out {
     let mut a = vec![
         cmd,
         "--cluster",
-        c.to_str().unwrap(),
+        &c,
         "--model",
         "gpt-1.3b",
         "--global-batch",
@@ -121,7 +113,7 @@ fn strategy_flags_reach_the_report() {
 #[test]
 fn plan_out_records_the_strategy_and_simulate_reads_it_back() {
     let c = two_nodes();
-    let out = tmp("hsdp-plan.json");
+    let out = tmp("cli-strategy-hsdp-plan.json");
     let o = on_two_nodes(
         "plan",
         &[
@@ -142,7 +134,7 @@ fn plan_out_records_the_strategy_and_simulate_reads_it_back() {
     let base = [
         "simulate",
         "--cluster",
-        c.to_str().unwrap(),
+        &c,
         "--model",
         "gpt-1.3b",
         "--global-batch",
@@ -267,7 +259,7 @@ fn compare_shows_each_rows_strategy() {
 #[test]
 fn bad_strategy_input_exits_2_naming_the_flag() {
     let c = two_nodes();
-    let cl = c.to_str().unwrap();
+    let cl = &c;
     let base = [
         "simulate",
         "--cluster",
@@ -304,16 +296,14 @@ fn bad_strategy_input_exits_2_naming_the_flag() {
     case(&["--param-dtype", "int4"], &["--param-dtype"]);
     case(&["--attention", "sparse"], &["--attention"]);
     // Offload with no host memory on a node.
-    let nohost = tmp("nohost.toml");
-    std::fs::write(
-        &nohost,
+    let nohost = write(
+        tmp("cli-strategy-nohost.toml"),
         "[[nodes]]\nhost_mem_gib = 0\ngpus = [ { type = \"a10g\", count = 2 } ]\n",
-    )
-    .unwrap();
+    );
     let o = run(&[
         "simulate",
         "--cluster",
-        nohost.to_str().unwrap(),
+        &nohost,
         "--model",
         "gpt-1.3b",
         "--global-batch",
@@ -330,16 +320,14 @@ fn bad_strategy_input_exits_2_naming_the_flag() {
         o.stderr
     );
     // Nodes of different sizes need an explicit hybrid group.
-    let uneven = tmp("uneven.toml");
-    std::fs::write(
-        &uneven,
+    let uneven = write(
+        tmp("cli-strategy-uneven.toml"),
         "[[nodes]]\ngpus = [ { type = \"a10g\", count = 3 } ]\n[[nodes]]\ngpus = [ { type = \"l4\" } ]\n",
-    )
-    .unwrap();
+    );
     let o = run(&[
         "plan",
         "--cluster",
-        uneven.to_str().unwrap(),
+        &uneven,
         "--model",
         "gpt-1.3b",
         "--global-batch",

@@ -9,10 +9,10 @@
 //! Without them the tests print why and pass, except under `CI=true`, where
 //! they fail.
 
-use assert_cmd::Command;
+use crate::common::{run, scratch, tmp, under_ci, write, Out};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Whether real execution can run here; under CI=true a missing piece fails.
 fn exec_ready() -> bool {
@@ -26,39 +26,12 @@ fn exec_ready() -> bool {
     match why {
         None => true,
         Some(why) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
+            if under_ci() {
                 panic!("CI=true but real execution cannot run: {why}");
             }
             eprintln!("skipping: {why}");
             false
         }
-    }
-}
-
-fn tmp(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-validate-{name}"))
-}
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-    secs: f64,
-}
-
-fn run(args: &[&str]) -> Out {
-    let t = Instant::now();
-    let o = Command::cargo_bin("cephalo")
-        .unwrap()
-        .args(args)
-        .timeout(Duration::from_secs(600))
-        .output()
-        .unwrap();
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        secs: t.elapsed().as_secs_f64(),
     }
 }
 
@@ -72,7 +45,7 @@ fn ok_json(o: &Out) -> Value {
 fn tiny_profile() -> PathBuf {
     static ONCE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     ONCE.get_or_init(|| {
-        let path = tmp("tiny-profile.json");
+        let path = tmp("cli-validate-tiny-profile.json");
         let o = run(&[
             "profile",
             "--model",
@@ -345,11 +318,13 @@ fn bad_plans_exit_2_before_any_rank_starts() {
     ] {
         let mut args = base.to_vec();
         args.extend(extra.iter().copied());
+        let t0 = Instant::now();
         let o = run(&args);
+        let secs = t0.elapsed().as_secs_f64();
         assert_eq!(o.code, 2, "{extra:?}: exit {}\n{}", o.code, o.stderr);
         assert!(o.stderr.contains(want), "{extra:?}: {}", o.stderr);
         assert!(!o.stderr.contains("profiling"), "{extra:?}: a rank started");
-        assert!(o.secs < 10.0, "{extra:?}: took {:.1} s", o.secs);
+        assert!(secs < 10.0, "{extra:?}: took {secs:.1} s");
     }
     // Fractions that do not sum to 1 inside each hybrid group (4 ranks).
     let o = run(&[
@@ -373,12 +348,11 @@ fn bad_plans_exit_2_before_any_rank_starts() {
     assert!(o.stderr.contains("shard group 0"), "{}", o.stderr);
     assert!(!o.stderr.contains("profiling"), "a rank started");
     // A plan file whose strategy disagrees with the flags.
-    let plan = tmp("ddp-plan.json");
-    std::fs::write(
+    let plan = tmp("cli-validate-ddp-plan.json");
+    write(
         &plan,
         r#"{"planner": "manual", "strategy": {"sharding": "none", "shard_group": 2, "accumulation": "layered", "checkpointing": "full", "offload": "none", "param_dtype": "fp32", "reduce_dtype": "fp32", "attention": "eager"}, "gpus": [{"batch": 3, "microbatches": 1, "microbatch_size": 3, "state_fraction": 0.5}, {"batch": 5, "microbatches": 1, "microbatch_size": 5, "state_fraction": 0.5}]}"#,
-    )
-    .unwrap();
+    );
     let mut args = base.to_vec();
     args.extend(["--plan", plan.to_str().unwrap(), "--sharding", "full"]);
     let o = run(&args);
@@ -397,7 +371,7 @@ fn bad_plans_exit_2_before_any_rank_starts() {
 #[test]
 fn profile_and_save_profile_outputs_follow_the_output_rules() {
     // A directory is refused before anything is measured; `-` is stdout.
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let dir = scratch("cli-validate-output-rules");
     let d = dir.to_str().unwrap();
     for args in [
         vec![

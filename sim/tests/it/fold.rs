@@ -3,8 +3,7 @@
 //! report, on varied plans of many passes, what simulating every pass
 //! reports; folding happens where it should (and never under a trace).
 
-use crate::common::reference_profiles;
-use crate::simulate::{build, cluster_toml, costs, workload};
+use crate::common::{build, cluster_toml, costs, gpu_list, reference_profiles, under, workload};
 use proptest::prelude::*;
 use sim::cost::CostModel;
 use sim::dtype::Dtype;
@@ -84,14 +83,10 @@ fn check_fold(c: &CostModel, plan: &Plan, opts: &SimOptions) -> (Report, Report)
 /// `spec`, with state in even shards.
 fn plan_under(c: &CostModel, spec: &StrategySpec, batch: &[u32], micro: &[u32]) -> Option<Plan> {
     let s = resolve_strategy(c, spec).ok()?;
-    let group = s.groups(c.ranks()).group_size;
-    let mut p = Plan::from_lists(batch, micro, None, "test")
-        .ok()?
-        .with_strategy(s);
-    for gp in &mut p.gpus {
-        gp.state_fraction = 1.0 / group as f64;
-    }
-    Some(p)
+    Some(under(
+        &Plan::from_lists(batch, micro, None, "test").ok()?,
+        s,
+    ))
 }
 
 const NODES: [&str; 3] = [
@@ -204,13 +199,7 @@ fn the_paper_clusters_largest_batch_folds_exactly() {
     let Some(profiles) = reference_profiles() else {
         return;
     };
-    let cluster = sim::cluster::Cluster::from_gpu_list(
-        "l4,l4,a6000,p40",
-        "--gpus",
-        sim::gpu::GpuCatalog::builtin(),
-    )
-    .unwrap();
-    let w = workload(cluster, "gpt-2.7b", Dtype::Fp16, 65536);
+    let w = workload(gpu_list("l4,l4,a6000,p40"), "gpt-2.7b", Dtype::Fp16, 65536);
     let c = build(w, profiles, Some("paper"));
     let spec = StrategySpec {
         sharding: Some(Sharding::Full),

@@ -3,7 +3,7 @@
 //! below the roofline bound, unsupported dtypes are refused, and the shipped
 //! calibration fits the reference measurements.
 
-use crate::common::shared_dir;
+use crate::common::reference_profiles;
 use sim::dtype::Dtype;
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;
@@ -12,16 +12,16 @@ use sim::perfmodel::calibrate::{
     HOLDOUT_BATCHES,
 };
 use sim::perfmodel::{roofline_bound_ms, Calibrated, Predictor, BUILTIN_CALIBRATION_JSON};
-use sim::profile::{reference, ProfileSet};
 
-fn reference_dataset(d: &std::path::Path) -> Dataset {
-    let (g, m) = (GpuCatalog::builtin(), ModelCatalog::builtin());
-    let mut set = ProfileSet::new();
-    let lat = std::fs::read_to_string(d.join("model_latencies.json")).unwrap();
-    set.merge(reference::import_latencies(&lat, "model_latencies.json", g, m).unwrap());
-    let mem = std::fs::read_to_string(d.join("model_memory.json")).unwrap();
-    set.merge(reference::import_memory(&mem, "model_memory.json", m).unwrap());
-    dataset(&set, g, m)
+/// The calibration dataset of the reference profiles; `None` as
+/// [`reference_profiles`].
+fn reference_dataset() -> Option<Dataset> {
+    let profiles = reference_profiles()?;
+    Some(dataset(
+        profiles,
+        GpuCatalog::builtin(),
+        ModelCatalog::builtin(),
+    ))
 }
 
 #[test]
@@ -192,8 +192,9 @@ fn board_power_limits_the_sustained_rate() {
 
 #[test]
 fn shipped_calibration_fits_the_reference_data() {
-    let Some(d) = shared_dir() else { return };
-    let ds = reference_dataset(&d);
+    let Some(ds) = reference_dataset() else {
+        return;
+    };
     assert!(ds.time.len() > 100, "{} timing entries", ds.time.len());
     // The known-bad entries of the reference README are excluded.
     for bad in [
@@ -243,8 +244,9 @@ fn shipped_calibration_fits_the_reference_data() {
 
 #[test]
 fn fit_is_deterministic() {
-    let Some(d) = shared_dir() else { return };
-    let ds = reference_dataset(&d);
+    let Some(ds) = reference_dataset() else {
+        return;
+    };
     let sub: Vec<&TimeEntry> = ds
         .time
         .iter()
@@ -258,8 +260,9 @@ fn fit_is_deterministic() {
 
 #[test]
 fn fit_only_entries_are_held_out_not_fitted() {
-    let Some(d) = shared_dir() else { return };
-    let ds = reference_dataset(&d);
+    let Some(ds) = reference_dataset() else {
+        return;
+    };
     // The RTX 3090 has fit-only entries and no raw lists at all.
     assert!(ds.holdout.iter().any(|e| e.gpu == "rtx-3090"));
     assert!(!ds.time.iter().any(|e| e.gpu == "rtx-3090"));
@@ -278,8 +281,9 @@ fn fit_only_entries_are_held_out_not_fitted() {
 #[test]
 #[ignore]
 fn cross_validation_targets() {
-    let Some(d) = shared_dir() else { return };
-    let ds = reference_dataset(&d);
+    let Some(ds) = reference_dataset() else {
+        return;
+    };
     // The progress callback fires once per fit, as many as announced.
     let fits = std::sync::atomic::AtomicUsize::new(0);
     let run = calibrate_observed(&ds, "reference", &|| {

@@ -2,7 +2,7 @@
 //! stages, 1F1B's memory bound, transfers before the compute they feed,
 //! bandwidth monotonicity, and plans that must be refused.
 
-use crate::simulate::{build, cluster_toml, costs, workload};
+use crate::common::{build, cluster_toml, costs, workload};
 use proptest::prelude::*;
 use sim::comm::{CollectiveKind, CollectiveRank, CommModel, LinkRef};
 use sim::cost::CostModel;

@@ -4,18 +4,17 @@
 //! against its own profile (needs `../shared/reference-profiles`). The
 //! invariant checker [`check`] is shared with the strategy tests.
 
-use crate::common::{reference_profiles, shared_dir};
+use crate::common::{
+    build, cluster_toml, costs, gpu_list, plan, reference_profiles, shared_dir, under, workload,
+};
 use proptest::prelude::*;
 use sim::cluster::Cluster;
-use sim::cost::{CostModel, CostOptions, Workload};
+use sim::cost::CostModel;
 use sim::dtype::Dtype;
 use sim::engine::{Graph, OpId, Recorder, Stream};
 use sim::error::PlanError;
-use sim::gpu::GpuCatalog;
 use sim::iteration::SimOptions;
 use sim::memory::MemoryTracker;
-use sim::model::ModelCatalog;
-use sim::perfmodel::Roofline;
 use sim::plan::rank::RankPlan;
 use sim::plan::Plan;
 use sim::profile::ProfileSet;
@@ -24,47 +23,6 @@ use sim::schedule::lower::Lowered;
 use sim::simulate::{build_graph, simulate, simulate_observed};
 use sim::units::SimTime;
 use std::collections::BTreeMap;
-
-pub(crate) fn workload(cluster: Cluster, model: &str, dtype: Dtype, global_batch: u32) -> Workload {
-    let model = ModelCatalog::builtin()
-        .lookup(model, "test")
-        .unwrap()
-        .clone();
-    Workload {
-        cluster,
-        seq_len: model.tokens_per_sample(model.seq_len),
-        model,
-        dtype,
-        global_batch,
-    }
-}
-
-pub(crate) fn build(w: Workload, profiles: &ProfileSet, memory_cluster: Option<&str>) -> CostModel {
-    let options = CostOptions {
-        memory_cluster: memory_cluster.map(str::to_string),
-        ..CostOptions::default()
-    };
-    // The uncalibrated roofline: stable numbers for simulator tests.
-    CostModel::build(w, profiles, &Roofline::default(), options).unwrap()
-}
-
-/// Analytic cost model of `gpus` (one PCIe node).
-pub(crate) fn costs(gpus: &str, model: &str, dtype: Dtype, global_batch: u32) -> CostModel {
-    let c = Cluster::from_gpu_list(gpus, "--gpus", GpuCatalog::builtin()).unwrap();
-    build(
-        workload(c, model, dtype, global_batch),
-        &ProfileSet::new(),
-        None,
-    )
-}
-
-pub(crate) fn cluster_toml(text: &str) -> Cluster {
-    Cluster::from_toml(text, "test.toml", GpuCatalog::builtin()).unwrap()
-}
-
-pub(crate) fn plan(batch: &[u32], micro: &[u32], fractions: Option<&[f64]>) -> Plan {
-    Plan::from_lists(batch, micro, fractions, "test").unwrap()
-}
 
 /// An op's run on one stream: (op, start, end).
 type Interval = (OpId, SimTime, SimTime);
@@ -395,7 +353,7 @@ fn single_gpu_with_reference_profile_is_the_sum_of_its_entries() {
         return;
     };
     let d = shared_dir().unwrap();
-    let c = Cluster::from_gpu_list("a6000", "--gpus", GpuCatalog::builtin()).unwrap();
+    let c = gpu_list("a6000");
     let c = build(
         workload(c, "deepspeedgpt_2.7b", Dtype::Fp16, 4),
         p,
@@ -708,7 +666,7 @@ fn paper_plan_is_bounded_by_its_slowest_gpu_and_explained() {
         return;
     };
     let d = shared_dir().unwrap();
-    let cl = Cluster::from_gpu_list("l4,l4,a6000,p40", "--gpus", GpuCatalog::builtin()).unwrap();
+    let cl = gpu_list("l4,l4,a6000,p40");
     let c = build(
         workload(cl, "deepspeedgpt_2.7b", Dtype::Fp16, 64),
         prof,
@@ -952,10 +910,7 @@ proptest! {
             offload: [sim::strategy::Offload::Activations, sim::strategy::Offload::Optimizer][offload],
             ..sim::strategy::Strategy::cephalo(4, sim::strategy::Attention::Eager)
         };
-        let mut p = plan(&batch, &[1, 1, 1, 1], None).with_strategy(strategy);
-        for gp in &mut p.gpus {
-            gp.state_fraction = 1.0 / g as f64;
-        }
+        let p = under(&plan(&batch, &[1, 1, 1, 1], None), strategy);
         let base = build(workload(cluster.clone(), "llama-tiny", Dtype::Fp16, gb), &ProfileSet::new(), None);
         let fast = build(workload(with_link_doubled(&cluster, which), "llama-tiny", Dtype::Fp16, gb), &ProfileSet::new(), None);
         let (a, b) = (simulate(&base, &p, &SimOptions::default()), simulate(&fast, &p, &SimOptions::default()));
@@ -1021,10 +976,7 @@ proptest! {
             ..Strategy::cephalo(ranks as u32, Attention::Eager)
         };
         let micros: Vec<u32> = batch.iter().map(|&b| micro.min(b)).collect();
-        let mut p = plan(&batch, &micros, None).with_strategy(strategy);
-        for gp in &mut p.gpus {
-            gp.state_fraction = 1.0 / group as f64;
-        }
+        let p = under(&plan(&batch, &micros, None), strategy);
         let gb: u32 = batch.iter().sum();
         let costs = build(workload(cluster, "llama-tiny", Dtype::Fp16, gb), &ProfileSet::new(), None);
         let opts = SimOptions { contention, ..SimOptions::default() };
