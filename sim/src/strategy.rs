@@ -34,6 +34,7 @@
 //! * Hybrid shard group: the GPUs of one node (every node must then hold the
 //!   same number of GPUs).
 
+use crate::choice::{self, Choice};
 use crate::cluster::Cluster;
 use crate::dtype::Dtype;
 use crate::error::SpecError;
@@ -41,8 +42,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// How the training state is split over GPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Sharding {
     /// FULL_SHARD / ZeRO-3: parameters, gradients and optimizer state
     /// sharded; every unit is all-gathered before its forward and again
@@ -53,7 +53,6 @@ pub enum Sharding {
     GradOp,
     /// NO_SHARD / DDP: every GPU holds the whole state; gradients are
     /// all-reduced in buckets that overlap the backward.
-    #[serde(rename = "none")]
     NoShard,
     /// HYBRID_SHARD: full sharding inside each shard group, replicas across
     /// groups; gradients reduce-scattered in the group, then all-reduced
@@ -62,6 +61,39 @@ pub enum Sharding {
 }
 
 impl Sharding {
+    /// Every value, in the order users see them listed, with its names and
+    /// meaning (PyTorch and DeepSpeed names accepted too).
+    pub const CHOICES: &'static [Choice<Sharding>] = &[
+        Choice {
+            value: Sharding::Full,
+            name: "full",
+            aliases: &["full-shard", "zero3"],
+            known_as: "FULL_SHARD / ZeRO-3",
+            meaning: "FULL_SHARD / ZeRO-3: parameters, gradients, optimizer state sharded",
+        },
+        Choice {
+            value: Sharding::GradOp,
+            name: "grad-op",
+            aliases: &["shard-grad-op", "zero2"],
+            known_as: "SHARD_GRAD_OP / ZeRO-2",
+            meaning: "SHARD_GRAD_OP / ZeRO-2: parameters gathered from forward to backward",
+        },
+        Choice {
+            value: Sharding::NoShard,
+            name: "none",
+            aliases: &["no-shard", "ddp"],
+            known_as: "NO_SHARD / DDP",
+            meaning: "NO_SHARD / DDP: replicas, bucketed gradient all-reduce",
+        },
+        Choice {
+            value: Sharding::Hybrid,
+            name: "hybrid",
+            aliases: &["hybrid-shard", "hsdp"],
+            known_as: "HYBRID_SHARD",
+            meaning: "HYBRID_SHARD (with --shard-group N): sharded in groups, replicated across",
+        },
+    ];
+
     /// All values, in the order users see them listed.
     pub const ALL: [Sharding; 4] = [
         Sharding::Full,
@@ -70,27 +102,14 @@ impl Sharding {
         Sharding::Hybrid,
     ];
 
-    /// The flag value (`full`, `grad-op`, `none`, `hybrid`).
+    /// The name (`full`, `grad-op`, `none`, `hybrid`).
     pub fn name(self) -> &'static str {
-        match self {
-            Sharding::Full => "full",
-            Sharding::GradOp => "grad-op",
-            Sharding::NoShard => "none",
-            Sharding::Hybrid => "hybrid",
-        }
+        choice::name(Self::CHOICES, self)
     }
 
-    /// Parses a flag value (PyTorch and DeepSpeed names accepted too:
-    /// `full-shard`, `zero3`, `shard-grad-op`, `zero2`, `no-shard`, `ddp`,
-    /// `hybrid-shard`, `hsdp`).
+    /// Parses a name or alias ([`Sharding::CHOICES`]).
     pub fn parse(s: &str) -> Option<Sharding> {
-        match norm(s).as_str() {
-            "full" | "fullshard" | "zero3" => Some(Sharding::Full),
-            "gradop" | "shardgradop" | "zero2" => Some(Sharding::GradOp),
-            "none" | "noshard" | "ddp" => Some(Sharding::NoShard),
-            "hybrid" | "hybridshard" | "hsdp" => Some(Sharding::Hybrid),
-            _ => None,
-        }
+        choice::parse(Self::CHOICES, s)
     }
 
     /// Whether parameters are sharded (and so all-gathered).
@@ -100,8 +119,7 @@ impl Sharding {
 }
 
 /// How gradients are accumulated over a rank's micro-batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Accumulation {
     /// Cephalo's layer-major schedule: every unit runs all of a rank's
     /// micro-batches before the next unit, so each unit is all-gathered once
@@ -118,6 +136,31 @@ pub enum Accumulation {
 }
 
 impl Accumulation {
+    /// Every value with its names and meaning.
+    pub const CHOICES: &'static [Choice<Accumulation>] = &[
+        Choice {
+            value: Accumulation::Layered,
+            name: "layered",
+            aliases: &["layer-major", "cephalo"],
+            known_as: "Cephalo",
+            meaning: "Cephalo's layer-major accumulation: one gather and one reduce per unit",
+        },
+        Choice {
+            value: Accumulation::NoSync,
+            name: "no-sync",
+            aliases: &[],
+            known_as: "PyTorch no_sync()",
+            meaning: "micro-batch-major under no_sync(): one reduction at the last micro-batch",
+        },
+        Choice {
+            value: Accumulation::Sync,
+            name: "sync",
+            aliases: &[],
+            known_as: "reduce after every micro-batch",
+            meaning: "micro-batch-major, gradients reduced after every micro-batch",
+        },
+    ];
+
     /// All values.
     pub const ALL: [Accumulation; 3] = [
         Accumulation::Layered,
@@ -125,23 +168,14 @@ impl Accumulation {
         Accumulation::Sync,
     ];
 
-    /// The flag value.
+    /// The name.
     pub fn name(self) -> &'static str {
-        match self {
-            Accumulation::Layered => "layered",
-            Accumulation::NoSync => "no-sync",
-            Accumulation::Sync => "sync",
-        }
+        choice::name(Self::CHOICES, self)
     }
 
-    /// Parses a flag value.
+    /// Parses a name or alias ([`Accumulation::CHOICES`]).
     pub fn parse(s: &str) -> Option<Accumulation> {
-        match norm(s).as_str() {
-            "layered" | "layermajor" | "cephalo" => Some(Accumulation::Layered),
-            "nosync" => Some(Accumulation::NoSync),
-            "sync" => Some(Accumulation::Sync),
-            _ => None,
-        }
+        choice::parse(Self::CHOICES, s)
     }
 
     /// Micro-batch-major (every micro-batch a whole forward and backward):
@@ -173,17 +207,48 @@ pub enum Checkpointing {
 }
 
 impl Checkpointing {
-    /// The flag value (`none`, `full`, `selective`, `every:K`).
+    /// Every value with its names and meaning; `every:K` stands for every
+    /// `Every(K)` (its value here, `Every(0)`, is never a real one).
+    pub const CHOICES: &'static [Choice<Checkpointing>] = &[
+        Choice {
+            value: Checkpointing::None,
+            name: "none",
+            aliases: &["off", "no"],
+            known_as: "",
+            meaning: "keep every activation for the backward",
+        },
+        Choice {
+            value: Checkpointing::Full,
+            name: "full",
+            aliases: &["on"],
+            known_as: "",
+            meaning: "keep block inputs, recompute each block before its backward",
+        },
+        Choice {
+            value: Checkpointing::Selective,
+            name: "selective",
+            aliases: &["op", "sac"],
+            known_as: "",
+            meaning: "keep matmul and attention outputs, recompute norms, activations and the score chain",
+        },
+        Choice {
+            value: Checkpointing::Every(0),
+            name: "every:K",
+            aliases: &[],
+            known_as: "",
+            meaning: "full recompute of every K-th block, keep the others",
+        },
+    ];
+
+    /// The name (`none`, `full`, `selective`, `every:K`).
     pub fn name(self) -> String {
         match self {
-            Checkpointing::None => "none".into(),
-            Checkpointing::Full => "full".into(),
-            Checkpointing::Selective => "selective".into(),
             Checkpointing::Every(k) => format!("every:{k}"),
+            c => choice::name(Self::CHOICES, c).into(),
         }
     }
 
-    /// Parses a flag value; `every:0` and malformed `every:` values are an
+    /// Parses a name; `every:0` and malformed `every:` values are an
     /// error naming what was expected.
     pub fn parse(s: &str) -> Result<Checkpointing, String> {
         let t = s.trim().to_ascii_lowercase();
@@ -194,12 +259,14 @@ impl Checkpointing {
                 Err(_) => Err(format!("every:K needs a whole number K >= 1, got `{k}`")),
             };
         }
-        match t.as_str() {
-            "none" | "off" | "no" => Ok(Checkpointing::None),
-            "full" | "on" => Ok(Checkpointing::Full),
-            "selective" | "op" | "sac" => Ok(Checkpointing::Selective),
+        match Self::CHOICES
+            .iter()
+            .find(|c| c.name == t || c.aliases.contains(&t.as_str()))
+        {
+            Some(c) if c.value != Checkpointing::Every(0) => Ok(c.value),
             _ => Err(format!(
-                "expected none, full, selective or every:K, got `{s}`"
+                "expected {}, got `{s}`",
+                choice::expected(Self::CHOICES)
             )),
         }
     }
@@ -234,6 +301,11 @@ impl<'de> Deserialize<'de> for Checkpointing {
     }
 }
 
+crate::serde_by_name!(Sharding);
+crate::serde_by_name!(Accumulation);
+crate::serde_by_name!(Offload);
+crate::serde_by_name!(Attention);
+
 /// The recompute policy of one block (what [`Checkpointing`] means for it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Recompute {
@@ -246,8 +318,7 @@ pub enum Recompute {
 }
 
 /// What lives in host memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Offload {
     /// Nothing.
     None,
@@ -262,32 +333,47 @@ pub enum Offload {
 }
 
 impl Offload {
+    /// Every value with its names and meaning.
+    pub const CHOICES: &'static [Choice<Offload>] = &[
+        Choice {
+            value: Offload::None,
+            name: "none",
+            aliases: &["no", "off"],
+            known_as: "",
+            meaning: "everything stays on the GPU",
+        },
+        Choice {
+            value: Offload::Activations,
+            name: "activations",
+            aliases: &["activation", "acts"],
+            known_as: "",
+            meaning: "saved activations go to host memory and come back for the backward",
+        },
+        Choice {
+            value: Offload::Optimizer,
+            name: "optimizer",
+            aliases: &["optim", "zero-offload"],
+            known_as: "ZeRO-Offload",
+            meaning: "ZeRO-Offload: master weights and Adam moments on the host, step on the CPU",
+        },
+    ];
+
     /// All values.
     pub const ALL: [Offload; 3] = [Offload::None, Offload::Activations, Offload::Optimizer];
 
-    /// The flag value.
+    /// The name.
     pub fn name(self) -> &'static str {
-        match self {
-            Offload::None => "none",
-            Offload::Activations => "activations",
-            Offload::Optimizer => "optimizer",
-        }
+        choice::name(Self::CHOICES, self)
     }
 
-    /// Parses a flag value.
+    /// Parses a name or alias ([`Offload::CHOICES`]).
     pub fn parse(s: &str) -> Option<Offload> {
-        match norm(s).as_str() {
-            "none" | "no" | "off" => Some(Offload::None),
-            "activations" | "activation" | "acts" => Some(Offload::Activations),
-            "optimizer" | "optim" | "zerooffload" => Some(Offload::Optimizer),
-            _ => None,
-        }
+        choice::parse(Self::CHOICES, s)
     }
 }
 
 /// The attention kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Attention {
     /// Explicit `heads x s x s` scores, softmax and (GPT/BERT) dropout, as
     /// the reference profiles measured.
@@ -298,21 +384,32 @@ pub enum Attention {
 }
 
 impl Attention {
-    /// The flag value.
+    /// Every value with its names and meaning (`sdpa` means flash).
+    pub const CHOICES: &'static [Choice<Attention>] = &[
+        Choice {
+            value: Attention::Eager,
+            name: "eager",
+            aliases: &["math"],
+            known_as: "",
+            meaning: "explicit attention scores",
+        },
+        Choice {
+            value: Attention::Flash,
+            name: "flash",
+            aliases: &["sdpa", "fused", "flash-attention"],
+            known_as: "",
+            meaning: "a fused kernel (FlashAttention)",
+        },
+    ];
+
+    /// The name.
     pub fn name(self) -> &'static str {
-        match self {
-            Attention::Eager => "eager",
-            Attention::Flash => "flash",
-        }
+        choice::name(Self::CHOICES, self)
     }
 
-    /// Parses a flag value (`sdpa` means flash).
+    /// Parses a name or alias ([`Attention::CHOICES`]).
     pub fn parse(s: &str) -> Option<Attention> {
-        match norm(s).as_str() {
-            "eager" | "math" => Some(Attention::Eager),
-            "flash" | "sdpa" | "fused" | "flashattention" => Some(Attention::Flash),
-            _ => None,
-        }
+        choice::parse(Self::CHOICES, s)
     }
 
     /// Index (0 eager, 1 flash) for per-kernel tables.
@@ -322,10 +419,6 @@ impl Attention {
             Attention::Flash => 1,
         }
     }
-}
-
-fn norm(s: &str) -> String {
-    s.trim().to_ascii_lowercase().replace(['-', '_', ' '], "")
 }
 
 /// A complete training strategy (every axis decided). Part of every plan,

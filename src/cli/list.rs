@@ -6,7 +6,8 @@ use crate::cli::format::{csv_of, Format};
 use anyhow::Result;
 use clap::{Args as ClapArgs, ValueEnum};
 use serde::Serialize;
-use sim::strategy::{Accumulation, Offload, Sharding};
+use sim::choice::Choice;
+use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding};
 use std::process::ExitCode;
 
 /// What to list.
@@ -76,7 +77,7 @@ struct PlannerRow {
 struct StrategyRow {
     flag: &'static str,
     value: String,
-    meaning: &'static str,
+    meaning: String,
 }
 
 /// Runs `cephalo list`.
@@ -245,98 +246,49 @@ fn planner_table(rows: &[PlannerRow]) -> String {
 }
 
 fn strategy_rows() -> Vec<StrategyRow> {
-    let mut v = Vec::new();
-    for s in Sharding::ALL {
-        v.push(StrategyRow {
-            flag: "--sharding",
-            value: s.name().into(),
-            meaning: match s {
-                Sharding::Full => {
-                    "FULL_SHARD / ZeRO-3: parameters, gradients, optimizer state sharded"
-                }
-                Sharding::GradOp => {
-                    "SHARD_GRAD_OP / ZeRO-2: parameters gathered from forward to backward"
-                }
-                Sharding::NoShard => "NO_SHARD / DDP: replicas, bucketed gradient all-reduce",
-                Sharding::Hybrid => {
-                    "HYBRID_SHARD (with --shard-group N): sharded in groups, replicated across"
-                }
-            },
-        });
+    fn rows<T>(flag: &'static str, table: &'static [Choice<T>]) -> Vec<StrategyRow> {
+        table
+            .iter()
+            .map(|c| StrategyRow {
+                flag,
+                value: c.name.into(),
+                meaning: c.meaning.into(),
+            })
+            .collect()
     }
-    for a in Accumulation::ALL {
-        v.push(StrategyRow {
-            flag: "--accumulation",
-            value: a.name().into(),
-            meaning: match a {
-                Accumulation::Layered => {
-                    "Cephalo's layer-major accumulation: one gather and one reduce per unit"
-                }
-                Accumulation::NoSync => {
-                    "micro-batch-major under no_sync(): one reduction at the last micro-batch"
-                }
-                Accumulation::Sync => {
-                    "micro-batch-major, gradients reduced after every micro-batch"
-                }
-            },
-        });
-    }
-    for (value, meaning) in [
-        ("none", "keep every activation for the backward"),
-        (
-            "full",
-            "keep block inputs, recompute each block before its backward",
-        ),
-        (
-            "selective",
-            "keep matmul and attention outputs, recompute norms, activations and the score chain",
-        ),
-        (
-            "every:K",
-            "full recompute of every K-th block, keep the others",
-        ),
-    ] {
-        v.push(StrategyRow {
-            flag: "--checkpointing",
-            value: value.into(),
-            meaning,
-        });
-    }
-    for o in Offload::ALL {
-        v.push(StrategyRow {
-            flag: "--offload",
-            value: o.name().into(),
-            meaning: match o {
-                Offload::None => "everything stays on the GPU",
-                Offload::Activations => {
-                    "saved activations go to host memory and come back for the backward"
-                }
-                Offload::Optimizer => {
-                    "ZeRO-Offload: master weights and Adam moments on the host, step on the CPU"
-                }
-            },
-        });
-    }
+    // Attention is one row: its values and their meanings joined.
+    let join = |part: fn(&Choice<Attention>) -> &'static str, sep: &str| -> String {
+        Attention::CHOICES
+            .iter()
+            .map(part)
+            .collect::<Vec<_>>()
+            .join(sep)
+    };
+
+    let mut v = rows("--sharding", Sharding::CHOICES);
+    v.extend(rows("--accumulation", Accumulation::CHOICES));
+    v.extend(rows("--checkpointing", Checkpointing::CHOICES));
+    v.extend(rows("--offload", Offload::CHOICES));
     for (flag, value, meaning) in [
         (
             "--param-dtype",
-            "fp16 | bf16 | fp32",
-            "dtype of the all-gathered parameters (mixed precision)",
+            "fp16 | bf16 | fp32".to_string(),
+            "dtype of the all-gathered parameters (mixed precision)".to_string(),
         ),
         (
             "--reduce-dtype",
-            "fp16 | bf16 | fp32",
-            "dtype of the gradient reductions",
+            "fp16 | bf16 | fp32".to_string(),
+            "dtype of the gradient reductions".to_string(),
         ),
         (
             "--attention",
-            "eager | flash",
-            "explicit attention scores, or a fused kernel (FlashAttention)",
+            join(|c| c.name, " | "),
+            join(|c| c.meaning, ", or "),
         ),
     ] {
         v.push(StrategyRow {
             flag,
-            value: value.into(),
+            value,
             meaning,
         });
     }

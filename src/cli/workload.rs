@@ -7,6 +7,7 @@ use crate::error::UserError;
 use crate::load;
 use anyhow::Result;
 use clap::Args as ClapArgs;
+use sim::choice;
 use sim::cost::{CostModel, CostOptions};
 use sim::dtype::Dtype;
 use sim::error::SpecError;
@@ -19,22 +20,17 @@ use std::path::PathBuf;
 /// `sim::strategy`). Names follow PyTorch FSDP and DeepSpeed.
 #[derive(Debug, Clone, Default, ClapArgs)]
 pub struct StrategyArgs {
-    /// Sharding: full (FULL_SHARD / ZeRO-3) | grad-op (SHARD_GRAD_OP / ZeRO-2)
-    /// | none (NO_SHARD / DDP) | hybrid (HYBRID_SHARD).
-    #[arg(long, help_heading = "Strategy")]
+    // The values' help comes from their table in `sim::strategy`.
+    #[arg(long, help_heading = "Strategy", help = choice::help("Sharding", Sharding::CHOICES))]
     pub sharding: Option<String>,
     /// GPUs per shard group with --sharding hybrid (default: the GPUs of one node).
     #[arg(long, help_heading = "Strategy")]
     pub shard_group: Option<u32>,
-    /// Gradient accumulation: layered (Cephalo) | no-sync (PyTorch no_sync())
-    /// | sync (reduce after every micro-batch).
-    #[arg(long, help_heading = "Strategy")]
+    #[arg(long, help_heading = "Strategy", help = choice::help("Gradient accumulation", Accumulation::CHOICES))]
     pub accumulation: Option<String>,
-    /// Activation checkpointing: none | full | selective | every:K.
-    #[arg(long, help_heading = "Strategy")]
+    #[arg(long, help_heading = "Strategy", help = choice::help("Activation checkpointing", Checkpointing::CHOICES))]
     pub checkpointing: Option<String>,
-    /// Offload to host memory: none | activations | optimizer (ZeRO-Offload).
-    #[arg(long, help_heading = "Strategy")]
+    #[arg(long, help_heading = "Strategy", help = choice::help("Offload to host memory", Offload::CHOICES))]
     pub offload: Option<String>,
     /// Dtype all-gathers carry and gathered parameters occupy: fp32 | bf16 | fp16.
     #[arg(long, help_heading = "Strategy")]
@@ -42,8 +38,7 @@ pub struct StrategyArgs {
     /// Dtype of gradient reductions: fp32 | bf16 | fp16.
     #[arg(long, help_heading = "Strategy")]
     pub reduce_dtype: Option<String>,
-    /// Attention kernel: eager | flash (default: what the profile measured).
-    #[arg(long, help_heading = "Strategy")]
+    #[arg(long, help_heading = "Strategy", help = format!("{} (default: what the profile measured)", choice::help("Attention kernel", Attention::CHOICES)))]
     pub attention: Option<String>,
 }
 
@@ -99,7 +94,10 @@ impl StrategyArgs {
                     Sharding::parse(x).ok_or_else(|| {
                         bad(
                             "--sharding",
-                            format!("expected full, grad-op, none or hybrid, got `{x}`"),
+                            format!(
+                                "expected {}, got `{x}`",
+                                choice::expected(Sharding::CHOICES)
+                            ),
                         )
                     })
                 })
@@ -112,7 +110,10 @@ impl StrategyArgs {
                     Accumulation::parse(x).ok_or_else(|| {
                         bad(
                             "--accumulation",
-                            format!("expected layered, no-sync or sync, got `{x}`"),
+                            format!(
+                                "expected {}, got `{x}`",
+                                choice::expected(Accumulation::CHOICES)
+                            ),
                         )
                     })
                 })
@@ -129,7 +130,7 @@ impl StrategyArgs {
                     Offload::parse(x).ok_or_else(|| {
                         bad(
                             "--offload",
-                            format!("expected none, activations or optimizer, got `{x}`"),
+                            format!("expected {}, got `{x}`", choice::expected(Offload::CHOICES)),
                         )
                     })
                 })
@@ -141,7 +142,13 @@ impl StrategyArgs {
                 .as_deref()
                 .map(|x| {
                     Attention::parse(x).ok_or_else(|| {
-                        bad("--attention", format!("expected eager or flash, got `{x}`"))
+                        bad(
+                            "--attention",
+                            format!(
+                                "expected {}, got `{x}`",
+                                choice::expected(Attention::CHOICES)
+                            ),
+                        )
                     })
                 })
                 .transpose()?,
