@@ -14,12 +14,13 @@
 use std::time::Duration;
 
 use exec::{
-    AdamConfig, BlockConfig, DeviceKind, Dtype, Family, Job, LaunchOptions, ProfileConfig, RankPlan,
+    AdamConfig, BlockConfig, BlockKind, DeviceKind, Dtype, Job, LaunchOptions, ProfileConfig,
+    RankPlan,
 };
 
 fn main() {
     let model = BlockConfig {
-        family: Family::Gpt,
+        family: BlockKind::Gpt,
         layers: 4,
         hidden: 256,
         heads: 8,

@@ -10,11 +10,13 @@ use serde::{Deserialize, Serialize};
 use sim::strategy::{Attention, Checkpointing, Sharding, Strategy};
 
 use crate::error::ExecError;
+use sim::dtype::Dtype;
 
-/// Block family of a transformer built by the trainer.
+/// The kind of block the trainer builds for a catalog model family
+/// ([`sim::model::Family`]): the trainer has two block implementations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Family {
+pub enum BlockKind {
     /// GPT-style: post-LN blocks (`x = LN(x + attn(x)); x = LN(x + mlp(x))`),
     /// GELU MLP of width `ffn`, biases everywhere, learned positions, eager
     /// causal attention. Also used for BERT/ViT-like shapes.
@@ -26,14 +28,13 @@ pub enum Family {
     Llama,
 }
 
-impl Family {
-    /// Maps a catalog family name (`gpt`, `bert`, `vit`, `llama`, `mistral`)
-    /// to a block family; `None` for unknown names.
-    pub fn from_catalog(name: &str) -> Option<Family> {
-        match name.to_ascii_lowercase().as_str() {
-            "gpt" | "bert" | "vit" => Some(Family::Gpt),
-            "llama" | "mistral" => Some(Family::Llama),
-            _ => None,
+impl BlockKind {
+    /// The block the trainer builds for a model of `family`.
+    pub fn of(family: sim::model::Family) -> BlockKind {
+        if family.is_llama_like() {
+            BlockKind::Llama
+        } else {
+            BlockKind::Gpt
         }
     }
 }
@@ -41,8 +42,8 @@ impl Family {
 /// Shape of the model to build (same field names as `sim::model::ModelSpec`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockConfig {
-    /// Block family.
-    pub family: Family,
+    /// The kind of block (field `family` in files).
+    pub family: BlockKind,
     /// Number of transformer blocks.
     pub layers: usize,
     /// Hidden size (model width).
@@ -63,7 +64,7 @@ impl BlockConfig {
     /// A tiny GPT (2 blocks, hidden 32) that trains in milliseconds on CPU.
     pub fn tiny_gpt() -> BlockConfig {
         BlockConfig {
-            family: Family::Gpt,
+            family: BlockKind::Gpt,
             layers: 2,
             hidden: 32,
             heads: 4,
@@ -77,7 +78,7 @@ impl BlockConfig {
     /// A tiny LLaMA (2 blocks, hidden 32, 2 KV heads) for CPU tests.
     pub fn tiny_llama() -> BlockConfig {
         BlockConfig {
-            family: Family::Llama,
+            family: BlockKind::Llama,
             layers: 2,
             hidden: 32,
             heads: 4,
@@ -120,14 +121,14 @@ impl BlockConfig {
         if !self.heads.is_multiple_of(self.kv_heads) {
             return bad("kv_heads", "a divisor of heads", self.kv_heads);
         }
-        if self.family == Family::Gpt && self.kv_heads != self.heads {
+        if self.family == BlockKind::Gpt && self.kv_heads != self.heads {
             return bad(
                 "kv_heads",
                 "equal to heads for the gpt family",
                 self.kv_heads,
             );
         }
-        if self.family == Family::Llama && !self.head_dim().is_multiple_of(2) {
+        if self.family == BlockKind::Llama && !self.head_dim().is_multiple_of(2) {
             return bad(
                 "heads",
                 "an even head dimension (rotary embedding) for the llama family",
@@ -184,19 +185,6 @@ pub enum DeviceKind {
     Cpu,
     /// A CUDA device: rank r uses `cuda:(local_rank % device_count)`.
     Cuda,
-}
-
-/// Compute dtype of the blocks. Master parameters, gradients and Adam
-/// moments stay f32; parameters are cast to this dtype after the all-gather.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Dtype {
-    /// 32-bit float.
-    Fp32,
-    /// IEEE half (CUDA only; no loss scaling: for timing, not convergence).
-    Fp16,
-    /// bfloat16 (CUDA only).
-    Bf16,
 }
 
 /// Fault injection for tests: `rank` fails during `iteration`.

@@ -6,7 +6,7 @@
 //!
 //! Units: element counts (f32 parameters), token ids.
 
-use crate::config::{BlockConfig, Family};
+use crate::config::{BlockConfig, BlockKind};
 
 /// Initial value rule of one parameter tensor.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -94,13 +94,13 @@ pub fn unit_layouts(cfg: &BlockConfig) -> Vec<UnitLayout> {
     let kv = cfg.kv_heads * cfg.head_dim();
     let mut units = Vec::with_capacity(cfg.layers + 2);
     let mut emb = vec![("tok", vec![v, h], Init::Normal(STD))];
-    if cfg.family == Family::Gpt {
+    if cfg.family == BlockKind::Gpt {
         emb.push(("pos", vec![s, h], Init::Normal(STD)));
     }
     units.push(build(UnitKind::Embedding, emb));
     for l in 0..cfg.layers {
         let parts = match cfg.family {
-            Family::Gpt => vec![
+            BlockKind::Gpt => vec![
                 ("qkv_w", vec![3 * h, h], Init::Normal(STD)),
                 ("qkv_b", vec![3 * h], Init::Zeros),
                 ("o_w", vec![h, h], Init::Normal(STD)),
@@ -114,7 +114,7 @@ pub fn unit_layouts(cfg: &BlockConfig) -> Vec<UnitLayout> {
                 ("ln2_w", vec![h], Init::Ones),
                 ("ln2_b", vec![h], Init::Zeros),
             ],
-            Family::Llama => vec![
+            BlockKind::Llama => vec![
                 ("n1_w", vec![h], Init::Ones),
                 ("q_w", vec![h, h], Init::Normal(STD)),
                 ("k_w", vec![kv, h], Init::Normal(STD)),
@@ -129,12 +129,12 @@ pub fn unit_layouts(cfg: &BlockConfig) -> Vec<UnitLayout> {
         units.push(build(UnitKind::Block(l), parts));
     }
     let head = match cfg.family {
-        Family::Gpt => vec![
+        BlockKind::Gpt => vec![
             ("lnf_w", vec![h], Init::Ones),
             ("lnf_b", vec![h], Init::Zeros),
             ("lm_w", vec![v, h], Init::Normal(STD)),
         ],
-        Family::Llama => vec![
+        BlockKind::Llama => vec![
             ("nf_w", vec![h], Init::Ones),
             ("lm_w", vec![v, h], Init::Normal(STD)),
         ],

@@ -52,8 +52,7 @@ mod trainer;
 pub use comm::{Collectives, SelfComm};
 pub use commprof::{profile_collectives, CollectiveConfig};
 pub use config::{
-    AdamConfig, BlockConfig, DeviceKind, Dtype, Family, Fault, FaultKind, Job, ProfileConfig,
-    RankPlan,
+    AdamConfig, BlockConfig, BlockKind, DeviceKind, Fault, FaultKind, Job, ProfileConfig, RankPlan,
 };
 pub use launch::{
     launch, launch_collectives, launch_compute, rank_main, LaunchOptions, RankOutput, RankTask,
@@ -67,6 +66,7 @@ pub use alloc::keep_freed_memory;
 #[cfg(feature = "mpi")]
 pub use comm::MpiComm;
 pub use error::ExecError;
+pub use sim::dtype::Dtype;
 
 /// Trains `job` on this rank of `comm` (every rank calls it with the same
 /// job): Cephalo's FSDP schedule (layer-major forward with outputs kept in

@@ -1,6 +1,6 @@
 //! Transformer units in tch, computed from a unit's flat parameter vector:
 //! embedding, GPT-style or LLaMA-style block, head with a summed
-//! cross-entropy loss (see [`crate::config::Family`] for the block forms).
+//! cross-entropy loss (see [`crate::config::BlockKind`] for the block forms).
 //!
 //! Units: tensors of shape `[m, seq_len, hidden]` (m = micro-batch size);
 //! token ids `[m, seq_len]` (i64); losses in nats, summed over tokens and
@@ -8,7 +8,7 @@
 
 use tch::{Device, Kind, Reduction, Tensor};
 
-use crate::config::{BlockConfig, Family};
+use crate::config::{BlockConfig, BlockKind};
 use crate::error::ExecError;
 use crate::layout::{unit_layouts, UnitKind, UnitLayout};
 
@@ -43,7 +43,7 @@ impl Model {
         let mask = Tensor::f_ones([s, s], (Kind::Bool, device))
             .and_then(|t| t.f_triu(1))
             .map_err(terr)?;
-        let rope = if cfg.family == Family::Llama {
+        let rope = if cfg.family == BlockKind::Llama {
             let half = (cfg.head_dim() / 2) as i64;
             let inv: Vec<f32> = (0..half)
                 .map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / (2 * half) as f32))
@@ -171,8 +171,8 @@ impl Model {
         match self.units[unit].kind {
             UnitKind::Embedding => self.embedding(p, x),
             UnitKind::Block(_) => match self.cfg.family {
-                Family::Gpt => self.gpt_block(p, x),
-                Family::Llama => self.llama_block(p, x),
+                BlockKind::Gpt => self.gpt_block(p, x),
+                BlockKind::Llama => self.llama_block(p, x),
             },
             UnitKind::Head => Err(ExecError::Torch(
                 "forward() called on the head; use head_loss".into(),
@@ -190,11 +190,11 @@ impl Model {
     pub fn head_loss_p(&self, p: &[Tensor], x: &Tensor, targets: &Tensor) -> TResult<Tensor> {
         let h = self.cfg.hidden as i64;
         let (normed, w) = match self.cfg.family {
-            Family::Gpt => (
+            BlockKind::Gpt => (
                 x.f_layer_norm([h], Some(&p[0]), Some(&p[1]), 1e-5, true),
                 &p[2],
             ),
-            Family::Llama => (x.f_rms_norm([h], Some(&p[0]), 1e-6), &p[1]),
+            BlockKind::Llama => (x.f_rms_norm([h], Some(&p[0]), 1e-6), &p[1]),
         };
         let logits = normed
             .and_then(|t| t.f_linear::<&Tensor>(w, None))
@@ -217,7 +217,7 @@ impl Model {
 
     fn embedding(&self, p: &[Tensor], tokens: &Tensor) -> TResult<Tensor> {
         let e = Tensor::f_embedding(&p[0], tokens, -1, false, false).map_err(terr)?;
-        if self.cfg.family == Family::Gpt {
+        if self.cfg.family == BlockKind::Gpt {
             e.f_add(&p[1]).map_err(terr)
         } else {
             Ok(e)
@@ -330,11 +330,11 @@ pub fn device_for(kind: crate::config::DeviceKind, rank: usize) -> TResult<Devic
 }
 
 /// tch kind of a dtype.
-pub fn kind_of(d: crate::config::Dtype) -> Kind {
+pub fn kind_of(d: sim::dtype::Dtype) -> Kind {
     match d {
-        crate::config::Dtype::Fp32 => Kind::Float,
-        crate::config::Dtype::Fp16 => Kind::Half,
-        crate::config::Dtype::Bf16 => Kind::BFloat16,
+        sim::dtype::Dtype::Fp32 => Kind::Float,
+        sim::dtype::Dtype::Fp16 => Kind::Half,
+        sim::dtype::Dtype::Bf16 => Kind::BFloat16,
     }
 }
 

@@ -10,11 +10,12 @@ use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 
 use crate::adam::{adam_step, AdamState};
-use crate::config::{AdamConfig, DeviceKind, Dtype, ProfileConfig};
+use crate::config::{AdamConfig, DeviceKind, ProfileConfig};
 use crate::error::ExecError;
 use crate::layout::init_values;
 use crate::model::{device_for, device_used_bytes, kind_of, sync, terr, Model, TResult};
 use crate::report::{median, ComputeProfile, PassTiming};
+use sim::dtype::Dtype;
 
 fn time_ms<F: FnMut() -> TResult<()>>(
     device: Device,

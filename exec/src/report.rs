@@ -9,7 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BlockConfig, DeviceKind, Dtype};
+use crate::config::{BlockConfig, DeviceKind};
+use sim::dtype::Dtype;
 
 /// One rank's share of one iteration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

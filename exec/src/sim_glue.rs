@@ -31,17 +31,18 @@
 //!   full f32 buffer and `imbalance` = largest piece / mean piece.
 
 use serde::Serialize;
-use sim::dtype::Dtype as SimDtype;
+
 use sim::model::ModelSpec;
 use sim::plan::Plan;
 use sim::profile::native::{NativeBlock, NativeProfile, NativeUnits, FORMAT};
 use sim::profile::CollectiveSample;
 use sim::report::Report;
 
-use crate::config::{AdamConfig, BlockConfig, DeviceKind, Dtype, Family, Job, RankPlan};
+use crate::config::{AdamConfig, BlockConfig, BlockKind, DeviceKind, Job, RankPlan};
 use crate::error::ExecError;
 use crate::layout::unit_layouts;
 use crate::report::{median, CollectiveOp, CollectiveTiming, ComputeProfile, TrainReport};
+use sim::dtype::Dtype;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -52,42 +53,14 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> ExecError {
     }
 }
 
-/// The simulator's dtype of an exec dtype (same meaning: compute precision
-/// with f32 master state).
-pub fn sim_dtype(d: Dtype) -> SimDtype {
-    match d {
-        Dtype::Fp32 => SimDtype::Fp32,
-        Dtype::Fp16 => SimDtype::Fp16,
-        Dtype::Bf16 => SimDtype::Bf16,
-    }
-}
-
-/// The exec dtype of a simulator dtype.
-pub fn exec_dtype(d: SimDtype) -> Dtype {
-    match d {
-        SimDtype::Fp32 => Dtype::Fp32,
-        SimDtype::Fp16 => Dtype::Fp16,
-        SimDtype::Bf16 => Dtype::Bf16,
-    }
-}
-
 /// The shape the trainer builds for catalog model `spec` at `seq_len`
 /// tokens per sample (ViT: the model's own token count). GPT, BERT and ViT
 /// shapes become GPT-style blocks, LLaMA and Mistral LLaMA-style ones (see
-/// [`Family::from_catalog`]); [`model_for_trainer`] gives the catalog entry
+/// [`BlockKind::of`]); [`model_for_trainer`] gives the catalog entry
 /// with the parameter counts of what is built.
 pub fn block_config(spec: &ModelSpec, seq_len: u32) -> Result<BlockConfig, ExecError> {
-    let family = Family::from_catalog(spec.family.as_str()).ok_or_else(|| {
-        invalid(
-            "model.family",
-            format!(
-                "no trainer block for family `{}` of `{}`",
-                spec.family, spec.name
-            ),
-        )
-    })?;
     let cfg = BlockConfig {
-        family,
+        family: BlockKind::of(spec.family),
         layers: spec.layers as usize,
         hidden: spec.hidden as usize,
         heads: spec.heads as usize,
@@ -302,7 +275,7 @@ pub fn native_profile(
         ));
     }
     let diff = |a: f64, b: f64| (a - b).max(0.0);
-    let dtype = sim_dtype(c.dtype).to_string();
+    let dtype = c.dtype.to_string();
     let act: Option<Vec<f64>> = (0..sizes.len())
         .map(|k| act_mem_bytes(c, k).map(|b| b / GIB))
         .collect();

@@ -384,7 +384,7 @@ pub fn measure(r: &Request) -> Result<NativeProfile> {
     let pc = ProfileConfig {
         model: cfg,
         device: r.device.kind(),
-        dtype: sim_glue::exec_dtype(r.dtype),
+        dtype: r.dtype,
         micro_batch_sizes: r.batch_sizes.iter().map(|&b| b as usize).collect(),
         warmup: r.warmup,
         repetitions: r.repetitions,

@@ -519,7 +519,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let settings = RunSettings {
         device: args.device.kind(),
-        dtype: sim_glue::exec_dtype(dtype),
+        dtype,
         iterations: args.iterations,
         warmup_iterations: args.warmup,
         seed: args.seed,
