@@ -390,7 +390,7 @@ pub fn host_floor(
                 Some(_) if *m == sizes[0] => 1,
                 Some(_) => continue,
             };
-            let st = schedule.step(rank, mc, ph, 0, true);
+            let st = schedule.step(mc, ph, 0, true);
             let bytes: i64 = st
                 .d2h
                 .iter()
@@ -484,7 +484,7 @@ fn walk_peak(
             None => walked
                 .iter()
                 .map(|&(k, skipped)| {
-                    let st = schedule.step(rank, &micro[k], ph, k as u32, offloads);
+                    let st = schedule.step(&micro[k], ph, k as u32, offloads);
                     let net: i64 = st
                         .works()
                         .flat_map(|w| w.mem.as_slice())
@@ -496,7 +496,7 @@ fn walk_peak(
                 .collect(),
             Some(k) if (k as usize) < n => {
                 let k = k as usize;
-                vec![(0, schedule.step(rank, &micro[k], ph, k as u32, offloads))]
+                vec![(0, schedule.step(&micro[k], ph, k as u32, offloads))]
             }
             Some(_) => vec![],
         }

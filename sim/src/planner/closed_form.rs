@@ -369,7 +369,7 @@ impl<'a> ClosedForm<'a> {
                 let mut row = [(0.0, 0.0); TEMPLATES];
                 for (i, r) in rep.iter().enumerate() {
                     let Some(ph) = r else { continue };
-                    let st = schedule.step(rank, &mc, ph, 0, true);
+                    let st = schedule.step(&mc, ph, 0, true);
                     let compute: f64 = st.works().map(|w| w.dur.as_ms()).sum();
                     let copy = st.h2d.map_or(0.0, |c| c.dur.as_ms())
                         + st.d2h.map_or(0.0, |c| c.dur.as_ms());
@@ -731,15 +731,10 @@ impl<'a> ClosedForm<'a> {
             _ => level * total,
         };
         let rank = self.types[t].rank;
+        let step = self.schedule.optimizer_ms(rank, local);
         match s.offload {
-            Offload::Optimizer => {
-                let c = &self.costs.workload.cluster;
-                let sharing = c.node_ranks(c.gpus[rank].node).len();
-                self.costs
-                    .host_optimizer_ms(rank, local, s.param_dtype.bytes(), sharing)
-                    + self.costs.host_copy_ms(rank, local * s.param_dtype.bytes())
-            }
-            _ => self.costs.optimizer_ms(rank, local),
+            Offload::Optimizer => step + self.schedule.params_up_ms(rank, local),
+            _ => step,
         }
     }
 

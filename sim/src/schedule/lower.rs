@@ -676,7 +676,8 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, how: &Lowering<'_>, g: &mut S) -
         if !b.on(r) {
             continue;
         }
-        let dur = super::dur(d.optimizer_ms(r));
+        let rc = &d.rank_costs[r];
+        let dur = rc.optimizer;
         if s.offload == Offload::Optimizer {
             let after: Vec<OpId> = sr
                 .last_grad_copy
@@ -685,9 +686,7 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, how: &Lowering<'_>, g: &mut S) -
                 .into_iter()
                 .collect();
             let host = b.local(r, Stream::Host, dur, &after, b.lb.host_optimizer, &[]);
-            let bytes = d.local_params(r) * s.param_dtype.bytes();
-            let up = super::dur(d.costs.host_copy_ms(r, bytes));
-            b.local(r, Stream::Copy, up, &[host], b.lb.h2d_params, &[]);
+            b.local(r, Stream::Copy, rc.params_up, &[host], b.lb.h2d_params, &[]);
         } else {
             let after: Vec<OpId> = sr.last_reduce.into_iter().chain(sr.last_replica).collect();
             b.local(r, Stream::Compute, dur, &after, b.lb.optimizer, &[]);
@@ -868,7 +867,7 @@ fn reduce<S: Sink>(
             }
             let after = final_op[r].or(st[r].last_replica).or(st[r].last_reduce);
             let deps: Vec<OpId> = after.into_iter().collect();
-            let dur = super::dur(d.costs.host_copy_ms(r, d.offload_grad_bytes(r, u)));
+            let dur = d.rank_costs[r].grads_down[u];
             let op = b.local(
                 r,
                 Stream::Copy,

@@ -68,20 +68,22 @@
 //! Units: durations [`SimTime`] (ns, rounded from the cost model's ms),
 //! memory bytes.
 
+pub mod costs;
 pub mod layered;
 pub mod lower;
 pub mod microbatch;
 pub mod phase;
 
+pub use costs::{dur, Micro, RankCosts};
+pub(crate) use costs::{micro_costs, round};
 pub use phase::{Phase, PhaseKind, Rules};
 
-use crate::activation::BlockActivations;
 use crate::comm::CollectiveKind;
 use crate::cost::CostModel;
 use crate::engine::{MemAt, MemKind};
 use crate::error::PlanError;
 use crate::plan::Plan;
-use crate::strategy::{Accumulation, Attention, Groups, Offload, Recompute, Sharding, Strategy};
+use crate::strategy::{Accumulation, Groups, Offload, Recompute, Sharding, Strategy};
 use crate::units::{SimTime, GIB};
 
 /// DDP's default gradient bucket cap (`bucket_cap_mb = 25`, MiB).
@@ -284,50 +286,6 @@ impl Step {
     }
 }
 
-/// Durations and activation bytes of one micro-batch size on one GPU type.
-#[derive(Debug, Clone, Copy)]
-pub struct Micro {
-    pub(crate) f_blk: SimTime,
-    pub(crate) b_blk: SimTime,
-    pub(crate) re_full: SimTime,
-    pub(crate) re_sel: SimTime,
-    pub(crate) f_emb: SimTime,
-    pub(crate) b_emb: SimTime,
-    pub(crate) f_head: SimTime,
-    pub(crate) b_head: SimTime,
-    /// Anchored activation sizes of the micro-batch (bytes).
-    pub act: BlockActivations,
-    /// Physical bytes of one block output (what copies move per `C`).
-    pub(crate) out_phys: f64,
-    /// Physical over anchored bytes (copies move physical bytes).
-    pub(crate) phys_per_byte: f64,
-}
-
-/// A duration in ms as engine time: 0 for zero or negative, and an
-/// infinite or NaN one (a zero bandwidth, a broken fit) saturates at
-/// [`SimTime::MAX`], which the engine reports as an error rather than
-/// ever shortening it.
-pub fn dur(ms: f64) -> SimTime {
-    if ms.is_nan() || ms == f64::INFINITY {
-        SimTime::MAX
-    } else if ms > 0.0 {
-        SimTime::from_ms(ms)
-    } else {
-        SimTime::ZERO
-    }
-}
-
-/// Bytes as an integer: rounded, saturating at the `i64` range (an
-/// infinite or NaN size reads as the largest, never as 0).
-pub(crate) fn round(b: f64) -> i64 {
-    if b.is_nan() {
-        i64::MAX
-    } else {
-        // `as` saturates (and maps infinities to the range's ends).
-        b.round() as i64
-    }
-}
-
 /// Per rank: its micro-batches and what it offloads.
 #[derive(Debug, Clone)]
 struct RankInfo {
@@ -411,30 +369,29 @@ impl<'a> Schedule<'a> {
         phases(&self.strategy, self.layers(), passes)
     }
 
-    /// Costs of a micro-batch of `m` samples on `rank`'s GPU.
+    /// The cost-table row of a micro-batch of `m` samples on `rank`'s GPU
+    /// type ([`costs::Micro`]: durations, activation bytes, host copies).
     pub fn micro(&self, rank: usize, m: u32) -> Result<Micro, PlanError> {
-        micro_costs(self.costs, rank, m, self.strategy.attention)
+        costs::step_costs(self.costs, rank, m, self.strategy.attention, self.rules)
     }
 
-    /// The step of micro-batch `micro` (costs `mc`) of `rank` in phase
-    /// `ph`, `offloads` when the rank sends activations to the host.
-    pub fn step(&self, rank: usize, mc: &Micro, ph: &Phase, micro: u32, offloads: bool) -> Step {
+    /// The step of micro-batch `micro` in phase `ph` on a GPU whose row of
+    /// the cost table is `mc` ([`Schedule::micro`]), `offloads` when the
+    /// rank sends activations to the host. Reads only the row: the cost
+    /// model is not consulted while steps are described.
+    pub fn step(&self, mc: &Micro, ph: &Phase, micro: u32, offloads: bool) -> Step {
         let a = &mc.act;
         let c = round(a.checkpoint);
         let u = ph.unit as usize;
         let unit = self.units[u];
         let layers = self.layers() as usize;
-        let copy = |bytes: i64| {
-            dur(self
-                .costs
-                .host_copy_ms(rank, bytes as f64 * mc.phys_per_byte))
-        };
-        // (Only offloading steps copy: priced when asked.)
-        let copy_c = || dur(self.costs.host_copy_ms(rank, mc.out_phys));
+        let block = (1..=layers).contains(&u);
+        let pol = costs::policy_index(unit.recompute);
+        let copies = &mc.copies;
         // What a block keeps beyond its input (the embedding and the head
         // keep nothing of their own).
-        let internal = if (1..=layers).contains(&u) {
-            round((a.kept(unit.recompute) - a.checkpoint).max(0.0))
+        let internal = if block {
+            mc.internal(unit.recompute)
         } else {
             0
         };
@@ -488,10 +445,12 @@ impl<'a> Schedule<'a> {
                     };
                     let bytes = out + internal;
                     if bytes > 0 {
-                        let phys = if out == c && internal == 0 {
-                            copy_c()
+                        let phys = if !block {
+                            copies.out
+                        } else if out == c {
+                            copies.fwd[pol]
                         } else {
-                            copy(bytes)
+                            copies.fwd_last[pol]
                         };
                         step.d2h = Some(d2h(bytes, phys));
                     }
@@ -499,7 +458,7 @@ impl<'a> Schedule<'a> {
             }
             PhaseKind::Head => {
                 if offload && self.rules.offload_head_input {
-                    step.h2d = Some(h2d(c, copy_c()));
+                    step.h2d = Some(h2d(c, copies.out));
                 }
                 let w = round(a.head_work);
                 let mut fm = Mems::default();
@@ -519,12 +478,12 @@ impl<'a> Schedule<'a> {
                     mem: bm,
                 });
                 if offload && self.rules.offload_gradients {
-                    step.d2h = Some(d2h(c, copy_c()));
+                    step.d2h = Some(d2h(c, copies.out));
                 }
             }
             PhaseKind::Backward if u == 0 => {
                 if offload && self.rules.offload_gradients {
-                    step.h2d = Some(h2d(c, copy_c()));
+                    step.h2d = Some(h2d(c, copies.out));
                 }
                 let mut m = grad_mems;
                 m.push(Mem::dev(MemAt::End, -c));
@@ -538,16 +497,7 @@ impl<'a> Schedule<'a> {
                 if offload {
                     let grads = if self.rules.offload_gradients { c } else { 0 };
                     let bytes = c + internal + grads;
-                    let phys = if internal == 0 {
-                        if grads > 0 {
-                            dur(self.costs.host_copy_ms(rank, 2.0 * mc.out_phys))
-                        } else {
-                            copy_c()
-                        }
-                    } else {
-                        copy(bytes)
-                    };
-                    step.h2d = Some(h2d(bytes, phys));
+                    step.h2d = Some(h2d(bytes, copies.bwd[pol]));
                 }
                 let regen = round(a.regenerated(unit.recompute));
                 let mut slot = 0;
@@ -575,7 +525,7 @@ impl<'a> Schedule<'a> {
                     mem: m,
                 });
                 if offload && self.rules.offload_gradients {
-                    step.d2h = Some(d2h(c, copy_c()));
+                    step.d2h = Some(d2h(c, copies.out));
                 }
             }
         }
@@ -595,6 +545,32 @@ impl<'a> Schedule<'a> {
             b += s.reduce_dtype.bytes() * total;
         }
         round(b)
+    }
+
+    /// The optimizer step of `rank` holding the state of `local_params`
+    /// parameters, ms: on its GPU, or (offloaded) on the host, the node's
+    /// ranks sharing its memory bandwidth.
+    pub fn optimizer_ms(&self, rank: usize, local_params: f64) -> f64 {
+        match self.strategy.offload {
+            Offload::Optimizer => {
+                let c = &self.costs.workload.cluster;
+                let sharing = c.node_ranks(c.gpus[rank].node).len();
+                self.costs.host_optimizer_ms(
+                    rank,
+                    local_params,
+                    self.strategy.param_dtype.bytes(),
+                    sharing,
+                )
+            }
+            _ => self.costs.optimizer_ms(rank, local_params),
+        }
+    }
+
+    /// An offloaded optimizer's copy of `local_params` updated parameters
+    /// (in `param_dtype`) back to `rank`'s GPU, ms.
+    pub fn params_up_ms(&self, rank: usize, local_params: f64) -> f64 {
+        self.costs
+            .host_copy_ms(rank, local_params * self.strategy.param_dtype.bytes())
     }
 
     /// Collective kind that reduces gradients inside the shard group.
@@ -685,6 +661,8 @@ pub struct Description<'a> {
     pub units: Vec<UnitInfo>,
     ranks: Vec<RankInfo>,
     micro: Vec<Micro>,
+    /// Per rank: what its iteration costs beyond its steps.
+    pub rank_costs: Vec<RankCosts>,
 }
 
 impl<'a> Description<'a> {
@@ -720,7 +698,7 @@ impl<'a> Description<'a> {
                 batch: rp.batch,
             });
         }
-        Ok(Description {
+        let mut d = Description {
             units: schedule.units.clone(),
             schedule,
             costs,
@@ -730,7 +708,10 @@ impl<'a> Description<'a> {
             phases,
             ranks: infos,
             micro,
-        })
+            rank_costs: Vec::new(),
+        };
+        d.rank_costs = (0..ranks).map(|r| d.rank_costs(r)).collect();
+        Ok(d)
     }
 
     /// Number of ranks.
@@ -825,6 +806,7 @@ impl<'a> Description<'a> {
             units: self.units.clone(),
             ranks,
             micro: self.micro.clone(),
+            rank_costs: self.rank_costs.clone(),
         }
     }
 
@@ -871,7 +853,7 @@ impl<'a> Description<'a> {
             Some(k) => k as usize,
         };
         let mc = &self.micro[info.micro[k] as usize];
-        self.schedule.step(rank, mc, ph, k as u32, info.offloads)
+        self.schedule.step(mc, ph, k as u32, info.offloads)
     }
 
     /// The step `rank` runs after step `j` of phase `p` (the next one in
@@ -946,23 +928,26 @@ impl<'a> Description<'a> {
         }
     }
 
-    /// Optimizer step of `rank`: on its GPU, or (offloaded) on the host with
-    /// the node's ranks sharing its memory bandwidth.
-    pub fn optimizer_ms(&self, rank: usize) -> f64 {
+    /// What `rank`'s iteration costs beyond its steps: its optimizer step
+    /// and an offloaded optimizer's copies, read from the cost model once.
+    fn rank_costs(&self, rank: usize) -> RankCosts {
         let local = self.local_params(rank);
-        match self.strategy.offload {
-            Offload::Optimizer => {
-                let c = &self.costs.workload.cluster;
-                let sharing = c.node_ranks(c.gpus[rank].node).len();
-                self.costs.host_optimizer_ms(
-                    rank,
-                    local,
-                    self.strategy.param_dtype.bytes(),
-                    sharing,
-                )
-            }
-            _ => self.costs.optimizer_ms(rank, local),
+        let schedule = &self.schedule;
+        let mut rc = RankCosts {
+            optimizer: dur(schedule.optimizer_ms(rank, local)),
+            ..RankCosts::default()
+        };
+        if self.strategy.offload == Offload::Optimizer {
+            rc.params_up = dur(schedule.params_up_ms(rank, local));
+            rc.grads_down = (0..self.units.len())
+                .map(|u| {
+                    dur(self
+                        .costs
+                        .host_copy_ms(rank, self.offload_grad_bytes(rank, u)))
+                })
+                .collect();
         }
+        rc
     }
 
     /// Bytes of `rank`'s reduced gradient shard of unit `u` that an
@@ -975,36 +960,4 @@ impl<'a> Description<'a> {
         };
         self.units[u].params as f64 * 4.0 * share
     }
-}
-
-/// Costs of one micro-batch of `m` samples on `rank`'s GPU type.
-pub(crate) fn micro_costs(
-    costs: &CostModel,
-    rank: usize,
-    m: u32,
-    attention: Attention,
-) -> Result<Micro, PlanError> {
-    let (f, b) = costs
-        .block_ms_with(rank, m, attention)
-        .map_err(|why| PlanError::invalid("--attention", "attention", why))?;
-    let sel = costs.selective_recompute_ms(rank, m, attention, f);
-    let act = costs.activations.micro(m, attention);
-    let out_phys = costs.block_output_bytes(m);
-    Ok(Micro {
-        f_blk: dur(f),
-        b_blk: dur(b),
-        re_full: dur(f),
-        re_sel: dur(sel),
-        f_emb: dur(costs.embed_fwd_ms(rank, m)),
-        b_emb: dur(costs.embed_bwd_ms(rank, m)),
-        f_head: dur(costs.head_fwd_ms(rank, m)),
-        b_head: dur(costs.head_bwd_ms(rank, m)),
-        act,
-        out_phys,
-        phys_per_byte: if act.checkpoint > 0.0 {
-            out_phys / act.checkpoint
-        } else {
-            0.0
-        },
-    })
 }
