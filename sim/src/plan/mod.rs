@@ -191,53 +191,16 @@ impl Plan {
             ));
         }
         for (i, g) in self.gpus.iter().enumerate() {
-            let f = |x: &str| format!("gpus[{i}].{x}");
-            if g.batch == 0 {
-                if g.microbatches != 0 || g.microbatch_size != 0 {
-                    return Err(PlanError::invalid(
-                        origin,
-                        f("microbatches"),
-                        "a rank with batch 0 must have 0 micro-batches of size 0",
-                    ));
-                }
-            } else {
-                crate::limits::check_microbatches(
-                    origin,
-                    &f("microbatches"),
-                    g.microbatches as u64,
-                )?;
-                if g.microbatches == 0 || g.microbatches > g.batch {
-                    return Err(PlanError::invalid(
-                        origin,
-                        f("microbatches"),
-                        format!(
-                            "expected 1..={} micro-batches, got {}",
-                            g.batch, g.microbatches
-                        ),
-                    ));
-                }
-                if g.microbatch_size != g.batch.div_ceil(g.microbatches) {
-                    return Err(PlanError::invalid(
-                        origin,
-                        f("microbatch_size"),
-                        format!(
-                            "batch {} in {} micro-batches means size {}, got {}",
-                            g.batch,
-                            g.microbatches,
-                            g.batch.div_ceil(g.microbatches),
-                            g.microbatch_size
-                        ),
-                    ));
-                }
-            }
-            if !(g.state_fraction.is_finite() && (0.0..=1.0).contains(&g.state_fraction)) {
-                return Err(PlanError::invalid(
-                    origin,
-                    f("state_fraction"),
-                    format!("expected a fraction in [0, 1], got {}", g.state_fraction),
-                ));
-            }
+            validate_entry(i, g, origin)?;
         }
+        self.validate_shard_groups(ranks, origin)
+    }
+
+    /// [`Plan::validate`]'s strategy part: a shard group size that divides
+    /// the GPUs (all of them unless hybrid), state fractions summing to 1 in
+    /// every group, and under hybrid sharding the same fraction at each
+    /// position of every group.
+    fn validate_shard_groups(&self, ranks: usize, origin: &str) -> Result<(), PlanError> {
         let st = &self.strategy;
         let g = st.shard_group as usize;
         if g == 0 || !ranks.is_multiple_of(g) {
@@ -356,6 +319,55 @@ impl Plan {
         s.push('\n');
         s
     }
+}
+
+/// [`Plan::validate`]'s check of entry `i`: a rank without samples has no
+/// micro-batches, one with samples 1..=batch micro-batches of the size the
+/// split implies; the state fraction is in [0, 1].
+fn validate_entry(i: usize, g: &RankPlan, origin: &str) -> Result<(), PlanError> {
+    let f = |x: &str| format!("gpus[{i}].{x}");
+    if g.batch == 0 {
+        if g.microbatches != 0 || g.microbatch_size != 0 {
+            return Err(PlanError::invalid(
+                origin,
+                f("microbatches"),
+                "a rank with batch 0 must have 0 micro-batches of size 0",
+            ));
+        }
+    } else {
+        crate::limits::check_microbatches(origin, &f("microbatches"), g.microbatches as u64)?;
+        if g.microbatches == 0 || g.microbatches > g.batch {
+            return Err(PlanError::invalid(
+                origin,
+                f("microbatches"),
+                format!(
+                    "expected 1..={} micro-batches, got {}",
+                    g.batch, g.microbatches
+                ),
+            ));
+        }
+        if g.microbatch_size != g.batch.div_ceil(g.microbatches) {
+            return Err(PlanError::invalid(
+                origin,
+                f("microbatch_size"),
+                format!(
+                    "batch {} in {} micro-batches means size {}, got {}",
+                    g.batch,
+                    g.microbatches,
+                    g.batch.div_ceil(g.microbatches),
+                    g.microbatch_size
+                ),
+            ));
+        }
+    }
+    if !(g.state_fraction.is_finite() && (0.0..=1.0).contains(&g.state_fraction)) {
+        return Err(PlanError::invalid(
+            origin,
+            f("state_fraction"),
+            format!("expected a fraction in [0, 1], got {}", g.state_fraction),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

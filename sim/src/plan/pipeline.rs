@@ -203,6 +203,20 @@ impl Pipeline {
         strategy: &Strategy,
         origin: &str,
     ) -> Result<(), PlanError> {
+        self.validate_stages(ranks, layers, origin)?;
+        self.validate_microbatches(global_batch, origin)?;
+        validate_strategy(strategy, origin)
+    }
+
+    /// [`Pipeline::validate`]'s stages: at least one, each with at least
+    /// one block and one GPU, every GPU an existing rank in one stage only,
+    /// and (when `layers` is known) as many blocks as the model.
+    fn validate_stages(
+        &self,
+        ranks: usize,
+        layers: Option<u32>,
+        origin: &str,
+    ) -> Result<(), PlanError> {
         let bad = |field: String, msg: String| Err(PlanError::invalid(origin, field, msg));
         let p = self.depth();
         if p == 0 {
@@ -257,6 +271,14 @@ impl Pipeline {
                 format!("the stages hold {total} blocks but the model has {layers}"),
             );
         }
+        Ok(())
+    }
+
+    /// [`Pipeline::validate`]'s micro-batches: within the limit, 1..=the
+    /// global batch, and large enough that every GPU of a stage gets a
+    /// sample of each.
+    fn validate_microbatches(&self, global_batch: u32, origin: &str) -> Result<(), PlanError> {
+        let bad = |field: String, msg: String| Err(PlanError::invalid(origin, field, msg));
         crate::limits::check_microbatches(
             origin,
             "pipeline.microbatches",
@@ -283,38 +305,45 @@ impl Pipeline {
                 );
             }
         }
-        match strategy.sharding {
-            Sharding::NoShard | Sharding::GradOp => {}
-            other => {
-                return bad(
-                    "strategy.sharding".into(),
-                    format!(
-                        "a pipeline stage's GPUs run `none` (replicas) or `grad-op` (ZeRO-1), not `{}`: DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3",
-                        other.name()
-                    ),
-                );
-            }
-        }
-        if strategy.accumulation != Accumulation::NoSync {
-            return bad(
-                "strategy.accumulation".into(),
-                format!(
-                    "a pipeline accumulates gradients over its micro-batches and reduces them once (`no-sync`), not `{}`",
-                    strategy.accumulation.name()
-                ),
-            );
-        }
-        if strategy.offload != Offload::None {
-            return bad(
-                "strategy.offload".into(),
-                format!(
-                    "pipeline plans offload nothing, got `{}`",
-                    strategy.offload.name()
-                ),
-            );
-        }
         Ok(())
     }
+}
+
+/// [`Pipeline::validate`]'s strategy: replicas or ZeRO-1 inside a stage,
+/// gradients accumulated without sync, nothing offloaded.
+fn validate_strategy(strategy: &Strategy, origin: &str) -> Result<(), PlanError> {
+    let bad = |field: String, msg: String| Err(PlanError::invalid(origin, field, msg));
+    match strategy.sharding {
+        Sharding::NoShard | Sharding::GradOp => {}
+        other => {
+            return bad(
+                "strategy.sharding".into(),
+                format!(
+                    "a pipeline stage's GPUs run `none` (replicas) or `grad-op` (ZeRO-1), not `{}`: DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3",
+                    other.name()
+                ),
+            );
+        }
+    }
+    if strategy.accumulation != Accumulation::NoSync {
+        return bad(
+            "strategy.accumulation".into(),
+            format!(
+                "a pipeline accumulates gradients over its micro-batches and reduces them once (`no-sync`), not `{}`",
+                strategy.accumulation.name()
+            ),
+        );
+    }
+    if strategy.offload != Offload::None {
+        return bad(
+            "strategy.offload".into(),
+            format!(
+                "pipeline plans offload nothing, got `{}`",
+                strategy.offload.name()
+            ),
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

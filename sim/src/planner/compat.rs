@@ -115,73 +115,11 @@ impl CompatInputs {
     /// reference model key, reference GPU memory, the memory cluster's curve.
     pub fn resolve(problem: &Problem<'_>) -> Result<CompatInputs, PlanError> {
         let costs = problem.costs;
-        let w = &costs.workload;
         let g = costs.ranks();
-        let big_b = w.global_batch;
-        if big_b > MAX_GLOBAL_BATCH {
-            return Err(PlanError::invalid(
-                "--global-batch",
-                "global_batch",
-                format!("compat mode handles global batches up to {MAX_GLOBAL_BATCH}, got {big_b}"),
-            ));
-        }
-        let est = (g.saturating_sub(2).max(1) as f64)
-            * (big_b as f64).powi(3)
-            * (big_b.max(2) as f64).ln()
-            / 6.0;
-        if est > MAX_CELLS {
-            return Err(PlanError::invalid(
-                "--global-batch",
-                "global_batch",
-                format!("compat mode's table for {g} GPUs at global batch {big_b} is too large (~{est:.1e} cells); use the native planner"),
-            ));
-        }
-        let profiles = problem.profiles;
-        let cluster = costs.options.memory_cluster.as_deref();
-        // The key: the name the user typed when profiles use it, else the key
-        // of the memory entry in use, else any block entry of the model.
-        let user_key = problem.options.model_key.as_deref();
-        let has_blocks = |k: &str| {
-            profiles
-                .blocks
-                .iter()
-                .any(|b| b.model_key == k && b.dtype == w.dtype)
-        };
-        let mem_entry = |k: Option<&str>| {
-            profiles
-                .memory
-                .iter()
-                .filter(|m| m.dtype == w.dtype && cluster.is_none_or(|c| m.cluster == c))
-                .find(|m| match k {
-                    Some(k) => m.model_key == k,
-                    None => m.model == w.model.name,
-                })
-        };
-        let model_key = match user_key {
-            Some(k) if has_blocks(k) => k.to_string(),
-            _ => match profiles.memory(cluster, &w.model.name, w.dtype) {
-                Some(m) if has_blocks(&m.model_key) => m.model_key.clone(),
-                _ => profiles
-                    .blocks
-                    .iter()
-                    .filter(|b| {
-                        b.model == w.model.name && b.dtype == w.dtype && b.seq_len == w.seq_len
-                    })
-                    .min_by_key(|b| (!b.model_key.starts_with("deepspeed"), b.model_key.clone()))
-                    .map(|b| b.model_key.clone())
-                    .unwrap_or_else(|| w.model.name.clone()),
-            },
-        };
-        let memory = match mem_entry(Some(&model_key)).or_else(|| mem_entry(None)) {
-            Some(m) => MemoryCurve {
-                act: Some(m.clone()),
-                parameters: m.parameters as f64,
-            },
-            None => MemoryCurve {
-                act: None,
-                parameters: w.model.total_params() as f64,
-            },
-        };
+        let big_b = costs.workload.global_batch;
+        check_table_size(g, big_b)?;
+        let model_key = reference_model_key(problem);
+        let memory = reference_memory(problem, &model_key);
         let opts = &costs.options;
         let state_gib = crate::strategy::STATE_BYTES_PER_PARAM * memory.parameters / GIB;
         let usable_gib: Vec<f64> = (0..g)
@@ -202,35 +140,14 @@ impl CompatInputs {
         let hard_bound: Vec<u32> = usable_gib.iter().map(|&u| bound(u)).collect();
         let max_hard = hard_bound.iter().copied().max().unwrap_or(0).min(big_b);
         let mb_mem_gib: Vec<f64> = (1..=max_hard.max(1)).map(mb).collect();
-        let mut fwd_ms = Vec::with_capacity(g);
-        let mut bwd_ms = Vec::with_capacity(g);
-        let mut substituted = Vec::new();
-        for (r, &hb) in hard_bound.iter().enumerate() {
-            let gpu = &costs.gpu(r).name;
-            // The reference entry under the exact key; without one, the
-            // curve the cost model resolved (another profile or the
-            // calibrated prediction), so the reference rules still apply.
-            let curve = match profiles.block_by_key(gpu, &model_key, w.seq_len, w.dtype) {
-                Some(p) => &p.curve,
-                None => {
-                    let c = &costs.gpu_type(r).block;
-                    if !substituted.iter().any(|(g, _): &(String, String)| g == gpu) {
-                        substituted.push((gpu.clone(), c.source.to_string()));
-                    }
-                    c
-                }
-            };
-            let h = hb.min(big_b);
-            fwd_ms.push((1..=h).map(|m| reference_ms(curve, m, true)).collect());
-            bwd_ms.push((1..=h).map(|m| reference_ms(curve, m, false)).collect());
-        }
+        let curves = reference_curves(problem, &model_key, &hard_bound);
         Ok(CompatInputs {
-            substituted,
+            substituted: curves.substituted,
             model_key,
             even_bound,
             hard_bound,
-            fwd_ms,
-            bwd_ms,
+            fwd_ms: curves.fwd_ms,
+            bwd_ms: curves.bwd_ms,
             mb_mem_gib,
             state_gib,
             usable_gib,
@@ -263,6 +180,138 @@ impl CompatInputs {
     pub fn fits_cluster(&self, ms: &[u32]) -> bool {
         let need: f64 = ms.iter().map(|&m| self.mb_gib(m)).sum::<f64>() + self.state_gib;
         need < self.usable_gib.iter().sum::<f64>()
+    }
+}
+
+/// Refuses a global batch of `big_b` on `g` GPUs whose reference tables
+/// would be too large (the batch over [`MAX_GLOBAL_BATCH`], the estimated
+/// cell updates over [`MAX_CELLS`]).
+fn check_table_size(g: usize, big_b: u32) -> Result<(), PlanError> {
+    if big_b > MAX_GLOBAL_BATCH {
+        return Err(PlanError::invalid(
+            "--global-batch",
+            "global_batch",
+            format!("compat mode handles global batches up to {MAX_GLOBAL_BATCH}, got {big_b}"),
+        ));
+    }
+    let est =
+        (g.saturating_sub(2).max(1) as f64) * (big_b as f64).powi(3) * (big_b.max(2) as f64).ln()
+            / 6.0;
+    if est > MAX_CELLS {
+        return Err(PlanError::invalid(
+            "--global-batch",
+            "global_batch",
+            format!("compat mode's table for {g} GPUs at global batch {big_b} is too large (~{est:.1e} cells); use the native planner"),
+        ));
+    }
+    Ok(())
+}
+
+/// The model key whose profiles the reference uses: the name the user
+/// typed when profiles use it, else the key of the memory entry in use,
+/// else any block entry of the model (DeepSpeed's first), else the model
+/// name.
+fn reference_model_key(problem: &Problem<'_>) -> String {
+    let w = &problem.costs.workload;
+    let profiles = problem.profiles;
+    let cluster = problem.costs.options.memory_cluster.as_deref();
+    let user_key = problem.options.model_key.as_deref();
+    let has_blocks = |k: &str| {
+        profiles
+            .blocks
+            .iter()
+            .any(|b| b.model_key == k && b.dtype == w.dtype)
+    };
+    match user_key {
+        Some(k) if has_blocks(k) => k.to_string(),
+        _ => match profiles.memory(cluster, &w.model.name, w.dtype) {
+            Some(m) if has_blocks(&m.model_key) => m.model_key.clone(),
+            _ => profiles
+                .blocks
+                .iter()
+                .filter(|b| b.model == w.model.name && b.dtype == w.dtype && b.seq_len == w.seq_len)
+                .min_by_key(|b| (!b.model_key.starts_with("deepspeed"), b.model_key.clone()))
+                .map(|b| b.model_key.clone())
+                .unwrap_or_else(|| w.model.name.clone()),
+        },
+    }
+}
+
+/// The reference memory curve: the memory cluster's entry under
+/// `model_key`, else its entry for the model, else the cost model's
+/// curve with the model's parameter count.
+fn reference_memory(problem: &Problem<'_>, model_key: &str) -> MemoryCurve {
+    let w = &problem.costs.workload;
+    let cluster = problem.costs.options.memory_cluster.as_deref();
+    let mem_entry = |k: Option<&str>| {
+        problem
+            .profiles
+            .memory
+            .iter()
+            .filter(|m| m.dtype == w.dtype && cluster.is_none_or(|c| m.cluster == c))
+            .find(|m| match k {
+                Some(k) => m.model_key == k,
+                None => m.model == w.model.name,
+            })
+    };
+    match mem_entry(Some(model_key)).or_else(|| mem_entry(None)) {
+        Some(m) => MemoryCurve {
+            act: Some(m.clone()),
+            parameters: m.parameters as f64,
+        },
+        None => MemoryCurve {
+            act: None,
+            parameters: w.model.total_params() as f64,
+        },
+    }
+}
+
+/// Per-rank reference block times and the GPUs that lacked a reference
+/// entry (see [`CompatInputs`]).
+struct ReferenceCurves {
+    /// Per rank: `f(m)` for m = 1..=hard (index m-1).
+    fwd_ms: Vec<Vec<f64>>,
+    /// Per rank: `b(m)` for m = 1..=hard (index m-1).
+    bwd_ms: Vec<Vec<f64>>,
+    /// GPUs with no reference entry under the key, and the source of the
+    /// curve used instead.
+    substituted: Vec<(String, String)>,
+}
+
+/// Every rank's block times up to its hard bound (capped at the global
+/// batch): the reference entry under `model_key`; without one, the curve
+/// the cost model resolved (another profile or the calibrated prediction),
+/// so the reference rules still apply.
+fn reference_curves(problem: &Problem<'_>, model_key: &str, hard_bound: &[u32]) -> ReferenceCurves {
+    let costs = problem.costs;
+    let w = &costs.workload;
+    let g = costs.ranks();
+    let mut fwd_ms = Vec::with_capacity(g);
+    let mut bwd_ms = Vec::with_capacity(g);
+    let mut substituted = Vec::new();
+    for (r, &hb) in hard_bound.iter().enumerate() {
+        let gpu = &costs.gpu(r).name;
+        let curve = match problem
+            .profiles
+            .block_by_key(gpu, model_key, w.seq_len, w.dtype)
+        {
+            Some(p) => &p.curve,
+            None => {
+                let c = &costs.gpu_type(r).block;
+                if !substituted.iter().any(|(g, _): &(String, String)| g == gpu) {
+                    substituted.push((gpu.clone(), c.source.to_string()));
+                }
+                c
+            }
+        };
+        let h = hb.min(w.global_batch);
+        fwd_ms.push((1..=h).map(|m| reference_ms(curve, m, true)).collect());
+        bwd_ms.push((1..=h).map(|m| reference_ms(curve, m, false)).collect());
+    }
+    ReferenceCurves {
+        fwd_ms,
+        bwd_ms,
+        substituted,
     }
 }
 
@@ -309,74 +358,75 @@ pub fn solve(inp: &CompatInputs) -> Option<CompatSolution> {
     if g == 0 || bb < g {
         return None;
     }
-    let w = bb + 1;
-    // Per rank (m, n) candidates in the reference order with their times.
-    let cands: Vec<Vec<(u32, u32, f64)>> = (0..g)
-        .map(|r| {
-            let h = inp.hard_bound[r].min(inp.global_batch);
-            let mut v = Vec::new();
-            for m in 1..=h {
-                for n in 1..=inp.global_batch / m {
-                    v.push((m, n, inp.rank_ms(r, m, n)));
-                }
-            }
-            v
-        })
-        .collect();
-    let mut cells = 0u64;
-    let mut layers: Vec<Vec<f64>> = Vec::with_capacity(g);
-    for (i, cand) in cands.iter().enumerate() {
-        let last = i + 1 == g;
-        let mut cur = vec![INF; w * w];
-        if i == 0 {
-            // Only (0, 0) is reachable before rank 0: each cell has one candidate.
-            for &(m, n, t) in cand {
-                let (b, s) = ((n * m) as usize, m as usize);
-                if last && b != bb {
-                    continue;
-                }
-                cur[b * w + s] = t;
-                cells += 1;
-            }
-        } else {
-            let prev = &layers[i - 1];
-            let first = if last { bb } else { i + 1 };
-            cells += cur
-                .par_chunks_mut(w)
-                .enumerate()
-                .skip(first)
-                .map(|(b, row)| {
-                    let mut count = 0u64;
-                    for &(m, n, t) in cand {
-                        let x = (n * m) as usize;
-                        if x + i > b {
-                            continue;
-                        }
-                        let m = m as usize;
-                        // prev valid for s' in [i, b - x]; s = s' + m.
-                        let lo = m + i;
-                        let hi = (b - x + m).min(bb);
-                        if lo > hi {
-                            continue;
-                        }
-                        let base = (b - x) * w + lo - m;
-                        let pr = &prev[base..base + (hi - lo + 1)];
-                        for (r, &p) in row[lo..=hi].iter_mut().zip(pr) {
-                            let c = cell(p, t);
-                            *r = if c < *r { c } else { *r };
-                        }
-                        count += (hi - lo + 1) as u64;
-                    }
-                    count
-                })
-                .sum::<u64>();
+    let tables = Tables::fill(inp);
+    let fin = &tables.layers[g - 1];
+    let w = tables.w;
+    let per_sum_ms: Vec<f64> = (1..=bb).map(|s| fin[bb * w + s]).collect();
+    let best = tables.select(inp);
+    best.map(|(choice, v, fits)| CompatSolution {
+        choice,
+        makespan_ms_per_block: v,
+        fits_cluster_memory: fits,
+        per_sum_ms,
+        cells: tables.cells,
+    })
+}
+
+/// One rank's `(m, n)` candidate with its reference time, ms.
+type Candidate = (u32, u32, f64);
+
+/// A selected plan: per rank `(m, n)`, its slowest rank's per-block time
+/// (ms) and whether it passes the cluster-wide memory cap.
+type Pick = (Vec<(u32, u32)>, f64, bool);
+
+/// The reference DP's filled tables.
+struct Tables {
+    /// Row width: global batch + 1; cell `(b, s)` is at `b * w + s`.
+    w: usize,
+    /// Per rank: its `(m, n)` candidates in the reference order (increasing
+    /// `m`, then `n`) with their times.
+    cands: Vec<Vec<Candidate>>,
+    /// Per rank `i`: the smallest slowest-rank time over ranks `0..=i`
+    /// giving `b` samples with micro-batch sizes summing to `s`, per cell
+    /// (infinity where unreachable).
+    layers: Vec<Vec<f64>>,
+    /// DP cell updates performed.
+    cells: u64,
+}
+
+impl Tables {
+    /// Fills the table of every rank in turn (the last one only at the
+    /// global batch).
+    fn fill(inp: &CompatInputs) -> Tables {
+        let g = inp.hard_bound.len();
+        let bb = inp.global_batch as usize;
+        let w = bb + 1;
+        let cands: Vec<Vec<Candidate>> = (0..g).map(|r| candidates(inp, r)).collect();
+        let mut cells = 0u64;
+        let mut layers: Vec<Vec<f64>> = Vec::with_capacity(g);
+        for (i, cand) in cands.iter().enumerate() {
+            let last = i + 1 == g;
+            let (cur, count) = if i == 0 {
+                first_layer(cand, last, bb, w)
+            } else {
+                next_layer(&layers[i - 1], cand, i, last, bb, w)
+            };
+            cells += count;
+            layers.push(cur);
         }
-        layers.push(cur);
+        Tables {
+            w,
+            cands,
+            layers,
+            cells,
+        }
     }
-    // The reference's choice at cell (b, s) of rank i.
-    let choose = |i: usize, b: usize, s: usize| -> (u32, u32) {
+
+    /// The reference's choice at cell (b, s) of rank i.
+    fn choose(&self, i: usize, b: usize, s: usize) -> (u32, u32) {
+        let (w, layers) = (self.w, &self.layers);
         let target = layers[i][b * w + s];
-        for &(m, n, t) in &cands[i] {
+        for &(m, n, t) in &self.cands[i] {
             let (x, mu) = ((n * m) as usize, m as usize);
             if x > b || mu > s {
                 continue;
@@ -396,44 +446,127 @@ pub fn solve(inp: &CompatInputs) -> Option<CompatSolution> {
             }
         }
         unreachable!("a finite cell has a candidate attaining it")
-    };
-    let fin = &layers[g - 1];
-    // Selection over the sum of micro-batch sizes.
-    let per_sum_ms: Vec<f64> = (1..=bb).map(|s| fin[bb * w + s]).collect();
-    type Pick = (Vec<(u32, u32)>, f64, bool);
-    let mut best: Option<Pick> = None;
-    let mut best_tput = -1.0f64;
-    for s in 1..=bb {
-        let v = fin[bb * w + s];
-        if !v.is_finite() {
-            continue;
-        }
+    }
+
+    /// The per-rank `(m, n)` of the DP's plan for the whole global batch
+    /// `bb` with micro-batch sizes summing to `s`, backtracked from the
+    /// last rank.
+    fn backtrack(&self, bb: usize, s: usize) -> Vec<(u32, u32)> {
+        let g = self.layers.len();
         let mut plan = vec![(0u32, 0u32); g];
         let (mut b, mut ss) = (bb, s);
         for r in (0..g).rev() {
-            let (m, n) = choose(r, b, ss);
+            let (m, n) = self.choose(r, b, ss);
             plan[r] = (m, n);
             b -= (m * n) as usize;
             ss -= m as usize;
         }
-        let ms: Vec<u32> = plan.iter().map(|p| p.0).collect();
-        let fits = inp.fits_cluster(&ms);
-        let tput = inp.global_batch as f64 / v;
-        if best.is_none() {
-            best = Some((plan.clone(), v, fits));
+        plan
+    }
+
+    /// Selection over the sum of micro-batch sizes: the plan with the
+    /// highest throughput (strictly higher replaces) among those under the
+    /// cluster-wide cap, else the first plan; with its time and whether it
+    /// fits. `None` when no sum has a plan.
+    fn select(&self, inp: &CompatInputs) -> Option<Pick> {
+        let bb = inp.global_batch as usize;
+        let fin = &self.layers[self.layers.len() - 1];
+        let mut best: Option<Pick> = None;
+        let mut best_tput = -1.0f64;
+        for s in 1..=bb {
+            let v = fin[bb * self.w + s];
+            if !v.is_finite() {
+                continue;
+            }
+            let plan = self.backtrack(bb, s);
+            let ms: Vec<u32> = plan.iter().map(|p| p.0).collect();
+            let fits = inp.fits_cluster(&ms);
+            let tput = inp.global_batch as f64 / v;
+            if best.is_none() {
+                best = Some((plan.clone(), v, fits));
+            }
+            if fits && tput > best_tput {
+                best_tput = tput;
+                best = Some((plan, v, fits));
+            }
         }
-        if fits && tput > best_tput {
-            best_tput = tput;
-            best = Some((plan, v, fits));
+        best
+    }
+}
+
+/// Rank `r`'s `(m, n)` candidates in the reference order (increasing `m`
+/// up to its hard bound, then `n`) with their times.
+fn candidates(inp: &CompatInputs, r: usize) -> Vec<Candidate> {
+    let h = inp.hard_bound[r].min(inp.global_batch);
+    let mut v = Vec::new();
+    for m in 1..=h {
+        for n in 1..=inp.global_batch / m {
+            v.push((m, n, inp.rank_ms(r, m, n)));
         }
     }
-    best.map(|(choice, v, fits)| CompatSolution {
-        choice,
-        makespan_ms_per_block: v,
-        fits_cluster_memory: fits,
-        per_sum_ms,
-        cells,
-    })
+    v
+}
+
+/// Rank 0's table (`w`-wide rows; only the global batch `bb` when it is
+/// also the `last` rank) and its cell updates: only (0, 0) is reachable
+/// before it, so each cell has one candidate.
+fn first_layer(cand: &[Candidate], last: bool, bb: usize, w: usize) -> (Vec<f64>, u64) {
+    let mut cur = vec![INF; w * w];
+    let mut cells = 0u64;
+    for &(m, n, t) in cand {
+        let (b, s) = ((n * m) as usize, m as usize);
+        if last && b != bb {
+            continue;
+        }
+        cur[b * w + s] = t;
+        cells += 1;
+    }
+    (cur, cells)
+}
+
+/// Rank `i`'s table (`i > 0`) from the previous rank's `prev`, rows in
+/// parallel (only the global batch `bb` when it is the `last` rank), and
+/// its cell updates.
+fn next_layer(
+    prev: &[f64],
+    cand: &[Candidate],
+    i: usize,
+    last: bool,
+    bb: usize,
+    w: usize,
+) -> (Vec<f64>, u64) {
+    let mut cur = vec![INF; w * w];
+    let first = if last { bb } else { i + 1 };
+    let cells = cur
+        .par_chunks_mut(w)
+        .enumerate()
+        .skip(first)
+        .map(|(b, row)| {
+            let mut count = 0u64;
+            for &(m, n, t) in cand {
+                let x = (n * m) as usize;
+                if x + i > b {
+                    continue;
+                }
+                let m = m as usize;
+                // prev valid for s' in [i, b - x]; s = s' + m.
+                let lo = m + i;
+                let hi = (b - x + m).min(bb);
+                if lo > hi {
+                    continue;
+                }
+                let base = (b - x) * w + lo - m;
+                let pr = &prev[base..base + (hi - lo + 1)];
+                for (r, &p) in row[lo..=hi].iter_mut().zip(pr) {
+                    let c = cell(p, t);
+                    *r = if c < *r { c } else { *r };
+                }
+                count += (hi - lo + 1) as u64;
+            }
+            count
+        })
+        .sum::<u64>();
+    (cur, cells)
 }
 
 impl Planner for Compat {

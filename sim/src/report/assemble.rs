@@ -1,0 +1,404 @@
+//! Assembly of a [`Report`] from a finished run: the engine's stats, the
+//! breakdown and memory observers, the plan and the cost model.
+
+use super::breakdown::Breakdown;
+use super::memory::MemoryBreakdown;
+use super::schema::{
+    CollectiveStat, GpuReport, HostReport, KindSummary, OomGpu, PipelineReport, Report, StageReport,
+};
+use crate::cost::CostModel;
+use crate::engine::RunStats;
+use crate::memory::MemoryTracker;
+use crate::schedule::lower::{CollectiveRecord, Group};
+use crate::trace::Trace;
+use crate::units::GIB;
+
+/// Everything `assemble` needs besides the run's observers.
+#[derive(Debug)]
+pub struct Assembly<'a> {
+    /// The cost model of the workload.
+    pub costs: &'a crate::cost::CostModel,
+    /// The plan simulated.
+    pub plan: &'a crate::plan::Plan,
+    /// Constant GPU memory per rank (bytes) and host memory per node.
+    pub base_device_bytes: &'a [i64],
+    /// Constant host memory per node, bytes.
+    pub base_host_bytes: &'a [i64],
+    /// The collectives of the iteration.
+    pub collectives: &'a [CollectiveRecord],
+    /// Executed FLOPs of the iteration beyond the model's (recompute).
+    pub recompute_flops: f64,
+    /// Which ranks were simulated and whose timeline the others have.
+    pub classes: &'a crate::symmetry::NodeClasses,
+    /// How a folded run stands for the whole iteration (`None`: every pass
+    /// simulated).
+    pub folding: Option<&'a Folding>,
+}
+
+/// How a reduced run of folded passes ([`crate::fold`]) stands for the
+/// whole iteration, as the report needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Folding {
+    /// Per op of the reduced graph: how many ops of the iteration it
+    /// stands for.
+    pub op_weight: Vec<u64>,
+    /// Per memory pool: how much later the whole iteration first reaches
+    /// the peak than the reduced run, ns.
+    pub peak_shift_ns: Vec<u64>,
+    /// Per simulated rank: when its last op ends in the whole iteration, ns.
+    pub finish_ns: Vec<u64>,
+    /// When the whole iteration ends, ns.
+    pub makespan_ns: u64,
+    /// Passes not simulated event by event.
+    pub folded_passes: u32,
+}
+
+/// Throughput figures of an iteration of `iteration_ms` on `costs`'
+/// workload.
+struct Rates {
+    samples_per_s: f64,
+    tokens_per_s: f64,
+    tflops: f64,
+    mfu: f64,
+    hfu: f64,
+    peak_tflops: f64,
+    model_tflop: f64,
+    hardware_tflop: f64,
+}
+
+impl Rates {
+    fn of(costs: &CostModel, iteration_ms: f64, recompute_flops: f64) -> Rates {
+        let w = &costs.workload;
+        let secs = iteration_ms / 1e3;
+        let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
+        let samples_per_s = per_s(w.global_batch as f64);
+        let model_flops = costs.iteration_model_flops();
+        let peak_tflops: f64 = (0..costs.ranks())
+            .map(|r| {
+                let g = costs.gpu(r);
+                g.peak_tflops(w.dtype).unwrap_or(g.fp32_tflops)
+            })
+            .sum();
+        let util = |flops: f64| {
+            if peak_tflops > 0.0 {
+                per_s(flops) / 1e12 / peak_tflops
+            } else {
+                0.0
+            }
+        };
+        let hw_flops = model_flops + recompute_flops;
+        Rates {
+            samples_per_s,
+            tokens_per_s: samples_per_s * w.model.tokens_per_sample(w.seq_len) as f64,
+            tflops: per_s(model_flops) / 1e12,
+            mfu: util(model_flops),
+            hfu: util(hw_flops),
+            peak_tflops,
+            model_tflop: model_flops / 1e12,
+            hardware_tflop: hw_flops / 1e12,
+        }
+    }
+}
+
+impl PipelineReport {
+    /// The stages of `pipe` from the per-GPU reports of its run.
+    fn of(
+        pipe: &crate::plan::pipeline::Pipeline,
+        gpus: &[GpuReport],
+        iteration_ms: f64,
+    ) -> PipelineReport {
+        let mut stages = Vec::with_capacity(pipe.depth());
+        let (mut idle, mut held) = (0.0, 0usize);
+        for (s, st) in pipe.stages.iter().enumerate() {
+            let g: Vec<&GpuReport> = st.gpus.iter().map(|&r| &gpus[r as usize]).collect();
+            let max = |f: fn(&GpuReport) -> f64| g.iter().map(|x| f(x)).fold(0.0, f64::max);
+            idle += g.iter().map(|x| x.idle_ms).sum::<f64>();
+            held += g.len();
+            let names: Vec<String> = g.iter().map(|x| x.gpu.clone()).collect();
+            let first = pipe.first_block(s);
+            stages.push(StageReport {
+                stage: s,
+                first_block: first,
+                last_block: first + st.blocks - 1,
+                ranks: st.gpus.iter().map(|&r| r as usize).collect(),
+                gpus: crate::lists::name_runs(&names),
+                compute_ms: max(|x| x.compute_ms),
+                exposed_comm_ms: max(|x| x.exposed_comm_ms),
+                idle_ms: max(|x| x.idle_ms),
+                peak_mem_gib: max(|x| x.peak_mem_gib),
+                usable_gib: g.iter().map(|x| x.usable_gib).fold(f64::INFINITY, f64::min),
+            });
+        }
+        PipelineReport {
+            schedule: pipe.schedule.name().to_string(),
+            microbatches: pipe.microbatches,
+            microbatch_size: gpus
+                .iter()
+                .filter(|g| g.batch > 0)
+                .map(|g| g.microbatch_size)
+                .max()
+                .unwrap_or(0),
+            bubble_pct: if held > 0 && iteration_ms > 0.0 {
+                100.0 * idle / (held as f64 * iteration_ms)
+            } else {
+                0.0
+            },
+            stages,
+        }
+    }
+}
+
+/// Milliseconds of `ns` nanoseconds.
+fn ns_ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Builds the report of a finished run: `stats` from the engine, the
+/// breakdown and memory observers, the trace if recorded.
+pub(crate) fn assemble(
+    a: &Assembly<'_>,
+    stats: &RunStats,
+    breakdown: &Breakdown<'_>,
+    memory: &MemoryTracker,
+    trace: Option<Trace>,
+) -> Report {
+    let costs = a.costs;
+    let plan = a.plan;
+    let w = &costs.workload;
+    let iteration_ms = ns_ms(stats.makespan.0);
+    let rate = Rates::of(costs, iteration_ms, a.recompute_flops);
+    let memory_source = costs.act.source().to_string();
+    let gpus: Vec<GpuReport> = (0..costs.ranks())
+        .map(|r| gpu_report(a, breakdown, memory, &memory_source, r))
+        .collect();
+    let oom_gpus: Vec<OomGpu> = gpus.iter().filter(|g| g.oom).map(oom_gpu).collect();
+    let hosts = host_reports(a, memory);
+    let oom_hosts: Vec<HostReport> = hosts.iter().filter(|h| h.oom).cloned().collect();
+    let collectives = collective_stats(a, breakdown);
+    let collective_summary = kind_summaries(&collectives);
+    let pipeline = plan
+        .pipeline
+        .as_ref()
+        .map(|p| PipelineReport::of(p, &gpus, iteration_ms));
+    Report {
+        planner: plan.planner.clone(),
+        model: w.model.name.clone(),
+        cluster: w.cluster.name.clone(),
+        dtype: w.dtype.to_string(),
+        seq_len: w.seq_len,
+        global_batch: w.global_batch,
+        strategy: plan.strategy,
+        oom: !oom_gpus.is_empty() || !oom_hosts.is_empty(),
+        iteration_ms,
+        samples_per_s: rate.samples_per_s,
+        tokens_per_s: rate.tokens_per_s,
+        tflops: rate.tflops,
+        mfu: rate.mfu,
+        hfu: rate.hfu,
+        peak_tflops: rate.peak_tflops,
+        price_per_hour_usd: w.cluster.gpus.iter().map(|g| g.price_per_hour_usd).sum(),
+        model_tflop: rate.model_tflop,
+        hardware_tflop: rate.hardware_tflop,
+        mem_fraction: costs.options.mem_fraction,
+        overhead_gib: costs.options.overhead_gib,
+        buffers_ref_gib: costs.activations.buffers_ref_bytes / GIB,
+        act_fixed_gib: costs.activations.fixed_bytes / GIB,
+        oom_gpus,
+        oom_hosts,
+        hosts,
+        collective_summary,
+        collectives,
+        comm_model: costs.comm.describe(),
+        gpus,
+        warnings: costs.warnings.clone(),
+        ops: stats.ops,
+        events: stats.events,
+        simulated_gpus: a.classes.simulated_ranks(),
+        folded_passes: a.folding.map_or(0, |f| f.folded_passes),
+        pipeline,
+        trace,
+    }
+}
+
+/// Rank `r`'s row: its plan entry, its time breakdown and memory (a rank
+/// not simulated has the timeline of its simulated twin) and where its
+/// numbers came from (`memory_source`: the workload's non-state memory).
+fn gpu_report(
+    a: &Assembly<'_>,
+    breakdown: &Breakdown<'_>,
+    memory: &MemoryTracker,
+    memory_source: &str,
+    r: usize,
+) -> GpuReport {
+    let costs = a.costs;
+    let q = a.classes.rep_rank[r];
+    let t = &breakdown.ranks[q];
+    let rp = &a.plan.gpus[r];
+    let ty = costs.gpu_type(r);
+    let peak_gib = memory.peak_bytes(q) as f64 / GIB;
+    let capacity_gib = costs.capacity_gib(r);
+    let usable_gib = costs.usable_gib(r);
+    let memory_parts = MemoryBreakdown::new(
+        memory.peak_bytes(q),
+        a.base_device_bytes[r],
+        (costs.options.overhead_gib * GIB + costs.activations.fixed_bytes).round() as i64,
+        memory.peak_by_kind(q),
+        usable_gib,
+        capacity_gib,
+    );
+    GpuReport {
+        rank: r,
+        gpu: ty.gpu.name.clone(),
+        node: costs.workload.cluster.gpus[r].node,
+        batch: rp.batch,
+        microbatches: rp.microbatches,
+        microbatch_size: rp.microbatch_size,
+        state_fraction: rp.state_fraction,
+        compute_ms: ns_ms(t.compute),
+        exposed_comm_ms: ns_ms(t.exposed_comm),
+        copy_ms: ns_ms(t.copy),
+        host_ms: ns_ms(t.host),
+        idle_ms: ns_ms(t.idle),
+        forward_ms: ns_ms(t.by_kind[0]),
+        recompute_ms: ns_ms(t.by_kind[1]),
+        backward_ms: ns_ms(t.by_kind[2]),
+        optimizer_ms: ns_ms(t.by_kind[3]),
+        comm_busy_ms: ns_ms(t.comm_busy),
+        copy_busy_ms: ns_ms(t.copy_busy),
+        host_busy_ms: ns_ms(t.host_busy),
+        interference_ms: ns_ms(t.interference),
+        contention_ms: ns_ms(t.contention),
+        finish_ms: ns_ms(t.finish),
+        peak_mem_gib: peak_gib,
+        peak_at_ms: ns_ms(
+            memory
+                .peak_time(q)
+                .0
+                .saturating_add(a.folding.map_or(0, |f| f.peak_shift_ns[q])),
+        ),
+        base_mem_gib: a.base_device_bytes[r] as f64 / GIB,
+        capacity_gib,
+        usable_gib,
+        mem_pct: if capacity_gib > 0.0 {
+            100.0 * peak_gib / capacity_gib
+        } else {
+            0.0
+        },
+        usable_pct: if usable_gib > 0.0 {
+            100.0 * peak_gib / usable_gib
+        } else {
+            0.0
+        },
+        oom: peak_gib > usable_gib,
+        memory: memory_parts,
+        activation_scale: costs.activations.scale_at(rp.microbatch_size),
+        compute_source: ty.curve_source(a.plan.strategy.attention),
+        memory_source: memory_source.to_string(),
+        unit_source: unit_source(ty),
+    }
+}
+
+/// Where a GPU type's embedding, head and optimizer times came from: its
+/// measured units, else the roofline estimate with its efficiencies.
+fn unit_source(ty: &crate::cost::GpuTypeCost) -> String {
+    use crate::cost::{
+        OPTIMIZER_BYTES_PER_PARAM, UNIT_BANDWIDTH_EFFICIENCY, UNIT_COMPUTE_EFFICIENCY,
+    };
+    match &ty.units {
+        Some(u) => u.source.to_string(),
+        None => format!(
+            "estimated (roofline: embedding/head at {:.0}% of peak FLOPS, optimizer {} B/param at {:.0}% of HBM bandwidth)",
+            UNIT_COMPUTE_EFFICIENCY * 100.0,
+            OPTIMIZER_BYTES_PER_PARAM,
+            UNIT_BANDWIDTH_EFFICIENCY * 100.0
+        ),
+    }
+}
+
+/// The out-of-memory entry of a GPU whose row says `oom`.
+fn oom_gpu(g: &GpuReport) -> OomGpu {
+    OomGpu {
+        rank: g.rank,
+        gpu: g.gpu.clone(),
+        peak_mem_gib: g.peak_mem_gib,
+        usable_gib: g.usable_gib,
+        capacity_gib: g.capacity_gib,
+    }
+}
+
+/// Host memory per node: the peak of its pool (a node not simulated has
+/// its twin's), its constant part and the capacity of the cluster spec.
+fn host_reports(a: &Assembly<'_>, memory: &MemoryTracker) -> Vec<HostReport> {
+    let ranks = a.costs.ranks();
+    let mut hosts = Vec::new();
+    for (n, node) in a.costs.workload.cluster.nodes.iter().enumerate() {
+        let pool = ranks + a.classes.rep_node[n];
+        let peak_gib = if pool < memory.ranks() {
+            memory.peak_bytes(pool) as f64 / GIB
+        } else {
+            0.0
+        };
+        hosts.push(HostReport {
+            node: n,
+            name: node.name.clone(),
+            peak_gib,
+            base_gib: a.base_host_bytes.get(n).copied().unwrap_or(0) as f64 / GIB,
+            capacity_gib: node.host_mem_gib,
+            oom: peak_gib > node.host_mem_gib,
+        });
+    }
+    hosts
+}
+
+/// The collectives rank 0 joins, per (kind, unit) in that order, with the
+/// durations as run (a folded run's ops weighted by what they stand for).
+fn collective_stats(a: &Assembly<'_>, breakdown: &Breakdown<'_>) -> Vec<CollectiveStat> {
+    let groups = a.plan.strategy.groups(a.costs.ranks());
+    let in_view = |g: Group| match g {
+        Group::Shard(k) => k == groups.group_of(0),
+        Group::Replica(j) => j == groups.position(0),
+    };
+    // (count, buffer bytes, time in ns: integer, so that a folded run's
+    // weighted sums are the whole iteration's to the ns).
+    let mut stats_by: std::collections::BTreeMap<(String, u32), (u64, f64, u64)> =
+        std::collections::BTreeMap::new();
+    for c in a.collectives.iter().filter(|c| in_view(c.group)) {
+        let w = a.folding.map_or(1, |f| f.op_weight[c.op.0 as usize]);
+        let e = stats_by
+            .entry((c.kind.name().to_string(), c.unit))
+            .or_insert((0, 0.0, 0));
+        e.0 = e.0.saturating_add(u64::from(c.count).saturating_mul(w));
+        e.1 += c.buffer_bytes * w as f64;
+        let actual = breakdown.collective_ns.get(&c.op.0).copied();
+        e.2 =
+            e.2.saturating_add(actual.unwrap_or(c.dur.0).saturating_mul(w));
+    }
+    stats_by
+        .iter()
+        .map(|((kind, unit), &(count, bytes, ns))| CollectiveStat {
+            kind: kind.clone(),
+            unit: *unit,
+            count: u32::try_from(count).unwrap_or(u32::MAX),
+            buffer_bytes: bytes,
+            time_ms: ns_ms(ns),
+        })
+        .collect()
+}
+
+/// The per-unit collectives summed per kind (`all_gather`,
+/// `reduce_scatter`, `all_reduce`; kinds absent are left out).
+fn kind_summaries(collectives: &[CollectiveStat]) -> Vec<KindSummary> {
+    let mut summary: Vec<KindSummary> = Vec::new();
+    for k in ["all_gather", "reduce_scatter", "all_reduce"] {
+        let v: Vec<&CollectiveStat> = collectives.iter().filter(|c| c.kind == k).collect();
+        if !v.is_empty() {
+            summary.push(KindSummary {
+                kind: k.to_string(),
+                count: v.iter().map(|c| c.count).sum(),
+                buffer_gib: v.iter().map(|c| c.buffer_bytes).sum::<f64>() / GIB,
+                time_ms: v.iter().map(|c| c.time_ms).sum(),
+            });
+        }
+    }
+    summary
+}
