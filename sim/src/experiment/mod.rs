@@ -14,8 +14,11 @@
 //!   workloads `i` with `i mod N = K - 1`);
 //! - `figure`: [`FigureKind`] (declared once: what each kind needs and says
 //!   in the report) and [`FigureSpec`];
+//! - `cluster_source`: where a workload's cluster comes from, and a
+//!   sweep's edits to it (replicated nodes, an added GPU, another network);
+//! - `sweep`: [`Sweep`] (the `[sweep]` table), its checks, and its
+//!   expansion into [`Workload`]s;
 //! - `spec`: [`ExperimentSpec`] and its checks (before any work);
-//! - `sweep`: the sweep's expansion into [`Workload`]s;
 //! - `run`: [`run`] (in parallel over workloads with rayon, results in case
 //!   order, so every run gives the same rows);
 //! - `report`: the report text ([`report_section`], [`speedup_range`]).
@@ -40,6 +43,7 @@
 //! Units: ms, samples/s, GiB, Gbit/s, USD.
 
 mod axis;
+mod cluster_source;
 mod figure;
 mod metric;
 mod report;
@@ -52,12 +56,13 @@ mod sweep;
 mod validation;
 
 pub use axis::Axis;
+pub use cluster_source::{ClusterSource, ClusterText};
 pub use figure::{FigureKind, FigureSpec};
 pub use metric::Metric;
 pub use report::{report_section, speedup_range, FigureRef, DATA_PARALLEL_BASELINES};
 pub use results::Results;
 pub use rows::{GpuRow, ResultRow, SpanRow};
 pub use run::{run, Inputs};
-pub use spec::{ExperimentSpec, ProfilesUse, Sweep};
-pub use sweep::{cluster_of, ClusterSource, ClusterText, Workload};
+pub use spec::{ExperimentSpec, ProfilesUse};
+pub use sweep::{cluster_of, Sweep, Workload};
 pub use validation::ValidationPoint;

@@ -3,13 +3,11 @@
 //! any work, each error naming the field and what it accepts.
 
 use super::axis::Axis;
+use super::cluster_source::ClusterText;
 use super::figure::{FigureKind, FigureSpec, WrittenFigure};
 use super::metric::Metric;
-use crate::cluster::Cluster;
-use crate::dtype::Dtype;
+use super::sweep::{Sweep, Workload};
 use crate::error::SpecError;
-use crate::gpu::GpuCatalog;
-use crate::model::ModelCatalog;
 use crate::planner;
 use serde::{Deserialize, Serialize};
 
@@ -67,48 +65,6 @@ fn default_order() -> u32 {
     100
 }
 
-/// The axes of a sweep; every combination is one workload.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Sweep {
-    /// Cluster files (relative to the experiments directory).
-    #[serde(default)]
-    pub clusters: Vec<String>,
-    /// Clusters as `--gpus` lists.
-    #[serde(default)]
-    pub gpus: Vec<String>,
-    /// Models (catalog names or aliases).
-    pub models: Vec<String>,
-    /// Global batches, samples.
-    #[serde(default)]
-    pub global_batches: Vec<u32>,
-    /// Samples per GPU instead (the global batch grows with the cluster).
-    #[serde(default)]
-    pub batch_per_gpu: Vec<u32>,
-    /// Planners (default: every planner).
-    #[serde(default)]
-    pub planners: Vec<String>,
-    /// Sequence lengths (default: each model's).
-    #[serde(default)]
-    pub seq_lens: Vec<u32>,
-    /// Dtypes (default: fp16).
-    #[serde(default)]
-    pub dtypes: Vec<String>,
-    /// Network bandwidths replacing the cluster's, Gbit/s (default: the cluster's).
-    #[serde(default)]
-    pub network_gbit_s: Vec<f64>,
-    /// Copies of the cluster's nodes (default: 1).
-    #[serde(default)]
-    pub replicate: Vec<u32>,
-    /// GPU types added as a one-GPU node each (`""`: none), for
-    /// "which GPU should I add next?".
-    #[serde(default)]
-    pub add_gpu: Vec<String>,
-    /// Record every run's timeline (for Gantt figures; slower).
-    #[serde(default)]
-    pub timeline: bool,
-}
-
 impl ExperimentSpec {
     /// Parses a spec (`origin` names the file for errors) and checks
     /// everything that does not need other files: planners, metrics,
@@ -127,8 +83,7 @@ impl ExperimentSpec<WrittenFigure> {
         self.check_name(origin)?;
         let measured_only = !self.validations.is_empty() && self.sweep == Sweep::default();
         if !measured_only {
-            self.check_sweep_shape(origin)?;
-            self.check_sweep_items(origin)?;
+            self.sweep.check(origin)?;
             self.check_memory_cluster(origin)?;
         }
         let (has_validations, timeline) = (!self.validations.is_empty(), self.sweep.timeline);
@@ -226,98 +181,6 @@ impl<F> ExperimentSpec<F> {
         Ok(())
     }
 
-    /// The sweep names clusters, models and batches (one kind of batch).
-    fn check_sweep_shape(&self, origin: &str) -> Result<(), SpecError> {
-        let bad = |field: &str, msg: String| Err(SpecError::invalid(origin, field, msg));
-        let w = &self.sweep;
-        if w.clusters.is_empty() && w.gpus.is_empty() {
-            return bad(
-                "sweep.clusters",
-                "the sweep names no cluster (clusters or gpus)".into(),
-            );
-        }
-        if w.models.is_empty() {
-            return bad("sweep.models", "the sweep names no model".into());
-        }
-        if w.global_batches.is_empty() == w.batch_per_gpu.is_empty() {
-            return bad(
-                "sweep.global_batches",
-                "the sweep needs global batches or batch_per_gpu (one of the two)".into(),
-            );
-        }
-        for (i, &b) in w.batch_per_gpu.iter().enumerate() {
-            if b == 0 || b > 1 << 16 {
-                return bad(
-                    &format!("sweep.batch_per_gpu[{i}]"),
-                    format!("expected 1..=65536 samples per GPU, got {b}"),
-                );
-            }
-        }
-        Ok(())
-    }
-
-    /// Every item of the sweep's lists is known and in range.
-    fn check_sweep_items(&self, origin: &str) -> Result<(), SpecError> {
-        let bad = |field: &str, msg: String| Err(SpecError::invalid(origin, field, msg));
-        let w = &self.sweep;
-        for (i, m) in w.models.iter().enumerate() {
-            ModelCatalog::builtin().lookup(m, &format!("{origin}: sweep.models[{i}]"))?;
-        }
-        for (i, &b) in w.global_batches.iter().enumerate() {
-            if b == 0 || b > crate::limits::MAX_GLOBAL_BATCH {
-                return bad(
-                    &format!("sweep.global_batches[{i}]"),
-                    format!(
-                        "expected 1..={} samples, got {b}",
-                        crate::limits::MAX_GLOBAL_BATCH
-                    ),
-                );
-            }
-        }
-        for (i, p) in w.planners.iter().enumerate() {
-            planner::by_name(p, &format!("{origin}: sweep.planners[{i}]")).map_err(|e| {
-                SpecError::invalid(origin, format!("sweep.planners[{i}]"), e.to_string())
-            })?;
-        }
-        for (i, d) in w.dtypes.iter().enumerate() {
-            if Dtype::parse(d).is_none() {
-                return bad(
-                    &format!("sweep.dtypes[{i}]"),
-                    format!("expected fp16, bf16 or fp32, got `{d}`"),
-                );
-            }
-        }
-        for (i, &x) in w.network_gbit_s.iter().enumerate() {
-            crate::physical::check(
-                origin,
-                &format!("sweep.network_gbit_s[{i}]"),
-                x,
-                &crate::physical::NET_GBIT_S,
-            )?;
-        }
-        for (i, &k) in w.replicate.iter().enumerate() {
-            if k == 0 || k > 4096 {
-                return bad(
-                    &format!("sweep.replicate[{i}]"),
-                    format!("expected 1..=4096 copies, got {k}"),
-                );
-            }
-        }
-        for (i, g) in w.add_gpu.iter().enumerate() {
-            if !g.is_empty() {
-                GpuCatalog::builtin().lookup(g, &format!("{origin}: sweep.add_gpu[{i}]"))?;
-            }
-        }
-        for (i, l) in w.gpus.iter().enumerate() {
-            Cluster::from_gpu_list(
-                l,
-                &format!("{origin}: sweep.gpus[{i}]"),
-                GpuCatalog::builtin(),
-            )?;
-        }
-        Ok(())
-    }
-
     /// A memory cluster only with reference profiles.
     fn check_memory_cluster(&self, origin: &str) -> Result<(), SpecError> {
         if self.memory_cluster.is_some() && self.profiles != ProfilesUse::Reference {
@@ -328,6 +191,11 @@ impl<F> ExperimentSpec<F> {
             ));
         }
         Ok(())
+    }
+
+    /// The sweep's workloads in order ([`Sweep::workloads`]).
+    pub fn workloads(&self, clusters: &[ClusterText]) -> Result<Vec<Workload>, SpecError> {
+        self.sweep.workloads(clusters)
     }
 
     /// The planners of the sweep (canonical names), in order.

@@ -1,12 +1,57 @@
-//! A sweep's expansion into workloads: every combination of its axes, in
-//! a fixed order, each cluster variant (replicated nodes, an added GPU,
-//! another network) as the cluster text it builds from.
+//! A study's sweep: its axes (the `[sweep]` table), their checks, and
+//! its expansion into workloads, every combination of the axes in a
+//! fixed order.
 
-use super::spec::{ExperimentSpec, Sweep};
+use super::cluster_source::{ClusterSource, ClusterText};
 use crate::cluster::Cluster;
 use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuCatalog;
+use crate::model::ModelCatalog;
+use crate::planner;
+use serde::{Deserialize, Serialize};
+
+/// The axes of a sweep; every combination is one workload.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    /// Cluster files (relative to the experiments directory).
+    #[serde(default)]
+    pub clusters: Vec<String>,
+    /// Clusters as `--gpus` lists.
+    #[serde(default)]
+    pub gpus: Vec<String>,
+    /// Models (catalog names or aliases).
+    pub models: Vec<String>,
+    /// Global batches, samples.
+    #[serde(default)]
+    pub global_batches: Vec<u32>,
+    /// Samples per GPU instead (the global batch grows with the cluster).
+    #[serde(default)]
+    pub batch_per_gpu: Vec<u32>,
+    /// Planners (default: every planner).
+    #[serde(default)]
+    pub planners: Vec<String>,
+    /// Sequence lengths (default: each model's).
+    #[serde(default)]
+    pub seq_lens: Vec<u32>,
+    /// Dtypes (default: fp16).
+    #[serde(default)]
+    pub dtypes: Vec<String>,
+    /// Network bandwidths replacing the cluster's, Gbit/s (default: the cluster's).
+    #[serde(default)]
+    pub network_gbit_s: Vec<f64>,
+    /// Copies of the cluster's nodes (default: 1).
+    #[serde(default)]
+    pub replicate: Vec<u32>,
+    /// GPU types added as a one-GPU node each (`""`: none), for
+    /// "which GPU should I add next?".
+    #[serde(default)]
+    pub add_gpu: Vec<String>,
+    /// Record every run's timeline (for Gantt figures; slower).
+    #[serde(default)]
+    pub timeline: bool,
+}
 
 /// One workload of a sweep.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,35 +78,111 @@ pub struct Workload {
     pub add_gpu: String,
 }
 
-/// Where a workload's cluster comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ClusterSource {
-    /// A cluster TOML text (its origin for errors).
-    Toml {
-        /// File it came from.
-        origin: String,
-        /// The text, variant applied.
-        text: String,
-    },
-    /// A `--gpus` list.
-    Gpus(String),
-}
+impl Sweep {
+    /// Checks every list of the sweep, before any work (the first error
+    /// found, in the order of the fields).
+    pub(super) fn check(&self, origin: &str) -> Result<(), SpecError> {
+        self.check_shape(origin)?;
+        self.check_items(origin)
+    }
 
-/// A cluster file's text as the experiment's caller read it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClusterText {
-    /// The name in the spec (`clusters/paper-4gpu.toml`).
-    pub name: String,
-    /// The file's text.
-    pub text: String,
-}
+    /// The sweep names clusters, models and batches (one kind of batch).
+    fn check_shape(&self, origin: &str) -> Result<(), SpecError> {
+        let bad = |field: &str, msg: String| Err(SpecError::invalid(origin, field, msg));
+        let w = self;
+        if w.clusters.is_empty() && w.gpus.is_empty() {
+            return bad(
+                "sweep.clusters",
+                "the sweep names no cluster (clusters or gpus)".into(),
+            );
+        }
+        if w.models.is_empty() {
+            return bad("sweep.models", "the sweep names no model".into());
+        }
+        if w.global_batches.is_empty() == w.batch_per_gpu.is_empty() {
+            return bad(
+                "sweep.global_batches",
+                "the sweep needs global batches or batch_per_gpu (one of the two)".into(),
+            );
+        }
+        for (i, &b) in w.batch_per_gpu.iter().enumerate() {
+            if b == 0 || b > 1 << 16 {
+                return bad(
+                    &format!("sweep.batch_per_gpu[{i}]"),
+                    format!("expected 1..=65536 samples per GPU, got {b}"),
+                );
+            }
+        }
+        Ok(())
+    }
 
-impl ExperimentSpec {
+    /// Every item of the sweep's lists is known and in range.
+    fn check_items(&self, origin: &str) -> Result<(), SpecError> {
+        let bad = |field: &str, msg: String| Err(SpecError::invalid(origin, field, msg));
+        let w = self;
+        for (i, m) in w.models.iter().enumerate() {
+            ModelCatalog::builtin().lookup(m, &format!("{origin}: sweep.models[{i}]"))?;
+        }
+        for (i, &b) in w.global_batches.iter().enumerate() {
+            if b == 0 || b > crate::limits::MAX_GLOBAL_BATCH {
+                return bad(
+                    &format!("sweep.global_batches[{i}]"),
+                    format!(
+                        "expected 1..={} samples, got {b}",
+                        crate::limits::MAX_GLOBAL_BATCH
+                    ),
+                );
+            }
+        }
+        for (i, p) in w.planners.iter().enumerate() {
+            planner::by_name(p, &format!("{origin}: sweep.planners[{i}]")).map_err(|e| {
+                SpecError::invalid(origin, format!("sweep.planners[{i}]"), e.to_string())
+            })?;
+        }
+        for (i, d) in w.dtypes.iter().enumerate() {
+            if Dtype::parse(d).is_none() {
+                return bad(
+                    &format!("sweep.dtypes[{i}]"),
+                    format!("expected fp16, bf16 or fp32, got `{d}`"),
+                );
+            }
+        }
+        for (i, &x) in w.network_gbit_s.iter().enumerate() {
+            crate::physical::check(
+                origin,
+                &format!("sweep.network_gbit_s[{i}]"),
+                x,
+                &crate::physical::NET_GBIT_S,
+            )?;
+        }
+        for (i, &k) in w.replicate.iter().enumerate() {
+            if k == 0 || k > 4096 {
+                return bad(
+                    &format!("sweep.replicate[{i}]"),
+                    format!("expected 1..=4096 copies, got {k}"),
+                );
+            }
+        }
+        for (i, g) in w.add_gpu.iter().enumerate() {
+            if !g.is_empty() {
+                GpuCatalog::builtin().lookup(g, &format!("{origin}: sweep.add_gpu[{i}]"))?;
+            }
+        }
+        for (i, l) in w.gpus.iter().enumerate() {
+            Cluster::from_gpu_list(
+                l,
+                &format!("{origin}: sweep.gpus[{i}]"),
+                GpuCatalog::builtin(),
+            )?;
+        }
+        Ok(())
+    }
+
     /// The sweep's workloads in order: clusters (files, then lists) x
     /// replicate x added GPU x network x model x sequence length x dtype x
     /// global batch. `clusters` holds the text of every file the spec names.
     pub fn workloads(&self, clusters: &[ClusterText]) -> Result<Vec<Workload>, SpecError> {
-        let w = &self.sweep;
+        let w = self;
         let copies = if w.replicate.is_empty() {
             vec![1]
         } else {
@@ -90,7 +211,7 @@ impl ExperimentSpec {
                             cluster.push_str(&format!(" +{add_gpu}"));
                         }
                         let v = Variant {
-                            source: edit_cluster(&src, replicate, add_gpu, network_gbit_s)?,
+                            source: src.edited(replicate, add_gpu, network_gbit_s)?,
                             cluster,
                             replicate,
                             add_gpu: add_gpu.clone(),
@@ -156,12 +277,7 @@ struct Variant {
 /// Appends to `out` the workloads on cluster variant `v`: model x
 /// sequence length x dtype x global batch, indexed in order.
 fn push_cases(w: &Sweep, v: &Variant, out: &mut Vec<Workload>) -> Result<(), SpecError> {
-    let gpus = match &v.source {
-        ClusterSource::Toml { origin, text } => {
-            Cluster::from_toml(text, origin, GpuCatalog::builtin())?.len()
-        }
-        ClusterSource::Gpus(l) => Cluster::from_gpu_list(l, "--gpus", GpuCatalog::builtin())?.len(),
-    };
+    let gpus = v.source.build()?.len();
     let batches: Vec<u32> = if w.batch_per_gpu.is_empty() {
         w.global_batches.clone()
     } else {
@@ -203,111 +319,16 @@ fn push_cases(w: &Sweep, v: &Variant, out: &mut Vec<Workload>) -> Result<(), Spe
     Ok(())
 }
 
-/// A cluster with its nodes repeated `k` times, a one-GPU node of `add`
-/// appended (unless empty) and the network set to `net` Gbit/s. A `--gpus`
-/// list becomes the equivalent TOML first when it needs editing.
-fn edit_cluster(
-    src: &ClusterSource,
-    k: u32,
-    add: &str,
-    net: Option<f64>,
-) -> Result<ClusterSource, SpecError> {
-    if k == 1 && add.is_empty() && net.is_none() {
-        return Ok(src.clone());
-    }
-    let (origin, mut doc): (String, toml::Table) = match src {
-        ClusterSource::Toml { origin, text } => (
-            origin.clone(),
-            toml::from_str(text).map_err(|e| SpecError::parse(origin.clone(), e))?,
-        ),
-        ClusterSource::Gpus(list) => {
-            let mut t = toml::Table::new();
-            let gpus: Vec<toml::Value> = crate::lists::items(list, "sweep.clusters")?
-                .into_iter()
-                .map(|g| {
-                    let mut e = toml::Table::new();
-                    e.insert("type".into(), toml::Value::String(g.trim().to_string()));
-                    toml::Value::Table(e)
-                })
-                .collect();
-            let mut node = toml::Table::new();
-            node.insert("name".into(), toml::Value::String("node0".into()));
-            node.insert("gpus".into(), toml::Value::Array(gpus));
-            t.insert(
-                "nodes".into(),
-                toml::Value::Array(vec![toml::Value::Table(node)]),
-            );
-            (format!("--gpus {list}"), t)
-        }
-    };
-    let nodes = doc
-        .get("nodes")
-        .and_then(|n| n.as_array())
-        .cloned()
-        .ok_or_else(|| SpecError::invalid(origin.clone(), "nodes", "expected [[nodes]] tables"))?;
-    let mut all = Vec::with_capacity(nodes.len() * k as usize + 1);
-    for copy in 0..k {
-        for (i, n) in nodes.iter().enumerate() {
-            let mut n = n.clone();
-            if let Some(t) = n.as_table_mut() {
-                let name = t
-                    .get("name")
-                    .and_then(|v| v.as_str())
-                    .map_or(format!("node{i}"), str::to_string);
-                let name = if k > 1 {
-                    format!("{name}-{copy}")
-                } else {
-                    name
-                };
-                t.insert("name".into(), toml::Value::String(name));
-            }
-            all.push(n);
-        }
-    }
-    if !add.is_empty() {
-        let mut e = toml::Table::new();
-        e.insert("type".into(), toml::Value::String(add.to_string()));
-        let mut node = toml::Table::new();
-        node.insert("name".into(), toml::Value::String(format!("added-{add}")));
-        node.insert(
-            "gpus".into(),
-            toml::Value::Array(vec![toml::Value::Table(e)]),
-        );
-        all.push(toml::Value::Table(node));
-    }
-    doc.insert("nodes".into(), toml::Value::Array(all));
-    if let Some(bw) = net {
-        let net = doc
-            .entry("network")
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        if let Some(t) = net.as_table_mut() {
-            t.insert("bw_gbit_s".into(), toml::Value::Float(bw));
-        }
-    }
-    let text = toml::to_string(&doc)
-        .map_err(|e| SpecError::invalid(origin.clone(), "<root>", e.to_string()))?;
-    Ok(ClusterSource::Toml { origin, text })
-}
-
 /// Builds a workload's cluster.
 pub fn cluster_of(w: &Workload) -> Result<Cluster, SpecError> {
-    match &w.cluster_source {
-        ClusterSource::Toml { origin, text } => {
-            Cluster::from_toml(text, origin, GpuCatalog::builtin())
-        }
-        ClusterSource::Gpus(l) => Cluster::from_gpu_list(l, "--gpus", GpuCatalog::builtin()),
-    }
+    w.cluster_source.build()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const SPEC: &str = r#"
-name = "t"
-title = "t"
-profiles = "calibrated"
-[sweep]
+    const SWEEP: &str = r#"
 gpus = ["a100-80gb,l4"]
 models = ["gpt-1.3b", "llama2-7b"]
 global_batches = [8, 16]
@@ -316,10 +337,15 @@ add_gpu = ["", "t4"]
 network_gbit_s = [10, 100]
 "#;
 
+    fn sweep(text: &str) -> Result<Sweep, SpecError> {
+        let s: Sweep = toml::from_str(text).unwrap();
+        s.check("t.toml")?;
+        Ok(s)
+    }
+
     #[test]
     fn the_sweep_expands_in_order_with_its_variants() {
-        let s = ExperimentSpec::from_toml(SPEC, "t.toml").unwrap();
-        let w = s.workloads(&[]).unwrap();
+        let w = sweep(SWEEP).unwrap().workloads(&[]).unwrap();
         assert_eq!(w.len(), 2 * 2 * 2 * 2 * 2);
         assert!(w.iter().enumerate().all(|(i, x)| x.index == i));
         // Batches vary fastest, then models; the cluster variant slowest.
@@ -329,26 +355,39 @@ network_gbit_s = [10, 100]
         assert_eq!(sizes[0], 2);
         let plus_t4 = w.iter().position(|x| x.add_gpu == "t4").unwrap();
         assert_eq!(sizes[plus_t4], 3);
+        assert_eq!(w[plus_t4].cluster, "a100-80gb,l4 +t4");
         let tripled = w
             .iter()
             .position(|x| x.replicate == 3 && x.add_gpu.is_empty())
             .unwrap();
         assert_eq!(sizes[tripled], 6);
+        assert_eq!(w[tripled].cluster, "a100-80gb,l4 x3");
         let c = cluster_of(&w[tripled]).unwrap();
         assert_eq!(c.nodes.len(), 3, "each copy of the node is a node");
     }
 
     #[test]
     fn batch_per_gpu_grows_with_the_cluster() {
-        let text = SPEC.replace("global_batches = [8, 16]", "batch_per_gpu = [4]");
-        let s = ExperimentSpec::from_toml(&text, "t.toml").unwrap();
-        for w in s.workloads(&[]).unwrap() {
+        let text = SWEEP.replace("global_batches = [8, 16]", "batch_per_gpu = [4]");
+        for w in sweep(&text).unwrap().workloads(&[]).unwrap() {
             assert_eq!(w.global_batch as usize, 4 * cluster_of(&w).unwrap().len());
         }
-        let both = SPEC.replace(
+        let both = SWEEP.replace(
             "global_batches = [8, 16]",
             "global_batches = [8]\nbatch_per_gpu = [4]",
         );
-        assert!(ExperimentSpec::from_toml(&both, "t.toml").is_err());
+        let e = sweep(&both).unwrap_err().to_string();
+        assert!(e.contains("sweep.global_batches"), "{e}");
+    }
+
+    #[test]
+    fn a_cluster_file_the_caller_did_not_read_is_an_error() {
+        let text = SWEEP.replace("gpus = [\"a100-80gb,l4\"]", "clusters = [\"c.toml\"]");
+        let e = sweep(&text)
+            .unwrap()
+            .workloads(&[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cluster file `c.toml` was not read"), "{e}");
     }
 }
