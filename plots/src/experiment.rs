@@ -7,7 +7,7 @@ use crate::gantt::{Gantt, Span};
 use crate::lines::Lines;
 use crate::render::{render, DynErr, Rendered};
 use crate::stacked::StackedBars;
-use sim::experiment::{ExperimentSpec, FigureSpec, Results, METRICS};
+use sim::experiment::{Axis, ExperimentSpec, FigureKind, FigureSpec, Results};
 use std::path::Path;
 
 /// One drawn figure: its files and its caption.
@@ -19,34 +19,6 @@ pub struct Drawn {
     pub caption: String,
     /// The figure spec it came from.
     pub spec: FigureSpec,
-}
-
-/// An axis label for sweep axis `a`, with its unit.
-fn axis_label(a: &str) -> String {
-    match a {
-        "network_gbit_s" => "network bandwidth between nodes (Gbit/s)".into(),
-        "gpus" => "GPUs in the cluster".into(),
-        "global_batch" => "global batch (samples)".into(),
-        "seq_len" => "sequence length (tokens)".into(),
-        "add_gpu" => "GPU added to the cluster".into(),
-        other => other.replace('_', " "),
-    }
-}
-
-/// An axis label for `metric`, with its unit.
-fn metric_label(metric: &str) -> String {
-    let unit = METRICS.iter().find(|m| m.0 == metric).map_or("", |m| m.1);
-    let name = match metric {
-        "samples_per_s" | "tokens_per_s" => "throughput",
-        "iteration_ms" => "iteration time",
-        "mfu" => "MFU",
-        "peak_usable_pct" => "peak memory",
-        "usd_per_million_tokens" => "cost",
-        "speedup_vs_fsdp" => "speed-up",
-        "samples_per_s_per_usd_hour" => "throughput per cost",
-        other => other,
-    };
-    format!("{name} ({unit})")
 }
 
 /// Short names for axis labels (the reference data's `deepspeed` prefix dropped).
@@ -69,13 +41,12 @@ pub fn draw_all(
             f.file.clone()
         };
         let base = dir.join(&file);
-        let (files, caption) = match f.kind.as_str() {
-            "bars" => bars(spec, f, results, &base)?,
-            "lines" => lines(spec, f, results, &base)?,
-            "time" | "memory" => stacked(spec, f, results, &base)?,
-            "gantt" => gantt(spec, f, results, &base)?,
-            "validation" => validation(spec, f, results, &base)?,
-            other => return Err(format!("unknown figure kind {other}").into()),
+        let (files, caption) = match f.kind {
+            FigureKind::Bars => bars(spec, f, results, &base)?,
+            FigureKind::Lines => lines(spec, f, results, &base)?,
+            FigureKind::Time | FigureKind::Memory => stacked(spec, f, results, &base)?,
+            FigureKind::Gantt => gantt(spec, f, results, &base)?,
+            FigureKind::Validation => validation(spec, f, results, &base)?,
         };
         out.push(Drawn {
             files,
@@ -104,8 +75,8 @@ fn bars(
     results: &Results,
     base: &Path,
 ) -> Result<(Vec<Rendered>, String), DynErr> {
-    let xs = results.axis_values(&f.x, &f.planners);
-    let ss = results.axis_values(&f.series, &f.planners);
+    let xs = results.axis_values(f.x, &f.planners);
+    let ss = results.axis_values(f.series, &f.planners);
     let series: Vec<(String, Vec<Option<f64>>)> = ss
         .iter()
         .map(|s| {
@@ -115,8 +86,8 @@ fn bars(
                     results
                         .rows
                         .iter()
-                        .find(|r| &r.axis(&f.x) == x && &r.axis(&f.series) == s)
-                        .and_then(|r| r.metric(&f.y))
+                        .find(|r| &f.x.of(r) == x && &f.series.of(r) == s)
+                        .and_then(|r| f.y.of(r))
                 })
                 .collect();
             (short(s), vals)
@@ -125,8 +96,8 @@ fn bars(
     let t = title(spec, f, String::new());
     let fig = GroupedBars {
         title: t.clone(),
-        x_label: axis_label(&f.x),
-        y_label: metric_label(&f.y),
+        x_label: f.x.label().to_string(),
+        y_label: f.y.label(),
         categories: xs.iter().map(|x| short(x)).collect(),
         series,
     };
@@ -142,17 +113,17 @@ fn lines(
     results: &Results,
     base: &Path,
 ) -> Result<(Vec<Rendered>, String), DynErr> {
-    let ss = results.axis_values(&f.series, &f.planners);
+    let ss = results.axis_values(f.series, &f.planners);
     let series: Vec<(String, Vec<(f64, f64)>)> = ss
         .iter()
         .map(|s| {
             let pts = results
                 .rows
                 .iter()
-                .filter(|r| &r.axis(&f.series) == s)
+                .filter(|r| &f.series.of(r) == s)
                 .filter_map(|r| {
-                    let x: f64 = r.axis(&f.x).parse().ok()?;
-                    Some((x, r.metric(&f.y)?))
+                    let x: f64 = f.x.of(r).parse().ok()?;
+                    Some((x, f.y.of(r)?))
                 })
                 .collect();
             (short(s), pts)
@@ -161,8 +132,8 @@ fn lines(
     let t = title(spec, f, String::new());
     let fig = Lines {
         title: t.clone(),
-        x_label: axis_label(&f.x),
-        y_label: metric_label(&f.y),
+        x_label: f.x.label().to_string(),
+        y_label: f.y.label(),
         series,
         log_x: f.log_x,
         log_y: f.log_y,
@@ -177,9 +148,9 @@ fn stacked(
     base: &Path,
 ) -> Result<(Vec<Rendered>, String), DynErr> {
     let case = f.workload;
-    let planners: Vec<String> = results.axis_values("planner", &f.planners);
+    let planners: Vec<String> = results.axis_values(Axis::Planner, &f.planners);
     let mut groups = Vec::new();
-    let memory = f.kind == "memory";
+    let memory = f.kind == FigureKind::Memory;
     let names: Vec<String> = if memory {
         vec![
             "training-state shard".into(),
@@ -272,7 +243,7 @@ fn gantt(
     base: &Path,
 ) -> Result<(Vec<Rendered>, String), DynErr> {
     let case = f.workload;
-    let planners: Vec<String> = results.axis_values("planner", &f.planners);
+    let planners: Vec<String> = results.axis_values(Axis::Planner, &f.planners);
     let mut lanes: Vec<String> = Vec::new();
     let mut kinds: Vec<String> = Vec::new();
     let mut spans = Vec::new();

@@ -1,0 +1,94 @@
+//! The sweep axes a figure may put on its x axis or split its series by:
+//! their spellings, their labels (with units) and each one's value in a
+//! row of results.
+
+use super::rows::ResultRow;
+use super::spelled::spelled;
+
+spelled! {
+    /// A sweep axis a figure may use (`x`, `series`).
+    pub enum Axis {
+        /// The cluster's label (file stem or `--gpus` list, and its variant).
+        Cluster = "cluster",
+        /// The model.
+        Model = "model",
+        /// The global batch, samples.
+        GlobalBatch = "global_batch",
+        /// Tokens per sample.
+        SeqLen = "seq_len",
+        /// The dtype.
+        Dtype = "dtype",
+        /// The network bandwidth override, Gbit/s.
+        NetworkGbitS = "network_gbit_s",
+        /// GPUs in the cluster.
+        Gpus = "gpus",
+        /// The GPU type added to the cluster.
+        AddGpu = "add_gpu",
+        /// The planner.
+        Planner = "planner",
+    }
+}
+
+impl Axis {
+    /// A figure's axis label, with its unit.
+    pub fn label(self) -> &'static str {
+        match self {
+            Axis::Cluster => "cluster",
+            Axis::Model => "model",
+            Axis::GlobalBatch => "global batch (samples)",
+            Axis::SeqLen => "sequence length (tokens)",
+            Axis::Dtype => "dtype",
+            Axis::NetworkGbitS => "network bandwidth between nodes (Gbit/s)",
+            Axis::Gpus => "GPUs in the cluster",
+            Axis::AddGpu => "GPU added to the cluster",
+            Axis::Planner => "planner",
+        }
+    }
+
+    /// The name in a sentence (`_` as spaces).
+    pub fn words(self) -> String {
+        self.name().replace('_', " ")
+    }
+
+    /// This axis's value in row `r`, as text (what a figure groups by).
+    pub fn of(self, r: &ResultRow) -> String {
+        match self {
+            Axis::Cluster => r.cluster.clone(),
+            Axis::Model => r.model.clone(),
+            Axis::GlobalBatch => r.global_batch.to_string(),
+            Axis::SeqLen => r.seq_len.to_string(),
+            Axis::Dtype => r.dtype.clone(),
+            Axis::NetworkGbitS => r.network_gbit_s.map_or(String::new(), |x| x.to_string()),
+            Axis::Gpus => r.gpus.to_string(),
+            Axis::AddGpu => {
+                if r.add_gpu.is_empty() {
+                    "(none)".into()
+                } else {
+                    r.add_gpu.clone()
+                }
+            }
+            Axis::Planner => r.planner.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_axis_reads_and_writes_its_spelling() {
+        for &a in Axis::ALL {
+            let text = format!("a = \"{}\"\n", a.name());
+            #[derive(serde::Deserialize, serde::Serialize)]
+            struct T {
+                a: Axis,
+            }
+            let t: T = toml::from_str(&text).unwrap();
+            assert_eq!(t.a, a);
+            assert_eq!(toml::to_string(&t).unwrap(), text);
+        }
+        assert_eq!(Axis::names().split(", ").count(), Axis::ALL.len());
+        assert_eq!(Axis::from_name("colour"), None);
+    }
+}

@@ -1,0 +1,199 @@
+//! The report text of a study: its section of `results/REPORT.md` (what
+//! it asks, which profiles it ran on, every figure with its key numbers,
+//! Cephalo's speed-ups, prices, the cheapest cluster reaching a target,
+//! the workloads without a plan) and the speed-up ranges over studies.
+
+use super::figure::FigureSpec;
+use super::results::Results;
+use super::rows::ResultRow;
+use super::spec::ExperimentSpec;
+use std::fmt::Write as _;
+
+/// A figure as the report embeds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FigureRef {
+    /// Path relative to the report (`NAME/fig1.png`).
+    pub path: String,
+    /// Caption.
+    pub caption: String,
+    /// Its spec.
+    pub spec: FigureSpec,
+}
+
+/// The data-parallel baselines (the paper's comparison family).
+pub const DATA_PARALLEL_BASELINES: [&str; 7] = [
+    "fsdp",
+    "fsdp-ga",
+    "zero2",
+    "ddp",
+    "hsdp",
+    "speed-proportional",
+    "speed-proportional-mem",
+];
+
+/// Cephalo's speed-up over every planner `against` accepts that fits, over
+/// the rows of `results`: (smallest, largest, the pair behind each as text).
+pub fn speedup_range(
+    results: &[&Results],
+    against: &dyn Fn(&str) -> bool,
+) -> Option<(f64, f64, String, String)> {
+    let mut best: Option<(f64, f64, String, String)> = None;
+    for res in results {
+        for ours in res.rows.iter().filter(|r| r.planner == "cephalo") {
+            let Some(a) = ours.samples_per_s else {
+                continue;
+            };
+            for other in res
+                .rows
+                .iter()
+                .filter(|r| r.case == ours.case && against(&r.planner))
+            {
+                let Some(b) = other.samples_per_s.filter(|&b| b > 0.0) else {
+                    continue;
+                };
+                let x = a / b;
+                let what = format!(
+                    "{} on {} (batch {}) against {}",
+                    ours.model, ours.cluster, ours.global_batch, other.planner
+                );
+                best = Some(match best {
+                    None => (x, x, what.clone(), what),
+                    Some((lo, hi, wl, wh)) => {
+                        let (lo, wl) = if x < lo { (x, what.clone()) } else { (lo, wl) };
+                        let (hi, wh) = if x > hi { (x, what) } else { (hi, wh) };
+                        (lo, hi, wl, wh)
+                    }
+                });
+            }
+        }
+    }
+    best
+}
+
+/// The report section of one experiment: title, what it asks, which
+/// profiles it ran on, every figure with a paragraph of its key numbers.
+pub fn report_section(
+    spec: &ExperimentSpec,
+    results: &Results,
+    figures: &[FigureRef],
+    profiles_used: &str,
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "## {}\n", spec.title);
+    if !spec.description.is_empty() {
+        let _ = writeln!(s, "{}\n", spec.description.trim());
+    }
+    s.push_str(&what_ran(spec, results, profiles_used));
+    for f in figures {
+        let _ = writeln!(s, "![{}]({})\n", f.caption, f.path);
+        let _ = writeln!(s, "*{}.* {}\n", f.caption, f.spec.key_numbers(results));
+    }
+    s.push_str(&speedups(results));
+    if results.rows.iter().any(|r| r.price_per_hour_usd.is_some()) {
+        let _ = writeln!(
+            s,
+            "Prices: USD per GPU-hour from the cluster spec (`price_per_hour_usd` per GPU entry) where it gives one, else the GPU catalog's approximate public on-demand price (2024 list prices, us-east, instance price / GPUs per instance; `profiles/gpus.toml`).\n"
+        );
+    }
+    if let Some(target) = spec.target_tokens_per_s {
+        s.push_str(&cheapest_reaching(results, target));
+    }
+    s.push_str(&without_plan(results));
+    s
+}
+
+/// What ran: workloads x planners and the profiles (or the measured runs
+/// of a study of measurements only), and where the data is.
+fn what_ran(spec: &ExperimentSpec, results: &Results, profiles_used: &str) -> String {
+    let workloads = results
+        .rows
+        .iter()
+        .map(|r| r.case)
+        .max()
+        .map_or(0, |c| c + 1);
+    if workloads == 0 {
+        let runs: std::collections::BTreeSet<&str> =
+            results.validation.iter().map(|p| p.run.as_str()).collect();
+        format!(
+            "Experiment `{}`: {} measured runs (`validations`); each prediction uses the profile its `validate` run measured on the spot. Data: `{}/validation.csv`.\n\n",
+            spec.name,
+            runs.len(),
+            spec.name
+        )
+    } else {
+        format!(
+            "Experiment `{}`: {} workloads x {} planners, profiles: {profiles_used}. Data: `{}/results.csv` (per GPU: `gpus.csv`).\n\n",
+            spec.name,
+            workloads,
+            spec.planner_names().len(),
+            spec.name
+        )
+    }
+}
+
+/// Cephalo's speed-up ranges over the data-parallel baselines and the
+/// pipelines here.
+fn speedups(results: &Results) -> String {
+    let mut s = String::new();
+    let dp = |p: &str| DATA_PARALLEL_BASELINES.contains(&p);
+    let pp = |p: &str| p.starts_with("pipeline");
+    for (what, f) in [
+        ("data-parallel baselines", &dp as &dyn Fn(&str) -> bool),
+        ("pipelines", &pp),
+    ] {
+        if let Some((lo, hi, wl, wh)) = speedup_range(&[results], f) {
+            let _ = writeln!(
+                s,
+                "Cephalo's speed-up over the {what} that fit here: {lo:.2}x ({wl}) to {hi:.2}x ({wh}).\n"
+            );
+        }
+    }
+    s
+}
+
+/// The cheapest cluster of the sweep reaching `target` tokens/s, and its
+/// planner.
+fn cheapest_reaching(results: &Results, target: f64) -> String {
+    let best = results
+        .rows
+        .iter()
+        .filter(|r| r.tokens_per_s.is_some_and(|t| t >= target))
+        .filter_map(|r| Some((r.price_per_hour_usd?, r)))
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    match best {
+        Some((p, r)) => format!(
+            "Cheapest cluster of this sweep reaching {target:.0} tokens/s: {} ({} GPUs) at ${p:.2}/h under {}, {:.0} tokens/s, ${:.3} per million tokens.\n\n",
+            r.cluster,
+            r.gpus,
+            r.planner,
+            r.tokens_per_s.unwrap_or(0.0),
+            r.usd_per_million_tokens.unwrap_or(0.0)
+        ),
+        None => format!("No cluster of this sweep reaches {target:.0} tokens/s.\n\n"),
+    }
+}
+
+/// The runs without a plan (the first 8) and why.
+fn without_plan(results: &Results) -> String {
+    let mut s = String::new();
+    let errors: Vec<&ResultRow> = results
+        .rows
+        .iter()
+        .filter(|r| !r.error.is_empty())
+        .collect();
+    if !errors.is_empty() {
+        let _ = writeln!(s, "No plan ({}):\n", errors.len());
+        for r in errors.iter().take(8) {
+            let _ = writeln!(
+                s,
+                "- {} / {} / batch {} / {}: {}",
+                r.cluster, r.model, r.global_batch, r.planner, r.error
+            );
+        }
+        if errors.len() > 8 {
+            let _ = writeln!(s, "- ... and {} more (see results.csv)", errors.len() - 8);
+        }
+        s.push('\n');
+    }
+    s
+}

@@ -1,0 +1,393 @@
+//! A study's sweep: its axes (the `[sweep]` table), their checks, and
+//! its expansion into workloads, every combination of the axes in a
+//! fixed order.
+
+use super::cluster_source::{ClusterSource, ClusterText};
+use crate::cluster::Cluster;
+use crate::dtype::Dtype;
+use crate::error::SpecError;
+use crate::gpu::GpuCatalog;
+use crate::model::ModelCatalog;
+use crate::planner;
+use serde::{Deserialize, Serialize};
+
+/// The axes of a sweep; every combination is one workload.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    /// Cluster files (relative to the experiments directory).
+    #[serde(default)]
+    pub clusters: Vec<String>,
+    /// Clusters as `--gpus` lists.
+    #[serde(default)]
+    pub gpus: Vec<String>,
+    /// Models (catalog names or aliases).
+    pub models: Vec<String>,
+    /// Global batches, samples.
+    #[serde(default)]
+    pub global_batches: Vec<u32>,
+    /// Samples per GPU instead (the global batch grows with the cluster).
+    #[serde(default)]
+    pub batch_per_gpu: Vec<u32>,
+    /// Planners (default: every planner).
+    #[serde(default)]
+    pub planners: Vec<String>,
+    /// Sequence lengths (default: each model's).
+    #[serde(default)]
+    pub seq_lens: Vec<u32>,
+    /// Dtypes (default: fp16).
+    #[serde(default)]
+    pub dtypes: Vec<String>,
+    /// Network bandwidths replacing the cluster's, Gbit/s (default: the cluster's).
+    #[serde(default)]
+    pub network_gbit_s: Vec<f64>,
+    /// Copies of the cluster's nodes (default: 1).
+    #[serde(default)]
+    pub replicate: Vec<u32>,
+    /// GPU types added as a one-GPU node each (`""`: none), for
+    /// "which GPU should I add next?".
+    #[serde(default)]
+    pub add_gpu: Vec<String>,
+    /// Record every run's timeline (for Gantt figures; slower).
+    #[serde(default)]
+    pub timeline: bool,
+}
+
+/// One workload of a sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// Index among the sweep's workloads.
+    pub index: usize,
+    /// The cluster's label (file stem or `--gpus` list) and variant.
+    pub cluster: String,
+    /// Cluster text (TOML) or `--gpus` list, after the variant's edits.
+    pub cluster_source: ClusterSource,
+    /// Model as named in the spec.
+    pub model: String,
+    /// Global batch.
+    pub global_batch: u32,
+    /// Sequence length (`None`: the model's).
+    pub seq_len: Option<u32>,
+    /// Dtype.
+    pub dtype: Dtype,
+    /// Network bandwidth override, Gbit/s.
+    pub network_gbit_s: Option<f64>,
+    /// Copies of the cluster's nodes.
+    pub replicate: u32,
+    /// Added GPU type (`""`: none).
+    pub add_gpu: String,
+}
+
+impl Sweep {
+    /// Checks every list of the sweep, before any work (the first error
+    /// found, in the order of the fields).
+    pub(super) fn check(&self, origin: &str) -> Result<(), SpecError> {
+        self.check_shape(origin)?;
+        self.check_items(origin)
+    }
+
+    /// The sweep names clusters, models and batches (one kind of batch).
+    fn check_shape(&self, origin: &str) -> Result<(), SpecError> {
+        let bad = |field: &str, msg: String| Err(SpecError::invalid(origin, field, msg));
+        let w = self;
+        if w.clusters.is_empty() && w.gpus.is_empty() {
+            return bad(
+                "sweep.clusters",
+                "the sweep names no cluster (clusters or gpus)".into(),
+            );
+        }
+        if w.models.is_empty() {
+            return bad("sweep.models", "the sweep names no model".into());
+        }
+        if w.global_batches.is_empty() == w.batch_per_gpu.is_empty() {
+            return bad(
+                "sweep.global_batches",
+                "the sweep needs global batches or batch_per_gpu (one of the two)".into(),
+            );
+        }
+        for (i, &b) in w.batch_per_gpu.iter().enumerate() {
+            if b == 0 || b > 1 << 16 {
+                return bad(
+                    &format!("sweep.batch_per_gpu[{i}]"),
+                    format!("expected 1..=65536 samples per GPU, got {b}"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Every item of the sweep's lists is known and in range.
+    fn check_items(&self, origin: &str) -> Result<(), SpecError> {
+        let bad = |field: &str, msg: String| Err(SpecError::invalid(origin, field, msg));
+        let w = self;
+        for (i, m) in w.models.iter().enumerate() {
+            ModelCatalog::builtin().lookup(m, &format!("{origin}: sweep.models[{i}]"))?;
+        }
+        for (i, &b) in w.global_batches.iter().enumerate() {
+            if b == 0 || b > crate::limits::MAX_GLOBAL_BATCH {
+                return bad(
+                    &format!("sweep.global_batches[{i}]"),
+                    format!(
+                        "expected 1..={} samples, got {b}",
+                        crate::limits::MAX_GLOBAL_BATCH
+                    ),
+                );
+            }
+        }
+        for (i, p) in w.planners.iter().enumerate() {
+            planner::registry::by_name(p, &format!("{origin}: sweep.planners[{i}]")).map_err(
+                |e| SpecError::invalid(origin, format!("sweep.planners[{i}]"), e.to_string()),
+            )?;
+        }
+        for (i, d) in w.dtypes.iter().enumerate() {
+            if Dtype::parse(d).is_none() {
+                return bad(
+                    &format!("sweep.dtypes[{i}]"),
+                    format!("expected fp16, bf16 or fp32, got `{d}`"),
+                );
+            }
+        }
+        for (i, &x) in w.network_gbit_s.iter().enumerate() {
+            crate::physical::check(
+                origin,
+                &format!("sweep.network_gbit_s[{i}]"),
+                x,
+                &crate::physical::NET_GBIT_S,
+            )?;
+        }
+        for (i, &k) in w.replicate.iter().enumerate() {
+            if k == 0 || k > 4096 {
+                return bad(
+                    &format!("sweep.replicate[{i}]"),
+                    format!("expected 1..=4096 copies, got {k}"),
+                );
+            }
+        }
+        for (i, g) in w.add_gpu.iter().enumerate() {
+            if !g.is_empty() {
+                GpuCatalog::builtin().lookup(g, &format!("{origin}: sweep.add_gpu[{i}]"))?;
+            }
+        }
+        for (i, l) in w.gpus.iter().enumerate() {
+            Cluster::from_gpu_list(
+                l,
+                &format!("{origin}: sweep.gpus[{i}]"),
+                GpuCatalog::builtin(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The sweep's workloads in order: clusters (files, then lists) x
+    /// replicate x added GPU x network x model x sequence length x dtype x
+    /// global batch. `clusters` holds the text of every file the spec names.
+    pub fn workloads(&self, clusters: &[ClusterText]) -> Result<Vec<Workload>, SpecError> {
+        let w = self;
+        let copies = if w.replicate.is_empty() {
+            vec![1]
+        } else {
+            w.replicate.clone()
+        };
+        let adds: Vec<String> = if w.add_gpu.is_empty() {
+            vec![String::new()]
+        } else {
+            w.add_gpu.clone()
+        };
+        let nets: Vec<Option<f64>> = if w.network_gbit_s.is_empty() {
+            vec![None]
+        } else {
+            w.network_gbit_s.iter().map(|&x| Some(x)).collect()
+        };
+        let mut out = Vec::new();
+        for (label, src) in cluster_bases(w, clusters)? {
+            for &replicate in &copies {
+                for add_gpu in &adds {
+                    for &network_gbit_s in &nets {
+                        let mut cluster = label.clone();
+                        if replicate > 1 {
+                            cluster.push_str(&format!(" x{replicate}"));
+                        }
+                        if !add_gpu.is_empty() {
+                            cluster.push_str(&format!(" +{add_gpu}"));
+                        }
+                        let v = Variant {
+                            source: src.edited(replicate, add_gpu, network_gbit_s)?,
+                            cluster,
+                            replicate,
+                            add_gpu: add_gpu.clone(),
+                            network_gbit_s,
+                        };
+                        push_cases(w, &v, &mut out)?;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The sweep's clusters before their variants: (label, source), files
+/// first (labelled by their stem), then `--gpus` lists.
+fn cluster_bases(
+    w: &Sweep,
+    clusters: &[ClusterText],
+) -> Result<Vec<(String, ClusterSource)>, SpecError> {
+    let mut bases: Vec<(String, ClusterSource)> = Vec::new();
+    for name in &w.clusters {
+        let c = clusters.iter().find(|c| &c.name == name).ok_or_else(|| {
+            SpecError::invalid(
+                "experiment",
+                "sweep.clusters",
+                format!("cluster file `{name}` was not read"),
+            )
+        })?;
+        let stem = name
+            .rsplit('/')
+            .next()
+            .unwrap_or(name)
+            .trim_end_matches(".toml");
+        bases.push((
+            stem.to_string(),
+            ClusterSource::Toml {
+                origin: name.clone(),
+                text: c.text.clone(),
+            },
+        ));
+    }
+    for l in &w.gpus {
+        bases.push((l.clone(), ClusterSource::Gpus(l.clone())));
+    }
+    Ok(bases)
+}
+
+/// One cluster of a sweep as run: a base cluster with its edits.
+struct Variant {
+    /// Label (`paper-4gpu x2 +t4`).
+    cluster: String,
+    /// The cluster, edits applied.
+    source: ClusterSource,
+    /// Copies of the base cluster's nodes.
+    replicate: u32,
+    /// Added GPU type (`""`: none).
+    add_gpu: String,
+    /// Network bandwidth override, Gbit/s.
+    network_gbit_s: Option<f64>,
+}
+
+/// Appends to `out` the workloads on cluster variant `v`: model x
+/// sequence length x dtype x global batch, indexed in order.
+fn push_cases(w: &Sweep, v: &Variant, out: &mut Vec<Workload>) -> Result<(), SpecError> {
+    let gpus = v.source.build()?.len();
+    let batches: Vec<u32> = if w.batch_per_gpu.is_empty() {
+        w.global_batches.clone()
+    } else {
+        w.batch_per_gpu
+            .iter()
+            .map(|&b| (b as u64 * gpus as u64).min(crate::limits::MAX_GLOBAL_BATCH as u64) as u32)
+            .collect()
+    };
+    let seqs: Vec<Option<u32>> = if w.seq_lens.is_empty() {
+        vec![None]
+    } else {
+        w.seq_lens.iter().map(|&s| Some(s)).collect()
+    };
+    let dtypes: Vec<Dtype> = if w.dtypes.is_empty() {
+        vec![Dtype::Fp16]
+    } else {
+        w.dtypes.iter().filter_map(|d| Dtype::parse(d)).collect()
+    };
+    for m in &w.models {
+        for &seq_len in &seqs {
+            for &dtype in &dtypes {
+                for &global_batch in &batches {
+                    out.push(Workload {
+                        index: out.len(),
+                        cluster: v.cluster.clone(),
+                        cluster_source: v.source.clone(),
+                        model: m.clone(),
+                        global_batch,
+                        seq_len,
+                        dtype,
+                        network_gbit_s: v.network_gbit_s,
+                        replicate: v.replicate,
+                        add_gpu: v.add_gpu.clone(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Builds a workload's cluster.
+pub fn cluster_of(w: &Workload) -> Result<Cluster, SpecError> {
+    w.cluster_source.build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SWEEP: &str = r#"
+gpus = ["a100-80gb,l4"]
+models = ["gpt-1.3b", "llama2-7b"]
+global_batches = [8, 16]
+replicate = [1, 3]
+add_gpu = ["", "t4"]
+network_gbit_s = [10, 100]
+"#;
+
+    fn sweep(text: &str) -> Result<Sweep, SpecError> {
+        let s: Sweep = toml::from_str(text).unwrap();
+        s.check("t.toml")?;
+        Ok(s)
+    }
+
+    #[test]
+    fn the_sweep_expands_in_order_with_its_variants() {
+        let w = sweep(SWEEP).unwrap().workloads(&[]).unwrap();
+        assert_eq!(w.len(), 2 * 2 * 2 * 2 * 2);
+        assert!(w.iter().enumerate().all(|(i, x)| x.index == i));
+        // Batches vary fastest, then models; the cluster variant slowest.
+        assert_eq!((w[0].global_batch, w[1].global_batch), (8, 16));
+        assert_eq!(w[2].model, "llama2-7b");
+        let sizes: Vec<usize> = w.iter().map(|x| cluster_of(x).unwrap().len()).collect();
+        assert_eq!(sizes[0], 2);
+        let plus_t4 = w.iter().position(|x| x.add_gpu == "t4").unwrap();
+        assert_eq!(sizes[plus_t4], 3);
+        assert_eq!(w[plus_t4].cluster, "a100-80gb,l4 +t4");
+        let tripled = w
+            .iter()
+            .position(|x| x.replicate == 3 && x.add_gpu.is_empty())
+            .unwrap();
+        assert_eq!(sizes[tripled], 6);
+        assert_eq!(w[tripled].cluster, "a100-80gb,l4 x3");
+        let c = cluster_of(&w[tripled]).unwrap();
+        assert_eq!(c.nodes.len(), 3, "each copy of the node is a node");
+    }
+
+    #[test]
+    fn batch_per_gpu_grows_with_the_cluster() {
+        let text = SWEEP.replace("global_batches = [8, 16]", "batch_per_gpu = [4]");
+        for w in sweep(&text).unwrap().workloads(&[]).unwrap() {
+            assert_eq!(w.global_batch as usize, 4 * cluster_of(&w).unwrap().len());
+        }
+        let both = SWEEP.replace(
+            "global_batches = [8, 16]",
+            "global_batches = [8]\nbatch_per_gpu = [4]",
+        );
+        let e = sweep(&both).unwrap_err().to_string();
+        assert!(e.contains("sweep.global_batches"), "{e}");
+    }
+
+    #[test]
+    fn a_cluster_file_the_caller_did_not_read_is_an_error() {
+        let text = SWEEP.replace("gpus = [\"a100-80gb,l4\"]", "clusters = [\"c.toml\"]");
+        let e = sweep(&text)
+            .unwrap()
+            .workloads(&[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cluster file `c.toml` was not read"), "{e}");
+    }
+}
