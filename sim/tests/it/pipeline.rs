@@ -439,7 +439,9 @@ proptest! {
     /// The planners' closed form ([`sim::pipeline::estimate`]) and the
     /// simulator agree: memory never below the simulated peak and at most
     /// 12% above it (measured: 0-5%); time within 8% (measured: -2% to
-    /// +2%; it ignores how transfers and compute interleave exactly).
+    /// +2%; it ignores how transfers and compute interleave exactly). On
+    /// this one cluster; random clusters, stage shapes and checkpointing:
+    /// `models::pipeline_estimate_follows_the_simulator_on_random_clusters`.
     #[test]
     fn closed_form_follows_the_simulator(
         split in 1u32..24,
