@@ -208,7 +208,12 @@ pub fn plan_and_simulate(
     let t0 = Instant::now();
     let planned = planner.plan(&problem)?;
     let elapsed_s = t0.elapsed().as_secs_f64();
-    let report = simulate(costs, &planned.plan, &SimOptions::default())?;
+    // The judge simulated the winner already when it confirmed it.
+    let opts = SimOptions::default();
+    let report = match judge.take_report(&planned.plan, &opts) {
+        Some(r) => r,
+        None => simulate(costs, &planned.plan, &opts)?,
+    };
     Ok(PlannedRun {
         planned,
         report,

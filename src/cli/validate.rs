@@ -659,13 +659,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         blocking_collectives: true,
         ..SimOptions::default()
     };
-    let (plan, plan_source) = match (fixed, planner) {
-        (Some(p), _) => p,
+    let (plan, plan_source, judged) = match (fixed, planner) {
+        (Some((p, source)), _) => (p, source, None),
         (None, Some(pl)) => {
-            let judge = SimJudge {
-                costs: &costs,
-                options: sim_opts,
-            };
+            let judge = SimJudge::with_options(&costs, sim_opts);
             let popts = PlannerOptions::default();
             // The planner plans for the strategy the trainer runs.
             let pins = sim::strategy::StrategySpec::pinned(&strategy);
@@ -678,11 +675,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
             };
             let planned = pl.plan(&problem)?;
             notes.extend(planned.notes.iter().cloned());
-            (planned.plan, format!("planner {}", pl.name()))
+            // The judge simulated the winner already when it confirmed it.
+            let judged = judge.take_report(&planned.plan, &sim_opts);
+            (planned.plan, format!("planner {}", pl.name()), judged)
         }
         (None, None) => unreachable!("user_plan returns a plan unless --planner is given"),
     };
-    let predicted = simulate(&costs, &plan, &sim_opts)?;
+    let predicted = match judged {
+        Some(r) => r,
+        None => simulate(&costs, &plan, &sim_opts)?,
+    };
 
     // 4. The real run.
     let job = sim_glue::job_from_plan(&plan, &cfg, &settings).map_err(exec_err)?;

@@ -44,6 +44,7 @@ use crate::error::PlanError;
 use crate::iteration::SimOptions;
 use crate::plan::Plan;
 use crate::profile::ProfileSet;
+use crate::report::Report;
 use crate::strategy::{Sharding, Strategy, StrategyContext, StrategySpec};
 
 /// What the simulator says about a plan (what [`Judge`] returns).
@@ -63,34 +64,62 @@ pub trait Judge: Sync + std::fmt::Debug {
 }
 
 /// The discrete-event simulator as a [`Judge`] (what `plan` and `compare`
-/// use): [`crate::simulate::simulate`] with the given options.
-#[derive(Debug, Clone)]
+/// use): [`crate::simulate::simulate`] with the given options. It keeps
+/// the report of every plan it judged, so the caller takes the winner's
+/// ([`SimJudge::take_report`]) instead of simulating it again.
+#[derive(Debug)]
 pub struct SimJudge<'a> {
     /// The workload's cost model.
     pub costs: &'a CostModel,
-    /// Simulation options (no trace).
+    /// Simulation options (a trace is never recorded).
     pub options: SimOptions,
+    /// The reports of the plans judged, in the order judged.
+    reports: std::sync::Mutex<Vec<(Plan, Report)>>,
 }
 
 impl<'a> SimJudge<'a> {
     /// A judge with default simulation options.
     pub fn new(costs: &'a CostModel) -> SimJudge<'a> {
+        SimJudge::with_options(costs, SimOptions::default())
+    }
+
+    /// A judge simulating with `options` (a trace is never recorded).
+    pub fn with_options(costs: &'a CostModel, options: SimOptions) -> SimJudge<'a> {
         SimJudge {
             costs,
-            options: SimOptions::default(),
+            options: SimOptions {
+                trace: false,
+                ..options
+            },
+            reports: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// The report of `plan` if this judge simulated it under `options`
+    /// (what [`crate::simulate::simulate`] would return again), taken out
+    /// of the judge.
+    pub fn take_report(&self, plan: &Plan, options: &SimOptions) -> Option<Report> {
+        if *options != self.options {
+            return None;
+        }
+        let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
+        let i = reports.iter().position(|(p, _)| p == plan)?;
+        Some(reports.swap_remove(i).1)
     }
 }
 
 impl Judge for SimJudge<'_> {
     fn judge(&self, plan: &Plan) -> Result<Verdict, PlanError> {
-        let mut o = self.options;
-        o.trace = false;
-        let r = crate::simulate::simulate(self.costs, plan, &o)?;
-        Ok(Verdict {
+        let r = crate::simulate::simulate(self.costs, plan, &self.options)?;
+        let verdict = Verdict {
             iteration_ms: r.iteration_ms,
             oom: r.oom,
-        })
+        };
+        let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
+        if !reports.iter().any(|(p, _)| p == plan) {
+            reports.push((plan.clone(), r));
+        }
+        Ok(verdict)
     }
 }
 
