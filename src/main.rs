@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         // `| head` closed the pipe: the reader has what it wanted.
         Err(e) if e.is::<out::ClosedStdout>() => ExitCode::SUCCESS,
         Err(e) => {
+            let e = error::with_flags(e);
             eprintln!("error: {e:#}");
             ExitCode::from(error::exit_code(&e))
         }

@@ -7,6 +7,17 @@
 
 use thiserror::Error;
 
+/// Origin of errors about a workload's fields (`seq_len`, `global_batch`,
+/// `dtype`, `mem_fraction`, `overhead_gib`, `memory_cluster`, the cluster's
+/// size as `nodes`): the library names the field; a caller that knows where
+/// the field came from (the CLI: a flag) says so.
+pub const WORKLOAD: &str = "workload";
+
+/// Origin of errors about a strategy's fields (`sharding`, `shard_group`,
+/// `accumulation`, `checkpointing`, `offload`, `param_dtype`,
+/// `reduce_dtype`, `attention`), as [`WORKLOAD`] for the workload's.
+pub const STRATEGY: &str = "strategy";
+
 /// Bad specification input: cluster, GPU, model, profile or workload.
 #[derive(Debug, Error, Clone, PartialEq)]
 #[non_exhaustive]

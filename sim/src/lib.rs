@@ -13,6 +13,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod activation;
+pub mod bounds;
 pub mod choice;
 pub mod cluster;
 pub mod comm;

@@ -71,14 +71,14 @@ pub fn check_microbatches(
 pub fn check_workload(gpus: usize, global_batch: u32, seq_len: u32) -> Result<(), SpecError> {
     if gpus > MAX_GPUS {
         return Err(SpecError::invalid(
-            "--cluster",
+            crate::error::WORKLOAD,
             "nodes",
             format!("{gpus} GPUs is above the limit of {MAX_GPUS} GPUs per cluster"),
         ));
     }
     if global_batch > MAX_GLOBAL_BATCH {
         return Err(SpecError::invalid(
-            "--global-batch",
+            crate::error::WORKLOAD,
             "global_batch",
             format!(
                 "{global_batch} samples is above the limit of {MAX_GLOBAL_BATCH} samples per iteration"
@@ -87,7 +87,7 @@ pub fn check_workload(gpus: usize, global_batch: u32, seq_len: u32) -> Result<()
     }
     if seq_len > MAX_SEQ_LEN {
         return Err(SpecError::invalid(
-            "--seq-len",
+            crate::error::WORKLOAD,
             "seq_len",
             format!("{seq_len} tokens is above the limit of {MAX_SEQ_LEN} tokens per sample"),
         ));

@@ -56,7 +56,7 @@ pub fn build_workload(
     let seq_len = match spec.seq_len {
         Some(0) => {
             return Err(SpecError::invalid(
-                "--seq-len",
+                crate::error::WORKLOAD,
                 "seq_len",
                 "expected a sequence length >= 1",
             ))
@@ -66,16 +66,16 @@ pub fn build_workload(
     };
     if spec.global_batch == 0 {
         return Err(SpecError::invalid(
-            "--global-batch",
+            crate::error::WORKLOAD,
             "global_batch",
             "expected a global batch >= 1",
         ));
     }
     if spec.options.memory_cluster.is_some() && profiles.memory.is_empty() {
         return Err(SpecError::invalid(
-            "--memory-cluster",
+            crate::error::WORKLOAD,
             "memory_cluster",
-            "no memory profiles loaded (pass --profiles with model_memory.json)",
+            "no memory profiles loaded (load profiles with a model_memory.json)",
         ));
     }
     let workload = Workload {
@@ -498,9 +498,9 @@ pub struct CommRow {
 
 /// The nccl-tests of a cluster: `kind` over the GPUs `ranks` (ring order)
 /// at every buffer size of `sizes_bytes`, even pieces, under `comm`.
-/// Fails (naming `--ranks`) for fewer than two ranks, a rank outside the
-/// cluster or a repeated one, and (naming `--sizes`) for a size that is
-/// not positive.
+/// Fails (naming the field `ranks`) for fewer than two ranks, a rank
+/// outside the cluster or a repeated one, and (naming `sizes`) for a size
+/// that is not positive.
 pub fn comm_sweep(
     cluster: &Cluster,
     comm: &dyn crate::comm::CommModel,
@@ -510,7 +510,7 @@ pub fn comm_sweep(
 ) -> Result<Vec<CommRow>, SpecError> {
     if ranks.len() < 2 {
         return Err(SpecError::invalid(
-            "--ranks",
+            crate::error::WORKLOAD,
             "ranks",
             format!("expected at least 2 ranks, got {}", ranks.len()),
         ));
@@ -519,7 +519,7 @@ pub fn comm_sweep(
     for &r in ranks {
         if r >= cluster.len() {
             return Err(SpecError::invalid(
-                "--ranks",
+                crate::error::WORKLOAD,
                 "ranks",
                 format!(
                     "rank {r} is not in the cluster (ranks 0..{})",
@@ -529,7 +529,7 @@ pub fn comm_sweep(
         }
         if std::mem::replace(&mut seen[r], true) {
             return Err(SpecError::invalid(
-                "--ranks",
+                crate::error::WORKLOAD,
                 "ranks",
                 format!("rank {r} is listed twice"),
             ));
@@ -540,7 +540,7 @@ pub fn comm_sweep(
     for &size in sizes_bytes {
         if !(size.is_finite() && size > 0.0) {
             return Err(SpecError::invalid(
-                "--sizes",
+                crate::error::WORKLOAD,
                 "sizes",
                 format!("expected positive byte counts, got {size}"),
             ));

@@ -667,10 +667,10 @@ impl StrategySpec {
                 if sizes.windows(2).any(|w| w[0] != w[1]) {
                     let list: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
                     return Err(SpecError::invalid(
-                        "--shard-group",
+                        crate::error::STRATEGY,
                         "shard_group",
                         format!(
-                            "hybrid sharding groups the GPUs of one node by default, but the nodes hold {} GPUs; give --shard-group N",
+                            "hybrid sharding groups the GPUs of one node by default, but the nodes hold {} GPUs; give the group size",
                             list.join(", ")
                         ),
                     ));
@@ -679,10 +679,10 @@ impl StrategySpec {
             }
             (_, Some(g)) if g != ranks => {
                 return Err(SpecError::invalid(
-                    "--shard-group",
+                    crate::error::STRATEGY,
                     "shard_group",
                     format!(
-                        "a shard group applies to --sharding hybrid only (sharding is `{}`)",
+                        "a shard group applies to hybrid sharding only (sharding is `{}`)",
                         sharding.name()
                     ),
                 ))
@@ -691,7 +691,7 @@ impl StrategySpec {
         };
         if shard_group == 0 || !ranks.is_multiple_of(shard_group) {
             return Err(SpecError::invalid(
-                "--shard-group",
+                crate::error::STRATEGY,
                 "shard_group",
                 format!(
                     "expected a group size that divides the {ranks} GPUs of the cluster, got {shard_group}"
@@ -725,44 +725,44 @@ impl StrategySpec {
     /// Checks that every axis this spec pins agrees with `s` (a strategy read
     /// from `origin`, e.g. a plan file); the error names the flag and both values.
     pub fn check_agrees(&self, s: &Strategy, origin: &str) -> Result<(), SpecError> {
-        let differ = |flag: &str, want: String, have: String| -> Result<(), SpecError> {
+        let differ = |field: &str, want: String, have: String| -> Result<(), SpecError> {
             if want == have {
                 Ok(())
             } else {
                 Err(SpecError::invalid(
-                    flag,
-                    flag.trim_start_matches('-').replace('-', "_"),
-                    format!("{flag} {want} disagrees with {origin}, whose strategy has {have}"),
+                    crate::error::STRATEGY,
+                    field,
+                    format!("{want} disagrees with {origin}, whose strategy has {field} {have}"),
                 ))
             }
         };
         if let Some(v) = self.sharding {
-            differ("--sharding", v.name().into(), s.sharding.name().into())?;
+            differ("sharding", v.name().into(), s.sharding.name().into())?;
         }
         if let Some(v) = self.shard_group {
-            differ("--shard-group", v.to_string(), s.shard_group.to_string())?;
+            differ("shard_group", v.to_string(), s.shard_group.to_string())?;
         }
         if let Some(v) = self.accumulation {
             differ(
-                "--accumulation",
+                "accumulation",
                 v.name().into(),
                 s.accumulation.name().into(),
             )?;
         }
         if let Some(v) = self.checkpointing {
-            differ("--checkpointing", v.name(), s.checkpointing.name())?;
+            differ("checkpointing", v.name(), s.checkpointing.name())?;
         }
         if let Some(v) = self.offload {
-            differ("--offload", v.name().into(), s.offload.name().into())?;
+            differ("offload", v.name().into(), s.offload.name().into())?;
         }
         if let Some(v) = self.param_dtype {
-            differ("--param-dtype", v.to_string(), s.param_dtype.to_string())?;
+            differ("param_dtype", v.to_string(), s.param_dtype.to_string())?;
         }
         if let Some(v) = self.reduce_dtype {
-            differ("--reduce-dtype", v.to_string(), s.reduce_dtype.to_string())?;
+            differ("reduce_dtype", v.to_string(), s.reduce_dtype.to_string())?;
         }
         if let Some(v) = self.attention {
-            differ("--attention", v.name().into(), s.attention.name().into())?;
+            differ("attention", v.name().into(), s.attention.name().into())?;
         }
         Ok(())
     }
@@ -774,7 +774,7 @@ pub fn validate(s: &Strategy, cluster: &Cluster) -> Result<(), SpecError> {
     let ranks = cluster.len() as u32;
     if s.shard_group == 0 || !ranks.is_multiple_of(s.shard_group) {
         return Err(SpecError::invalid(
-            "--shard-group",
+            crate::error::STRATEGY,
             "shard_group",
             format!(
                 "expected a group size that divides the {ranks} GPUs of the cluster, got {}",
@@ -784,7 +784,7 @@ pub fn validate(s: &Strategy, cluster: &Cluster) -> Result<(), SpecError> {
     }
     if s.sharding != Sharding::Hybrid && s.shard_group != ranks {
         return Err(SpecError::invalid(
-            "--shard-group",
+            crate::error::STRATEGY,
             "shard_group",
             format!(
                 "sharding `{}` uses one group of all {ranks} GPUs, got a shard group of {}",
@@ -796,10 +796,10 @@ pub fn validate(s: &Strategy, cluster: &Cluster) -> Result<(), SpecError> {
     if s.offload != Offload::None {
         if let Some(n) = cluster.nodes.iter().find(|n| n.host_mem_gib <= 0.0) {
             return Err(SpecError::invalid(
-                "--offload",
+                crate::error::STRATEGY,
                 "offload",
                 format!(
-                    "--offload {} needs host memory, but node `{}` has host_mem_gib = 0",
+                    "offload {} needs host memory, but node `{}` has host_mem_gib = 0",
                     s.offload.name(),
                     n.name
                 ),
@@ -911,7 +911,7 @@ mod tests {
         .resolve(&ctx(&c))
         .unwrap_err()
         .to_string();
-        assert!(e.contains("--shard-group") && e.contains("divides"), "{e}");
+        assert!(e.contains("shard_group") && e.contains("divides"), "{e}");
         let e = StrategySpec {
             shard_group: Some(4),
             ..StrategySpec::default()
@@ -941,7 +941,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("--offload") && e.contains("host_mem_gib = 0"),
+            e.contains("offload") && e.contains("host_mem_gib = 0"),
             "{e}"
         );
     }
@@ -955,7 +955,7 @@ mod tests {
         };
         let e = spec.check_agrees(&s, "plan.json").unwrap_err().to_string();
         assert!(
-            e.contains("--checkpointing none") && e.contains("plan.json"),
+            e.contains("checkpointing") && e.contains("none disagrees") && e.contains("plan.json"),
             "{e}"
         );
         StrategySpec::pinned(&s).check_agrees(&s, "x").unwrap();

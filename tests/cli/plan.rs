@@ -348,7 +348,7 @@ fn the_native_planner_refuses_more_gpus_than_its_stated_limit() {
     assert!(
         o.stderr.contains("up to 1024 GPUs")
             && o.stderr.contains("1032")
-            && o.stderr.contains("--planner fsdp"),
+            && o.stderr.contains("planner fsdp"),
         "{}",
         o.stderr
     );

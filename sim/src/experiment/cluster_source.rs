@@ -36,7 +36,9 @@ impl ClusterSource {
             ClusterSource::Toml { origin, text } => {
                 Cluster::from_toml(text, origin, GpuCatalog::builtin())
             }
-            ClusterSource::Gpus(l) => Cluster::from_gpu_list(l, "--gpus", GpuCatalog::builtin()),
+            ClusterSource::Gpus(l) => {
+                Cluster::from_gpu_list(l, "sweep.gpus", GpuCatalog::builtin())
+            }
         }
     }
 

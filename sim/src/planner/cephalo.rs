@@ -1051,7 +1051,7 @@ impl<'c, 'a> Search<'c, 'a> {
 /// infeasibility message when the closed form tabulated nothing).
 fn one_sample_gib(cf: &ClosedForm<'_>, rank: usize) -> f64 {
     let sch = crate::schedule::Schedule::new(cf.costs(), cf.strategy());
-    crate::fast::rank_peak(&sch, rank, &[1], 1, 0.0)
+    crate::bounds::rank_peak(&sch, rank, &[1], 1, 0.0)
         .map(|p| p.device_bytes as f64 / crate::units::GIB)
         .unwrap_or(f64::INFINITY)
 }
@@ -1660,13 +1660,13 @@ impl Planner for Cephalo {
         let costs = problem.costs;
         if costs.ranks() > MAX_GPUS {
             return Err(PlanError::invalid(
-                "--cluster",
+                crate::error::WORKLOAD,
                 "nodes",
                 format!(
                     "the cephalo planner searches clusters of up to {MAX_GPUS} GPUs, this one has {}: \
                      its search grows with the square of the GPU count (1,024 GPUs plan in at most about 6 s, \
                      2,048 in up to 25 s, 4,096 in up to 3 min); plan it with a baseline \
-                     (--planner fsdp, hsdp, speed-proportional, ...), or plan a sub-cluster of identical \
+                     (planner fsdp, hsdp, speed-proportional, ...), or plan a sub-cluster of identical \
                      nodes and replicate the plan",
                     costs.ranks()
                 ),

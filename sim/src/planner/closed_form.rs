@@ -3,7 +3,7 @@
 //! the simulator confirm. It is derived from the same description the
 //! simulator lowers ([`crate::schedule::Schedule`]): the same phases, the
 //! same steps (durations, copies) and, for memory, the fast model's
-//! per-GPU bound ([`crate::fast::rank_peak`]).
+//! per-GPU bound ([`crate::bounds::rank_peak`]).
 //!
 //! Per rank the phases of one micro-batch pass fall into a few *templates*
 //! (embedding forward, block forward per recompute policy, head, block
@@ -30,15 +30,15 @@
 //!
 //! Memory: a rank's *cap* is the largest state fraction that fits next to
 //! its micro-batches: `(usable - peak without state) / (state bytes per
-//! parameter x P)`, with the peak from [`crate::fast::rank_peak`]. State is
+//! parameter x P)`, with the peak from [`crate::bounds::rank_peak`]. State is
 //! water-filled into the caps ([`super::water::water_fill`]) under full sharding;
 //! hybrid sharding holds even shards in every group. Units: ms, GiB,
 //! samples.
 
+use crate::bounds::rank_peak;
 use crate::comm::CollectiveKind;
 use crate::cost::CostModel;
 use crate::error::PlanError;
-use crate::fast::rank_peak;
 use crate::schedule::{Phase, PhaseKind, Schedule};
 use crate::strategy::{Offload, Recompute, Sharding, Strategy};
 use crate::units::GIB;

@@ -189,7 +189,7 @@ impl CompatInputs {
 fn check_table_size(g: usize, big_b: u32) -> Result<(), PlanError> {
     if big_b > MAX_GLOBAL_BATCH {
         return Err(PlanError::invalid(
-            "--global-batch",
+            crate::error::WORKLOAD,
             "global_batch",
             format!("compat mode handles global batches up to {MAX_GLOBAL_BATCH}, got {big_b}"),
         ));
@@ -199,7 +199,7 @@ fn check_table_size(g: usize, big_b: u32) -> Result<(), PlanError> {
             / 6.0;
     if est > MAX_CELLS {
         return Err(PlanError::invalid(
-            "--global-batch",
+            crate::error::WORKLOAD,
             "global_batch",
             format!("compat mode's table for {g} GPUs at global batch {big_b} is too large (~{est:.1e} cells); use the native planner"),
         ));
@@ -595,7 +595,7 @@ impl Planner for Compat {
         let g = inp.hard_bound.len();
         if (inp.global_batch as usize) < g {
             return Err(PlanError::invalid(
-                "--global-batch",
+                crate::error::WORKLOAD,
                 "global_batch",
                 format!(
                     "compat mode gives every GPU at least one sample: expected a global batch >= {g}, got {}",

@@ -30,7 +30,7 @@ fn too_many_microbatches(
     let local = super::standard::local_params(schedule, r);
     let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[i].node];
     let gib = |x: i64| x as f64 / crate::units::GIB;
-    let floor = crate::fast::host_floor(schedule, i, &sizes(b, n), local).map_or(0.0, gib);
+    let floor = crate::bounds::host_floor(schedule, i, &sizes(b, n), local).map_or(0.0, gib);
     let (what, short) = if floor > node.host_mem_gib {
         (
             format!(
@@ -40,7 +40,7 @@ fn too_many_microbatches(
             floor - node.host_mem_gib,
         )
     } else {
-        let dev = crate::fast::rank_peak(schedule, i, &sizes(b, n), n, local)
+        let dev = crate::bounds::rank_peak(schedule, i, &sizes(b, n), n, local)
             .map_or(f64::INFINITY, |p| gib(p.device_bytes));
         let usable = costs.usable_gib(i);
         (

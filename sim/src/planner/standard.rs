@@ -2,13 +2,13 @@
 //! ([`standard_plan`]: even state shards, micro-batch-major accumulation,
 //! the least recompute that fits), batch splits (even, proportional to
 //! speed), and the per-GPU memory checks planners size micro-batches with
-//! ([`fits`], on the planners' bound [`crate::fast::rank_peak`]). Units:
+//! ([`fits`], on the planners' bound [`crate::bounds::rank_peak`]). Units:
 //! samples, fractions of the state, GiB.
 
 use super::{Planned, Planner, Problem};
+use crate::bounds::rank_peak;
 use crate::cost::CostModel;
 use crate::error::PlanError;
-use crate::fast::rank_peak;
 use crate::plan::rank::RankPlan;
 use crate::plan::Plan;
 use crate::schedule::Schedule;
@@ -46,7 +46,7 @@ pub fn fits(
     let local = local_params(schedule, fraction);
     let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[rank].node];
     // Offloaded activations the host cannot hold fail without a walk.
-    let host_floor = crate::fast::host_floor(schedule, rank, sizes, local)?;
+    let host_floor = crate::bounds::host_floor(schedule, rank, sizes, local)?;
     if host_floor as f64 / GIB > node.host_mem_gib {
         return Ok(false);
     }

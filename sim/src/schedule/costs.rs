@@ -110,7 +110,7 @@ pub(crate) fn micro_costs(
 ) -> Result<Micro, PlanError> {
     let (f, b) = costs
         .block_ms_with(rank, m, attention)
-        .map_err(|why| PlanError::invalid("--attention", "attention", why))?;
+        .map_err(|why| PlanError::invalid(crate::error::STRATEGY, "attention", why))?;
     let sel = costs.selective_recompute_ms(rank, m, attention, f);
     let act = costs.activations.micro(m, attention);
     let out_phys = costs.block_output_bytes(m);

@@ -2,6 +2,7 @@
 
 mod common;
 mod fold;
+mod house;
 mod models;
 mod perfmodel;
 mod pipeline;

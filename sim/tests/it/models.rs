@@ -386,7 +386,7 @@ struct RankMem {
     fast: f64,
     /// A known gap of the closed form's memory on this GPU ([`memory_gap`]).
     gap: Option<Gap>,
-    /// The per-GPU bound `sim::fast::rank_peak` with the GPU's actual
+    /// The per-GPU bound `sim::bounds::rank_peak` with the GPU's actual
     /// micro-batches (layered offload of more than two only).
     rank_peak: Option<f64>,
     /// The model's parameters in the gather dtype (every unit gathered).
@@ -510,8 +510,9 @@ fn run_dp(case: &DpCase) -> Option<DpOutcome> {
                     Some(x) => x.1,
                     None => {
                         let sizes = plan.gpus[r].microbatch_sizes();
-                        let p = sim::fast::rank_peak(&schedule, r, &sizes, 1, share * total_params)
-                            .unwrap();
+                        let p =
+                            sim::bounds::rank_peak(&schedule, r, &sizes, 1, share * total_params)
+                                .unwrap();
                         let gib = p.device_bytes as f64 / GIB;
                         rank_peaks.push(((t, b, n), gib));
                         gib

@@ -607,7 +607,7 @@ proptest! {
                 Sharding::NoShard => c.workload.model.total_params() as f64,
                 _ => gp.state_fraction * c.workload.model.total_params() as f64,
             };
-            let bound = sim::fast::rank_peak(&sch, i, &sizes, p.passes(), local)
+            let bound = sim::bounds::rank_peak(&sch, i, &sizes, p.passes(), local)
                 .unwrap()
                 .device_bytes as f64
                 / sim::units::GIB;

@@ -1,0 +1,288 @@
+//! What one GPU type costs for a workload ([`GpuTypeCost`]): its block
+//! curve per attention kernel (profiled, or predicted analytically), the
+//! selective-recompute fractions and measured unit costs, each with its
+//! source.
+
+use super::workload::Workload;
+use crate::dtype::Dtype;
+use crate::error::SpecError;
+use crate::gpu::GpuSpec;
+use crate::model::ModelSpec;
+use crate::perfmodel::Predictor;
+use crate::profile::{ComputeCurve, ProfileSet, Source, UnitProfile};
+use crate::strategy::Attention;
+
+/// Micro-batch sizes at which an analytic curve is tabulated (1..=N); beyond
+/// it the curve's least-squares line answers.
+pub const ANALYTIC_TABLE_MAX_BATCH: u32 = 64;
+
+/// Costs of one GPU type for this workload.
+#[derive(Debug, Clone)]
+pub struct GpuTypeCost {
+    /// The GPU.
+    pub gpu: GpuSpec,
+    /// Block forward/backward curve as profiled (or predicted), with the
+    /// kernel of [`GpuTypeCost::measured_attention`]; carries its source.
+    pub block: ComputeCurve,
+    /// The attention kernel `block` was measured (or predicted) with.
+    pub measured_attention: Attention,
+    /// Block curve per attention kernel ([`Attention::index`]); the
+    /// measured kernel's entry is `block`, the other one scaled from it by
+    /// the predictor's kernel ratio (`None` when the predictor cannot run
+    /// this GPU and dtype).
+    pub kernels: [Option<ComputeCurve>; 2],
+    /// Per attention kernel: the fraction of the forward a selective
+    /// recompute reruns, at micro-batch sizes 1..=N (the last value beyond).
+    pub selective_fraction: [Vec<f64>; 2],
+    /// Data-quality flags of the block profile used.
+    pub block_flags: Vec<String>,
+    /// Measured unit costs, if any.
+    pub units: Option<UnitProfile>,
+    /// The predictor's cross-validated error band for this GPU, when
+    /// the block curve is analytic ([`Predictor::error_band`]).
+    pub analytic_error_band: Option<String>,
+}
+
+impl GpuTypeCost {
+    /// The block curve of `attention`, if this GPU has one.
+    pub fn curve(&self, attention: Attention) -> Option<&ComputeCurve> {
+        self.kernels[attention.index()].as_ref()
+    }
+
+    /// Where the block times of `attention` come from, for reports.
+    pub fn curve_source(&self, attention: Attention) -> String {
+        let band = match &self.analytic_error_band {
+            Some(b) => format!(", {b}"),
+            None => String::new(),
+        };
+        if attention == self.measured_attention {
+            format!("{}{band}", self.block.source)
+        } else {
+            format!(
+                "{}{band}, scaled to {} attention by the predictor's kernel ratio",
+                self.block.source,
+                attention.name()
+            )
+        }
+    }
+}
+
+impl GpuTypeCost {
+    /// The costs of `gpu` for `workload`: its block curve from a profile
+    /// (or, with none, the predictor), checked physical; the other attention
+    /// kernel's curve scaled from it; selective-recompute fractions; unit
+    /// costs when measured. Warnings (flagged entries used, very long
+    /// passes) go to `warnings`.
+    pub fn build(
+        gpu: &GpuSpec,
+        workload: &Workload,
+        profiles: &ProfileSet,
+        predictor: &dyn Predictor,
+        warnings: &mut Vec<String>,
+    ) -> Result<GpuTypeCost, SpecError> {
+        let (model, seq, dtype) = (&workload.model, workload.seq_len, workload.dtype);
+        let (block, flags, measured_attention) =
+            match profiles.block(&gpu.name, &model.name, seq, dtype) {
+                Some(p) => {
+                    for f in &p.flags {
+                        warnings.push(format!(
+                            "{} / {} / {seq} / {dtype}: {f}",
+                            gpu.name, model.name
+                        ));
+                    }
+                    (p.curve.clone(), p.flags.clone(), p.attention)
+                }
+                None => {
+                    if let Some(r) = profiles.rejected_block(&gpu.name, &model.name, seq, dtype) {
+                        return Err(SpecError::invalid(
+                            r.origin.clone(),
+                            r.entry.clone(),
+                            format!("{} (this run needs the entry; fix or remove it)", r.why),
+                        ));
+                    }
+                    let c = analytic_curve(predictor, gpu, model, seq, dtype).map_err(|why| {
+                        SpecError::MissingProfile {
+                            gpu: gpu.name.clone(),
+                            model: model.name.clone(),
+                            seq_len: seq,
+                            dtype: dtype.to_string(),
+                            why,
+                        }
+                    })?;
+                    (c, vec![], Attention::Eager)
+                }
+            };
+        // Whatever its source, the curve this run uses must be physical;
+        // the error names the file and entry (or the predictor).
+        let peak = gpu.peak_tflops(dtype).unwrap_or(0.0);
+        if let Some(why) = block.physical_problem(model.block_flops_fwd(seq), peak) {
+            let key = format!("{}/{}/{seq}/{dtype}", gpu.name, model.name);
+            return Err(match &block.source {
+                Source::Imported { origin, entry } => {
+                    SpecError::invalid(origin.clone(), entry.clone(), why)
+                }
+                Source::Measured { origin } => SpecError::invalid(origin.clone(), key, why),
+                other => SpecError::invalid(
+                    other.to_string(),
+                    key,
+                    format!("the performance model's prediction is not physical: {why}"),
+                ),
+            });
+        }
+        let units = profiles.unit(&gpu.name, &model.name, seq, dtype).cloned();
+        let other = match measured_attention {
+            Attention::Eager => Attention::Flash,
+            Attention::Flash => Attention::Eager,
+        };
+        let derived = kernel_curve(
+            predictor,
+            gpu,
+            model,
+            seq,
+            dtype,
+            &block,
+            measured_attention,
+            other,
+        );
+        let mut kernels = [None, None];
+        kernels[measured_attention.index()] = Some(block.clone());
+        kernels[other.index()] = derived;
+        // A long prediction is an answer, said once: the fastest kernel's
+        // smallest micro-batch.
+        let fastest = kernels
+            .iter()
+            .flatten()
+            .filter_map(|c| {
+                Some((
+                    *c.batch_sizes.first()?,
+                    c.fwd_ms.first()? + c.bwd_ms.first()?,
+                ))
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((m, ms)) = fastest.filter(|f| f.1 > crate::physical::LONG_PASS_MS) {
+            warnings.push(format!(
+                "{} / {} / {seq} / {dtype}: one block's forward + backward takes {:.1} h at micro-batch {m} ({}): a long run, not an error",
+                gpu.name,
+                model.name,
+                ms / 3.6e6,
+                block.source.label()
+            ));
+        }
+        let selective_fraction = [Attention::Eager, Attention::Flash]
+            .map(|a| selective_fractions(predictor, gpu, model, seq, dtype, a));
+        let analytic_error_band = (block.source.rank() == 2)
+            .then(|| predictor.error_band(&gpu.name))
+            .flatten();
+        Ok(GpuTypeCost {
+            gpu: gpu.clone(),
+            block,
+            measured_attention,
+            kernels,
+            selective_fraction,
+            analytic_error_band,
+            block_flags: flags,
+            units,
+        })
+    }
+}
+
+fn analytic_curve(
+    pred: &dyn Predictor,
+    gpu: &GpuSpec,
+    model: &ModelSpec,
+    seq: u32,
+    dtype: Dtype,
+) -> Result<ComputeCurve, String> {
+    let sizes: Vec<u32> = (1..=ANALYTIC_TABLE_MAX_BATCH).collect();
+    let mut f = Vec::with_capacity(sizes.len());
+    let mut b = Vec::with_capacity(sizes.len());
+    for &m in &sizes {
+        let (x, y) = pred.block_ms(gpu, model, seq, dtype, m)?;
+        f.push(x);
+        b.push(y);
+    }
+    Ok(with_tail_fit(ComputeCurve::from_points(
+        sizes,
+        f,
+        b,
+        Source::Analytic { model: pred.name() },
+    )))
+}
+
+/// `c` with its extrapolation replaced by the line through its last two
+/// points, which keeps large micro-batches on the predictor's asymptotic
+/// slope.
+fn with_tail_fit(mut c: ComputeCurve) -> ComputeCurve {
+    let n = c.batch_sizes.len();
+    if n < 2 {
+        return c;
+    }
+    for (vals, fit) in [(&c.fwd_ms, &mut c.fwd_fit), (&c.bwd_ms, &mut c.bwd_fit)] {
+        let slope = vals[n - 1] - vals[n - 2];
+        fit.slope = slope;
+        fit.intercept = vals[n - 1] - slope * n as f64;
+    }
+    c
+}
+
+/// The curve of the attention kernel `to`, from `measured` (taken with
+/// `from`) scaled at every micro-batch size 1..=N by the predictor's ratio
+/// of the two kernels on `gpu`; beyond N the line through the last two
+/// points. `None` when the predictor cannot run this GPU and dtype.
+#[allow(clippy::too_many_arguments)]
+fn kernel_curve(
+    pred: &dyn Predictor,
+    gpu: &GpuSpec,
+    model: &ModelSpec,
+    seq: u32,
+    dtype: Dtype,
+    measured: &ComputeCurve,
+    from: Attention,
+    to: Attention,
+) -> Option<ComputeCurve> {
+    let sizes: Vec<u32> = (1..=ANALYTIC_TABLE_MAX_BATCH).collect();
+    let mut f = Vec::with_capacity(sizes.len());
+    let mut b = Vec::with_capacity(sizes.len());
+    for &m in &sizes {
+        let p0 = pred
+            .block_prediction(gpu, model, seq, dtype, m, from)
+            .ok()?;
+        let p1 = pred.block_prediction(gpu, model, seq, dtype, m, to).ok()?;
+        if !(p0.fwd_ms > 0.0 && p0.bwd_ms > 0.0) {
+            return None;
+        }
+        f.push(measured.fwd_ms(m) * p1.fwd_ms / p0.fwd_ms);
+        b.push(measured.bwd_ms(m) * p1.bwd_ms / p0.bwd_ms);
+    }
+    Some(with_tail_fit(ComputeCurve::from_points(
+        sizes,
+        f,
+        b,
+        measured.source.clone(),
+    )))
+}
+
+/// Per micro-batch size 1..=N, the predictor's fraction of the forward a
+/// selective recompute reruns (0 where it cannot predict).
+fn selective_fractions(
+    pred: &dyn Predictor,
+    gpu: &GpuSpec,
+    model: &ModelSpec,
+    seq: u32,
+    dtype: Dtype,
+    attention: Attention,
+) -> Vec<f64> {
+    (1..=ANALYTIC_TABLE_MAX_BATCH)
+        .map(
+            |m| match pred.block_prediction(gpu, model, seq, dtype, m, attention) {
+                Ok(p) if p.fwd_ms > 0.0 => (p.selective_recompute_ms / p.fwd_ms).clamp(0.0, 1.0),
+                _ => 0.0,
+            },
+        )
+        .collect()
+}
+
+/// Whether a catalog device is a CPU (arch `cpu`).
+pub fn is_cpu(gpu: &GpuSpec) -> bool {
+    gpu.arch == "cpu"
+}

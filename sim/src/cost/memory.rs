@@ -1,0 +1,299 @@
+//! Activation memory of a workload: the non-state memory curve
+//! ([`ActMemory`]: a memory profile, or the predictor's) and the analytic
+//! per-tensor sizes anchored to it ([`ActivationModel`]; see the `cost`
+//! module docs). Bytes, GiB where named.
+
+use super::gpu_type::{GpuTypeCost, ANALYTIC_TABLE_MAX_BATCH};
+use super::workload::{CostOptions, Workload};
+use crate::activation::BlockActivations;
+use crate::error::SpecError;
+use crate::model::ModelSpec;
+use crate::perfmodel::Predictor;
+use crate::profile::{MemoryProfile, ProfileSet, Source};
+use crate::strategy::Attention;
+use crate::units::GIB;
+use std::sync::Arc;
+
+/// Bytes per parameter of the unit buffers Cephalo's trainer held when the
+/// reference non-state memory was measured: fp32 gathered parameters and
+/// fp32 gradient buffers (4 B each).
+pub const REFERENCE_BUFFER_BYTES_PER_PARAM: f64 = 4.0;
+
+/// Activation memory of the workload: the analytic sizes anchored to the
+/// measured non-state memory (see the module docs). Bytes.
+#[derive(Debug, Clone)]
+pub struct ActivationModel {
+    /// Analytic sizes per attention kernel ([`Attention::index`]), bytes per sample.
+    pub per_sample: [BlockActivations; 2],
+    /// The kernel the non-state memory curve was measured with.
+    pub measured_attention: Attention,
+    /// Unit buffers inside the measured curve (`B_ref`), bytes.
+    pub buffers_ref_bytes: f64,
+    /// Constant part of the measured curve beyond the buffers (workspaces,
+    /// allocator slack), bytes; part of every GPU's base memory.
+    pub fixed_bytes: f64,
+    /// `s(m)` for m = 1..=N (the last value beyond): measured activation
+    /// peak over the analytic one.
+    pub scale: Vec<f64>,
+}
+
+impl ActivationModel {
+    /// The analytic sizes unanchored (`s = 1`, `F0 = 0`).
+    fn analytic(
+        per_sample: [BlockActivations; 2],
+        measured_attention: Attention,
+        buffers_ref_bytes: f64,
+    ) -> ActivationModel {
+        ActivationModel {
+            per_sample,
+            measured_attention,
+            buffers_ref_bytes,
+            fixed_bytes: 0.0,
+            scale: vec![1.0; ANALYTIC_TABLE_MAX_BATCH as usize],
+        }
+    }
+
+    /// Whether the sizes are anchored to a measurement.
+    pub fn anchored(&self) -> bool {
+        self.fixed_bytes != 0.0 || self.scale.iter().any(|&s| s != 1.0)
+    }
+
+    /// Anchors the analytic sizes to `act_gib(m)` measured at m = 1..=`measured`.
+    fn anchor(
+        act: &ActMemory,
+        per_sample: [BlockActivations; 2],
+        measured_attention: Attention,
+        layers: u32,
+        buffers_ref_bytes: f64,
+        measured: usize,
+    ) -> ActivationModel {
+        let a_ref = per_sample[measured_attention.index()].reference_peak(layers);
+        let n = measured.clamp(1, ANALYTIC_TABLE_MAX_BATCH as usize);
+        let y: Vec<f64> = (1..=n as u32)
+            .map(|m| act.gib(m) * GIB - buffers_ref_bytes)
+            .collect();
+        // Least squares y = F0 + s x with x = m * a_ref; F0 >= 0, no more
+        // than the smallest measurement.
+        let fixed = if n >= 2 && a_ref > 0.0 {
+            let xs: Vec<f64> = (1..=n).map(|m| m as f64 * a_ref).collect();
+            let (mx, my) = (
+                xs.iter().sum::<f64>() / n as f64,
+                y.iter().sum::<f64>() / n as f64,
+            );
+            let var: f64 = xs.iter().map(|x| (x - mx) * (x - mx)).sum();
+            let cov: f64 = xs.iter().zip(&y).map(|(x, v)| (x - mx) * (v - my)).sum();
+            let slope = if var > 0.0 { cov / var } else { 0.0 };
+            (my - slope * mx).clamp(
+                0.0,
+                y.iter().copied().fold(f64::INFINITY, f64::min).max(0.0),
+            )
+        } else {
+            0.0
+        };
+        let scale = (1..=ANALYTIC_TABLE_MAX_BATCH)
+            .map(|m| {
+                let ym = act.gib(m) * GIB - buffers_ref_bytes - fixed;
+                let x = m as f64 * a_ref;
+                if x > 0.0 && ym.is_finite() {
+                    (ym / x).max(0.0)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        ActivationModel {
+            per_sample,
+            measured_attention,
+            buffers_ref_bytes,
+            fixed_bytes: fixed,
+            scale,
+        }
+    }
+
+    /// `s(m)`: the factor on every analytic activation size at micro-batch `m`.
+    pub fn scale_at(&self, m: u32) -> f64 {
+        if m == 0 || self.scale.is_empty() {
+            return 0.0;
+        }
+        let i = (m as usize - 1).min(self.scale.len() - 1);
+        self.scale[i]
+    }
+
+    /// Activation sizes of a micro-batch of `m` samples with `attention`,
+    /// bytes (analytic per-sample sizes times `m` times `s(m)`).
+    pub fn micro(&self, m: u32, attention: Attention) -> BlockActivations {
+        let k = m as f64 * self.scale_at(m);
+        let b = &self.per_sample[attention.index()];
+        BlockActivations {
+            checkpoint: b.checkpoint * k,
+            saved_none: b.saved_none * k,
+            saved_selective: b.saved_selective * k,
+            grad_work: b.grad_work * k,
+            nograd_work: b.nograd_work * k,
+            head_work: b.head_work * k,
+        }
+    }
+}
+
+/// Non-state memory against micro-batch size.
+#[derive(Debug, Clone)]
+pub enum ActMemory {
+    /// From a memory profile (imported or measured).
+    Profile(MemoryProfile),
+    /// Tabulated from the predictor for m = 1..=len, linear beyond.
+    Analytic {
+        /// GiB at micro-batch size i+1.
+        act_gib: Vec<f64>,
+        /// Predictor description.
+        model: String,
+    },
+}
+
+impl ActMemory {
+    /// Non-state GiB at micro-batch size `m` (0 for `m == 0`).
+    pub fn gib(&self, m: u32) -> f64 {
+        if m == 0 {
+            return 0.0;
+        }
+        match self {
+            ActMemory::Profile(p) => p.act_gib(m),
+            ActMemory::Analytic { act_gib, .. } => {
+                let n = act_gib.len();
+                let i = m as usize - 1;
+                if i < n {
+                    act_gib[i]
+                } else {
+                    let slope = act_gib[n - 1] - act_gib[n - 2];
+                    act_gib[n - 1] + slope * (m as f64 - n as f64)
+                }
+            }
+        }
+    }
+
+    /// Where the numbers came from.
+    pub fn source(&self) -> Source {
+        match self {
+            ActMemory::Profile(p) => p.source.clone(),
+            ActMemory::Analytic { model, .. } => Source::Analytic {
+                model: model.clone(),
+            },
+        }
+    }
+}
+
+/// Bytes of the unit buffers Cephalo's trainer held at its memory peak in
+/// the reference configuration (prefetch on, previous reduce-scatter done):
+/// the largest over its phases of this unit's fp32 parameters, the next
+/// phase's prefetched parameters and this unit's fp32 gradients. For block
+/// phases that is `3 x P_block x 4 B`; the head phase (head parameters and
+/// gradients plus the prefetched last block) is larger when the head is
+/// untied.
+pub fn reference_buffers_bytes(model: &ModelSpec) -> f64 {
+    let l = model.layers as usize;
+    let mut unit = Vec::with_capacity(l + 2);
+    unit.push(model.embedding_params() as f64);
+    unit.extend(std::iter::repeat_n(model.params_per_block() as f64, l));
+    unit.push(model.head_params() as f64);
+    // Phases: Forward(0..=L), Head, Backward(L..=0): (unit, reduces).
+    let mut phases: Vec<(usize, bool)> = (0..=l).map(|u| (u, false)).collect();
+    phases.push((l + 1, true));
+    phases.extend((0..=l).rev().map(|u| (u, true)));
+    let b = REFERENCE_BUFFER_BYTES_PER_PARAM;
+    (0..phases.len())
+        .map(|p| {
+            let (u, reduces) = phases[p];
+            let next = phases.get(p + 1).map_or(0.0, |q| unit[q.0]);
+            b * (unit[u] + next + if reduces { unit[u] } else { 0.0 })
+        })
+        .fold(0.0, f64::max)
+}
+
+/// The workload's non-state memory curve (a memory profile, else the
+/// predictor's) and the activation sizes anchored to it (see the module
+/// docs); warnings for a memory cluster without the entry or a profile
+/// measured at another length go to `warnings`.
+pub(crate) fn activation_memory(
+    workload: &Workload,
+    types: &[Arc<GpuTypeCost>],
+    profiles: &ProfileSet,
+    predictor: &dyn Predictor,
+    options: &CostOptions,
+    warnings: &mut Vec<String>,
+) -> Result<(ActMemory, ActivationModel), SpecError> {
+    let (model, seq, dtype) = (&workload.model, workload.seq_len, workload.dtype);
+    let act = match profiles.memory(options.memory_cluster.as_deref(), &model.name, dtype) {
+        Some(p) => ActMemory::Profile(p.clone()),
+        None => {
+            if let Some(c) = &options.memory_cluster {
+                let have = profiles.memory_clusters();
+                if !have.contains(c) {
+                    return Err(SpecError::invalid(
+                        crate::error::WORKLOAD,
+                        "memory_cluster",
+                        format!(
+                            "no memory cluster `{c}` in the profiles (have: {})",
+                            have.join(", ")
+                        ),
+                    ));
+                }
+                warnings.push(format!(
+                    "memory cluster `{c}` has no {dtype} entry for {}; non-state memory is predicted analytically",
+                    model.name
+                ));
+            }
+            ActMemory::Analytic {
+                act_gib: (1..=ANALYTIC_TABLE_MAX_BATCH)
+                    .map(|m| predictor.act_mem_gib(model, seq, dtype, m))
+                    .collect(),
+                model: match predictor.memory_error_band() {
+                    Some(b) => format!("{}, {b}", predictor.name()),
+                    None => predictor.name(),
+                },
+            }
+        }
+    };
+    let measured_len = match &act {
+        ActMemory::Profile(p) => p.act_gib.len(),
+        ActMemory::Analytic { act_gib, .. } => act_gib.len(),
+    };
+    let measured_attention = if types
+        .iter()
+        .all(|t| t.measured_attention == Attention::Flash)
+    {
+        Attention::Flash
+    } else {
+        Attention::Eager
+    };
+    let per_sample =
+        [Attention::Eager, Attention::Flash].map(|a| BlockActivations::new(model, seq, dtype, a));
+    let activations = match &act {
+        ActMemory::Profile(p)
+            if model.tokens_per_sample(p.seq_len.unwrap_or(model.seq_len)) == seq =>
+        {
+            ActivationModel::anchor(
+                &act,
+                per_sample,
+                measured_attention,
+                model.layers,
+                reference_buffers_bytes(model),
+                measured_len,
+            )
+        }
+        other => {
+            if let ActMemory::Profile(p) = other {
+                warnings.push(format!(
+                    "the memory profile of {} ({}) was measured at {} tokens per sample, not {seq}: activation memory comes from the analytic per-tensor model",
+                    model.name,
+                    p.source,
+                    model.tokens_per_sample(p.seq_len.unwrap_or(model.seq_len))
+                ));
+            }
+            ActivationModel::analytic(
+                per_sample,
+                measured_attention,
+                reference_buffers_bytes(model),
+            )
+        }
+    };
+    Ok((act, activations))
+}

@@ -1,0 +1,119 @@
+//! What a cost model is built for: the [`Workload`] (cluster, model,
+//! tokens per sample, precision, global batch) and the memory and
+//! communication knobs ([`CostOptions`]), with the checks of their numbers.
+
+use crate::cluster::Cluster;
+use crate::comm::CommAlgo;
+use crate::dtype::Dtype;
+use crate::error::SpecError;
+use crate::model::ModelSpec;
+
+/// What a simulation or plan is about.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// The GPUs and their links.
+    pub cluster: Cluster,
+    /// The model.
+    pub model: ModelSpec,
+    /// Tokens per sample (for ViT: the real token count, e.g. 577).
+    pub seq_len: u32,
+    /// Precision.
+    pub dtype: Dtype,
+    /// Global batch (samples per iteration).
+    pub global_batch: u32,
+}
+
+impl Workload {
+    /// Checks the numbers of the workload and the memory options before
+    /// anything is built for them: lengths and sizes, the simulator's
+    /// limits, the dtype on every GPU type, the memory knobs.
+    pub fn check(&self, options: &CostOptions) -> Result<(), SpecError> {
+        if self.seq_len == 0 {
+            return Err(SpecError::invalid(
+                crate::error::WORKLOAD,
+                "seq_len",
+                "expected a sequence length >= 1",
+            ));
+        }
+        if self.global_batch == 0 {
+            return Err(SpecError::invalid(
+                crate::error::WORKLOAD,
+                "global_batch",
+                "expected a global batch >= 1",
+            ));
+        }
+        crate::limits::check_workload(self.cluster.len(), self.global_batch, self.seq_len)?;
+        // Where the dtype meets the cluster's GPUs: each type once, in rank order.
+        let mut seen: Vec<&str> = Vec::new();
+        for g in &self.cluster.gpus {
+            if !seen.contains(&g.spec.name.as_str()) {
+                seen.push(&g.spec.name);
+                g.spec
+                    .check_dtype(self.dtype, crate::error::WORKLOAD, "dtype")?;
+            }
+        }
+        if !(options.mem_fraction > 0.0 && options.mem_fraction <= 1.0) {
+            return Err(SpecError::invalid(
+                crate::error::WORKLOAD,
+                "mem_fraction",
+                format!(
+                    "expected a fraction in (0, 1], got {}",
+                    options.mem_fraction
+                ),
+            ));
+        }
+        crate::physical::check(
+            crate::error::WORKLOAD,
+            "overhead_gib",
+            options.overhead_gib,
+            &crate::physical::MEM_GIB,
+        )?;
+        Ok(())
+    }
+}
+
+/// Knobs of the cost and memory model.
+#[derive(Debug, Clone)]
+pub struct CostOptions {
+    /// Fraction of each GPU's memory a plan may use (the paper's 0.75).
+    pub mem_fraction: f64,
+    /// Fixed framework overhead per GPU (CUDA context, allocator slack), GiB.
+    pub overhead_gib: f64,
+    /// Memory cluster of the reference data to take non-state memory from.
+    pub memory_cluster: Option<String>,
+    /// Collective algorithm choice (default: as NCCL picks).
+    pub comm_algo: CommAlgo,
+    /// Compute slowdown while a collective runs on the same GPU, as a
+    /// fraction (0.1: kernels take 10% longer); 0 turns it off. Default
+    /// [`DEFAULT_COMM_INTERFERENCE`].
+    pub comm_interference: f64,
+}
+
+/// Default compute slowdown while NCCL kernels run on the same GPU.
+///
+/// NCCL's ring kernels occupy one thread block per channel (typically 8-16
+/// of an A100's 108 SMs for large collectives, ~7-15%) and a share of HBM
+/// bandwidth for the reduction and copies; measurements of overlapped
+/// GEMMs and all-reduces report compute kernels slowed by roughly 10-30%
+/// (Rashidi et al., "Enabling Compute-Communication Overlap in Distributed
+/// Deep Learning Training Platforms", ISCA 2021; Jangda et al., "Breaking
+/// the Computation and Communication Abstraction Barrier", ASPLOS 2022).
+/// 0.1 is the low end of that range, the SM share of a typical channel
+/// count; set `--comm-interference` for your system.
+pub const DEFAULT_COMM_INTERFERENCE: f64 = 0.1;
+
+/// Largest accepted `comm_interference` (a 4x slowdown is already beyond
+/// anything measured).
+pub const MAX_COMM_INTERFERENCE: f64 = 3.0;
+
+impl Default for CostOptions {
+    fn default() -> Self {
+        CostOptions {
+            mem_fraction: 0.75,
+            overhead_gib: 2.0,
+            memory_cluster: None,
+            comm_algo: CommAlgo::Auto,
+            comm_interference: DEFAULT_COMM_INTERFERENCE,
+        }
+    }
+}
