@@ -1,6 +1,6 @@
 //! Deterministic discrete-event engine over a task graph of GPU stream ops.
 //!
-//! Units: time is [`SimTime`] (integer nanoseconds from the start of the
+//! Units: time is [`SimTime`](crate::units::SimTime) (integer nanoseconds from the start of the
 //! run); memory changes are signed byte counts (`i64`).
 //!
 //! # Model

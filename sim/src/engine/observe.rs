@@ -22,7 +22,7 @@ pub struct OpRecord<'a> {
     /// End time (start + duration, plus any stretch from shared links or
     /// interference).
     pub end: SimTime,
-    /// Duration the op takes alone ([`Graph::op_duration`]).
+    /// Duration the op takes alone ([`Graph::op_duration`](super::Graph::op_duration)).
     pub nominal: SimTime,
     /// Number of participants (1 for a local op).
     pub participants: u32,

@@ -114,11 +114,11 @@ impl Category {
     }
 }
 
-/// Identifier of an op in a [`Graph`] (dense, in creation order).
+/// Identifier of an op in a [`Graph`](super::Graph) (dense, in creation order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OpId(pub u32);
 
-/// Identifier of an interned op name ([`Graph::intern`]).
+/// Identifier of an interned op name ([`Graph::intern`](super::Graph::intern)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NameId(pub u32);
 
