@@ -1,3 +1,5 @@
+//! Tests of the communication model: closed forms, rings, trees, link loads, validation, measured tables.
+
 use super::*;
 use proptest::prelude::*;
 use std::collections::BTreeMap;

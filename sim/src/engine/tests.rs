@@ -1,3 +1,5 @@
+//! Tests of the engine: ordering, collectives, deadlocks, memory events, shared links, interference.
+
 use super::*;
 use crate::units::SimTime;
 use proptest::prelude::*;
