@@ -150,6 +150,42 @@ const OPT_MAX_PARAMS: usize = 1 << 24;
 /// the Adam step (over the largest unit's parameter count, capped at
 /// [`OPT_MAX_PARAMS`], reported per block). One process, no MPI.
 pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError> {
+    check_compute_config(cfg)?;
+    crate::alloc::keep_freed_memory();
+    if let Some(t) = cfg.threads {
+        tch::set_num_threads(t as i32);
+    }
+    let device = device_for(cfg.device, 0)?;
+    let model = Model::new(&cfg.model, device, kind_of(cfg.dtype))?;
+    sync(device);
+    let baseline_mem_bytes = device_used_bytes(device);
+    let head = model.n_units() - 1;
+    let [block, embedding, head_t] = time_units(&model, cfg, head)?;
+    let n = model.units[1].numel();
+    let opt_ms = time_optimizer(&model, device, cfg)?;
+    Ok(ComputeProfile {
+        model: cfg.model.clone(),
+        device: cfg.device,
+        dtype: cfg.dtype,
+        threads: tch::get_num_threads().max(0) as usize,
+        params_per_block: n,
+        params_embedding: model.units[0].numel(),
+        params_head: model.units[head].numel(),
+        block,
+        embedding,
+        head: head_t,
+        optimizer_ms_per_block: opt_ms,
+        optimizer_ns_per_param: opt_ms * 1e6 / n.max(1) as f64,
+        warmup: cfg.warmup,
+        repetitions: cfg.repetitions,
+        baseline_mem_bytes,
+        concurrent_ranks: 1,
+    })
+}
+
+/// Refuses a compute profile without sizes (or with a zero size), or in
+/// a 16-bit dtype on the CPU.
+fn check_compute_config(cfg: &ProfileConfig) -> Result<(), ExecError> {
     if cfg.micro_batch_sizes.is_empty() || cfg.micro_batch_sizes.contains(&0) {
         return Err(ExecError::InvalidJob {
             field: "micro_batch_sizes".into(),
@@ -162,22 +198,24 @@ pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError>
             message: "expected fp32 on the cpu device".into(),
         });
     }
-    crate::alloc::keep_freed_memory();
-    if let Some(t) = cfg.threads {
-        tch::set_num_threads(t as i32);
-    }
-    let device = device_for(cfg.device, 0)?;
-    let model = Model::new(&cfg.model, device, kind_of(cfg.dtype))?;
-    sync(device);
-    let baseline_mem_bytes = device_used_bytes(device);
-    let head = model.n_units() - 1;
+    Ok(())
+}
+
+/// Pass timings of block 0, the embedding and the head (unit `head`) at
+/// every micro-batch size, in that order: each size measured twice (the
+/// faster kept), a size that reads slower than the next larger one again.
+fn time_units(
+    model: &Model,
+    cfg: &ProfileConfig,
+    head: usize,
+) -> Result<[Vec<PassTiming>; 3], ExecError> {
     let mut block = Vec::new();
     let mut embedding = Vec::new();
     let mut head_t = Vec::new();
     for &m in &cfg.micro_batch_sizes {
-        block.push(profile_unit(&model, 1, m, cfg, false)?);
-        embedding.push(profile_unit(&model, 0, m, cfg, false)?);
-        head_t.push(profile_unit(&model, head, m, cfg, true)?);
+        block.push(profile_unit(model, 1, m, cfg, false)?);
+        embedding.push(profile_unit(model, 0, m, cfg, false)?);
+        head_t.push(profile_unit(model, head, m, cfg, true)?);
     }
     // A second pass over the sizes in reverse order, keeping the faster
     // median of each: other load on the machine only ever slows a
@@ -185,9 +223,9 @@ pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError>
     // size-1 block look twice as slow as size 2 on a busy CI host) rarely
     // hits the same size again at another time.
     for (i, &m) in cfg.micro_batch_sizes.iter().enumerate().rev() {
-        faster(&mut block[i], profile_unit(&model, 1, m, cfg, false)?);
-        faster(&mut embedding[i], profile_unit(&model, 0, m, cfg, false)?);
-        faster(&mut head_t[i], profile_unit(&model, head, m, cfg, true)?);
+        faster(&mut block[i], profile_unit(model, 1, m, cfg, false)?);
+        faster(&mut embedding[i], profile_unit(model, 0, m, cfg, false)?);
+        faster(&mut head_t[i], profile_unit(model, head, m, cfg, true)?);
     }
     // A smaller size still measured well above a larger one contradicts
     // the work it does (more samples never take less time beyond noise):
@@ -207,7 +245,7 @@ pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError>
             else {
                 break;
             };
-            let again = profile_unit(&model, u, sizes[i], cfg, is_head)?;
+            let again = profile_unit(model, u, sizes[i], cfg, is_head)?;
             let t = match k {
                 0 => &mut block,
                 1 => &mut embedding,
@@ -216,9 +254,13 @@ pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError>
             faster(&mut t[i], again);
         }
     }
-    // Adam is memory-bound: time it over as many parameters as the largest
-    // unit (capped at OPT_MAX_PARAMS, at least one block), where a rank's
-    // big shards live, and scale to one block.
+    Ok([block, embedding, head_t])
+}
+
+/// Adam's ms per block: Adam is memory-bound, so it is timed over as many
+/// parameters as the largest unit (capped at [`OPT_MAX_PARAMS`], at least
+/// one block), where a rank's big shards live, and scaled to one block.
+fn time_optimizer(model: &Model, device: Device, cfg: &ProfileConfig) -> Result<f64, ExecError> {
     let n = model.units[1].numel();
     let largest = model.units.iter().map(|u| u.numel()).max().unwrap_or(n);
     let n_opt = largest.min(OPT_MAX_PARAMS).max(n);
@@ -233,23 +275,5 @@ pub fn profile_compute(cfg: &ProfileConfig) -> Result<ComputeProfile, ExecError>
         step += 1;
         adam_step(&mut p, &g, &mut st, step, &adam)
     })?;
-    let opt_ms = opt_all_ms * n as f64 / n_opt as f64;
-    Ok(ComputeProfile {
-        model: cfg.model.clone(),
-        device: cfg.device,
-        dtype: cfg.dtype,
-        threads: tch::get_num_threads().max(0) as usize,
-        params_per_block: n,
-        params_embedding: model.units[0].numel(),
-        params_head: model.units[head].numel(),
-        block,
-        embedding,
-        head: head_t,
-        optimizer_ms_per_block: opt_ms,
-        optimizer_ns_per_param: opt_ms * 1e6 / n.max(1) as f64,
-        warmup: cfg.warmup,
-        repetitions: cfg.repetitions,
-        baseline_mem_bytes,
-        concurrent_ranks: 1,
-    })
+    Ok(opt_all_ms * n as f64 / n_opt as f64)
 }

@@ -137,6 +137,38 @@ enum Saved {
     },
 }
 
+/// What one iteration carries from phase to phase: the micro-batches'
+/// data, the gathered parameters, what the forward kept, the gradients on
+/// their way down and to the reduction, the loss.
+struct IterState {
+    /// Activations go through host memory.
+    off: bool,
+    /// The gradients between units go through the host too.
+    off_grads: bool,
+    /// Inputs and targets of every micro-batch (on the device).
+    data: Vec<(Tensor, Tensor)>,
+    /// Gathered parameters per unit (compute dtype); replicas always.
+    gathered: Vec<Option<Tensor>>,
+    /// outputs[u][j]: output of unit u for micro-batch j (the next unit's
+    /// input, kept for the backward).
+    outputs: Vec<Vec<Option<Tensor>>>,
+    /// live[j]: the same on the device for the next forward of a
+    /// micro-batch-major pass.
+    live: Vec<Option<Tensor>>,
+    /// saved[u][j]: what the forward of unit u kept for micro-batch j's
+    /// backward.
+    saved: Vec<Vec<Option<Saved>>>,
+    /// dys[j]: the gradient of micro-batch j's output at the unit the
+    /// backward has reached.
+    dys: Vec<Option<Tensor>>,
+    /// gacc[u]: unit u's unsharded f32 gradient since its last reduction.
+    gacc: Vec<Option<Tensor>>,
+    /// grad_shards[u]: this rank's reduced gradient piece of unit u.
+    grad_shards: Vec<Option<Tensor>>,
+    /// This rank's loss, summed over its micro-batches.
+    loss_sum: f64,
+}
+
 /// One rank's training state.
 struct Rank<'a, C: Collectives> {
     world: &'a C,
@@ -463,17 +495,43 @@ impl<'a, C: Collectives> Rank<'a, C> {
     /// One training iteration; returns (iteration ms, this rank's loss sum).
     fn iteration(&mut self, it: usize) -> TResult<(f64, f64)> {
         self.clock = Clock::default();
-        let dev = self.device();
-        let kind = self.model.kind;
-        let units = self.model.n_units();
-        let head = units - 1;
-        let n = self.mb_sizes.len();
-        let s = self.job.strategy;
-        let layered = s.accumulation == Accumulation::Layered;
         let (off, off_grads) = (self.offloads(), self.offloads_grads());
         self.world.barrier();
         let t_iter = Instant::now();
 
+        let mut st = self.iteration_state(it, off, off_grads)?;
+        let phases = self.phases.clone();
+        for (pi, ph) in phases.iter().enumerate() {
+            self.run_phase(&mut st, ph)?;
+            if pi == 0 {
+                self.maybe_fail(it);
+            }
+        }
+        drop(std::mem::take(&mut st.gathered));
+
+        if it == 0 && self.job.return_grads {
+            let copies = st.grad_shards.iter().map(|g| {
+                g.as_ref()
+                    .expect("every unit has a gradient")
+                    .f_detach_copy()
+            });
+            self.first_grad_shards = Some(copies.collect::<Result<Vec<_>, _>>().map_err(terr)?);
+        }
+
+        self.optimizer_step(it, std::mem::take(&mut st.grad_shards))?;
+        self.sample_mem();
+        self.world.barrier();
+        Ok((ms_since(t_iter), st.loss_sum))
+    }
+
+    /// The state iteration `it` starts from: every micro-batch's data, the
+    /// replicas' parameters (gathered once), nothing else yet; `off` and
+    /// `off_grads` say whether activations and gradients go through the host.
+    fn iteration_state(&self, it: usize, off: bool, off_grads: bool) -> TResult<IterState> {
+        let kind = self.model.kind;
+        let units = self.model.n_units();
+        let n = self.mb_sizes.len();
+        let s = self.job.strategy;
         // Data of every micro-batch (inputs and targets on the device).
         let mut data = Vec::with_capacity(n);
         let mut first = self.first_sample;
@@ -489,195 +547,243 @@ impl<'a, C: Collectives> Rank<'a, C> {
                 *g = Some(self.shards[u].f_to_kind(kind).map_err(terr)?);
             }
         }
-        // outputs[u][j]: output of unit u for micro-batch j (the next
-        // unit's input, kept for the backward); `live[j]` the same on the
-        // device for the next forward of a micro-batch-major pass.
-        let mut outputs: Vec<Vec<Option<Tensor>>> = (0..units).map(|_| none(n)).collect();
-        let mut live = none(n);
-        let mut saved: Vec<Vec<Option<Saved>>> =
-            (0..units).map(|_| (0..n).map(|_| None).collect()).collect();
-        let mut dys = none(n);
-        let mut gacc = none(units);
-        let mut grad_shards = none(units);
-        let mut loss_sum = 0.0;
-        let phases = self.phases.clone();
-        for (pi, ph) in phases.iter().enumerate() {
-            let u = ph.unit as usize;
-            let micros: Vec<usize> = match ph.pass {
-                None => (0..n).collect(),
-                Some(k) if (k as usize) < n => vec![k as usize],
-                Some(_) => vec![],
-            };
-            if ph.gather {
-                let p = self.gather(u)?;
-                let t = Instant::now();
-                gathered[u] = Some(p.f_to_kind(kind).map_err(terr)?);
-                self.clock.compute_ms += ms_since(t);
-            }
+        Ok(IterState {
+            off,
+            off_grads,
+            data,
+            gathered,
+            outputs: (0..units).map(|_| none(n)).collect(),
+            live: none(n),
+            saved: (0..units).map(|_| (0..n).map(|_| None).collect()).collect(),
+            dys: none(n),
+            gacc: none(units),
+            grad_shards: none(units),
+            loss_sum: 0.0,
+        })
+    }
+
+    /// Runs phase `ph` of the iteration: gathers its unit's parameters when
+    /// it says so, runs its passes over its micro-batches (timed as
+    /// compute, less the host copies), then reshards and reduces when it
+    /// says so.
+    fn run_phase(&mut self, st: &mut IterState, ph: &Phase) -> TResult<()> {
+        let dev = self.device();
+        let kind = self.model.kind;
+        let head = self.model.n_units() - 1;
+        let n = self.mb_sizes.len();
+        let s = self.job.strategy;
+        let u = ph.unit as usize;
+        let micros: Vec<usize> = match ph.pass {
+            None => (0..n).collect(),
+            Some(k) if (k as usize) < n => vec![k as usize],
+            Some(_) => vec![],
+        };
+        if ph.gather {
+            let p = self.gather(u)?;
             let t = Instant::now();
-            let copy_before = self.clock.copy_ms;
-            let pk = gathered[u].as_ref().map(|p| p.shallow_clone());
-            let recompute = if (1..head).contains(&u) {
-                s.checkpointing.block(u as u32)
+            st.gathered[u] = Some(p.f_to_kind(kind).map_err(terr)?);
+            self.clock.compute_ms += ms_since(t);
+        }
+        let t = Instant::now();
+        let copy_before = self.clock.copy_ms;
+        let pk = st.gathered[u].as_ref().map(|p| p.shallow_clone());
+        let recompute = if (1..head).contains(&u) {
+            s.checkpointing.block(u as u32)
+        } else {
+            Recompute::None
+        };
+        match ph.kind {
+            PhaseKind::Forward if !micros.is_empty() => {
+                let pk = pk.expect("a forward phase has its parameters");
+                self.forward_phase(st, u, &micros, &pk, recompute)?;
+            }
+            PhaseKind::Head if !micros.is_empty() => {
+                let pk = pk.expect("the head phase has its parameters");
+                self.head_phase(st, &micros, &pk)?;
+            }
+            PhaseKind::Backward if !micros.is_empty() => {
+                self.backward_phase(st, u, &micros, pk.as_ref())?;
+            }
+            _ => {}
+        }
+        sync(dev);
+        self.clock.compute_ms += ms_since(t) - (self.clock.copy_ms - copy_before);
+        self.sample_mem();
+        if ph.reshard {
+            st.gathered[u] = None;
+        }
+        if ph.reduce {
+            self.reduce_phase(st, u)?;
+        }
+        Ok(())
+    }
+
+    /// Forward of unit `u` (parameters `pk`) over micro-batches `micros`:
+    /// keeps its autograd graph, or only its input when the unit is
+    /// recomputed, and its output (offloaded when the strategy says so).
+    fn forward_phase(
+        &mut self,
+        st: &mut IterState,
+        u: usize,
+        micros: &[usize],
+        pk: &Tensor,
+        recompute: Recompute,
+    ) -> TResult<()> {
+        let layered = self.job.strategy.accumulation == Accumulation::Layered;
+        let graph = recompute == Recompute::None;
+        let leaves = if graph {
+            Some(Rc::new(self.model.leaves(u, pk)?))
+        } else {
+            None
+        };
+        for &j in micros {
+            let x = if u == 0 {
+                st.data[j].0.shallow_clone()
             } else {
-                Recompute::None
-            };
-            match ph.kind {
-                PhaseKind::Forward if !micros.is_empty() => {
-                    let pk = pk.expect("a forward phase has its parameters");
-                    let graph = recompute == Recompute::None;
-                    let leaves = if graph {
-                        Some(Rc::new(self.model.leaves(u, &pk)?))
-                    } else {
-                        None
-                    };
-                    for &j in &micros {
-                        let x = if u == 0 {
-                            data[j].0.shallow_clone()
-                        } else {
-                            match live[j].take() {
-                                Some(x) => x,
-                                None => {
-                                    let stored = outputs[u - 1][j].as_ref().expect("input kept");
-                                    self.reload(&stored.shallow_clone())?
-                                }
-                            }
-                        };
-                        let y = match &leaves {
-                            Some(l) => {
-                                let xl = if u == 0 {
-                                    None
-                                } else {
-                                    Some(x.f_detach().map_err(terr)?.set_requires_grad(true))
-                                };
-                                let y = self.model.forward_p(u, l, xl.as_ref().unwrap_or(&x))?;
-                                let out = y.f_detach().map_err(terr)?;
-                                // The graph holds the input now.
-                                if u > 0 {
-                                    outputs[u - 1][j] = None;
-                                }
-                                saved[u][j] = Some(Saved::Graph {
-                                    leaves: l.clone(),
-                                    x: xl,
-                                    y,
-                                });
-                                out
-                            }
-                            None => {
-                                let _g = tch::no_grad_guard();
-                                saved[u][j] = Some(Saved::Input);
-                                self.model.forward(u, &pk, &x)?
-                            }
-                        };
-                        if !layered {
-                            live[j] = Some(y.shallow_clone());
-                        }
-                        outputs[u][j] = Some(self.offload(y, off)?);
-                    }
-                }
-                PhaseKind::Head if !micros.is_empty() => {
-                    let pk = pk.expect("the head phase has its parameters");
-                    let leaves = self.model.leaves(head, &pk)?;
-                    let k = leaves.len();
-                    for &j in &micros {
-                        let x = match live[j].take() {
-                            Some(x) => x,
-                            None => {
-                                let stored = outputs[head - 1][j].take().expect("head input");
-                                self.reload(&stored)?
-                            }
-                        };
-                        outputs[head - 1][j] = None;
-                        let x = x.f_detach().map_err(terr)?.set_requires_grad(true);
-                        let loss = self.model.head_loss_p(&leaves, &x, &data[j].1)?;
-                        let mut inputs: Vec<&Tensor> = leaves.iter().collect();
-                        inputs.push(&x);
-                        let g = Tensor::f_run_backward(&[&loss], &inputs, false, false)
-                            .map_err(terr)?;
-                        self.add_grad(head, &mut gacc[head], &g[..k])?;
-                        loss_sum += loss.f_double_value(&[]).map_err(terr)?;
-                        dys[j] = Some(self.offload(g[k].shallow_clone(), off_grads)?);
-                    }
-                }
-                PhaseKind::Backward if !micros.is_empty() => {
-                    let mut leaves: Option<Rc<Vec<Tensor>>> = None;
-                    for &j in &micros {
-                        let dy = self.reload(dys[j].as_ref().expect("output gradient"))?;
-                        let (leaves_j, x, y) = match saved[u][j].take().expect("forward ran") {
-                            Saved::Graph { leaves, x, y } => (leaves, x, y),
-                            Saved::Input => {
-                                if leaves.is_none() {
-                                    let pk = pk.as_ref().expect("gathered for the recompute");
-                                    leaves = Some(Rc::new(self.model.leaves(u, pk)?));
-                                }
-                                let l = leaves.clone().expect("just set");
-                                let stored = outputs[u - 1][j].as_ref().expect("saved input");
-                                let x = self
-                                    .reload(&stored.shallow_clone())?
-                                    .f_detach()
-                                    .map_err(terr)?
-                                    .set_requires_grad(true);
-                                let y = self.model.forward_p(u, &l, &x)?;
-                                (l, Some(x), y)
-                            }
-                        };
-                        let surrogate = y
-                            .f_mul(&dy)
-                            .and_then(|t| t.f_sum(None::<Kind>))
-                            .map_err(terr)?;
-                        let k = leaves_j.len();
-                        let mut inputs: Vec<&Tensor> = leaves_j.iter().collect();
-                        inputs.extend(x.as_ref());
-                        let g = Tensor::f_run_backward(&[&surrogate], &inputs, false, false)
-                            .map_err(terr)?;
-                        self.add_grad(u, &mut gacc[u], &g[..k])?;
-                        dys[j] = if u > 0 {
-                            outputs[u - 1][j] = None;
-                            Some(self.offload(g[k].shallow_clone(), off_grads)?)
-                        } else {
-                            None
-                        };
-                    }
-                }
-                _ => {}
-            }
-            sync(dev);
-            self.clock.compute_ms += ms_since(t) - (self.clock.copy_ms - copy_before);
-            self.sample_mem();
-            if ph.reshard {
-                gathered[u] = None;
-            }
-            if ph.reduce {
-                let g = match gacc[u].take() {
-                    Some(g) => g,
-                    // Nothing computed in this pass: reduce zeros.
+                match st.live[j].take() {
+                    Some(x) => x,
                     None => {
-                        let n = self.model.units[u].numel() as i64;
-                        Tensor::f_zeros([n], (Kind::Float, dev)).map_err(terr)?
+                        let stored = st.outputs[u - 1][j].as_ref().expect("input kept");
+                        self.reload(&stored.shallow_clone())?
                     }
-                };
-                let piece = self.reduce(u, g)?;
-                grad_shards[u] = Some(match grad_shards[u].take() {
-                    None => piece,
-                    Some(acc) => acc.f_add(&piece).map_err(terr)?,
-                });
+                }
+            };
+            let y = match &leaves {
+                Some(l) => {
+                    let xl = if u == 0 {
+                        None
+                    } else {
+                        Some(x.f_detach().map_err(terr)?.set_requires_grad(true))
+                    };
+                    let y = self.model.forward_p(u, l, xl.as_ref().unwrap_or(&x))?;
+                    let out = y.f_detach().map_err(terr)?;
+                    // The graph holds the input now.
+                    if u > 0 {
+                        st.outputs[u - 1][j] = None;
+                    }
+                    st.saved[u][j] = Some(Saved::Graph {
+                        leaves: l.clone(),
+                        x: xl,
+                        y,
+                    });
+                    out
+                }
+                None => {
+                    let _g = tch::no_grad_guard();
+                    st.saved[u][j] = Some(Saved::Input);
+                    self.model.forward(u, pk, &x)?
+                }
+            };
+            if !layered {
+                st.live[j] = Some(y.shallow_clone());
             }
-            if pi == 0 {
-                self.maybe_fail(it);
+            st.outputs[u][j] = Some(self.offload(y, st.off)?);
+        }
+        Ok(())
+    }
+
+    /// The head (parameters `pk`) over micro-batches `micros`: its loss,
+    /// its gradients (accumulated) and the gradient of its input, the
+    /// first `dy` of the backward.
+    fn head_phase(&mut self, st: &mut IterState, micros: &[usize], pk: &Tensor) -> TResult<()> {
+        let head = self.model.n_units() - 1;
+        let leaves = self.model.leaves(head, pk)?;
+        let k = leaves.len();
+        for &j in micros {
+            let x = match st.live[j].take() {
+                Some(x) => x,
+                None => {
+                    let stored = st.outputs[head - 1][j].take().expect("head input");
+                    self.reload(&stored)?
+                }
+            };
+            st.outputs[head - 1][j] = None;
+            let x = x.f_detach().map_err(terr)?.set_requires_grad(true);
+            let loss = self.model.head_loss_p(&leaves, &x, &st.data[j].1)?;
+            let mut inputs: Vec<&Tensor> = leaves.iter().collect();
+            inputs.push(&x);
+            let g = Tensor::f_run_backward(&[&loss], &inputs, false, false).map_err(terr)?;
+            self.add_grad(head, &mut st.gacc[head], &g[..k])?;
+            st.loss_sum += loss.f_double_value(&[]).map_err(terr)?;
+            st.dys[j] = Some(self.offload(g[k].shallow_clone(), st.off_grads)?);
+        }
+        Ok(())
+    }
+
+    /// Backward of unit `u` over micro-batches `micros`: from its kept
+    /// graph, or a recomputed forward (parameters `pk`); accumulates its
+    /// gradients and passes the gradient of its input down.
+    fn backward_phase(
+        &mut self,
+        st: &mut IterState,
+        u: usize,
+        micros: &[usize],
+        pk: Option<&Tensor>,
+    ) -> TResult<()> {
+        let mut leaves: Option<Rc<Vec<Tensor>>> = None;
+        for &j in micros {
+            let dy = self.reload(st.dys[j].as_ref().expect("output gradient"))?;
+            let (leaves_j, x, y) = match st.saved[u][j].take().expect("forward ran") {
+                Saved::Graph { leaves, x, y } => (leaves, x, y),
+                Saved::Input => {
+                    if leaves.is_none() {
+                        let pk = pk.expect("gathered for the recompute");
+                        leaves = Some(Rc::new(self.model.leaves(u, pk)?));
+                    }
+                    let l = leaves.clone().expect("just set");
+                    let stored = st.outputs[u - 1][j].as_ref().expect("saved input");
+                    let x = self
+                        .reload(&stored.shallow_clone())?
+                        .f_detach()
+                        .map_err(terr)?
+                        .set_requires_grad(true);
+                    let y = self.model.forward_p(u, &l, &x)?;
+                    (l, Some(x), y)
+                }
+            };
+            let surrogate = y
+                .f_mul(&dy)
+                .and_then(|t| t.f_sum(None::<Kind>))
+                .map_err(terr)?;
+            let k = leaves_j.len();
+            let mut inputs: Vec<&Tensor> = leaves_j.iter().collect();
+            inputs.extend(x.as_ref());
+            let g = Tensor::f_run_backward(&[&surrogate], &inputs, false, false).map_err(terr)?;
+            self.add_grad(u, &mut st.gacc[u], &g[..k])?;
+            st.dys[j] = if u > 0 {
+                st.outputs[u - 1][j] = None;
+                Some(self.offload(g[k].shallow_clone(), st.off_grads)?)
+            } else {
+                None
+            };
+        }
+        Ok(())
+    }
+
+    /// Reduces unit `u`'s accumulated gradient (zeros when this pass
+    /// computed none) and adds the piece to its gradient shard.
+    fn reduce_phase(&mut self, st: &mut IterState, u: usize) -> TResult<()> {
+        let dev = self.device();
+        let g = match st.gacc[u].take() {
+            Some(g) => g,
+            // Nothing computed in this pass: reduce zeros.
+            None => {
+                let n = self.model.units[u].numel() as i64;
+                Tensor::f_zeros([n], (Kind::Float, dev)).map_err(terr)?
             }
-        }
-        drop(gathered);
+        };
+        let piece = self.reduce(u, g)?;
+        st.grad_shards[u] = Some(match st.grad_shards[u].take() {
+            None => piece,
+            Some(acc) => acc.f_add(&piece).map_err(terr)?,
+        });
+        Ok(())
+    }
 
-        if it == 0 && self.job.return_grads {
-            let copies = grad_shards.iter().map(|g| {
-                g.as_ref()
-                    .expect("every unit has a gradient")
-                    .f_detach_copy()
-            });
-            self.first_grad_shards = Some(copies.collect::<Result<Vec<_>, _>>().map_err(terr)?);
-        }
-
-        // Adam on the local pieces (on the host when offloaded).
+    /// Adam on the local pieces (on the host when offloaded), step `it + 1`,
+    /// with every unit's gradient shard.
+    fn optimizer_step(&mut self, it: usize, grad_shards: Vec<Option<Tensor>>) -> TResult<()> {
+        let dev = self.device();
         let step = it as u64 + 1;
         for (u, g) in grad_shards.into_iter().enumerate() {
             let g = g.expect("every unit has a gradient");
@@ -706,9 +812,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
                 self.clock.compute_ms += ms_since(t);
             }
         }
-        self.sample_mem();
-        self.world.barrier();
-        Ok((ms_since(t_iter), loss_sum))
+        Ok(())
     }
 
     /// Full per-unit vectors from per-unit local pieces (gathered in the

@@ -423,6 +423,174 @@ fn resolve_network(
     }
 }
 
+/// Checks the GPU counts of every node and of the whole cluster against
+/// the limits, before anything is allocated for them.
+fn check_sizes(file: &ClusterFile, origin: &str) -> Result<(), SpecError> {
+    let mut total: u64 = 0;
+    for (ni, node) in file.nodes.iter().enumerate() {
+        let here: u64 = node.gpus.iter().map(|g| g.count.unwrap_or(1) as u64).sum();
+        if here > crate::limits::MAX_GPUS_PER_NODE as u64 {
+            return Err(SpecError::invalid(
+                origin,
+                format!("nodes[{ni}].gpus"),
+                format!(
+                    "{here} GPUs in one node is above the limit of {} GPUs per node (the largest NVLink domain)",
+                    crate::limits::MAX_GPUS_PER_NODE
+                ),
+            ));
+        }
+        total += here;
+    }
+    if total > crate::limits::MAX_GPUS as u64 {
+        return Err(SpecError::invalid(
+            origin,
+            "nodes",
+            format!(
+                "{total} GPUs is above the limit of {} GPUs per cluster",
+                crate::limits::MAX_GPUS
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Resolves the GPU groups of node `ni` against the catalog, appends its
+/// GPUs (ranks in order) to `gpus` and returns their specs in local order.
+fn resolve_gpus(
+    origin: &str,
+    ni: usize,
+    node: &NodeFile,
+    catalog: &GpuCatalog,
+    gpus: &mut Vec<ClusterGpu>,
+) -> Result<Vec<GpuSpec>, SpecError> {
+    if node.gpus.is_empty() {
+        return Err(SpecError::invalid(
+            origin,
+            format!("nodes[{ni}].gpus"),
+            "expected at least one GPU group",
+        ));
+    }
+    let mut node_specs: Vec<GpuSpec> = Vec::new();
+    for (gi, g) in node.gpus.iter().enumerate() {
+        let field = format!("nodes[{ni}].gpus[{gi}]");
+        let spec = catalog
+            .lookup(&g.gpu_type, &format!("{origin}: {field}.type"))?
+            .clone();
+        let count = g.count.unwrap_or(1);
+        if count == 0 {
+            return Err(SpecError::invalid(
+                origin,
+                format!("{field}.count"),
+                "expected a count >= 1",
+            ));
+        }
+        if let Some(p) = g.price_per_hour_usd {
+            non_negative(origin, &format!("{field}.price_per_hour_usd"), p)?;
+        }
+        for _ in 0..count {
+            gpus.push(ClusterGpu {
+                rank: gpus.len(),
+                node: ni,
+                local: node_specs.len(),
+                spec: spec.clone(),
+                price_per_hour_usd: g.price_per_hour_usd.or(spec.price_per_hour_usd),
+            });
+            node_specs.push(spec.clone());
+        }
+    }
+    Ok(node_specs)
+}
+
+/// Node `ni` with GPUs `node_specs`: its intra-node links (with the file's
+/// overrides), its network (`net` the `[network]` defaults) and its host.
+fn resolve_node(
+    origin: &str,
+    ni: usize,
+    node: &NodeFile,
+    net: &NetworkFile,
+    node_specs: &[GpuSpec],
+) -> Result<Node, SpecError> {
+    let name = node.name.clone().unwrap_or_else(|| format!("node{ni}"));
+    let intra = resolve_intra(origin, ni, node.intra_link.as_deref(), node_specs)?;
+    let mut fabric_bw = intra.nvlink_gbps.unwrap_or(intra.pcie_gbps);
+    if let Some(bw) = node.intra_bw_gbps {
+        fabric_bw = crate::physical::check(
+            origin,
+            &format!("nodes[{ni}].intra_bw_gbps"),
+            bw,
+            &crate::physical::LINK_GBPS,
+        )?;
+    }
+    let (nvlink_gbps, pcie_gbps) = match intra.nvlink_gbps {
+        Some(_) => (Some(fabric_bw), intra.pcie_gbps),
+        None => (None, fabric_bw),
+    };
+    let lat_override = node
+        .intra_latency_us
+        .map(|v| {
+            crate::physical::check(
+                origin,
+                &format!("nodes[{ni}].intra_latency_us"),
+                v,
+                &crate::physical::LATENCY_US,
+            )
+        })
+        .transpose()?;
+    let nvlink_latency_us = lat_override.unwrap_or(match intra.fabric {
+        IntraFabric::Nvswitch => LinkClass::Nvswitch.latency_us(),
+        _ => LinkClass::NvlinkBridge.latency_us(),
+    });
+    // An `intra_bw_gbps` override without a latency keeps the old default.
+    let pcie_latency_us = lat_override.unwrap_or(if node.intra_bw_gbps.is_some() {
+        DEFAULT_INTRA_LATENCY_US
+    } else {
+        LinkClass::Pcie.latency_us()
+    });
+    let network = resolve_network(origin, ni, net, node)?;
+    let (host_mem_gib, host_mem_bw_gbps) = resolve_host(origin, ni, node, node_specs)?;
+    Ok(Node {
+        name,
+        gpus: node_specs.len(),
+        fabric: intra.fabric,
+        nvlink_gbps,
+        pcie_gbps,
+        nvlink_latency_us,
+        pcie_latency_us,
+        intra_link: intra.describe,
+        nics: network.nics,
+        nic_gbps: network.nic_gbps,
+        net_latency_us: network.latency_us,
+        network: network.describe,
+        host_mem_gib,
+        host_mem_bw_gbps,
+    })
+}
+
+/// Host memory (GiB) and its bandwidth (GB/s) of node `ni` with GPUs
+/// `node_specs`: the file's values or the defaults.
+fn resolve_host(
+    origin: &str,
+    ni: usize,
+    node: &NodeFile,
+    node_specs: &[GpuSpec],
+) -> Result<(f64, f64), SpecError> {
+    let gpu_mem: f64 = node_specs.iter().map(|s| s.mem_gib).sum();
+    let host_mem_gib = crate::physical::check(
+        origin,
+        &format!("nodes[{ni}].host_mem_gib"),
+        node.host_mem_gib
+            .unwrap_or((DEFAULT_HOST_MEM_PER_GPU_GIB * gpu_mem).max(DEFAULT_HOST_MEM_MIN_GIB)),
+        &crate::physical::MEM_GIB,
+    )?;
+    let host_mem_bw_gbps = crate::physical::check(
+        origin,
+        &format!("nodes[{ni}].host_mem_bw_gbps"),
+        node.host_mem_bw_gbps.unwrap_or(DEFAULT_HOST_MEM_BW_GBPS),
+        &crate::physical::LINK_GBPS,
+    )?;
+    Ok((host_mem_gib, host_mem_bw_gbps))
+}
+
 impl Cluster {
     /// Parses and validates a cluster TOML file's text. `origin` is the path (for errors).
     pub fn from_toml(text: &str, origin: &str, catalog: &GpuCatalog) -> Result<Cluster, SpecError> {
@@ -444,138 +612,13 @@ impl Cluster {
             ));
         }
         // Sizes first, before anything is allocated for them.
-        let mut total: u64 = 0;
-        for (ni, node) in file.nodes.iter().enumerate() {
-            let here: u64 = node.gpus.iter().map(|g| g.count.unwrap_or(1) as u64).sum();
-            if here > crate::limits::MAX_GPUS_PER_NODE as u64 {
-                return Err(SpecError::invalid(
-                    origin,
-                    format!("nodes[{ni}].gpus"),
-                    format!(
-                        "{here} GPUs in one node is above the limit of {} GPUs per node (the largest NVLink domain)",
-                        crate::limits::MAX_GPUS_PER_NODE
-                    ),
-                ));
-            }
-            total += here;
-        }
-        if total > crate::limits::MAX_GPUS as u64 {
-            return Err(SpecError::invalid(
-                origin,
-                "nodes",
-                format!(
-                    "{total} GPUs is above the limit of {} GPUs per cluster",
-                    crate::limits::MAX_GPUS
-                ),
-            ));
-        }
+        check_sizes(file, origin)?;
         let net = file.network.clone().unwrap_or_default();
         let mut gpus = Vec::new();
         let mut nodes = Vec::new();
         for (ni, node) in file.nodes.iter().enumerate() {
-            if node.gpus.is_empty() {
-                return Err(SpecError::invalid(
-                    origin,
-                    format!("nodes[{ni}].gpus"),
-                    "expected at least one GPU group",
-                ));
-            }
-            let mut node_specs: Vec<GpuSpec> = Vec::new();
-            for (gi, g) in node.gpus.iter().enumerate() {
-                let field = format!("nodes[{ni}].gpus[{gi}]");
-                let spec = catalog
-                    .lookup(&g.gpu_type, &format!("{origin}: {field}.type"))?
-                    .clone();
-                let count = g.count.unwrap_or(1);
-                if count == 0 {
-                    return Err(SpecError::invalid(
-                        origin,
-                        format!("{field}.count"),
-                        "expected a count >= 1",
-                    ));
-                }
-                if let Some(p) = g.price_per_hour_usd {
-                    non_negative(origin, &format!("{field}.price_per_hour_usd"), p)?;
-                }
-                for _ in 0..count {
-                    gpus.push(ClusterGpu {
-                        rank: gpus.len(),
-                        node: ni,
-                        local: node_specs.len(),
-                        spec: spec.clone(),
-                        price_per_hour_usd: g.price_per_hour_usd.or(spec.price_per_hour_usd),
-                    });
-                    node_specs.push(spec.clone());
-                }
-            }
-            let name = node.name.clone().unwrap_or_else(|| format!("node{ni}"));
-            let intra = resolve_intra(origin, ni, node.intra_link.as_deref(), &node_specs)?;
-            let mut fabric_bw = intra.nvlink_gbps.unwrap_or(intra.pcie_gbps);
-            if let Some(bw) = node.intra_bw_gbps {
-                fabric_bw = crate::physical::check(
-                    origin,
-                    &format!("nodes[{ni}].intra_bw_gbps"),
-                    bw,
-                    &crate::physical::LINK_GBPS,
-                )?;
-            }
-            let (nvlink_gbps, pcie_gbps) = match intra.nvlink_gbps {
-                Some(_) => (Some(fabric_bw), intra.pcie_gbps),
-                None => (None, fabric_bw),
-            };
-            let lat_override = node
-                .intra_latency_us
-                .map(|v| {
-                    crate::physical::check(
-                        origin,
-                        &format!("nodes[{ni}].intra_latency_us"),
-                        v,
-                        &crate::physical::LATENCY_US,
-                    )
-                })
-                .transpose()?;
-            let nvlink_latency_us = lat_override.unwrap_or(match intra.fabric {
-                IntraFabric::Nvswitch => LinkClass::Nvswitch.latency_us(),
-                _ => LinkClass::NvlinkBridge.latency_us(),
-            });
-            // An `intra_bw_gbps` override without a latency keeps the old default.
-            let pcie_latency_us = lat_override.unwrap_or(if node.intra_bw_gbps.is_some() {
-                DEFAULT_INTRA_LATENCY_US
-            } else {
-                LinkClass::Pcie.latency_us()
-            });
-            let network = resolve_network(origin, ni, &net, node)?;
-            let gpu_mem: f64 = node_specs.iter().map(|s| s.mem_gib).sum();
-            let host_mem_gib = crate::physical::check(
-                origin,
-                &format!("nodes[{ni}].host_mem_gib"),
-                node.host_mem_gib.unwrap_or(
-                    (DEFAULT_HOST_MEM_PER_GPU_GIB * gpu_mem).max(DEFAULT_HOST_MEM_MIN_GIB),
-                ),
-                &crate::physical::MEM_GIB,
-            )?;
-            let host_mem_bw_gbps = crate::physical::check(
-                origin,
-                &format!("nodes[{ni}].host_mem_bw_gbps"),
-                node.host_mem_bw_gbps.unwrap_or(DEFAULT_HOST_MEM_BW_GBPS),
-                &crate::physical::LINK_GBPS,
-            )?;
-            nodes.push(Node {
-                name,
-                gpus: node_specs.len(),
-                fabric: intra.fabric,
-                nvlink_gbps,
-                pcie_gbps,
-                nvlink_latency_us,
-                pcie_latency_us,
-                intra_link: intra.describe,
-                nics: network.nics,
-                nic_gbps: network.nic_gbps,
-                net_latency_us: network.latency_us,
-                network: network.describe,
-                host_mem_gib,
-                host_mem_bw_gbps,
-            });
+            let node_specs = resolve_gpus(origin, ni, node, catalog, &mut gpus)?;
+            nodes.push(resolve_node(origin, ni, node, &net, &node_specs)?);
         }
         Ok(Cluster {
             name: file.name.clone().unwrap_or_else(|| "cluster".to_string()),
@@ -678,44 +721,111 @@ struct IntraSpec {
     describe: String,
 }
 
+/// Node `ni`'s fabric from the link its file names (`None`: PCIe of its
+/// GPUs' oldest generation).
 fn resolve_intra(
     origin: &str,
     ni: usize,
     link: Option<&str>,
     specs: &[GpuSpec],
 ) -> Result<IntraSpec, SpecError> {
-    let field = format!("nodes[{ni}].intra_link");
-    let min_gen = specs
-        .iter()
-        .map(|s| s.host_link.pcie_gen)
-        .min()
-        .unwrap_or(3);
-    // A GPU's own host link (generation and lanes) caps its PCIe traffic.
-    let host_p2p = specs
-        .iter()
-        .map(|s| {
-            crate::gpu::HostLink::lane_raw_gbps(s.host_link.pcie_gen).unwrap_or(0.985)
-                * s.host_link.lanes as f64
-                * LinkClass::Pcie.efficiency()
-        })
-        .fold(f64::INFINITY, f64::min);
-    let pcie = |gen: u32| -> IntraSpec {
-        let bw = pcie_p2p_x16_gbps(gen).unwrap_or(host_p2p).min(host_p2p);
+    let req = IntraRequest::new(origin, ni, link, specs);
+    match link.map(|l| l.trim().to_ascii_lowercase()) {
+        None => Ok(req.pcie(req.min_gen)),
+        Some(l) if l == "nvlink" => req.nvlink(None),
+        Some(l) if l == "nvswitch" => req.nvlink(Some(IntraFabric::Nvswitch)),
+        Some(l) if l == "nvlink-bridge" => req.nvlink(Some(IntraFabric::NvlinkBridge)),
+        Some(l) => {
+            let gen = l
+                .strip_prefix("pcie")
+                .and_then(|g| g.parse::<u32>().ok())
+                .filter(|g| pcie_p2p_x16_gbps(*g).is_some());
+            match gen {
+                Some(g) => Ok(req.pcie(g)),
+                None => Err(SpecError::invalid(
+                    origin,
+                    &req.field,
+                    format!(
+                        "expected nvswitch, nvlink-bridge, nvlink, pcie3, pcie4 or pcie5, got `{l}`"
+                    ),
+                )),
+            }
+        }
+    }
+}
+
+/// What resolving a node's intra-node link needs: where errors point, the
+/// link the file asks for, the node's GPUs and what their host links allow.
+struct IntraRequest<'a> {
+    origin: &'a str,
+    /// The field errors name (`nodes[i].intra_link`).
+    field: String,
+    /// The link the file names, as written.
+    link: Option<&'a str>,
+    specs: &'a [GpuSpec],
+    /// Oldest PCIe generation among the GPUs.
+    min_gen: u32,
+    /// PCIe peer bandwidth the slowest GPU's host link allows, GB/s.
+    host_p2p: f64,
+}
+
+impl<'a> IntraRequest<'a> {
+    /// The request for node `ni` with GPUs `specs` and link `link`.
+    fn new(
+        origin: &'a str,
+        ni: usize,
+        link: Option<&'a str>,
+        specs: &'a [GpuSpec],
+    ) -> IntraRequest<'a> {
+        let field = format!("nodes[{ni}].intra_link");
+        let min_gen = specs
+            .iter()
+            .map(|s| s.host_link.pcie_gen)
+            .min()
+            .unwrap_or(3);
+        // A GPU's own host link (generation and lanes) caps its PCIe traffic.
+        let host_p2p = specs
+            .iter()
+            .map(|s| {
+                crate::gpu::HostLink::lane_raw_gbps(s.host_link.pcie_gen).unwrap_or(0.985)
+                    * s.host_link.lanes as f64
+                    * LinkClass::Pcie.efficiency()
+            })
+            .fold(f64::INFINITY, f64::min);
+        IntraRequest {
+            origin,
+            field,
+            link,
+            specs,
+            min_gen,
+            host_p2p,
+        }
+    }
+
+    /// GPUs talking over PCIe generation `gen` (x16, capped by their host links).
+    fn pcie(&self, gen: u32) -> IntraSpec {
+        let bw = pcie_p2p_x16_gbps(gen)
+            .unwrap_or(self.host_p2p)
+            .min(self.host_p2p);
         IntraSpec {
             fabric: IntraFabric::Pcie,
             nvlink_gbps: None,
             pcie_gbps: bw,
             describe: format!("pcie{gen} x16"),
         }
-    };
-    let nvlink = |want: Option<IntraFabric>| -> Result<IntraSpec, SpecError> {
+    }
+
+    /// GPUs joined by NVLink (of fabric `want` when given): every GPU must
+    /// have NVLink, all of one fabric; the slowest GPU's NVLink paces it.
+    fn nvlink(&self, want: Option<IntraFabric>) -> Result<IntraSpec, SpecError> {
+        let (origin, field, link) = (self.origin, &self.field, self.link);
         let mut bw = f64::INFINITY;
         let mut fabric = None;
-        for s in specs {
+        for s in self.specs {
             let PeerLink::Nvlink { bw_gbps, bridge } = s.peer_link else {
                 return Err(SpecError::invalid(
                     origin,
-                    &field,
+                    field,
                     format!(
                         "`{}` but {} has no NVLink; use pcie3|pcie4|pcie5",
                         link.unwrap_or_default(),
@@ -737,7 +847,7 @@ fn resolve_intra(
                     };
                     return Err(SpecError::invalid(
                         origin,
-                        &field,
+                        field,
                         format!(
                             "`{}` but {} has {has}; use {use_}",
                             link.unwrap_or_default(),
@@ -749,7 +859,7 @@ fn resolve_intra(
             if fabric.is_some_and(|f| f != own) {
                 return Err(SpecError::invalid(
                     origin,
-                    &field,
+                    field,
                     "the node mixes SXM parts (NVSwitch) and bridged PCIe cards; NVLink cannot join them",
                 ));
             }
@@ -764,31 +874,9 @@ fn resolve_intra(
         Ok(IntraSpec {
             fabric,
             nvlink_gbps: Some(bw * class.efficiency()),
-            pcie_gbps: pcie(min_gen).pcie_gbps,
+            pcie_gbps: self.pcie(self.min_gen).pcie_gbps,
             describe: class.name().to_string(),
         })
-    };
-    match link.map(|l| l.trim().to_ascii_lowercase()) {
-        None => Ok(pcie(min_gen)),
-        Some(l) if l == "nvlink" => nvlink(None),
-        Some(l) if l == "nvswitch" => nvlink(Some(IntraFabric::Nvswitch)),
-        Some(l) if l == "nvlink-bridge" => nvlink(Some(IntraFabric::NvlinkBridge)),
-        Some(l) => {
-            let gen = l
-                .strip_prefix("pcie")
-                .and_then(|g| g.parse::<u32>().ok())
-                .filter(|g| pcie_p2p_x16_gbps(*g).is_some());
-            match gen {
-                Some(g) => Ok(pcie(g)),
-                None => Err(SpecError::invalid(
-                    origin,
-                    &field,
-                    format!(
-                        "expected nvswitch, nvlink-bridge, nvlink, pcie3, pcie4 or pcie5, got `{l}`"
-                    ),
-                )),
-            }
-        }
     }
 }
 

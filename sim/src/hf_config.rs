@@ -64,100 +64,10 @@ pub fn from_hf_config(text: &str, origin: &str, name: &str) -> Result<ModelSpec,
         })?;
     let r = Reader { cfg, origin };
     let raw = match model_type {
-        "llama" | "mistral" => {
-            let heads = r.int("num_attention_heads")?;
-            RawModel {
-                name: name.to_string(),
-                aliases: Vec::new(),
-                family: if model_type == "mistral" {
-                    Family::Mistral
-                } else {
-                    Family::Llama
-                },
-                layers: r.int("num_hidden_layers")?,
-                hidden: r.int("hidden_size")?,
-                heads,
-                kv_heads: Some(r.int_or("num_key_value_heads", heads)?),
-                ffn: Some(r.int("intermediate_size")?),
-                vocab: r.int("vocab_size")?,
-                seq_len: r.int("max_position_embeddings")?,
-                image_size: None,
-                patch_size: None,
-                tied_embeddings: r.flag_or("tie_word_embeddings", false)?,
-                max_positions: None,
-            }
-        }
-        "gpt2" => {
-            if cfg.contains_key("intermediate_size") {
-                return Err(SpecError::invalid(
-                    origin,
-                    "intermediate_size",
-                    "a gpt2 config gives its MLP width as n_inner",
-                ));
-            }
-            let hidden = r.int("n_embd")?;
-            let positions = r.int("n_positions")?;
-            RawModel {
-                name: name.to_string(),
-                aliases: Vec::new(),
-                family: Family::Gpt,
-                layers: r.int("n_layer")?,
-                hidden,
-                heads: r.int("n_head")?,
-                kv_heads: None,
-                ffn: match cfg.get("n_inner") {
-                    None | Some(Value::Null) => None,
-                    Some(_) => Some(r.int("n_inner")?),
-                },
-                vocab: r.int("vocab_size")?,
-                seq_len: positions,
-                image_size: None,
-                patch_size: None,
-                tied_embeddings: r.flag_or("tie_word_embeddings", true)?,
-                max_positions: Some(positions),
-            }
-        }
-        "bert" => {
-            let positions = r.int("max_position_embeddings")?;
-            RawModel {
-                name: name.to_string(),
-                aliases: Vec::new(),
-                family: Family::Bert,
-                layers: r.int("num_hidden_layers")?,
-                hidden: r.int("hidden_size")?,
-                heads: r.int("num_attention_heads")?,
-                kv_heads: None,
-                ffn: Some(r.int("intermediate_size")?),
-                vocab: r.int("vocab_size")?,
-                seq_len: positions.min(512),
-                image_size: None,
-                patch_size: None,
-                tied_embeddings: r.flag_or("tie_word_embeddings", true)?,
-                max_positions: Some(positions),
-            }
-        }
-        "vit" => {
-            let classes = match cfg.get("id2label").and_then(Value::as_object) {
-                Some(m) if !m.is_empty() => m.len() as u32,
-                _ => r.int_or("num_labels", 1000)?,
-            };
-            RawModel {
-                name: name.to_string(),
-                aliases: Vec::new(),
-                family: Family::Vit,
-                layers: r.int("num_hidden_layers")?,
-                hidden: r.int("hidden_size")?,
-                heads: r.int("num_attention_heads")?,
-                kv_heads: None,
-                ffn: Some(r.int("intermediate_size")?),
-                vocab: classes,
-                seq_len: 1,
-                image_size: Some(r.int("image_size")?),
-                patch_size: Some(r.int("patch_size")?),
-                tied_embeddings: false,
-                max_positions: None,
-            }
-        }
+        "llama" | "mistral" => r.llama(name, model_type == "mistral")?,
+        "gpt2" => r.gpt2(name)?,
+        "bert" => r.bert(name)?,
+        "vit" => r.vit(name)?,
         other => {
             return Err(SpecError::invalid(
                 origin,
@@ -214,6 +124,110 @@ impl Reader<'_> {
                 format!("expected true or false, got {v}"),
             )),
         }
+    }
+
+    /// A `llama` (or, when `mistral`, a `mistral`) config as model `name`.
+    fn llama(&self, name: &str, mistral: bool) -> Result<RawModel, SpecError> {
+        let heads = self.int("num_attention_heads")?;
+        Ok(RawModel {
+            name: name.to_string(),
+            aliases: Vec::new(),
+            family: if mistral {
+                Family::Mistral
+            } else {
+                Family::Llama
+            },
+            layers: self.int("num_hidden_layers")?,
+            hidden: self.int("hidden_size")?,
+            heads,
+            kv_heads: Some(self.int_or("num_key_value_heads", heads)?),
+            ffn: Some(self.int("intermediate_size")?),
+            vocab: self.int("vocab_size")?,
+            seq_len: self.int("max_position_embeddings")?,
+            image_size: None,
+            patch_size: None,
+            tied_embeddings: self.flag_or("tie_word_embeddings", false)?,
+            max_positions: None,
+        })
+    }
+
+    /// A `gpt2` config as model `name` (its MLP width is `n_inner`, never
+    /// `intermediate_size`).
+    fn gpt2(&self, name: &str) -> Result<RawModel, SpecError> {
+        if self.cfg.contains_key("intermediate_size") {
+            return Err(SpecError::invalid(
+                self.origin,
+                "intermediate_size",
+                "a gpt2 config gives its MLP width as n_inner",
+            ));
+        }
+        let hidden = self.int("n_embd")?;
+        let positions = self.int("n_positions")?;
+        Ok(RawModel {
+            name: name.to_string(),
+            aliases: Vec::new(),
+            family: Family::Gpt,
+            layers: self.int("n_layer")?,
+            hidden,
+            heads: self.int("n_head")?,
+            kv_heads: None,
+            ffn: match self.cfg.get("n_inner") {
+                None | Some(Value::Null) => None,
+                Some(_) => Some(self.int("n_inner")?),
+            },
+            vocab: self.int("vocab_size")?,
+            seq_len: positions,
+            image_size: None,
+            patch_size: None,
+            tied_embeddings: self.flag_or("tie_word_embeddings", true)?,
+            max_positions: Some(positions),
+        })
+    }
+
+    /// A `bert` config as model `name`.
+    fn bert(&self, name: &str) -> Result<RawModel, SpecError> {
+        let positions = self.int("max_position_embeddings")?;
+        Ok(RawModel {
+            name: name.to_string(),
+            aliases: Vec::new(),
+            family: Family::Bert,
+            layers: self.int("num_hidden_layers")?,
+            hidden: self.int("hidden_size")?,
+            heads: self.int("num_attention_heads")?,
+            kv_heads: None,
+            ffn: Some(self.int("intermediate_size")?),
+            vocab: self.int("vocab_size")?,
+            seq_len: positions.min(512),
+            image_size: None,
+            patch_size: None,
+            tied_embeddings: self.flag_or("tie_word_embeddings", true)?,
+            max_positions: Some(positions),
+        })
+    }
+
+    /// A `vit` config as model `name` (classes from `id2label`, else
+    /// `num_labels`, else 1,000).
+    fn vit(&self, name: &str) -> Result<RawModel, SpecError> {
+        let classes = match self.cfg.get("id2label").and_then(Value::as_object) {
+            Some(m) if !m.is_empty() => m.len() as u32,
+            _ => self.int_or("num_labels", 1000)?,
+        };
+        Ok(RawModel {
+            name: name.to_string(),
+            aliases: Vec::new(),
+            family: Family::Vit,
+            layers: self.int("num_hidden_layers")?,
+            hidden: self.int("hidden_size")?,
+            heads: self.int("num_attention_heads")?,
+            kv_heads: None,
+            ffn: Some(self.int("intermediate_size")?),
+            vocab: classes,
+            seq_len: 1,
+            image_size: Some(self.int("image_size")?),
+            patch_size: Some(self.int("patch_size")?),
+            tied_embeddings: false,
+            max_positions: None,
+        })
     }
 }
 

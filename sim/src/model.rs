@@ -170,6 +170,47 @@ impl RawModel {
                 "expected a non-empty name",
             ));
         }
+        let kv_heads = self.check_shape(&bad)?;
+        let ffn = self.resolve_ffn(&bad)?;
+        let (image_size, patch_size) = self.resolve_image(&bad)?;
+        if self.family == Family::Vit && self.tied_embeddings {
+            return Err(bad(
+                "tied_embeddings",
+                "a vit has no word embedding to tie".into(),
+            ));
+        }
+        let max_positions = self.resolve_max_positions(image_size, patch_size, &bad)?;
+        for (i, a) in self.aliases.iter().enumerate() {
+            if a.trim().is_empty() {
+                return Err(SpecError::invalid(
+                    origin,
+                    format!("{field}.aliases[{i}]"),
+                    format!("{who}: expected a non-empty alias"),
+                ));
+            }
+        }
+        Ok(ModelSpec {
+            name: self.name,
+            aliases: self.aliases,
+            family: self.family,
+            layers: self.layers,
+            hidden: self.hidden,
+            heads: self.heads,
+            kv_heads,
+            ffn,
+            vocab: self.vocab,
+            seq_len: self.seq_len,
+            image_size,
+            patch_size,
+            tied_embeddings: self.tied_embeddings,
+            max_positions,
+        })
+    }
+
+    /// Checks the sizes (positive, width a multiple of the heads) and
+    /// returns the key/value heads (default: the heads), a divisor of the
+    /// heads; `bad(field, message)` makes the error.
+    fn check_shape(&self, bad: &impl Fn(&str, String) -> SpecError) -> Result<u32, SpecError> {
         for (f, v) in [
             ("layers", self.layers),
             ("hidden", self.hidden),
@@ -200,7 +241,13 @@ impl RawModel {
                 ),
             ));
         }
-        let ffn = match (self.ffn, self.family.is_llama_like()) {
+        Ok(kv_heads)
+    }
+
+    /// The MLP width: as given, else 4 x the width (required for the
+    /// SwiGLU families).
+    fn resolve_ffn(&self, bad: &impl Fn(&str, String) -> SpecError) -> Result<u32, SpecError> {
+        Ok(match (self.ffn, self.family.is_llama_like()) {
             (Some(0), _) => return Err(bad("ffn", "expected a positive integer, got 0".into())),
             (Some(f), _) => f,
             (None, false) => self
@@ -213,8 +260,16 @@ impl RawModel {
                     format!("required for family `{}` (SwiGLU width)", self.family),
                 ))
             }
-        };
-        let (image_size, patch_size) = match (self.family, self.image_size, self.patch_size) {
+        })
+    }
+
+    /// Image and patch sides: both for a ViT (image a multiple of patch),
+    /// neither for the other families.
+    fn resolve_image(
+        &self,
+        bad: &impl Fn(&str, String) -> SpecError,
+    ) -> Result<(Option<u32>, Option<u32>), SpecError> {
+        Ok(match (self.family, self.image_size, self.patch_size) {
             (Family::Vit, Some(i), Some(p)) => {
                 if p == 0 || i == 0 || !i.is_multiple_of(p) {
                     return Err(bad(
@@ -237,14 +292,19 @@ impl RawModel {
                     format!("image_size / patch_size apply to vit only, not `{f}`"),
                 ));
             }
-        };
-        if self.family == Family::Vit && self.tied_embeddings {
-            return Err(bad(
-                "tied_embeddings",
-                "a vit has no word embedding to tie".into(),
-            ));
-        }
-        let max_positions = match self.family {
+        })
+    }
+
+    /// Rows of the learned position embedding: as given or the sequence
+    /// length (GPT, BERT), one per token (ViT, from `image_size` /
+    /// `patch_size`), 0 for rotary families.
+    fn resolve_max_positions(
+        &self,
+        image_size: Option<u32>,
+        patch_size: Option<u32>,
+        bad: &impl Fn(&str, String) -> SpecError,
+    ) -> Result<u32, SpecError> {
+        Ok(match self.family {
             Family::Gpt | Family::Bert => match self.max_positions {
                 Some(0) => {
                     return Err(bad(
@@ -274,31 +334,6 @@ impl RawModel {
                     ))
                 }
             },
-        };
-        for (i, a) in self.aliases.iter().enumerate() {
-            if a.trim().is_empty() {
-                return Err(SpecError::invalid(
-                    origin,
-                    format!("{field}.aliases[{i}]"),
-                    format!("{who}: expected a non-empty alias"),
-                ));
-            }
-        }
-        Ok(ModelSpec {
-            name: self.name,
-            aliases: self.aliases,
-            family: self.family,
-            layers: self.layers,
-            hidden: self.hidden,
-            heads: self.heads,
-            kv_heads,
-            ffn,
-            vocab: self.vocab,
-            seq_len: self.seq_len,
-            image_size,
-            patch_size,
-            tied_embeddings: self.tied_embeddings,
-            max_positions,
         })
     }
 }

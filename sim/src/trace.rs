@@ -340,25 +340,40 @@ impl Trace {
     /// The trace as Chrome Trace Event JSON (object form, one event per
     /// line), see the module docs for the layout.
     pub fn to_json(&self) -> String {
-        let mut out = String::with_capacity(64 + 160 * (self.events.len() + self.memory.len()));
-        out.push_str("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-        let mut first = true;
-        let mut sep = |out: &mut String| {
-            if !first {
-                out.push_str(",\n");
-            }
-            first = false;
+        let mut w = EventWriter {
+            out: String::with_capacity(64 + 160 * (self.events.len() + self.memory.len())),
+            first: true,
         };
+        w.out
+            .push_str("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+        self.write_tracks(&mut w);
+        self.write_nesting(&mut w);
+        // Each collective's slices, by op, for the flow arrows.
+        let mut flows: std::collections::BTreeMap<u32, Vec<&TraceEvent>> = Default::default();
+        for e in &self.events {
+            self.write_op(&mut w, e);
+            if e.participants > 1 {
+                flows.entry(e.op).or_default().push(e);
+            }
+        }
+        self.write_flows(&mut w, flows);
+        self.write_memory(&mut w);
+        let mut out = w.out;
+        out.push_str("\n]}\n");
+        out
+    }
+
+    /// The metadata events: a named, sorted process per GPU and host, a
+    /// named, sorted thread per stream of each GPU.
+    fn write_tracks(&self, w: &mut EventWriter) {
         for (pid, name) in self.processes.iter().enumerate() {
-            sep(&mut out);
             let _ = write!(
-                out,
+                w.next(),
                 "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"name\":\"process_name\",\"args\":{{\"name\":{}}}}}",
                 json_str(name)
             );
-            sep(&mut out);
             let _ = write!(
-                out,
+                w.next(),
                 "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"name\":\"process_sort_index\",\"args\":{{\"sort_index\":{pid}}}}}"
             );
             let streams: &[Stream] = if pid < self.gpu_processes {
@@ -367,89 +382,100 @@ impl Trace {
                 &[]
             };
             for &s in streams {
-                sep(&mut out);
                 let _ = write!(
-                    out,
+                    w.next(),
                     "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":\"{}\"}}}}",
                     s.index(),
                     s.name()
                 );
-                sep(&mut out);
                 let _ = write!(
-                    out,
+                    w.next(),
                     "{{\"ph\":\"M\",\"pid\":{pid},\"tid\":{},\"name\":\"thread_sort_index\",\"args\":{{\"sort_index\":{}}}}}",
                     s.index(),
                     s.index()
                 );
             }
         }
+    }
+
+    /// The enclosing slices (iteration > phase > micro-batch) on every
+    /// GPU's compute thread.
+    fn write_nesting(&self, w: &mut EventWriter) {
         for (rank, ops) in self.compute_ops().iter().enumerate() {
             for (name, start, end) in self.nesting(ops) {
-                sep(&mut out);
+                let out = w.next();
                 let _ = write!(
                     out,
                     "{{\"ph\":\"X\",\"pid\":{rank},\"tid\":{},\"name\":{},\"cat\":\"nest\",\"ts\":",
                     Stream::Compute.index(),
                     json_str(&name)
                 );
-                write_us(&mut out, start);
+                write_us(out, start);
                 out.push_str(",\"dur\":");
-                write_us(&mut out, end - start);
+                write_us(out, end - start);
                 out.push_str(",\"args\":{}}");
             }
         }
-        // Each collective's slices, by op, for the flow arrows.
-        let mut flows: std::collections::BTreeMap<u32, Vec<&TraceEvent>> = Default::default();
-        for e in &self.events {
-            sep(&mut out);
-            let (name, cat) = if e.name == IDLE_NAME {
-                ("idle".to_string(), "idle")
-            } else {
-                let base = self.names.get(e.name as usize).map_or("?", String::as_str);
-                (
-                    if e.unit == NO_INDEX {
-                        base.to_string()
-                    } else {
-                        format!("{base} {}", self.layer(e.unit))
-                    },
-                    e.category.name(),
-                )
-            };
-            if e.participants > 1 {
-                flows.entry(e.op).or_default().push(e);
-            }
-            let _ = write!(
-                out,
-                "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"name\":{},\"cat\":\"{}\",\"ts\":",
-                e.rank,
-                e.stream.index(),
-                json_str(&name),
-                cat
-            );
-            write_us(&mut out, e.start_ns);
-            out.push_str(",\"dur\":");
-            write_us(&mut out, e.end_ns - e.start_ns);
-            out.push_str(",\"args\":{");
-            let mut args = Vec::new();
-            if e.unit != NO_INDEX {
-                args.push(format!("\"unit\":{}", e.unit));
-            }
-            if e.micro != NO_INDEX {
-                args.push(format!("\"micro\":{}", e.micro));
-            }
-            if e.participants > 1 {
-                args.push(format!("\"ranks\":{}", e.participants));
-            }
-            if let Some(&b) = self.op_bytes.get(&e.op) {
-                args.push(format!("\"bytes\":{b:.0}"));
-                let ns = e.end_ns - e.start_ns;
-                if ns > 0 {
-                    args.push(format!("\"algbw_gbps\":{:.3}", b / ns as f64));
-                }
-            }
-            out.push_str(&args.join(","));
-            out.push_str("}}");
+    }
+
+    /// The complete event of op execution `e`: its name and layer (or
+    /// `idle`), category, time and args (unit, micro-batch, ranks, bytes
+    /// and bandwidth).
+    fn write_op(&self, w: &mut EventWriter, e: &TraceEvent) {
+        let out = w.next();
+        let (name, cat) = if e.name == IDLE_NAME {
+            ("idle".to_string(), "idle")
+        } else {
+            let base = self.names.get(e.name as usize).map_or("?", String::as_str);
+            (
+                if e.unit == NO_INDEX {
+                    base.to_string()
+                } else {
+                    format!("{base} {}", self.layer(e.unit))
+                },
+                e.category.name(),
+            )
+        };
+        let _ = write!(
+            out,
+            "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"name\":{},\"cat\":\"{}\",\"ts\":",
+            e.rank,
+            e.stream.index(),
+            json_str(&name),
+            cat
+        );
+        write_us(out, e.start_ns);
+        out.push_str(",\"dur\":");
+        write_us(out, e.end_ns - e.start_ns);
+        out.push_str(",\"args\":{");
+        let mut args = Vec::new();
+        if e.unit != NO_INDEX {
+            args.push(format!("\"unit\":{}", e.unit));
         }
+        if e.micro != NO_INDEX {
+            args.push(format!("\"micro\":{}", e.micro));
+        }
+        if e.participants > 1 {
+            args.push(format!("\"ranks\":{}", e.participants));
+        }
+        if let Some(&b) = self.op_bytes.get(&e.op) {
+            args.push(format!("\"bytes\":{b:.0}"));
+            let ns = e.end_ns - e.start_ns;
+            if ns > 0 {
+                args.push(format!("\"algbw_gbps\":{:.3}", b / ns as f64));
+            }
+        }
+        out.push_str(&args.join(","));
+        out.push_str("}}");
+    }
+
+    /// The flow arrows chaining each collective's slices (`flows`, by op)
+    /// across its ranks, in rank order.
+    fn write_flows(
+        &self,
+        w: &mut EventWriter,
+        flows: std::collections::BTreeMap<u32, Vec<&TraceEvent>>,
+    ) {
         for (op, mut evs) in flows {
             evs.sort_by_key(|e| e.rank);
             let n = evs.len();
@@ -461,7 +487,7 @@ impl Trace {
                 } else {
                     "t"
                 };
-                sep(&mut out);
+                let out = w.next();
                 let _ = write!(
                     out,
                     "{{\"ph\":\"{ph}\",\"id\":{op},\"pid\":{},\"tid\":{},\"name\":{},\"cat\":\"collective\",{}\"ts\":",
@@ -470,22 +496,43 @@ impl Trace {
                     json_str(self.names.get(e.name as usize).map_or("?", String::as_str)),
                     if ph == "s" { "" } else { "\"bp\":\"e\"," }
                 );
-                write_us(&mut out, e.start_ns);
+                write_us(out, e.start_ns);
                 out.push('}');
             }
         }
+    }
+
+    /// The memory counter samples of every GPU and host.
+    fn write_memory(&self, w: &mut EventWriter) {
         for m in &self.memory {
-            sep(&mut out);
+            let out = w.next();
             let _ = write!(
                 out,
                 "{{\"ph\":\"C\",\"pid\":{},\"tid\":0,\"name\":\"memory\",\"ts\":",
                 m.rank
             );
-            write_us(&mut out, m.time_ns);
+            write_us(out, m.time_ns);
             let _ = write!(out, ",\"args\":{{\"GiB\":{:.6}}}}}", m.bytes as f64 / GIB);
         }
-        out.push_str("\n]}\n");
-        out
+    }
+}
+
+/// The trace's event list as it is written: events separated by `,\n`.
+struct EventWriter {
+    out: String,
+    /// No event written yet.
+    first: bool,
+}
+
+impl EventWriter {
+    /// The output, ready for the next event (a separator written after
+    /// any previous one).
+    fn next(&mut self) -> &mut String {
+        if !self.first {
+            self.out.push_str(",\n");
+        }
+        self.first = false;
+        &mut self.out
     }
 }
 

@@ -14,16 +14,19 @@
 //! errors are absolute percentage errors of forward+backward ms per point.
 //! Everything is deterministic (folds in sorted order, no randomness).
 
+use super::bound::roofline_bound_ms;
 use super::coeffs::{
     pwf, Calibration, MemTheta, Provenance, TimeTheta, CALIBRATION_FORMAT, N_MEM, N_TIME,
 };
+pub use super::errors::{ErrorStats, GroupErrors};
 use super::features::{MemFeat, TimeFeat};
 use super::lm::{minimize, LmOptions};
-use super::roofline_bound_ms;
 use crate::dtype::Dtype;
 use crate::gpu::{GpuCatalog, GpuSpec};
 use crate::model::{ModelCatalog, ModelSpec};
-use crate::profile::{first_drop, superlinear_growth, BlockProfile, LinearFit, ProfileSet};
+use crate::profile::{
+    first_drop, superlinear_growth, BlockProfile, LinearFit, MemoryProfile, ProfileSet,
+};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -216,41 +219,59 @@ fn holdout_entry(
 pub fn dataset(profiles: &ProfileSet, gpus: &GpuCatalog, models: &ModelCatalog) -> Dataset {
     let mut ds = Dataset::default();
     for b in &profiles.blocks {
-        let label = match &b.curve.source {
-            crate::profile::Source::Imported { entry, .. } => entry.clone(),
-            s => format!(
-                "{}/{}/{}/{} ({})",
-                b.model,
-                b.gpu,
-                b.seq_len,
-                b.dtype,
-                s.label()
-            ),
-        };
+        ds.add_block(b, gpus, models);
+    }
+    for m in &profiles.memory {
+        ds.add_memory(m, models);
+    }
+    ds
+}
+
+/// The label an entry of block profile `b` is listed under: its imported
+/// entry, else its model, GPU, sequence length, dtype and source.
+fn block_label(b: &BlockProfile) -> String {
+    match &b.curve.source {
+        crate::profile::Source::Imported { entry, .. } => entry.clone(),
+        s => format!(
+            "{}/{}/{}/{} ({})",
+            b.model,
+            b.gpu,
+            b.seq_len,
+            b.dtype,
+            s.label()
+        ),
+    }
+}
+
+impl Dataset {
+    /// Adds block profile `b`: a timing entry, or an exclusion with its
+    /// reason (and, for a fit-only entry, its hold-out points).
+    fn add_block(&mut self, b: &BlockProfile, gpus: &GpuCatalog, models: &ModelCatalog) {
+        let label = block_label(b);
         let imported = matches!(b.curve.source, crate::profile::Source::Imported { .. });
         if imported && !b.model_key.starts_with("deepspeed") {
-            ds.excluded.push(Excluded {
+            self.excluded.push(Excluded {
                 entry: label,
                 reason: "legacy HuggingFace-model key (a different block implementation); not a current-trainer measurement"
                     .into(),
             });
-            continue;
+            return;
         }
         if let Some(flag) = b
             .flags
             .iter()
             .find(|f| f.contains("fit disagrees with the least-squares line"))
         {
-            ds.excluded.push(Excluded {
+            self.excluded.push(Excluded {
                 entry: label,
                 reason: flag.clone(),
             });
-            continue;
+            return;
         }
         let c = &b.curve;
         if c.batch_sizes.is_empty() {
             let held = holdout_entry(b, &label, gpus, models);
-            ds.excluded.push(Excluded {
+            self.excluded.push(Excluded {
                 entry: label,
                 reason: if held.is_some() {
                     "linear fits only, no measured points (not fitted; checked as a hold-out)"
@@ -259,24 +280,24 @@ pub fn dataset(profiles: &ProfileSet, gpus: &GpuCatalog, models: &ModelCatalog) 
                     "linear fits only, no measured points".into()
                 },
             });
-            ds.holdout.extend(held);
-            continue;
+            self.holdout.extend(held);
+            return;
         }
         if let Some(why) = raw_list_problem("forward", &c.fwd_ms)
             .or_else(|| raw_list_problem("backward", &c.bwd_ms))
         {
-            ds.excluded.push(Excluded {
+            self.excluded.push(Excluded {
                 entry: label,
                 reason: why,
             });
-            continue;
+            return;
         }
         let (Some(gpu), Some(model)) = (gpus.get(&b.gpu), models.get(&b.model)) else {
-            ds.excluded.push(Excluded {
+            self.excluded.push(Excluded {
                 entry: label,
                 reason: "GPU or model not in the catalogs".into(),
             });
-            continue;
+            return;
         };
         let Some(entry) = TimeEntry::new(
             b,
@@ -287,51 +308,54 @@ pub fn dataset(profiles: &ProfileSet, gpus: &GpuCatalog, models: &ModelCatalog) 
             c.fwd_ms.clone(),
             c.bwd_ms.clone(),
         ) else {
-            ds.excluded.push(Excluded {
+            self.excluded.push(Excluded {
                 entry: label,
                 reason: format!("{} cannot run {} in the catalog", gpu.name, b.dtype),
             });
-            continue;
+            return;
         };
-        ds.time.push(entry);
+        self.time.push(entry);
     }
-    for m in &profiles.memory {
+
+    /// Adds memory profile `m` of a catalog model: a memory entry, or an
+    /// exclusion with its reason.
+    fn add_memory(&mut self, m: &MemoryProfile, models: &ModelCatalog) {
         let label = match &m.source {
             crate::profile::Source::Imported { entry, .. } => entry.clone(),
             s => format!("{}/{}/{} ({})", m.cluster, m.model, m.dtype, s.label()),
         };
         let imported = matches!(m.source, crate::profile::Source::Imported { .. });
         if imported && !m.model_key.starts_with("deepspeed") {
-            ds.excluded.push(Excluded {
+            self.excluded.push(Excluded {
                 entry: label,
                 reason: "legacy HuggingFace-model memory entry; not used".into(),
             });
-            continue;
+            return;
         }
         let Some(model) = models.get(&m.model) else {
-            continue;
+            return;
         };
         if imported && m.cluster == EXCLUDED_MEMORY_CLUSTER {
-            ds.excluded.push(Excluded {
+            self.excluded.push(Excluded {
                 entry: label,
                 reason: "memory cluster `trpro`: undocumented set-up whose lists barely grow with the batch \
                          (vit_1b 0.25 -> 0.26 GiB over batches 1-4); not comparable with the other clusters"
                     .into(),
             });
-            continue;
+            return;
         }
         if m.act_gib.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
-            ds.excluded.push(Excluded {
+            self.excluded.push(Excluded {
                 entry: label,
                 reason: "non-positive memory value".into(),
             });
-            continue;
+            return;
         }
         let s = model.tokens_per_sample(model.seq_len);
         let feats = (1..=m.act_gib.len() as u32)
             .map(|i| MemFeat::new(model, s, m.dtype, i))
             .collect();
-        ds.memory.push(MemEntry {
+        self.memory.push(MemEntry {
             cluster: m.cluster.clone(),
             model: model.name.clone(),
             dtype: m.dtype,
@@ -340,7 +364,6 @@ pub fn dataset(profiles: &ProfileSet, gpus: &GpuCatalog, models: &ModelCatalog) 
             feats,
         });
     }
-    ds
 }
 
 /// Forward and backward ms of a point: model time, clamped by the roofline.
@@ -435,38 +458,6 @@ pub fn fit_memory(entries: &[&MemEntry]) -> MemTheta {
     MemTheta { v: x }
 }
 
-/// Median and 90th percentile of absolute percentage errors.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct ErrorStats {
-    /// Points.
-    pub points: usize,
-    /// Median absolute percentage error, %.
-    pub median_ape_pct: f64,
-    /// 90th-percentile absolute percentage error, %.
-    pub p90_ape_pct: f64,
-}
-
-impl ErrorStats {
-    /// Statistics of a list of absolute relative errors (fractions).
-    pub fn of(errs: &[f64]) -> ErrorStats {
-        let mut v = errs.to_vec();
-        v.sort_by(f64::total_cmp);
-        let q = |p: f64| -> f64 {
-            if v.is_empty() {
-                return f64::NAN;
-            }
-            // Nearest-rank percentile.
-            let k = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
-            v[k - 1] * 100.0
-        };
-        ErrorStats {
-            points: v.len(),
-            median_ape_pct: q(0.5),
-            p90_ape_pct: q(0.9),
-        }
-    }
-}
-
 /// One predicted-vs-measured point of forward+backward time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CvPoint {
@@ -484,15 +475,6 @@ pub struct CvPoint {
     pub measured_ms: f64,
     /// Predicted forward+backward ms.
     pub predicted_ms: f64,
-}
-
-/// Errors of one group (one GPU or one model).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GroupErrors {
-    /// Group name.
-    pub group: String,
-    /// Its errors.
-    pub stats: ErrorStats,
 }
 
 /// One cross-validation mode.

@@ -38,6 +38,7 @@
 //! logistic. The file stores the physical values.
 
 use super::arch::{ArchClass, MathPath};
+use super::errors::{ErrorStats, GroupErrors};
 use super::features::{MemFeat, TimeFeat, FAMILIES};
 use crate::error::SpecError;
 use crate::strategy::Attention;
@@ -487,13 +488,13 @@ pub struct Calibration {
 #[serde(deny_unknown_fields)]
 pub struct ErrorBand {
     /// Block time, every GPU type left out in turn: pooled over all points.
-    pub time_leave_one_gpu_out: crate::perfmodel::calibrate::ErrorStats,
+    pub time_leave_one_gpu_out: ErrorStats,
     /// Block time, leave-one-GPU-out, per GPU (catalog name).
-    pub time_leave_one_gpu_out_per_gpu: Vec<crate::perfmodel::calibrate::GroupErrors>,
+    pub time_leave_one_gpu_out_per_gpu: Vec<GroupErrors>,
     /// Block time, every model left out in turn: pooled.
-    pub time_leave_one_model_out: crate::perfmodel::calibrate::ErrorStats,
+    pub time_leave_one_model_out: ErrorStats,
     /// Activation memory, leave-one-model-out: pooled.
-    pub memory_leave_one_model_out: crate::perfmodel::calibrate::ErrorStats,
+    pub memory_leave_one_model_out: ErrorStats,
 }
 
 impl ErrorBand {
@@ -501,7 +502,6 @@ impl ErrorBand {
     /// [`ranges::ERROR_PCT`], the 90th percentile not below the median, and
     /// at least one point behind each; errors name the field.
     pub fn check(&self, origin: &str) -> Result<(), SpecError> {
-        use crate::perfmodel::calibrate::ErrorStats;
         let one = |field: String, s: &ErrorStats| -> Result<(), SpecError> {
             crate::physical::check(
                 origin,
@@ -651,216 +651,12 @@ impl TimeTheta {
     /// checked against its physical range ([`ranges`]) and an error names
     /// the field, the range and why.
     pub fn from_coefficients(t: &TimeCoefficients, origin: &str) -> Result<TimeTheta, SpecError> {
-        use ranges::*;
-        fn ln(
-            x: f64,
-            base: f64,
-            origin: &str,
-            field: &str,
-            range: &crate::physical::Range,
-        ) -> Result<f64, SpecError> {
-            Ok((crate::physical::check(origin, field, x, range)? / base).ln())
-        }
-        fn frac(
-            x: f64,
-            origin: &str,
-            field: &str,
-            range: &crate::physical::Range,
-        ) -> Result<f64, SpecError> {
-            Ok(logit(crate::physical::check(origin, field, x, range)?))
-        }
         let mut th = TimeTheta::default();
-        th.v[EG] = frac(
-            t.gemm_efficiency_default.tensor,
-            origin,
-            "time.gemm_efficiency_default.tensor",
-            &EFFICIENCY,
-        )?;
-        th.v[EG + 1] = frac(
-            t.gemm_efficiency_default.simt,
-            origin,
-            "time.gemm_efficiency_default.simt",
-            &EFFICIENCY,
-        )?;
-        th.v[DUAL] = ln(
-            t.dual_issue_simt_factor,
-            DUAL_BASE,
-            origin,
-            "time.dual_issue_simt_factor",
-            &DUAL_ISSUE,
-        )?;
-        for (c, pp) in &t.gemm_efficiency {
-            let i = c.index();
-            if let Some(x) = pp.tensor {
-                th.v[eff(i, 0)] = frac(
-                    x,
-                    origin,
-                    &format!("time.gemm_efficiency.{}.tensor", c.as_str()),
-                    &EFFICIENCY,
-                )? - th.v[EG];
-                th.fitted[i][0] = true;
-            }
-            if let Some(x) = pp.simt {
-                th.v[eff(i, 1)] = frac(
-                    x,
-                    origin,
-                    &format!("time.gemm_efficiency.{}.simt", c.as_str()),
-                    &EFFICIENCY,
-                )? - th.v[EG + 1];
-                th.fitted[i][1] = true;
-            }
-        }
-        for (c, x) in &t.power_class_factor {
-            th.v[pwf(c.index())] = ln(
-                *x,
-                1.0,
-                origin,
-                &format!("time.power_class_factor.{}", c.as_str()),
-                &CLASS_FACTOR,
-            )?;
-        }
-        let v = &mut th.v;
-        v[NODE] = crate::physical::check(
-            origin,
-            "time.power_node_exponent",
-            t.power_node_exponent,
-            &NODE_EXPONENT,
-        )?;
-        v[CLK] = ln(
-            t.power_clock_ghz.tensor,
-            CLOCK_BASE_HZ / 1e9,
-            origin,
-            "time.power_clock_ghz.tensor",
-            &CLOCK_GHZ,
-        )?;
-        v[CLK + 1] = ln(
-            t.power_clock_ghz.simt,
-            CLOCK_BASE_HZ / 1e9,
-            origin,
-            "time.power_clock_ghz.simt",
-            &CLOCK_GHZ,
-        )?;
-        v[GAM] = ln(
-            t.power_clock_exponent,
-            GAM_BASE,
-            origin,
-            "time.power_clock_exponent",
-            &CLOCK_EXPONENT,
-        )?;
-        v[H0] = ln(
-            t.hidden_half.tensor,
-            H0_BASE,
-            origin,
-            "time.hidden_half.tensor",
-            &HIDDEN_HALF,
-        )?;
-        v[H0 + 1] = ln(
-            t.hidden_half.simt,
-            H0_BASE,
-            origin,
-            "time.hidden_half.simt",
-            &HIDDEN_HALF,
-        )?;
-        v[T0] = ln(
-            t.tokens_half.tensor,
-            T0_BASE,
-            origin,
-            "time.tokens_half.tensor",
-            &TOKENS_HALF,
-        )?;
-        v[T0 + 1] = ln(
-            t.tokens_half.simt,
-            T0_BASE,
-            origin,
-            "time.tokens_half.simt",
-            &TOKENS_HALF,
-        )?;
-        v[EBW] = frac(t.bw_efficiency, origin, "time.bw_efficiency", &EFFICIENCY)?;
-        for (i, fam) in FAMILIES.iter().enumerate() {
-            let get = |m: &BTreeMap<String, f64>, field: &str| {
-                m.get(*fam).copied().ok_or_else(|| {
-                    SpecError::invalid(origin, format!("time.{field}.{fam}"), "missing family")
-                })
-            };
-            v[CM + i] = ln(
-                get(&t.passes_mask, "passes_mask")?,
-                CM_BASE,
-                origin,
-                &format!("time.passes_mask.{fam}"),
-                &MASK_PASSES,
-            )?;
-        }
-        let w = &t.weight_bytes_per_param;
-        v[WB] = ln(
-            w.fwd_half,
-            W_BASE[0],
-            origin,
-            "time.weight_bytes_per_param.fwd_half",
-            &BYTES_PER_PARAM,
-        )?;
-        v[WB + 1] = ln(
-            w.bwd_half,
-            W_BASE[1],
-            origin,
-            "time.weight_bytes_per_param.bwd_half",
-            &BYTES_PER_PARAM,
-        )?;
-        v[WB + 2] = ln(
-            w.fwd_fp32,
-            W_BASE[2],
-            origin,
-            "time.weight_bytes_per_param.fwd_fp32",
-            &BYTES_PER_PARAM,
-        )?;
-        v[WB + 3] = ln(
-            w.bwd_fp32,
-            W_BASE[3],
-            origin,
-            "time.weight_bytes_per_param.bwd_fp32",
-            &BYTES_PER_PARAM,
-        )?;
-        v[SCR] = ln(
-            t.score_traffic_factor.tensor,
-            1.0,
-            origin,
-            "time.score_traffic_factor.tensor",
-            &TRAFFIC_FACTOR,
-        )?;
-        v[SCR + 1] = ln(
-            t.score_traffic_factor.simt,
-            1.0,
-            origin,
-            "time.score_traffic_factor.simt",
-            &TRAFFIC_FACTOR,
-        )?;
-        v[RMM] = ln(
-            t.bwd_gemm_ratio,
-            RMM_BASE,
-            origin,
-            "time.bwd_gemm_ratio",
-            &BWD_GEMM_RATIO,
-        )?;
-        v[REL] = ln(
-            t.bwd_elem_ratio,
-            REL_BASE,
-            origin,
-            "time.bwd_elem_ratio",
-            &BWD_ELEM_RATIO,
-        )?;
-        v[T0F] = ln(
-            t.fixed_fwd_ms,
-            FIXED_BASE_MS,
-            origin,
-            "time.fixed_fwd_ms",
-            &FIXED_MS,
-        )?;
-        v[T0B] = ln(
-            t.fixed_bwd_ms,
-            FIXED_BASE_MS,
-            origin,
-            "time.fixed_bwd_ms",
-            &FIXED_MS,
-        )?;
+        th.read_gemm_efficiency(t, origin)?;
+        th.read_power(t, origin)?;
+        th.read_saturation(t, origin)?;
+        th.read_traffic(t, origin)?;
+        th.read_backward_and_fixed(t, origin)?;
         if !th.fitted.iter().any(|c| c.iter().any(|f| *f)) {
             return Err(SpecError::invalid(
                 origin,
@@ -870,6 +666,266 @@ impl TimeTheta {
         }
         Ok(th)
     }
+
+    /// GEMM efficiency of `t`: the defaults per math path, the SIMT
+    /// dual-issue factor, and every fitted class (marked fitted).
+    fn read_gemm_efficiency(
+        &mut self,
+        t: &TimeCoefficients,
+        origin: &str,
+    ) -> Result<(), SpecError> {
+        use ranges::*;
+        self.v[EG] = logit_checked(
+            t.gemm_efficiency_default.tensor,
+            origin,
+            "time.gemm_efficiency_default.tensor",
+            &EFFICIENCY,
+        )?;
+        self.v[EG + 1] = logit_checked(
+            t.gemm_efficiency_default.simt,
+            origin,
+            "time.gemm_efficiency_default.simt",
+            &EFFICIENCY,
+        )?;
+        self.v[DUAL] = ln_checked(
+            t.dual_issue_simt_factor,
+            DUAL_BASE,
+            origin,
+            "time.dual_issue_simt_factor",
+            &DUAL_ISSUE,
+        )?;
+        for (c, pp) in &t.gemm_efficiency {
+            let i = c.index();
+            if let Some(x) = pp.tensor {
+                self.v[eff(i, 0)] = logit_checked(
+                    x,
+                    origin,
+                    &format!("time.gemm_efficiency.{}.tensor", c.as_str()),
+                    &EFFICIENCY,
+                )? - self.v[EG];
+                self.fitted[i][0] = true;
+            }
+            if let Some(x) = pp.simt {
+                self.v[eff(i, 1)] = logit_checked(
+                    x,
+                    origin,
+                    &format!("time.gemm_efficiency.{}.simt", c.as_str()),
+                    &EFFICIENCY,
+                )? - self.v[EG + 1];
+                self.fitted[i][1] = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Power limits of `t`: the per-class factors, the process-node
+    /// exponent, the clock held under load and its exponent.
+    fn read_power(&mut self, t: &TimeCoefficients, origin: &str) -> Result<(), SpecError> {
+        use ranges::*;
+        for (c, x) in &t.power_class_factor {
+            self.v[pwf(c.index())] = ln_checked(
+                *x,
+                1.0,
+                origin,
+                &format!("time.power_class_factor.{}", c.as_str()),
+                &CLASS_FACTOR,
+            )?;
+        }
+        let v = &mut self.v;
+        v[NODE] = crate::physical::check(
+            origin,
+            "time.power_node_exponent",
+            t.power_node_exponent,
+            &NODE_EXPONENT,
+        )?;
+        v[CLK] = ln_checked(
+            t.power_clock_ghz.tensor,
+            CLOCK_BASE_HZ / 1e9,
+            origin,
+            "time.power_clock_ghz.tensor",
+            &CLOCK_GHZ,
+        )?;
+        v[CLK + 1] = ln_checked(
+            t.power_clock_ghz.simt,
+            CLOCK_BASE_HZ / 1e9,
+            origin,
+            "time.power_clock_ghz.simt",
+            &CLOCK_GHZ,
+        )?;
+        v[GAM] = ln_checked(
+            t.power_clock_exponent,
+            GAM_BASE,
+            origin,
+            "time.power_clock_exponent",
+            &CLOCK_EXPONENT,
+        )?;
+        Ok(())
+    }
+
+    /// The widths and token counts at which GEMM efficiency reaches half
+    /// its peak.
+    fn read_saturation(&mut self, t: &TimeCoefficients, origin: &str) -> Result<(), SpecError> {
+        use ranges::*;
+        let v = &mut self.v;
+        v[H0] = ln_checked(
+            t.hidden_half.tensor,
+            H0_BASE,
+            origin,
+            "time.hidden_half.tensor",
+            &HIDDEN_HALF,
+        )?;
+        v[H0 + 1] = ln_checked(
+            t.hidden_half.simt,
+            H0_BASE,
+            origin,
+            "time.hidden_half.simt",
+            &HIDDEN_HALF,
+        )?;
+        v[T0] = ln_checked(
+            t.tokens_half.tensor,
+            T0_BASE,
+            origin,
+            "time.tokens_half.tensor",
+            &TOKENS_HALF,
+        )?;
+        v[T0 + 1] = ln_checked(
+            t.tokens_half.simt,
+            T0_BASE,
+            origin,
+            "time.tokens_half.simt",
+            &TOKENS_HALF,
+        )?;
+        Ok(())
+    }
+
+    /// Memory traffic of `t`: bandwidth efficiency, passes over the mask
+    /// per family, weight bytes per parameter, score traffic.
+    fn read_traffic(&mut self, t: &TimeCoefficients, origin: &str) -> Result<(), SpecError> {
+        use ranges::*;
+        let v = &mut self.v;
+        v[EBW] = logit_checked(t.bw_efficiency, origin, "time.bw_efficiency", &EFFICIENCY)?;
+        for (i, fam) in FAMILIES.iter().enumerate() {
+            let get = |m: &BTreeMap<String, f64>, field: &str| {
+                m.get(*fam).copied().ok_or_else(|| {
+                    SpecError::invalid(origin, format!("time.{field}.{fam}"), "missing family")
+                })
+            };
+            v[CM + i] = ln_checked(
+                get(&t.passes_mask, "passes_mask")?,
+                CM_BASE,
+                origin,
+                &format!("time.passes_mask.{fam}"),
+                &MASK_PASSES,
+            )?;
+        }
+        let w = &t.weight_bytes_per_param;
+        v[WB] = ln_checked(
+            w.fwd_half,
+            W_BASE[0],
+            origin,
+            "time.weight_bytes_per_param.fwd_half",
+            &BYTES_PER_PARAM,
+        )?;
+        v[WB + 1] = ln_checked(
+            w.bwd_half,
+            W_BASE[1],
+            origin,
+            "time.weight_bytes_per_param.bwd_half",
+            &BYTES_PER_PARAM,
+        )?;
+        v[WB + 2] = ln_checked(
+            w.fwd_fp32,
+            W_BASE[2],
+            origin,
+            "time.weight_bytes_per_param.fwd_fp32",
+            &BYTES_PER_PARAM,
+        )?;
+        v[WB + 3] = ln_checked(
+            w.bwd_fp32,
+            W_BASE[3],
+            origin,
+            "time.weight_bytes_per_param.bwd_fp32",
+            &BYTES_PER_PARAM,
+        )?;
+        v[SCR] = ln_checked(
+            t.score_traffic_factor.tensor,
+            1.0,
+            origin,
+            "time.score_traffic_factor.tensor",
+            &TRAFFIC_FACTOR,
+        )?;
+        v[SCR + 1] = ln_checked(
+            t.score_traffic_factor.simt,
+            1.0,
+            origin,
+            "time.score_traffic_factor.simt",
+            &TRAFFIC_FACTOR,
+        )?;
+        Ok(())
+    }
+
+    /// Backward-to-forward ratios (GEMM, element-wise) and the fixed
+    /// forward and backward times of `t`.
+    fn read_backward_and_fixed(
+        &mut self,
+        t: &TimeCoefficients,
+        origin: &str,
+    ) -> Result<(), SpecError> {
+        use ranges::*;
+        let v = &mut self.v;
+        v[RMM] = ln_checked(
+            t.bwd_gemm_ratio,
+            RMM_BASE,
+            origin,
+            "time.bwd_gemm_ratio",
+            &BWD_GEMM_RATIO,
+        )?;
+        v[REL] = ln_checked(
+            t.bwd_elem_ratio,
+            REL_BASE,
+            origin,
+            "time.bwd_elem_ratio",
+            &BWD_ELEM_RATIO,
+        )?;
+        v[T0F] = ln_checked(
+            t.fixed_fwd_ms,
+            FIXED_BASE_MS,
+            origin,
+            "time.fixed_fwd_ms",
+            &FIXED_MS,
+        )?;
+        v[T0B] = ln_checked(
+            t.fixed_bwd_ms,
+            FIXED_BASE_MS,
+            origin,
+            "time.fixed_bwd_ms",
+            &FIXED_MS,
+        )?;
+        Ok(())
+    }
+}
+
+/// `ln(x / base)` of coefficient `x` (field `field` of `origin`) once
+/// checked against its physical `range`.
+fn ln_checked(
+    x: f64,
+    base: f64,
+    origin: &str,
+    field: &str,
+    range: &crate::physical::Range,
+) -> Result<f64, SpecError> {
+    Ok((crate::physical::check(origin, field, x, range)? / base).ln())
+}
+
+/// `logit(x)` of fraction `x` (field `field` of `origin`) once checked
+/// against its physical `range`.
+fn logit_checked(
+    x: f64,
+    origin: &str,
+    field: &str,
+    range: &crate::physical::Range,
+) -> Result<f64, SpecError> {
+    Ok(logit(crate::physical::check(origin, field, x, range)?))
 }
 
 impl MemTheta {

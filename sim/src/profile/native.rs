@@ -36,7 +36,7 @@ use super::{
 use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuCatalog;
-use crate::model::ModelCatalog;
+use crate::model::{ModelCatalog, ModelSpec};
 use crate::strategy::Attention;
 use serde::{Deserialize, Serialize};
 
@@ -187,13 +187,60 @@ pub fn import(
         ));
     }
     let mut set = ProfileSet::new();
-    let source = Source::Measured {
-        origin: origin.to_string(),
+    let reader = Reader {
+        origin,
+        gpus,
+        models,
+        source: Source::Measured {
+            origin: origin.to_string(),
+        },
     };
     for (i, b) in file.blocks.iter().enumerate() {
+        let (block, memory) = reader.block(i, b)?;
+        set.blocks.push(block);
+        set.memory.extend(memory);
+    }
+    for (i, u) in file.units.iter().enumerate() {
+        set.units.push(reader.units(i, u)?);
+    }
+    for (i, c) in file.collectives.iter().enumerate() {
+        reader.check_collective(i, c)?;
+        set.collectives.push(c.clone());
+    }
+    if set.blocks.is_empty() && set.units.is_empty() && set.collectives.is_empty() {
+        return Err(SpecError::invalid(
+            origin,
+            "<root>",
+            "the profile holds no blocks, units or collectives",
+        ));
+    }
+    Ok(set)
+}
+
+/// What reading a native profile's entries needs: the file (for errors and
+/// as the entries' source) and the catalogs their names resolve in.
+struct Reader<'a> {
+    origin: &'a str,
+    gpus: &'a GpuCatalog,
+    models: &'a ModelCatalog,
+    /// `Source::Measured` from this file.
+    source: Source,
+}
+
+impl Reader<'_> {
+    /// Block entry `i`: its compute curve and, when it gives `act_mem_gib`
+    /// from batch size 1 on, its memory profile.
+    fn block(
+        &self,
+        i: usize,
+        b: &NativeBlock,
+    ) -> Result<(BlockProfile, Option<MemoryProfile>), SpecError> {
+        let origin = self.origin;
         let f = format!("blocks[{i}]");
-        let gpu = gpus.lookup(&b.gpu, &format!("{origin}: {f}.gpu"))?;
-        let model = models.lookup(&b.model, &format!("{origin}: {f}.model"))?;
+        let gpu = self.gpus.lookup(&b.gpu, &format!("{origin}: {f}.gpu"))?;
+        let model = self
+            .models
+            .lookup(&b.model, &format!("{origin}: {f}.model"))?;
         let dt = dtype(origin, &format!("{f}.dtype"), &b.dtype)?;
         gpu.check_dtype(dt, origin, &format!("{f}.dtype"))?;
         if b.seq_len == 0 {
@@ -206,7 +253,7 @@ pub fn import(
         check_sizes(origin, &format!("{f}.batch_sizes"), &b.batch_sizes)?;
         check_series(origin, &format!("{f}.fwd_ms"), &b.batch_sizes, &b.fwd_ms)?;
         check_series(origin, &format!("{f}.bwd_ms"), &b.batch_sizes, &b.bwd_ms)?;
-        set.blocks.push(BlockProfile {
+        let block = BlockProfile {
             gpu: gpu.name.clone(),
             model: model.name.clone(),
             model_key: b.model.clone(),
@@ -216,50 +263,73 @@ pub fn import(
                 b.batch_sizes.clone(),
                 b.fwd_ms.clone(),
                 b.bwd_ms.clone(),
-                source.clone(),
+                self.source.clone(),
             ),
             attention: b.attention.unwrap_or(Attention::Eager),
             flags: vec![],
-        });
-        if let Some(mem) = &b.act_mem_gib {
-            let field = format!("{f}.act_mem_gib");
-            check_series_in(
-                origin,
-                &field,
-                &b.batch_sizes,
-                mem,
-                &crate::physical::ACT_GIB,
-            )?;
-            if let Some(why) = crate::physical::memory_series_problem(&b.batch_sizes, mem) {
-                return Err(SpecError::invalid(origin, field, why));
-            }
-            // Memory profiles are indexed by batch size 1..n: keep the dense prefix.
-            let dense: Vec<f64> = b
-                .batch_sizes
-                .iter()
-                .zip(mem)
-                .enumerate()
-                .take_while(|(k, (s, _))| **s as usize == k + 1)
-                .map(|(_, (_, m))| *m)
-                .collect();
-            if !dense.is_empty() {
-                set.memory.push(MemoryProfile {
-                    cluster: "measured".into(),
-                    model: model.name.clone(),
-                    model_key: b.model.clone(),
-                    dtype: dt,
-                    parameters: model.total_params(),
-                    seq_len: Some(b.seq_len),
-                    act_gib: dense,
-                    source: source.clone(),
-                });
-            }
-        }
+        };
+        let memory = match &b.act_mem_gib {
+            Some(mem) => self.block_memory(&f, b, model, dt, mem)?,
+            None => None,
+        };
+        Ok((block, memory))
     }
-    for (i, u) in file.units.iter().enumerate() {
+
+    /// The memory profile of block entry `f` (`b`, of `model` in `dt`) from
+    /// its `act_mem_gib` series `mem`: checked, its dense prefix from batch
+    /// size 1 (`None` when the sizes do not start at 1).
+    fn block_memory(
+        &self,
+        f: &str,
+        b: &NativeBlock,
+        model: &ModelSpec,
+        dt: Dtype,
+        mem: &[f64],
+    ) -> Result<Option<MemoryProfile>, SpecError> {
+        let origin = self.origin;
+        let field = format!("{f}.act_mem_gib");
+        check_series_in(
+            origin,
+            &field,
+            &b.batch_sizes,
+            mem,
+            &crate::physical::ACT_GIB,
+        )?;
+        if let Some(why) = crate::physical::memory_series_problem(&b.batch_sizes, mem) {
+            return Err(SpecError::invalid(origin, field, why));
+        }
+        // Memory profiles are indexed by batch size 1..n: keep the dense prefix.
+        let dense: Vec<f64> = b
+            .batch_sizes
+            .iter()
+            .zip(mem)
+            .enumerate()
+            .take_while(|(k, (s, _))| **s as usize == k + 1)
+            .map(|(_, (_, m))| *m)
+            .collect();
+        if dense.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(MemoryProfile {
+            cluster: "measured".into(),
+            model: model.name.clone(),
+            model_key: b.model.clone(),
+            dtype: dt,
+            parameters: model.total_params(),
+            seq_len: Some(b.seq_len),
+            act_gib: dense,
+            source: self.source.clone(),
+        }))
+    }
+
+    /// Unit entry `i`: embedding, head and optimizer costs.
+    fn units(&self, i: usize, u: &NativeUnits) -> Result<UnitProfile, SpecError> {
+        let origin = self.origin;
         let f = format!("units[{i}]");
-        let gpu = gpus.lookup(&u.gpu, &format!("{origin}: {f}.gpu"))?;
-        let model = models.lookup(&u.model, &format!("{origin}: {f}.model"))?;
+        let gpu = self.gpus.lookup(&u.gpu, &format!("{origin}: {f}.gpu"))?;
+        let model = self
+            .models
+            .lookup(&u.model, &format!("{origin}: {f}.model"))?;
         let dt = dtype(origin, &format!("{f}.dtype"), &u.dtype)?;
         gpu.check_dtype(dt, origin, &format!("{f}.dtype"))?;
         check_sizes(origin, &format!("{f}.batch_sizes"), &u.batch_sizes)?;
@@ -277,7 +347,7 @@ pub fn import(
             u.optimizer_ms_per_mparam,
             &crate::physical::OP_MS,
         )?;
-        set.units.push(UnitProfile {
+        Ok(UnitProfile {
             gpu: gpu.name.clone(),
             model: model.name.clone(),
             seq_len: u.seq_len,
@@ -288,10 +358,14 @@ pub fn import(
             head_fwd_ms: u.head_fwd_ms.clone(),
             head_bwd_ms: u.head_bwd_ms.clone(),
             optimizer_ms_per_mparam: u.optimizer_ms_per_mparam,
-            source: source.clone(),
-        });
+            source: self.source.clone(),
+        })
     }
-    for (i, c) in file.collectives.iter().enumerate() {
+
+    /// Checks collective entry `i`: a known kind, sane numbers, a physical
+    /// bandwidth.
+    fn check_collective(&self, i: usize, c: &CollectiveSample) -> Result<(), SpecError> {
+        let origin = self.origin;
         let f = format!("collectives[{i}]");
         if crate::comm::CollectiveKind::parse(&c.kind).is_none() {
             return Err(SpecError::invalid(
@@ -311,16 +385,8 @@ pub fn import(
         if let Some(why) = crate::physical::collective_problem(c.bytes, c.time_ms) {
             return Err(SpecError::invalid(origin, f, why));
         }
-        set.collectives.push(c.clone());
+        Ok(())
     }
-    if set.blocks.is_empty() && set.units.is_empty() && set.collectives.is_empty() {
-        return Err(SpecError::invalid(
-            origin,
-            "<root>",
-            "the profile holds no blocks, units or collectives",
-        ));
-    }
-    Ok(set)
 }
 
 /// Serialises a native profile as pretty JSON (stable field order).

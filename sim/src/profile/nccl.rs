@@ -63,42 +63,15 @@ pub fn parse(
             ))
         }
     };
-    let mut hosts: Vec<String> = Vec::new();
-    let mut ranks = 0usize;
-    let mut columns: Option<(usize, usize, usize, Option<usize>, usize)> = None;
-    let mut rows: Vec<(usize, f64, f64)> = Vec::new();
+    let mut log = Log::default();
     for (i, raw) in text.lines().enumerate() {
         let line_no = i + 1;
         let line = raw.trim();
         if line.is_empty() {
             continue;
         }
-        let at = || format!("line {line_no}");
         if let Some(rest) = line.strip_prefix('#') {
-            let toks: Vec<&str> = rest.split_whitespace().collect();
-            if toks.first() == Some(&"Rank") {
-                ranks += 1;
-                if let Some(p) = toks.iter().position(|t| *t == "on") {
-                    if let Some(h) = toks.get(p + 1) {
-                        if !hosts.iter().any(|x| x == h) {
-                            hosts.push(h.to_string());
-                        }
-                    }
-                }
-            } else if toks.first() == Some(&"size") && toks.contains(&"time") {
-                let pos = |name: &str| toks.iter().position(|t| *t == name);
-                let (Some(size), Some(time), Some(algbw)) =
-                    (pos("size"), pos("time"), pos("algbw"))
-                else {
-                    return Err(SpecError::invalid(
-                        origin,
-                        at(),
-                        "expected a header with size, time and algbw columns",
-                    ));
-                };
-                let wrong = pos("#wrong").or_else(|| pos("error"));
-                columns = Some((size, time, algbw, wrong, toks.len()));
-            }
+            log.comment(rest, origin, line_no)?;
             continue;
         }
         let toks: Vec<&str> = line.split_whitespace().collect();
@@ -109,95 +82,182 @@ pub fn parse(
             // Command lines, NCCL INFO lines and other chatter.
             continue;
         }
-        let Some((size_c, time_c, algbw_c, wrong_c, _)) = columns else {
+        let Some(columns) = log.columns else {
             return Err(SpecError::invalid(
                 origin,
-                at(),
+                format!("line {line_no}"),
                 "a result row before the `#  size  count  type ... time  algbw  busbw` header",
             ));
         };
-        let num = |c: usize, what: &str| -> Result<f64, SpecError> {
-            toks.get(c)
-                .and_then(|t| t.parse::<f64>().ok())
-                .filter(|v| v.is_finite())
-                .ok_or_else(|| {
-                    SpecError::invalid(
-                        origin,
-                        at(),
-                        format!(
-                            "expected a number in the {what} column, got `{}`",
-                            toks.get(c).unwrap_or(&"")
-                        ),
-                    )
-                })
-        };
-        let size = num(size_c, "size")?;
-        let time_us = num(time_c, "time (us)")?;
-        let algbw = num(algbw_c, "algbw (GB/s)")?;
-        if size <= 0.0 {
-            continue;
+        if let Some((size, time_us)) = read_row(&toks, columns, origin, line_no)? {
+            log.rows.push((line_no, size, time_us));
         }
-        if time_us <= 0.0 {
-            return Err(SpecError::invalid(
-                origin,
-                at(),
-                format!("expected a positive time in µs, got {time_us}"),
-            ));
-        }
-        if let Some(w) = wrong_c.and_then(|c| toks.get(c)) {
-            if let Ok(n) = w.parse::<u64>() {
-                if n > 0 {
-                    return Err(SpecError::invalid(
-                        origin,
-                        at(),
-                        format!("the test reported {n} wrong values; this row is not a valid measurement"),
-                    ));
+    }
+    log.samples(kind, origin)
+}
+
+/// Where the result columns sit, from the `#  size  count  type ...` header.
+#[derive(Debug, Clone, Copy)]
+struct Columns {
+    size: usize,
+    time: usize,
+    algbw: usize,
+    /// The `#wrong` (or `error`) column, when the header has one.
+    wrong: Option<usize>,
+}
+
+/// What a log has said so far: its ranks and hosts, its header, its rows.
+#[derive(Debug, Default)]
+struct Log {
+    hosts: Vec<String>,
+    ranks: usize,
+    columns: Option<Columns>,
+    /// (line, size in bytes, time in µs) of every valid row.
+    rows: Vec<(usize, f64, f64)>,
+}
+
+impl Log {
+    /// Reads comment line `line_no` (`rest`, after its `#`): a rank line
+    /// counts a rank and its host, a header sets the columns.
+    fn comment(&mut self, rest: &str, origin: &str, line_no: usize) -> Result<(), SpecError> {
+        let toks: Vec<&str> = rest.split_whitespace().collect();
+        if toks.first() == Some(&"Rank") {
+            self.ranks += 1;
+            if let Some(p) = toks.iter().position(|t| *t == "on") {
+                if let Some(h) = toks.get(p + 1) {
+                    if !self.hosts.iter().any(|x| x == h) {
+                        self.hosts.push(h.to_string());
+                    }
                 }
             }
+        } else if toks.first() == Some(&"size") && toks.contains(&"time") {
+            let pos = |name: &str| toks.iter().position(|t| *t == name);
+            let (Some(size), Some(time), Some(algbw)) = (pos("size"), pos("time"), pos("algbw"))
+            else {
+                return Err(SpecError::invalid(
+                    origin,
+                    format!("line {line_no}"),
+                    "expected a header with size, time and algbw columns",
+                ));
+            };
+            let wrong = pos("#wrong").or_else(|| pos("error"));
+            self.columns = Some(Columns {
+                size,
+                time,
+                algbw,
+                wrong,
+            });
         }
-        if let Some(why) = crate::physical::collective_problem(size, time_us * 1e-3) {
-            return Err(SpecError::invalid(origin, at(), why));
-        }
-        let implied = size / (time_us * 1e-6) / 1e9;
-        if algbw >= 1.0 && (implied - algbw).abs() > ALGBW_TOLERANCE * algbw {
+        Ok(())
+    }
+
+    /// The samples of a log of `kind` read to its end: at least 2 ranks and
+    /// one row.
+    fn samples(
+        self,
+        kind: CollectiveKind,
+        origin: &str,
+    ) -> Result<Vec<CollectiveSample>, SpecError> {
+        let ranks = self.ranks;
+        if ranks < 2 {
             return Err(SpecError::invalid(
                 origin,
-                at(),
+                "line 1",
                 format!(
-                    "algbw {algbw} GB/s disagrees with size / time = {implied:.2} GB/s (columns misaligned?)"
+                    "expected the `#  Rank N Group G Pid P on HOST device D` lines of at least 2 ranks, found {ranks}: cannot tell how many ranks the test ran on"
                 ),
             ));
         }
-        rows.push((line_no, size, time_us));
+        if self.rows.is_empty() {
+            return Err(SpecError::invalid(
+                origin,
+                "line 1",
+                "no result rows (size, count, type, ..., time, algbw, busbw)",
+            ));
+        }
+        let hosts = self.hosts;
+        Ok(self
+            .rows
+            .into_iter()
+            .map(|(_, size, time_us)| CollectiveSample {
+                kind: kind.name().to_string(),
+                ranks: ranks as u32,
+                bytes: size,
+                imbalance: 1.0,
+                time_ms: time_us * 1e-3,
+                nodes: Some(hosts.len().max(1) as u32),
+                rescalable: true,
+            })
+            .collect())
     }
-    if ranks < 2 {
+}
+
+/// Reads result row `line_no` (`toks`) by `columns`: its size in bytes and
+/// out-of-place time in µs, `None` for a zero-byte row; an error when a
+/// number is garbled, the time is not positive, the test reported wrong
+/// values, the pair is not physical or `algbw` disagrees with size / time.
+fn read_row(
+    toks: &[&str],
+    columns: Columns,
+    origin: &str,
+    line_no: usize,
+) -> Result<Option<(f64, f64)>, SpecError> {
+    let at = || format!("line {line_no}");
+    let num = |c: usize, what: &str| -> Result<f64, SpecError> {
+        toks.get(c)
+            .and_then(|t| t.parse::<f64>().ok())
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| {
+                SpecError::invalid(
+                    origin,
+                    at(),
+                    format!(
+                        "expected a number in the {what} column, got `{}`",
+                        toks.get(c).unwrap_or(&"")
+                    ),
+                )
+            })
+    };
+    let size = num(columns.size, "size")?;
+    let time_us = num(columns.time, "time (us)")?;
+    let algbw = num(columns.algbw, "algbw (GB/s)")?;
+    if size <= 0.0 {
+        return Ok(None);
+    }
+    if time_us <= 0.0 {
         return Err(SpecError::invalid(
             origin,
-            "line 1",
+            at(),
+            format!("expected a positive time in µs, got {time_us}"),
+        ));
+    }
+    if let Some(w) = columns.wrong.and_then(|c| toks.get(c)) {
+        if let Ok(n) = w.parse::<u64>() {
+            if n > 0 {
+                return Err(SpecError::invalid(
+                    origin,
+                    at(),
+                    format!(
+                        "the test reported {n} wrong values; this row is not a valid measurement"
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(why) = crate::physical::collective_problem(size, time_us * 1e-3) {
+        return Err(SpecError::invalid(origin, at(), why));
+    }
+    let implied = size / (time_us * 1e-6) / 1e9;
+    if algbw >= 1.0 && (implied - algbw).abs() > ALGBW_TOLERANCE * algbw {
+        return Err(SpecError::invalid(
+            origin,
+            at(),
             format!(
-                "expected the `#  Rank N Group G Pid P on HOST device D` lines of at least 2 ranks, found {ranks}: cannot tell how many ranks the test ran on"
+                "algbw {algbw} GB/s disagrees with size / time = {implied:.2} GB/s (columns misaligned?)"
             ),
         ));
     }
-    if rows.is_empty() {
-        return Err(SpecError::invalid(
-            origin,
-            "line 1",
-            "no result rows (size, count, type, ..., time, algbw, busbw)",
-        ));
-    }
-    Ok(rows
-        .into_iter()
-        .map(|(_, size, time_us)| CollectiveSample {
-            kind: kind.name().to_string(),
-            ranks: ranks as u32,
-            bytes: size,
-            imbalance: 1.0,
-            time_ms: time_us * 1e-3,
-            nodes: Some(hosts.len().max(1) as u32),
-            rescalable: true,
-        })
-        .collect())
+    Ok(Some((size, time_us)))
 }
 
 #[cfg(test)]

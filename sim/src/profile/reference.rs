@@ -28,8 +28,8 @@ use super::{
 };
 use crate::dtype::Dtype;
 use crate::error::SpecError;
-use crate::gpu::GpuCatalog;
-use crate::model::{Family, ModelCatalog};
+use crate::gpu::{GpuCatalog, GpuSpec};
+use crate::model::{Family, ModelCatalog, ModelSpec};
 use serde_json::Value;
 
 /// Relative disagreement between a given fit and the least-squares line of
@@ -244,89 +244,139 @@ pub fn import_latencies(
                 ));
                 continue;
             };
-            let by_seq = by_seq.as_object().ok_or_else(|| {
-                SpecError::invalid(
-                    origin,
-                    format!("{model_key}.{gpu_key}"),
-                    "expected an object keyed by sequence length",
-                )
-            })?;
-            for (seq_key, by_dtype) in by_seq {
-                let field = format!("{model_key}.{gpu_key}.{seq_key}");
-                let seq: u32 = seq_key.parse().map_err(|_| {
-                    SpecError::invalid(
-                        origin,
-                        field.clone(),
-                        "expected a sequence length key like \"512\"",
-                    )
-                })?;
-                let seq_len = if model.family == Family::Vit {
-                    model.tokens_per_sample(seq)
-                } else {
-                    seq
-                };
-                let by_dtype = by_dtype.as_object().ok_or_else(|| {
-                    SpecError::invalid(origin, field.clone(), "expected an object keyed by dtype")
-                })?;
-                for (dtype_key, leaf) in by_dtype {
-                    let entry = format!("{model_key}/{gpu_key}/{seq_key}/{dtype_key}");
-                    let Some(dtype) = Dtype::parse(dtype_key) else {
-                        set.warnings
-                            .push(format!("{origin}: {entry}: unknown dtype; skipped"));
-                        continue;
-                    };
-                    gpu.check_dtype(dtype, origin, &entry)?;
-                    let (fr, br, f, b, flags) = match parse_leaf(leaf) {
-                        Ok(l) => l,
-                        Err(why) => {
-                            set.warnings
-                                .push(format!("{origin}: {entry}: {why}; skipped"));
-                            set.rejected.push(crate::profile::Rejected {
-                                gpu: gpu.name.clone(),
-                                model: model.name.clone(),
-                                seq_len,
-                                dtype,
-                                origin: origin.to_string(),
-                                entry: entry.clone(),
-                                why,
-                            });
-                            continue;
-                        }
-                    };
-                    for fl in &flags {
-                        if !fl.starts_with("legacy") {
-                            set.warnings.push(format!("{origin}: {entry}: {fl}"));
-                        }
-                    }
-                    let batch_sizes = (1..=fr.len() as u32).collect();
-                    set.blocks.push(BlockProfile {
-                        gpu: gpu.name.clone(),
-                        model: model.name.clone(),
-                        model_key: model_key.clone(),
-                        seq_len,
-                        dtype,
-                        curve: ComputeCurve {
-                            batch_sizes,
-                            fwd_ms: fr,
-                            bwd_ms: br,
-                            fwd_fit: f,
-                            bwd_fit: b,
-                            source: Source::Imported {
-                                origin: origin.to_string(),
-                                entry,
-                            },
-                        },
-                        attention: crate::strategy::Attention::Eager,
-                        flags,
-                    });
-                }
-            }
+            let table = LatencyTable {
+                origin,
+                model_key,
+                model,
+                gpu_key,
+                gpu,
+            };
+            table.read(by_seq, &mut set)?;
         }
     }
     if set.blocks.is_empty() {
         return Err(nothing_usable(origin, &set));
     }
     Ok(set)
+}
+
+/// The latencies of one model on one GPU in `model_latencies.json` (a
+/// `seq -> dtype -> entry` object), both names resolved in the catalogs.
+struct LatencyTable<'a> {
+    origin: &'a str,
+    model_key: &'a String,
+    model: &'a ModelSpec,
+    gpu_key: &'a String,
+    gpu: &'a GpuSpec,
+}
+
+impl LatencyTable<'_> {
+    /// Reads the table `by_seq` into `set`: a block per usable entry,
+    /// warnings and rejections for the others.
+    fn read(&self, by_seq: &Value, set: &mut ProfileSet) -> Result<(), SpecError> {
+        let (origin, model_key, gpu_key, model) =
+            (self.origin, self.model_key, self.gpu_key, self.model);
+        let by_seq = by_seq.as_object().ok_or_else(|| {
+            SpecError::invalid(
+                origin,
+                format!("{model_key}.{gpu_key}"),
+                "expected an object keyed by sequence length",
+            )
+        })?;
+        for (seq_key, by_dtype) in by_seq {
+            let field = format!("{model_key}.{gpu_key}.{seq_key}");
+            let seq: u32 = seq_key.parse().map_err(|_| {
+                SpecError::invalid(
+                    origin,
+                    field.clone(),
+                    "expected a sequence length key like \"512\"",
+                )
+            })?;
+            let seq_len = if model.family == Family::Vit {
+                model.tokens_per_sample(seq)
+            } else {
+                seq
+            };
+            let by_dtype = by_dtype.as_object().ok_or_else(|| {
+                SpecError::invalid(origin, field.clone(), "expected an object keyed by dtype")
+            })?;
+            for (dtype_key, leaf) in by_dtype {
+                self.leaf(seq_key, seq_len, dtype_key, leaf, set)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads entry `seq_key / dtype_key` (`leaf`, `seq_len` tokens per
+    /// sample) into `set`: a block, or a warning (and a rejection) when it
+    /// cannot be used.
+    fn leaf(
+        &self,
+        seq_key: &str,
+        seq_len: u32,
+        dtype_key: &str,
+        leaf: &Value,
+        set: &mut ProfileSet,
+    ) -> Result<(), SpecError> {
+        let (origin, model_key, gpu_key, model, gpu) = (
+            self.origin,
+            self.model_key,
+            self.gpu_key,
+            self.model,
+            self.gpu,
+        );
+        let entry = format!("{model_key}/{gpu_key}/{seq_key}/{dtype_key}");
+        let Some(dtype) = Dtype::parse(dtype_key) else {
+            set.warnings
+                .push(format!("{origin}: {entry}: unknown dtype; skipped"));
+            return Ok(());
+        };
+        gpu.check_dtype(dtype, origin, &entry)?;
+        let (fr, br, f, b, flags) = match parse_leaf(leaf) {
+            Ok(l) => l,
+            Err(why) => {
+                set.warnings
+                    .push(format!("{origin}: {entry}: {why}; skipped"));
+                set.rejected.push(crate::profile::Rejected {
+                    gpu: gpu.name.clone(),
+                    model: model.name.clone(),
+                    seq_len,
+                    dtype,
+                    origin: origin.to_string(),
+                    entry: entry.clone(),
+                    why,
+                });
+                return Ok(());
+            }
+        };
+        for fl in &flags {
+            if !fl.starts_with("legacy") {
+                set.warnings.push(format!("{origin}: {entry}: {fl}"));
+            }
+        }
+        let batch_sizes = (1..=fr.len() as u32).collect();
+        set.blocks.push(BlockProfile {
+            gpu: gpu.name.clone(),
+            model: model.name.clone(),
+            model_key: model_key.clone(),
+            seq_len,
+            dtype,
+            curve: ComputeCurve {
+                batch_sizes,
+                fwd_ms: fr,
+                bwd_ms: br,
+                fwd_fit: f,
+                bwd_fit: b,
+                source: Source::Imported {
+                    origin: origin.to_string(),
+                    entry,
+                },
+            },
+            attention: crate::strategy::Attention::Eager,
+            flags,
+        });
+        Ok(())
+    }
 }
 
 /// The error of a profile file none of whose entries can be used: how many

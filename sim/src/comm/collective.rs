@@ -1,0 +1,122 @@
+//! The collectives, the links they keep busy, and the trait every
+//! communication cost model implements.
+
+use super::topology::CollectiveRank;
+use serde::{Deserialize, Serialize};
+
+/// Which collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveKind {
+    /// Every rank ends with the concatenation of all pieces.
+    AllGather,
+    /// Every rank ends with its piece of the element-wise sum.
+    ReduceScatter,
+    /// Every rank ends with the whole element-wise sum.
+    AllReduce,
+}
+
+impl CollectiveKind {
+    /// Every kind.
+    pub const ALL: [CollectiveKind; 3] = [
+        CollectiveKind::AllGather,
+        CollectiveKind::ReduceScatter,
+        CollectiveKind::AllReduce,
+    ];
+
+    /// The name profiles and reports use (`all_gather`, `reduce_scatter`, `all_reduce`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveKind::AllGather => "all_gather",
+            CollectiveKind::ReduceScatter => "reduce_scatter",
+            CollectiveKind::AllReduce => "all_reduce",
+        }
+    }
+
+    /// Parses a profile's kind name.
+    pub fn parse(s: &str) -> Option<CollectiveKind> {
+        match s {
+            "all_gather" => Some(CollectiveKind::AllGather),
+            "reduce_scatter" => Some(CollectiveKind::ReduceScatter),
+            "all_reduce" => Some(CollectiveKind::AllReduce),
+            _ => None,
+        }
+    }
+
+    /// nccl-tests' bus-bandwidth factor for `p` ranks: `(p - 1) / p` for
+    /// all-gather and reduce-scatter, `2 (p - 1) / p` for all-reduce
+    /// (`busbw = algbw x factor`).
+    pub fn busbw_factor(self, p: usize) -> f64 {
+        if p == 0 {
+            return 0.0;
+        }
+        let f = (p as f64 - 1.0) / p as f64;
+        match self {
+            CollectiveKind::AllReduce => 2.0 * f,
+            _ => f,
+        }
+    }
+
+    /// The buffer a collective over `ranks` moves, the size nccl-tests and
+    /// NCCL call `nBytes`: the gathered size (sum of pieces at the pace of
+    /// the largest, `p x max piece`) for all-gather and reduce-scatter, the
+    /// buffer for an all-reduce.
+    pub fn buffer_bytes(self, ranks: &[CollectiveRank]) -> f64 {
+        let max_piece = ranks
+            .iter()
+            .map(|r| r.piece_bytes.max(0.0))
+            .fold(0.0, f64::max);
+        match self {
+            CollectiveKind::AllReduce => max_piece,
+            _ => max_piece * ranks.len() as f64,
+        }
+    }
+}
+
+/// A directed link a collective or a copy keeps busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LinkRef {
+    /// Node of the link.
+    pub node: usize,
+    /// GPU position on the node (NVLink, PCIe) or NIC index (network).
+    pub index: usize,
+    /// Which link.
+    pub kind: LinkKind,
+    /// Sending (true) or receiving direction.
+    pub tx: bool,
+}
+
+/// Kind of a [`LinkRef`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LinkKind {
+    /// A GPU's NVLink ports.
+    Nvlink,
+    /// A GPU's PCIe link (peer traffic, host copies, its rail's NIC traffic).
+    Pcie,
+    /// A NIC.
+    Nic,
+}
+
+/// A communication cost model: time of one collective over given ranks.
+pub trait CommModel: Send + Sync + std::fmt::Debug {
+    /// Time in ms of collective `kind` over `ranks` (one entry per rank, in
+    /// ring order). Zero for fewer than two ranks.
+    fn time_ms(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> f64;
+    /// The links the collective keeps busy and for how long each (ms) when
+    /// it runs alone; every busy time is at most [`CommModel::time_ms`].
+    fn loads(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> Vec<(LinkRef, f64)>;
+    /// A point-to-point transfer of `bytes` from `from` to `to` (a pipeline
+    /// stage handing activations or gradients to its neighbour, NCCL
+    /// send/recv): its time in ms (one hop's latency plus the bytes over
+    /// the hop's bandwidth, as one step of a ring between the two) and the
+    /// directed links it keeps busy (sender's out, receiver's in, no
+    /// reverse traffic). Zero on the same GPU.
+    fn p2p(
+        &self,
+        from: &CollectiveRank,
+        to: &CollectiveRank,
+        bytes: f64,
+    ) -> (f64, Vec<(LinkRef, f64)>);
+    /// One line naming the model and its parameters (for report provenance).
+    fn describe(&self) -> String;
+}

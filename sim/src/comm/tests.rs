@@ -1,0 +1,382 @@
+//! Tests of the communication model: closed forms, rings, trees, link loads, validation, measured tables.
+
+use super::*;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+/// `nodes` nodes of `gpus` GPUs on PCIe at `intra` GB/s, one NIC of `inter`.
+fn topo(nodes: usize, intra: f64, inter: f64) -> CommTopology {
+    CommTopology {
+        nodes: vec![NodeLinks::simple(16, intra, inter); nodes],
+        algo: CommAlgo::Auto,
+    }
+}
+
+/// Even pieces of `total` over ranks on `nodes` (local positions in order).
+fn even(nodes: &[usize], total: f64) -> Vec<CollectiveRank> {
+    let p = nodes.len() as f64;
+    let mut seen = BTreeMap::new();
+    nodes
+        .iter()
+        .map(|&node| {
+            let local = seen.entry(node).or_insert(0usize);
+            *local += 1;
+            CollectiveRank {
+                node,
+                local: *local - 1,
+                piece_bytes: total / p,
+            }
+        })
+        .collect()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+fn busbw(kind: CollectiveKind, p: usize, bytes: f64, ms: f64) -> f64 {
+    bytes / (ms * 1e-3) / 1e9 * kind.busbw_factor(p)
+}
+
+#[test]
+fn single_rank_is_free() {
+    let m = RingModel::new(topo(1, 10.0, 10.0));
+    let r = even(&[0], 1e9);
+    assert_eq!(m.time_ms(CollectiveKind::AllGather, &r), 0.0);
+    assert_eq!(m.time_ms(CollectiveKind::ReduceScatter, &[]), 0.0);
+    assert!(m.loads(CollectiveKind::AllGather, &r).is_empty());
+}
+
+#[test]
+fn even_pieces_match_closed_form() {
+    // 4 ranks on one PCIe node, 1 GB total at 10 GB/s, 5 µs steps:
+    // 3 * 5 µs + 3/4 * 100 ms = 75.015 ms.
+    let m = RingModel::new(topo(1, 10.0, 1.0));
+    let t = m.time_ms(CollectiveKind::AllGather, &even(&[0, 0, 0, 0], 1e9));
+    assert!(close(t, 75.015), "{t}");
+}
+
+#[test]
+fn uneven_pieces_pace_at_the_largest() {
+    let m = RingModel::new(topo(1, 10.0, 1.0));
+    let mut r = even(&[0, 0, 0, 0], 0.0);
+    for (x, b) in r.iter_mut().zip([1e8, 2e8, 5e8, 2e8]) {
+        x.piece_bytes = b;
+    }
+    // 3 * (5 µs + 50 ms)
+    assert!(close(m.time_ms(CollectiveKind::AllGather, &r), 150.015));
+}
+
+#[test]
+fn two_nodes_behind_one_nic_run_a_flat_ring() {
+    // 2 nodes x 8 ranks, NVSwitch 234 GB/s, one NIC of 23 GB/s: NCCL's
+    // ring crosses the NIC every step, busbw = the NIC's bandwidth.
+    let mut t = topo(2, 22.0, 23.0);
+    for n in &mut t.nodes {
+        n.nvlink_gbps = Some(234.0);
+        n.gpus = 8;
+    }
+    let m = RingModel::new(t.clone());
+    let nodes: Vec<usize> = (0..16).map(|i| i / 8).collect();
+    let r = even(&nodes, 8e9);
+    let ag = m.time_ms(CollectiveKind::AllGather, &r);
+    assert!(close(ag, 15.0 * (0.020 + 0.5e9 / 23e9 * 1e3)), "{ag}");
+    let bus = busbw(CollectiveKind::AllGather, 16, 8e9, ag);
+    assert!((bus - 23.0).abs() < 0.1, "{bus}");
+    // The hierarchical schedule only when asked, and then faster here.
+    t.algo = CommAlgo::Hierarchical;
+    let hier = RingModel::new(t.clone()).time_ms(CollectiveKind::AllGather, &r);
+    assert!(hier < 0.7 * ag, "hier {hier} ring {ag}");
+    // Four NICs per node: a ring with 8 GPUs per node reaches all four.
+    t.algo = CommAlgo::Auto;
+    for n in &mut t.nodes {
+        n.nics = 4;
+    }
+    let four = RingModel::new(t.clone()).time_ms(CollectiveKind::AllGather, &r);
+    let bus4 = busbw(CollectiveKind::AllGather, 16, 8e9, four);
+    assert!((bus4 - 92.0).abs() < 0.5, "{bus4}");
+    // One GPU per node reaches one NIC.
+    let one = even(&[0, 1], 8e9);
+    let t1 = RingModel::new(t).time_ms(CollectiveKind::AllGather, &one);
+    assert!((busbw(CollectiveKind::AllGather, 2, 8e9, t1) - 23.0).abs() < 0.1);
+}
+
+#[test]
+fn bridged_pairs_pace_larger_rings_at_pcie() {
+    let mut t = topo(1, 20.0, 10.0);
+    t.nodes[0].nvlink_gbps = Some(45.0);
+    t.nodes[0].bridged = true;
+    t.nodes[0].gpus = 4;
+    let m = RingModel::new(t);
+    let ag = CollectiveKind::AllGather;
+    let two = m.time_ms(ag, &even(&[0, 0], 1e9));
+    assert!((busbw(ag, 2, 1e9, two) - 45.0).abs() < 0.1, "{two}");
+    let four = m.time_ms(ag, &even(&[0, 0, 0, 0], 1e9));
+    assert!((busbw(ag, 4, 1e9, four) - 20.0).abs() < 0.1, "{four}");
+    // Loads: the NVLink hops on NVLink ports, the crossing ones on PCIe.
+    let loads = m.loads(ag, &even(&[0, 0, 0, 0], 1e9));
+    assert!(loads.iter().any(|(l, _)| l.kind == LinkKind::Nvlink));
+    assert!(loads.iter().any(|(l, _)| l.kind == LinkKind::Pcie));
+    assert!(loads.iter().all(|&(_, b)| b <= four * (1.0 + 1e-12)));
+}
+
+#[test]
+fn reduce_scatter_costs_as_all_gather() {
+    let m = RingModel::new(topo(2, 50.0, 10.0));
+    let r = even(&[0, 0, 1, 1, 1], 3e9);
+    assert_eq!(
+        m.time_ms(CollectiveKind::AllGather, &r),
+        m.time_ms(CollectiveKind::ReduceScatter, &r)
+    );
+}
+
+#[test]
+fn all_reduce_ring_and_tree() {
+    // 4 ranks, 1 GB buffer, 10 GB/s, 5 µs: 2 x 3 x (5 µs + 250 MB / 10 GB/s).
+    let m = RingModel::new(topo(1, 10.0, 1.0));
+    let r: Vec<_> = even(&[0, 0, 0, 0], 4e9);
+    let t = m.time_ms(CollectiveKind::AllReduce, &r);
+    assert!(close(t, 2.0 * 3.0 * (0.005 + 25.0)), "{t}");
+    assert_eq!(CollectiveKind::AllReduce.buffer_bytes(&r), 1e9);
+    assert_eq!(CollectiveKind::AllGather.buffer_bytes(&r), 4e9);
+    for k in CollectiveKind::ALL {
+        assert_eq!(CollectiveKind::parse(k.name()), Some(k));
+    }
+    // 64 nodes of one GPU: tree for a small bucket (latency), ring for
+    // a large buffer (bandwidth), as NCCL's tuner picks.
+    let m = RingModel::new(topo(64, 20.0, 12.0));
+    let nodes: Vec<usize> = (0..64).collect();
+    let small: Vec<_> = even(&nodes, 64.0 * 1e6);
+    let large: Vec<_> = even(&nodes, 64.0 * 4e9);
+    let ar = CollectiveKind::AllReduce;
+    assert!(m.tree_time_ms(&small) < m.ring_time_ms(ar, &small));
+    assert!(close(m.time_ms(ar, &small), m.tree_time_ms(&small)));
+    assert!(m.tree_time_ms(&large) > m.ring_time_ms(ar, &large));
+    assert!(close(m.time_ms(ar, &large), m.ring_time_ms(ar, &large)));
+    // Ring only when asked.
+    let mut t = topo(64, 20.0, 12.0);
+    t.algo = CommAlgo::Ring;
+    assert!(close(
+        RingModel::new(t).time_ms(ar, &small),
+        m.ring_time_ms(ar, &small)
+    ));
+}
+
+#[test]
+fn loads_follow_the_ring() {
+    // 2 nodes x 2 GPUs on PCIe, one NIC each.
+    let m = RingModel::new(topo(2, 10.0, 5.0));
+    let r = even(&[0, 0, 1, 1], 4e9);
+    let t = m.time_ms(CollectiveKind::AllGather, &r);
+    let loads = m.loads(CollectiveKind::AllGather, &r);
+    // Every hop carries 3 pieces of 1 GB: the NIC hops at 5 GB/s are
+    // the bottleneck, busy 600 ms of t.
+    let nic: Vec<_> = loads
+        .iter()
+        .filter(|(l, _)| l.kind == LinkKind::Nic)
+        .collect();
+    assert_eq!(nic.len(), 4, "{loads:?}");
+    for (_, b) in nic {
+        assert!(close(*b, 600.0), "{b}");
+    }
+    assert!(t >= 600.0);
+    assert!(loads.iter().all(|&(_, b)| b > 0.0 && b <= t));
+}
+
+#[test]
+fn validate_names_the_field() {
+    let mut t = topo(2, 10.0, 10.0);
+    t.nodes[1].pcie_gbps = -1.0;
+    let e = t.validate("cluster.toml").unwrap_err().to_string();
+    assert!(e.contains("nodes[1].pcie_gbps"), "{e}");
+    let t = topo(2, 10.0, 10.0);
+    let bad = [CollectiveRank {
+        node: 5,
+        local: 0,
+        piece_bytes: 1.0,
+    }];
+    assert!(t.validate_ranks("x", &bad).is_err());
+    // Out-of-range nodes never panic.
+    let m = RingModel::new(t);
+    let r = [bad[0], even(&[0], 1.0)[0]];
+    assert!(m.time_ms(CollectiveKind::AllGather, &r).is_finite());
+}
+
+fn point(group_size: usize, total_bytes: f64, time_ms: f64) -> MeasuredPoint {
+    MeasuredPoint {
+        kind: CollectiveKind::AllGather,
+        group_size,
+        nodes: None,
+        total_bytes,
+        time_ms,
+        rescalable: false,
+    }
+}
+
+#[test]
+fn measured_table_interpolates_and_falls_back() {
+    let fallback = RingModel::new(topo(1, 10.0, 10.0));
+    // Noise: smaller time for bigger buffer gets lifted to 11.
+    let pts = [point(4, 1e6, 1.0), point(4, 1e8, 11.0), point(4, 2e8, 9.0)];
+    let t = MeasuredTable::new("t.json", fallback.clone(), &pts).unwrap();
+    let ag = CollectiveKind::AllGather;
+    let (v, s) = t.time_with_source(ag, &even(&[0, 0, 0, 0], 1e6));
+    assert_eq!((v, s), (1.0, CommSource::Measured));
+    let (v, _) = t.time_with_source(ag, &even(&[0, 0, 0, 0], 50.5e6));
+    assert!(close(v, 6.0), "{v}");
+    let (v, _) = t.time_with_source(ag, &even(&[0, 0, 0, 0], 1.5e8));
+    assert!(close(v, 11.0), "{v}");
+    // Beyond the table: anchored analytic, continuous and growing.
+    let (v, s) = t.time_with_source(ag, &even(&[0, 0, 0, 0], 4e8));
+    assert_eq!(s, CommSource::Extrapolated);
+    assert!(v > 11.0);
+    // Unmeasured group size (not rescalable) or kind: analytic.
+    let r3 = even(&[0, 0, 0], 1e8);
+    assert_eq!(
+        t.time_with_source(ag, &r3),
+        (fallback.time_ms(ag, &r3), CommSource::Analytic)
+    );
+    let r4 = even(&[0, 0, 0, 0], 1e8);
+    assert_eq!(
+        t.time_with_source(CollectiveKind::ReduceScatter, &r4).1,
+        CommSource::Analytic
+    );
+    assert!(t.describe().contains("3 points"));
+    // Measured loads scale with the measured time, never above it.
+    let (v, _) = t.time_with_source(ag, &r4);
+    assert!(t.loads(ag, &r4).iter().all(|&(_, b)| b <= v));
+    let bad = [MeasuredPoint {
+        time_ms: f64::NAN,
+        ..pts[0]
+    }];
+    assert!(MeasuredTable::new("t.json", fallback, &bad).is_err());
+}
+
+#[test]
+fn rescalable_curves_keep_bus_bandwidth() {
+    let fallback = RingModel::new(topo(1, 10.0, 10.0));
+    let mut pts = [point(8, 1e8, 10.0), point(8, 1e9, 100.0)];
+    for p in &mut pts {
+        p.rescalable = true;
+        p.nodes = Some(1);
+    }
+    let t = MeasuredTable::new("nccl.log", fallback, &pts).unwrap();
+    let ag = CollectiveKind::AllGather;
+    let (v, s) = t.time_with_source(ag, &even(&[0, 0, 0, 0], 1e9));
+    assert_eq!(s, CommSource::Rescaled);
+    // busbw(8 ranks) = 1 GB / 100 ms x 7/8; same busbw on 4 ranks.
+    assert!(close(busbw(ag, 4, 1e9, v), busbw(ag, 8, 1e9, 100.0)), "{v}");
+    // A group on two nodes does not use a one-node curve.
+    let (_, s) = t.time_with_source(ag, &even(&[0, 0, 1, 1], 1e9));
+    assert_eq!(s, CommSource::Analytic);
+}
+
+fn arb_ranks() -> impl Strategy<Value = (usize, Vec<CollectiveRank>)> {
+    (1usize..5).prop_flat_map(|nodes| {
+        let rank = (0..nodes, 0usize..16, 0.0f64..1e9).prop_map(|(node, local, piece_bytes)| {
+            CollectiveRank {
+                node,
+                local,
+                piece_bytes,
+            }
+        });
+        (Just(nodes), prop::collection::vec(rank, 1..12))
+    })
+}
+
+fn arb_node() -> impl Strategy<Value = NodeLinks> {
+    (
+        (
+            1.0f64..60.0,
+            prop::option::of(20.0f64..300.0),
+            any::<bool>(),
+        ),
+        (0.0f64..20.0, 0.0f64..20.0, 0.0f64..100.0),
+        (1usize..9, 0.5f64..50.0),
+    )
+        .prop_map(
+            |((pcie, nvlink, bridged), (nvl, pcl, netl), (nics, nic))| NodeLinks {
+                nvlink_gbps: nvlink,
+                bridged,
+                pcie_gbps: pcie,
+                nvlink_latency_us: nvl,
+                pcie_latency_us: pcl,
+                gpus: 16,
+                nics,
+                nic_gbps: nic,
+                net_latency_us: netl,
+            },
+        )
+}
+
+fn arb_topo(nodes: usize) -> impl Strategy<Value = CommTopology> {
+    (
+        prop::collection::vec(arb_node(), nodes),
+        prop::sample::select(vec![
+            CommAlgo::Auto,
+            CommAlgo::Ring,
+            CommAlgo::Tree,
+            CommAlgo::Hierarchical,
+        ]),
+    )
+        .prop_map(|(nodes, algo)| CommTopology { nodes, algo })
+}
+
+fn arb_case() -> impl Strategy<Value = (CommTopology, Vec<CollectiveRank>)> {
+    arb_ranks().prop_flat_map(|(nodes, ranks)| (arb_topo(nodes), Just(ranks)))
+}
+
+fn kinds() -> impl Strategy<Value = CollectiveKind> {
+    prop::sample::select(CollectiveKind::ALL.to_vec())
+}
+
+proptest! {
+    #[test]
+    fn non_increasing_in_bandwidth((t, r) in arb_case(), kind in kinds(), node in 0usize..5, f in 1.0f64..4.0, which in 0usize..3) {
+        let base = RingModel::new(t.clone()).time_ms(kind, &r);
+        let mut faster = t;
+        let n = node % faster.nodes.len();
+        let x = &mut faster.nodes[n];
+        match which {
+            0 => x.pcie_gbps *= f,
+            1 => x.nvlink_gbps = x.nvlink_gbps.map(|b| b * f),
+            _ => x.nic_gbps *= f,
+        }
+        prop_assert!(RingModel::new(faster).time_ms(kind, &r) <= base * (1.0 + 1e-12));
+    }
+
+    #[test]
+    fn non_decreasing_in_bytes((t, r) in arb_case(), kind in kinds(), i in 0usize..12, extra in 0.0f64..1e9) {
+        let m = RingModel::new(t);
+        let base = m.time_ms(kind, &r);
+        let mut bigger = r.clone();
+        let i = i % bigger.len();
+        bigger[i].piece_bytes += extra;
+        prop_assert!(m.time_ms(kind, &bigger) >= base * (1.0 - 1e-12));
+    }
+
+    #[test]
+    fn loads_never_exceed_the_collective((t, r) in arb_case(), kind in kinds()) {
+        let m = RingModel::new(t);
+        let time = m.time_ms(kind, &r);
+        for (_, b) in m.loads(kind, &r) {
+            prop_assert!(b >= 0.0 && b <= time * (1.0 + 1e-12));
+        }
+    }
+
+    #[test]
+    fn even_pieces_closed_form(n in arb_node(), p in 1usize..16, total in 0.0f64..1e10) {
+        let mut n = n;
+        n.nvlink_gbps = None;
+        let m = RingModel::new(CommTopology { nodes: vec![n], algo: CommAlgo::Auto });
+        let r = even(&vec![0; p], total);
+        let pf = p as f64;
+        let expect = if p < 2 {
+            0.0
+        } else {
+            (pf - 1.0) * n.pcie_latency_us * 1e-3
+                + (pf - 1.0) / pf * total / (n.pcie_gbps * 1e9) * 1e3
+        };
+        prop_assert!(close(m.time_ms(CollectiveKind::AllGather, &r), expect));
+    }
+}
