@@ -166,7 +166,8 @@ fn plan_out_records_the_strategy_and_simulate_reads_it_back() {
     let e = run(&clash);
     assert_eq!(e.code, 2, "{}", e.stderr);
     assert!(
-        e.stderr.contains("--sharding: field `sharding`: full disagrees with")
+        e.stderr
+            .contains("--sharding: field `sharding`: full disagrees with")
             && e.stderr.contains("hsdp-plan.json")
             && e.stderr.contains("hybrid"),
         "{}",
@@ -285,7 +286,10 @@ fn bad_strategy_input_exits_2_naming_the_flag() {
         &["--sharding", "hybrid", "--shard-group", "3"],
         &["--shard-group", "divides"],
     );
-    case(&["--shard-group", "2"], &["--shard-group", "hybrid sharding only"]);
+    case(
+        &["--shard-group", "2"],
+        &["--shard-group", "hybrid sharding only"],
+    );
     case(
         &["--checkpointing", "every:0"],
         &["--checkpointing", "K >= 1"],
