@@ -47,6 +47,7 @@ use sim::cost::{CostModel, CostOptions, Workload};
 use sim::iteration::SimOptions;
 use sim::plan::Plan;
 use sim::planner::{self, PlannerOptions, Problem, SimJudge};
+use sim::profile::ProfileSet;
 use sim::profile::Source;
 use sim::session::{self, PlanInput};
 use sim::simulate::simulate;
@@ -484,9 +485,32 @@ fn table(o: &ValidateOutput) -> String {
     s
 }
 
-/// Runs the command.
-pub fn run(args: Args) -> Result<ExitCode> {
-    // 1. Everything that can be checked without running anything.
+/// What `validate` checks before it runs anything (step 1).
+struct Setup {
+    /// The catalog model, with the parameter counts of what the trainer
+    /// builds.
+    spec: sim::model::ModelSpec,
+    seq_len: u32,
+    /// The trainer's shape of it.
+    cfg: exec::BlockConfig,
+    dtype: sim::dtype::Dtype,
+    /// Catalog name of the device.
+    gpu: String,
+    threads: Option<usize>,
+    settings: RunSettings,
+    planner: Option<Box<dyn sim::planner::Planner>>,
+    /// `ranks` GPUs of the device's type.
+    cluster: Cluster,
+    /// The plan the user gave (and its source), unless a planner plans it.
+    fixed: Option<(Plan, String)>,
+    /// The strategy the trainer runs.
+    strategy: sim::strategy::Strategy,
+    timeout: Duration,
+    notes: Vec<String>,
+}
+
+/// Step 1: every input that can be checked without running anything.
+fn setup(args: &Args) -> Result<Setup> {
     if let Some(p) = &args.save_profile {
         crate::out::check_writable(p, "the profile (--save-profile)")?;
     }
@@ -498,18 +522,21 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(s) => s,
         None => spec.seq_len,
     };
-    let (spec, mut notes) = sim_glue::model_for_trainer(&spec, seq_len);
+    let (spec, notes) = sim_glue::model_for_trainer(&spec, seq_len);
     let cfg = sim_glue::block_config(&spec, seq_len).map_err(exec_err)?;
     let dtype = profile::dtype(args.dtype.as_deref(), args.device)?;
     let gpu = profile::device_name(args.gpu.as_deref(), args.device)?;
-    if args.ranks == 0 {
-        return Err(UserError("--ranks: expected at least 1".into()).into());
-    }
-    if args.global_batch == 0 {
-        return Err(UserError("--global-batch: expected a global batch >= 1".into()).into());
-    }
-    if args.iterations == 0 {
-        return Err(UserError("--iterations: expected at least 1".into()).into());
+    for (bad, msg) in [
+        (args.ranks == 0, "--ranks: expected at least 1"),
+        (
+            args.global_batch == 0,
+            "--global-batch: expected a global batch >= 1",
+        ),
+        (args.iterations == 0, "--iterations: expected at least 1"),
+    ] {
+        if bad {
+            return Err(UserError(msg.into()).into());
+        }
     }
     let threads = match (args.threads, args.device) {
         (Some(0), _) => return Err(UserError("--threads: expected at least 1".into()).into()),
@@ -540,7 +567,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         gpus: cluster.gpus.iter().map(|g| g.spec.name.clone()).collect(),
     };
     let ctx = trainer_context(&cluster, dtype);
-    let fixed = user_plan(&args, &ctx, &planned_for)?;
+    let fixed = user_plan(args, &ctx, &planned_for)?;
     let strategy = match &fixed {
         Some((plan, _)) => plan.strategy,
         None => args.strategy.spec()?.resolve(&ctx)?,
@@ -556,102 +583,129 @@ pub fn run(args: Args) -> Result<ExitCode> {
         job.validate(Some(args.ranks), Some(args.global_batch as usize))
             .map_err(exec_err)?;
     }
-    let timeout = Duration::from_secs(args.timeout_s.max(1));
-
-    // 2. The profile.
-    let mut bg_profile = None;
-    let (profiles, profile_source) = match &args.profile {
-        Some(path) => (load::load_profiles(path)?, path.display().to_string()),
-        None => {
-            let max_m = match &fixed {
-                Some((p, _)) => p.gpus.iter().map(|g| g.microbatch_size).max().unwrap_or(1),
-                None => args.global_batch.min(8),
-            };
-            let mut splits = profile::default_splits(args.ranks);
-            if let Some((p, _)) = &fixed {
-                let fr = p.state_fractions();
-                if !splits.contains(&fr) && args.ranks >= 2 {
-                    splits.insert(0, fr);
-                }
-            }
-            let cfg_elems = sim_glue::trainer_unit_params(&cfg)
-                .into_iter()
-                .map(|p| p as usize)
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            let req = profile::Request {
-                model: spec.clone(),
-                seq_len,
-                dtype,
-                device: args.device,
-                gpu: gpu.clone(),
-                batch_sizes: (1..=max_m).collect(),
-                ranks: args.ranks,
-                collective_elems: cfg_elems,
-                splits,
-                threads,
-                warmup: args.profile_warmup,
-                repetitions: args.profile_repetitions.max(1),
-                timeout,
-                flush_bytes: profile::flush_bytes(args.device),
-            };
-            eprintln!(
-                "validate: profiling {} on {} (micro-batch sizes 1..={max_m}{})",
-                spec.name,
-                gpu,
-                if args.ranks >= 2 {
-                    format!(", collectives over {} ranks", args.ranks)
-                } else {
-                    String::new()
-                }
-            );
-            let probe = profile::LoadProbe::start();
-            let native = profile::measure(&req)?;
-            bg_profile = probe.and_then(|p| p.others_pct());
-            let text = sim::profile::native::to_json(&native);
-            if let Some(path) = &args.save_profile {
-                crate::out::write_text(path, &text, "the profile (--save-profile)")?;
-            }
-            let set = sim::profile::native::import(
-                &text,
-                "measured now",
-                crate::load::gpus(),
-                crate::load::models(),
-            )?;
-            (set, "measured now (cephalo profile)".to_string())
-        }
-    };
-
-    // 3. Cost model, plan, prediction.
-    let workload = Workload {
-        cluster,
-        model: spec.clone(),
-        seq_len: spec.tokens_per_sample(seq_len),
+    Ok(Setup {
+        spec,
+        seq_len,
+        cfg,
         dtype,
+        gpu,
+        threads,
+        settings,
+        planner,
+        cluster,
+        fixed,
+        strategy,
+        timeout: Duration::from_secs(args.timeout_s.max(1)),
+        notes,
+    })
+}
+
+/// Step 2: the profile, read from `--profile` or measured now; its source,
+/// and other processes' CPU use while measuring.
+fn obtain_profile(args: &Args, s: &Setup) -> Result<(ProfileSet, String, Option<f64>)> {
+    if let Some(path) = &args.profile {
+        return Ok((load::load_profiles(path)?, path.display().to_string(), None));
+    }
+    let max_m = match &s.fixed {
+        Some((p, _)) => p.gpus.iter().map(|g| g.microbatch_size).max().unwrap_or(1),
+        None => args.global_batch.min(8),
+    };
+    let mut splits = profile::default_splits(args.ranks);
+    if let Some((p, _)) = &s.fixed {
+        let fr = p.state_fractions();
+        if !splits.contains(&fr) && args.ranks >= 2 {
+            splits.insert(0, fr);
+        }
+    }
+    let cfg_elems = sim_glue::trainer_unit_params(&s.cfg)
+        .into_iter()
+        .map(|p| p as usize)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let req = profile::Request {
+        model: s.spec.clone(),
+        seq_len: s.seq_len,
+        dtype: s.dtype,
+        device: args.device,
+        gpu: s.gpu.clone(),
+        batch_sizes: (1..=max_m).collect(),
+        ranks: args.ranks,
+        collective_elems: cfg_elems,
+        splits,
+        threads: s.threads,
+        warmup: args.profile_warmup,
+        repetitions: args.profile_repetitions.max(1),
+        timeout: s.timeout,
+        flush_bytes: profile::flush_bytes(args.device),
+    };
+    eprintln!(
+        "validate: profiling {} on {} (micro-batch sizes 1..={max_m}{})",
+        s.spec.name,
+        s.gpu,
+        if args.ranks >= 2 {
+            format!(", collectives over {} ranks", args.ranks)
+        } else {
+            String::new()
+        }
+    );
+    let probe = profile::LoadProbe::start();
+    let native = profile::measure(&req)?;
+    let busy = probe.and_then(|p| p.others_pct());
+    let text = sim::profile::native::to_json(&native);
+    if let Some(path) = &args.save_profile {
+        crate::out::write_text(path, &text, "the profile (--save-profile)")?;
+    }
+    let set = sim::profile::native::import(
+        &text,
+        "measured now",
+        crate::load::gpus(),
+        crate::load::models(),
+    )?;
+    Ok((set, "measured now (cephalo profile)".to_string(), busy))
+}
+
+/// The plan that runs, its source, and its prediction (step 3).
+struct Prediction {
+    costs: CostModel,
+    plan: Plan,
+    plan_source: String,
+    report: sim::report::Report,
+}
+
+/// Step 3: the cost model on the profile, the plan (given, or planned for
+/// the strategy the trainer runs) and its prediction with collectives
+/// issued synchronously, as the trainer issues them.
+fn predict(args: &Args, s: &mut Setup, profiles: &ProfileSet) -> Result<Prediction> {
+    let workload = Workload {
+        cluster: s.cluster.clone(),
+        model: s.spec.clone(),
+        seq_len: s.spec.tokens_per_sample(s.seq_len),
+        dtype: s.dtype,
         global_batch: args.global_batch,
     };
     let predictor = sim::perfmodel::builtin();
     let costs = CostModel::build(
         workload,
-        &profiles,
+        profiles,
         predictor.as_ref(),
         CostOptions::default(),
     )?;
-    let compute_source = costs.gpu_type(0).block.source.clone();
+    let compute_source = &costs.gpu_type(0).block.source;
     if !matches!(
         compute_source,
         Source::Measured { .. } | Source::Imported { .. }
     ) {
-        notes.push(format!(
-            "no profile of {} / {} / seq {seq_len} / {dtype} was found: block times are analytic",
-            gpu, spec.name
+        s.notes.push(format!(
+            "no profile of {} / {} / seq {} / {} was found: block times are analytic",
+            s.gpu, s.spec.name, s.seq_len, s.dtype
         ));
     }
     if costs.gpu_type(0).units.is_none() {
-        notes.push("no measured embedding / head / optimizer times: they are estimated".into());
+        s.notes
+            .push("no measured embedding / head / optimizer times: they are estimated".into());
     }
-    notes.extend(costs.warnings.iter().cloned());
+    s.notes.extend(costs.warnings.iter().cloned());
     // The trainer issues every collective synchronously.
     let sim_opts = SimOptions {
         trace: false,
@@ -659,35 +713,50 @@ pub fn run(args: Args) -> Result<ExitCode> {
         blocking_collectives: true,
         ..SimOptions::default()
     };
-    let (plan, plan_source, judged) = match (fixed, planner) {
+    let (plan, plan_source, judged) = match (s.fixed.take(), &s.planner) {
         (Some((p, source)), _) => (p, source, None),
         (None, Some(pl)) => {
             let judge = SimJudge::with_options(&costs, sim_opts);
             let popts = PlannerOptions::default();
             // The planner plans for the strategy the trainer runs.
-            let pins = sim::strategy::StrategySpec::pinned(&strategy);
+            let pins = sim::strategy::StrategySpec::pinned(&s.strategy);
             let problem = Problem {
                 costs: &costs,
-                profiles: &profiles,
+                profiles,
                 options: &popts,
                 strategy: &pins,
                 judge: Some(&judge),
             };
             let planned = pl.plan(&problem)?;
-            notes.extend(planned.notes.iter().cloned());
+            s.notes.extend(planned.notes.iter().cloned());
             // The judge simulated the winner already when it confirmed it.
             let judged = judge.take_report(&planned.plan, &sim_opts);
             (planned.plan, format!("planner {}", pl.name()), judged)
         }
         (None, None) => unreachable!("user_plan returns a plan unless --planner is given"),
     };
-    let predicted = match judged {
+    let report = match judged {
         Some(r) => r,
         None => simulate(&costs, &plan, &sim_opts)?,
     };
+    Ok(Prediction {
+        costs,
+        plan,
+        plan_source,
+        report,
+    })
+}
 
-    // 4. The real run.
-    let job = sim_glue::job_from_plan(&plan, &cfg, &settings).map_err(exec_err)?;
+/// Step 4: trains the plan for real; the report, other processes' CPU use
+/// while it trained, and whether they (or those while profiling, `busy`)
+/// disturbed the measurement (each case warned about and noted).
+fn train(
+    args: &Args,
+    s: &mut Setup,
+    p: &Prediction,
+    bg_profile: Option<f64>,
+) -> Result<(exec::TrainReport, Option<f64>, bool)> {
+    let job = sim_glue::job_from_plan(&p.plan, &s.cfg, &s.settings).map_err(exec_err)?;
     job.validate(Some(args.ranks), Some(args.global_batch as usize))
         .map_err(exec_err)?;
     eprintln!(
@@ -695,7 +764,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         args.warmup, args.iterations, args.ranks
     );
     let probe = profile::LoadProbe::start();
-    let report = exec::launch(&job, &profile::launch_options(args.ranks, timeout)?)
+    let report = exec::launch(&job, &profile::launch_options(args.ranks, s.timeout)?)
         .map_err(exec_err)
         .context("training the plan")?;
     let bg_run = probe.and_then(|p| p.others_pct());
@@ -706,54 +775,68 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 "other processes used {p:.0}% of the host's CPU time while {what}: the measurement was disturbed"
             );
             eprintln!("WARNING: {msg}");
-            notes.push(msg);
+            s.notes.push(msg);
             disturbed = true;
         }
     }
     let built: Vec<u64> = report.unit_params.iter().map(|&p| p as u64).collect();
-    if built != costs.unit_params() {
-        notes.push(format!(
+    if built != p.costs.unit_params() {
+        s.notes.push(format!(
             "the trainer's unit sizes {:?} differ from the simulated {:?}",
             built,
-            costs.unit_params()
+            p.costs.unit_params()
         ));
     }
+    Ok((report, bg_run, disturbed))
+}
 
-    // 5. Comparison.
-    let measured = sim_glue::measured_report(&report);
-    // Load the probe cannot see (other tenants of a shared host, clock
-    // changes) shows as iterations of one plan taking different times.
-    let spread = iteration_spread(&measured.iteration_ms_each);
-    if measured.iteration_ms_each.len() >= 3 && spread > SPREAD_LIMIT {
-        let msg = format!(
-            "the measured iterations differ by {:.0}% of their median (more than {:.0}%): the machine's speed changed while it measured",
-            spread * 100.0,
-            SPREAD_LIMIT * 100.0
-        );
-        eprintln!("WARNING: {msg}");
-        notes.push(msg);
-        disturbed = true;
+/// Whether iterations of one plan took different times (load the probe
+/// cannot see: other tenants of a shared host, clock changes); warned about
+/// and noted.
+fn uneven(spread: f64, runs: usize, notes: &mut Vec<String>) -> bool {
+    if runs < 3 || spread <= SPREAD_LIMIT {
+        return false;
     }
-    let comparison = sim_glue::compare(&predicted, &measured);
+    let msg = format!(
+        "the measured iterations differ by {:.0}% of their median (more than {:.0}%): the machine's speed changed while it measured",
+        spread * 100.0,
+        SPREAD_LIMIT * 100.0
+    );
+    eprintln!("WARNING: {msg}");
+    notes.push(msg);
+    true
+}
+
+/// Runs the command: checks, profile, prediction, the real run, and the
+/// comparison of the two.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let mut s = setup(&args)?;
+    let (profiles, profile_source, bg_profile) = obtain_profile(&args, &s)?;
+    let p = predict(&args, &mut s, &profiles)?;
+    let (report, bg_run, busy) = train(&args, &mut s, &p, bg_profile)?;
+    let measured = sim_glue::measured_report(&report);
+    let spread = iteration_spread(&measured.iteration_ms_each);
+    let disturbed = uneven(spread, measured.iteration_ms_each.len(), &mut s.notes) || busy;
+    let comparison = sim_glue::compare(&p.report, &measured);
     let out = ValidateOutput {
         format: "cephalo-validate/1",
-        model: spec.name.clone(),
+        model: s.spec.name.clone(),
         device: match args.device {
             Device::Cpu => "cpu".into(),
             Device::Cuda => "cuda".into(),
         },
-        gpu,
-        dtype: dtype.to_string(),
-        seq_len,
+        gpu: s.gpu,
+        dtype: s.dtype.to_string(),
+        seq_len: s.seq_len,
         global_batch: args.global_batch,
         iterations: args.iterations,
         warmup_iterations: args.warmup,
-        threads,
-        plan_source,
-        plan,
+        threads: s.threads,
+        plan_source: p.plan_source,
+        plan: p.plan,
         profile_source,
-        compute_source: compute_source.to_string(),
-        comm_model: predicted.comm_model.clone(),
+        compute_source: p.costs.gpu_type(0).block.source.to_string(),
+        comm_model: p.report.comm_model.clone(),
         measured_iteration_ms_each: measured.iteration_ms_each.clone(),
         measured,
         comparison,
@@ -763,18 +846,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
         },
         measurement_disturbed: disturbed,
         iteration_spread: spread,
-        notes,
+        notes: s.notes,
     };
-    match args.format {
+    print(&out, args.format)
+}
+
+/// Prints the output in `format`, then the notes that were not warned
+/// about as they arose.
+fn print(out: &ValidateOutput, format: Format) -> Result<ExitCode> {
+    match format {
         Format::Json => {
-            let mut s = serde_json::to_string_pretty(&out).context("serialising the output")?;
+            let mut s = serde_json::to_string_pretty(out).context("serialising the output")?;
             s.push('\n');
             out!("{s}");
         }
-        Format::Table => out!("{}", table(&out)),
-        Format::Csv => out!("{}", crate::cli::format::csv_of(&csv_rows(&out))?),
+        Format::Table => out!("{}", table(out)),
+        Format::Csv => out!("{}", crate::cli::format::csv_of(&csv_rows(out))?),
     }
-    // The warnings went to stderr as they arose; the other notes follow.
     let rest: Vec<String> = out
         .notes
         .iter()

@@ -497,45 +497,214 @@ pub fn lower(d: &Description<'_>, how: &Lowering<'_>) -> Lowered {
     }
 }
 
+impl Labels {
+    /// The labels of the ops, interned in `g` once.
+    fn new<S: Sink>(g: &mut S) -> Labels {
+        Labels {
+            fwd: g.label(Category::Forward, "fwd"),
+            embed_fwd: g.label(Category::Forward, "embed_fwd"),
+            head_fwd: g.label(Category::Forward, "head_fwd"),
+            bwd: g.label(Category::Backward, "bwd"),
+            embed_bwd: g.label(Category::Backward, "embed_bwd"),
+            head_bwd: g.label(Category::Backward, "head_bwd"),
+            recompute: g.label(Category::Recompute, "recompute"),
+            optimizer: g.label(Category::Optimizer, "optimizer"),
+            host_optimizer: g.label(Category::Optimizer, "host_optimizer"),
+            ag: g.label(Category::AllGather, "all_gather"),
+            rs: g.label(Category::ReduceScatter, "reduce_scatter"),
+            ar_replicas: g.label(Category::AllReduce, "all_reduce_replicas"),
+            ar_buckets: g.label(Category::AllReduce, "all_reduce_buckets"),
+            d2h: g.label(Category::CopyD2H, "d2h"),
+            h2d: g.label(Category::CopyH2D, "h2d"),
+            d2h_grads: g.label(Category::CopyD2H, "d2h_grads"),
+            h2d_params: g.label(Category::CopyH2D, "h2d_params"),
+        }
+    }
+
+    /// The label of a compute op of kind `kind`.
+    fn of(&self, kind: OpKind) -> OpLabel {
+        match kind {
+            OpKind::EmbedFwd => self.embed_fwd,
+            OpKind::Fwd => self.fwd,
+            OpKind::HeadFwd => self.head_fwd,
+            OpKind::HeadBwd => self.head_bwd,
+            OpKind::Recompute => self.recompute,
+            OpKind::Bwd => self.bwd,
+            OpKind::EmbedBwd => self.embed_bwd,
+        }
+    }
+}
+
+impl<'d, 'a, 's, S: Sink> Builder<'d, 'a, 's, S> {
+    /// A builder emitting `d` into `g` as `how` says.
+    fn new(d: &'d Description<'a>, how: &Lowering<'d>, g: &'s mut S) -> Builder<'d, 'a, 's, S> {
+        let lb = Labels::new(g);
+        Builder {
+            d,
+            g,
+            lb,
+            collectives: Vec::new(),
+            mems: Vec::with_capacity(16),
+            durs: HashMap::new(),
+            contention: how.contention,
+            pending: Vec::new(),
+            simulated: how.classes.map(|c| &c.simulated[..]),
+            blocking: how.blocking_collectives || !d.costs.comm_overlaps_compute(),
+            blocked_by: vec![None; d.ranks()],
+        }
+    }
+
+    /// Step `j` of rank `r` in phase `p` (`ag`: the phase's all-gather per
+    /// shard group, if it gathers): its unit buffers, its copy in
+    /// (prefetched or now), the next step's prefetched copy (backward
+    /// phases), its compute and its copy out. Returns its last compute op.
+    fn step(
+        &mut self,
+        p: usize,
+        r: usize,
+        j: usize,
+        ag: &Option<Vec<Option<OpId>>>,
+        sr: &mut RankState,
+    ) -> Option<OpId> {
+        let d = self.d;
+        let ph = d.phases[p];
+        let (u, ui) = (ph.unit, ph.unit as usize);
+        let backward_kind = matches!(ph.kind, PhaseKind::Head | PhaseKind::Backward);
+        let n = d.step_count(r, p);
+        let mut step: Step = sr.next_step.take().unwrap_or_else(|| d.step(r, p, j));
+        if j == 0 && ph.grad_alloc && d.strategy.sharding.shards_params() && !sr.grad_live[ui] {
+            if let Some(w) = step.backward_work_mut() {
+                w.mem
+                    .push(Mem::dev(MemAt::Start, d.units[ui].grad_bytes).of(MemKind::Grads));
+                sr.grad_live[ui] = true;
+            }
+        }
+        if j + 1 == n && ph.reshard && d.units[ui].param_bytes != 0 {
+            step.last_work_mut()
+                .mem
+                .push(Mem::dev(MemAt::End, -d.units[ui].param_bytes).of(MemKind::Params));
+        }
+        let this_h2d = self.copy_in(r, u, &step, sr);
+        // Prefetch the next step's copy (backward steps only).
+        if backward_kind {
+            if let Some((nu, next)) = d.next_step(r, p, j) {
+                if let Some(c) = &next.h2d {
+                    let prev = sr.prev_step_end;
+                    let op = self.local(
+                        r,
+                        Stream::Copy,
+                        c.dur,
+                        prev.as_slice(),
+                        at(self.lb.h2d, nu, next.micro),
+                        c.mem.as_slice(),
+                    );
+                    sr.pending_h2d = Some(op);
+                }
+                sr.next_step = Some(next);
+            }
+        }
+        let first_deps = if j == 0 {
+            ag.as_ref().and_then(|v| v[d.groups.group_of(r)])
+        } else {
+            None
+        };
+        let last = self.compute(r, u, &step, first_deps, this_h2d);
+        if let Some(c) = &step.d2h {
+            let label = at(self.lb.d2h, u, step.micro);
+            self.local(
+                r,
+                Stream::Copy,
+                c.dur,
+                last.as_slice(),
+                label,
+                c.mem.as_slice(),
+            );
+        }
+        sr.prev_step_end = last;
+        if backward_kind {
+            sr.last_bwd[ui] = last;
+        }
+        last
+    }
+
+    /// The host-to-device copy `step` of rank `r` (unit `u`) needs:
+    /// prefetched earlier, or issued now.
+    fn copy_in(&mut self, r: usize, u: u32, step: &Step, sr: &mut RankState) -> Option<OpId> {
+        let c = step.h2d.as_ref()?;
+        if sr.pending_h2d.is_none() {
+            let label = at(self.lb.h2d, u, step.micro);
+            let op = self.local(r, Stream::Copy, c.dur, &[], label, c.mem.as_slice());
+            sr.pending_h2d = Some(op);
+        }
+        sr.pending_h2d.take()
+    }
+
+    /// The compute ops of `step` of rank `r` (unit `u`), in order; the
+    /// first waits for the phase's all-gather (`gathered`) and the copy
+    /// in. Returns the last.
+    fn compute(
+        &mut self,
+        r: usize,
+        u: u32,
+        step: &Step,
+        gathered: Option<OpId>,
+        copied: Option<OpId>,
+    ) -> Option<OpId> {
+        let mut last = None;
+        let mut deps: Vec<OpId> = Vec::with_capacity(3);
+        for (w_i, w) in step.works().enumerate() {
+            deps.clear();
+            if w_i == 0 {
+                deps.extend(gathered);
+                deps.extend(copied);
+            }
+            let label = at(self.lb.of(w.kind), u, step.micro);
+            last = Some(self.local(r, Stream::Compute, w.dur, &deps, label, w.mem.as_slice()));
+        }
+        last
+    }
+
+    /// Every emitted rank's optimizer step, after its last reductions: on
+    /// its GPU, or (offloaded) on the host after its last gradient copy,
+    /// followed by the copy of the updated parameters back.
+    fn optimizer_steps(&mut self, st: &[RankState]) {
+        let d = self.d;
+        for (r, sr) in st.iter().enumerate() {
+            if !self.on(r) {
+                continue;
+            }
+            let rc = &d.rank_costs[r];
+            let dur = rc.optimizer;
+            if d.strategy.offload == Offload::Optimizer {
+                let after: Vec<OpId> = sr
+                    .last_grad_copy
+                    .or(sr.last_replica)
+                    .or(sr.last_reduce)
+                    .into_iter()
+                    .collect();
+                let host = self.local(r, Stream::Host, dur, &after, self.lb.host_optimizer, &[]);
+                self.local(
+                    r,
+                    Stream::Copy,
+                    rc.params_up,
+                    &[host],
+                    self.lb.h2d_params,
+                    &[],
+                );
+            } else {
+                let after: Vec<OpId> = sr.last_reduce.into_iter().chain(sr.last_replica).collect();
+                self.local(r, Stream::Compute, dur, &after, self.lb.optimizer, &[]);
+            }
+        }
+    }
+}
+
 /// Emits the ops of `d`, lowered as `how` says, into `g`.
 pub fn lower_into<S: Sink>(d: &Description<'_>, how: &Lowering<'_>, g: &mut S) -> LoweredParts {
-    let (prefetch, contention) = (how.prefetch, how.contention);
     let ranks = d.ranks();
     let np = d.phases.len();
-    let s = d.strategy;
-    let lb = Labels {
-        fwd: g.label(Category::Forward, "fwd"),
-        embed_fwd: g.label(Category::Forward, "embed_fwd"),
-        head_fwd: g.label(Category::Forward, "head_fwd"),
-        bwd: g.label(Category::Backward, "bwd"),
-        embed_bwd: g.label(Category::Backward, "embed_bwd"),
-        head_bwd: g.label(Category::Backward, "head_bwd"),
-        recompute: g.label(Category::Recompute, "recompute"),
-        optimizer: g.label(Category::Optimizer, "optimizer"),
-        host_optimizer: g.label(Category::Optimizer, "host_optimizer"),
-        ag: g.label(Category::AllGather, "all_gather"),
-        rs: g.label(Category::ReduceScatter, "reduce_scatter"),
-        ar_replicas: g.label(Category::AllReduce, "all_reduce_replicas"),
-        ar_buckets: g.label(Category::AllReduce, "all_reduce_buckets"),
-        d2h: g.label(Category::CopyD2H, "d2h"),
-        h2d: g.label(Category::CopyH2D, "h2d"),
-        d2h_grads: g.label(Category::CopyD2H, "d2h_grads"),
-        h2d_params: g.label(Category::CopyH2D, "h2d_params"),
-    };
-    let mut b = Builder {
-        d,
-        g,
-        lb,
-        collectives: Vec::new(),
-        mems: Vec::with_capacity(16),
-        durs: HashMap::new(),
-        contention,
-        pending: Vec::new(),
-        simulated: how.classes.map(|c| &c.simulated[..]),
-        blocking: how.blocking_collectives || !d.costs.comm_overlaps_compute(),
-        blocked_by: vec![None; d.ranks()],
-    };
-    let ahead = usize::from(prefetch && d.costs.comm_overlaps_compute());
+    let mut b = Builder::new(d, how, g);
+    let ahead = usize::from(how.prefetch && d.costs.comm_overlaps_compute());
     let mut ag: Vec<Option<Vec<Option<OpId>>>> = vec![None; np];
     let none: Vec<Option<OpId>> = vec![None; ranks];
     for (p, slot) in ag.iter_mut().enumerate().take(ahead + 1) {
@@ -552,118 +721,17 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, how: &Lowering<'_>, g: &mut S) -
         ranks
     ];
     let mut phase_end: Vec<Option<OpId>> = vec![None; ranks];
-    let mut deps: Vec<OpId> = Vec::with_capacity(3);
     for p in 0..np {
-        let ph = d.phases[p];
-        let u = ph.unit;
-        let ui = u as usize;
-        let backward_kind = matches!(ph.kind, PhaseKind::Head | PhaseKind::Backward);
         phase_end.iter_mut().for_each(|x| *x = None);
         for r in 0..ranks {
             if !b.on(r) {
                 continue;
             }
-            let n = d.step_count(r, p);
-            for j in 0..n {
-                let mut step: Step = st[r].next_step.take().unwrap_or_else(|| d.step(r, p, j));
-                if j == 0 && ph.grad_alloc && s.sharding.shards_params() && !st[r].grad_live[ui] {
-                    if let Some(w) = step.backward_work_mut() {
-                        w.mem.push(
-                            Mem::dev(MemAt::Start, d.units[ui].grad_bytes).of(MemKind::Grads),
-                        );
-                        st[r].grad_live[ui] = true;
-                    }
-                }
-                if j + 1 == n && ph.reshard && d.units[ui].param_bytes != 0 {
-                    step.last_work_mut()
-                        .mem
-                        .push(Mem::dev(MemAt::End, -d.units[ui].param_bytes).of(MemKind::Params));
-                }
-                // This step's host-to-device copy: prefetched, or now.
-                if let Some(c) = &step.h2d {
-                    if st[r].pending_h2d.is_none() {
-                        let op = b.local(
-                            r,
-                            Stream::Copy,
-                            c.dur,
-                            &[],
-                            at(b.lb.h2d, u, step.micro),
-                            c.mem.as_slice(),
-                        );
-                        st[r].pending_h2d = Some(op);
-                    }
-                }
-                let this_h2d = if step.h2d.is_some() {
-                    st[r].pending_h2d.take()
-                } else {
-                    None
-                };
-                // Prefetch the next step's copy (backward steps only).
-                if backward_kind {
-                    if let Some((nu, next)) = d.next_step(r, p, j) {
-                        if let Some(c) = &next.h2d {
-                            let prev = st[r].prev_step_end;
-                            let op = b.local(
-                                r,
-                                Stream::Copy,
-                                c.dur,
-                                prev.as_slice(),
-                                at(b.lb.h2d, nu, next.micro),
-                                c.mem.as_slice(),
-                            );
-                            st[r].pending_h2d = Some(op);
-                        }
-                        st[r].next_step = Some(next);
-                    }
-                }
-                let mut last = None;
-                for (w_i, w) in step.works().enumerate() {
-                    deps.clear();
-                    if w_i == 0 {
-                        if j == 0 {
-                            if let Some(v) = &ag[p] {
-                                deps.extend(v[d.groups.group_of(r)]);
-                            }
-                        }
-                        deps.extend(this_h2d);
-                    }
-                    let label = match w.kind {
-                        OpKind::EmbedFwd => b.lb.embed_fwd,
-                        OpKind::Fwd => b.lb.fwd,
-                        OpKind::HeadFwd => b.lb.head_fwd,
-                        OpKind::HeadBwd => b.lb.head_bwd,
-                        OpKind::Recompute => b.lb.recompute,
-                        OpKind::Bwd => b.lb.bwd,
-                        OpKind::EmbedBwd => b.lb.embed_bwd,
-                    };
-                    last = Some(b.local(
-                        r,
-                        Stream::Compute,
-                        w.dur,
-                        &deps,
-                        at(label, u, step.micro),
-                        w.mem.as_slice(),
-                    ));
-                }
-                if let Some(c) = &step.d2h {
-                    let after = last.as_slice();
-                    b.local(
-                        r,
-                        Stream::Copy,
-                        c.dur,
-                        after,
-                        at(b.lb.d2h, u, step.micro),
-                        c.mem.as_slice(),
-                    );
-                }
-                st[r].prev_step_end = last;
-                phase_end[r] = last;
-                if backward_kind {
-                    st[r].last_bwd[ui] = last;
-                }
+            for j in 0..d.step_count(r, p) {
+                phase_end[r] = b.step(p, r, j, &ag[p], &mut st[r]);
             }
         }
-        if ph.reduce {
+        if d.phases[p].reduce {
             reduce(&mut b, p, &phase_end, &mut st);
         }
         let next = p + 1 + ahead;
@@ -671,27 +739,7 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, how: &Lowering<'_>, g: &mut S) -
             ag[next] = Some(b.gather(next, &phase_end));
         }
     }
-    // Optimizer steps.
-    for (r, sr) in st.iter().enumerate() {
-        if !b.on(r) {
-            continue;
-        }
-        let rc = &d.rank_costs[r];
-        let dur = rc.optimizer;
-        if s.offload == Offload::Optimizer {
-            let after: Vec<OpId> = sr
-                .last_grad_copy
-                .or(sr.last_replica)
-                .or(sr.last_reduce)
-                .into_iter()
-                .collect();
-            let host = b.local(r, Stream::Host, dur, &after, b.lb.host_optimizer, &[]);
-            b.local(r, Stream::Copy, rc.params_up, &[host], b.lb.h2d_params, &[]);
-        } else {
-            let after: Vec<OpId> = sr.last_reduce.into_iter().chain(sr.last_replica).collect();
-            b.local(r, Stream::Compute, dur, &after, b.lb.optimizer, &[]);
-        }
-    }
+    b.optimizer_steps(&st);
     let base_device_bytes = (0..ranks).map(|r| d.base_device_bytes(r)).collect();
     let base_host_bytes = (0..d.costs.workload.cluster.nodes.len())
         .map(|n| d.base_host_bytes(n))

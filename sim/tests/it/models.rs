@@ -1204,7 +1204,7 @@ fn sample<T: std::fmt::Debug>(
 /// family (sharding, accumulation, node count), with the same checks run
 /// on every case (long: run with `--ignored --nocapture`, `CASES=400`).
 #[test]
-#[ignore]
+#[ignore = "a measuring tool: CASES=400 SEED=7 ... --ignored --nocapture"]
 fn measure() {
     let mut failures = Vec::new();
     for (label, cases) in [
@@ -1381,7 +1381,7 @@ type PipeFamily<'a> = (&'a str, &'a dyn Fn(&PipeCase, &PipeOutcome) -> bool);
 /// The pipeline distributions the margins above were set from, with the
 /// same checks run on every case (long: `--ignored --nocapture`).
 #[test]
-#[ignore]
+#[ignore = "a measuring tool: CASES=400 SEED=7 ... --ignored --nocapture"]
 fn measure_pipeline() {
     let t0 = std::time::Instant::now();
     let out: Vec<(PipeCase, PipeOutcome)> = sample(arb_pipe(), 9, 600)
