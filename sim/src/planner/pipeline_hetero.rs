@@ -32,6 +32,7 @@ use super::pipeline::{pipeline_checkpointing, pipeline_shardings, pipeline_strat
 use super::{Planned, Planner, Problem, SearchStats};
 use crate::cost::CostModel;
 use crate::error::PlanError;
+use crate::pipeline::costs::Rows;
 use crate::pipeline::estimate::{estimate_ms, params, place, stage_ms, stage_peak_bytes, staged};
 use crate::pipeline::partition::min_max;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
@@ -202,6 +203,7 @@ impl Planner for HeteroPipeline {
                 }
             }
             stats.strategies += 1;
+            let mut rows = Rows::new(costs, strategy.attention);
             for g in &groups {
                 let p = g.len();
                 let dmax = g.iter().map(Vec::len).max().unwrap_or(1) as u32;
@@ -211,7 +213,7 @@ impl Planner for HeteroPipeline {
                         continue;
                     }
                     let largest = batch.div_ceil(m);
-                    let st = staged(costs, &strategy, g, largest)?;
+                    let st = staged(costs, &strategy, &mut rows, g, largest)?;
                     // Table of each stage's period by block count (None: does not fit).
                     let most = layers as usize - (p - 1);
                     let table: Vec<Vec<Option<f64>>> = (0..p)
@@ -388,6 +390,7 @@ impl HeteroPipeline {
         let (layers, batch) = (w.model.layers as usize, w.global_batch);
         let strategy = *strategy;
         let ck = strategy.checkpointing;
+        let mut rows = Rows::new(costs, strategy.attention);
         for g in groups {
             let p = g.len();
             let dmax = g.iter().map(Vec::len).max().unwrap_or(1) as u32;
@@ -395,7 +398,7 @@ impl HeteroPipeline {
                 continue;
             }
             let m = batch / dmax;
-            let Ok(st) = staged(costs, &strategy, g, dmax) else {
+            let Ok(st) = staged(costs, &strategy, &mut rows, g, dmax) else {
                 continue;
             };
             let over = |s: usize, k: usize| -> f64 {
