@@ -1,6 +1,7 @@
 //! The closed form of a pipeline iteration the planners search with
 //! (the simulator then confirms their best candidates). It reads the same
-//! per-block costs and activation sizes as the lowering ([`super::lower`]):
+//! cost-table rows ([`super::costs::Rows`]: per-block costs and activation
+//! sizes of a slice) as the lowering ([`super::lower`]):
 //!
 //! * **Stage time** per micro-batch `t_s`: its blocks' forward, recompute
 //!   and backward, plus the embedding (first) or head (last), on the GPU
@@ -21,19 +22,19 @@
 //!   pipeline paced by an early stage; both are the simulator's
 //!   `(m + p - 1) t` for identical stages and free communication.
 //! * **Peak memory** of a stage GPU: its constant memory
-//!   ([`state_bytes`]), `f` in-flight micro-batches (GPipe `m`, 1F1B
+//!   ([`super::state_bytes`]), `f` in-flight micro-batches (GPipe `m`, 1F1B
 //!   `min(p - s, m)`) times its blocks' held activations (input plus what
 //!   the policy keeps, and on the last stage the head's logits), one
 //!   transfer buffer, and the largest transient of one op (a backward's
 //!   working gradients and regenerated activations). Held against the
 //!   simulator's peak by the tests.
 
+use super::costs::Rows;
 use crate::comm::CollectiveKind;
 use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::plan::pipeline::{PipeSchedule, Pipeline};
 use crate::plan::Plan;
-use crate::schedule::micro_costs;
 use crate::strategy::{Checkpointing, Recompute, Sharding, Strategy};
 use crate::units::GIB;
 
@@ -70,13 +71,16 @@ pub struct GroupCost {
 
 /// The costs of a group of GPUs `ranks` each computing at most `n`
 /// samples of a micro-batch under `strategy` (uniform checkpointing:
-/// every block as block 1 of the policy; `every:K` averaged).
+/// every block as block 1 of the policy; `every:K` averaged), from the
+/// rows of `rows` (priced with the strategy's attention kernel).
 pub fn group_cost(
     costs: &CostModel,
     strategy: &Strategy,
+    rows: &mut Rows<'_>,
     ranks: &[usize],
     n: u32,
 ) -> Result<GroupCost, PlanError> {
+    debug_assert_eq!(rows.attention(), strategy.attention);
     let ck = strategy.checkpointing;
     // Fraction of blocks recomputed in full (every:K: 1/K), selective.
     let (full, selective) = match ck {
@@ -87,7 +91,7 @@ pub fn group_cost(
     };
     let mut out: Option<GroupCost> = None;
     for &r in ranks {
-        let mc = micro_costs(costs, r, n, strategy.attention)?;
+        let mc = rows.add(r, n)?;
         let a = mc.act;
         let ms = |t: crate::units::SimTime| t.as_ms();
         let re = if selective {
@@ -201,10 +205,13 @@ pub struct Staged {
 }
 
 /// The costs of every stage group of `groups` at the micro-batch of
-/// `largest` samples (each GPU its slice), and their transfer times.
+/// `largest` samples (each GPU its slice), and their transfer times;
+/// slices priced from `rows` (built under the strategy's attention, and
+/// shared across calls so each row is built once).
 pub fn staged(
     costs: &CostModel,
     strategy: &Strategy,
+    rows: &mut Rows<'_>,
     groups: &[Vec<usize>],
     largest: u32,
 ) -> Result<Staged, PlanError> {
@@ -214,6 +221,7 @@ pub fn staged(
         gc.push(group_cost(
             costs,
             strategy,
+            rows,
             g,
             largest.div_ceil(g.len() as u32),
         )?);
@@ -369,7 +377,8 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
         .first()
         .copied()
         .unwrap_or(1);
-    let st = staged(costs, &plan.strategy, &groups, largest)?;
+    let mut rows = Rows::new(costs, plan.strategy.attention);
+    let st = staged(costs, &plan.strategy, &mut rows, &groups, largest)?;
     let counts: Vec<u32> = pipe.stages.iter().map(|s| s.blocks).collect();
     let m = pipe.microbatches;
     let p = pipe.depth();

@@ -35,6 +35,7 @@
 //! allocate the receiver's. Constant memory: framework overhead, the
 //! fixed workspace, the stage's state (see [`base_device_bytes`]).
 
+use super::costs::PipeCosts;
 use super::schedule::{topological, Action};
 use crate::comm::CollectiveKind;
 use crate::cost::{collective_ranks, CostModel};
@@ -43,10 +44,10 @@ use crate::error::PlanError;
 use crate::plan::pipeline::Pipeline;
 use crate::plan::Plan;
 use crate::schedule::lower::{at, CollectiveRecord, Group, Lowered, LoweredParts, Sink};
-use crate::schedule::{dur, micro_costs, round, Micro};
+use crate::schedule::{dur, round, Micro};
 use crate::strategy::{Recompute, Sharding};
 use crate::symmetry::NodeClasses;
-use std::collections::HashMap;
+use crate::units::SimTime;
 
 /// Constant GPU memory of a GPU holding stage `s` of `pipe` under the
 /// plan's strategy, bytes: framework overhead and fixed workspace, then
@@ -94,6 +95,27 @@ struct Labels {
     all_gather: OpLabel,
 }
 
+impl Labels {
+    /// Interns every label in `g`.
+    fn intern<S: Sink>(g: &mut S) -> Labels {
+        Labels {
+            fwd: g.label(Category::Forward, "fwd"),
+            bwd: g.label(Category::Backward, "bwd"),
+            recompute: g.label(Category::Recompute, "recompute"),
+            embed_fwd: g.label(Category::Forward, "embed_fwd"),
+            embed_bwd: g.label(Category::Backward, "embed_bwd"),
+            head_fwd: g.label(Category::Forward, "head_fwd"),
+            head_bwd: g.label(Category::Backward, "head_bwd"),
+            send_act: g.label(Category::P2p, "send_activation"),
+            send_grad: g.label(Category::P2p, "send_gradient"),
+            optimizer: g.label(Category::Optimizer, "optimizer"),
+            all_reduce: g.label(Category::AllReduce, "stage_all_reduce"),
+            reduce_scatter: g.label(Category::ReduceScatter, "stage_reduce_scatter"),
+            all_gather: g.label(Category::AllGather, "stage_all_gather"),
+        }
+    }
+}
+
 /// Builds the engine graph of one iteration of a pipeline plan.
 pub fn lower(
     costs: &CostModel,
@@ -124,13 +146,7 @@ pub fn lower_into<S: Sink>(
     contention: bool,
     g: &mut S,
 ) -> Result<LoweredParts, PlanError> {
-    let w = &costs.workload;
-    let strategy = plan.strategy;
-    let attention = strategy.attention;
-    let ranks = costs.ranks();
-    let p = pipe.depth();
-    let m = pipe.microbatches;
-    let sizes = pipe.micro_sizes(w.global_batch);
+    let (p, m) = (pipe.depth(), pipe.microbatches);
     let order = topological(pipe.schedule, p, m).ok_or_else(|| {
         PlanError::invalid(
             "plan",
@@ -138,333 +154,410 @@ pub fn lower_into<S: Sink>(
             "internal: the stages' orders deadlock",
         )
     })?;
-    let lb = Labels {
-        fwd: g.label(Category::Forward, "fwd"),
-        bwd: g.label(Category::Backward, "bwd"),
-        recompute: g.label(Category::Recompute, "recompute"),
-        embed_fwd: g.label(Category::Forward, "embed_fwd"),
-        embed_bwd: g.label(Category::Backward, "embed_bwd"),
-        head_fwd: g.label(Category::Forward, "head_fwd"),
-        head_bwd: g.label(Category::Backward, "head_bwd"),
-        send_act: g.label(Category::P2p, "send_activation"),
-        send_grad: g.label(Category::P2p, "send_gradient"),
-        optimizer: g.label(Category::Optimizer, "optimizer"),
-        all_reduce: g.label(Category::AllReduce, "stage_all_reduce"),
-        reduce_scatter: g.label(Category::ReduceScatter, "stage_reduce_scatter"),
-        all_gather: g.label(Category::AllGather, "stage_all_gather"),
-    };
-    // Costs per (rank, slice size), computed once.
-    let mut micro: HashMap<(usize, u32), Micro> = HashMap::new();
-    let mut cost_of = |r: usize, n: u32| -> Result<Micro, PlanError> {
-        if let Some(x) = micro.get(&(r, n)) {
-            return Ok(*x);
-        }
-        let x = micro_costs(costs, r, n, attention)?;
-        micro.insert((r, n), x);
-        Ok(x)
-    };
-    // Per (stage, position, micro-batch): transfers that bring its input
-    // (forward) or its output gradient (backward), and their bytes.
-    let slot = |s: usize, j: usize, k: u32| -> usize {
-        let before: usize = pipe.stages[..s].iter().map(|x| x.gpus.len()).sum();
-        (before + j) * m as usize + k as usize
-    };
-    let slots: usize = pipe.stages.iter().map(|x| x.gpus.len()).sum::<usize>() * m as usize;
-    let mut act_in: Vec<Vec<OpId>> = vec![Vec::new(); slots];
-    let mut grad_in: Vec<Vec<OpId>> = vec![Vec::new(); slots];
-    let mut act_in_bytes = vec![0i64; slots];
-    let mut grad_in_bytes = vec![0i64; slots];
-    let mut last_compute: Vec<Option<OpId>> = vec![None; ranks];
-    let ckpt = strategy.checkpointing;
+    let labels = Labels::intern(g);
+    let table = PipeCosts::new(costs, plan, pipe)?;
+    let mut walk = Walk::new(costs, plan, pipe, table, labels, contention, g);
+    // Every stage's forwards and backwards, each on every GPU of the stage.
     for (s, action) in order {
-        let st = &pipe.stages[s];
-        let d = st.gpus.len();
-        let first = pipe.first_block(s);
-        let last = first + st.blocks - 1;
-        let (is_first, is_last) = (s == 0, s + 1 == p);
-        for (j, &rank) in st.gpus.iter().enumerate() {
-            let r = rank as usize;
-            let k = match action {
-                Action::Fwd(k) | Action::Bwd(k) => k,
-            };
-            let (lo, hi) = Pipeline::slice(sizes[k as usize], d, j);
-            let n = hi - lo;
-            let mc = cost_of(r, n)?;
-            let a = mc.act;
-            let c = round(a.checkpoint);
-            let here = slot(s, j, k);
-            let mut op = |g: &mut S, dur_ms, deps: &[OpId], label, mems: &[MemChange]| {
-                let id = g.op(rank, Stream::Compute, dur_ms, deps, label, mems);
-                last_compute[r] = Some(id);
-                id
-            };
+        for j in 0..pipe.stages[s].gpus.len() {
             match action {
-                Action::Fwd(k) => {
-                    let mut deps = std::mem::take(&mut act_in[here]);
-                    // The first stage's input is the embedding's output; a
-                    // later stage's arrived with the transfers.
-                    if is_first {
-                        let id = op(
-                            g,
-                            mc.f_emb,
-                            &deps,
-                            at(lb.embed_fwd, 0, k),
-                            &[MemChange::end(rank, c)],
-                        );
-                        deps = vec![id];
-                    }
-                    let mut prev = None;
-                    for b in first..=last {
-                        let pol = ckpt.block(b);
-                        let wf = if pol == Recompute::Full {
-                            round(a.nograd_work)
-                        } else {
-                            0
-                        };
-                        let extra = round((a.kept(pol) - a.checkpoint).max(0.0));
-                        let ds: &[OpId] = match prev {
-                            None => &deps,
-                            Some(_) => &[],
-                        };
-                        let id = op(
-                            g,
-                            mc.f_blk,
-                            ds,
-                            at(lb.fwd, b, k),
-                            &[
-                                MemChange::start(rank, wf),
-                                MemChange::end(rank, extra + c - wf),
-                            ],
-                        );
-                        prev = Some(id);
-                    }
-                    let done = prev.expect("a stage has at least one block");
-                    if is_last {
-                        op(
-                            g,
-                            mc.f_head,
-                            &[],
-                            at(lb.head_fwd, w.model.layers + 1, k),
-                            &[MemChange::start(rank, round(a.head_work))],
-                        );
-                    } else {
-                        // Activations to the next stage's GPUs holding these samples.
-                        for (h, to, ov, recv_n) in overlaps(pipe, s + 1, sizes[k as usize], lo, hi)
-                        {
-                            let ra = cost_of(to as usize, recv_n)?.act.checkpoint;
-                            let mem = transfer_mem(a.checkpoint, n, ra, ov, recv_n);
-                            let bytes = costs.block_output_bytes(ov);
-                            let label = at(lb.send_act, last + 1, k);
-                            let id =
-                                send(g, costs, contention, (rank, to), bytes, done, label, mem);
-                            let t = slot(s + 1, h, k);
-                            act_in[t].push(id);
-                            act_in_bytes[t] += mem.1;
-                        }
-                    }
-                }
-                Action::Bwd(k) => {
-                    let deps = std::mem::take(&mut grad_in[here]);
-                    // The output gradient this stage's last block consumes.
-                    let mut out_grad = grad_in_bytes[here];
-                    let mut prev: Option<OpId> = None;
-                    if is_last {
-                        // The head frees its working memory and its input's
-                        // stand-in, and hands the last block its gradient.
-                        let id = op(
-                            g,
-                            mc.b_head,
-                            &deps,
-                            at(lb.head_bwd, w.model.layers + 1, k),
-                            &[MemChange::end(rank, -round(a.head_work))],
-                        );
-                        prev = Some(id);
-                        out_grad = c;
-                    }
-                    for b in (first..=last).rev() {
-                        let pol = ckpt.block(b);
-                        let regen = round(a.regenerated(pol));
-                        let extra = round((a.kept(pol) - a.checkpoint).max(0.0));
-                        let input = if b == first && !is_first {
-                            act_in_bytes[here]
-                        } else {
-                            c
-                        };
-                        let ds: Vec<OpId> = match prev {
-                            None => deps.clone(),
-                            Some(_) => vec![],
-                        };
-                        if pol != Recompute::None {
-                            let t = match pol {
-                                Recompute::Full => mc.re_full,
-                                _ => mc.re_sel,
-                            };
-                            prev = Some(op(
-                                g,
-                                t,
-                                &ds,
-                                at(lb.recompute, b, k),
-                                &[MemChange::start(rank, regen)],
-                            ));
-                        }
-                        let ds: &[OpId] = if prev.is_none() { &ds } else { &[] };
-                        let gw = round(a.grad_work);
-                        let id = op(
-                            g,
-                            mc.b_blk,
-                            ds,
-                            at(lb.bwd, b, k),
-                            &[
-                                MemChange::start(rank, gw + c),
-                                MemChange::end(rank, -(gw + regen + extra + input + out_grad)),
-                            ],
-                        );
-                        prev = Some(id);
-                        out_grad = c;
-                    }
-                    let done = prev.expect("a stage has at least one block");
-                    if is_first {
-                        op(
-                            g,
-                            mc.b_emb,
-                            &[],
-                            at(lb.embed_bwd, 0, k),
-                            &[MemChange::end(rank, -c)],
-                        );
-                    } else {
-                        // The input gradient to the previous stage's GPUs.
-                        for (h, to, ov, recv_n) in overlaps(pipe, s - 1, sizes[k as usize], lo, hi)
-                        {
-                            let ra = cost_of(to as usize, recv_n)?.act.checkpoint;
-                            let mem = transfer_mem(a.checkpoint, n, ra, ov, recv_n);
-                            let bytes = costs.block_output_bytes(ov);
-                            let label = at(lb.send_grad, first, k);
-                            let id =
-                                send(g, costs, contention, (rank, to), bytes, done, label, mem);
-                            let t = slot(s - 1, h, k);
-                            grad_in[t].push(id);
-                            grad_in_bytes[t] += mem.1;
-                        }
-                    }
-                }
+                Action::Fwd(k) => walk.forward(s, j, k),
+                Action::Bwd(k) => walk.backward(s, j, k),
             }
         }
     }
     // Gradient synchronisation inside each stage's group, then the optimizer.
-    let mut collectives = Vec::new();
-    for (s, st) in pipe.stages.iter().enumerate() {
-        let params = pipe.stage_params(s, &w.model) as f64;
-        let group: Vec<usize> = st.gpus.iter().map(|&r| r as usize).collect();
-        let members: Vec<u32> = st.gpus.clone();
-        let d = group.len();
-        let after: Vec<OpId> = group.iter().filter_map(|&r| last_compute[r]).collect();
-        let mut collective =
-            |g: &mut S, kind: CollectiveKind, label: OpLabel, pieces: f64, deps: &[OpId]| {
-                let pieces = vec![pieces; d];
-                let ms = costs.group_collective_ms(kind, &group, &pieces);
-                let t = dur(ms);
-                let id = g.collective(&members, Stream::Reduce, t, deps, label, &[]);
-                if contention {
-                    g.shares(
-                        id,
-                        &costs.group_collective_shares(kind, &group, &pieces, ms),
-                    );
-                }
-                collectives.push(CollectiveRecord {
-                    op: id,
-                    kind,
-                    unit: s as u32,
-                    group: Group::Shard(s),
-                    count: 1,
-                    buffer_bytes: kind.buffer_bytes(&collective_ranks(&w.cluster, &group, &pieces)),
-                    dur: t,
-                });
-                id
-            };
-        let reduce_bytes = strategy.reduce_dtype.bytes() * params;
-        match strategy.sharding {
-            Sharding::NoShard => {
-                let ar = (d > 1).then(|| {
-                    collective(
-                        g,
-                        CollectiveKind::AllReduce,
-                        lb.all_reduce,
-                        reduce_bytes,
-                        &after,
-                    )
-                });
-                for &r in &group {
-                    let deps: Vec<OpId> = ar.into_iter().collect();
-                    let t = dur(costs.optimizer_ms(r, params));
-                    g.op(
-                        r as u32,
-                        Stream::Compute,
-                        t,
-                        &deps,
-                        at(lb.optimizer, NO_INDEX, NO_INDEX),
-                        &[],
-                    );
-                }
-            }
-            _ => {
-                let rs = (d > 1).then(|| {
-                    collective(
-                        g,
-                        CollectiveKind::ReduceScatter,
-                        lb.reduce_scatter,
-                        reduce_bytes / d as f64,
-                        &after,
-                    )
-                });
-                let mut steps = Vec::with_capacity(d);
-                for &r in &group {
-                    let deps: Vec<OpId> = rs.into_iter().collect();
-                    let t = dur(costs.optimizer_ms(r, params / d as f64));
-                    steps.push(g.op(
-                        r as u32,
-                        Stream::Compute,
-                        t,
-                        &deps,
-                        at(lb.optimizer, NO_INDEX, NO_INDEX),
-                        &[],
-                    ));
-                }
-                if d > 1 {
-                    let bytes = strategy.param_dtype.bytes() * params / d as f64;
-                    collective(g, CollectiveKind::AllGather, lb.all_gather, bytes, &steps);
-                }
-            }
-        }
+    for s in 0..p {
+        walk.sync_and_step(s);
     }
-    let positions = pipe.positions(ranks);
-    let base_device_bytes = (0..ranks)
-        .map(|r| match positions[r] {
-            Some((s, _)) => base_device_bytes(costs, plan, pipe, s),
-            None => 0,
-        })
-        .collect();
-    Ok(LoweredParts {
-        base_device_bytes,
-        base_host_bytes: vec![0; w.cluster.nodes.len()],
-        collectives,
-    })
+    Ok(walk.finish())
 }
 
-/// The GPUs of stage `t` that hold part of the samples `[lo, hi)` of a
-/// micro-batch of `size` samples: (position, rank, samples in common, the
-/// size of their slice).
-fn overlaps(pipe: &Pipeline, t: usize, size: u32, lo: u32, hi: u32) -> Vec<(usize, u32, u32, u32)> {
-    let st = &pipe.stages[t];
-    let d = st.gpus.len();
-    st.gpus
-        .iter()
-        .enumerate()
-        .filter_map(|(h, &to)| {
-            let (l2, h2) = Pipeline::slice(size, d, h);
-            let ov = hi.min(h2).saturating_sub(lo.max(l2));
-            (ov > 0).then_some((h, to, ov, h2 - l2))
-        })
-        .collect()
+/// Which way a transfer between neighbouring stages goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    /// A slice's activations, to the next stage.
+    Activations,
+    /// A slice's input gradient, to the previous stage.
+    Gradients,
+}
+
+/// Per slot (stage, position, micro-batch): the transfers that bring its
+/// input (forward) or its output gradient (backward), and their bytes.
+struct Inbox {
+    ops: Vec<Vec<OpId>>,
+    bytes: Vec<i64>,
+}
+
+impl Inbox {
+    fn new(slots: usize) -> Inbox {
+        Inbox {
+            ops: vec![Vec::new(); slots],
+            bytes: vec![0; slots],
+        }
+    }
+}
+
+/// One GPU's slice of one micro-batch: where it sits and its row of the
+/// cost table.
+struct Slice {
+    /// Its stage.
+    s: usize,
+    /// Its micro-batch.
+    k: u32,
+    /// The GPU computing it.
+    rank: u32,
+    /// Its samples `[lo, hi)` of the micro-batch.
+    lo: u32,
+    hi: u32,
+    /// Its slot (see [`Inbox`]).
+    here: usize,
+    /// Its row of the cost table.
+    mc: Micro,
+}
+
+/// A lowering in progress: what it reads (the plan, its cost table, the
+/// labels), what the ops emitted so far leave for later ones (transfers
+/// per slot, each GPU's last compute op, the collectives), and the sink.
+struct Walk<'a, S: Sink> {
+    costs: &'a CostModel,
+    plan: &'a Plan,
+    pipe: &'a Pipeline,
+    table: PipeCosts<'a>,
+    lb: Labels,
+    contention: bool,
+    /// Samples of each micro-batch.
+    sizes: Vec<u32>,
+    /// Per stage: the GPUs of the stages before it (slot numbering).
+    gpus_before: Vec<usize>,
+    act_in: Inbox,
+    grad_in: Inbox,
+    last_compute: Vec<Option<OpId>>,
+    collectives: Vec<CollectiveRecord>,
+    g: &'a mut S,
+}
+
+impl<'a, S: Sink> Walk<'a, S> {
+    fn new(
+        costs: &'a CostModel,
+        plan: &'a Plan,
+        pipe: &'a Pipeline,
+        table: PipeCosts<'a>,
+        lb: Labels,
+        contention: bool,
+        g: &'a mut S,
+    ) -> Walk<'a, S> {
+        let gpus_before: Vec<usize> = (0..pipe.depth())
+            .map(|s| pipe.stages[..s].iter().map(|x| x.gpus.len()).sum())
+            .collect();
+        let slots =
+            pipe.stages.iter().map(|x| x.gpus.len()).sum::<usize>() * pipe.microbatches as usize;
+        Walk {
+            costs,
+            plan,
+            pipe,
+            table,
+            lb,
+            contention,
+            sizes: pipe.micro_sizes(costs.workload.global_batch),
+            gpus_before,
+            act_in: Inbox::new(slots),
+            grad_in: Inbox::new(slots),
+            last_compute: vec![None; costs.ranks()],
+            collectives: Vec::new(),
+            g,
+        }
+    }
+
+    /// The slot of position `j` of stage `s` in micro-batch `k`.
+    fn slot(&self, s: usize, j: usize, k: u32) -> usize {
+        (self.gpus_before[s] + j) * self.pipe.microbatches as usize + k as usize
+    }
+
+    /// Position `j` of stage `s`'s slice of micro-batch `k`.
+    fn slice(&self, s: usize, j: usize, k: u32) -> Slice {
+        let st = &self.pipe.stages[s];
+        let rank = st.gpus[j];
+        let (lo, hi) = Pipeline::slice(self.sizes[k as usize], st.gpus.len(), j);
+        Slice {
+            s,
+            k,
+            rank,
+            lo,
+            hi,
+            here: self.slot(s, j, k),
+            mc: *self.table.row(rank as usize, hi - lo),
+        }
+    }
+
+    /// The first and last block of stage `s`.
+    fn blocks(&self, s: usize) -> (u32, u32) {
+        let first = self.pipe.first_block(s);
+        (first, first + self.pipe.stages[s].blocks - 1)
+    }
+
+    /// A compute op on `rank` (its last so far).
+    fn compute(
+        &mut self,
+        rank: u32,
+        t: SimTime,
+        deps: &[OpId],
+        label: OpLabel,
+        mems: &[MemChange],
+    ) -> OpId {
+        let id = self.g.op(rank, Stream::Compute, t, deps, label, mems);
+        self.last_compute[rank as usize] = Some(id);
+        id
+    }
+
+    /// The forward of position `j` of stage `s` on micro-batch `k`: the
+    /// embedding (first stage), its blocks, then the head (last stage) or
+    /// the sends to the next stage.
+    fn forward(&mut self, s: usize, j: usize, k: u32) {
+        let x = self.slice(s, j, k);
+        let (first, last) = self.blocks(s);
+        let (rank, a) = (x.rank, x.mc.act);
+        let c = round(a.checkpoint);
+        let mut deps = std::mem::take(&mut self.act_in.ops[x.here]);
+        // The first stage's input is the embedding's output; a later
+        // stage's arrived with the transfers.
+        if s == 0 {
+            let label = at(self.lb.embed_fwd, 0, k);
+            let id = self.compute(rank, x.mc.f_emb, &deps, label, &[MemChange::end(rank, c)]);
+            deps = vec![id];
+        }
+        let mut prev = None;
+        for b in first..=last {
+            let pol = self.plan.strategy.checkpointing.block(b);
+            let wf = if pol == Recompute::Full {
+                round(a.nograd_work)
+            } else {
+                0
+            };
+            let extra = round((a.kept(pol) - a.checkpoint).max(0.0));
+            let ds: &[OpId] = match prev {
+                None => &deps,
+                Some(_) => &[],
+            };
+            let mems = [
+                MemChange::start(rank, wf),
+                MemChange::end(rank, extra + c - wf),
+            ];
+            prev = Some(self.compute(rank, x.mc.f_blk, ds, at(self.lb.fwd, b, k), &mems));
+        }
+        let done = prev.expect("a stage has at least one block");
+        if s + 1 == self.pipe.depth() {
+            let label = at(self.lb.head_fwd, self.costs.workload.model.layers + 1, k);
+            let mems = [MemChange::start(rank, round(a.head_work))];
+            self.compute(rank, x.mc.f_head, &[], label, &mems);
+        } else {
+            // Activations to the next stage's GPUs holding these samples.
+            self.send(
+                &x,
+                Flow::Activations,
+                at(self.lb.send_act, last + 1, k),
+                done,
+            );
+        }
+    }
+
+    /// The backward of position `j` of stage `s` on micro-batch `k`: the
+    /// head (last stage), per block in reverse its recompute and backward,
+    /// then the embedding (first stage) or the sends to the previous stage.
+    fn backward(&mut self, s: usize, j: usize, k: u32) {
+        let x = self.slice(s, j, k);
+        let (first, last) = self.blocks(s);
+        let is_first = s == 0;
+        let (rank, a) = (x.rank, x.mc.act);
+        let c = round(a.checkpoint);
+        let deps = std::mem::take(&mut self.grad_in.ops[x.here]);
+        // The output gradient this stage's last block consumes.
+        let mut out_grad = self.grad_in.bytes[x.here];
+        let mut prev: Option<OpId> = None;
+        if s + 1 == self.pipe.depth() {
+            // The head frees its working memory and its input's stand-in,
+            // and hands the last block its gradient.
+            let label = at(self.lb.head_bwd, self.costs.workload.model.layers + 1, k);
+            let mems = [MemChange::end(rank, -round(a.head_work))];
+            prev = Some(self.compute(rank, x.mc.b_head, &deps, label, &mems));
+            out_grad = c;
+        }
+        for b in (first..=last).rev() {
+            let pol = self.plan.strategy.checkpointing.block(b);
+            let regen = round(a.regenerated(pol));
+            let extra = round((a.kept(pol) - a.checkpoint).max(0.0));
+            let input = if b == first && !is_first {
+                self.act_in.bytes[x.here]
+            } else {
+                c
+            };
+            let ds: Vec<OpId> = match prev {
+                None => deps.clone(),
+                Some(_) => vec![],
+            };
+            if pol != Recompute::None {
+                let t = match pol {
+                    Recompute::Full => x.mc.re_full,
+                    _ => x.mc.re_sel,
+                };
+                let label = at(self.lb.recompute, b, k);
+                prev = Some(self.compute(rank, t, &ds, label, &[MemChange::start(rank, regen)]));
+            }
+            let ds: &[OpId] = if prev.is_none() { &ds } else { &[] };
+            let gw = round(a.grad_work);
+            let mems = [
+                MemChange::start(rank, gw + c),
+                MemChange::end(rank, -(gw + regen + extra + input + out_grad)),
+            ];
+            prev = Some(self.compute(rank, x.mc.b_blk, ds, at(self.lb.bwd, b, k), &mems));
+            out_grad = c;
+        }
+        let done = prev.expect("a stage has at least one block");
+        if is_first {
+            let label = at(self.lb.embed_bwd, 0, k);
+            self.compute(rank, x.mc.b_emb, &[], label, &[MemChange::end(rank, -c)]);
+        } else {
+            // The input gradient to the previous stage's GPUs.
+            self.send(&x, Flow::Gradients, at(self.lb.send_grad, first, k), done);
+        }
+    }
+
+    /// After `done`, slice `x`'s transfers of `flow` to every GPU of the
+    /// neighbouring stage that holds part of its samples; the receiving
+    /// slots wait for them.
+    fn send(&mut self, x: &Slice, flow: Flow, label: OpLabel, done: OpId) {
+        let to_stage = match flow {
+            Flow::Activations => x.s + 1,
+            Flow::Gradients => x.s - 1,
+        };
+        let n = x.hi - x.lo;
+        let size = self.sizes[x.k as usize];
+        for (h, to, ov, recv_n) in self.pipe.overlaps(to_stage, size, x.lo, x.hi) {
+            let ra = self.table.row(to as usize, recv_n).act.checkpoint;
+            let mem = transfer_mem(x.mc.act.checkpoint, n, ra, ov, recv_n);
+            let bytes = self.table.block_output_bytes(ov);
+            let id = self.transfer((x.rank, to), bytes, done, label, mem);
+            let t = self.slot(to_stage, h, x.k);
+            let inbox = match flow {
+                Flow::Activations => &mut self.act_in,
+                Flow::Gradients => &mut self.grad_in,
+            };
+            inbox.ops[t].push(id);
+            inbox.bytes[t] += mem.1;
+        }
+    }
+
+    /// One point-to-point transfer of `bytes` from `ends.0` to `ends.1`
+    /// after `after`, freeing `mem.0` bytes on the sender and allocating
+    /// `mem.1` on the receiver when it ends.
+    fn transfer(
+        &mut self,
+        ends: (u32, u32),
+        bytes: f64,
+        after: OpId,
+        label: OpLabel,
+        mem: (i64, i64),
+    ) -> OpId {
+        let (from, to) = ends;
+        let (ms, shares) = self.costs.p2p(from as usize, to as usize, bytes);
+        let mems = [MemChange::end(from, -mem.0), MemChange::end(to, mem.1)];
+        let id = self
+            .g
+            .op(from, Stream::Comm, dur(ms), &[after], label, &mems);
+        if self.contention && !shares.is_empty() {
+            self.g.shares(id, &shares);
+        }
+        id
+    }
+
+    /// Stage `s`'s gradient synchronisation after its GPUs' last compute
+    /// (`none`: all-reduce; `grad-op`: reduce-scatter, then the optimizer
+    /// on the shard, then all-gather of the updated parameters) and every
+    /// GPU's optimizer step.
+    fn sync_and_step(&mut self, s: usize) {
+        let pipe = self.pipe;
+        let strategy = self.plan.strategy;
+        let params = pipe.stage_params(s, &self.costs.workload.model) as f64;
+        let group: Vec<usize> = pipe.stages[s].gpus.iter().map(|&r| r as usize).collect();
+        let d = group.len();
+        let after: Vec<OpId> = group.iter().filter_map(|&r| self.last_compute[r]).collect();
+        let reduce_bytes = strategy.reduce_dtype.bytes() * params;
+        let (kind, label, piece) = match strategy.sharding {
+            Sharding::NoShard => (CollectiveKind::AllReduce, self.lb.all_reduce, reduce_bytes),
+            _ => (
+                CollectiveKind::ReduceScatter,
+                self.lb.reduce_scatter,
+                reduce_bytes / d as f64,
+            ),
+        };
+        let reduced = (d > 1).then(|| self.collective(s, &group, kind, label, piece, &after));
+        let mut steps = Vec::with_capacity(d);
+        for &r in &group {
+            let deps: Vec<OpId> = reduced.into_iter().collect();
+            let t = self.table.optimizer[r];
+            let label = at(self.lb.optimizer, NO_INDEX, NO_INDEX);
+            steps.push(self.g.op(r as u32, Stream::Compute, t, &deps, label, &[]));
+        }
+        if strategy.sharding != Sharding::NoShard && d > 1 {
+            let bytes = strategy.param_dtype.bytes() * params / d as f64;
+            let label = self.lb.all_gather;
+            self.collective(s, &group, CollectiveKind::AllGather, label, bytes, &steps);
+        }
+    }
+
+    /// A collective of `kind` over stage `s`'s `group`, each GPU's piece
+    /// `piece_bytes`, after `deps`, on the reduce stream (recorded).
+    fn collective(
+        &mut self,
+        s: usize,
+        group: &[usize],
+        kind: CollectiveKind,
+        label: OpLabel,
+        piece_bytes: f64,
+        deps: &[OpId],
+    ) -> OpId {
+        let costs = self.costs;
+        let pieces = vec![piece_bytes; group.len()];
+        let ms = costs.group_collective_ms(kind, group, &pieces);
+        let t = dur(ms);
+        let members = &self.pipe.stages[s].gpus;
+        let id = self
+            .g
+            .collective(members, Stream::Reduce, t, deps, label, &[]);
+        if self.contention {
+            let shares = costs.group_collective_shares(kind, group, &pieces, ms);
+            self.g.shares(id, &shares);
+        }
+        let ranks = collective_ranks(&costs.workload.cluster, group, &pieces);
+        self.collectives.push(CollectiveRecord {
+            op: id,
+            kind,
+            unit: s as u32,
+            group: Group::Shard(s),
+            count: 1,
+            buffer_bytes: kind.buffer_bytes(&ranks),
+            dur: t,
+        });
+        id
+    }
+
+    /// The lowered iteration's constant memory and collectives.
+    fn finish(self) -> LoweredParts {
+        let (costs, plan, pipe) = (self.costs, self.plan, self.pipe);
+        let ranks = costs.ranks();
+        let positions = pipe.positions(ranks);
+        let base_device_bytes = (0..ranks)
+            .map(|r| match positions[r] {
+                Some((s, _)) => base_device_bytes(costs, plan, pipe, s),
+                None => 0,
+            })
+            .collect();
+        LoweredParts {
+            base_device_bytes,
+            base_host_bytes: vec![0; costs.workload.cluster.nodes.len()],
+            collectives: self.collectives,
+        }
+    }
 }
 
 /// Memory a transfer of `ov` samples moves: the sender's share of its
@@ -475,34 +568,4 @@ fn transfer_mem(sent: f64, n: u32, recv: f64, ov: u32, recv_n: u32) -> (i64, i64
         round(sent * ov as f64 / n as f64),
         round(recv * ov as f64 / recv_n as f64),
     )
-}
-
-/// One point-to-point transfer of `bytes` from `ends.0` to `ends.1` after
-/// `after`, freeing `mem.0` bytes on the sender and allocating `mem.1` on
-/// the receiver when it ends.
-#[allow(clippy::too_many_arguments)]
-fn send<S: Sink>(
-    g: &mut S,
-    costs: &CostModel,
-    contention: bool,
-    ends: (u32, u32),
-    bytes: f64,
-    after: OpId,
-    label: OpLabel,
-    mem: (i64, i64),
-) -> OpId {
-    let (from, to) = ends;
-    let (ms, shares) = costs.p2p(from as usize, to as usize, bytes);
-    let id = g.op(
-        from,
-        Stream::Comm,
-        dur(ms),
-        &[after],
-        label,
-        &[MemChange::end(from, -mem.0), MemChange::end(to, mem.1)],
-    );
-    if contention && !shares.is_empty() {
-        g.shares(id, &shares);
-    }
-    id
 }

@@ -6,7 +6,7 @@
 //! PyTorch's `ScheduleGPipe` / `Schedule1F1B`, Megatron's non-interleaved
 //! schedule).
 //!
-//! A [`Pipeline`] (its spec lives in [`crate::plan::pipeline`]) is part of a [`crate::plan::Plan`]: the plan's strategy
+//! A [`crate::plan::pipeline::Pipeline`] (its spec lives in [`crate::plan::pipeline`]) is part of a [`crate::plan::Plan`]: the plan's strategy
 //! says how each stage's data-parallel group keeps its state (`none`:
 //! full replicas, gradients all-reduced once after the last backward, as
 //! DeepSpeed's pipeline engine with ZeRO 0; `grad-op`: ZeRO-1 inside the
@@ -23,7 +23,7 @@
 //! so the same sample passes every stage. Between stages, each GPU sends
 //! the part of its slice each GPU of the next stage holds (one-to-one when
 //! the groups are equal, as in Megatron / DeepSpeed PP x DP). The plan's
-//! per-GPU entries are derived from the pipeline ([`Pipeline::rank_plans`]):
+//! per-GPU entries are derived from the pipeline ([`crate::plan::pipeline::Pipeline::rank_plans`]):
 //! batch = samples the GPU computes, micro-batches = `m` (those with a
 //! non-empty slice), micro-batch size = its largest slice, state fraction =
 //! its share of its stage's state. A GPU in no stage does nothing.
@@ -32,10 +32,13 @@
 //!
 //! Parts: [`schedule`] (each stage's order of forwards and backwards),
 //! [`partition`] (the exact contiguous partition the planners use),
+//! [`costs`] (the cost table of an iteration, built before lowering),
 //! [`lower`] (the ops: per block forward / recompute / backward, the
 //! point-to-point transfers on the cluster's links, the gradient
-//! synchronisation and the optimizer step).
+//! synchronisation and the optimizer step), [`estimate`] (the planners'
+//! closed form, priced from the same table rows).
 
+pub mod costs;
 pub mod estimate;
 pub mod lower;
 pub mod partition;

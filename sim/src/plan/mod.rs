@@ -10,7 +10,7 @@
 //! group size makes the shard groups (consecutive ranks) part of the plan.
 //!
 //! Its file form (what `cephalo plan --out` writes, and the reference
-//! optimizer's output) is [`file`].
+//! optimizer's output) is [`mod@file`].
 //!
 //! Validity per strategy: state fractions sum to 1 inside every shard group,
 //! and under hybrid sharding position `j` holds the same fraction in every

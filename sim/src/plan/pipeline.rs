@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// The order in which each stage runs its micro-batches' forwards and
-/// backwards ([`schedule::actions`]).
+/// backwards ([`crate::pipeline::schedule::actions`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum PipeSchedule {
     /// GPipe (PyTorch `ScheduleGPipe`): every forward, then every backward;
@@ -112,6 +112,24 @@ impl Pipeline {
         let j = j as u32;
         let lo = j * q + j.min(r);
         (lo, lo + q + u32::from(j < r))
+    }
+
+    /// The GPUs of stage `t` that hold part of the samples `[lo, hi)` of a
+    /// micro-batch of `size` samples: (position, rank, samples in common,
+    /// the size of their slice), in position order. What a GPU sends its
+    /// neighbouring stage (activations forward, input gradients back).
+    pub fn overlaps(&self, t: usize, size: u32, lo: u32, hi: u32) -> Vec<(usize, u32, u32, u32)> {
+        let st = &self.stages[t];
+        let d = st.gpus.len();
+        st.gpus
+            .iter()
+            .enumerate()
+            .filter_map(|(h, &to)| {
+                let (l2, h2) = Pipeline::slice(size, d, h);
+                let ov = hi.min(h2).saturating_sub(lo.max(l2));
+                (ov > 0).then_some((h, to, ov, h2 - l2))
+            })
+            .collect()
     }
 
     /// Stage and position of every rank (`None`: in no stage).

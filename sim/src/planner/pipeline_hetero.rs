@@ -29,10 +29,13 @@
 //! recompute, the memory-minimising partition). Units: ms, bytes, samples.
 
 use super::pipeline::{pipeline_checkpointing, pipeline_shardings, pipeline_strategy};
-use super::{Planned, Planner, Problem, SearchStats};
+use super::{Judge, Planned, Planner, Problem, SearchStats};
 use crate::cost::CostModel;
 use crate::error::PlanError;
-use crate::pipeline::estimate::{estimate_ms, params, place, stage_ms, stage_peak_bytes, staged};
+use crate::pipeline::costs::Rows;
+use crate::pipeline::estimate::{
+    estimate_ms, params, place, stage_ms, stage_peak_bytes, staged, Staged,
+};
 use crate::pipeline::partition::min_max;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use crate::plan::Plan;
@@ -179,11 +182,8 @@ impl Planner for HeteroPipeline {
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
-        let costs = problem.costs;
-        let w = &costs.workload;
-        let (n, layers, batch) = (costs.ranks(), w.model.layers, w.global_batch);
         let mut stats = SearchStats::default();
-        let groups = groupings(costs);
+        let groups = groupings(problem.costs);
         let mut cands: Vec<Candidate> = Vec::new();
         let mut notes: Vec<String> = Vec::new();
         let levels = pipeline_checkpointing(problem);
@@ -202,76 +202,7 @@ impl Planner for HeteroPipeline {
                 }
             }
             stats.strategies += 1;
-            for g in &groups {
-                let p = g.len();
-                let dmax = g.iter().map(Vec::len).max().unwrap_or(1) as u32;
-                for m in micro_counts(batch) {
-                    // Every GPU of a stage takes at least one sample.
-                    if batch / m < dmax || m > crate::limits::MAX_MICROBATCHES {
-                        continue;
-                    }
-                    let largest = batch.div_ceil(m);
-                    let st = staged(costs, &strategy, g, largest)?;
-                    // Table of each stage's period by block count (None: does not fit).
-                    let most = layers as usize - (p - 1);
-                    let table: Vec<Vec<Option<f64>>> = (0..p)
-                        .map(|s| {
-                            let at = place(PipeSchedule::OneFOneB, p, s, m);
-                            let gc = &st.costs[s];
-                            (1..=most as u32)
-                                .map(|k| {
-                                    let need = stage_peak_bytes(
-                                        costs,
-                                        &strategy,
-                                        gc,
-                                        k,
-                                        params(costs, k, at),
-                                        g[s].len(),
-                                        at,
-                                    );
-                                    (need <= gc.usable_bytes)
-                                        .then(|| stage_ms(gc, k, at).max(st.comm_ms[s]))
-                                })
-                                .collect()
-                        })
-                        .collect();
-                    stats.subproblems += 1;
-                    stats.candidates += 1;
-                    let Some(part) = min_max(p, layers as usize, |s, _, k| table[s][k - 1]) else {
-                        stats.infeasible += 1;
-                        continue;
-                    };
-                    stats.feasible += 1;
-                    let pipe = Pipeline {
-                        schedule: PipeSchedule::OneFOneB,
-                        microbatches: m,
-                        stages: g
-                            .iter()
-                            .zip(&part.counts)
-                            .map(|(ranks, &blocks)| Stage {
-                                blocks,
-                                gpus: ranks.iter().map(|&r| r as u32).collect(),
-                            })
-                            .collect(),
-                    };
-                    if crate::pipeline::lower::ops_estimate(&pipe) > crate::limits::MAX_SIM_OPS {
-                        continue;
-                    }
-                    let est = estimate_ms(
-                        costs,
-                        &strategy,
-                        g,
-                        &st,
-                        &part.counts,
-                        m,
-                        PipeSchedule::OneFOneB,
-                    );
-                    cands.push(Candidate {
-                        estimate_ms: est,
-                        plan: Plan::pipelined(self.name(), strategy, pipe, n, batch),
-                    });
-                }
-            }
+            self.search(problem, &strategy, &groups, &mut stats, &mut cands)?;
         }
         // The uniform baseline's plan competes too, so this planner is never
         // worse than it in the simulator.
@@ -287,50 +218,15 @@ impl Planner for HeteroPipeline {
             return Err(self.infeasible(problem, &groups));
         }
         cands.sort_by(|a, b| a.estimate_ms.total_cmp(&b.estimate_ms));
-        let Some(judge) = problem.judge else {
-            // Without a simulator the closed form decides (the seed has none).
-            let at = cands
-                .iter()
-                .position(|c| c.estimate_ms.is_finite())
-                .unwrap_or(0);
-            let mut planned = Planned::bare(cands.swap_remove(at).plan);
-            planned.stats = stats;
-            planned.notes = notes;
-            return Ok(planned);
-        };
-        // Simulate the best candidates (1F1B), then the best fitting one
-        // under GPipe too.
-        let mut best: Option<(f64, Plan)> = None;
-        let mut tried = 0;
-        for c in &cands {
-            if tried >= 2 * CONFIRM || (tried >= CONFIRM && best.is_some()) {
-                break;
-            }
-            tried += 1;
-            let v = judge.judge(&c.plan)?;
-            stats.simulated += 1;
-            if !v.oom && best.as_ref().is_none_or(|b| v.iteration_ms < b.0) {
-                best = Some((v.iteration_ms, c.plan.clone()));
-            }
-        }
-        if let Some((t, plan)) = best.clone() {
-            let mut g = plan.clone();
-            if let Some(pp) = g.pipeline.as_mut() {
-                pp.schedule = PipeSchedule::Gpipe;
-            }
-            let v = judge.judge(&g)?;
-            stats.simulated += 1;
-            if !v.oom && v.iteration_ms < t {
-                best = Some((v.iteration_ms, g));
-            }
-        }
-        let plan = match best {
-            Some((_, p)) => p,
+        let plan = match problem.judge {
+            Some(judge) => confirm(judge, cands, &mut stats, &mut notes)?,
             None => {
-                notes.push(format!(
-                    "the closed form's {tried} best pipeline plans all run out of memory in the simulator; returning the best of them"
-                ));
-                cands.swap_remove(0).plan
+                // Without a simulator the closed form decides (the seed has none).
+                let at = cands
+                    .iter()
+                    .position(|c| c.estimate_ms.is_finite())
+                    .unwrap_or(0);
+                cands.swap_remove(at).plan
             }
         };
         let mut planned = Planned::bare(plan);
@@ -341,6 +237,84 @@ impl Planner for HeteroPipeline {
 }
 
 impl HeteroPipeline {
+    /// Under `strategy`, over every grouping of `groups` and micro-batch
+    /// count: the candidate of the best partition (module docs), added to
+    /// `cands`. Slices are priced from one table of rows, built as they
+    /// are first needed.
+    fn search(
+        &self,
+        problem: &Problem<'_>,
+        strategy: &Strategy,
+        groups: &[Grouping],
+        stats: &mut SearchStats,
+        cands: &mut Vec<Candidate>,
+    ) -> Result<(), PlanError> {
+        let costs = problem.costs;
+        let batch = costs.workload.global_batch;
+        let mut rows = Rows::new(costs, strategy.attention);
+        for g in groups {
+            let dmax = g.iter().map(Vec::len).max().unwrap_or(1) as u32;
+            for m in micro_counts(batch) {
+                // Every GPU of a stage takes at least one sample.
+                if batch / m < dmax || m > crate::limits::MAX_MICROBATCHES {
+                    continue;
+                }
+                let st = staged(costs, strategy, &mut rows, g, batch.div_ceil(m))?;
+                if let Some(c) = self.candidate(costs, strategy, g, &st, m, stats) {
+                    cands.push(c);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The candidate of grouping `g` (priced `st`) with `m` micro-batches
+    /// under 1F1B: the blocks partitioned to minimise the slowest stage's
+    /// period within every stage's memory (`None`: nothing fits, or the
+    /// plan would be too large to simulate).
+    fn candidate(
+        &self,
+        costs: &CostModel,
+        strategy: &Strategy,
+        g: &Grouping,
+        st: &Staged,
+        m: u32,
+        stats: &mut SearchStats,
+    ) -> Option<Candidate> {
+        let w = &costs.workload;
+        let (n, layers, batch) = (costs.ranks(), w.model.layers, w.global_batch);
+        let p = g.len();
+        let table = periods(costs, strategy, g, st, m);
+        stats.subproblems += 1;
+        stats.candidates += 1;
+        let Some(part) = min_max(p, layers as usize, |s, _, k| table[s][k - 1]) else {
+            stats.infeasible += 1;
+            return None;
+        };
+        stats.feasible += 1;
+        let pipe = Pipeline {
+            schedule: PipeSchedule::OneFOneB,
+            microbatches: m,
+            stages: g
+                .iter()
+                .zip(&part.counts)
+                .map(|(ranks, &blocks)| Stage {
+                    blocks,
+                    gpus: ranks.iter().map(|&r| r as u32).collect(),
+                })
+                .collect(),
+        };
+        if crate::pipeline::lower::ops_estimate(&pipe) > crate::limits::MAX_SIM_OPS {
+            return None;
+        }
+        let schedule = PipeSchedule::OneFOneB;
+        let est = estimate_ms(costs, strategy, g, st, &part.counts, m, schedule);
+        Some(Candidate {
+            estimate_ms: est,
+            plan: Plan::pipelined(self.name(), *strategy, pipe, n, batch),
+        })
+    }
+
     /// Why nothing fits: over every grouping, single-sample slices and
     /// the most recompute searched, the partition with the smallest worst
     /// memory shortfall; its worst stage.
@@ -388,6 +362,7 @@ impl HeteroPipeline {
         let (layers, batch) = (w.model.layers as usize, w.global_batch);
         let strategy = *strategy;
         let ck = strategy.checkpointing;
+        let mut rows = Rows::new(costs, strategy.attention);
         for g in groups {
             let p = g.len();
             let dmax = g.iter().map(Vec::len).max().unwrap_or(1) as u32;
@@ -395,7 +370,7 @@ impl HeteroPipeline {
                 continue;
             }
             let m = batch / dmax;
-            let Ok(st) = staged(costs, &strategy, g, dmax) else {
+            let Ok(st) = staged(costs, &strategy, &mut rows, g, dmax) else {
                 continue;
             };
             let over = |s: usize, k: usize| -> f64 {
@@ -441,6 +416,77 @@ impl HeteroPipeline {
             }
         }
     }
+}
+
+/// Per stage of grouping `g` (priced `st`) with `m` micro-batches under
+/// 1F1B, by block count `k` (index `k - 1`): the stage's period, `None`
+/// when it does not fit its GPUs' memory.
+fn periods(
+    costs: &CostModel,
+    strategy: &Strategy,
+    g: &Grouping,
+    st: &Staged,
+    m: u32,
+) -> Vec<Vec<Option<f64>>> {
+    let p = g.len();
+    let most = costs.workload.model.layers as usize - (p - 1);
+    (0..p)
+        .map(|s| {
+            let at = place(PipeSchedule::OneFOneB, p, s, m);
+            let gc = &st.costs[s];
+            (1..=most as u32)
+                .map(|k| {
+                    let prm = params(costs, k, at);
+                    let need = stage_peak_bytes(costs, strategy, gc, k, prm, g[s].len(), at);
+                    (need <= gc.usable_bytes).then(|| stage_ms(gc, k, at).max(st.comm_ms[s]))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The plan of `cands` (sorted by estimate) the simulator confirms: the
+/// best candidates simulated under 1F1B, the fastest that fits also
+/// under GPipe; when all run out of memory, the closed form's best (noted).
+fn confirm(
+    judge: &dyn Judge,
+    mut cands: Vec<Candidate>,
+    stats: &mut SearchStats,
+    notes: &mut Vec<String>,
+) -> Result<Plan, PlanError> {
+    let mut best: Option<(f64, Plan)> = None;
+    let mut tried = 0;
+    for c in &cands {
+        if tried >= 2 * CONFIRM || (tried >= CONFIRM && best.is_some()) {
+            break;
+        }
+        tried += 1;
+        let v = judge.judge(&c.plan)?;
+        stats.simulated += 1;
+        if !v.oom && best.as_ref().is_none_or(|b| v.iteration_ms < b.0) {
+            best = Some((v.iteration_ms, c.plan.clone()));
+        }
+    }
+    if let Some((t, plan)) = best.clone() {
+        let mut g = plan.clone();
+        if let Some(pp) = g.pipeline.as_mut() {
+            pp.schedule = PipeSchedule::Gpipe;
+        }
+        let v = judge.judge(&g)?;
+        stats.simulated += 1;
+        if !v.oom && v.iteration_ms < t {
+            best = Some((v.iteration_ms, g));
+        }
+    }
+    Ok(match best {
+        Some((_, p)) => p,
+        None => {
+            notes.push(format!(
+                "the closed form's {tried} best pipeline plans all run out of memory in the simulator; returning the best of them"
+            ));
+            cands.swap_remove(0).plan
+        }
+    })
 }
 
 #[cfg(test)]

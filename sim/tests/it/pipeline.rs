@@ -313,6 +313,47 @@ fn uneven_groups_reshard_between_stages() {
 }
 
 #[test]
+fn the_cost_table_holds_a_row_per_gpu_type_and_slice() {
+    // Stage 0 on two A100s, stage 1 on one L4, rank 3 in no stage; 15
+    // samples in micro-batches of 4, 4, 4, 3: stage 0's slices are 2 and
+    // 2 (size 4) or 2 and 1 (size 3), stage 1's 4 or 3.
+    let c = two_nodes(100.0, 15);
+    let pipe = Pipeline {
+        schedule: PipeSchedule::OneFOneB,
+        microbatches: 4,
+        stages: vec![
+            Stage {
+                blocks: 12,
+                gpus: vec![0, 1],
+            },
+            Stage {
+                blocks: 12,
+                gpus: vec![2],
+            },
+        ],
+    };
+    let plan = pipe_plan(&c, pipe.clone(), Sharding::GradOp, Checkpointing::Full);
+    let t = sim::pipeline::costs::PipeCosts::new(&c, &plan, &pipe).unwrap();
+    // The two A100s share their rows: (A100, 2), (A100, 1), (L4, 4), (L4, 3).
+    assert_eq!(t.rows.built(), 4);
+    let act = |r: usize, n: u32| t.row(r, n).act.checkpoint;
+    assert_eq!(act(0, 2), act(1, 2));
+    assert!(act(2, 4) > act(2, 3) && act(0, 2) > act(1, 1));
+    // Transfers move 2 or 1 samples of a block output.
+    for n in [1, 2] {
+        assert_eq!(t.block_output_bytes(n), c.block_output_bytes(n));
+    }
+    // The optimizer: each A100 steps half of stage 0 (grad-op), the L4
+    // all of stage 1, the idle GPU nothing.
+    let params = |s: usize| pipe.stage_params(s, &c.workload.model) as f64;
+    let ms = |r: usize, p: f64| sim::schedule::dur(c.optimizer_ms(r, p));
+    assert_eq!(t.optimizer[0], ms(0, params(0) / 2.0));
+    assert_eq!(t.optimizer[2], ms(2, params(1)));
+    assert_eq!(t.optimizer[3], sim::units::SimTime::ZERO);
+    assert!(t.optimizer[0] > sim::units::SimTime::ZERO);
+}
+
+#[test]
 fn the_fast_model_times_pipelines_as_the_simulator() {
     let c = two_nodes(25.0, 32);
     for sch in PipeSchedule::ALL {
