@@ -9,7 +9,7 @@
 //! 4 for fp32). The lists follow the autograd graph of the public block
 //! implementations (Megatron/DeepSpeed GPT, HF/Meta/torchtitan LLaMA);
 //! Korthikanti et al. 2022 (arXiv 2205.05198) section 4 is the classic
-//! accounting this generalises (`REAL-SYSTEMS.md` section 5).
+//! accounting this generalises.
 //!
 //! # Kept tensors per block
 //!

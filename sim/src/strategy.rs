@@ -3,7 +3,8 @@
 //! host, which dtypes the collectives carry and which attention kernel runs.
 //!
 //! Names follow PyTorch FSDP and DeepSpeed, which users know
-//! (`../shared/REAL-SYSTEMS.md` sections 2-5 describe what each does):
+//! (PyTorch's FSDP and DDP documentation and DeepSpeed's ZeRO papers, Rajbhandari
+//! et al. SC 2020 and Ren et al. USENIX ATC 2021, describe what each does):
 //!
 //! | axis | values |
 //! |---|---|
@@ -116,6 +117,29 @@ impl Sharding {
     pub fn shards_params(self) -> bool {
         !matches!(self, Sharding::NoShard)
     }
+
+    /// How it splits the training state over the GPUs (what planners may
+    /// choose for each GPU's state fraction).
+    pub fn state_split(self) -> StateSplit {
+        match self {
+            Sharding::Full | Sharding::GradOp => StateSplit::Uneven,
+            Sharding::Hybrid => StateSplit::EvenPerGroup,
+            Sharding::NoShard => StateSplit::Replicated,
+        }
+    }
+}
+
+/// How a sharding splits the training state over the GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateSplit {
+    /// Any fractions summing to 1 over the GPUs (Cephalo's uneven shards;
+    /// planners water-fill the state into the memory each GPU has free).
+    Uneven,
+    /// Even inside each shard group, the same in every group (each group
+    /// holds a replica of the sharded state).
+    EvenPerGroup,
+    /// Every GPU holds all of it.
+    Replicated,
 }
 
 /// How gradients are accumulated over a rank's micro-batches.
@@ -901,7 +925,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_groups_and_offload_name_the_flag() {
+    fn bad_groups_and_offload_name_the_field() {
         let c = two_nodes();
         let e = StrategySpec {
             sharding: Some(Sharding::Hybrid),
@@ -919,7 +943,7 @@ mod tests {
         .resolve(&ctx(&c))
         .unwrap_err()
         .to_string();
-        assert!(e.contains("hybrid only"), "{e}");
+        assert!(e.contains("hybrid sharding only"), "{e}");
         let uneven = cluster(
             "[[nodes]]\ngpus = [ { type = \"t4\", count = 3 } ]\n[[nodes]]\ngpus = [ { type = \"l4\", count = 1 } ]\n",
         );

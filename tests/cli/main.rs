@@ -1,4 +1,4 @@
-//! End-to-end tests of the `cephalo` command line (one binary, CONVENTIONS.md item 11).
+//! End-to-end tests of the `cephalo` command line (one binary).
 
 mod comm;
 mod common;

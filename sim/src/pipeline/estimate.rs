@@ -17,7 +17,7 @@
 //!   less what its `in_flight - 1` warm-up forwards hide; then the
 //!   forward transfers' latency and the last gradient sync + optimizer
 //!   (stage `s` ends its backwards the stages before it earlier).
-//!   Metis' `HeteroCostEstimator` (REAL-SYSTEMS.md 6.3) adds every
+//!   Metis' `HeteroCostEstimator` (Um et al., USENIX ATC 2024) adds every
 //!   stage's fill, `sum_s t_s + (m - 1) max_s t_s`, which overstates a
 //!   pipeline paced by an early stage; both are the simulator's
 //!   `(m + p - 1) t` for identical stages and free communication.

@@ -9,7 +9,8 @@
 //!   stage). The first op waits for every transfer that brings its input.
 //! * **Sends**: after its last forward, one point-to-point transfer per
 //!   GPU of the next stage whose slice overlaps this one (activations of
-//!   the overlap, `s·h·bytes` per sample, REAL-SYSTEMS.md 6.2), on the
+//!   the overlap, `s·h·bytes` per sample, as DeepSpeed's and Megatron's
+//!   pipelines send them), on the
 //!   sender's communication stream, over the links between the two GPUs
 //!   (shared with every other transfer, as collectives share them); after
 //!   its last backward, the same for the input gradient to the previous

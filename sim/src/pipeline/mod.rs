@@ -2,7 +2,8 @@
 //! contiguous blocks (the embedding with the first, the head with the
 //! last), each stage held by one GPU or a data-parallel group of GPUs
 //! (PP x DP), micro-batches flowing through the stages under a GPipe or
-//! 1F1B schedule (REAL-SYSTEMS.md section 6; DeepSpeed's `TrainSchedule`,
+//! 1F1B schedule (GPipe, Huang et al. 2019; PipeDream-Flush, Narayanan et al.
+//! 2021; DeepSpeed's `TrainSchedule`,
 //! PyTorch's `ScheduleGPipe` / `Schedule1F1B`, Megatron's non-interleaved
 //! schedule).
 //!

@@ -1,5 +1,5 @@
-//! The order of forwards and backwards each stage runs (REAL-SYSTEMS.md
-//! section 6.1).
+//! The order of forwards and backwards each stage runs, as the pipeline
+//! engines below order them.
 //!
 //! * GPipe (PyTorch `ScheduleGPipe`): `F0 .. F(m-1)`, then `B0 .. B(m-1)`.
 //! * 1F1B (Megatron `get_pp_rank_microbatches`, DeepSpeed `TrainSchedule`):

@@ -40,7 +40,7 @@ use crate::comm::CollectiveKind;
 use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::schedule::{Phase, PhaseKind, Schedule};
-use crate::strategy::{Offload, Recompute, Sharding, Strategy};
+use crate::strategy::{Offload, Recompute, Sharding, StateSplit, Strategy};
 use crate::units::GIB;
 
 /// Safety margin kept free below the usable memory when computing caps, so
@@ -490,10 +490,10 @@ impl<'a> ClosedForm<'a> {
     /// when the state is water-filled over the GPUs (full, grad-op).
     pub fn required_share(&self) -> Option<f64> {
         let s = self.schedule.strategy;
-        match s.sharding {
-            Sharding::Full | Sharding::GradOp => None,
-            Sharding::Hybrid => Some(1.0 / s.shard_group.max(1) as f64),
-            Sharding::NoShard => Some(1.0),
+        match s.sharding.state_split() {
+            StateSplit::Uneven => None,
+            StateSplit::EvenPerGroup => Some(1.0 / s.shard_group.max(1) as f64),
+            StateSplit::Replicated => Some(1.0),
         }
     }
 
@@ -840,13 +840,13 @@ impl<'a> ClosedForm<'a> {
     /// refinement).
     pub fn price_classes(&self, classes: &[(usize, RankCost, usize)]) -> Option<(f64, Vec<f64>)> {
         let s = self.schedule.strategy;
-        let level = match s.sharding {
-            Sharding::Full | Sharding::GradOp => {
+        let level = match s.sharding.state_split() {
+            StateSplit::Uneven => {
                 let caps: Vec<f64> = classes.iter().map(|c| c.1.cap).collect();
                 let counts: Vec<usize> = classes.iter().map(|c| c.2).collect();
                 super::water::water_level_counted(&caps, &counts)?
             }
-            Sharding::Hybrid => {
+            StateSplit::EvenPerGroup => {
                 let even = 1.0 / s.shard_group as f64;
                 if classes
                     .iter()
@@ -856,7 +856,7 @@ impl<'a> ClosedForm<'a> {
                 }
                 even
             }
-            Sharding::NoShard => {
+            StateSplit::Replicated => {
                 if classes
                     .iter()
                     .any(|c| c.1.cap < 1.0 - super::water::FILL_TOL)

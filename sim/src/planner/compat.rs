@@ -1,6 +1,8 @@
 //! `cephalo-compat`: the reference Cephalo optimizer's rules (strategy
 //! `dp_ga`), reproduced exactly so its plans can be checked against the
-//! paper's code (DESIGN.md section 5; `../shared/reference-profiles`).
+//! paper's code (the authors' optimizer, `dp_ga`, as the Cephalo paper (ICS 2025)
+//! describes it; its plans for the paper's workloads ship with the reference
+//! profiles).
 //!
 //! Algorithm (as read from the reference code):
 //! * per-block times `f(m)`, `b(m)`: the raw profile value at micro-batch size

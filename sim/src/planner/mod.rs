@@ -331,7 +331,7 @@ impl Planned {
     }
 }
 
-/// A planner: turns a problem into a plan (CONVENTIONS.md item 9).
+/// A planner: turns a problem into a plan.
 pub trait Planner: Send + Sync + std::fmt::Debug {
     /// Name users pass to `--planner` (and what reports print).
     fn name(&self) -> &'static str;

@@ -1,5 +1,6 @@
 //! `pipeline-hetero`: a heterogeneity-aware pipeline planner in the line
-//! of Metis, FlashFlex and HetPipe (REAL-SYSTEMS.md 6.3): it chooses the
+//! of Metis (Um et al., USENIX ATC 2024), FlashFlex (Yan et al., 2024) and
+//! HetPipe (Park et al., USENIX ATC 2020): it chooses the
 //! number of stages, which GPUs form each stage, how many blocks each
 //! stage holds, the micro-batch size and count, and the schedule.
 //!

@@ -1,4 +1,5 @@
-//! Layered gradient accumulation (Cephalo's trainer, DESIGN.md section 4):
+//! Layered gradient accumulation (Cephalo's trainer, as the Cephalo paper,
+//! ICS 2025, describes it):
 //! layer-major over units, every phase running all of a rank's
 //! micro-batches, so each unit is all-gathered once per pass and its
 //! gradients reduced once per iteration whatever the micro-batch counts.

@@ -540,3 +540,147 @@ fn no_function_is_a_wall() {
         long.len()
     );
 }
+
+/// The rows of the Markdown table between `<!-- name -->` and
+/// `<!-- /name -->` in `doc`, each as its cells (backticks stripped), the
+/// header and separator left out.
+fn table(doc: &str, name: &str) -> Vec<Vec<String>> {
+    let open = format!("<!-- {name} -->");
+    let close = format!("<!-- /{name} -->");
+    let start = doc
+        .find(&open)
+        .unwrap_or_else(|| panic!("no {open} in the document"));
+    let end = doc[start..]
+        .find(&close)
+        .unwrap_or_else(|| panic!("no {close} in the document"))
+        + start;
+    doc[start + open.len()..end]
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().replace('`', ""))
+                .collect()
+        })
+        .collect()
+}
+
+fn architecture() -> String {
+    std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap()
+}
+
+#[test]
+fn the_planner_table_is_the_registry() {
+    use sim::planner::registry::{Role, ENTRIES};
+    let rows = table(&architecture(), "planners");
+    let want: Vec<Vec<String>> = ENTRIES
+        .iter()
+        .map(|e| {
+            let role = match e.role {
+                Role::Native => "native",
+                Role::Reference => "reference",
+                Role::Baseline => "baseline",
+                Role::Ablation => "ablation",
+            };
+            vec![e.name().into(), e.family.name().into(), role.into()]
+        })
+        .collect();
+    let got: Vec<Vec<String>> = rows.iter().map(|r| r[..3].to_vec()).collect();
+    assert_eq!(
+        got, want,
+        "ARCHITECTURE.md's planner table (name, family, role)"
+    );
+    for r in &rows {
+        let file = root().join("sim/src").join(&r[3]);
+        assert!(file.exists(), "{}: no {}", r[0], file.display());
+    }
+}
+
+#[test]
+fn the_strategy_table_is_the_choices() {
+    use sim::choice::Choice;
+    use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding};
+    fn names<T>(t: &'static [Choice<T>]) -> String {
+        t.iter().map(|c| c.name).collect::<Vec<_>>().join(", ")
+    }
+    let want = vec![
+        vec!["sharding".to_string(), names(Sharding::CHOICES)],
+        vec!["accumulation".into(), names(Accumulation::CHOICES)],
+        vec!["checkpointing".into(), names(Checkpointing::CHOICES)],
+        vec!["offload".into(), names(Offload::CHOICES)],
+        vec!["attention".into(), names(Attention::CHOICES)],
+    ];
+    assert_eq!(table(&architecture(), "strategies"), want);
+}
+
+#[test]
+fn the_code_map_names_every_module() {
+    let lib = std::fs::read_to_string(root().join("sim/src/lib.rs")).unwrap();
+    let mut modules: Vec<String> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub mod "))
+        .map(|m| m.trim_end_matches(';').to_string())
+        .collect();
+    modules.sort();
+    let mut mapped: Vec<String> = table(&architecture(), "modules")
+        .into_iter()
+        .map(|r| {
+            let name = r[0].split_whitespace().next().unwrap_or("").to_string();
+            name.trim_end_matches('/').to_string()
+        })
+        .collect();
+    mapped.sort();
+    assert_eq!(
+        mapped, modules,
+        "ARCHITECTURE.md's code map and sim/src/lib.rs"
+    );
+}
+
+#[test]
+fn the_readme_names_only_planners_that_exist() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut named = 0;
+    for (i, _) in readme.match_indices("--planner ") {
+        let name: String = readme[i + 10..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+            .collect();
+        if name.is_empty() || name == "NAME" {
+            continue;
+        }
+        assert!(
+            sim::planner::registry::entry(&name).is_some(),
+            "README.md names `--planner {name}`, which is no planner"
+        );
+        named += 1;
+    }
+    assert!(named > 0, "README.md names no planner");
+}
+
+#[test]
+fn the_readme_strategy_table_spells_the_choices() {
+    use sim::choice::Choice;
+    use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding};
+    fn row<T>(t: &'static [Choice<T>]) -> String {
+        t.iter()
+            .map(|c| format!("`{}`", c.name))
+            .collect::<Vec<_>>()
+            .join(" \\| ")
+    }
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    for (flag, values) in [
+        ("--sharding", row(Sharding::CHOICES)),
+        ("--accumulation", row(Accumulation::CHOICES)),
+        ("--checkpointing", row(Checkpointing::CHOICES)),
+        ("--offload", row(Offload::CHOICES)),
+        ("--attention", row(Attention::CHOICES)),
+    ] {
+        let line = format!("| `{flag}` | {values} |");
+        assert!(
+            readme.contains(&line),
+            "README.md's strategy table has no row `{line}`"
+        );
+    }
+}

@@ -1,4 +1,4 @@
-//! Integration tests of the `sim` crate (one binary, CONVENTIONS.md item 11).
+//! Integration tests of the `sim` crate (one binary).
 
 mod common;
 mod fold;

@@ -1,4 +1,4 @@
-//! Tidy checks of the `sim` sources (CONVENTIONS.md 1 and 2): every module
+//! Tidy checks of the `sim` sources: every module
 //! opens with a `//!` doc, and non-test code does no I/O (no printing, no
 //! files, no environment variables): the CLI does all of that.
 
