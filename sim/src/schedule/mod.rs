@@ -370,9 +370,16 @@ impl<'a> Schedule<'a> {
     }
 
     /// The cost-table row of a micro-batch of `m` samples on `rank`'s GPU
-    /// type ([`costs::Micro`]: durations, activation bytes, host copies).
+    /// type ([`costs::Micro`]: durations, activation bytes, and the host
+    /// copies when the strategy offloads activations).
     pub fn micro(&self, rank: usize, m: u32) -> Result<Micro, PlanError> {
-        costs::step_costs(self.costs, rank, m, self.strategy.attention, self.rules)
+        let attention = self.strategy.attention;
+        // Only a schedule that offloads activations issues host copies.
+        if self.strategy.offload == Offload::Activations {
+            costs::step_costs(self.costs, rank, m, attention, self.rules)
+        } else {
+            micro_costs(self.costs, rank, m, attention)
+        }
     }
 
     /// The step of micro-batch `micro` in phase `ph` on a GPU whose row of
