@@ -12,7 +12,7 @@
 //!
 //! Collectives: when the profiles carry measured collective times
 //! ([`ProfileSet::collectives`], written by `cephalo profile --ranks N`),
-//! the communication model is a [`MeasuredTable`] over them (each sample at
+//! the communication model is a [`MeasuredTable`](crate::comm::MeasuredTable) over them (each sample at
 //! its even-equivalent size `bytes x imbalance`), with the analytic ring as
 //! its fallback; otherwise the analytic ring alone.
 //!
