@@ -1,18 +1,24 @@
 //! Golden output: committed studies regenerate as their `results/` files
 //! byte for byte (CSV, figures, spec, version, the report).
 //!
-//! * In every run of the suite, `validate-cpu` (about a second in a debug
-//!   build: committed measurements against predictions, its CSVs and both
-//!   figures) is regenerated and compared with its directory.
-//! * `scripts/test.sh` also runs the ignored test here in a release build:
-//!   every study under `experiments/` (`experiment run --all`, about half a
-//!   minute), compared with the whole of `results/`, `REPORT.md` included.
-//!   The studies that plan and simulate take minutes in a debug build.
+//! * In every run of the suite, two small studies are regenerated and
+//!   compared with their directories, about a second each in a debug build:
+//!   `validate-cpu` (committed measurements against predictions, its CSVs
+//!   and both figures) and `paper-timeline` (planners, the simulator, a
+//!   trace and its Gantt chart).
+//! * The ignored test here regenerates every study under `experiments/`
+//!   (`experiment run --all`) and compares the whole of `results/`,
+//!   `REPORT.md` included. Run it after a change that should not move any
+//!   output, in a release build (half a minute; the studies that plan and
+//!   simulate at scale take many minutes in a debug build):
+//!   `cargo test --release --test cli -- --ignored golden::every`. The
+//!   suite leaves it out: a release build of the CLI would add minutes to
+//!   every CI run.
 use crate::common::{run, scratch};
 use std::path::{Path, PathBuf};
 
-/// The study every run regenerates (see the module docs).
-const STUDY: &str = "validate-cpu";
+/// The studies every run regenerates (see the module docs).
+const STUDIES: [&str; 2] = ["validate-cpu", "paper-timeline"];
 
 /// The files under `dir`, as paths relative to it, sorted.
 fn files(dir: &Path) -> Vec<PathBuf> {
@@ -80,14 +86,15 @@ fn regenerates(args: &[&str], sub: &str, scratch_name: &str) {
 }
 
 #[test]
-fn a_committed_study_regenerates_byte_for_byte() {
-    regenerates(&[STUDY], STUDY, "cli-golden");
+fn small_committed_studies_regenerate_byte_for_byte() {
+    for study in STUDIES {
+        regenerates(&[study], study, &format!("cli-golden-{study}"));
+    }
 }
 
-/// Every study, in a release build (`scripts/test.sh` runs it; minutes in
-/// a debug build).
+/// Every study, in a release build (see the module docs).
 #[test]
-#[ignore = "release build: scripts/test.sh runs it with --ignored"]
+#[ignore = "many minutes in a debug build: run in release (module docs)"]
 fn every_committed_study_regenerates_byte_for_byte() {
     regenerates(&["--all"], "", "cli-golden-all");
 }
