@@ -90,15 +90,11 @@ impl ActivationModel {
         } else {
             0.0
         };
-        let scale = (1..=ANALYTIC_TABLE_MAX_BATCH)
+        let point = (1..=ANALYTIC_TABLE_MAX_BATCH)
             .map(|m| {
                 let ym = act.gib(m) * GIB - buffers_ref_bytes - fixed;
                 let x = m as f64 * a_ref;
-                if x > 0.0 && ym.is_finite() {
-                    (ym / x).max(0.0)
-                } else {
-                    0.0
-                }
+                (x > 0.0 && ym.is_finite() && ym > 0.0).then(|| ym / x)
             })
             .collect();
         ActivationModel {
@@ -106,7 +102,7 @@ impl ActivationModel {
             measured_attention,
             buffers_ref_bytes,
             fixed_bytes: fixed,
-            scale,
+            scale: monotone_scale(point),
         }
     }
 
@@ -133,6 +129,41 @@ impl ActivationModel {
             head_work: b.head_work * k,
         }
     }
+}
+
+/// `s(m)` for m = 1, 2, ... from the per-size anchors (`None` where the
+/// measurement does not rise above the unit buffers and the fixed part, so
+/// it cannot say how large the activations are), such that the activation
+/// peak `m s(m) A_ref` is above zero for every non-empty micro-batch and
+/// never shrinks as the micro-batch grows:
+///
+/// * below the first size the measurement resolves, the activations are
+///   taken as proportional to the micro-batch (every activation tensor is),
+///   so those sizes get that size's scale;
+/// * a later size that is unresolved, or whose peak would fall below the
+///   previous size's, keeps the previous size's peak (an allocator's
+///   rounding can make a measured curve dip; the tensors do not shrink);
+/// * a curve that resolves no size leaves the analytic sizes as they are
+///   (`s = 1`).
+fn monotone_scale(point: Vec<Option<f64>>) -> Vec<f64> {
+    let Some(first) = point.iter().flatten().next().copied() else {
+        return vec![1.0; point.len()];
+    };
+    let mut scale = Vec::with_capacity(point.len());
+    let mut peak = 0.0_f64; // m s(m) of the previous size
+    let mut resolved = false; // a size at or before this one is resolved
+    for (i, p) in point.iter().enumerate() {
+        let m = (i + 1) as f64;
+        resolved |= p.is_some();
+        let s = match *p {
+            Some(s) if m * s >= peak => s,
+            _ if !resolved => first,
+            _ => peak / m,
+        };
+        peak = m * s;
+        scale.push(s);
+    }
+    scale
 }
 
 /// Non-state memory against micro-batch size.
@@ -296,4 +327,30 @@ pub(crate) fn activation_memory(
         }
     };
     Ok((act, activations))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::monotone_scale;
+
+    /// `m s(m)` for m = 1, 2, ...
+    fn peaks(s: &[f64]) -> Vec<f64> {
+        s.iter()
+            .enumerate()
+            .map(|(i, s)| (i + 1) as f64 * s)
+            .collect()
+    }
+
+    #[test]
+    fn unresolved_sizes_are_proportional_and_dips_are_held() {
+        // Sizes 1 and 2 below the buffers: proportional to m from size 3.
+        let s = monotone_scale(vec![None, None, Some(1.0), Some(1.5)]);
+        assert_eq!(peaks(&s), vec![1.0, 2.0, 3.0, 6.0]);
+        // A dip (size 3's peak below size 2's) and a later unresolved size
+        // keep the previous peak.
+        let s = monotone_scale(vec![Some(2.0), Some(2.0), Some(1.0), None, Some(2.0)]);
+        assert_eq!(peaks(&s), vec![2.0, 4.0, 4.0, 4.0, 10.0]);
+        // Nothing resolved: the analytic sizes (s = 1).
+        assert_eq!(monotone_scale(vec![None, None]), vec![1.0, 1.0]);
+    }
 }

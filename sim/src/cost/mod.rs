@@ -32,7 +32,11 @@
 //! reference peak scaled by `s(m)`), and every strategy's activation bytes
 //! are the analytic ones times `s(m)`; the reference configuration then
 //! reproduces the measurement, and other strategies inherit its
-//! calibration. Without such a measurement (no profile, or one taken at
+//! calibration. A size whose measurement does not rise above `B_ref + F0`
+//! (the reference GPT-2.7B fp16 curve at micro-batch 1) takes activations
+//! proportional to `m` from the first size that does, and a dip in the
+//! curve keeps the previous size's peak: a non-empty micro-batch always
+//! holds activations, and a larger one no fewer. Without such a measurement (no profile, or one taken at
 //! another sequence length) the analytic sizes stand as they are (`s = 1`,
 //! `F0 = 0`): the calibrated memory curve was fitted at each model's default
 //! length only and extrapolates the `s^2` terms poorly.
@@ -585,8 +589,8 @@ mod tests {
         assert_eq!(c.activations.scale_at(7), 1.0);
         // A measurement at this sequence length anchors them: the reference
         // peak reproduces act(m) = B_ref + F0 + s(m) A_ref(m) wherever the
-        // measurement exceeds the unit buffers (below that, activations are
-        // 0 and the buffers alone set the peak).
+        // measurement exceeds the unit buffers (below that, the activations
+        // are proportional to m from the first size that does).
         let mut p = ProfileSet::new();
         let mem = |seq| crate::profile::MemoryProfile {
             cluster: "x".into(),
@@ -615,7 +619,7 @@ mod tests {
                 assert!((got - want).abs() < 1e-3 * want, "m={m}: {got} vs {want}");
                 checked += 1;
             } else if want <= a.buffers_ref_bytes {
-                assert_eq!(a.scale_at(m), 0.0);
+                assert!(a.scale_at(m) > 0.0, "m={m}: no activations");
             }
         }
         assert!(checked >= 2);

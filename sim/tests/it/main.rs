@@ -3,6 +3,7 @@
 mod common;
 mod fold;
 mod house;
+mod memory;
 mod models;
 mod perfmodel;
 mod pipeline;
