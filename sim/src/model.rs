@@ -442,6 +442,12 @@ impl ModelSpec {
         2.0 * self.block_flops_fwd(seq_len)
     }
 
+    /// Bytes of one sample's logits in fp32 (`s * vocab * 4 B`), which the
+    /// head and its loss hold whatever the training dtype.
+    pub fn fp32_logits_bytes(&self, seq_len: u32) -> f64 {
+        self.tokens_per_sample(seq_len) as f64 * self.vocab as f64 * 4.0
+    }
+
     /// FLOPs of the head forward for one sample: LM head `2*s*h*vocab`;
     /// BERT MLM head `2*s*h^2 + 2*s*h*vocab`; ViT classifier on the class
     /// token only, `2*h*classes`. (Norms and the loss are not counted.)

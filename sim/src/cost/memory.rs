@@ -90,7 +90,7 @@ impl ActivationModel {
         } else {
             0.0
         };
-        let point = (1..=ANALYTIC_TABLE_MAX_BATCH)
+        let point: Vec<Option<f64>> = (1..=ANALYTIC_TABLE_MAX_BATCH)
             .map(|m| {
                 let ym = act.gib(m) * GIB - buffers_ref_bytes - fixed;
                 let x = m as f64 * a_ref;
@@ -102,7 +102,7 @@ impl ActivationModel {
             measured_attention,
             buffers_ref_bytes,
             fixed_bytes: fixed,
-            scale: monotone_scale(point),
+            scale: monotone_scale(&point),
         }
     }
 
@@ -145,7 +145,7 @@ impl ActivationModel {
 ///   rounding can make a measured curve dip; the tensors do not shrink);
 /// * a curve that resolves no size leaves the analytic sizes as they are
 ///   (`s = 1`).
-fn monotone_scale(point: Vec<Option<f64>>) -> Vec<f64> {
+fn monotone_scale(point: &[Option<f64>]) -> Vec<f64> {
     let Some(first) = point.iter().flatten().next().copied() else {
         return vec![1.0; point.len()];
     };
@@ -344,13 +344,13 @@ mod tests {
     #[test]
     fn unresolved_sizes_are_proportional_and_dips_are_held() {
         // Sizes 1 and 2 below the buffers: proportional to m from size 3.
-        let s = monotone_scale(vec![None, None, Some(1.0), Some(1.5)]);
+        let s = monotone_scale(&[None, None, Some(1.0), Some(1.5)]);
         assert_eq!(peaks(&s), vec![1.0, 2.0, 3.0, 6.0]);
         // A dip (size 3's peak below size 2's) and a later unresolved size
         // keep the previous peak.
-        let s = monotone_scale(vec![Some(2.0), Some(2.0), Some(1.0), None, Some(2.0)]);
+        let s = monotone_scale(&[Some(2.0), Some(2.0), Some(1.0), None, Some(2.0)]);
         assert_eq!(peaks(&s), vec![2.0, 4.0, 4.0, 4.0, 10.0]);
         // Nothing resolved: the analytic sizes (s = 1).
-        assert_eq!(monotone_scale(vec![None, None]), vec![1.0, 1.0]);
+        assert_eq!(monotone_scale(&[None, None]), vec![1.0, 1.0]);
     }
 }

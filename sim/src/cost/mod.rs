@@ -36,10 +36,11 @@
 //! (the reference GPT-2.7B fp16 curve at micro-batch 1) takes activations
 //! proportional to `m` from the first size that does, and a dip in the
 //! curve keeps the previous size's peak: a non-empty micro-batch always
-//! holds activations, and a larger one no fewer. Without such a measurement (no profile, or one taken at
-//! another sequence length) the analytic sizes stand as they are (`s = 1`,
-//! `F0 = 0`): the calibrated memory curve was fitted at each model's default
-//! length only and extrapolates the `s^2` terms poorly.
+//! holds activations, and a larger one no fewer. Without such a
+//! measurement (no profile, or one taken at another sequence length) the
+//! analytic sizes stand as they are (`s = 1`, `F0 = 0`): the calibrated
+//! memory curve was fitted at each model's default length only and
+//! extrapolates the `s^2` terms poorly.
 //!
 //! CPU devices (catalog `arch = "cpu"`): device memory is host memory, so
 //! host copies cost nothing ([`CostModel::host_copy_ms`]), and MPI moves
@@ -296,8 +297,7 @@ impl CostModel {
     /// Head (final norm, LM head / classifier, loss) forward ms for `m` samples.
     pub fn head_fwd_ms(&self, rank: usize, m: u32) -> f64 {
         let w = &self.workload;
-        let logits =
-            m as f64 * w.model.tokens_per_sample(w.seq_len) as f64 * w.model.vocab as f64 * 4.0;
+        let logits = m as f64 * w.model.fp32_logits_bytes(w.seq_len);
         let est = self.roofline_ms(
             rank,
             w.model.head_flops_fwd(w.seq_len) * m as f64,
@@ -309,8 +309,7 @@ impl CostModel {
     /// Head backward ms for `m` samples.
     pub fn head_bwd_ms(&self, rank: usize, m: u32) -> f64 {
         let w = &self.workload;
-        let logits =
-            m as f64 * w.model.tokens_per_sample(w.seq_len) as f64 * w.model.vocab as f64 * 4.0;
+        let logits = m as f64 * w.model.fp32_logits_bytes(w.seq_len);
         let est = self.roofline_ms(
             rank,
             2.0 * w.model.head_flops_fwd(w.seq_len) * m as f64,

@@ -191,8 +191,7 @@ impl Predictor for Roofline {
         // One block's saved activations (recompute keeps only one block live),
         // plus the logits of the head in fp32, plus two unsharded fp32 blocks.
         let act = model.activation_bytes_per_sample(seq_len, dtype) * m as f64;
-        let logits =
-            model.tokens_per_sample(seq_len) as f64 * model.vocab as f64 * 4.0 * 2.0 * m as f64;
+        let logits = model.fp32_logits_bytes(seq_len) * 2.0 * m as f64;
         let buffers = 2.0 * 4.0 * model.params_per_block() as f64;
         (act + logits + buffers) / GIB
     }

@@ -39,15 +39,16 @@ fn grows_from_above_zero(costs: &CostModel, what: &str) {
 }
 
 /// The cost model of `model` in `dtype` on two L4s whose memory curve is
-/// `profile` alone (at the profile's sequence length, so it anchors).
-fn with_profile(profile: &MemoryProfile, predictor: &dyn sim::perfmodel::Predictor) -> CostModel {
+/// `profile` alone (at the profile's sequence length, so it anchors),
+/// compute from the uncalibrated roofline.
+fn with_profile(profile: &MemoryProfile) -> CostModel {
     let mut w = workload(gpu_list("l4,l4"), &profile.model, profile.dtype, 8);
     w.seq_len = w
         .model
         .tokens_per_sample(profile.seq_len.unwrap_or(w.model.seq_len));
     let mut set = ProfileSet::new();
     set.memory.push(profile.clone());
-    CostModel::build(w, &set, predictor, CostOptions::default()).unwrap()
+    CostModel::build(w, &set, &Roofline::default(), CostOptions::default()).unwrap()
 }
 
 #[test]
@@ -62,7 +63,7 @@ fn every_reference_memory_curve_gives_growing_activations() {
     );
     let mut anchored = 0;
     for p in &profiles.memory {
-        let c = with_profile(p, &Roofline::default());
+        let c = with_profile(p);
         anchored += usize::from(c.activations.anchored());
         let what = format!("{} {} {} ({})", p.cluster, p.model_key, p.dtype, p.source);
         grows_from_above_zero(&c, &what);
@@ -106,6 +107,6 @@ proptest! {
             act_gib,
             source: Source::Measured { origin: "proptest".into() },
         };
-        grows_from_above_zero(&with_profile(&p, &Roofline::default()), "measured");
+        grows_from_above_zero(&with_profile(&p), "measured");
     }
 }
