@@ -383,8 +383,15 @@ impl<'u> Buffers<'u> {
             self.grads[u] = true;
             self.grads_live = self.grads_live.saturating_add(units[u].grad_bytes);
         }
+        // The next phase's all-gather may run during this phase: a new
+        // buffer unless its unit stays gathered (a unit this phase
+        // reshards, e.g. the embedding between one pass's backward and the
+        // next pass's forward, is gathered again into a fresh buffer).
         let extra_next = next
-            .filter(|q| q.gather && !self.gathered[q.unit as usize])
+            .filter(|q| {
+                let qu = q.unit as usize;
+                q.gather && (!self.gathered[qu] || (qu == u && ph.reshard))
+            })
             .map_or(0, |q| units[q.unit as usize].param_bytes);
         // Gradients reduced earlier whose reduce-scatter may still run: a
         // phase that waits for its all-gather knows every reduce-scatter
