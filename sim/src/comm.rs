@@ -72,12 +72,17 @@ mod analytic;
 mod collective;
 mod loads;
 mod measured;
+mod protocol;
 mod ring;
 mod topology;
 
 pub use analytic::{ring_ms, RingModel, TREE_BW_FACTOR};
 pub use collective::{CollectiveKind, CommModel, LinkKind, LinkRef};
 pub use measured::{CommSource, MeasuredPoint, MeasuredTable};
+pub use protocol::{
+    ring_plateau, HopKind, NcclGen, Protocol, NVLS_CHANNELS, NVLS_EFFICIENCY, NVLS_NVLINK_US,
+    NVLS_TREE_NET_US,
+};
 pub use topology::{CollectiveRank, CommAlgo, CommTopology, NodeLinks};
 
 #[cfg(test)]

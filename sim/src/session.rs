@@ -483,7 +483,7 @@ impl Comparison {
 }
 
 /// One row of [`comm_sweep`], the nccl-tests columns.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CommRow {
     /// Buffer size, bytes (nccl-tests' `size`: the gathered buffer for
     /// all-gather / reduce-scatter, the buffer for all-reduce).
@@ -494,6 +494,9 @@ pub struct CommRow {
     pub algbw_gb_s: f64,
     /// Bus bandwidth, `algbw x (n-1)/n` (all-reduce: `x 2(n-1)/n`), GB/s.
     pub busbw_gb_s: f64,
+    /// The algorithm and protocol that ran it (`ring/Simple`, `nvls/Simple`,
+    /// `tree`, `measured`).
+    pub algorithm: String,
 }
 
 /// The nccl-tests of a cluster: `kind` over the GPUs `ranks` (ring order)
@@ -561,6 +564,7 @@ pub fn comm_sweep(
             time_us: ms * 1e3,
             algbw_gb_s: algbw,
             busbw_gb_s: algbw * kind.busbw_factor(p),
+            algorithm: comm.algorithm(kind, &group),
         });
     }
     Ok(rows)
@@ -569,14 +573,14 @@ pub fn comm_sweep(
 /// [`comm_sweep`] rows as an aligned table (nccl-tests' columns).
 pub fn comm_table(rows: &[CommRow]) -> String {
     let mut s = format!(
-        "{:>14}  {:>12}  {:>11}  {:>11}\n",
-        "size_bytes", "time_us", "algbw_gb_s", "busbw_gb_s"
+        "{:>14}  {:>12}  {:>11}  {:>11}  {}\n",
+        "size_bytes", "time_us", "algbw_gb_s", "busbw_gb_s", "algorithm"
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{:>14}  {:>12.2}  {:>11.2}  {:>11.2}",
-            r.size_bytes, r.time_us, r.algbw_gb_s, r.busbw_gb_s
+            "{:>14}  {:>12.2}  {:>11.2}  {:>11.2}  {}",
+            r.size_bytes, r.time_us, r.algbw_gb_s, r.busbw_gb_s, r.algorithm
         );
     }
     s

@@ -48,7 +48,18 @@ fn json_rows_have_exactly_the_nccl_tests_columns() {
             .map(String::as_str)
             .collect();
         keys.sort_unstable();
-        assert_eq!(keys, ["algbw_gb_s", "busbw_gb_s", "size_bytes", "time_us"]);
+        // nccl-tests' columns, and the algorithm / protocol that ran it.
+        assert_eq!(
+            keys,
+            [
+                "algbw_gb_s",
+                "algorithm",
+                "busbw_gb_s",
+                "size_bytes",
+                "time_us"
+            ]
+        );
+        assert!(row["algorithm"].as_str().unwrap().starts_with("ring/"));
         let (size, t) = (
             row["size_bytes"].as_f64().unwrap(),
             row["time_us"].as_f64().unwrap(),

@@ -3,6 +3,10 @@
 
 use super::collective::{CollectiveKind, CommModel, LinkRef};
 use super::loads::merge_loads;
+use super::protocol::{
+    ring_plateau, HopKind, NcclGen, Protocol, NVLS_CHANNELS, NVLS_EFFICIENCY, NVLS_NVLINK_US,
+    NVLS_TREE_NET_US,
+};
 use super::topology::{CollectiveRank, CommAlgo, CommTopology};
 
 /// NCCL's bandwidth derating of the tree algorithm against the ring
@@ -35,25 +39,80 @@ impl RingModel {
     }
 
     /// Ring time of `kind` in ms (all-reduce: reduce-scatter + all-gather
-    /// of `S / p` pieces).
+    /// of `S / p` pieces), under the protocol NCCL's model picks
+    /// ([`RingModel::ring_choice`]).
     pub fn ring_time_ms(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> f64 {
+        self.ring_choice(kind, ranks).0
+    }
+
+    /// The oldest and newest GPU generation of the nodes of a group.
+    fn gens(&self, ranks: &[CollectiveRank]) -> (NcclGen, NcclGen) {
+        let mut lo = NcclGen::Hopper;
+        let mut hi = NcclGen::Volta;
+        for r in ranks {
+            let g = self.topo.node(r.node).gen;
+            lo = lo.min(g);
+            hi = hi.max(g);
+        }
+        (lo, hi)
+    }
+
+    /// The ring's time in ms and protocol: the fastest of LL, LL128 (where
+    /// NCCL enables it) and Simple, each `base + intra steps x intra hop +
+    /// inter steps x network hop + steps x piece / bandwidth`
+    /// ([`super::protocol`]).
+    pub fn ring_choice(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> (f64, Protocol) {
         let p = ranks.len();
         if p < 2 {
-            return 0.0;
+            return (0.0, Protocol::Simple);
         }
         let groups = self.topo.groups(ranks);
         let ring = self.topo.ring(ranks, &groups);
-        let buffer = kind.buffer_bytes(ranks);
-        match kind {
-            CollectiveKind::AllReduce => {
-                2.0 * ring_ms(p, buffer / p as f64, ring.bw_gbps, ring.latency_us)
+        let piece = kind.buffer_bytes(ranks) / p as f64;
+        let nodes = groups.len();
+        let all_reduce = kind == CollectiveKind::AllReduce;
+        let steps = if all_reduce { 2 * (p - 1) } else { p - 1 };
+        let inter_steps = match (nodes, all_reduce) {
+            (1, _) => 0,
+            (n, true) => 2 * (n - 1),
+            (n, false) => n - 1,
+        };
+        let (lo, hi) = self.gens(ranks);
+        let ll128 = !ring.pcie_hop && (lo == hi || lo >= NcclGen::Hopper);
+        let intra_kind = if ring.pcie_hop {
+            HopKind::Pcie
+        } else {
+            HopKind::Nvlink
+        };
+        let mut best = (f64::INFINITY, Protocol::Simple);
+        for proto in Protocol::ALL {
+            if proto == Protocol::Ll128 && !ll128 {
+                continue;
             }
-            _ => ring_ms(p, buffer / p as f64, ring.bw_gbps, ring.latency_us),
+            let mut intra = ring.intra_latency_us * proto.hop_scale(intra_kind);
+            if nodes > 1 {
+                // NCCL's network overhead on x86 Intel hosts: 1 µs, x3 Simple.
+                let overhead = if proto == Protocol::Simple { 3.0 } else { 1.0 };
+                intra = intra.max(overhead);
+            }
+            let inter = ring.inter_latency_us * proto.hop_scale(HopKind::Net);
+            let mut lat = proto.base_us(false)
+                + (steps - inter_steps) as f64 * intra
+                + inter_steps as f64 * inter;
+            if all_reduce && proto == Protocol::Simple && nodes > 1 {
+                lat *= ring_plateau(lo);
+            }
+            let bw = proto.ring_gbps(ring.bw_gbps, lo.ll_max_gbps(nodes));
+            let t = lat * 1e-3 + steps as f64 * piece / (bw * 1e9) * 1e3;
+            if t < best.0 {
+                best = (t, proto);
+            }
         }
+        best
     }
 
     /// Tree all-reduce time in ms (groups spanning nodes; the ring's time
-    /// on one node).
+    /// on one node), under the fastest protocol.
     pub fn tree_time_ms(&self, ranks: &[CollectiveRank]) -> f64 {
         let p = ranks.len();
         let groups = self.topo.groups(ranks);
@@ -62,25 +121,81 @@ impl RingModel {
         }
         let ring = self.topo.ring(ranks, &groups);
         let buffer = CollectiveKind::AllReduce.buffer_bytes(ranks);
-        let bw_ms = CollectiveKind::AllReduce.busbw_factor(p) * buffer
-            / (TREE_BW_FACTOR * ring.bw_gbps * 1e9)
-            * 1e3;
         let depth = (groups.len() as f64).log2().ceil();
         let net_lat = groups
             .keys()
             .map(|&n| self.topo.node(n).net_latency_us)
             .fold(0.0, f64::max);
         let mut chain_us = 0.0f64;
+        let mut pcie = false;
         for (&n, g) in &groups {
             let node = self.topo.node(n);
             let lat = if node.nvlink_gbps.is_some() && !node.bridged {
                 node.nvlink_latency_us
             } else {
+                pcie |= g.ranks > 1;
                 node.pcie_latency_us
             };
             chain_us = chain_us.max((g.ranks as f64 - 1.0) * lat);
         }
-        bw_ms + 2.0 * (depth * net_lat + chain_us) * 1e-3
+        let (lo, hi) = self.gens(ranks);
+        let ll128 = !pcie && (lo == hi || lo >= NcclGen::Hopper);
+        let intra_kind = if pcie { HopKind::Pcie } else { HopKind::Nvlink };
+        let mut best = f64::INFINITY;
+        for proto in Protocol::ALL {
+            if proto == Protocol::Ll128 && !ll128 {
+                continue;
+            }
+            let bw = proto.tree_gbps(ring.bw_gbps, lo.ll_max_gbps(groups.len()));
+            let bw_ms = CollectiveKind::AllReduce.busbw_factor(p) * buffer / (bw * 1e9) * 1e3;
+            let lat = proto.base_us(true)
+                + 2.0
+                    * (depth * net_lat * proto.hop_scale(HopKind::Net)
+                        + chain_us * proto.hop_scale(intra_kind));
+            best = best.min(bw_ms + lat * 1e-3);
+        }
+        best
+    }
+
+    /// NVLink SHARP all-reduce time in ms (NVLS on one node, NVLS_TREE
+    /// across nodes), when every node of the group has an NVSwitch of a
+    /// generation with NVLS (Hopper and newer); `None` otherwise.
+    pub fn nvls_time_ms(&self, ranks: &[CollectiveRank]) -> Option<f64> {
+        if ranks.len() < 2 {
+            return None;
+        }
+        let groups = self.topo.groups(ranks);
+        let mut intra = f64::INFINITY;
+        let mut net = f64::INFINITY;
+        let (mut nvl_lat, mut net_lat) = (0.0f64, 0.0f64);
+        for &n in groups.keys() {
+            let node = self.topo.node(n);
+            let bw = node
+                .nvlink_gbps
+                .filter(|_| node.nvswitch && node.gen >= NcclGen::Hopper)?;
+            intra = intra.min(bw * NVLS_EFFICIENCY * (NVLS_CHANNELS - 1.0) / NVLS_CHANNELS);
+            net = net.min(node.nics as f64 * node.nic_gbps);
+            nvl_lat = nvl_lat.max(node.nvlink_latency_us);
+            net_lat = net_lat.max(node.net_latency_us);
+        }
+        let buffer = CollectiveKind::AllReduce.buffer_bytes(ranks);
+        // NCCL's NVLS NVLink latency against its Simple ring hop (3.4 µs),
+        // applied to this model's NVLink hop.
+        let mut lat = NVLS_NVLINK_US * nvl_lat / 3.4;
+        let nodes = groups.len();
+        // NCCL prices the tree between nodes in bus bandwidth: the NICs'
+        // aggregate (doubled at two nodes, where each node is a leaf of one
+        // tree and the root of the other), converted to algorithm bandwidth
+        // by `n / (2 (n - 1))` like a ring all-reduce.
+        let n = ranks.len() as f64;
+        let algbw = if nodes == 1 {
+            intra
+        } else {
+            lat += 2.0 * (nodes as f64).log2().ceil() * NVLS_TREE_NET_US * net_lat / 14.0;
+            let bus = net * if nodes <= 2 { 2.0 } else { 1.0 };
+            intra.min(bus * n / (2.0 * (n - 1.0)))
+        };
+        Some(lat * 1e-3 + buffer / (algbw * 1e9) * 1e3)
     }
 
     /// Hierarchical schedule in ms: intra phase + inter-node ring + intra
@@ -169,19 +284,43 @@ impl RingModel {
         (factor * (phase1 + phase2 + phase3), merge_loads(loads))
     }
 
-    /// Whether `kind` over `ranks` runs as a tree under this model's algorithm.
-    fn uses_tree(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> bool {
-        if kind != CollectiveKind::AllReduce {
-            return false;
+    /// The algorithm NCCL's model picks for `kind` over `ranks` under this
+    /// model's setting, with its time in ms: ring for all-gather and
+    /// reduce-scatter; for an all-reduce the fastest of ring, tree (groups
+    /// spanning nodes) and NVLS / NVLS_TREE (NVSwitch Hopper nodes).
+    pub fn choose(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> (f64, &'static str) {
+        if ranks.len() < 2 {
+            return (0.0, "none");
         }
+        let ring = || self.ring_time_ms(kind, ranks);
+        let spans = {
+            let first = ranks.first().map(|r| r.node);
+            ranks.iter().any(|r| Some(r.node) != first)
+        };
         match self.topo.algo {
-            CommAlgo::Tree => true,
-            CommAlgo::Auto => {
-                let first = ranks.first().map(|r| r.node);
-                ranks.iter().any(|r| Some(r.node) != first)
-                    && self.tree_time_ms(ranks) < self.ring_time_ms(kind, ranks)
+            CommAlgo::Hierarchical => (self.hierarchical_ms(kind, ranks), "hierarchical"),
+            CommAlgo::Ring => (ring(), "ring"),
+            CommAlgo::Tree if kind == CollectiveKind::AllReduce && spans => {
+                (self.tree_time_ms(ranks), "tree")
             }
-            _ => false,
+            CommAlgo::Tree => (ring(), "ring"),
+            CommAlgo::Auto => {
+                let mut best = (ring(), "ring");
+                if kind == CollectiveKind::AllReduce {
+                    if spans {
+                        let t = self.tree_time_ms(ranks);
+                        if t < best.0 {
+                            best = (t, "tree");
+                        }
+                    }
+                    if let Some(t) = self.nvls_time_ms(ranks) {
+                        if t < best.0 {
+                            best = (t, if spans { "nvls_tree" } else { "nvls" });
+                        }
+                    }
+                }
+                best
+            }
         }
     }
 }
@@ -191,11 +330,7 @@ impl CommModel for RingModel {
         if ranks.len() < 2 {
             return 0.0;
         }
-        match self.topo.algo {
-            CommAlgo::Hierarchical => self.hierarchical_ms(kind, ranks),
-            _ if self.uses_tree(kind, ranks) => self.tree_time_ms(ranks),
-            _ => self.ring_time_ms(kind, ranks),
-        }
+        self.choose(kind, ranks).0
     }
 
     fn loads(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> Vec<(LinkRef, f64)> {
@@ -231,6 +366,14 @@ impl CommModel for RingModel {
         self.topo
             .hop_loads(hop, bytes.max(0.0), &groups, &mut loads);
         (t, merge_loads(loads))
+    }
+
+    fn algorithm(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> String {
+        match self.choose(kind, ranks).1 {
+            "ring" => format!("ring/{}", self.ring_choice(kind, ranks).1.name()),
+            a @ ("nvls" | "nvls_tree") => format!("{a}/Simple"),
+            a => a.to_string(),
+        }
     }
 
     fn describe(&self) -> String {

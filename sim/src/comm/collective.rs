@@ -119,4 +119,7 @@ pub trait CommModel: Send + Sync + std::fmt::Debug {
     ) -> (f64, Vec<(LinkRef, f64)>);
     /// One line naming the model and its parameters (for report provenance).
     fn describe(&self) -> String;
+    /// The algorithm and protocol the model runs `kind` over `ranks` with
+    /// (`ring/LL128`, `nvls/Simple`, `measured`), for tables.
+    fn algorithm(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> String;
 }

@@ -245,6 +245,14 @@ impl CommModel for MeasuredTable {
         self.fallback.p2p(from, to, bytes)
     }
 
+    fn algorithm(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> String {
+        if self.time_ms(kind, ranks) == self.fallback.time_ms(kind, ranks) {
+            self.fallback.algorithm(kind, ranks)
+        } else {
+            "measured".into()
+        }
+    }
+
     fn describe(&self) -> String {
         let points: usize = self.curves.values().map(|c| c.points.len()).sum();
         format!(

@@ -29,6 +29,12 @@ pub(super) struct Ring {
     pub(super) bw_gbps: f64,
     /// Latency of the slowest step, µs.
     pub(super) latency_us: f64,
+    /// Latency of the slowest hop inside a node, µs (0 without one).
+    pub(super) intra_latency_us: f64,
+    /// Latency of the slowest hop between nodes, µs (0 without one).
+    pub(super) inter_latency_us: f64,
+    /// Some hop inside a node crosses PCIe (no LL128; PCIe hop latencies).
+    pub(super) pcie_hop: bool,
 }
 
 /// Per node of a group: ranks, NIC rails used (and the first rank on each).
@@ -79,6 +85,8 @@ impl CommTopology {
         let mut hops = Vec::with_capacity(p);
         let mut bw = f64::INFINITY;
         let mut latency_us = 0.0f64;
+        let (mut intra_latency_us, mut inter_latency_us) = (0.0f64, 0.0f64);
+        let mut pcie_hop = false;
         for i in 0..p {
             let (x, y) = (ranks[i], ranks[(i + 1) % p]);
             if x.node == y.node {
@@ -86,6 +94,8 @@ impl CommTopology {
                 let (b, lat, nvlink) = n.pair(x.local, y.local);
                 bw = bw.min(b);
                 latency_us = latency_us.max(lat);
+                intra_latency_us = intra_latency_us.max(lat);
+                pcie_hop |= !nvlink;
                 hops.push(Hop::Intra {
                     node: x.node,
                     a: x.local,
@@ -103,6 +113,7 @@ impl CommTopology {
                     .net_latency_us
                     .max(self.node(y.node).net_latency_us);
                 latency_us = latency_us.max(lat);
+                inter_latency_us = inter_latency_us.max(lat);
                 hops.push(Hop::Inter {
                     from: x.node,
                     to: y.node,
@@ -113,6 +124,9 @@ impl CommTopology {
             hops,
             bw_gbps: bw,
             latency_us,
+            intra_latency_us,
+            inter_latency_us,
+            pcie_hop,
         }
     }
 }

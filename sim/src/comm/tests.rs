@@ -50,10 +50,19 @@ fn single_rank_is_free() {
 #[test]
 fn even_pieces_match_closed_form() {
     // 4 ranks on one PCIe node, 1 GB total at 10 GB/s, 5 µs steps:
-    // 3 * 5 µs + 3/4 * 100 ms = 75.015 ms.
+    // NCCL's Simple base 8.4 µs + 3 * 5 µs + 3/4 * 100 ms = 75.0234 ms.
     let m = RingModel::new(topo(1, 10.0, 1.0));
     let t = m.time_ms(CollectiveKind::AllGather, &even(&[0, 0, 0, 0], 1e9));
-    assert!(close(t, 75.015), "{t}");
+    assert!(close(t, 75.0234), "{t}");
+    // A small buffer runs LL: 6.6 µs + 3 steps at 1/5.7 of the hop, half
+    // the bandwidth (LL128 needs NVLink).
+    let small = even(&[0, 0, 0, 0], 4e3);
+    let (t, proto) = m.ring_choice(CollectiveKind::AllGather, &small);
+    assert_eq!(proto, Protocol::Ll);
+    assert!(
+        close(t, (6.6 + 3.0 * 5.0 / 5.7) * 1e-3 + 3e3 / 5e9 * 1e3),
+        "{t}"
+    );
 }
 
 #[test]
@@ -63,8 +72,8 @@ fn uneven_pieces_pace_at_the_largest() {
     for (x, b) in r.iter_mut().zip([1e8, 2e8, 5e8, 2e8]) {
         x.piece_bytes = b;
     }
-    // 3 * (5 µs + 50 ms)
-    assert!(close(m.time_ms(CollectiveKind::AllGather, &r), 150.015));
+    // 8.4 µs + 3 * (5 µs + 50 ms)
+    assert!(close(m.time_ms(CollectiveKind::AllGather, &r), 150.0234));
 }
 
 #[test]
@@ -80,7 +89,14 @@ fn two_nodes_behind_one_nic_run_a_flat_ring() {
     let nodes: Vec<usize> = (0..16).map(|i| i / 8).collect();
     let r = even(&nodes, 8e9);
     let ag = m.time_ms(CollectiveKind::AllGather, &r);
-    assert!(close(ag, 15.0 * (0.020 + 0.5e9 / 23e9 * 1e3)), "{ag}");
+    // NCCL's latency: 8.4 µs + 14 NVLink steps (5 µs) + 1 network step (20 µs).
+    assert!(
+        close(
+            ag,
+            (8.4 + 14.0 * 5.0 + 20.0) * 1e-3 + 15.0 * 0.5e9 / 23e9 * 1e3
+        ),
+        "{ag}"
+    );
     let bus = busbw(CollectiveKind::AllGather, 16, 8e9, ag);
     assert!((bus - 23.0).abs() < 0.1, "{bus}");
     // The hierarchical schedule only when asked, and then faster here.
@@ -132,11 +148,11 @@ fn reduce_scatter_costs_as_all_gather() {
 
 #[test]
 fn all_reduce_ring_and_tree() {
-    // 4 ranks, 1 GB buffer, 10 GB/s, 5 µs: 2 x 3 x (5 µs + 250 MB / 10 GB/s).
+    // 4 ranks, 1 GB buffer, 10 GB/s, 5 µs: 8.4 µs + 2 x 3 x (5 µs + 250 MB / 10 GB/s).
     let m = RingModel::new(topo(1, 10.0, 1.0));
     let r: Vec<_> = even(&[0, 0, 0, 0], 4e9);
     let t = m.time_ms(CollectiveKind::AllReduce, &r);
-    assert!(close(t, 2.0 * 3.0 * (0.005 + 25.0)), "{t}");
+    assert!(close(t, 0.0084 + 2.0 * 3.0 * (0.005 + 25.0)), "{t}");
     assert_eq!(CollectiveKind::AllReduce.buffer_bytes(&r), 1e9);
     assert_eq!(CollectiveKind::AllGather.buffer_bytes(&r), 4e9);
     for k in CollectiveKind::ALL {
@@ -305,6 +321,12 @@ fn arb_node() -> impl Strategy<Value = NodeLinks> {
                 nics,
                 nic_gbps: nic,
                 net_latency_us: netl,
+                gen: if bridged {
+                    NcclGen::Ampere
+                } else {
+                    NcclGen::Hopper
+                },
+                nvswitch: nvlink.is_some() && !bridged,
             },
         )
 }
@@ -371,12 +393,97 @@ proptest! {
         let m = RingModel::new(CommTopology { nodes: vec![n], algo: CommAlgo::Auto });
         let r = even(&vec![0; p], total);
         let pf = p as f64;
+        // The faster of Simple and LL (PCIe: no LL128), NCCL's latencies.
         let expect = if p < 2 {
             0.0
         } else {
-            (pf - 1.0) * n.pcie_latency_us * 1e-3
-                + (pf - 1.0) / pf * total / (n.pcie_gbps * 1e9) * 1e3
+            let simple = (8.4 + (pf - 1.0) * n.pcie_latency_us) * 1e-3
+                + (pf - 1.0) / pf * total / (n.pcie_gbps * 1e9) * 1e3;
+            let ll_bw = (0.5 * n.pcie_gbps).min(n.gen.ll_max_gbps(1));
+            let ll = (6.6 + (pf - 1.0) * n.pcie_latency_us / 5.7) * 1e-3
+                + (pf - 1.0) / pf * total / (ll_bw * 1e9) * 1e3;
+            simple.min(ll)
         };
         prop_assert!(close(m.time_ms(CollectiveKind::AllGather, &r), expect));
     }
+}
+
+/// `nodes` HGX-style nodes of 8 GPUs of generation `gen` on an NVSwitch
+/// (351 GB/s achievable NVLink, 4 µs hops) with 8 NICs of 46 GB/s.
+fn hgx(nodes: usize, gen: NcclGen) -> CommTopology {
+    let mut n = NodeLinks::simple(8, 40.0, 46.0);
+    n.nvlink_gbps = Some(351.0);
+    n.nvlink_latency_us = 4.0;
+    n.nics = 8;
+    n.net_latency_us = 8.0;
+    n.gen = gen;
+    n.nvswitch = true;
+    CommTopology {
+        nodes: vec![n; nodes],
+        algo: CommAlgo::Auto,
+    }
+}
+
+#[test]
+fn nvls_where_nccl_runs_it() {
+    let ar = CollectiveKind::AllReduce;
+    let ranks =
+        |nodes: usize, total: f64| even(&(0..8 * nodes).map(|i| i / 8).collect::<Vec<_>>(), total);
+    // One H100 node: NVLS for a large all-reduce, ~1.4x the ring's bus
+    // bandwidth (each GPU moves S instead of 2 (p - 1) / p S); never for
+    // all-gather.
+    let h = RingModel::new(hgx(1, NcclGen::Hopper));
+    let big = ranks(1, 8.0 * 1e9);
+    let (t, algo) = h.choose(ar, &big);
+    assert_eq!(algo, "nvls");
+    let ring = h.ring_time_ms(ar, &big);
+    assert!(ring / t > 1.3 && ring / t < 1.5, "{}", ring / t);
+    assert_eq!(h.choose(CollectiveKind::AllGather, &big).1, "ring");
+    // A100 (no NVLS) and bridged H100 pairs (no NVSwitch): the ring.
+    let a = RingModel::new(hgx(1, NcclGen::Ampere));
+    assert_eq!(a.choose(ar, &big).1, "ring");
+    let mut bridged = hgx(1, NcclGen::Hopper);
+    bridged.nodes[0].nvswitch = false;
+    bridged.nodes[0].bridged = true;
+    assert_eq!(RingModel::new(bridged).choose(ar, &big).1, "ring");
+    // Across nodes NVLS_TREE, whose bus bandwidth falls from two nodes to
+    // four (the tree between nodes is no longer doubled).
+    let bus = |nodes: usize| {
+        let r = ranks(nodes, 8.0 * nodes as f64 * 1e9);
+        let m = RingModel::new(hgx(nodes, NcclGen::Hopper));
+        let (t, algo) = m.choose(ar, &r);
+        assert_eq!(algo, "nvls_tree");
+        busbw(
+            ar,
+            8 * nodes,
+            8.0 * nodes as f64 * 1e9 / (8 * nodes) as f64,
+            t,
+        )
+    };
+    assert!(bus(2) > 1.2 * bus(4), "{} {}", bus(2), bus(4));
+}
+
+#[test]
+fn protocols_by_size_and_tree_by_node_count() {
+    let ag = CollectiveKind::AllGather;
+    let m = RingModel::new(hgx(1, NcclGen::Ampere));
+    let r = |total: f64| even(&[0; 8], total);
+    // LL for kilobytes, LL128 in the megabytes (NVLink, one generation),
+    // Simple for large buffers.
+    assert_eq!(m.ring_choice(ag, &r(8e3)).1, Protocol::Ll);
+    assert_eq!(m.ring_choice(ag, &r(16e6)).1, Protocol::Ll128);
+    assert_eq!(m.ring_choice(ag, &r(8e9)).1, Protocol::Simple);
+    // PCIe nodes never run LL128.
+    let p = RingModel::new(topo(1, 20.0, 10.0));
+    for total in [8e3, 16e6, 8e9] {
+        assert_ne!(p.ring_choice(ag, &r(total)).1, Protocol::Ll128);
+    }
+    // Across A100 nodes: the tree for small and medium all-reduces (its
+    // latency grows with log2 of the nodes, the ring's with the ranks),
+    // the ring for large ones.
+    let ar = CollectiveKind::AllReduce;
+    let nodes: Vec<usize> = (0..32).map(|i| i / 8).collect();
+    let four = RingModel::new(hgx(4, NcclGen::Ampere));
+    assert_eq!(four.choose(ar, &even(&nodes, 32.0 * 1e6)).1, "tree");
+    assert_eq!(four.choose(ar, &even(&nodes, 32.0 * 8e9)).1, "ring");
 }

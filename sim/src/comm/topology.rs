@@ -1,6 +1,7 @@
 //! What the model needs to know about the network: the ranks of a
 //! collective, every node's links, the algorithm choice.
 
+use super::protocol::NcclGen;
 use crate::error::SpecError;
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +39,11 @@ pub struct NodeLinks {
     pub nic_gbps: f64,
     /// Ring-step latency over the network, µs.
     pub net_latency_us: f64,
+    /// The oldest GPU generation on the node, as NCCL's tables index it.
+    pub gen: NcclGen,
+    /// NVLink through an NVSwitch (every pair linked; NVLS where the
+    /// generation has it).
+    pub nvswitch: bool,
 }
 
 impl NodeLinks {
@@ -54,6 +60,8 @@ impl NodeLinks {
             nics: 1,
             nic_gbps,
             net_latency_us: 20.0,
+            gen: NcclGen::Volta,
+            nvswitch: false,
         }
     }
 

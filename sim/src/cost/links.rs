@@ -6,7 +6,7 @@
 use crate::cluster::Cluster;
 use crate::comm::{
     CollectiveKind, CollectiveRank, CommAlgo, CommModel, CommTopology, LinkKind, LinkRef,
-    MeasuredPoint, MeasuredTable, NodeLinks, RingModel,
+    MeasuredPoint, MeasuredTable, NcclGen, NodeLinks, RingModel,
 };
 use crate::error::SpecError;
 use crate::profile::ProfileSet;
@@ -18,7 +18,8 @@ pub fn comm_topology(cluster: &Cluster, algo: CommAlgo) -> CommTopology {
         nodes: cluster
             .nodes
             .iter()
-            .map(|n| NodeLinks {
+            .enumerate()
+            .map(|(i, n)| NodeLinks {
                 nvlink_gbps: n.nvlink_gbps,
                 bridged: n.fabric == crate::cluster::IntraFabric::NvlinkBridge,
                 pcie_gbps: n.pcie_gbps,
@@ -28,6 +29,15 @@ pub fn comm_topology(cluster: &Cluster, algo: CommAlgo) -> CommTopology {
                 nics: n.nics,
                 nic_gbps: n.nic_gbps,
                 net_latency_us: n.net_latency_us,
+                gen: cluster
+                    .gpus
+                    .iter()
+                    .filter(|g| g.node == i)
+                    .map(|g| NcclGen::of_arch(&g.spec.arch))
+                    .min()
+                    .unwrap_or_default(),
+                nvswitch: n.fabric == crate::cluster::IntraFabric::Nvswitch
+                    && n.nvlink_gbps.is_some(),
             })
             .collect(),
         algo,

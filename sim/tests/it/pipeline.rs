@@ -34,6 +34,9 @@ impl CommModel for NoComm {
     fn describe(&self) -> String {
         "none".into()
     }
+    fn algorithm(&self, _: CollectiveKind, _: &[CollectiveRank]) -> String {
+        "none".into()
+    }
 }
 
 /// The strategy of a pipeline: replicas (or ZeRO-1), local accumulation.
