@@ -338,10 +338,13 @@ impl Job {
                 }
             }
         }
-        if s.checkpointing == Checkpointing::Selective {
+        if matches!(
+            s.checkpointing,
+            Checkpointing::Selective | Checkpointing::SelectiveAttention
+        ) {
             return bad(
                 "strategy.checkpointing",
-                "selective recompute keeps chosen tensors of a block through saved-tensor hooks (PyTorch's checkpoint policy), which tch 0.24 does not expose; the trainer runs none, full and every:K".into(),
+                "selective recompute (op-level or core attention) keeps chosen tensors of a block through saved-tensor hooks (PyTorch's checkpoint policy), which tch 0.24 does not expose; the trainer runs none, full and every:K".into(),
             );
         }
         if s.attention == Attention::Flash {

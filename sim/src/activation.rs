@@ -31,14 +31,27 @@
 //!   and product (4f): `e*s*(8h + 4f) + 8*s*h`; eager adds the fp32 softmax
 //!   and (below fp32) its cast copy (`a*s^2*(4 + e)`), flash the
 //!   log-sum-exp (`4*a*s`).
-//! * **`selective`** (op-level: matmul and attention outputs saved, cheap
-//!   ops recomputed): the block input (h), q, k, v (h + 2kv), the attention
-//!   output (h), the out-projection output (h), the MLP matmul outputs
-//!   (GPT: fc1 `f` and fc2 `h`; LLaMA: gate and up `2f` and down `h`):
-//!   GPT `e*s*(5h + 2kv + f)`, LLaMA `e*s*(5h + 2kv + 2f)`, plus the
-//!   log-sum-exp with flash. Recomputed in the backward: norms, rotary,
-//!   `repeat_kv`, activation functions, dropout (from the saved RNG state),
-//!   residual adds and, with eager attention, the score chain from q, k, v.
+//! * **`selective`**: torchtitan's op-level selective checkpointing
+//!   (`selective_ac_option = "op"`, `torchtitan/distributed/
+//!   activation_checkpoint.py`): the outputs of the ops on its save list
+//!   are kept (every second `aten.mm` in program order: the counter makes
+//!   the others PREFER_RECOMPUTE; SDPA's output), everything else is
+//!   recomputed from the block input in the backward (norms, rotary,
+//!   activation functions, residual adds, the other matmuls). LLaMA's
+//!   seven matmuls q, k, v, o, gate, up, down keep q, v, gate and down;
+//!   GPT's four (fused qkv, out, fc1, fc2) keep qkv and fc1. Kept:
+//!   LLaMA `e*s*(4h + kv + f)` (input, q, attention output, down output;
+//!   v; gate), GPT `e*s*(3h + 2kv + f)` (input, qkv, attention output;
+//!   fc1), plus the log-sum-exp with flash; with eager attention the score
+//!   chain is recomputed from the kept q, k, v (its `bmm`s are not on the
+//!   list). [`recomputed_matmul_fraction`] is the share of the linear
+//!   matmul FLOPs the backward reruns.
+//! * **`selective:attention`**: Megatron-LM's selective recompute
+//!   (`--recompute-granularity selective`, `recompute_modules =
+//!   ["core_attn"]`): only the core attention (`QK^T`, softmax, dropout,
+//!   `AV`) is recomputed; every other activation is kept. Eager: `none`
+//!   without the score-shaped tensors; flash keeps nothing score-shaped
+//!   anyway, so it keeps what `none` keeps and reruns the attention kernel.
 //!
 //! # Transient working memory
 //!
@@ -71,8 +84,13 @@ pub struct BlockActivations {
     pub checkpoint: f64,
     /// Everything the backward needs, nothing recomputed.
     pub saved_none: f64,
-    /// What op-level selective recompute keeps.
+    /// What the selective policy priced keeps: op-level (torchtitan's
+    /// `selective`) from [`BlockActivations::new`]; the cost tables of a
+    /// `selective:attention` strategy hold [`BlockActivations::saved_attention`]
+    /// here ([`BlockActivations::for_selective`]).
     pub saved_selective: f64,
+    /// What core-attention recompute (Megatron's selective) keeps.
+    pub saved_attention: f64,
     /// Intermediate gradients live during the backward.
     pub grad_work: f64,
     /// Live tensors of a forward that saves nothing (checkpointed block).
@@ -124,9 +142,25 @@ impl BlockActivations {
             }
             b
         };
-        let mlp_kept = if llama { 2.0 * f } else { f };
-        let saved_selective =
-            e * s * (5.0 * h + 2.0 * kv + mlp_kept) + if flash { lse } else { 0.0 };
+        // Op-level SAC keeps every second matmul output (see the module docs).
+        let saved_selective = if llama {
+            e * s * (4.0 * h + kv + f)
+        } else {
+            e * s * (3.0 * h + 2.0 * kv + f)
+        } + if flash { lse } else { 0.0 };
+        let saved_attention = if flash || llama {
+            // LLaMA's eager score tensors are the fp32 softmax and its cast.
+            let cast = if e < 4.0 { e } else { 0.0 };
+            if flash {
+                saved_none
+            } else {
+                saved_none - scores * (4.0 + cast)
+            }
+        } else {
+            let masks = model.family.has_dropout();
+            let softmax_copies = if masks { 2.0 } else { 1.0 };
+            saved_none - softmax_copies * e * scores - if masks { scores } else { 0.0 }
+        };
         let attn_grad = if flash {
             e * s * (h + 2.0 * kv) + 4.0 * s * h
         } else {
@@ -148,6 +182,7 @@ impl BlockActivations {
             checkpoint: e * s * h,
             saved_none,
             saved_selective: saved_selective.min(saved_none),
+            saved_attention: saved_attention.clamp(e * s * h, saved_none),
             grad_work,
             nograd_work,
             head_work,
@@ -161,6 +196,15 @@ impl BlockActivations {
             Recompute::Full => self.checkpoint,
             Recompute::Selective => self.saved_selective,
         }
+    }
+
+    /// These sizes with `selective:attention` as the selective policy
+    /// (`attention_core`), or op-level as built.
+    pub fn for_selective(mut self, attention_core: bool) -> Self {
+        if attention_core {
+            self.saved_selective = self.saved_attention;
+        }
+        self
     }
 
     /// What the recompute of a block with policy `r` regenerates before its
@@ -184,6 +228,23 @@ impl BlockActivations {
         let block = (l + 1.0) * c + self.saved_none + self.grad_work;
         head.max(block)
     }
+}
+
+/// The share of a block's linear matmul FLOPs (projections and MLP, not
+/// the score matmuls) that torchtitan's op-level selective checkpointing
+/// reruns in the backward: the matmuls in even positions (LLaMA: k, o,
+/// up; GPT: out, fc2).
+pub fn recomputed_matmul_fraction(model: &ModelSpec) -> f64 {
+    let (h, kv, f) = (model.hidden as f64, model.kv_dim() as f64, model.ffn as f64);
+    let (rerun, all) = if model.family.is_llama_like() {
+        (
+            h * kv + h * h + h * f,
+            2.0 * h * h + 2.0 * h * kv + 3.0 * h * f,
+        )
+    } else {
+        (h * h + h * f, 2.0 * h * h + 2.0 * h * kv + 2.0 * h * f)
+    };
+    rerun / all
 }
 
 #[cfg(test)]
@@ -233,10 +294,14 @@ mod tests {
             "{}",
             fl.saved_none
         );
-        assert_eq!(
-            fl.saved_selective,
-            2.0 * s * (7.0 * h + 2.0 * f) + 4.0 * a * s
-        );
+        // torchtitan's op SAC: input, q, v, attention output, gate, down.
+        assert_eq!(fl.saved_selective, 2.0 * s * (5.0 * h + f) + 4.0 * a * s);
+        // Megatron's core-attention recompute keeps everything but scores.
+        assert_eq!(fl.saved_attention, fl.saved_none);
+        assert_eq!(eg.saved_attention, eg.saved_none - 6.0 * a * s * s);
+        // k, o and up of q, k, v, o, gate, up, down (kv = h for llama-7b).
+        let frac = recomputed_matmul_fraction(&m);
+        assert!((frac - (2.0 * h * h + h * f) / (4.0 * h * h + 3.0 * h * f)).abs() < 1e-12);
         let short = BlockActivations::new(&m, 1024, Dtype::Bf16, Attention::Eager);
         assert!(eg.saved_none > 2.0 * short.saved_none);
         assert!(eg.reference_peak(32) > 32.0 * eg.checkpoint);
@@ -250,6 +315,8 @@ mod tests {
                     let b = BlockActivations::new(m, m.seq_len, d, att);
                     assert!(b.checkpoint > 0.0 && b.head_work > 0.0, "{}", m.name);
                     assert!(b.saved_none >= b.saved_selective, "{}", m.name);
+                    assert!(b.saved_none >= b.saved_attention, "{}", m.name);
+                    assert!(b.saved_attention >= b.saved_selective, "{} {att:?}", m.name);
                     assert!(b.saved_selective >= b.checkpoint, "{} {att:?}", m.name);
                 }
             }

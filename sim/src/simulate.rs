@@ -51,20 +51,39 @@ fn graph_of(
 }
 
 /// Executed FLOPs of one iteration beyond the model's: every sample's
-/// recomputed block forwards (full recompute: the whole forward; selective
-/// with eager attention: the score matmuls `4 s^2 h`; with flash: none).
+/// recomputed block forwards (full recompute: the whole forward; op-level
+/// selective: the matmuls it does not keep, and with eager attention the
+/// score matmuls `4 s^2 h`; core-attention selective: the score matmuls,
+/// or the fused kernel's causal half).
 pub fn recompute_flops(costs: &CostModel, plan: &Plan) -> f64 {
     let w = &costs.workload;
     let s = plan.strategy;
     let seq = w.model.tokens_per_sample(w.seq_len) as f64;
+    let causal = !matches!(
+        w.model.family,
+        crate::model::Family::Bert | crate::model::Family::Vit
+    );
     let per_sample: f64 = (1..=w.model.layers)
         .map(|b| match s.checkpointing.block(b) {
             Recompute::None => 0.0,
             Recompute::Full => w.model.block_flops_fwd(w.seq_len),
-            Recompute::Selective => match s.attention {
-                Attention::Eager => 4.0 * seq * seq * w.model.hidden as f64,
-                Attention::Flash => 0.0,
-            },
+            Recompute::Selective => {
+                let score = 4.0 * seq * seq * w.model.hidden as f64;
+                let linear = w.model.block_flops_fwd(w.seq_len) - score;
+                let eager_score = match s.attention {
+                    Attention::Eager => score,
+                    Attention::Flash => 0.0,
+                };
+                if s.checkpointing.attention_core() {
+                    // The fused kernel is rerun too (its causal half).
+                    match s.attention {
+                        Attention::Eager => score,
+                        Attention::Flash => score * if causal { 0.5 } else { 1.0 },
+                    }
+                } else {
+                    crate::activation::recomputed_matmul_fraction(&w.model) * linear + eager_score
+                }
+            }
         })
         .sum();
     per_sample * w.global_batch as f64

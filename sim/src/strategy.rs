@@ -218,13 +218,17 @@ pub enum Checkpointing {
     /// Full recompute of every block: only block inputs are kept; the
     /// backward reruns the block's forward first.
     Full,
-    /// Op-level selective recompute: every block keeps its input and the
-    /// outputs of its matmuls and of the attention kernel, and recomputes
+    /// torchtitan's op-level selective checkpointing (`selective`, option
+    /// `op`): every block keeps its input, every second matmul output and
+    /// the attention kernel's output, and recomputes the other matmuls and
     /// the cheap ops (norms, activation functions, dropout, residual adds,
-    /// rotary) and, with eager attention, the score chain
-    /// (`QK^T`, scale/mask, softmax, dropout, `AV`) from the kept q, k, v.
-    /// See [`crate::activation`] for the exact tensor lists.
+    /// rotary) and, with eager attention, the score chain. See
+    /// [`crate::activation`] for the exact tensor lists.
     Selective,
+    /// Megatron-LM's selective recompute (`--recompute-granularity
+    /// selective`, core attention): only `QK^T`, softmax, dropout and `AV`
+    /// are recomputed; everything else is kept.
+    SelectiveAttention,
     /// Full recompute of every K-th block (blocks K, 2K, ... counting from
     /// 1, as torchtitan's `ac_freq`); the others keep everything.
     Every(u32),
@@ -251,9 +255,16 @@ impl Checkpointing {
         Choice {
             value: Checkpointing::Selective,
             name: "selective",
-            aliases: &["op", "sac"],
-            known_as: "",
-            meaning: "keep matmul and attention outputs, recompute norms, activations and the score chain",
+            aliases: &["op", "sac", "selective:op"],
+            known_as: "torchtitan selective (op)",
+            meaning: "keep every second matmul output and the attention output, recompute the rest (torchtitan's op-level policy)",
+        },
+        Choice {
+            value: Checkpointing::SelectiveAttention,
+            name: "selective:attention",
+            aliases: &["core-attn", "selective:core-attn"],
+            known_as: "Megatron-LM --recompute-granularity selective",
+            meaning: "recompute only the core attention (scores, softmax, dropout, weighted values)",
         },
         Choice {
             value: Checkpointing::Every(0),
@@ -295,12 +306,18 @@ impl Checkpointing {
         }
     }
 
+    /// Whether the selective policy is core-attention recompute
+    /// (Megatron's) rather than op-level (torchtitan's).
+    pub fn attention_core(self) -> bool {
+        self == Checkpointing::SelectiveAttention
+    }
+
     /// The recompute policy of block `b` (1-based block number).
     pub fn block(self, b: u32) -> Recompute {
         match self {
             Checkpointing::None => Recompute::None,
             Checkpointing::Full => Recompute::Full,
-            Checkpointing::Selective => Recompute::Selective,
+            Checkpointing::Selective | Checkpointing::SelectiveAttention => Recompute::Selective,
             Checkpointing::Every(k) => {
                 if k > 0 && b.is_multiple_of(k) {
                     Recompute::Full
@@ -337,7 +354,8 @@ pub enum Recompute {
     None,
     /// Keep the block input, recompute the whole forward.
     Full,
-    /// Keep matmul and attention outputs, recompute the cheap ops.
+    /// The strategy's selective policy (op-level or core attention,
+    /// [`Checkpointing::attention_core`]): keep part, recompute the rest.
     Selective,
 }
 

@@ -8,7 +8,7 @@ use crate::load;
 use anyhow::Result;
 use clap::Args as ClapArgs;
 use sim::choice;
-use sim::cost::{CostModel, CostOptions};
+use sim::cost::{CostModel, CostOptions, MemPolicy};
 use sim::dtype::Dtype;
 use sim::error::SpecError;
 use sim::profile::ProfileSet;
@@ -187,12 +187,18 @@ pub struct WorkloadArgs {
     /// Memory cluster of the reference `model_memory.json` to take non-state memory from.
     #[arg(long)]
     pub memory_cluster: Option<String>,
-    /// Fraction of each GPU's memory a plan may use.
-    #[arg(long, default_value_t = 0.75)]
-    pub mem_fraction: f64,
-    /// Fixed framework overhead per GPU, GiB.
-    #[arg(long, default_value_t = 2.0)]
-    pub overhead_gib: f64,
+    /// Let a plan use only this fraction of each GPU's memory (the Cephalo
+    /// paper's rule, 0.75 in its experiments; a flat 2 GiB framework
+    /// allowance). Default: the physical limit, what fits the device as
+    /// PyTorch uses it (CUDA context, NCCL buffers, allocator
+    /// fragmentation, a 1% margin).
+    #[arg(long)]
+    pub mem_fraction: Option<f64>,
+    /// Memory outside the allocator per GPU (CUDA context, NCCL buffers),
+    /// GiB. Default: 0.75 GiB of context plus 0.45 GiB per NCCL
+    /// communicator (two on a multi-GPU job); 2 with --mem-fraction.
+    #[arg(long)]
+    pub overhead_gib: Option<f64>,
     /// Collective flags (algorithm, interference, measured tables).
     #[command(flatten)]
     pub comm: CommArgs,
@@ -284,7 +290,10 @@ impl WorkloadArgs {
         }
         profiles.merge(self.comm.profiles()?);
         let options = CostOptions {
-            mem_fraction: self.mem_fraction,
+            mem_policy: match self.mem_fraction {
+                Some(f) => MemPolicy::Fraction(f),
+                None => MemPolicy::Physical,
+            },
             overhead_gib: self.overhead_gib,
             memory_cluster: self.memory_cluster.clone(),
             comm_algo: self.comm.algo()?,

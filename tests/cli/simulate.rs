@@ -225,7 +225,7 @@ fn r2_llama7b_fp32_batch_8_on_four_t4_is_out_of_memory() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stdout.contains("OUT OF MEMORY"), "{}", o.stdout);
     assert!(
-        o.stdout.contains("rank 0 (t4): peak") && o.stdout.contains("capacity 16.00 GiB"),
+        o.stdout.contains("rank 0 (t4): peak") && o.stdout.contains("physical: 16.00 GiB capacity"),
         "{}",
         o.stdout
     );
@@ -756,5 +756,59 @@ fn impossible_numbers_are_refused_where_they_enter() {
         o.stderr.contains("network.latency_us") && o.stderr.contains("[0, 1000000] us"),
         "{}",
         o.stderr
+    );
+}
+
+/// Issue 26: the default memory policy is the device's physical limit; the
+/// paper's fraction rule is asked for, and when it alone makes a plan out
+/// of memory the table says so. Reports carry allocated and reserved peaks.
+#[test]
+fn the_fraction_rule_says_when_it_decided() {
+    let base = [
+        "--gpus",
+        "a100-80gb,a100-80gb",
+        "--model",
+        "llama-2-7b",
+        "--seq-len",
+        "2048",
+        "--dtype",
+        "bf16",
+        "--global-batch",
+        "2",
+        "--batch",
+        "1,1",
+        "--sharding",
+        "full",
+        "--accumulation",
+        "sync",
+        "--param-dtype",
+        "bf16",
+        "--checkpointing",
+        "none",
+    ];
+    let o = run_command("simulate", &[&base[..], &["--format", "json"]].concat());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(j["oom"], false, "{}", o.stdout);
+    assert_eq!(j["mem_policy"], "physical");
+    assert!(j["mem_fraction"].is_null());
+    let m = &j["gpus"][0]["memory"];
+    let (peak, alloc, resv) = (
+        m["peak_gib"].as_f64().unwrap(),
+        m["allocated_gib"].as_f64().unwrap(),
+        m["reserved_gib"].as_f64().unwrap(),
+    );
+    let outside = j["overhead_gib"].as_f64().unwrap();
+    assert!((peak - outside - alloc).abs() < 1e-9 && resv > alloc && resv < alloc * 1.1);
+    let f = run_command(
+        "simulate",
+        &[&base[..], &["--mem-fraction", "0.75"]].concat(),
+    );
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(f.stdout.contains("OUT OF MEMORY"), "{}", f.stdout);
+    assert!(
+        f.stdout.contains("--mem-fraction 0.75 decided this"),
+        "{}",
+        f.stdout
     );
 }

@@ -31,9 +31,10 @@ pub struct GpuTypeCost {
     /// the predictor's kernel ratio (`None` when the predictor cannot run
     /// this GPU and dtype).
     pub kernels: [Option<ComputeCurve>; 2],
-    /// Per attention kernel: the fraction of the forward a selective
-    /// recompute reruns, at micro-batch sizes 1..=N (the last value beyond).
-    pub selective_fraction: [Vec<f64>; 2],
+    /// Per selective policy (op-level, core attention) and attention
+    /// kernel: the fraction of the forward the recompute reruns, at
+    /// micro-batch sizes 1..=N (the last value beyond).
+    pub selective_fraction: [[Vec<f64>; 2]; 2],
     /// Data-quality flags of the block profile used.
     pub block_flags: Vec<String>,
     /// Measured unit costs, if any.
@@ -59,9 +60,10 @@ impl GpuTypeCost {
             format!("{}{band}", self.block.source)
         } else {
             format!(
-                "{}{band}, scaled to {} attention by the predictor's kernel ratio",
+                "{}{band}, scaled to {} attention by the predictor's kernel ratio (fused kernel: {})",
                 self.block.source,
-                attention.name()
+                attention.name(),
+                crate::perfmodel::kernels::borrowed_from(crate::perfmodel::arch::ArchClass::of(&self.gpu))
             )
         }
     }
@@ -168,10 +170,12 @@ impl GpuTypeCost {
                 block.source.label()
             ));
         }
-        let selective_fraction = [Attention::Eager, Attention::Flash]
-            .map(|a| selective_fractions(predictor, gpu, model, seq, dtype, a));
+        let selective_fraction = [false, true].map(|core| {
+            [Attention::Eager, Attention::Flash]
+                .map(|a| selective_fractions(predictor, gpu, model, seq, dtype, a, core))
+        });
         let analytic_error_band = (block.source.rank() == 2)
-            .then(|| predictor.error_band(&gpu.name))
+            .then(|| predictor.error_band(gpu))
             .flatten();
         Ok(GpuTypeCost {
             gpu: gpu.clone(),
@@ -263,7 +267,8 @@ fn kernel_curve(
 }
 
 /// Per micro-batch size 1..=N, the predictor's fraction of the forward a
-/// selective recompute reruns (0 where it cannot predict).
+/// selective recompute reruns: op-level, or core attention (`core`); 0
+/// where it cannot predict.
 fn selective_fractions(
     pred: &dyn Predictor,
     gpu: &GpuSpec,
@@ -271,11 +276,19 @@ fn selective_fractions(
     seq: u32,
     dtype: Dtype,
     attention: Attention,
+    core: bool,
 ) -> Vec<f64> {
     (1..=ANALYTIC_TABLE_MAX_BATCH)
         .map(
             |m| match pred.block_prediction(gpu, model, seq, dtype, m, attention) {
-                Ok(p) if p.fwd_ms > 0.0 => (p.selective_recompute_ms / p.fwd_ms).clamp(0.0, 1.0),
+                Ok(p) if p.fwd_ms > 0.0 => {
+                    let rerun = if core {
+                        p.attention_recompute_ms
+                    } else {
+                        p.selective_recompute_ms
+                    };
+                    (rerun / p.fwd_ms).clamp(0.0, 1.0)
+                }
                 _ => 0.0,
             },
         )

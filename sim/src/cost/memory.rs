@@ -124,6 +124,7 @@ impl ActivationModel {
             checkpoint: b.checkpoint * k,
             saved_none: b.saved_none * k,
             saved_selective: b.saved_selective * k,
+            saved_attention: b.saved_attention * k,
             grad_work: b.grad_work * k,
             nograd_work: b.nograd_work * k,
             head_work: b.head_work * k,

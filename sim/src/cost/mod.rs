@@ -50,11 +50,13 @@
 
 pub mod gpu_type;
 pub mod links;
+pub mod mem_policy;
 pub mod memory;
 pub mod workload;
 
 pub use gpu_type::{is_cpu, GpuTypeCost, ANALYTIC_TABLE_MAX_BATCH};
 pub use links::{collective_ranks, comm_model, comm_topology, measured_points, LinkIds, LinkShare};
+pub use mem_policy::MemPolicy;
 pub use memory::{reference_buffers_bytes, ActMemory, ActivationModel};
 pub use workload::{CostOptions, Workload, DEFAULT_COMM_INTERFERENCE, MAX_COMM_INTERFERENCE};
 
@@ -188,10 +190,21 @@ impl CostModel {
         self.gpu_type(rank).block.bwd_ms(m)
     }
 
-    /// The attention kernel the block profiles in use were measured with:
-    /// flash only when every GPU's profile was (predictions are eager).
+    /// The attention kernel a strategy runs unless the user names one.
+    /// Where block times were measured or imported, the kernel they were
+    /// measured with (flash only when every GPU's profile was), so a plan
+    /// replays its measurements. Where every GPU type is predicted, the
+    /// fused kernel, as PyTorch's `scaled_dot_product_attention` picks it
+    /// on any CUDA GPU (FlashAttention-2 on sm80+ in fp16/bf16, the
+    /// memory-efficient kernel elsewhere, fp32 included); eager on the
+    /// `cpu` device, whose trainer runs the eager block.
     pub fn profile_attention(&self) -> Attention {
-        self.activations.measured_attention
+        let predicted = self.types.iter().all(|t| t.block.source.rank() == 2);
+        if predicted && self.types.iter().all(|t| !is_cpu(&t.gpu)) {
+            Attention::Flash
+        } else {
+            self.activations.measured_attention
+        }
     }
 
     /// Forward and backward ms of one block at micro-batch `m` on `rank`
@@ -217,15 +230,17 @@ impl CostModel {
     }
 
     /// ms of a selective recompute of one block at micro-batch `m` on
-    /// `rank` with `attention` (the predictor's fraction of that forward).
+    /// `rank` with `attention` (the predictor's fraction of that forward):
+    /// op-level, or core attention (`core`, Megatron's selective).
     pub fn selective_recompute_ms(
         &self,
         rank: usize,
         m: u32,
         attention: Attention,
+        core: bool,
         fwd_ms: f64,
     ) -> f64 {
-        let v = &self.gpu_type(rank).selective_fraction[attention.index()];
+        let v = &self.gpu_type(rank).selective_fraction[usize::from(core)][attention.index()];
         if m == 0 || v.is_empty() {
             return 0.0;
         }
@@ -398,9 +413,23 @@ impl CostModel {
         self.gpu(rank).mem_gib
     }
 
-    /// Memory a plan may use on `rank` (capacity x allowed fraction), GiB.
+    /// The limit on `rank`'s simulated peak under the memory policy
+    /// ([`MemPolicy::usable_gib`]), GiB.
     pub fn usable_gib(&self, rank: usize) -> f64 {
-        self.capacity_gib(rank) * self.options.mem_fraction
+        self.options
+            .mem_policy
+            .usable_gib(self.capacity_gib(rank), self.overhead_gib())
+    }
+
+    /// Memory outside the allocator on every GPU (CUDA context, NCCL
+    /// buffers), GiB: the user's figure, else the policy's estimate for a
+    /// cluster of this size.
+    pub fn overhead_gib(&self) -> f64 {
+        self.options.overhead_gib.unwrap_or_else(|| {
+            self.options
+                .mem_policy
+                .default_overhead_gib(self.workload.cluster.len())
+        })
     }
 
     /// Parameters of each FSDP unit in execution order: embedding, blocks, head.
@@ -543,6 +572,7 @@ mod tests {
                 fwd_ms: k * m as f64,
                 bwd_ms: 2.0 * k * m as f64,
                 selective_recompute_ms: 0.25 * k * m as f64,
+                attention_recompute_ms: 0.1 * k * m as f64,
             })
         }
         fn act_mem_gib(&self, _: &ModelSpec, _: u32, _: Dtype, m: u32) -> f64 {
@@ -582,7 +612,9 @@ mod tests {
         let (fe, be) = c.block_ms_with(0, 4, Attention::Eager).unwrap();
         let (ff, bf) = c.block_ms_with(0, 4, Attention::Flash).unwrap();
         assert!((ff - 0.5 * fe).abs() < 1e-9 && (bf - 0.5 * be).abs() < 1e-9);
-        assert!((c.selective_recompute_ms(0, 4, Attention::Eager, fe) - 0.25 * fe).abs() < 1e-9);
+        assert!(
+            (c.selective_recompute_ms(0, 4, Attention::Eager, false, fe) - 0.25 * fe).abs() < 1e-9
+        );
         // Without a memory measurement the analytic sizes stand (s = 1).
         assert!(!c.activations.anchored());
         assert_eq!(c.activations.scale_at(7), 1.0);

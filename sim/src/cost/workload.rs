@@ -2,6 +2,7 @@
 //! tokens per sample, precision, global batch) and the memory and
 //! communication knobs ([`CostOptions`]), with the checks of their numbers.
 
+use super::mem_policy::MemPolicy;
 use crate::cluster::Cluster;
 use crate::comm::CommAlgo;
 use crate::dtype::Dtype;
@@ -52,22 +53,23 @@ impl Workload {
                     .check_dtype(self.dtype, crate::error::WORKLOAD, "dtype")?;
             }
         }
-        if !(options.mem_fraction > 0.0 && options.mem_fraction <= 1.0) {
-            return Err(SpecError::invalid(
-                crate::error::WORKLOAD,
-                "mem_fraction",
-                format!(
-                    "expected a fraction in (0, 1], got {}",
-                    options.mem_fraction
-                ),
-            ));
+        if let Some(f) = options.mem_policy.fraction() {
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(SpecError::invalid(
+                    crate::error::WORKLOAD,
+                    "mem_fraction",
+                    format!("expected a fraction in (0, 1], got {f}"),
+                ));
+            }
         }
-        crate::physical::check(
-            crate::error::WORKLOAD,
-            "overhead_gib",
-            options.overhead_gib,
-            &crate::physical::MEM_GIB,
-        )?;
+        if let Some(o) = options.overhead_gib {
+            crate::physical::check(
+                crate::error::WORKLOAD,
+                "overhead_gib",
+                o,
+                &crate::physical::MEM_GIB,
+            )?;
+        }
         Ok(())
     }
 }
@@ -75,10 +77,13 @@ impl Workload {
 /// Knobs of the cost and memory model.
 #[derive(Debug, Clone)]
 pub struct CostOptions {
-    /// Fraction of each GPU's memory a plan may use (the paper's 0.75).
-    pub mem_fraction: f64,
-    /// Fixed framework overhead per GPU (CUDA context, allocator slack), GiB.
-    pub overhead_gib: f64,
+    /// When a plan fits a GPU (default: physical; the paper's fraction rule
+    /// on request).
+    pub mem_policy: MemPolicy,
+    /// Memory outside the allocator per GPU (CUDA context, NCCL buffers),
+    /// GiB; `None`: the policy's estimate for the cluster
+    /// ([`MemPolicy::default_overhead_gib`], `CostModel::overhead_gib`).
+    pub overhead_gib: Option<f64>,
     /// Memory cluster of the reference data to take non-state memory from.
     pub memory_cluster: Option<String>,
     /// Collective algorithm choice (default: as NCCL picks).
@@ -109,8 +114,8 @@ pub const MAX_COMM_INTERFERENCE: f64 = 3.0;
 impl Default for CostOptions {
     fn default() -> Self {
         CostOptions {
-            mem_fraction: 0.75,
-            overhead_gib: 2.0,
+            mem_policy: MemPolicy::Physical,
+            overhead_gib: None,
             memory_cluster: None,
             comm_algo: CommAlgo::Auto,
             comm_interference: DEFAULT_COMM_INTERFERENCE,

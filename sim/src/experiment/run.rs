@@ -111,6 +111,10 @@ fn costs_of(
     let cluster = cluster_of(w)?;
     let options = crate::cost::CostOptions {
         memory_cluster: spec.memory_cluster.clone(),
+        mem_policy: match spec.mem_fraction {
+            Some(f) => crate::cost::MemPolicy::Fraction(f),
+            None => crate::cost::MemPolicy::Physical,
+        },
         ..crate::cost::CostOptions::default()
     };
     let ws = WorkloadSpec {

@@ -41,6 +41,11 @@ pub struct ExperimentSpec<F = FigureSpec> {
     /// reference profiles only.
     #[serde(default)]
     pub memory_cluster: Option<String>,
+    /// The Cephalo paper's memory rule: plans may use this fraction of each
+    /// GPU's memory (the paper reproductions set its 0.75); absent: the
+    /// physical limit ([`crate::cost::MemPolicy`]).
+    #[serde(default)]
+    pub mem_fraction: Option<f64>,
     /// The sweep (empty for a study of measurements only).
     #[serde(default)]
     pub sweep: Sweep,
@@ -85,6 +90,13 @@ impl ExperimentSpec<WrittenFigure> {
         if !measured_only {
             self.sweep.check(origin)?;
             self.check_memory_cluster(origin)?;
+            if let Some(f) = self.mem_fraction.filter(|f| !(*f > 0.0 && *f <= 1.0)) {
+                return Err(SpecError::invalid(
+                    origin,
+                    "mem_fraction",
+                    format!("expected a fraction in (0, 1], got {f}"),
+                ));
+            }
         }
         let (has_validations, timeline) = (!self.validations.is_empty(), self.sweep.timeline);
         let mut figures = Vec::with_capacity(self.figures.len());
@@ -153,6 +165,7 @@ impl<F> ExperimentSpec<F> {
             description: self.description,
             profiles: self.profiles,
             memory_cluster: self.memory_cluster,
+            mem_fraction: self.mem_fraction,
             sweep: self.sweep,
             validations: self.validations,
             target_tokens_per_s: self.target_tokens_per_s,

@@ -40,6 +40,7 @@
 use super::arch::{ArchClass, MathPath};
 use super::errors::{ErrorStats, GroupErrors};
 use super::features::{MemFeat, TimeFeat, FAMILIES};
+use super::kernels;
 use crate::error::SpecError;
 use crate::strategy::Attention;
 use crate::units::GIB;
@@ -95,14 +96,6 @@ const W_BASE: [f64; 4] = [2.0, 12.0, 4.0, 12.0];
 const RMM_BASE: f64 = 1.0;
 const REL_BASE: f64 = 1.5;
 const FIXED_BASE_MS: f64 = 0.05;
-/// Rate of a fused (flash) attention forward relative to the matmul rate:
-/// FlashAttention-2 reaches 50-73% of an A100's peak in its forward (Dao
-/// 2023, arXiv 2307.08691) where large cuBLAS GEMMs reach ~80-90%, so about
-/// 0.8 of the GEMM rate.
-pub const FLASH_FWD_REL: f64 = 0.8;
-/// Rate of a fused attention backward relative to the matmul rate (its
-/// 2.5x-forward FLOP count at FlashAttention-2's ~45-60% of peak).
-pub const FLASH_BWD_REL: f64 = 0.65;
 
 /// One block pass's predicted times for one attention kernel.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -111,8 +104,10 @@ pub struct TimeParts {
     pub fwd_ms: f64,
     /// Backward, ms.
     pub bwd_ms: f64,
-    /// The part of the forward a selective recompute reruns, ms.
+    /// The part of the forward op-level selective recompute reruns, ms.
     pub selective_ms: f64,
+    /// The part of the forward core-attention recompute reruns, ms.
+    pub attention_ms: f64,
 }
 
 fn logistic(x: f64) -> f64 {
@@ -164,6 +159,13 @@ impl TimeTheta {
             c = c.fallback();
         }
         None
+    }
+
+    /// The class whose fit stands in for `class`'s matmuls when `class` has
+    /// no measurements of its own (`None`: fitted itself, or nothing is).
+    pub fn borrowed_class(&self, class: ArchClass) -> Option<ArchClass> {
+        let c = self.power_class(class);
+        (c != class && self.fitted[c.index()].iter().any(|f| *f)).then_some(c)
     }
 
     fn power_class(&self, class: ArchClass) -> ArchClass {
@@ -240,8 +242,8 @@ impl TimeTheta {
     /// bandwidth) plus the element-wise traffic.
     ///
     /// Flash: the score FLOPs (halved for causal models, which skip the
-    /// masked half) run at [`FLASH_FWD_REL`] / [`FLASH_BWD_REL`] of the
-    /// matmul rate, the backward does 2.5x the forward's attention FLOPs (it
+    /// masked half) run at the published fused-kernel rate of the GPU's
+    /// generation relative to its matmul rate ([`super::kernels`]), the backward does 2.5x the forward's attention FLOPs (it
     /// recomputes the probabilities: FlashAttention's own benchmark count),
     /// and no score-shaped tensor or mask touches memory; the selective part
     /// is the element-wise traffic alone.
@@ -259,13 +261,17 @@ impl TimeTheta {
                         + f.act_bytes * CM_BASE * v[CM + f.family].exp() * f.elem_mask)
                         / bw
                         * 1e3;
+                let rerun_mm = f.rerun_matmul_fraction * (f.flops - f.score_flops) / rate * 1e3;
                 TimeParts {
                     fwd_ms: fwd,
                     bwd_ms: bwd,
-                    selective_ms: (chain + pointwise).min(fwd),
+                    selective_ms: (chain + pointwise + rerun_mm).min(fwd),
+                    attention_ms: chain.min(fwd),
                 }
             }
             Attention::Flash => {
+                let (fwd_rel, bwd_rel) =
+                    kernels::fused_attention_rel(f.class, f.head_dim, f.seq_tokens, f.causal);
                 let linear = f.flops - f.score_flops;
                 let attn = f.score_flops * if f.causal { 0.5 } else { 1.0 };
                 let elem = f.act_io_bytes - f.score_io_bytes;
@@ -275,17 +281,19 @@ impl TimeTheta {
                     (W_BASE[2] * v[WB + 2].exp(), W_BASE[3] * v[WB + 3].exp())
                 };
                 let fwd = linear / rate * 1e3
-                    + attn / (rate * FLASH_FWD_REL) * 1e3
+                    + attn / (rate * fwd_rel) * 1e3
                     + (elem + wf * f.params) / bw * 1e3
                     + FIXED_BASE_MS * v[T0F].exp();
                 let bwd = RMM_BASE * v[RMM].exp() * 2.0 * linear / rate * 1e3
-                    + 2.5 * attn / (rate * FLASH_BWD_REL) * 1e3
+                    + 2.5 * attn / (rate * bwd_rel) * 1e3
                     + (REL_BASE * v[REL].exp() * elem + wb * f.params) / bw * 1e3
                     + FIXED_BASE_MS * v[T0B].exp();
+                let rerun_mm = f.rerun_matmul_fraction * linear / rate * 1e3;
                 TimeParts {
                     fwd_ms: fwd,
                     bwd_ms: bwd,
-                    selective_ms: pointwise.min(fwd),
+                    selective_ms: (pointwise + rerun_mm).min(fwd),
+                    attention_ms: (attn / (rate * fwd_rel) * 1e3).min(fwd),
                 }
             }
         }

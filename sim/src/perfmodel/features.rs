@@ -45,6 +45,13 @@ pub struct TimeFeat {
     pub hidden: f64,
     /// Tokens in the micro-batch (`m * s`).
     pub tokens: f64,
+    /// Tokens per sample `s` (the attention kernels' sequence length).
+    pub seq_tokens: f64,
+    /// Attention head dimension (`hidden / heads`).
+    pub head_dim: f64,
+    /// Share of the linear matmul FLOPs op-level selective recompute reruns
+    /// ([`crate::activation::recomputed_matmul_fraction`]).
+    pub rerun_matmul_fraction: f64,
     /// Matmul FLOPs of the forward (projections, MLP, `QK^T`, `AV`).
     pub flops: f64,
     /// The part of `flops` in the attention scores and weighted values
@@ -102,6 +109,9 @@ impl TimeFeat {
             node_nm: ArchClass::of(gpu).process_nm(),
             hidden: h,
             tokens: m * s,
+            seq_tokens: s,
+            head_dim: model.head_dim() as f64,
+            rerun_matmul_fraction: crate::activation::recomputed_matmul_fraction(model),
             flops: m * (2.0 * model.block_matmul_params() as f64 * s + 4.0 * s * s * h),
             score_flops: m * 4.0 * s * s * h,
             causal: !matches!(model.family, Family::Bert | Family::Vit),

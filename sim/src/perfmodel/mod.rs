@@ -21,6 +21,7 @@ pub mod calibrate;
 pub mod coeffs;
 mod errors;
 pub mod features;
+pub mod kernels;
 mod lm;
 
 pub use bound::{roofline_bound_ms, roofline_bound_ms_with};
@@ -41,9 +42,13 @@ pub struct BlockPrediction {
     pub fwd_ms: f64,
     /// Backward ms.
     pub bwd_ms: f64,
-    /// The part of `fwd_ms` a selective recompute reruns (element-wise ops
-    /// and, with eager attention, the score chain), ms.
+    /// The part of `fwd_ms` op-level selective recompute reruns
+    /// (torchtitan's `selective`: element-wise ops, the matmuls it does not
+    /// keep and, with eager attention, the score chain), ms.
     pub selective_recompute_ms: f64,
+    /// The part of `fwd_ms` core-attention recompute reruns (Megatron's
+    /// selective: the score chain, or the fused attention kernel), ms.
+    pub attention_recompute_ms: f64,
 }
 
 /// Predicts block costs where no profile exists.
@@ -76,8 +81,9 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
     /// Name and coefficients source, for provenance (`roofline`, `calibrated:...`).
     fn name(&self) -> String;
     /// How far its block times are expected to be off on `gpu`, as printed
-    /// (cross-validated; `None`: not known).
-    fn error_band(&self, gpu: &str) -> Option<String> {
+    /// (cross-validated; `None`: not known), and, for a GPU whose
+    /// generation has no measurements, what its numbers borrow from where.
+    fn error_band(&self, gpu: &GpuSpec) -> Option<String> {
         let _ = gpu;
         None
     }
@@ -158,30 +164,36 @@ impl Predictor for Roofline {
         let score_io = features::score_io_bytes_per_sample(model, seq_len, dtype) * mf;
         let pointwise = model.block_pointwise_io_bytes_fwd(seq_len, dtype) * mf;
         let t = |flops: f64, bytes: f64| (flops / peak * 1e3).max(bytes / bw * 1e3);
+        let linear = model.block_flops_fwd(seq_len) * mf - score_flops;
+        let rerun_mm = crate::activation::recomputed_matmul_fraction(model) * linear / peak * 1e3;
         match attention {
             Attention::Eager => {
                 let (fwd, bwd) = self.block_ms(gpu, model, seq_len, dtype, m)?;
-                let sel = score_flops / peak * 1e3 + (score_io + pointwise) / bw * 1e3;
+                let chain = score_flops / peak * 1e3 + score_io / bw * 1e3;
                 Ok(BlockPrediction {
                     fwd_ms: fwd,
                     bwd_ms: bwd,
-                    selective_recompute_ms: sel.min(fwd),
+                    selective_recompute_ms: (chain + pointwise / bw * 1e3 + rerun_mm).min(fwd),
+                    attention_recompute_ms: chain.min(fwd),
                 })
             }
             Attention::Flash => {
                 let causal = !matches!(model.family, Family::Bert | Family::Vit);
                 let attn = score_flops * if causal { 0.5 } else { 1.0 };
-                let linear = model.block_flops_fwd(seq_len) * mf - score_flops;
                 let bytes = model.block_bytes_fwd(seq_len, dtype) * mf - score_io;
-                let fwd = t(linear + attn / coeffs::FLASH_FWD_REL, bytes);
-                let bwd = t(
-                    2.0 * linear + 2.5 * attn / coeffs::FLASH_BWD_REL,
-                    2.0 * bytes,
+                let (fwd_rel, bwd_rel) = kernels::fused_attention_rel(
+                    arch::ArchClass::of(gpu),
+                    model.head_dim() as f64,
+                    s,
+                    causal,
                 );
+                let fwd = t(linear + attn / fwd_rel, bytes);
+                let bwd = t(2.0 * linear + 2.5 * attn / bwd_rel, 2.0 * bytes);
                 Ok(BlockPrediction {
                     fwd_ms: fwd,
                     bwd_ms: bwd,
-                    selective_recompute_ms: (pointwise / bw * 1e3).min(fwd),
+                    selective_recompute_ms: (pointwise / bw * 1e3 + rerun_mm).min(fwd),
+                    attention_recompute_ms: (attn / fwd_rel / peak * 1e3).min(fwd),
                 })
             }
         }
@@ -293,6 +305,7 @@ impl Predictor for Calibrated {
             fwd_ms: fwd,
             bwd_ms: bwd,
             selective_recompute_ms: p.selective_ms.min(fwd),
+            attention_recompute_ms: p.attention_ms.min(fwd),
         })
     }
 
@@ -304,11 +317,19 @@ impl Predictor for Calibrated {
     fn name(&self) -> String {
         format!("calibrated:{}", self.origin)
     }
-    fn error_band(&self, gpu: &str) -> Option<String> {
-        self.calibration
-            .error_band
-            .as_ref()
-            .map(|b| b.time_for(gpu))
+    fn error_band(&self, gpu: &GpuSpec) -> Option<String> {
+        let band = self.calibration.error_band.as_ref()?.time_for(&gpu.name);
+        let class = arch::ArchClass::of(gpu);
+        Some(match self.time.borrowed_class(class) {
+            Some(from) => format!(
+                "{band}; no {} GPU in the data: matmuls borrow the {} fit (its efficiency and power model, with a {:.0} nm process credit against {:.0} nm)",
+                class.as_str(),
+                from.as_str(),
+                class.process_nm(),
+                from.process_nm()
+            ),
+            None => band,
+        })
     }
     fn memory_error_band(&self) -> Option<String> {
         self.calibration.error_band.as_ref().map(|b| {

@@ -30,16 +30,19 @@ use std::collections::HashMap;
 pub struct Rows<'a> {
     costs: &'a CostModel,
     attention: Attention,
+    core: bool,
     index: HashMap<(usize, u32), usize>,
     rows: Vec<Micro>,
 }
 
 impl<'a> Rows<'a> {
-    /// An empty table for slices computed with the `attention` kernel.
-    pub fn new(costs: &'a CostModel, attention: Attention) -> Rows<'a> {
+    /// An empty table for slices computed with the `attention` kernel and
+    /// selective policy of `strategy`.
+    pub fn new(costs: &'a CostModel, strategy: &crate::strategy::Strategy) -> Rows<'a> {
         Rows {
             costs,
-            attention,
+            attention: strategy.attention,
+            core: strategy.checkpointing.attention_core(),
             index: HashMap::new(),
             rows: Vec::new(),
         }
@@ -58,7 +61,7 @@ impl<'a> Rows<'a> {
         if let Some(&i) = self.index.get(&key) {
             return Ok(self.rows[i]);
         }
-        let row = micro_costs(self.costs, rank, n, self.attention)?;
+        let row = micro_costs(self.costs, rank, n, self.attention, self.core)?;
         self.index.insert(key, self.rows.len());
         self.rows.push(row);
         Ok(row)
@@ -101,7 +104,7 @@ impl<'a> PipeCosts<'a> {
         plan: &Plan,
         pipe: &Pipeline,
     ) -> Result<PipeCosts<'a>, PlanError> {
-        let mut rows = Rows::new(costs, plan.strategy.attention);
+        let mut rows = Rows::new(costs, &plan.strategy);
         let mut out_bytes = HashMap::new();
         let p = pipe.depth();
         let mut sizes: Vec<u32> = Vec::new();

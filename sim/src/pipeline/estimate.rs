@@ -86,7 +86,7 @@ pub fn group_cost(
     let (full, selective) = match ck {
         Checkpointing::None => (0.0, false),
         Checkpointing::Full => (1.0, false),
-        Checkpointing::Selective => (0.0, true),
+        Checkpointing::Selective | Checkpointing::SelectiveAttention => (0.0, true),
         Checkpointing::Every(k) => (1.0 / k.max(1) as f64, false),
     };
     let mut out: Option<GroupCost> = None;
@@ -377,7 +377,7 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
         .first()
         .copied()
         .unwrap_or(1);
-    let mut rows = Rows::new(costs, plan.strategy.attention);
+    let mut rows = Rows::new(costs, &plan.strategy);
     let st = staged(costs, &plan.strategy, &mut rows, &groups, largest)?;
     let counts: Vec<u32> = pipe.stages.iter().map(|s| s.blocks).collect();
     let m = pipe.microbatches;

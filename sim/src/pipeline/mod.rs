@@ -55,7 +55,7 @@ use crate::units::GIB;
 pub fn state_bytes(costs: &CostModel, strategy: &Strategy, params: f64, d: usize) -> f64 {
     let st = strategy;
     let d = d.max(1) as f64;
-    let mut b = costs.options.overhead_gib * GIB + costs.activations.fixed_bytes;
+    let mut b = costs.overhead_gib() * GIB + costs.activations.fixed_bytes;
     b += match st.sharding {
         Sharding::NoShard => (st.gpu_state_bytes_per_param() + st.reduce_dtype.bytes()) * params,
         _ => {

@@ -122,12 +122,12 @@ impl CompatInputs {
         check_table_size(g, big_b)?;
         let model_key = reference_model_key(problem);
         let memory = reference_memory(problem, &model_key);
-        let opts = &costs.options;
+        let (policy, overhead_gib) = (costs.options.mem_policy, costs.overhead_gib());
         let state_gib = crate::strategy::STATE_BYTES_PER_PARAM * memory.parameters / GIB;
         let usable_gib: Vec<f64> = (0..g)
-            .map(|r| opts.mem_fraction * costs.gpu(r).reference_capacity_gib())
+            .map(|r| policy.usable_gib(costs.gpu(r).reference_capacity_gib(), overhead_gib))
             .collect();
-        let mb = |m: u32| memory.act(problem, m) + opts.overhead_gib;
+        let mb = |m: u32| memory.act(problem, m) + overhead_gib;
         let bound = |room: f64| {
             let mut m = 0u32;
             while m < 1 << 20 && mb(m + 1) <= room {

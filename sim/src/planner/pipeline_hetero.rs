@@ -252,7 +252,7 @@ impl HeteroPipeline {
     ) -> Result<(), PlanError> {
         let costs = problem.costs;
         let batch = costs.workload.global_batch;
-        let mut rows = Rows::new(costs, strategy.attention);
+        let mut rows = Rows::new(costs, strategy);
         for g in groups {
             let dmax = g.iter().map(Vec::len).max().unwrap_or(1) as u32;
             for m in micro_counts(batch) {
@@ -363,7 +363,7 @@ impl HeteroPipeline {
         let (layers, batch) = (w.model.layers as usize, w.global_batch);
         let strategy = *strategy;
         let ck = strategy.checkpointing;
-        let mut rows = Rows::new(costs, strategy.attention);
+        let mut rows = Rows::new(costs, &strategy);
         for g in groups {
             let p = g.len();
             let dmax = g.iter().map(Vec::len).max().unwrap_or(1) as u32;

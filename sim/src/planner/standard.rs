@@ -90,7 +90,7 @@ pub fn checkpointing_by_recompute(problem: &Problem<'_>) -> Vec<Checkpointing> {
         .attention
         .unwrap_or_else(|| costs.profile_attention());
     let (f, _) = costs.block_ms_with(0, 1, attention).unwrap_or((1.0, 2.0));
-    let sel = costs.selective_recompute_ms(0, 1, attention, f);
+    let sel = costs.selective_recompute_ms(0, 1, attention, false, f);
     let mut v = vec![
         (Checkpointing::Selective, sel),
         (Checkpointing::Every(2), 0.5 * f),

@@ -2,7 +2,7 @@
 //! breakdown and memory observers, the plan and the cost model.
 
 use super::breakdown::Breakdown;
-use super::memory::MemoryBreakdown;
+use super::memory::{Limits, MemoryBreakdown};
 use super::schema::{
     CollectiveStat, GpuReport, HostReport, KindSummary, OomGpu, PipelineReport, Report, StageReport,
 };
@@ -199,8 +199,8 @@ pub(crate) fn assemble(
         price_per_hour_usd: w.cluster.gpus.iter().map(|g| g.price_per_hour_usd).sum(),
         model_tflop: rate.model_tflop,
         hardware_tflop: rate.hardware_tflop,
-        mem_fraction: costs.options.mem_fraction,
-        overhead_gib: costs.options.overhead_gib,
+        mem_policy: costs.options.mem_policy,
+        overhead_gib: costs.overhead_gib(),
         buffers_ref_gib: costs.activations.buffers_ref_bytes / GIB,
         act_fixed_gib: costs.activations.fixed_bytes / GIB,
         oom_gpus,
@@ -241,10 +241,14 @@ fn gpu_report(
     let memory_parts = MemoryBreakdown::new(
         memory.peak_bytes(q),
         a.base_device_bytes[r],
-        (costs.options.overhead_gib * GIB + costs.activations.fixed_bytes).round() as i64,
+        (costs.overhead_gib() * GIB + costs.activations.fixed_bytes).round() as i64,
         memory.peak_by_kind(q),
-        usable_gib,
-        capacity_gib,
+        Limits {
+            usable_gib,
+            capacity_gib,
+            outside_gib: costs.overhead_gib(),
+            policy: costs.options.mem_policy,
+        },
     );
     GpuReport {
         rank: r,

@@ -4,6 +4,19 @@
 use crate::units::GIB;
 use serde::Serialize;
 
+/// What a GPU's peak is held against.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// The policy limit on the peak, GiB.
+    pub usable_gib: f64,
+    /// Physical capacity, GiB.
+    pub capacity_gib: f64,
+    /// Memory outside the allocator (CUDA context, NCCL), GiB.
+    pub outside_gib: f64,
+    /// The memory policy.
+    pub policy: crate::cost::MemPolicy,
+}
+
 /// One GPU's memory at its peak instant, by component (GiB): the five
 /// parts sum to the peak.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -23,7 +36,14 @@ pub struct MemoryBreakdown {
     pub activations_gib: f64,
     /// The peak (the sum of the five parts).
     pub peak_gib: f64,
-    /// The policy limit: capacity x `--mem-fraction`.
+    /// The allocator's part of the peak (`max_memory_allocated`): the peak
+    /// less the memory outside the allocator (CUDA context, NCCL buffers).
+    pub allocated_gib: f64,
+    /// What the caching allocator reserves at that peak
+    /// (`max_memory_reserved`, torchtitan's logged `memory`): allocated plus
+    /// fragmentation, in 2 MiB segments ([`crate::cost::MemPolicy::reserved_gib`]).
+    pub reserved_gib: f64,
+    /// The policy limit on the peak ([`crate::cost::MemPolicy::usable_gib`]).
     pub policy_limit_gib: f64,
     /// `policy_limit_gib - peak_gib` (negative: over the limit).
     pub headroom_policy_gib: f64,
@@ -38,16 +58,22 @@ pub struct MemoryBreakdown {
 
 impl MemoryBreakdown {
     /// The breakdown of a peak of `peak_bytes` with a constant `base_bytes`
-    /// of which `overhead_bytes` is framework memory, and a dynamic part
-    /// split by [`crate::engine::MemKind`] index.
+    /// of which `overhead_bytes` is framework memory (`outside_gib` of it
+    /// outside the allocator), and a dynamic part split by
+    /// [`crate::engine::MemKind`] index, under `policy`.
     pub fn new(
         peak_bytes: i64,
         base_bytes: i64,
         overhead_bytes: i64,
         dynamic: [i64; crate::engine::MemKind::COUNT],
-        usable_gib: f64,
-        capacity_gib: f64,
+        limits: Limits,
     ) -> MemoryBreakdown {
+        let Limits {
+            usable_gib,
+            capacity_gib,
+            outside_gib,
+            policy,
+        } = limits;
         use crate::engine::MemKind;
         let gib = |b: i64| b as f64 / GIB;
         let overhead = overhead_bytes.clamp(0, base_bytes.max(0));
@@ -59,6 +85,8 @@ impl MemoryBreakdown {
             gradients_gib: gib(dynamic[MemKind::Grads.index()]),
             activations_gib: gib(dynamic[MemKind::Activations.index()]),
             peak_gib,
+            allocated_gib: (peak_gib - outside_gib).max(0.0),
+            reserved_gib: policy.reserved_gib((peak_gib - outside_gib).max(0.0)),
             policy_limit_gib: usable_gib,
             headroom_policy_gib: usable_gib - peak_gib,
             capacity_gib,

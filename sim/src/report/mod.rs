@@ -54,7 +54,7 @@ mod table;
 pub(crate) use assemble::assemble;
 pub use assemble::{Assembly, Folding};
 pub(crate) use breakdown::Breakdown;
-pub use memory::MemoryBreakdown;
+pub use memory::{Limits, MemoryBreakdown};
 pub use schema::{
     CollectiveStat, GpuReport, HostReport, KindSummary, OomGpu, PipelineReport, Report, SourceLine,
     StageReport, Timing, REPORT_FORMAT,

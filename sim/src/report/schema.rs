@@ -199,7 +199,8 @@ pub struct Timing {
 ///   "price_per_hour_usd": num|null (whole cluster; null unless every GPU is priced),
 ///   "usd_per_million_tokens": num|null (null when unpriced or oom),
 ///   "model_tflop": num (per iteration), "hardware_tflop": num (with recompute),
-///   "mem_fraction": num, "overhead_gib": num, "buffers_ref_gib": num, "act_fixed_gib": num,
+///   "mem_policy": "physical"|"fraction", "mem_fraction": num|null (the fraction
+///   rule's), "overhead_gib": num (outside the allocator), "buffers_ref_gib": num, "act_fixed_gib": num,
 ///   "collective_summary": [{kind, count, buffer_gib, time_ms}],     -- per GPU and iteration
 ///   "collectives": [{kind, unit, count, buffer_bytes, time_ms}],    -- per unit, likewise
 ///   "comm_model": str,
@@ -212,6 +213,8 @@ pub struct Timing {
 ///             usable_pct, oom,
 ///             memory: {state_gib, overhead_gib, unsharded_params_gib, gradients_gib,
 ///                      activations_gib (the five sum to peak_gib), peak_gib,
+///                      allocated_gib (peak less what lies outside the allocator),
+///                      reserved_gib (allocator segments at that peak),
 ///                      policy_limit_gib, headroom_policy_gib, capacity_gib,
 ///                      headroom_capacity_gib, status: "fits"|"over-policy"|"over-capacity"},
 ///             activation_scale, compute_source, memory_source, unit_source}],
@@ -266,9 +269,9 @@ pub struct Report {
     pub model_tflop: f64,
     /// Executed TFLOP of one iteration (model plus recompute).
     pub hardware_tflop: f64,
-    /// Allowed fraction of each GPU's memory.
-    pub mem_fraction: f64,
-    /// Framework overhead per GPU, GiB.
+    /// When a plan fits a GPU.
+    pub mem_policy: crate::cost::MemPolicy,
+    /// Memory outside the allocator per GPU (CUDA context, NCCL), GiB.
     pub overhead_gib: f64,
     /// Unit buffers assumed inside the measured non-state memory (`B_ref`,
     /// [`crate::cost::reference_buffers_bytes`]), GiB.
@@ -377,7 +380,8 @@ struct ReportJson<'a> {
     usd_per_million_tokens: Option<f64>,
     model_tflop: f64,
     hardware_tflop: f64,
-    mem_fraction: f64,
+    mem_policy: &'static str,
+    mem_fraction: Option<f64>,
     overhead_gib: f64,
     buffers_ref_gib: f64,
     act_fixed_gib: f64,
@@ -451,7 +455,8 @@ impl Report {
             usd_per_million_tokens: self.usd_per_million_tokens(),
             model_tflop: self.model_tflop,
             hardware_tflop: self.hardware_tflop,
-            mem_fraction: self.mem_fraction,
+            mem_policy: self.mem_policy.name(),
+            mem_fraction: self.mem_policy.fraction(),
             overhead_gib: self.overhead_gib,
             buffers_ref_gib: self.buffers_ref_gib,
             act_fixed_gib: self.act_fixed_gib,
@@ -480,13 +485,13 @@ impl Report {
     /// usable_pct,oom,compute_source,memory_source`.
     pub fn to_csv(&self) -> String {
         let mut s = String::from(
-            "rank,gpu,node,batch,microbatches,microbatch_size,state_fraction,compute_ms,exposed_comm_ms,copy_ms,host_ms,idle_ms,forward_ms,recompute_ms,backward_ms,optimizer_ms,interference_ms,contention_ms,finish_ms,peak_mem_gib,capacity_gib,usable_gib,mem_pct,usable_pct,oom,compute_source,memory_source,state_gib,overhead_gib,unsharded_params_gib,gradients_gib,activations_gib,headroom_policy_gib,headroom_capacity_gib,mem_status\n",
+            "rank,gpu,node,batch,microbatches,microbatch_size,state_fraction,compute_ms,exposed_comm_ms,copy_ms,host_ms,idle_ms,forward_ms,recompute_ms,backward_ms,optimizer_ms,interference_ms,contention_ms,finish_ms,peak_mem_gib,capacity_gib,usable_gib,mem_pct,usable_pct,oom,compute_source,memory_source,state_gib,overhead_gib,unsharded_params_gib,gradients_gib,activations_gib,allocated_gib,reserved_gib,headroom_policy_gib,headroom_capacity_gib,mem_status\n",
         );
         let q = |t: &str| format!("\"{}\"", t.replace('"', "\"\""));
         for g in &self.gpus {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.3},{:.3},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{}",
+                "{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.3},{:.3},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{}",
                 g.rank,
                 q(&g.gpu),
                 g.node,
@@ -519,6 +524,8 @@ impl Report {
                 g.memory.unsharded_params_gib,
                 g.memory.gradients_gib,
                 g.memory.activations_gib,
+                g.memory.allocated_gib,
+                g.memory.reserved_gib,
                 g.memory.headroom_policy_gib,
                 g.memory.headroom_capacity_gib,
                 g.memory.status

@@ -58,7 +58,9 @@ fn write_aligned(s: &mut String, rows: &[Vec<String>], text: impl Fn(usize) -> b
 /// rank order), identical ranks grouped on large clusters as in the main
 /// table.
 pub fn memory_table<'a>(gpu_rows: impl Iterator<Item = (&'a str, &'a MemoryBreakdown)>) -> String {
-    let mut s = String::from("memory at each GPU's peak, GiB (limit = capacity x mem fraction):\n");
+    let mut s = String::from(
+        "memory at each GPU's peak, GiB (overhead: outside the allocator and fixed workspaces; alloc./reserved: the caching allocator's peaks; limit: the memory policy's):\n",
+    );
     let header = [
         "rank",
         "gpu",
@@ -68,6 +70,8 @@ pub fn memory_table<'a>(gpu_rows: impl Iterator<Item = (&'a str, &'a MemoryBreak
         "grads",
         "activ.",
         "peak",
+        "alloc.",
+        "reserved",
         "limit",
         "headroom",
         "capacity",
@@ -85,6 +89,8 @@ pub fn memory_table<'a>(gpu_rows: impl Iterator<Item = (&'a str, &'a MemoryBreak
             format!("{:.2}", m.gradients_gib),
             format!("{:.2}", m.activations_gib),
             format!("{:.2}", m.peak_gib),
+            format!("{:.2}", m.allocated_gib),
+            format!("{:.2}", m.reserved_gib),
             format!("{:.2}", m.policy_limit_gib),
             format!("{:+.2}", m.headroom_policy_gib),
             format!("{:.2}", m.capacity_gib),
@@ -100,7 +106,7 @@ pub fn memory_table<'a>(gpu_rows: impl Iterator<Item = (&'a str, &'a MemoryBreak
     if rows.len() - 1 > GROUP_ROWS_ABOVE {
         rows = group_rows(rows);
     }
-    write_aligned(&mut s, &rows, |c| c == 1 || c == 12);
+    write_aligned(&mut s, &rows, |c| c == 1 || c == 14);
     s.push('\n');
     s
 }
@@ -291,9 +297,28 @@ impl Report {
         for o in &self.oom_gpus {
             let _ = writeln!(
                 s,
-                "  rank {} ({}): peak {:.2} GiB > usable {:.2} GiB (capacity {:.2} GiB x {})",
-                o.rank, o.gpu, o.peak_mem_gib, o.usable_gib, o.capacity_gib, self.mem_fraction
+                "  rank {} ({}): peak {:.2} GiB > usable {:.2} GiB ({})",
+                o.rank,
+                o.gpu,
+                o.peak_mem_gib,
+                o.usable_gib,
+                self.mem_policy.describe(o.capacity_gib, self.overhead_gib)
             );
+        }
+        // Say when the fraction rule, not the device, decided it.
+        if let Some(f) = self.mem_policy.fraction() {
+            let physical = crate::cost::MemPolicy::Physical;
+            let fits_physically = self.oom_hosts.is_empty()
+                && self.oom_gpus.iter().all(|o| {
+                    let outside = self.overhead_gib;
+                    o.peak_mem_gib <= physical.usable_gib(o.capacity_gib, outside)
+                });
+            if fits_physically && !self.oom_gpus.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  --mem-fraction {f} decided this: every peak fits the device itself (the default, physical limit); drop the flag to see the time"
+                );
+            }
         }
         for h in &self.oom_hosts {
             let _ = writeln!(

@@ -107,12 +107,13 @@ pub(crate) fn micro_costs(
     rank: usize,
     m: u32,
     attention: Attention,
+    core: bool,
 ) -> Result<Micro, PlanError> {
     let (f, b) = costs
         .block_ms_with(rank, m, attention)
         .map_err(|why| PlanError::invalid(crate::error::STRATEGY, "attention", why))?;
-    let sel = costs.selective_recompute_ms(rank, m, attention, f);
-    let act = costs.activations.micro(m, attention);
+    let sel = costs.selective_recompute_ms(rank, m, attention, core, f);
+    let act = costs.activations.micro(m, attention).for_selective(core);
     let out_phys = costs.block_output_bytes(m);
     Ok(Micro {
         f_blk: dur(f),
@@ -141,9 +142,10 @@ pub(crate) fn step_costs(
     rank: usize,
     m: u32,
     attention: Attention,
+    core: bool,
     rules: Rules,
 ) -> Result<Micro, PlanError> {
-    let mut mc = micro_costs(costs, rank, m, attention)?;
+    let mut mc = micro_costs(costs, rank, m, attention, core)?;
     let c = round(mc.act.checkpoint);
     let copy = |bytes: i64| dur(costs.host_copy_ms(rank, bytes as f64 * mc.phys_per_byte));
     let out = dur(costs.host_copy_ms(rank, mc.out_phys));

@@ -374,11 +374,12 @@ impl<'a> Schedule<'a> {
     /// copies when the strategy offloads activations).
     pub fn micro(&self, rank: usize, m: u32) -> Result<Micro, PlanError> {
         let attention = self.strategy.attention;
+        let core = self.strategy.checkpointing.attention_core();
         // Only a schedule that offloads activations issues host copies.
         if self.strategy.offload == Offload::Activations {
-            costs::step_costs(self.costs, rank, m, attention, self.rules)
+            costs::step_costs(self.costs, rank, m, attention, core, self.rules)
         } else {
-            micro_costs(self.costs, rank, m, attention)
+            micro_costs(self.costs, rank, m, attention, core)
         }
     }
 
@@ -546,7 +547,7 @@ impl<'a> Schedule<'a> {
     pub fn base_device_bytes(&self, local_params: f64) -> i64 {
         let s = &self.strategy;
         let total = self.costs.workload.model.total_params() as f64;
-        let mut b = self.costs.options.overhead_gib * GIB + self.costs.activations.fixed_bytes;
+        let mut b = self.costs.overhead_gib() * GIB + self.costs.activations.fixed_bytes;
         b += s.gpu_state_bytes_per_param() * local_params;
         if s.sharding == Sharding::NoShard {
             b += s.reduce_dtype.bytes() * total;

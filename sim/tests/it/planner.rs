@@ -94,7 +94,8 @@ fn ref_case(rc: &RefCase, profiles: &ProfileSet) -> Case {
         Dtype::parse(&rc.dtype).unwrap(),
         profiles,
         Some(&rc.memory_cluster),
-        |_| {},
+        // The reference optimizer's memory rule: 75% of capacity, 2 GiB.
+        |o| o.mem_policy = sim::cost::MemPolicy::Fraction(0.75),
     );
     c.options.compat_ag_ms = rc.ag_ms;
     c.options.compat_rs_ms = rc.rs_ms;
@@ -143,7 +144,7 @@ fn compat_example_plan_and_corrected_state_split() {
         Dtype::Fp16,
         profiles,
         Some("paper"),
-        |_| {},
+        |o| o.mem_policy = sim::cost::MemPolicy::Fraction(0.75),
     );
     let out = compat::Compat.plan(&problem(&c, profiles, None)).unwrap();
     let b: Vec<u32> = out.plan.gpus.iter().map(|g| g.batch).collect();
@@ -217,7 +218,7 @@ proptest! {
         let profiles = reference_profiles().expect("checked by the caller");
         let (name, dtype) = [("deepspeedgpt_1.3b", Dtype::Fp16), ("deepspeedgpt_2.7b", Dtype::Fp16), ("deepspeedbert_xlarge", Dtype::Fp32)][model];
         let gpus: Vec<&str> = picks.iter().map(|&i| GPU_POOL[i]).collect();
-        let mut c = build(&gpus.join(","), name, batch, dtype, profiles, Some("paper"), |o| o.mem_fraction = frac);
+        let mut c = build(&gpus.join(","), name, batch, dtype, profiles, Some("paper"), |o| o.mem_policy = sim::cost::MemPolicy::Fraction(frac));
         c.options.compat_ag_ms = ag;
         c.options.compat_rs_ms = ag / 2.0;
         let p = problem(&c, profiles, None);
@@ -327,7 +328,7 @@ proptest! {
         let name = ["gpt-1.3b", "bert-large", "bert-xlarge", "gpt-1.3b", "gpt-2.7b"][model];
         let empty = ProfileSet::new();
         let profiles = reference_profiles().unwrap_or(&empty);
-        let c = build(&gpus.join(","), name, batch, Dtype::Fp16, profiles, Some("paper").filter(|_| !profiles.memory.is_empty()), |o| o.mem_fraction = frac);
+        let c = build(&gpus.join(","), name, batch, Dtype::Fp16, profiles, Some("paper").filter(|_| !profiles.memory.is_empty()), |o| o.mem_policy = sim::cost::MemPolicy::Fraction(frac));
         // Cephalo's trainer; without checkpointing; hybrid groups of half
         // the GPUs (fixed shares); no sharding; no-sync over two passes.
         let ceph = Strategy::cephalo(g, Attention::Eager);

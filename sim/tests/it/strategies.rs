@@ -407,13 +407,13 @@ fn ddp_holds_the_whole_state_and_its_buckets() {
     let total = c.workload.model.total_params() as f64;
     // Base: 16 B/param of state + 4 B/param of fp32 buckets vs 16/2.
     let gib = sim::units::GIB;
-    let want = (16.0 + 4.0) * total / gib + 2.0;
+    let want = (16.0 + 4.0) * total / gib + c.overhead_gib();
     assert!(
         (a.gpus[0].base_mem_gib - want).abs() < 1e-6,
         "{}",
         a.gpus[0].base_mem_gib
     );
-    assert!((b.gpus[0].base_mem_gib - (8.0 * total / gib + 2.0)).abs() < 1e-6);
+    assert!((b.gpus[0].base_mem_gib - (8.0 * total / gib + c.overhead_gib())).abs() < 1e-6);
     assert!(a.collective_summary.iter().all(|k| k.kind == "all_reduce"));
 }
 

@@ -78,7 +78,7 @@ pub(super) fn infeasible_at_once(cf: &ClosedForm<'_>) -> Option<PlanError> {
                  ({} on the largest GPU, rank {r} {}, with --overhead-gib {}) fill its usable {}",
                 size_gib(fixed),
                 costs.gpu(r).name,
-                costs.options.overhead_gib,
+                costs.overhead_gib(),
                 size_gib(most)
             )
         } else {
