@@ -206,7 +206,27 @@ pub fn plan_and_simulate(
         judge: Some(&judge),
     };
     let t0 = Instant::now();
-    let planned = planner.plan(&problem)?;
+    let planned = planner.plan(&problem).map_err(|e| match e {
+        // An infeasible answer names the knobs that would make it fit.
+        PlanError::Infeasible {
+            message,
+            shortfall_gib,
+            rank,
+        } => {
+            let knobs = crate::planner::knobs::what_would_fit(costs, strategy);
+            let mut message = message;
+            for (i, k) in knobs.iter().enumerate() {
+                message.push_str(if i == 0 { "\n  " } else { "\n    - " });
+                message.push_str(k);
+            }
+            PlanError::Infeasible {
+                message,
+                shortfall_gib,
+                rank,
+            }
+        }
+        e => e,
+    })?;
     let elapsed_s = t0.elapsed().as_secs_f64();
     // The judge simulated the winner already when it confirmed it.
     let opts = SimOptions::default();

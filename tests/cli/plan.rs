@@ -367,3 +367,47 @@ fn the_native_planner_refuses_more_gpus_than_its_stated_limit() {
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
 }
+
+/// Issue 26: an infeasible answer names the knobs that would make it fit,
+/// each with the memory it needs against what the GPU may use.
+#[test]
+fn infeasible_names_the_knobs_that_would_fit() {
+    let o = run(&[
+        "plan",
+        "--gpus",
+        "a100-40gb,a100-40gb",
+        "--model",
+        "llama-2-13b",
+        "--seq-len",
+        "4096",
+        "--global-batch",
+        "8",
+        "--dtype",
+        "bf16",
+        "--attention",
+        "eager",
+        "--checkpointing",
+        "none",
+        "--mem-fraction",
+        "0.75",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    for knob in [
+        "--attention flash",
+        "--checkpointing full",
+        "--offload optimizer",
+        "the physical memory limit instead of --mem-fraction 0.75",
+        "all of these together",
+        "more GPUs: ",
+    ] {
+        assert!(o.stderr.contains(knob), "no `{knob}` in:\n{}", o.stderr);
+    }
+    // Every knob line says how much it needs of what is usable.
+    let lines: Vec<&str> = o
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("    - "))
+        .collect();
+    assert!(lines.len() >= 5, "{}", o.stderr);
+    assert!(lines.iter().all(|l| l.contains("GiB")), "{}", o.stderr);
+}

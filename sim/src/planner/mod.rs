@@ -30,6 +30,7 @@ pub mod ddp;
 pub mod fsdp;
 pub mod fsdp_ga;
 pub mod hsdp;
+pub mod knobs;
 pub mod pipeline;
 pub mod pipeline_hetero;
 pub mod proportional;
