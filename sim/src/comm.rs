@@ -77,7 +77,9 @@ mod ring;
 mod topology;
 
 pub use analytic::{ring_ms, RingModel, TREE_BW_FACTOR};
-pub use collective::{CollectiveKind, CommModel, LinkKind, LinkRef};
+pub use collective::{
+    CollectiveKind, CommModel, LinkKind, LinkRef, ANALYTIC_COMM_ERROR_PCT, MEASURED_COMM_ERROR_PCT,
+};
 pub use measured::{CommSource, MeasuredPoint, MeasuredTable};
 pub use protocol::{
     ring_plateau, HopKind, NcclGen, Protocol, NVLS_CHANNELS, NVLS_EFFICIENCY, NVLS_NVLINK_US,

@@ -812,3 +812,42 @@ fn the_fraction_rule_says_when_it_decided() {
         f.stdout
     );
 }
+
+/// Issue 26: every prediction carries an interval from the expected errors
+/// of its sources (JSON always; the table's "likely range" line).
+#[test]
+fn predictions_carry_intervals() {
+    let args = [
+        "--gpus",
+        "a100-80gb,h100-sxm",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "8",
+        "--batch",
+        "4,4",
+    ];
+    let o = run_command("simulate", &[&args[..], &["--format", "json"]].concat());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j: Value = serde_json::from_str(&o.stdout).unwrap();
+    let t = j["iteration_ms"].as_f64().unwrap();
+    let tok = j["tokens_per_s"].as_f64().unwrap();
+    let iv = &j["intervals"];
+    let (m, p) = (&iv["median"], &iv["p90"]);
+    assert!(m["rel"].as_f64().unwrap() > 0.0);
+    assert!(p["rel"].as_f64().unwrap() >= m["rel"].as_f64().unwrap());
+    for level in [m, p] {
+        let it = &level["iteration_ms"];
+        assert!(it[0].as_f64().unwrap() < t && t < it[1].as_f64().unwrap());
+        let tk = &level["tokens_per_s"];
+        assert!(tk[0].as_f64().unwrap() < tok && tok < tk[1].as_f64().unwrap());
+    }
+    let basis = iv["basis"].as_str().unwrap();
+    assert!(basis.contains("a100-80gb compute") && basis.contains("h100-sxm compute"));
+    let table = run_command("simulate", &args);
+    assert!(
+        table.stdout.contains("likely range: iteration"),
+        "{}",
+        table.stdout
+    );
+}

@@ -60,7 +60,7 @@ impl RingModel {
     /// The ring's time in ms and protocol: the fastest of LL, LL128 (where
     /// NCCL enables it) and Simple, each `base + intra steps x intra hop +
     /// inter steps x network hop + steps x piece / bandwidth`
-    /// ([`super::protocol`]).
+    /// (NCCL's tables, `comm::protocol`).
     pub fn ring_choice(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> (f64, Protocol) {
         let p = ranks.len();
         if p < 2 {
@@ -366,6 +366,10 @@ impl CommModel for RingModel {
         self.topo
             .hop_loads(hop, bytes.max(0.0), &groups, &mut loads);
         (t, merge_loads(loads))
+    }
+
+    fn error_pct(&self) -> (f64, f64) {
+        super::collective::ANALYTIC_COMM_ERROR_PCT
     }
 
     fn algorithm(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> String {

@@ -122,4 +122,21 @@ pub trait CommModel: Send + Sync + std::fmt::Debug {
     /// The algorithm and protocol the model runs `kind` over `ranks` with
     /// (`ring/LL128`, `nvls/Simple`, `measured`), for tables.
     fn algorithm(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> String;
+    /// How far its times are expected to be off: (median, 90th
+    /// percentile) absolute error, % (0 for a model that states none).
+    fn error_pct(&self) -> (f64, f64) {
+        (0.0, 0.0)
+    }
 }
+
+/// The analytic NCCL model's expected error against nccl-tests, (median,
+/// p90) %: one-node rings land within ~6% of published nccl-tests
+/// figures, multi-node groups and small messages (channel counts and
+/// protocol crossovers the model does not search) spread wider (an
+/// estimate, not cross-validated: no nccl-tests data ships with the tool).
+pub const ANALYTIC_COMM_ERROR_PCT: (f64, f64) = (8.0, 20.0);
+
+/// A measured collective table's expected error, (median, p90) %:
+/// nccl-tests repeat within a few percent; sizes between measured points
+/// are interpolated (an estimate).
+pub const MEASURED_COMM_ERROR_PCT: (f64, f64) = (3.0, 8.0);

@@ -245,6 +245,10 @@ impl CommModel for MeasuredTable {
         self.fallback.p2p(from, to, bytes)
     }
 
+    fn error_pct(&self) -> (f64, f64) {
+        super::collective::MEASURED_COMM_ERROR_PCT
+    }
+
     fn algorithm(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> String {
         if self.time_ms(kind, ranks) == self.fallback.time_ms(kind, ranks) {
             self.fallback.algorithm(kind, ranks)

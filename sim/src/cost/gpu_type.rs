@@ -42,7 +42,24 @@ pub struct GpuTypeCost {
     /// The predictor's cross-validated error band for this GPU, when
     /// the block curve is analytic ([`Predictor::error_band`]).
     pub analytic_error_band: Option<String>,
+    /// How far its block times are expected to be off: (median, 90th
+    /// percentile) absolute error, %: the predictor's cross-validated
+    /// errors for an analytic curve, [`MEASURED_TIME_ERROR_PCT`] for a
+    /// measured or imported one, [`UNKNOWN_TIME_ERROR_PCT`] for a predictor
+    /// that states none.
+    pub time_error_pct: (f64, f64),
 }
+
+/// Run-to-run spread of a replayed GPU timing profile, (median, p90) %:
+/// CUDA kernel timings of one configuration repeat within 1-3% on an idle
+/// GPU, more under clock and thermal variation (an estimate; the paper's
+/// profiles average repeated runs).
+pub const MEASURED_TIME_ERROR_PCT: (f64, f64) = (2.0, 6.0);
+
+/// The error band of a predictor with no cross-validation, (median, p90) %:
+/// the uncalibrated roofline's spread against the reference profiles
+/// (order of magnitude; an estimate).
+pub const UNKNOWN_TIME_ERROR_PCT: (f64, f64) = (30.0, 60.0);
 
 impl GpuTypeCost {
     /// The block curve of `attention`, if this GPU has one.
@@ -177,6 +194,13 @@ impl GpuTypeCost {
         let analytic_error_band = (block.source.rank() == 2)
             .then(|| predictor.error_band(gpu))
             .flatten();
+        let time_error_pct = if block.source.rank() == 2 {
+            predictor
+                .time_error_pct(gpu)
+                .unwrap_or(UNKNOWN_TIME_ERROR_PCT)
+        } else {
+            MEASURED_TIME_ERROR_PCT
+        };
         Ok(GpuTypeCost {
             gpu: gpu.clone(),
             block,
@@ -184,6 +208,7 @@ impl GpuTypeCost {
             kernels,
             selective_fraction,
             analytic_error_band,
+            time_error_pct,
             block_flags: flags,
             units,
         })

@@ -92,6 +92,12 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
     fn memory_error_band(&self) -> Option<String> {
         None
     }
+    /// Its block times' cross-validated absolute percentage error on
+    /// `gpu`: (median, 90th percentile), % (`None`: not known).
+    fn time_error_pct(&self, gpu: &GpuSpec) -> Option<(f64, f64)> {
+        let _ = gpu;
+        None
+    }
 }
 
 fn unsupported(gpu: &GpuSpec, dtype: Dtype) -> String {
@@ -330,6 +336,27 @@ impl Predictor for Calibrated {
             ),
             None => band,
         })
+    }
+    fn time_error_pct(&self, gpu: &GpuSpec) -> Option<(f64, f64)> {
+        let b = self.calibration.error_band.as_ref()?;
+        // A generation with no data borrows another's fit: as unsure as the
+        // worst GPU left out of the fit (a lone GPU of its generation, such
+        // as the T4, left out is exactly such a borrow).
+        if self.time.borrowed_class(arch::ArchClass::of(gpu)).is_some() {
+            let worst = |f: fn(&errors::ErrorStats) -> f64| {
+                b.time_leave_one_gpu_out_per_gpu
+                    .iter()
+                    .map(|g| f(&g.stats))
+                    .fold(f(&b.time_leave_one_gpu_out), f64::max)
+            };
+            return Some((worst(|s| s.median_ape_pct), worst(|s| s.p90_ape_pct)));
+        }
+        let s = b
+            .time_leave_one_gpu_out_per_gpu
+            .iter()
+            .find(|g| g.group == gpu.name)
+            .map_or(&b.time_leave_one_gpu_out, |g| &g.stats);
+        Some((s.median_ape_pct, s.p90_ape_pct))
     }
     fn memory_error_band(&self) -> Option<String> {
         self.calibration.error_band.as_ref().map(|b| {

@@ -47,7 +47,7 @@ fn smallest(
 
 /// Lines naming the knobs that would make the workload of `costs` fit
 /// (or how far each leaves it), for an infeasible answer; empty when the
-/// smallest plan fits as pinned (the reason lies elsewhere).
+/// smallest data-parallel plan fits as pinned (the reason lies elsewhere).
 pub fn what_would_fit(costs: &CostModel, pins: &StrategySpec) -> Vec<String> {
     let g = costs.ranks();
     let total = costs.workload.model.total_params() as f64;
@@ -73,6 +73,11 @@ pub fn what_would_fit(costs: &CostModel, pins: &StrategySpec) -> Vec<String> {
     let Some(now) = need_gib(costs, base, r, local(&base)) else {
         return Vec::new();
     };
+    // The smallest data-parallel plan fits: the reason lies elsewhere (a
+    // pipeline's stage, too many samples for the micro-batch limits).
+    if now <= usable {
+        return Vec::new();
+    }
     let mut out = Vec::new();
     let mut knob = |what: String, s: Option<Strategy>| {
         if let Some(s) = s {
@@ -159,7 +164,7 @@ pub fn what_would_fit(costs: &CostModel, pins: &StrategySpec) -> Vec<String> {
         out.insert(
             0,
             format!(
-                "the smallest plan ({}, one sample per micro-batch) needs {now:.2} GiB on {gpu} of {usable:.2} GiB usable; what would change that:",
+                "even the smallest data-parallel plan ({}, one sample per micro-batch) needs {now:.2} GiB on {gpu} of {usable:.2} GiB usable; what would change that:",
                 base.label()
             ),
         );

@@ -2,6 +2,7 @@
 //! breakdown and memory observers, the plan and the cost model.
 
 use super::breakdown::Breakdown;
+use super::intervals::{Intervals, Share};
 use super::memory::{Limits, MemoryBreakdown};
 use super::schema::{
     CollectiveStat, GpuReport, HostReport, KindSummary, OomGpu, PipelineReport, Report, StageReport,
@@ -153,6 +154,50 @@ fn ns_ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
+/// The report's intervals ([`Intervals`]): each GPU's compute at its GPU
+/// type's error, its exposed communication at the comm model's.
+fn intervals_of(
+    costs: &CostModel,
+    gpus: &[GpuReport],
+    iteration_ms: f64,
+    rate: &Rates,
+) -> Intervals {
+    let comm = costs.comm.error_pct();
+    let shares: Vec<Share> = gpus
+        .iter()
+        .map(|g| Share {
+            compute_ms: g.compute_ms,
+            compute_err_pct: costs.gpu_type(g.rank).time_error_pct,
+            comm_ms: g.exposed_comm_ms,
+            comm_err_pct: comm,
+        })
+        .collect();
+    let mut basis: Vec<String> = Vec::new();
+    for t in &costs.types {
+        let (m, p) = t.time_error_pct;
+        let how = if t.block.source.rank() == 2 {
+            "cross-validated"
+        } else {
+            "run-to-run"
+        };
+        let s = format!("{} compute {m:.0}%/{p:.0}% ({how})", t.gpu.name);
+        if !basis.contains(&s) {
+            basis.push(s);
+        }
+    }
+    basis.push(format!(
+        "communication {:.0}%/{:.0}% (estimate)",
+        comm.0, comm.1
+    ));
+    Intervals::of(
+        iteration_ms,
+        rate.samples_per_s,
+        rate.tokens_per_s,
+        &shares,
+        format!("median/p90 errors: {}", basis.join(", ")),
+    )
+}
+
 /// Builds the report of a finished run: `stats` from the engine, the
 /// breakdown and memory observers, the trace if recorded.
 pub(crate) fn assemble(
@@ -180,6 +225,7 @@ pub(crate) fn assemble(
         .pipeline
         .as_ref()
         .map(|p| PipelineReport::of(p, &gpus, iteration_ms));
+    let intervals = intervals_of(costs, &gpus, iteration_ms, &rate);
     Report {
         planner: plan.planner.clone(),
         model: w.model.name.clone(),
@@ -210,6 +256,7 @@ pub(crate) fn assemble(
         collectives,
         comm_model: costs.comm.describe(),
         gpus,
+        intervals,
         warnings: costs.warnings.clone(),
         ops: stats.ops,
         events: stats.events,

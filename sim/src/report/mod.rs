@@ -47,6 +47,7 @@
 
 mod assemble;
 mod breakdown;
+mod intervals;
 mod memory;
 mod schema;
 mod table;
@@ -54,6 +55,7 @@ mod table;
 pub(crate) use assemble::assemble;
 pub use assemble::{Assembly, Folding};
 pub(crate) use breakdown::Breakdown;
+pub use intervals::{Interval, Intervals, Share};
 pub use memory::{Limits, MemoryBreakdown};
 pub use schema::{
     CollectiveStat, GpuReport, HostReport, KindSummary, OomGpu, PipelineReport, Report, SourceLine,

@@ -218,6 +218,9 @@ pub struct Timing {
 ///                      policy_limit_gib, headroom_policy_gib, capacity_gib,
 ///                      headroom_capacity_gib, status: "fits"|"over-policy"|"over-capacity"},
 ///             activation_scale, compute_source, memory_source, unit_source}],
+///   "intervals": {median: {rel, iteration_ms: [lo, hi], samples_per_s: [lo, hi],
+///                 tokens_per_s: [lo, hi]}, p90: {...}, basis: str}|null (null when oom;
+///                 from the sources' expected errors, report::intervals),
 ///   "warnings": [str],
 ///   "ops": int, "events": int,                      -- size of the simulated task graph
 ///   "simulated_gpus": int                           -- GPUs simulated event by event (the
@@ -293,6 +296,9 @@ pub struct Report {
     pub comm_model: String,
     /// Per-GPU details in rank order.
     pub gpus: Vec<GpuReport>,
+    /// How sure the iteration time and throughput are: intervals from the
+    /// expected errors of their sources.
+    pub intervals: super::intervals::Intervals,
     /// Warnings from the cost model (flagged profiles, fallbacks).
     pub warnings: Vec<String>,
     /// Ops in the simulated task graph.
@@ -391,6 +397,7 @@ struct ReportJson<'a> {
     gpus: &'a [GpuReport],
     #[serde(skip_serializing_if = "Option::is_none")]
     pipeline: Option<&'a PipelineReport>,
+    intervals: Option<&'a super::intervals::Intervals>,
     warnings: &'a [String],
     ops: u64,
     events: u64,
@@ -465,6 +472,7 @@ impl Report {
             comm_model: &self.comm_model,
             gpus: &self.gpus,
             pipeline: self.pipeline.as_ref(),
+            intervals: (!self.oom).then_some(&self.intervals),
             warnings: &self.warnings,
             ops: self.ops,
             events: self.events,
