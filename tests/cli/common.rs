@@ -26,6 +26,13 @@ pub fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Out {
 }
 
 /// Runs `cephalo COMMAND ARGS`.
+/// `cephalo <command> <args> --format json`, checked to exit 0, parsed.
+pub fn json_of(command: &str, args: &[&str]) -> serde_json::Value {
+    let o = run_command(command, &[args, &["--format", "json"]].concat());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", o.stdout))
+}
+
 pub fn run_command(command: &str, args: &[&str]) -> Out {
     run(&[&[command], args].concat())
 }

@@ -3,7 +3,7 @@
 //! trace, out-of-memory reporting, and bad input exiting 2 with the file or
 //! field named and no panic.
 
-use crate::common::{device_node, run, run_command, scratch, shared_dir, tmp, write};
+use crate::common::{device_node, json_of, run, run_command, scratch, shared_dir, tmp, write};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -786,10 +786,8 @@ fn the_fraction_rule_says_when_it_decided() {
         "--checkpointing",
         "none",
     ];
-    let o = run_command("simulate", &[&base[..], &["--format", "json"]].concat());
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let j: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
-    assert_eq!(j["oom"], false, "{}", o.stdout);
+    let j = json_of("simulate", &base);
+    assert_eq!(j["oom"], false, "{j}");
     assert_eq!(j["mem_policy"], "physical");
     assert!(j["mem_fraction"].is_null());
     let m = &j["gpus"][0]["memory"];
@@ -827,9 +825,7 @@ fn predictions_carry_intervals() {
         "--batch",
         "4,4",
     ];
-    let o = run_command("simulate", &[&args[..], &["--format", "json"]].concat());
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let j: Value = serde_json::from_str(&o.stdout).unwrap();
+    let j = json_of("simulate", &args);
     let t = j["iteration_ms"].as_f64().unwrap();
     let tok = j["tokens_per_s"].as_f64().unwrap();
     let iv = &j["intervals"];

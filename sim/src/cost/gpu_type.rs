@@ -191,16 +191,7 @@ impl GpuTypeCost {
             [Attention::Eager, Attention::Flash]
                 .map(|a| selective_fractions(predictor, gpu, model, seq, dtype, a, core))
         });
-        let analytic_error_band = (block.source.rank() == 2)
-            .then(|| predictor.error_band(gpu))
-            .flatten();
-        let time_error_pct = if block.source.rank() == 2 {
-            predictor
-                .time_error_pct(gpu)
-                .unwrap_or(UNKNOWN_TIME_ERROR_PCT)
-        } else {
-            MEASURED_TIME_ERROR_PCT
-        };
+        let (analytic_error_band, time_error_pct) = error_bands(predictor, gpu, &block);
         Ok(GpuTypeCost {
             gpu: gpu.clone(),
             block,
@@ -212,6 +203,25 @@ impl GpuTypeCost {
             block_flags: flags,
             units,
         })
+    }
+}
+
+/// The predictor's printed error band for an analytic curve, and the
+/// curve's expected (median, p90) error, % ([`GpuTypeCost::time_error_pct`]).
+fn error_bands(
+    predictor: &dyn Predictor,
+    gpu: &GpuSpec,
+    block: &ComputeCurve,
+) -> (Option<String>, (f64, f64)) {
+    if block.source.rank() == 2 {
+        (
+            predictor.error_band(gpu),
+            predictor
+                .time_error_pct(gpu)
+                .unwrap_or(UNKNOWN_TIME_ERROR_PCT),
+        )
+    } else {
+        (None, MEASURED_TIME_ERROR_PCT)
     }
 }
 

@@ -45,14 +45,81 @@ fn smallest(
     .ok()
 }
 
+/// The GPU a knob is judged on and what it may use.
+struct Judge<'c> {
+    costs: &'c CostModel,
+    pins: &'c StrategySpec,
+    /// The rank with the most usable memory.
+    rank: usize,
+    usable: f64,
+    gpu: String,
+}
+
+impl Judge<'_> {
+    /// Parameters whose state one GPU holds under `s`.
+    fn local(&self, s: &Strategy) -> f64 {
+        let total = self.costs.workload.model.total_params() as f64;
+        match s.sharding {
+            Sharding::NoShard => total,
+            Sharding::Hybrid => total / s.shard_group.max(1) as f64,
+            _ => total / self.costs.ranks() as f64,
+        }
+    }
+
+    /// GiB the judged GPU needs under the smallest plan with `tweak`.
+    fn need(&self, tweak: impl Fn(&mut StrategySpec)) -> Option<(Strategy, f64)> {
+        let s = smallest(self.costs, self.pins, tweak)?;
+        need_gib(self.costs, s, self.rank, self.local(&s)).map(|n| (s, n))
+    }
+
+    /// `what: N GiB on GPU of U GiB usable (fits | still short)`.
+    fn line(&self, what: &str, need: f64) -> String {
+        let verdict = if need <= self.usable {
+            "fits"
+        } else {
+            "still short"
+        };
+        format!(
+            "{what}: {need:.2} GiB on {} of {:.2} GiB usable ({verdict})",
+            self.gpu, self.usable
+        )
+    }
+
+    /// How many GPUs of the judged type would hold the state next to a
+    /// one-sample micro-batch with flash attention and full checkpointing.
+    fn more_gpus(&self) -> Option<String> {
+        let (lean, need) = self.need(|x| {
+            x.attention = Some(Attention::Flash);
+            x.checkpointing = Some(Checkpointing::Full);
+        })?;
+        if lean.sharding != Sharding::Full {
+            return None;
+        }
+        let g = self.costs.ranks() as f64;
+        let total = self.costs.workload.model.total_params() as f64;
+        let per = lean.gpu_state_bytes_per_param() * total / GIB;
+        let rest = need - per / g;
+        Some(if rest < self.usable {
+            let n = (per / (self.usable - rest)).ceil().max(g + 1.0);
+            format!(
+                "more GPUs: {n:.0} of {} hold the {per:.1} GiB training state fully sharded next to a one-sample micro-batch with flash attention and full checkpointing ({g} here)",
+                self.gpu
+            )
+        } else {
+            format!(
+                "more GPUs do not help: one sample alone needs {rest:.2} GiB of the {:.2} GiB usable on {}, even with flash attention and full checkpointing",
+                self.usable, self.gpu
+            )
+        })
+    }
+}
+
 /// Lines naming the knobs that would make the workload of `costs` fit
 /// (or how far each leaves it), for an infeasible answer; empty when the
 /// smallest data-parallel plan fits as pinned (the reason lies elsewhere).
 pub fn what_would_fit(costs: &CostModel, pins: &StrategySpec) -> Vec<String> {
-    let g = costs.ranks();
-    let total = costs.workload.model.total_params() as f64;
     // The GPU with the most usable memory (ties: the first).
-    let Some(r) = (0..g).max_by(|&a, &b| {
+    let Some(rank) = (0..costs.ranks()).max_by(|&a, &b| {
         costs
             .usable_gib(a)
             .total_cmp(&costs.usable_gib(b))
@@ -60,112 +127,72 @@ pub fn what_would_fit(costs: &CostModel, pins: &StrategySpec) -> Vec<String> {
     }) else {
         return Vec::new();
     };
-    let usable = costs.usable_gib(r);
-    let gpu = costs.gpu(r).name.clone();
-    let local = |s: &Strategy| match s.sharding {
-        Sharding::NoShard => total,
-        Sharding::Hybrid => total / s.shard_group.max(1) as f64,
-        _ => total / g as f64,
+    let j = Judge {
+        costs,
+        pins,
+        rank,
+        usable: costs.usable_gib(rank),
+        gpu: costs.gpu(rank).name.clone(),
     };
-    let Some(base) = smallest(costs, pins, |_| {}) else {
-        return Vec::new();
-    };
-    let Some(now) = need_gib(costs, base, r, local(&base)) else {
+    let Some((base, now)) = j.need(|_| {}) else {
         return Vec::new();
     };
     // The smallest data-parallel plan fits: the reason lies elsewhere (a
     // pipeline's stage, too many samples for the micro-batch limits).
-    if now <= usable {
+    if now <= j.usable {
         return Vec::new();
     }
     let mut out = Vec::new();
-    let mut knob = |what: String, s: Option<Strategy>| {
-        if let Some(s) = s {
-            if let Some(need) = need_gib(costs, s, r, local(&s)) {
-                if need < now - 1e-6 {
-                    let verdict = if need <= usable {
-                        "fits"
-                    } else {
-                        "still short"
-                    };
-                    out.push(format!(
-                        "{what}: {need:.2} GiB on {gpu} of {usable:.2} GiB usable ({verdict})"
-                    ));
-                }
-            }
+    let mut knob = |what: &str, tweak: &dyn Fn(&mut StrategySpec)| {
+        if let Some((_, need)) = j.need(tweak).filter(|x| x.1 < now - 1e-6) {
+            out.push(j.line(what, need));
         }
     };
-    if base.attention == Attention::Eager && pins.attention != Some(Attention::Flash) {
+    if base.attention == Attention::Eager {
         knob(
-            "--attention flash (a fused kernel: no s x s scores)".into(),
-            smallest(costs, pins, |x| x.attention = Some(Attention::Flash)),
+            "--attention flash (a fused kernel: no s x s scores)",
+            &|x| x.attention = Some(Attention::Flash),
         );
     }
     if base.checkpointing != Checkpointing::Full {
-        knob(
-            "--checkpointing full".into(),
-            smallest(costs, pins, |x| x.checkpointing = Some(Checkpointing::Full)),
-        );
+        knob("--checkpointing full", &|x| {
+            x.checkpointing = Some(Checkpointing::Full)
+        });
     }
     if base.offload != Offload::Optimizer {
         knob(
-            "--offload optimizer (ZeRO-Offload: Adam state on the host)".into(),
-            smallest(costs, pins, |x| x.offload = Some(Offload::Optimizer)),
+            "--offload optimizer (ZeRO-Offload: Adam state on the host)",
+            &|x| x.offload = Some(Offload::Optimizer),
         );
     }
     if let Some(f) = costs.options.mem_policy.fraction() {
-        let physical = MemPolicy::Physical.usable_gib(costs.capacity_gib(r), costs.overhead_gib());
+        let physical =
+            MemPolicy::Physical.usable_gib(costs.capacity_gib(rank), costs.overhead_gib());
         out.push(format!(
-            "the physical memory limit instead of --mem-fraction {f}: {physical:.2} GiB usable on {gpu} (needs {now:.2})"
+            "the physical memory limit instead of --mem-fraction {f}: {physical:.2} GiB usable on {} (needs {now:.2})",
+            j.gpu
         ));
     }
-    // Every knob on the GPU at once (flash, full checkpointing, the
-    // optimizer on the host), when more than one applies.
-    let all = smallest(costs, pins, |x| {
-        x.attention = Some(Attention::Flash);
-        x.checkpointing = Some(Checkpointing::Full);
-        x.offload = Some(Offload::Optimizer);
-    });
+    // Every knob on the GPU at once, when more than one applies.
     if out.len() > 1 {
-        if let Some(need) = all.and_then(|s| need_gib(costs, s, r, local(&s))) {
-            let verdict = if need <= usable {
-                "fits"
-            } else {
-                "still short"
-            };
-            out.push(format!(
-                "all of these together: {need:.2} GiB on {gpu} of {usable:.2} GiB usable ({verdict})"
-            ));
+        let all = j.need(|x| {
+            x.attention = Some(Attention::Flash);
+            x.checkpointing = Some(Checkpointing::Full);
+            x.offload = Some(Offload::Optimizer);
+        });
+        if let Some((_, need)) = all {
+            out.push(j.line("all of these together", need));
         }
     }
-    // More GPUs of the largest type: the state spread over more of them,
-    // with flash attention and full checkpointing.
-    let lean = smallest(costs, pins, |x| {
-        x.attention = Some(Attention::Flash);
-        x.checkpointing = Some(Checkpointing::Full);
-    });
-    if let Some(lean) = lean.filter(|s| s.sharding == Sharding::Full) {
-        if let Some(need) = need_gib(costs, lean, r, local(&lean)) {
-            let per = lean.gpu_state_bytes_per_param() * total / GIB;
-            let rest = need - per / g as f64;
-            if rest < usable {
-                let n = (per / (usable - rest)).ceil().max(g as f64 + 1.0);
-                out.push(format!(
-                    "more GPUs: {n:.0} of {gpu} hold the {per:.1} GiB training state fully sharded next to a one-sample micro-batch with flash attention and full checkpointing ({g} here)"
-                ));
-            } else {
-                out.push(format!(
-                    "more GPUs do not help: one sample alone needs {rest:.2} GiB of the {usable:.2} GiB usable on {gpu}, even with flash attention and full checkpointing"
-                ));
-            }
-        }
-    }
+    out.extend(j.more_gpus());
     if !out.is_empty() {
         out.insert(
             0,
             format!(
-                "even the smallest data-parallel plan ({}, one sample per micro-batch) needs {now:.2} GiB on {gpu} of {usable:.2} GiB usable; what would change that:",
-                base.label()
+                "even the smallest data-parallel plan ({}, one sample per micro-batch) needs {now:.2} GiB on {} of {:.2} GiB usable; what would change that:",
+                base.label(),
+                j.gpu,
+                j.usable
             ),
         );
     }
