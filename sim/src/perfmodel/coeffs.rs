@@ -195,6 +195,16 @@ impl TimeTheta {
         e.min(1.0)
     }
 
+    /// Fraction of HBM bandwidth memory-bound kernels reach on `class`:
+    /// the fitted fraction, or, for a generation with no measurements
+    /// that has a published one ([`kernels::hbm_efficiency`]), that.
+    pub fn bw_efficiency(&self, class: ArchClass) -> f64 {
+        match kernels::hbm_efficiency(class) {
+            Some(e) if self.borrowed_class(class).is_some() => e,
+            _ => logistic(self.v[EBW]),
+        }
+    }
+
     /// Sustained matmul rate (FLOP/s) for these features.
     pub fn rate(&self, f: &TimeFeat) -> f64 {
         let p = f.path.index();
@@ -216,7 +226,7 @@ impl TimeTheta {
     pub fn time_ms(&self, f: &TimeFeat) -> (f64, f64) {
         let v = &self.v;
         let rate = self.rate(f);
-        let bw = f.bw_bps * logistic(v[EBW]);
+        let bw = f.bw_bps * self.bw_efficiency(f.class);
         let score = if f.half { v[SCR] } else { v[SCR + 1] }.exp();
         let elem = f.act_io_bytes - f.score_io_bytes
             + score * f.score_io_bytes
@@ -250,7 +260,7 @@ impl TimeTheta {
     pub fn time_parts(&self, f: &TimeFeat, attention: Attention) -> TimeParts {
         let v = &self.v;
         let rate = self.rate(f);
-        let bw = f.bw_bps * logistic(v[EBW]);
+        let bw = f.bw_bps * self.bw_efficiency(f.class);
         let pointwise = f.pointwise_io_bytes / bw * 1e3;
         match attention {
             Attention::Eager => {

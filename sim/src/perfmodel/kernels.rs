@@ -116,6 +116,19 @@ pub fn fused_attention_rel(
     (fwd, fwd * BACKWARD_FACTOR)
 }
 
+/// Achieved fraction of HBM bandwidth of memory-bound kernels on a
+/// generation, where published: Hopper 0.83 (an optimized block-copy
+/// kernel reached 82-84% of H100 HBM3 peak, an unoptimized one ~62%:
+/// `vllm-project/vllm` PR #48110, REAL-SYSTEMS-2 §5.3; copy-engine
+/// numbers read lower and are not the kernel roofline). `None`: the
+/// calibration's fitted fraction stands (it was measured on those GPUs).
+pub fn hbm_efficiency(class: ArchClass) -> Option<f64> {
+    match class {
+        ArchClass::Hopper => Some(0.83),
+        _ => None,
+    }
+}
+
 /// For `sources:` lines: which GPU's published attention numbers a
 /// generation's fused-attention rate comes from, and how.
 pub fn borrowed_from(class: ArchClass) -> &'static str {

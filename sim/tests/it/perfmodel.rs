@@ -377,6 +377,12 @@ fn matmul_rates_agree_with_published_gemm_benchmarks() {
     // The fitted A100 sustains ~220 TFLOPS here, a little below what the
     // 250 W PCIe card reaches (the fit's known low side, issue 26's note).
     assert!((234.0 * 0.9..=312.0 * 0.95).contains(&a100), "a100 {a100}");
+    // Memory-bound kernels: Hopper at its published achieved HBM fraction
+    // (0.83, REAL-SYSTEMS-2 §5.3), fitted generations at the fit's.
+    use sim::perfmodel::arch::ArchClass;
+    assert_eq!(theta.bw_efficiency(ArchClass::Hopper), 0.83);
+    let fitted = cal.calibration.time.bw_efficiency;
+    assert!((theta.bw_efficiency(ArchClass::AmpereDc) - fitted).abs() < 1e-12);
     // Every GPU's matmul rate is a physical fraction of its peak.
     for gpu in g.all().iter().filter(|x| x.arch != "cpu") {
         for dtype in [Dtype::Fp16, Dtype::Fp32] {
