@@ -101,11 +101,14 @@ pub struct SimulatedSummary {
     pub peak_mem_pct: Vec<f64>,
     /// Peak memory per GPU, % of the usable memory (above 100 = OOM).
     pub peak_usable_pct: Vec<f64>,
-    /// Usable memory per GPU (capacity x allowed fraction), GiB.
+    /// Usable memory per GPU (the memory policy's limit), GiB.
     pub usable_gib: Vec<f64>,
     /// Per GPU: what its peak holds, and its headroom to the policy limit
     /// and to the capacity.
     pub memory: Vec<sim::report::MemoryBreakdown>,
+    /// How sure the iteration time and throughput are (`null` when out of
+    /// memory): intervals from the expected errors of their sources.
+    pub intervals: Option<sim::report::Intervals>,
 }
 
 impl SimulatedSummary {
@@ -122,6 +125,7 @@ impl SimulatedSummary {
             peak_mem_pct: r.gpus.iter().map(|g| g.mem_pct).collect(),
             peak_usable_pct: r.gpus.iter().map(|g| g.usable_pct).collect(),
             usable_gib: r.gpus.iter().map(|g| g.usable_gib).collect(),
+            intervals: (!r.oom).then(|| r.intervals.clone()),
         }
     }
 }
@@ -422,6 +426,9 @@ fn table(o: &PlanOutput, summary: &str) -> String {
         o.simulated.mfu * 100.0,
         if o.simulated.oom { "yes" } else { "no" }
     );
+    if let Some(iv) = &o.simulated.intervals {
+        let _ = writeln!(s, "{}", iv.summary());
+    }
     if !o.considered.is_empty() {
         let _ = writeln!(s, "best plan per strategy considered (fastest first):");
         for c in &o.considered {

@@ -92,6 +92,25 @@ impl Intervals {
     }
 }
 
+impl Intervals {
+    /// One line for tables: the iteration-time and tokens/s ranges at the
+    /// median errors, the iteration-time range at the p90.
+    pub fn summary(&self) -> String {
+        let (m, p) = (&self.median, &self.p90);
+        format!(
+            "likely range: iteration {:.1}-{:.1} ms, {:.0}-{:.0} tokens/s at the sources' median errors ({:.1}%); {:.1}-{:.1} ms at their p90 ({:.1}%)",
+            m.iteration_ms[0],
+            m.iteration_ms[1],
+            m.tokens_per_s[0],
+            m.tokens_per_s[1],
+            m.rel * 100.0,
+            p.iteration_ms[0],
+            p.iteration_ms[1],
+            p.rel * 100.0
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

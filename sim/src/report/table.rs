@@ -348,19 +348,7 @@ impl Report {
             self.mfu * 100.0,
             self.hfu * 100.0
         );
-        let (m, p) = (&self.intervals.median, &self.intervals.p90);
-        let _ = writeln!(
-            s,
-            "likely range: iteration {:.1}-{:.1} ms, {:.0}-{:.0} tokens/s at the sources' median errors ({:.1}%); {:.1}-{:.1} ms at their p90 ({:.1}%)",
-            m.iteration_ms[0],
-            m.iteration_ms[1],
-            m.tokens_per_s[0],
-            m.tokens_per_s[1],
-            m.rel * 100.0,
-            p.iteration_ms[0],
-            p.iteration_ms[1],
-            p.rel * 100.0
-        );
+        let _ = writeln!(s, "{}", self.intervals.summary());
         if let (Some(p), Some(c)) = (self.price_per_hour_usd, self.usd_per_million_tokens()) {
             let _ = writeln!(
                 s,
