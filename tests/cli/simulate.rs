@@ -846,4 +846,20 @@ fn predictions_carry_intervals() {
         "{}",
         table.stdout
     );
+    // `plan` carries them too, for the plan it recommends.
+    let plan = [
+        "--gpus",
+        "a100-80gb,h100-sxm",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "8",
+    ];
+    let p = json_of("plan", &plan);
+    let rel = p["simulated"]["intervals"]["median"]["rel"]
+        .as_f64()
+        .unwrap();
+    assert!(rel > 0.0 && rel < 1.0, "{rel}");
+    let t = run_command("plan", &plan);
+    assert!(t.stdout.contains("likely range: iteration"), "{}", t.stdout);
 }
