@@ -71,6 +71,13 @@ impl Family {
         matches!(self, Family::Gpt | Family::Bert)
     }
 
+    /// Whether attention is causal (decoders: GPT, LLaMA, Mistral): a fused
+    /// kernel skips the masked half of the score FLOPs. BERT and ViT
+    /// attend both ways.
+    pub fn is_causal(self) -> bool {
+        !matches!(self, Family::Bert | Family::Vit)
+    }
+
     /// Whether the model has a learned position embedding of `max_positions` rows.
     pub fn learned_positions(self) -> bool {
         matches!(self, Family::Gpt | Family::Bert)

@@ -59,10 +59,7 @@ pub fn recompute_flops(costs: &CostModel, plan: &Plan) -> f64 {
     let w = &costs.workload;
     let s = plan.strategy;
     let seq = w.model.tokens_per_sample(w.seq_len) as f64;
-    let causal = !matches!(
-        w.model.family,
-        crate::model::Family::Bert | crate::model::Family::Vit
-    );
+    let causal = w.model.family.is_causal();
     let per_sample: f64 = (1..=w.model.layers)
         .map(|b| match s.checkpointing.block(b) {
             Recompute::None => 0.0,

@@ -5,7 +5,7 @@
 use super::features;
 use crate::dtype::Dtype;
 use crate::gpu::GpuSpec;
-use crate::model::{Family, ModelSpec};
+use crate::model::ModelSpec;
 use crate::strategy::Attention;
 
 /// Lower bound of one block's forward and backward ms (the roofline at 100%
@@ -50,7 +50,7 @@ pub fn roofline_bound_ms_with(
     let peak = gpu.peak_tflops(dtype)? * 1e12;
     let s = model.tokens_per_sample(seq_len) as f64;
     let m = m as f64;
-    let causal = !matches!(model.family, Family::Bert | Family::Vit);
+    let causal = model.family.is_causal();
     let score = 4.0 * s * s * model.hidden as f64 * if causal { 0.5 } else { 1.0 };
     let linear = 2.0 * model.block_matmul_params() as f64 * s;
     let bytes = model.block_weight_bytes(dtype)

@@ -114,7 +114,7 @@ impl TimeFeat {
             rerun_matmul_fraction: crate::activation::recomputed_matmul_fraction(model),
             flops: m * (2.0 * model.block_matmul_params() as f64 * s + 4.0 * s * s * h),
             score_flops: m * 4.0 * s * s * h,
-            causal: !matches!(model.family, Family::Bert | Family::Vit),
+            causal: model.family.is_causal(),
             act_io_bytes: m * model.block_activation_io_bytes_fwd(tokens_per_sample, dtype),
             score_io_bytes: m * score_io_bytes_per_sample(model, tokens_per_sample, dtype),
             pointwise_io_bytes: m * model.block_pointwise_io_bytes_fwd(tokens_per_sample, dtype),

@@ -29,7 +29,7 @@ pub use bound::{roofline_bound_ms, roofline_bound_ms_with};
 use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuSpec;
-use crate::model::{Family, ModelSpec};
+use crate::model::ModelSpec;
 use crate::strategy::Attention;
 use crate::units::GIB;
 use coeffs::{Calibration, MemTheta, TimeTheta, CALIBRATION_FORMAT};
@@ -184,7 +184,7 @@ impl Predictor for Roofline {
                 })
             }
             Attention::Flash => {
-                let causal = !matches!(model.family, Family::Bert | Family::Vit);
+                let causal = model.family.is_causal();
                 let attn = score_flops * if causal { 0.5 } else { 1.0 };
                 let bytes = model.block_bytes_fwd(seq_len, dtype) * mf - score_io;
                 let (fwd_rel, bwd_rel) = kernels::fused_attention_rel(
