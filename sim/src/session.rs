@@ -94,13 +94,10 @@ pub fn resolve_strategy(costs: &CostModel, spec: &StrategySpec) -> Result<Strate
     spec.resolve(&strategy_context(costs))
 }
 
-/// What strategy defaults depend on, for the workload of `costs`.
+/// What strategy defaults depend on, for the workload of `costs`
+/// ([`CostModel::strategy_context`]).
 pub fn strategy_context(costs: &CostModel) -> StrategyContext<'_> {
-    StrategyContext {
-        cluster: &costs.workload.cluster,
-        dtype: costs.workload.dtype,
-        profile_attention: costs.profile_attention(),
-    }
+    costs.strategy_context()
 }
 
 /// Where a user's own plan comes from (`simulate --plan` or `--batch`,

@@ -229,6 +229,16 @@ impl CostModel {
         }
     }
 
+    /// What strategy defaults depend on for this workload: the cluster, the
+    /// dtype and the default attention kernel ([`CostModel::profile_attention`]).
+    pub fn strategy_context(&self) -> crate::strategy::StrategyContext<'_> {
+        crate::strategy::StrategyContext {
+            cluster: &self.workload.cluster,
+            dtype: self.workload.dtype,
+            profile_attention: self.profile_attention(),
+        }
+    }
+
     /// ms of a selective recompute of one block at micro-batch `m` on
     /// `rank` with `attention` (the predictor's fraction of that forward):
     /// op-level, or core attention (`core`, Megatron's selective).

@@ -9,8 +9,7 @@ use crate::bounds::rank_peak;
 use crate::cost::{CostModel, MemPolicy};
 use crate::schedule::Schedule;
 use crate::strategy::{
-    Accumulation, Attention, Checkpointing, Offload, Sharding, Strategy, StrategyContext,
-    StrategySpec,
+    Accumulation, Attention, Checkpointing, Offload, Sharding, Strategy, StrategySpec,
 };
 use crate::units::GIB;
 
@@ -37,12 +36,7 @@ fn smallest(
         ..*pins
     };
     tweak(&mut spec);
-    spec.resolve(&StrategyContext {
-        cluster: &costs.workload.cluster,
-        dtype: costs.workload.dtype,
-        profile_attention: costs.profile_attention(),
-    })
-    .ok()
+    spec.resolve(&costs.strategy_context()).ok()
 }
 
 /// The GPU a knob is judged on and what it may use.

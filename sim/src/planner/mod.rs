@@ -46,7 +46,7 @@ use crate::iteration::SimOptions;
 use crate::plan::Plan;
 use crate::profile::ProfileSet;
 use crate::report::Report;
-use crate::strategy::{Sharding, Strategy, StrategyContext, StrategySpec};
+use crate::strategy::{Sharding, Strategy, StrategySpec};
 
 /// What the simulator says about a plan (what [`Judge`] returns).
 #[derive(Debug, Clone, PartialEq)]
@@ -190,12 +190,7 @@ impl Problem<'_> {
         if spec.sharding != Some(Sharding::Hybrid) {
             spec.shard_group = None;
         }
-        let ctx = StrategyContext {
-            cluster: &self.costs.workload.cluster,
-            dtype: self.costs.workload.dtype,
-            profile_attention: self.costs.profile_attention(),
-        };
-        let s = spec.resolve(&ctx)?;
+        let s = spec.resolve(&self.costs.strategy_context())?;
         Ok((s, notes))
     }
 }
