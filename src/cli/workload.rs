@@ -290,10 +290,7 @@ impl WorkloadArgs {
         }
         profiles.merge(self.comm.profiles()?);
         let options = CostOptions {
-            mem_policy: match self.mem_fraction {
-                Some(f) => MemPolicy::Fraction(f),
-                None => MemPolicy::Physical,
-            },
+            mem_policy: MemPolicy::from_fraction(self.mem_fraction),
             overhead_gib: self.overhead_gib,
             memory_cluster: self.memory_cluster.clone(),
             comm_algo: self.comm.algo()?,

@@ -23,6 +23,7 @@
 //! for the framework; `--mem-fraction` selects it for users who want that
 //! headroom, and the paper reproductions use it.
 
+use crate::error::SpecError;
 use crate::units::GIB;
 
 /// CUDA context and libraries per process, GiB: 0.5-1 GiB on H100 with
@@ -68,6 +69,25 @@ pub enum MemPolicy {
 }
 
 impl MemPolicy {
+    /// The policy a `--mem-fraction` (or a study's `mem_fraction`) asks
+    /// for: the paper's rule with that fraction, physical without one.
+    pub fn from_fraction(fraction: Option<f64>) -> MemPolicy {
+        fraction.map_or(MemPolicy::Physical, MemPolicy::Fraction)
+    }
+
+    /// A fraction rule needs a fraction in (0, 1]; the error names
+    /// `origin` and `field`.
+    pub fn check(self, origin: &str, field: &str) -> Result<(), SpecError> {
+        match self.fraction() {
+            Some(f) if !(f > 0.0 && f <= 1.0) => Err(SpecError::invalid(
+                origin,
+                field,
+                format!("expected a fraction in (0, 1], got {f}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Memory outside the allocator per GPU (GiB) when the user gives none:
     /// physical, the CUDA context plus NCCL's buffers (none on a GPU that
     /// talks to nobody); the paper's rule, its flat allowance.

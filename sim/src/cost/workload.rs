@@ -53,15 +53,9 @@ impl Workload {
                     .check_dtype(self.dtype, crate::error::WORKLOAD, "dtype")?;
             }
         }
-        if let Some(f) = options.mem_policy.fraction() {
-            if !(f > 0.0 && f <= 1.0) {
-                return Err(SpecError::invalid(
-                    crate::error::WORKLOAD,
-                    "mem_fraction",
-                    format!("expected a fraction in (0, 1], got {f}"),
-                ));
-            }
-        }
+        options
+            .mem_policy
+            .check(crate::error::WORKLOAD, "mem_fraction")?;
         if let Some(o) = options.overhead_gib {
             crate::physical::check(
                 crate::error::WORKLOAD,

@@ -111,10 +111,7 @@ fn costs_of(
     let cluster = cluster_of(w)?;
     let options = crate::cost::CostOptions {
         memory_cluster: spec.memory_cluster.clone(),
-        mem_policy: match spec.mem_fraction {
-            Some(f) => crate::cost::MemPolicy::Fraction(f),
-            None => crate::cost::MemPolicy::Physical,
-        },
+        mem_policy: crate::cost::MemPolicy::from_fraction(spec.mem_fraction),
         ..crate::cost::CostOptions::default()
     };
     let ws = WorkloadSpec {

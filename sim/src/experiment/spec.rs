@@ -90,13 +90,8 @@ impl ExperimentSpec<WrittenFigure> {
         if !measured_only {
             self.sweep.check(origin)?;
             self.check_memory_cluster(origin)?;
-            if let Some(f) = self.mem_fraction.filter(|f| !(*f > 0.0 && *f <= 1.0)) {
-                return Err(SpecError::invalid(
-                    origin,
-                    "mem_fraction",
-                    format!("expected a fraction in (0, 1], got {f}"),
-                ));
-            }
+            crate::cost::MemPolicy::from_fraction(self.mem_fraction)
+                .check(origin, "mem_fraction")?;
         }
         let (has_validations, timeline) = (!self.validations.is_empty(), self.sweep.timeline);
         let mut figures = Vec::with_capacity(self.figures.len());
