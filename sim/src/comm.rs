@@ -21,27 +21,37 @@
 //! transfer ends, so with uneven pieces the ring is paced by the largest:
 //!
 //! ```text
-//! t_ring = (p - 1) * (latency + max_piece / bw_bottleneck)
+//! t_ring = base + intra steps * intra hop + inter steps * network hop
+//!        + steps * max_piece / bw_bottleneck          (steps = p - 1)
 //! ```
 //!
-//! where `latency` is the slowest hop's per-step latency and
-//! `bw_bottleneck` the slowest hop's bandwidth. With even pieces this is the
-//! nccl-tests convention `busbw = algbw * (p - 1) / p` with busbw the
-//! bottleneck bandwidth. A ring reduce-scatter moves the same volume in the
-//! reverse direction (its additions run at memory bandwidth, two orders of
-//! magnitude above the links, and are ignored). A ring all-reduce is a
-//! reduce-scatter plus an all-gather of `S / p` pieces:
-//! `2 (p - 1) (latency + S / p / bw)`, i.e. `busbw = algbw * 2 (p - 1) / p`.
+//! with NCCL's base latency and per-hop latencies of the protocol
+//! (`protocol`: LL, LL128 or Simple, the fastest that NCCL enables, each
+//! with its bandwidth factor) and `bw_bottleneck` the slowest hop's
+//! bandwidth. With even pieces this is the nccl-tests convention `busbw =
+//! algbw * (p - 1) / p` with busbw the bottleneck bandwidth. A ring
+//! reduce-scatter moves the same volume in the reverse direction (its
+//! additions run at memory bandwidth, two orders of magnitude above the
+//! links, and are ignored). A ring all-reduce is a reduce-scatter plus an
+//! all-gather of `S / p` pieces: `2 (p - 1)` steps, `busbw = algbw * 2 (p -
+//! 1) / p`, and NCCL's x1.4 "plateau" on its Simple latency across nodes.
 //!
 //! # Tree all-reduce (groups spanning nodes)
 //!
 //! NCCL's double binary tree across nodes (a chain inside each node): the
 //! same bus bandwidth as the ring derated by [`TREE_BW_FACTOR`] (NCCL's own
-//! tuning model), but a latency of `2 (ceil(log2 nodes) * net latency +
-//! (ranks per node - 1) * intra latency)` instead of `2 (p - 1)` ring
-//! steps. [`CommAlgo::Auto`] takes the faster of ring and tree for an
+//! tuning model; LL and LL128 by their factors), but a latency of `base + 2
+//! (ceil(log2 nodes) * net latency + (ranks per node - 1) * intra latency)`
+//! instead of `2 (p - 1)` ring steps.
+//!
+//! # NVLS (NVLink SHARP) all-reduce
+//!
+//! On NVSwitch nodes of Hopper and newer the switch reduces: each GPU moves
+//! `S` per direction at NCCL's NVLS efficiency; across such nodes NVLS_TREE
+//! adds a tree over the NICs ([`RingModel::nvls_time_ms`]).
+//! [`CommAlgo::Auto`] takes the fastest of ring, tree and NVLS for an
 //! all-reduce, as NCCL's tuner does: tree for small buffers over many
-//! nodes, ring for large ones.
+//! nodes, NVLS on H100/H200 nodes, the ring otherwise.
 //!
 //! # Hierarchical (only when asked, [`CommAlgo::Hierarchical`])
 //!
@@ -76,14 +86,14 @@ mod protocol;
 mod ring;
 mod topology;
 
-pub use analytic::{ring_ms, RingModel, TREE_BW_FACTOR};
+pub use analytic::{ring_ms, RingModel};
 pub use collective::{
     CollectiveKind, CommModel, LinkKind, LinkRef, ANALYTIC_COMM_ERROR_PCT, MEASURED_COMM_ERROR_PCT,
 };
 pub use measured::{CommSource, MeasuredPoint, MeasuredTable};
 pub use protocol::{
     ring_plateau, HopKind, NcclGen, Protocol, NVLS_CHANNELS, NVLS_EFFICIENCY, NVLS_NVLINK_US,
-    NVLS_TREE_NET_US,
+    NVLS_TREE_NET_US, SIMPLE_NET_HOP_US, SIMPLE_NVLINK_HOP_US, TREE_BW_FACTOR,
 };
 pub use topology::{CollectiveRank, CommAlgo, CommTopology, NodeLinks};
 

@@ -5,14 +5,9 @@ use super::collective::{CollectiveKind, CommModel, LinkRef};
 use super::loads::merge_loads;
 use super::protocol::{
     ring_plateau, HopKind, NcclGen, Protocol, NVLS_CHANNELS, NVLS_EFFICIENCY, NVLS_NVLINK_US,
-    NVLS_TREE_NET_US,
+    NVLS_TREE_NET_US, SIMPLE_NET_HOP_US, SIMPLE_NVLINK_HOP_US,
 };
 use super::topology::{CollectiveRank, CommAlgo, CommTopology};
-
-/// NCCL's bandwidth derating of the tree algorithm against the ring
-/// (`src/graph/tuning.cc`: tree bus bandwidth = 0.92 x the ring's when the
-/// tree is not limited per channel).
-pub const TREE_BW_FACTOR: f64 = 0.92;
 
 /// Time in ms of a ring over `p` ranks with largest piece `max_piece_bytes`,
 /// per-step latency `latency_us` and bottleneck bandwidth `bw_gbps`:
@@ -45,8 +40,11 @@ impl RingModel {
         self.ring_choice(kind, ranks).0
     }
 
-    /// The oldest and newest GPU generation of the nodes of a group.
-    fn gens(&self, ranks: &[CollectiveRank]) -> (NcclGen, NcclGen) {
+    /// The oldest GPU generation of the nodes of a group (whose tables
+    /// the communicator uses), the kind of its hops inside a node (`pcie`:
+    /// some hop crosses PCIe) and whether NCCL enables LL128 on it: every
+    /// hop inside a node NVLink, and one generation or Hopper and newer.
+    fn protocols(&self, ranks: &[CollectiveRank], pcie: bool) -> (NcclGen, HopKind, bool) {
         let mut lo = NcclGen::Hopper;
         let mut hi = NcclGen::Volta;
         for r in ranks {
@@ -54,7 +52,9 @@ impl RingModel {
             lo = lo.min(g);
             hi = hi.max(g);
         }
-        (lo, hi)
+        let ll128 = !pcie && (lo == hi || lo >= NcclGen::Hopper);
+        let intra = if pcie { HopKind::Pcie } else { HopKind::Nvlink };
+        (lo, intra, ll128)
     }
 
     /// The ring's time in ms and protocol: the fastest of LL, LL128 (where
@@ -77,13 +77,7 @@ impl RingModel {
             (n, true) => 2 * (n - 1),
             (n, false) => n - 1,
         };
-        let (lo, hi) = self.gens(ranks);
-        let ll128 = !ring.pcie_hop && (lo == hi || lo >= NcclGen::Hopper);
-        let intra_kind = if ring.pcie_hop {
-            HopKind::Pcie
-        } else {
-            HopKind::Nvlink
-        };
+        let (lo, intra_kind, ll128) = self.protocols(ranks, ring.pcie_hop);
         let mut best = (f64::INFINITY, Protocol::Simple);
         for proto in Protocol::ALL {
             if proto == Protocol::Ll128 && !ll128 {
@@ -138,9 +132,7 @@ impl RingModel {
             };
             chain_us = chain_us.max((g.ranks as f64 - 1.0) * lat);
         }
-        let (lo, hi) = self.gens(ranks);
-        let ll128 = !pcie && (lo == hi || lo >= NcclGen::Hopper);
-        let intra_kind = if pcie { HopKind::Pcie } else { HopKind::Nvlink };
+        let (lo, intra_kind, ll128) = self.protocols(ranks, pcie);
         let mut best = f64::INFINITY;
         for proto in Protocol::ALL {
             if proto == Protocol::Ll128 && !ll128 {
@@ -179,9 +171,9 @@ impl RingModel {
             net_lat = net_lat.max(node.net_latency_us);
         }
         let buffer = CollectiveKind::AllReduce.buffer_bytes(ranks);
-        // NCCL's NVLS NVLink latency against its Simple ring hop (3.4 µs),
-        // applied to this model's NVLink hop.
-        let mut lat = NVLS_NVLINK_US * nvl_lat / 3.4;
+        // NCCL's NVLS latencies against its Simple ring hops, applied to
+        // this model's hops.
+        let mut lat = NVLS_NVLINK_US * nvl_lat / SIMPLE_NVLINK_HOP_US;
         let nodes = groups.len();
         // NCCL prices the tree between nodes in bus bandwidth: the NICs'
         // aggregate (doubled at two nodes, where each node is a leaf of one
@@ -191,7 +183,8 @@ impl RingModel {
         let algbw = if nodes == 1 {
             intra
         } else {
-            lat += 2.0 * (nodes as f64).log2().ceil() * NVLS_TREE_NET_US * net_lat / 14.0;
+            lat +=
+                2.0 * (nodes as f64).log2().ceil() * NVLS_TREE_NET_US * net_lat / SIMPLE_NET_HOP_US;
             let bus = net * if nodes <= 2 { 2.0 } else { 1.0 };
             intra.min(bus * n / (2.0 * (n - 1.0)))
         };

@@ -107,9 +107,9 @@ impl Protocol {
     /// table): on NVLink, PCIe or the network.
     pub fn hop_scale(self, hop: HopKind) -> f64 {
         let (ll, ll128, simple) = match hop {
-            HopKind::Nvlink => (0.6, 1.9, 3.4),
+            HopKind::Nvlink => (0.6, 1.9, SIMPLE_NVLINK_HOP_US),
             HopKind::Pcie => (1.0, 2.5, 5.7),
-            HopKind::Net => (2.7, 4.0, 14.0),
+            HopKind::Net => (2.7, 4.0, SIMPLE_NET_HOP_US),
         };
         match self {
             Protocol::Ll => ll / simple,
@@ -136,7 +136,7 @@ impl Protocol {
         match self {
             Protocol::Ll => (bus / 3.8).min(ll_max),
             Protocol::Ll128 => bus * 120.0 / 128.0,
-            Protocol::Simple => 0.92 * bus,
+            Protocol::Simple => TREE_BW_FACTOR * bus,
         }
     }
 }
@@ -151,6 +151,19 @@ pub enum HopKind {
     /// The network between nodes.
     Net,
 }
+
+/// NCCL's Simple-protocol ring hop latency over NVLink, µs
+/// (`hwLatencies[NVLINK][RING][Simple]`): the other protocols' and NVLS's
+/// NVLink latencies are taken relative to it.
+pub const SIMPLE_NVLINK_HOP_US: f64 = 3.4;
+/// NCCL's Simple-protocol ring hop latency over the network, µs
+/// (`hwLatencies[NET][RING][Simple]`).
+pub const SIMPLE_NET_HOP_US: f64 = 14.0;
+
+/// NCCL's bandwidth derating of the tree algorithm against the ring
+/// (`src/graph/tuning.cc`: tree bus bandwidth = 0.92 x the ring's when the
+/// tree is not limited per channel).
+pub const TREE_BW_FACTOR: f64 = 0.92;
 
 /// NVLS's efficiency on the NVLink bandwidth (`nvlsEfficiency`, Hopper).
 pub const NVLS_EFFICIENCY: f64 = 0.85;

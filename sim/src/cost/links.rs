@@ -14,6 +14,14 @@ use std::sync::Arc;
 
 /// The comm topology of a cluster (links per node) under algorithm `algo`.
 pub fn comm_topology(cluster: &Cluster, algo: CommAlgo) -> CommTopology {
+    // The oldest GPU generation of every node, in one pass over the GPUs.
+    let mut gens: Vec<Option<NcclGen>> = vec![None; cluster.nodes.len()];
+    for g in &cluster.gpus {
+        if let Some(x) = gens.get_mut(g.node) {
+            let gen = NcclGen::of_arch(&g.spec.arch);
+            *x = Some(x.map_or(gen, |y| y.min(gen)));
+        }
+    }
     CommTopology {
         nodes: cluster
             .nodes
@@ -29,13 +37,7 @@ pub fn comm_topology(cluster: &Cluster, algo: CommAlgo) -> CommTopology {
                 nics: n.nics,
                 nic_gbps: n.nic_gbps,
                 net_latency_us: n.net_latency_us,
-                gen: cluster
-                    .gpus
-                    .iter()
-                    .filter(|g| g.node == i)
-                    .map(|g| NcclGen::of_arch(&g.spec.arch))
-                    .min()
-                    .unwrap_or_default(),
+                gen: gens[i].unwrap_or_default(),
                 nvswitch: n.fabric == crate::cluster::IntraFabric::Nvswitch
                     && n.nvlink_gbps.is_some(),
             })
