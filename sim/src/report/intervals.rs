@@ -90,9 +90,7 @@ impl Intervals {
             basis,
         }
     }
-}
 
-impl Intervals {
     /// One line for tables: the iteration-time and tokens/s ranges at the
     /// median errors, the iteration-time range at the p90.
     pub fn summary(&self) -> String {
