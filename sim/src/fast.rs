@@ -78,7 +78,7 @@ impl Timeline {
         self.mem_at.push(self.mems.len() as u32);
         self.rank_at.push(self.ranks.len() as u32);
         self.ranks.extend_from_slice(ranks);
-        for m in mems {
+        for m in mems.iter().filter(|m| m.delta_bytes != 0) {
             let t = match m.at {
                 MemAt::Start => start,
                 MemAt::End => end,

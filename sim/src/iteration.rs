@@ -85,6 +85,7 @@ pub fn check_pipeline(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result
         &plan.strategy,
         "plan",
     )?;
+    check_tensor_groups(costs, pipe)?;
     let ops = crate::pipeline::lower::ops_estimate(pipe);
     if ops > crate::limits::MAX_SIM_OPS {
         return Err(PlanError::invalid(
@@ -95,6 +96,37 @@ pub fn check_pipeline(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result
                 crate::limits::MAX_SIM_OPS
             ),
         ));
+    }
+    Ok(())
+}
+
+/// A pipeline's TP groups against the model (the degree divides its
+/// heads, KV heads and MLP width) and the cluster (every TP group inside
+/// one node unless `pipeline.tp_across_nodes`).
+fn check_tensor_groups(costs: &CostModel, pipe: &Pipeline) -> Result<(), PlanError> {
+    let c = &costs.workload.cluster;
+    for (s, st) in pipe.stages.iter().enumerate() {
+        let field = format!("pipeline.stages[{s}].tp");
+        crate::tensor::TensorParallel::check(st.tp, &costs.workload.model, "plan", &field)?;
+        if pipe.tp_across_nodes || st.tp <= 1 {
+            continue;
+        }
+        for j in 0..st.dp() {
+            let g = st.group(j);
+            let node = |r: u32| c.gpus[r as usize].node;
+            if let Some(&other) = g.iter().find(|&&r| node(r) != node(g[0])) {
+                return Err(PlanError::invalid(
+                    "plan",
+                    format!("pipeline.stages[{s}].gpus"),
+                    format!(
+                        "TP group {j} of stage {s} (ranks {}) spans nodes {} and {}: TP groups stay inside one node, where NVLink carries their per-layer collectives (set pipeline.tp_across_nodes, or --tp-across-nodes, to price them over the network)",
+                        crate::lists::runs(g),
+                        c.nodes[node(g[0])].name,
+                        c.nodes[node(other)].name
+                    ),
+                ));
+            }
+        }
     }
     Ok(())
 }

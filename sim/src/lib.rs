@@ -44,5 +44,6 @@ pub mod session;
 pub mod simulate;
 pub mod strategy;
 pub mod symmetry;
+pub mod tensor;
 pub mod trace;
 pub mod units;

@@ -123,6 +123,14 @@ pub enum PlanInput<'a> {
         /// Their name in errors.
         origin: &'a str,
     },
+    /// A homogeneous 3D shape (`--tp`, `--pp`, ...): the pipeline it
+    /// implies on the cluster ([`crate::plan::shape::Shape3d::pipeline`]).
+    Shape {
+        /// The shape.
+        shape: &'a crate::plan::shape::Shape3d,
+        /// The model's blocks.
+        layers: u32,
+    },
 }
 
 impl PlanInput<'_> {
@@ -130,6 +138,7 @@ impl PlanInput<'_> {
     pub fn origin(&self) -> &str {
         match self {
             PlanInput::File { origin, .. } | PlanInput::Lists { origin, .. } => origin,
+            PlanInput::Shape { .. } => crate::plan::shape::ORIGIN,
         }
     }
 }
@@ -168,6 +177,28 @@ pub fn user_plan(
                 }
             }
             plan
+        }
+        PlanInput::Shape { shape, layers } => {
+            let pipe = shape.pipeline(workload.gpus.len(), layers, workload.global_batch)?;
+            // A pipeline accumulates without sync and offloads nothing;
+            // the stage's replicas keep full state unless `--sharding
+            // grad-op` (Megatron's distributed optimizer) says otherwise.
+            let spec = StrategySpec {
+                sharding: spec.sharding.or(Some(crate::strategy::Sharding::NoShard)),
+                accumulation: spec
+                    .accumulation
+                    .or(Some(crate::strategy::Accumulation::NoSync)),
+                offload: spec.offload.or(Some(crate::strategy::Offload::None)),
+                ..*spec
+            };
+            let strategy = spec.resolve(ctx)?;
+            Plan::pipelined(
+                "manual",
+                strategy,
+                pipe,
+                workload.gpus.len(),
+                workload.global_batch,
+            )
         }
     };
     plan.validate(workload.gpus.len(), workload.global_batch, input.origin())?;

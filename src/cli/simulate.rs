@@ -40,6 +40,8 @@ pub struct Args {
     /// Fraction of the sharded training state per rank, comma-separated (default even).
     #[arg(long, requires = "batch", allow_hyphen_values = true)]
     pub state_fractions: Option<String>,
+    #[command(flatten)]
+    pub shape: ShapeArgs,
     /// Report format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -57,6 +59,77 @@ pub struct Args {
     pub verbose: bool,
 }
 
+/// The homogeneous 3D shape flags of `simulate` (Megatron's and
+/// torchtitan's knobs): any of them makes the plan a 3D (or pipeline) plan.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct ShapeArgs {
+    /// Tensor-parallel degree: GPUs per TP group (Megatron's
+    /// `--tensor-model-parallel-size`); DP = GPUs / (TP x PP).
+    #[arg(long, conflicts_with_all = ["plan", "batch"])]
+    pub tp: Option<u32>,
+    /// Sequence parallelism inside every TP group (Korthikanti et al.).
+    #[arg(long, conflicts_with_all = ["plan", "batch"])]
+    pub sequence_parallel: bool,
+    /// Pipeline stages (Megatron's `--pipeline-model-parallel-size`).
+    #[arg(long, conflicts_with_all = ["plan", "batch"])]
+    pub pp: Option<u32>,
+    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
+    #[arg(long, conflicts_with_all = ["plan", "batch"], value_parser = parse_schedule)]
+    pub pp_schedule: Option<sim::plan::pipeline::PipeSchedule>,
+    /// Model chunks per GPU of the interleaved schedule.
+    #[arg(long, conflicts_with_all = ["plan", "batch"])]
+    pub virtual_stages: Option<u32>,
+    /// Samples per micro-batch of one data-parallel replica; micro-batches
+    /// = global batch / (DP x this).
+    #[arg(long, conflicts_with_all = ["plan", "batch"])]
+    pub microbatch_size: Option<u32>,
+    /// Overlap TP communication with the GEMMs of both passes (Megatron's
+    /// `--tp-comm-overlap`; off: its default path).
+    #[arg(long, conflicts_with_all = ["plan", "batch"])]
+    pub tp_comm_overlap: bool,
+    /// Let TP groups span nodes (priced over the network).
+    #[arg(long, conflicts_with_all = ["plan", "batch"])]
+    pub tp_across_nodes: bool,
+}
+
+fn parse_schedule(s: &str) -> std::result::Result<sim::plan::pipeline::PipeSchedule, String> {
+    sim::plan::pipeline::PipeSchedule::parse(s).ok_or_else(|| {
+        format!(
+            "expected one of {}, got `{s}`",
+            sim::plan::pipeline::PipeSchedule::ALL
+                .iter()
+                .map(|x| x.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+impl ShapeArgs {
+    /// The shape, when any of its flags is given.
+    pub fn shape(&self) -> Option<sim::plan::shape::Shape3d> {
+        let any = self.tp.is_some()
+            || self.pp.is_some()
+            || self.sequence_parallel
+            || self.pp_schedule.is_some()
+            || self.virtual_stages.is_some()
+            || self.microbatch_size.is_some()
+            || self.tp_comm_overlap
+            || self.tp_across_nodes;
+        let d = sim::plan::shape::Shape3d::default();
+        any.then(|| sim::plan::shape::Shape3d {
+            tp: self.tp.unwrap_or(d.tp),
+            pp: self.pp.unwrap_or(d.pp),
+            sequence_parallel: self.sequence_parallel,
+            schedule: self.pp_schedule.unwrap_or(d.schedule),
+            virtual_stages: self.virtual_stages.unwrap_or(d.virtual_stages),
+            microbatch_size: self.microbatch_size.unwrap_or(d.microbatch_size),
+            tp_comm_overlap: self.tp_comm_overlap,
+            tp_across_nodes: self.tp_across_nodes,
+        })
+    }
+}
+
 /// Resolves the plan from `--plan` or the `--batch` lists with its
 /// strategy (the file's, checked against the flags, or the flags') and
 /// checks it against the workload, naming the file or flag on error.
@@ -64,6 +137,18 @@ fn resolve_plan(args: &Args, costs: &CostModel) -> Result<Plan> {
     let spec = args.strategy.spec()?;
     let workload = sim::plan::file::PlanWorkload::of(costs);
     let ctx = sim::session::strategy_context(costs);
+    if let Some(shape) = args.shape.shape() {
+        let layers = costs.workload.model.layers;
+        return Ok(user_plan(
+            PlanInput::Shape {
+                shape: &shape,
+                layers,
+            },
+            &spec,
+            &ctx,
+            &workload,
+        )?);
+    }
     let plan = match (&args.plan, &args.batch) {
         (Some(path), _) => {
             let origin = path.display().to_string();
@@ -85,7 +170,7 @@ fn resolve_plan(args: &Args, costs: &CostModel) -> Result<Plan> {
             user_plan(input, &spec, &ctx, &workload)?
         }
         (None, None) => {
-            return Err(UserError("give a plan with --plan FILE or --batch LIST [--microbatches LIST] [--state-fractions LIST]".into()).into())
+            return Err(UserError("give a plan with --plan FILE, --batch LIST [--microbatches LIST] [--state-fractions LIST], or a 3D shape (--tp N, --pp N, --microbatch-size B, ...)".into()).into())
         }
     };
     Ok(plan)

@@ -35,6 +35,10 @@ pub struct GpuTypeCost {
     /// kernel: the fraction of the forward the recompute reruns, at
     /// micro-batch sizes 1..=N (the last value beyond).
     pub selective_fraction: [[Vec<f64>; 2]; 2],
+    /// Per TP configuration the model allows (degree, sequence
+    /// parallelism) and attention kernel: how one rank's block times
+    /// compare with the whole block's ([`TpTable`]).
+    pub tp: Vec<TpTable>,
     /// Data-quality flags of the block profile used.
     pub block_flags: Vec<String>,
     /// Measured unit costs, if any.
@@ -191,6 +195,7 @@ impl GpuTypeCost {
             [Attention::Eager, Attention::Flash]
                 .map(|a| selective_fractions(predictor, gpu, model, seq, dtype, a, core))
         });
+        let tp = tp_tables(predictor, gpu, model, seq, dtype);
         let (analytic_error_band, time_error_pct) = error_bands(predictor, gpu, &block);
         Ok(GpuTypeCost {
             gpu: gpu.clone(),
@@ -198,6 +203,7 @@ impl GpuTypeCost {
             measured_attention,
             kernels,
             selective_fraction,
+            tp,
             analytic_error_band,
             time_error_pct,
             block_flags: flags,
@@ -299,6 +305,107 @@ fn kernel_curve(
         b,
         measured.source.clone(),
     )))
+}
+
+/// Micro-batch sizes at which [`TpTable`]s are tabulated (linear in
+/// between, the last beyond): the ratios change slowly with the size.
+pub const TP_TABLE_SIZES: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// One TP configuration's block times on a GPU type, relative to the whole
+/// block's: a rank's forward and backward over the unsplit block's (the
+/// predictor's ratio, applied to the GPU's profiled or predicted curve,
+/// so a measured GPU keeps its measured speed), and the fractions of the
+/// rank's forward each selective recompute reruns (op-level, core
+/// attention), at [`TP_TABLE_SIZES`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TpTable {
+    /// TP degree.
+    pub degree: u32,
+    /// Sequence parallelism.
+    pub sequence_parallel: bool,
+    /// Attention kernel.
+    pub attention: Attention,
+    /// Per size: (forward ratio, backward ratio, op-level selective
+    /// fraction, core-attention fraction).
+    pub points: Vec<[f64; 4]>,
+}
+
+impl TpTable {
+    /// The four values at micro-batch `m` (linear between tabulated sizes).
+    pub fn at(&self, m: u32) -> [f64; 4] {
+        let m = m.max(1) as f64;
+        let sizes = TP_TABLE_SIZES.map(|x| x as f64);
+        let last = self.points.len().min(sizes.len()) - 1;
+        if m >= sizes[last] {
+            return self.points[last];
+        }
+        let i = sizes.iter().rposition(|&x| x <= m).unwrap_or(0);
+        let w = (m - sizes[i]) / (sizes[i + 1] - sizes[i]);
+        let (a, b) = (self.points[i], self.points[i + 1]);
+        std::array::from_fn(|k| a[k] + w * (b[k] - a[k]))
+    }
+}
+
+/// The [`TpTable`]s of a GPU type: every TP degree the model allows
+/// ([`crate::tensor::degrees`]), with and without SP, both kernels; none
+/// where the predictor cannot run the GPU and dtype.
+fn tp_tables(
+    pred: &dyn Predictor,
+    gpu: &GpuSpec,
+    model: &ModelSpec,
+    seq: u32,
+    dtype: Dtype,
+) -> Vec<TpTable> {
+    use crate::tensor::{degrees, TensorParallel};
+    let mut out = Vec::new();
+    for attention in [Attention::Eager, Attention::Flash] {
+        let whole: Option<Vec<_>> = TP_TABLE_SIZES
+            .iter()
+            .map(|&m| {
+                pred.block_prediction(gpu, model, seq, dtype, m, attention)
+                    .ok()
+            })
+            .collect();
+        let Some(whole) = whole else { continue };
+        for t in degrees(model).into_iter().filter(|&t| t > 1) {
+            for sp in [false, true] {
+                let tp = TensorParallel::new(t, sp);
+                let points: Option<Vec<[f64; 4]>> = TP_TABLE_SIZES
+                    .iter()
+                    .zip(&whole)
+                    .map(|(&m, w)| {
+                        let p = pred
+                            .block_prediction_tp(gpu, model, seq, dtype, m, attention, &tp)
+                            .ok()?;
+                        let frac = |x: f64| {
+                            if p.fwd_ms > 0.0 {
+                                (x / p.fwd_ms).clamp(0.0, 1.0)
+                            } else {
+                                0.0
+                            }
+                        };
+                        (w.fwd_ms > 0.0 && w.bwd_ms > 0.0).then(|| {
+                            [
+                                p.fwd_ms / w.fwd_ms,
+                                p.bwd_ms / w.bwd_ms,
+                                frac(p.selective_recompute_ms),
+                                frac(p.attention_recompute_ms),
+                            ]
+                        })
+                    })
+                    .collect();
+                if let Some(points) = points {
+                    out.push(TpTable {
+                        degree: t,
+                        sequence_parallel: sp,
+                        attention,
+                        points,
+                    });
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Per micro-batch size 1..=N, the predictor's fraction of the forward a

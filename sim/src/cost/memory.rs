@@ -25,6 +25,9 @@ pub const REFERENCE_BUFFER_BYTES_PER_PARAM: f64 = 4.0;
 pub struct ActivationModel {
     /// Analytic sizes per attention kernel ([`Attention::index`]), bytes per sample.
     pub per_sample: [BlockActivations; 2],
+    /// The part of each size replicated on every TP rank without sequence
+    /// parallelism ([`crate::tensor::replicated_activations`]), bytes per sample.
+    pub replicated: BlockActivations,
     /// The kernel the non-state memory curve was measured with.
     pub measured_attention: Attention,
     /// Unit buffers inside the measured curve (`B_ref`), bytes.
@@ -46,6 +49,8 @@ impl ActivationModel {
     ) -> ActivationModel {
         ActivationModel {
             per_sample,
+            // Set by `activation_memory` once the model is known.
+            replicated: per_sample[0],
             measured_attention,
             buffers_ref_bytes,
             fixed_bytes: 0.0,
@@ -99,6 +104,8 @@ impl ActivationModel {
             .collect();
         ActivationModel {
             per_sample,
+            // Set by `activation_memory` once the model is known.
+            replicated: per_sample[0],
             measured_attention,
             buffers_ref_bytes,
             fixed_bytes: fixed,
@@ -118,17 +125,37 @@ impl ActivationModel {
     /// Activation sizes of a micro-batch of `m` samples with `attention`,
     /// bytes (analytic per-sample sizes times `m` times `s(m)`).
     pub fn micro(&self, m: u32, attention: Attention) -> BlockActivations {
+        scaled(
+            &self.per_sample[attention.index()],
+            m as f64 * self.scale_at(m),
+        )
+    }
+
+    /// [`ActivationModel::micro`] on one rank of the TP group `tp`
+    /// (Korthikanti's split, [`crate::tensor::TensorParallel::activations`]),
+    /// anchored by the same `s(m)`.
+    pub fn micro_tp(
+        &self,
+        m: u32,
+        attention: Attention,
+        tp: &crate::tensor::TensorParallel,
+    ) -> BlockActivations {
         let k = m as f64 * self.scale_at(m);
-        let b = &self.per_sample[attention.index()];
-        BlockActivations {
-            checkpoint: b.checkpoint * k,
-            saved_none: b.saved_none * k,
-            saved_selective: b.saved_selective * k,
-            saved_attention: b.saved_attention * k,
-            grad_work: b.grad_work * k,
-            nograd_work: b.nograd_work * k,
-            head_work: b.head_work * k,
-        }
+        let full = scaled(&self.per_sample[attention.index()], k);
+        tp.activations(&full, &scaled(&self.replicated, k))
+    }
+}
+
+/// Every size of `b` times `k`.
+fn scaled(b: &BlockActivations, k: f64) -> BlockActivations {
+    BlockActivations {
+        checkpoint: b.checkpoint * k,
+        saved_none: b.saved_none * k,
+        saved_selective: b.saved_selective * k,
+        saved_attention: b.saved_attention * k,
+        grad_work: b.grad_work * k,
+        nograd_work: b.nograd_work * k,
+        head_work: b.head_work * k,
     }
 }
 
@@ -298,7 +325,7 @@ pub(crate) fn activation_memory(
     };
     let per_sample =
         [Attention::Eager, Attention::Flash].map(|a| BlockActivations::new(model, seq, dtype, a));
-    let activations = match &act {
+    let mut activations = match &act {
         ActMemory::Profile(p)
             if model.tokens_per_sample(p.seq_len.unwrap_or(model.seq_len)) == seq =>
         {
@@ -327,6 +354,7 @@ pub(crate) fn activation_memory(
             )
         }
     };
+    activations.replicated = crate::tensor::replicated_activations(model, seq, dtype);
     Ok((act, activations))
 }
 

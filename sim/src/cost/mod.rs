@@ -229,6 +229,73 @@ impl CostModel {
         }
     }
 
+    /// Forward and backward ms of one rank's share of a block at
+    /// micro-batch `m` on `rank` with `attention` in the TP group `tp`:
+    /// the GPU's curve times the predictor's TP ratio
+    /// ([`gpu_type::TpTable`]); the whole block's at `t = 1`. `Err` naming
+    /// the GPU when it has no such curve or the predictor cannot split it.
+    pub fn block_ms_tp(
+        &self,
+        rank: usize,
+        m: u32,
+        attention: Attention,
+        tp: &crate::tensor::TensorParallel,
+    ) -> Result<(f64, f64), String> {
+        let (f, b) = self.block_ms_with(rank, m, attention)?;
+        if !tp.is_on() {
+            return Ok((f, b));
+        }
+        let r = self.tp_table(rank, attention, tp)?.at(m);
+        Ok((f * r[0], b * r[1]))
+    }
+
+    /// The [`gpu_type::TpTable`] of `rank`'s GPU type for `tp` and `attention`.
+    fn tp_table(
+        &self,
+        rank: usize,
+        attention: Attention,
+        tp: &crate::tensor::TensorParallel,
+    ) -> Result<&gpu_type::TpTable, String> {
+        let t = self.gpu_type(rank);
+        t.tp.iter()
+            .find(|x| {
+                x.degree == tp.degree
+                    && x.sequence_parallel == tp.sequence_parallel
+                    && x.attention == attention
+            })
+            .ok_or_else(|| {
+                format!(
+                    "no TP {} prediction for {} with {} attention: the degree must divide the heads, KV heads and MLP width of {} and the predictor must run {} {}",
+                    tp.degree,
+                    t.gpu.name,
+                    attention.name(),
+                    self.workload.model.name,
+                    t.gpu.name,
+                    self.workload.dtype
+                )
+            })
+    }
+
+    /// [`CostModel::selective_recompute_ms`] for one rank of the TP group
+    /// `tp`, whose forward takes `fwd_ms`.
+    pub fn selective_recompute_ms_tp(
+        &self,
+        rank: usize,
+        m: u32,
+        attention: Attention,
+        core: bool,
+        fwd_ms: f64,
+        tp: &crate::tensor::TensorParallel,
+    ) -> f64 {
+        if !tp.is_on() {
+            return self.selective_recompute_ms(rank, m, attention, core, fwd_ms);
+        }
+        match self.tp_table(rank, attention, tp) {
+            Ok(t) if m > 0 => t.at(m)[2 + usize::from(core)] * fwd_ms,
+            _ => 0.0,
+        }
+    }
+
     /// What strategy defaults depend on for this workload: the cluster, the
     /// dtype and the default attention kernel ([`CostModel::profile_attention`]).
     pub fn strategy_context(&self) -> crate::strategy::StrategyContext<'_> {

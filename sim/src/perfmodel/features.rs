@@ -127,6 +127,34 @@ impl TimeFeat {
     }
 }
 
+impl TimeFeat {
+    /// The work of one rank of a TP group of `t` GPUs running this block
+    /// (Megatron's split, [`crate::tensor`]): matmul and attention FLOPs,
+    /// weights and the split layers' activation traffic over `t`; the
+    /// element-wise traffic (norms, dropout, residuals) over `t` only with
+    /// sequence parallelism (`sp`), else replicated. The GEMM width the
+    /// rate saturates on becomes `h / sqrt(t)`: the fitted width term
+    /// describes square-ish block GEMMs (`K = N = h`), and a TP rank's
+    /// column- or row-parallel GEMM keeps one of the two at `h` and cuts
+    /// the other by `t`, so their geometric mean stands for its size. The
+    /// token count (`m * s`) is unchanged: every rank sees the whole
+    /// micro-batch.
+    pub fn tensor_sliced(mut self, t: u32, sp: bool) -> TimeFeat {
+        let t = t.max(1) as f64;
+        let pointwise = self.pointwise_io_bytes;
+        let split_io = self.act_io_bytes - pointwise;
+        let pointwise = if sp { pointwise / t } else { pointwise };
+        self.act_io_bytes = split_io / t + pointwise;
+        self.pointwise_io_bytes = pointwise;
+        self.score_io_bytes /= t;
+        self.flops /= t;
+        self.score_flops /= t;
+        self.params /= t;
+        self.hidden /= t.sqrt();
+        self
+    }
+}
+
 /// Bytes of the forward's score-shaped (`heads x s x s`) traffic for ONE
 /// sample, as [`ModelSpec::block_activation_io_bytes_fwd`] counts it for
 /// eager attention: LLaMA-like `a*s^2*(4e + (e + 4) + (4 + e if e < 4))`

@@ -75,6 +75,29 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
         m: u32,
         attention: Attention,
     ) -> Result<BlockPrediction, String>;
+    /// [`Predictor::block_prediction`] for one rank of the TP group `tp`
+    /// (its share of the block, [`crate::tensor`]). A predictor without a
+    /// model of the split divides the whole block's times by the degree.
+    #[allow(clippy::too_many_arguments)]
+    fn block_prediction_tp(
+        &self,
+        gpu: &GpuSpec,
+        model: &ModelSpec,
+        seq_len: u32,
+        dtype: Dtype,
+        m: u32,
+        attention: Attention,
+        tp: &crate::tensor::TensorParallel,
+    ) -> Result<BlockPrediction, String> {
+        let p = self.block_prediction(gpu, model, seq_len, dtype, m, attention)?;
+        let t = tp.degree.max(1) as f64;
+        Ok(BlockPrediction {
+            fwd_ms: p.fwd_ms / t,
+            bwd_ms: p.bwd_ms / t,
+            selective_recompute_ms: p.selective_recompute_ms / t,
+            attention_recompute_ms: p.attention_recompute_ms / t,
+        })
+    }
     /// Non-state GPU memory of one training step at micro-batch size `m`
     /// (activations of one micro-batch, unsharded unit buffers, logits), GiB.
     fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: Dtype, m: u32) -> f64;
@@ -307,6 +330,36 @@ impl Predictor for Calibrated {
             .ok_or_else(|| unsupported(gpu, dtype))?;
         let p = self.time.time_parts(&f, attention);
         let (fwd, bwd) = calibrate::clamp_to_bound((p.fwd_ms, p.bwd_ms), bound);
+        Ok(BlockPrediction {
+            fwd_ms: fwd,
+            bwd_ms: bwd,
+            selective_recompute_ms: p.selective_ms.min(fwd),
+            attention_recompute_ms: p.attention_ms.min(fwd),
+        })
+    }
+
+    fn block_prediction_tp(
+        &self,
+        gpu: &GpuSpec,
+        model: &ModelSpec,
+        seq_len: u32,
+        dtype: Dtype,
+        m: u32,
+        attention: Attention,
+        tp: &crate::tensor::TensorParallel,
+    ) -> Result<BlockPrediction, String> {
+        if !tp.is_on() {
+            return self.block_prediction(gpu, model, seq_len, dtype, m, attention);
+        }
+        let f = TimeFeat::new(gpu, model, seq_len, dtype, m.max(1))
+            .ok_or_else(|| unsupported(gpu, dtype))?
+            .tensor_sliced(tp.degree, tp.sequence_parallel);
+        // The rank's share of the whole block's roofline bound.
+        let (bf, bb) = roofline_bound_ms_with(gpu, model, seq_len, dtype, m.max(1), attention)
+            .ok_or_else(|| unsupported(gpu, dtype))?;
+        let t = tp.degree as f64;
+        let p = self.time.time_parts(&f, attention);
+        let (fwd, bwd) = calibrate::clamp_to_bound((p.fwd_ms, p.bwd_ms), (bf / t, bb / t));
         Ok(BlockPrediction {
             fwd_ms: fwd,
             bwd_ms: bwd,

@@ -2,13 +2,14 @@
 //! [`CostModel`] before the lowering ([`super::lower`]) walks, as the
 //! data-parallel lowering reads [`crate::schedule::costs`]:
 //!
-//! * [`Rows`]: per (GPU type, slice size) one [`Micro`] row (compute
+//! * [`Rows`]: per (GPU type, slice size, TP shape) one [`Micro`] row (compute
 //!   durations and anchored activation bytes of one GPU's slice of a
 //!   micro-batch). The planners' closed form ([`super::estimate`]) prices
 //!   its stage groups from the same rows.
 //! * [`PipeCosts`]: the rows of every slice a plan's GPUs compute, per
-//!   rank its optimizer step, and the bytes of a block output for every
-//!   sample count a point-to-point transfer moves.
+//!   rank its optimizer step, the bytes of a block output for every
+//!   sample count a point-to-point transfer moves, and per TP group and
+//!   slice its exposed TP communication ([`TpTimes`]).
 //!
 //! Transfers and collectives are priced where they are emitted (they
 //! depend on the pair or group of GPUs, through the communication model).
@@ -18,20 +19,21 @@ use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::plan::pipeline::Pipeline;
 use crate::plan::Plan;
-use crate::schedule::{dur, micro_costs, Micro};
+use crate::schedule::{dur, micro_costs_tp, Micro};
 use crate::strategy::{Attention, Sharding};
+use crate::tensor::{Pass, TensorParallel};
 use crate::units::SimTime;
 use std::collections::HashMap;
 
-/// Cost-table rows: one [`Micro`] per (GPU type, slice size), each built
-/// once by `micro_costs` (a row depends on the GPU's type only, so GPUs
-/// of one type share it).
+/// Cost-table rows: one [`Micro`] per (GPU type, slice size, tensor
+/// parallelism), each built once by `micro_costs_tp` (a row depends on the
+/// GPU's type only, so GPUs of one type share it).
 #[derive(Debug, Clone)]
 pub struct Rows<'a> {
     costs: &'a CostModel,
     attention: Attention,
     core: bool,
-    index: HashMap<(usize, u32), usize>,
+    index: HashMap<(usize, u32, TensorParallel), usize>,
     rows: Vec<Micro>,
 }
 
@@ -53,31 +55,87 @@ impl<'a> Rows<'a> {
         self.attention
     }
 
-    /// The row of a slice of `n` samples on `rank`'s GPU type, built from
-    /// the cost model the first time it is asked for (`Err` when the GPU
-    /// has no block times for the attention kernel).
-    pub fn add(&mut self, rank: usize, n: u32) -> Result<Micro, PlanError> {
-        let key = (self.costs.rank_type[rank], n);
+    /// The row of a slice of `n` samples on `rank`'s GPU type as one rank
+    /// of the TP group `tp`, built from the cost model the first time it
+    /// is asked for (`Err` when the GPU has no block times for the
+    /// attention kernel or the split).
+    pub fn add(&mut self, rank: usize, n: u32, tp: &TensorParallel) -> Result<Micro, PlanError> {
+        let key = (self.costs.rank_type[rank], n, *tp);
         if let Some(&i) = self.index.get(&key) {
             return Ok(self.rows[i]);
         }
-        let row = micro_costs(self.costs, rank, n, self.attention, self.core)?;
+        let row = micro_costs_tp(self.costs, rank, n, self.attention, self.core, tp)?;
         self.index.insert(key, self.rows.len());
         self.rows.push(row);
         Ok(row)
     }
 
-    /// How many rows the table holds (one per GPU type and slice size
-    /// asked for).
+    /// How many rows the table holds (one per GPU type, slice size and
+    /// TP shape asked for).
     pub fn built(&self) -> usize {
         self.rows.len()
     }
 
-    /// The row of a slice of `n` samples on `rank`'s GPU type, which
-    /// [`Rows::add`] built before.
-    pub fn get(&self, rank: usize, n: u32) -> &Micro {
-        let i = self.index[&(self.costs.rank_type[rank], n)];
+    /// The row of a slice of `n` samples on `rank`'s GPU type under `tp`,
+    /// which [`Rows::add`] built before.
+    pub fn get(&self, rank: usize, n: u32, tp: &TensorParallel) -> &Micro {
+        let i = self.index[&(self.costs.rank_type[rank], n, *tp)];
         &self.rows[i]
+    }
+}
+
+/// Exposed TP communication of one TP group for one slice, per pass
+/// ([`TensorParallel::exposed_ms`]): what the lowering adds after each
+/// block's, the embedding's and the head's compute (zero without TP).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TpTimes {
+    /// A block's forward (and a full recompute's).
+    pub block_fwd: SimTime,
+    /// A block's backward.
+    pub block_bwd: SimTime,
+    /// The embedding's forward.
+    pub embed_fwd: SimTime,
+    /// The embedding's backward.
+    pub embed_bwd: SimTime,
+    /// The head's forward (its input gathered, the loss's all-reduces).
+    pub head_fwd: SimTime,
+    /// The head's backward.
+    pub head_bwd: SimTime,
+}
+
+/// The [`TpTimes`] of the TP group `group` (ranks) under `tp` on a slice
+/// of `n` samples whose block forward and backward take `fwd_ms` /
+/// `bwd_ms` on the group's slowest GPU.
+pub fn tp_times(
+    costs: &CostModel,
+    tp: &TensorParallel,
+    group: &[usize],
+    n: u32,
+    fwd_ms: f64,
+    bwd_ms: f64,
+) -> TpTimes {
+    if !tp.is_on() || n == 0 {
+        return TpTimes::default();
+    }
+    let w = &costs.workload;
+    let tokens = n as f64 * w.model.tokens_per_sample(w.seq_len) as f64;
+    let share = crate::tensor::weight_grad_share(&w.model, w.seq_len);
+    let pieces = |b: f64| vec![b; group.len()];
+    let price = |k, b: f64| costs.group_collective_ms(k, group, &pieces(b));
+    let time = |cs: &[crate::tensor::TpCollective], pass, ms| {
+        dur(tp.exposed_ms(cs, pass, ms, share, price))
+    };
+    let block = tp.block_collectives(&w.model, tokens, w.dtype);
+    let embed = tp.embedding_collectives(&w.model, tokens, w.dtype);
+    let head = tp.head_collectives(&w.model, tokens, w.dtype);
+    TpTimes {
+        // Forward GEMMs are the linear layers' (half of the backward's).
+        block_fwd: time(&block, Pass::Forward, fwd_ms),
+        block_bwd: time(&block, Pass::Backward, bwd_ms),
+        embed_fwd: time(&embed, Pass::Forward, 0.0),
+        embed_bwd: time(&embed, Pass::Backward, 0.0),
+        head_fwd: time(&head, Pass::Forward, 0.0),
+        head_bwd: time(&head, Pass::Backward, 0.0),
     }
 }
 
@@ -88,11 +146,13 @@ pub struct PipeCosts<'a> {
     /// The rows of every slice a GPU of the pipeline computes.
     pub rows: Rows<'a>,
     /// Per rank: its optimizer step over the parameters it updates (its
-    /// stage's, or its shard of them under `grad-op`); zero for a rank in
-    /// no stage.
+    /// share of its stage's, or its shard of them under `grad-op`); zero
+    /// for a rank in no stage.
     pub optimizer: Vec<SimTime>,
     /// Bytes of a block output per sample count a transfer moves.
     out_bytes: HashMap<u32, f64>,
+    /// Per (stage, replica, slice size): its TP group's exposed communication.
+    tp: HashMap<(usize, usize, u32), TpTimes>,
 }
 
 impl<'a> PipeCosts<'a> {
@@ -106,6 +166,7 @@ impl<'a> PipeCosts<'a> {
     ) -> Result<PipeCosts<'a>, PlanError> {
         let mut rows = Rows::new(costs, &plan.strategy);
         let mut out_bytes = HashMap::new();
+        let mut tp_map = HashMap::new();
         let p = pipe.depth();
         let mut sizes: Vec<u32> = Vec::new();
         for x in pipe.micro_sizes(costs.workload.global_batch) {
@@ -117,15 +178,29 @@ impl<'a> PipeCosts<'a> {
         // coming back cover the same pairs and sample counts).
         for &size in &sizes {
             for (s, st) in pipe.stages.iter().enumerate() {
-                let d = st.gpus.len();
-                for (j, &rank) in st.gpus.iter().enumerate() {
+                let d = st.dp();
+                let tp = pipe.tensor(s);
+                for j in 0..d {
                     let (lo, hi) = Pipeline::slice(size, d, j);
-                    rows.add(rank as usize, hi - lo)?;
+                    let group: Vec<usize> = st.group(j).iter().map(|&r| r as usize).collect();
+                    let (mut f, mut b) = (0.0f64, 0.0f64);
+                    for &rank in &group {
+                        let row = rows.add(rank, hi - lo, &tp)?;
+                        f = f.max(row.f_blk.as_ms());
+                        b = b.max(row.b_blk.as_ms());
+                    }
+                    tp_map
+                        .entry((s, j, hi - lo))
+                        .or_insert_with(|| tp_times(costs, &tp, &group, hi - lo, f, b));
                     if s + 1 == p {
                         continue;
                     }
-                    for (_, to, ov, recv_n) in pipe.overlaps(s + 1, size, lo, hi) {
-                        rows.add(to as usize, recv_n)?;
+                    let next = &pipe.stages[s + 1];
+                    let ntp = pipe.tensor(s + 1);
+                    for (h, ov, recv_n) in pipe.overlaps(s + 1, size, lo, hi) {
+                        for &to in next.group(h) {
+                            rows.add(to as usize, recv_n, &ntp)?;
+                        }
                         out_bytes
                             .entry(ov)
                             .or_insert_with(|| costs.block_output_bytes(ov));
@@ -135,10 +210,10 @@ impl<'a> PipeCosts<'a> {
         }
         let mut optimizer = vec![SimTime::ZERO; costs.ranks()];
         for (s, st) in pipe.stages.iter().enumerate() {
-            let params = pipe.stage_params(s, &costs.workload.model) as f64;
+            let params = pipe.rank_params(s, &costs.workload.model);
             let local = match plan.strategy.sharding {
                 Sharding::NoShard => params,
-                _ => params / st.gpus.len() as f64,
+                _ => params / st.dp() as f64,
             };
             for &r in &st.gpus {
                 optimizer[r as usize] = dur(costs.optimizer_ms(r as usize, local));
@@ -148,16 +223,23 @@ impl<'a> PipeCosts<'a> {
             rows,
             optimizer,
             out_bytes,
+            tp: tp_map,
         })
     }
 
-    /// The row of `rank`'s slice of `n` samples.
-    pub fn row(&self, rank: usize, n: u32) -> &Micro {
-        self.rows.get(rank, n)
+    /// The row of `rank`'s slice of `n` samples under `tp`.
+    pub fn row(&self, rank: usize, n: u32, tp: &TensorParallel) -> &Micro {
+        self.rows.get(rank, n, tp)
+    }
+
+    /// The exposed TP communication of replica `j` of stage `s` on a slice
+    /// of `n` samples.
+    pub fn tp(&self, s: usize, j: usize, n: u32) -> TpTimes {
+        self.tp.get(&(s, j, n)).copied().unwrap_or_default()
     }
 
     /// Bytes of a block output of `n` samples (a transfer of `n` samples
-    /// of the pipeline).
+    /// of the pipeline, the whole sequence).
     pub fn block_output_bytes(&self, n: u32) -> f64 {
         self.out_bytes[&n]
     }

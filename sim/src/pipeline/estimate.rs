@@ -36,6 +36,7 @@ use crate::error::PlanError;
 use crate::plan::pipeline::{PipeSchedule, Pipeline};
 use crate::plan::Plan;
 use crate::strategy::{Checkpointing, Recompute, Sharding, Strategy};
+use crate::tensor::TensorParallel;
 use crate::units::GIB;
 
 /// What one stage group costs per micro-batch, per block and fixed.
@@ -79,6 +80,7 @@ pub fn group_cost(
     rows: &mut Rows<'_>,
     ranks: &[usize],
     n: u32,
+    tp: &TensorParallel,
 ) -> Result<GroupCost, PlanError> {
     debug_assert_eq!(rows.attention(), strategy.attention);
     let ck = strategy.checkpointing;
@@ -90,8 +92,10 @@ pub fn group_cost(
         Checkpointing::Every(k) => (1.0 / k.max(1) as f64, false),
     };
     let mut out: Option<GroupCost> = None;
+    let mut bwd_ms = 0.0f64;
     for &r in ranks {
-        let mc = rows.add(r, n)?;
+        let mc = rows.add(r, n, tp)?;
+        bwd_ms = bwd_ms.max(mc.b_blk.as_ms());
         let a = mc.act;
         let ms = |t: crate::units::SimTime| t.as_ms();
         let re = if selective {
@@ -131,7 +135,12 @@ pub fn group_cost(
             head_work_bytes: a.head_work + a.checkpoint,
             input_bytes: a.checkpoint,
             usable_bytes: costs.usable_gib(r) * GIB,
-            transfer_bytes: costs.block_output_bytes(n),
+            transfer_bytes: costs.block_output_bytes(n)
+                / if tp.sequence_parallel {
+                    tp.degree as f64
+                } else {
+                    1.0
+                },
         };
         out = Some(match out {
             None => g,
@@ -147,7 +156,47 @@ pub fn group_cost(
             },
         });
     }
-    out.ok_or_else(|| PlanError::invalid("plan", "pipeline.stages[].gpus", "a stage needs a GPU"))
+    let mut g = out.ok_or_else(|| {
+        PlanError::invalid("plan", "pipeline.stages[].gpus", "a stage needs a GPU")
+    })?;
+    if tp.is_on() {
+        // The slowest TP group's exposed communication (a full recompute
+        // reruns the forward's), each distinct group shape priced once.
+        let t = (tp.degree as usize).min(ranks.len()).max(1);
+        let c = &costs.workload.cluster;
+        let mut seen = std::collections::HashSet::new();
+        let mut c_max = super::costs::TpTimes::default();
+        for grp in ranks.chunks(t) {
+            let n0 = c.gpus[grp[0]].node;
+            let key: Vec<(usize, isize, &str)> = grp
+                .iter()
+                .map(|&r| {
+                    let nd = c.gpus[r].node;
+                    (
+                        costs.rank_type[r],
+                        nd as isize - n0 as isize,
+                        c.nodes[nd].intra_link.as_str(),
+                    )
+                })
+                .collect();
+            if !seen.insert(key) {
+                continue;
+            }
+            let x = super::costs::tp_times(costs, tp, grp, n, g.block_fwd_ms, bwd_ms);
+            if x.block_fwd + x.block_bwd > c_max.block_fwd + c_max.block_bwd {
+                c_max = x;
+            }
+        }
+        let c = c_max;
+        let ms = |x: crate::units::SimTime| x.as_ms();
+        g.block_ms += ms(c.block_fwd) * (1.0 + full) + ms(c.block_bwd);
+        g.block_fwd_ms += ms(c.block_fwd);
+        g.embed_fwd_ms += ms(c.embed_fwd);
+        g.embed_ms += ms(c.embed_fwd) + ms(c.embed_bwd);
+        g.head_fwd_ms += ms(c.head_fwd);
+        g.head_ms += ms(c.head_fwd) + ms(c.head_bwd);
+    }
+    Ok(g)
 }
 
 /// Where a stage sits: first, last, in-flight micro-batches.
@@ -213,17 +262,20 @@ pub fn staged(
     strategy: &Strategy,
     rows: &mut Rows<'_>,
     groups: &[Vec<usize>],
+    tps: &[TensorParallel],
     largest: u32,
 ) -> Result<Staged, PlanError> {
     let p = groups.len();
     let mut gc = Vec::with_capacity(p);
-    for g in groups {
+    for (g, tp) in groups.iter().zip(tps) {
+        let d = (g.len() / tp.degree.max(1) as usize).max(1) as u32;
         gc.push(group_cost(
             costs,
             strategy,
             rows,
             g,
-            largest.div_ceil(g.len() as u32),
+            largest.div_ceil(d),
+            tp,
         )?);
     }
     // A stage sends its activations forward and its input gradient back,
@@ -241,12 +293,17 @@ pub fn staged(
     Ok(Staged { costs: gc, comm_ms })
 }
 
-/// Parameters of a stage of `k` blocks at place `at`.
-pub fn params(costs: &CostModel, k: u32, at: Place) -> f64 {
+/// Parameters one GPU of a stage of `k` blocks at place `at` holds under
+/// the tensor parallelism `tp` (all of them at `t = 1`).
+pub fn params(costs: &CostModel, k: u32, at: Place, tp: &TensorParallel) -> f64 {
     let m = &costs.workload.model;
-    (k as u64 * m.params_per_block()
-        + if at.first { m.embedding_params() } else { 0 }
-        + if at.last { m.head_params() } else { 0 }) as f64
+    k as f64 * tp.block_params(m)
+        + if at.first {
+            tp.embedding_params(m)
+        } else {
+            0.0
+        }
+        + if at.last { tp.head_params(m) } else { 0.0 }
 }
 
 /// Stage `s` of `p` under `schedule` with `m` micro-batches.
@@ -260,10 +317,12 @@ pub fn place(schedule: PipeSchedule, p: usize, s: usize, m: u32) -> Place {
 
 /// The closed-form iteration of stages `groups` holding `counts` blocks
 /// with `m` micro-batches (module docs), ms.
+#[allow(clippy::too_many_arguments)]
 pub fn estimate_ms(
     costs: &CostModel,
     strategy: &Strategy,
     groups: &[Vec<usize>],
+    tps: &[TensorParallel],
     st: &Staged,
     counts: &[u32],
     m: u32,
@@ -316,8 +375,14 @@ pub fn estimate_ms(
     let mut tail = 0.0f64;
     let mut earlier = 0.0;
     for s in 0..p {
-        let g = &groups[s];
-        let prm = params(costs, counts[s], at[s]);
+        // The data-parallel group of the first TP rank.
+        let g: Vec<usize> = groups[s]
+            .iter()
+            .step_by(tps[s].degree.max(1) as usize)
+            .copied()
+            .collect();
+        let g = &g;
+        let prm = params(costs, counts[s], at[s], &tps[s]);
         let d = g.len();
         let sync = if d < 2 {
             0.0
@@ -342,6 +407,7 @@ pub fn estimate_ms(
                 }
             }
         };
+        let sync = sync * nic_sharing(costs, &groups[s], g, tps[s].degree);
         let local = match strategy.sharding {
             Sharding::NoShard => prm,
             _ => prm / d as f64,
@@ -354,6 +420,30 @@ pub fn estimate_ms(
         earlier += t[s] - f[s];
     }
     steady + fill + tail
+}
+
+/// How many of a stage's `t` data-parallel groups (one per TP rank, all
+/// reducing at once) share each NIC of the nodes the first group `g`
+/// crosses: the TP ranks of the stage on the first group's first node
+/// over that node's NICs, rounded up (1 when the group stays in a node,
+/// or with a NIC per TP rank, as on rail-optimised HGX nodes).
+fn nic_sharing(costs: &CostModel, stage: &[usize], g: &[usize], t: u32) -> f64 {
+    let c = &costs.workload.cluster;
+    let node = |r: usize| c.gpus[r].node;
+    let Some(&first) = g.first() else { return 1.0 };
+    if t <= 1 || g.iter().all(|&r| node(r) == node(first)) {
+        return 1.0;
+    }
+    let t = t as usize;
+    let mut positions = vec![false; t];
+    for (i, &r) in stage.iter().enumerate() {
+        if node(r) == node(first) {
+            positions[i % t] = true;
+        }
+    }
+    let local = positions.iter().filter(|&&x| x).count().max(1);
+    let nics = c.nodes[node(first)].nics.max(1);
+    local.div_ceil(nics) as f64
 }
 
 /// What the closed form says about a pipeline plan.
@@ -377,8 +467,9 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
         .first()
         .copied()
         .unwrap_or(1);
+    let tps: Vec<TensorParallel> = (0..pipe.depth()).map(|s| pipe.tensor(s)).collect();
     let mut rows = Rows::new(costs, &plan.strategy);
-    let st = staged(costs, &plan.strategy, &mut rows, &groups, largest)?;
+    let st = staged(costs, &plan.strategy, &mut rows, &groups, &tps, largest)?;
     let counts: Vec<u32> = pipe.stages.iter().map(|s| s.blocks).collect();
     let m = pipe.microbatches;
     let p = pipe.depth();
@@ -390,8 +481,8 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
                 &plan.strategy,
                 &st.costs[s],
                 counts[s],
-                params(costs, counts[s], at),
-                groups[s].len(),
+                params(costs, counts[s], at, &tps[s]),
+                pipe.stages[s].dp(),
                 at,
             )
         })
@@ -401,6 +492,7 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
             costs,
             &plan.strategy,
             &groups,
+            &tps,
             &st,
             &counts,
             m,

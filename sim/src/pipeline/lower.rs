@@ -36,7 +36,7 @@
 //! allocate the receiver's. Constant memory: framework overhead, the
 //! fixed workspace, the stage's state (see [`base_device_bytes`]).
 
-use super::costs::PipeCosts;
+use super::costs::{PipeCosts, TpTimes};
 use super::schedule::{topological, Action};
 use crate::comm::CollectiveKind;
 use crate::cost::{collective_ranks, CostModel};
@@ -58,12 +58,12 @@ use crate::units::SimTime;
 /// the group's `d` GPUs, plus the full parameters in `param_dtype` that
 /// compute reads and the full gradient in `reduce_dtype` it accumulates.
 pub fn base_device_bytes(costs: &CostModel, plan: &Plan, pipe: &Pipeline, s: usize) -> i64 {
-    let params = pipe.stage_params(s, &costs.workload.model) as f64;
+    let params = pipe.rank_params(s, &costs.workload.model);
     round(super::state_bytes(
         costs,
         &plan.strategy,
         params,
-        pipe.stages[s].gpus.len(),
+        pipe.stages[s].dp(),
     ))
 }
 
@@ -74,7 +74,14 @@ pub fn ops_estimate(pipe: &Pipeline) -> u64 {
     let per: u64 = pipe
         .stages
         .iter()
-        .map(|s| s.gpus.len() as u64 * (3 * s.blocks as u64 + 8))
+        .map(|s| {
+            let tp_ops = if s.tp > 1 {
+                s.dp() as u64 * (3 * s.blocks as u64 + 6)
+            } else {
+                0
+            };
+            s.gpus.len() as u64 * (3 * s.blocks as u64 + 8) + tp_ops
+        })
         .sum();
     per.saturating_mul(pipe.microbatches as u64)
 }
@@ -94,6 +101,8 @@ struct Labels {
     all_reduce: OpLabel,
     reduce_scatter: OpLabel,
     all_gather: OpLabel,
+    tp_fwd: OpLabel,
+    tp_bwd: OpLabel,
 }
 
 impl Labels {
@@ -113,6 +122,8 @@ impl Labels {
             all_reduce: g.label(Category::AllReduce, "stage_all_reduce"),
             reduce_scatter: g.label(Category::ReduceScatter, "stage_reduce_scatter"),
             all_gather: g.label(Category::AllGather, "stage_all_gather"),
+            tp_fwd: g.label(Category::AllReduce, "tp_forward"),
+            tp_bwd: g.label(Category::AllReduce, "tp_backward"),
         }
     }
 }
@@ -158,9 +169,9 @@ pub fn lower_into<S: Sink>(
     let labels = Labels::intern(g);
     let table = PipeCosts::new(costs, plan, pipe)?;
     let mut walk = Walk::new(costs, plan, pipe, table, labels, contention, g);
-    // Every stage's forwards and backwards, each on every GPU of the stage.
+    // Every stage's forwards and backwards, each on every replica of the stage.
     for (s, action) in order {
-        for j in 0..pipe.stages[s].gpus.len() {
+        for j in 0..pipe.stages[s].dp() {
             match action {
                 Action::Fwd(k) => walk.forward(s, j, k),
                 Action::Bwd(k) => walk.backward(s, j, k),
@@ -199,22 +210,26 @@ impl Inbox {
     }
 }
 
-/// One GPU's slice of one micro-batch: where it sits and its row of the
-/// cost table.
+/// One replica's slice of one micro-batch: where it sits, its TP group and
+/// their rows of the cost table.
 struct Slice {
     /// Its stage.
     s: usize,
+    /// Its replica (TP group) in the stage.
+    j: usize,
     /// Its micro-batch.
     k: u32,
-    /// The GPU computing it.
-    rank: u32,
+    /// The GPUs computing it (its TP group, in TP-rank order).
+    ranks: Vec<u32>,
     /// Its samples `[lo, hi)` of the micro-batch.
     lo: u32,
     hi: u32,
-    /// Its slot (see [`Inbox`]).
-    here: usize,
-    /// Its row of the cost table.
-    mc: Micro,
+    /// Per TP rank its slot (see [`Inbox`]).
+    here: Vec<usize>,
+    /// Per TP rank its row of the cost table.
+    mc: Vec<Micro>,
+    /// Its TP group's exposed communication.
+    tp: TpTimes,
 }
 
 /// A lowering in progress: what it reads (the plan, its cost table, the
@@ -270,24 +285,31 @@ impl<'a, S: Sink> Walk<'a, S> {
         }
     }
 
-    /// The slot of position `j` of stage `s` in micro-batch `k`.
-    fn slot(&self, s: usize, j: usize, k: u32) -> usize {
-        (self.gpus_before[s] + j) * self.pipe.microbatches as usize + k as usize
+    /// The slot of the GPU at index `pos` of stage `s`'s list in micro-batch `k`.
+    fn slot(&self, s: usize, pos: usize, k: u32) -> usize {
+        (self.gpus_before[s] + pos) * self.pipe.microbatches as usize + k as usize
     }
 
-    /// Position `j` of stage `s`'s slice of micro-batch `k`.
+    /// Replica `j` of stage `s`'s slice of micro-batch `k`.
     fn slice(&self, s: usize, j: usize, k: u32) -> Slice {
         let st = &self.pipe.stages[s];
-        let rank = st.gpus[j];
-        let (lo, hi) = Pipeline::slice(self.sizes[k as usize], st.gpus.len(), j);
+        let tp = self.pipe.tensor(s);
+        let t = tp.degree as usize;
+        let ranks = st.group(j).to_vec();
+        let (lo, hi) = Pipeline::slice(self.sizes[k as usize], st.dp(), j);
         Slice {
             s,
+            j,
             k,
-            rank,
+            here: (0..t).map(|i| self.slot(s, j * t + i, k)).collect(),
+            mc: ranks
+                .iter()
+                .map(|&r| *self.table.row(r as usize, hi - lo, &tp))
+                .collect(),
+            ranks,
             lo,
             hi,
-            here: self.slot(s, j, k),
-            mc: *self.table.row(rank as usize, hi - lo),
+            tp: self.table.tp(s, j, hi - lo),
         }
     }
 
@@ -311,141 +333,264 @@ impl<'a, S: Sink> Walk<'a, S> {
         id
     }
 
-    /// The forward of position `j` of stage `s` on micro-batch `k`: the
+    /// One step of a slice on its TP group: per TP rank `i` a compute op
+    /// of `time(i)` after `deps[i]` (only when `first`) with `mems(i)`,
+    /// then the group's exposed TP communication `comm` on the compute
+    /// streams (a collective of the group, absent when zero or `t = 1`).
+    /// Per rank the op the next step follows.
+    #[allow(clippy::too_many_arguments)]
+    fn step(
+        &mut self,
+        x: &Slice,
+        deps: &[Vec<OpId>],
+        label: OpLabel,
+        comm: SimTime,
+        comm_label: OpLabel,
+        time: impl Fn(&Micro) -> SimTime,
+        mems: impl Fn(u32, &Micro) -> [MemChange; 2],
+    ) -> Vec<OpId> {
+        let mut done: Vec<OpId> = Vec::with_capacity(x.ranks.len());
+        for (i, &rank) in x.ranks.iter().enumerate() {
+            let d: &[OpId] = deps.get(i).map_or(&[], |v| v.as_slice());
+            let m = mems(rank, &x.mc[i]);
+            done.push(self.compute(rank, time(&x.mc[i]), d, label, &m));
+        }
+        if x.ranks.len() > 1 && comm > SimTime::ZERO {
+            let id = self
+                .g
+                .collective(&x.ranks, Stream::Compute, comm, &[], comm_label, &[]);
+            for &r in &x.ranks {
+                self.last_compute[r as usize] = Some(id);
+            }
+            done.iter_mut().for_each(|d| *d = id);
+        }
+        done
+    }
+
+    /// The forward of replica `j` of stage `s` on micro-batch `k`: the
     /// embedding (first stage), its blocks, then the head (last stage) or
-    /// the sends to the next stage.
+    /// the sends to the next stage; each step on every TP rank, then its
+    /// TP communication.
     fn forward(&mut self, s: usize, j: usize, k: u32) {
         let x = self.slice(s, j, k);
         let (first, last) = self.blocks(s);
-        let (rank, a) = (x.rank, x.mc.act);
-        let c = round(a.checkpoint);
-        let mut deps = std::mem::take(&mut self.act_in.ops[x.here]);
+        let mut deps: Vec<Vec<OpId>> = x
+            .here
+            .iter()
+            .map(|&h| std::mem::take(&mut self.act_in.ops[h]))
+            .collect();
+        let none = MemChange::end(0, 0);
         // The first stage's input is the embedding's output; a later
         // stage's arrived with the transfers.
         if s == 0 {
             let label = at(self.lb.embed_fwd, 0, k);
-            let id = self.compute(rank, x.mc.f_emb, &deps, label, &[MemChange::end(rank, c)]);
-            deps = vec![id];
+            let done = self.step(
+                &x,
+                &deps,
+                label,
+                x.tp.embed_fwd,
+                self.lb.tp_fwd,
+                |m| m.f_emb,
+                |r, m| [MemChange::end(r, round(m.act.checkpoint)), none],
+            );
+            deps = done.into_iter().map(|d| vec![d]).collect();
         }
-        let mut prev = None;
         for b in first..=last {
             let pol = self.plan.strategy.checkpointing.block(b);
-            let wf = if pol == Recompute::Full {
-                round(a.nograd_work)
-            } else {
-                0
+            let mems = |r: u32, m: &Micro| {
+                let a = m.act;
+                let c = round(a.checkpoint);
+                let wf = if pol == Recompute::Full {
+                    round(a.nograd_work)
+                } else {
+                    0
+                };
+                let extra = round((a.kept(pol) - a.checkpoint).max(0.0));
+                [MemChange::start(r, wf), MemChange::end(r, extra + c - wf)]
             };
-            let extra = round((a.kept(pol) - a.checkpoint).max(0.0));
-            let ds: &[OpId] = match prev {
-                None => &deps,
-                Some(_) => &[],
-            };
-            let mems = [
-                MemChange::start(rank, wf),
-                MemChange::end(rank, extra + c - wf),
-            ];
-            prev = Some(self.compute(rank, x.mc.f_blk, ds, at(self.lb.fwd, b, k), &mems));
+            let label = at(self.lb.fwd, b, k);
+            deps = self
+                .step(
+                    &x,
+                    &deps,
+                    label,
+                    x.tp.block_fwd,
+                    self.lb.tp_fwd,
+                    |m| m.f_blk,
+                    mems,
+                )
+                .into_iter()
+                .map(|_| Vec::new())
+                .collect();
         }
-        let done = prev.expect("a stage has at least one block");
+        let done: Vec<OpId> = x
+            .ranks
+            .iter()
+            .map(|&r| self.last_compute[r as usize].expect("a stage has at least one block"))
+            .collect();
         if s + 1 == self.pipe.depth() {
             let label = at(self.lb.head_fwd, self.costs.workload.model.layers + 1, k);
-            let mems = [MemChange::start(rank, round(a.head_work))];
-            self.compute(rank, x.mc.f_head, &[], label, &mems);
+            self.step(
+                &x,
+                &[],
+                label,
+                x.tp.head_fwd,
+                self.lb.tp_fwd,
+                |m| m.f_head,
+                |r, m| [MemChange::start(r, round(m.act.head_work)), none],
+            );
         } else {
             // Activations to the next stage's GPUs holding these samples.
             self.send(
                 &x,
                 Flow::Activations,
                 at(self.lb.send_act, last + 1, k),
-                done,
+                &done,
             );
         }
     }
 
-    /// The backward of position `j` of stage `s` on micro-batch `k`: the
+    /// The backward of replica `j` of stage `s` on micro-batch `k`: the
     /// head (last stage), per block in reverse its recompute and backward,
-    /// then the embedding (first stage) or the sends to the previous stage.
+    /// then the embedding (first stage) or the sends to the previous
+    /// stage; each step on every TP rank, then its TP communication.
     fn backward(&mut self, s: usize, j: usize, k: u32) {
         let x = self.slice(s, j, k);
         let (first, last) = self.blocks(s);
         let is_first = s == 0;
-        let (rank, a) = (x.rank, x.mc.act);
-        let c = round(a.checkpoint);
-        let deps = std::mem::take(&mut self.grad_in.ops[x.here]);
-        // The output gradient this stage's last block consumes.
-        let mut out_grad = self.grad_in.bytes[x.here];
-        let mut prev: Option<OpId> = None;
+        let t = x.ranks.len();
+        let mut deps: Vec<Vec<OpId>> = x
+            .here
+            .iter()
+            .map(|&h| std::mem::take(&mut self.grad_in.ops[h]))
+            .collect();
+        // The output gradient this stage's last block consumes, per TP rank.
+        let mut out_grad: Vec<i64> = x.here.iter().map(|&h| self.grad_in.bytes[h]).collect();
+        let none = MemChange::end(0, 0);
         if s + 1 == self.pipe.depth() {
             // The head frees its working memory and its input's stand-in,
             // and hands the last block its gradient.
             let label = at(self.lb.head_bwd, self.costs.workload.model.layers + 1, k);
-            let mems = [MemChange::end(rank, -round(a.head_work))];
-            prev = Some(self.compute(rank, x.mc.b_head, &deps, label, &mems));
-            out_grad = c;
+            self.step(
+                &x,
+                &deps,
+                label,
+                x.tp.head_bwd,
+                self.lb.tp_bwd,
+                |m| m.b_head,
+                |r, m| [MemChange::end(r, -round(m.act.head_work)), none],
+            );
+            deps = vec![Vec::new(); t];
+            out_grad = x.mc.iter().map(|m| round(m.act.checkpoint)).collect();
         }
+        let inputs: Vec<i64> = x.here.iter().map(|&h| self.act_in.bytes[h]).collect();
         for b in (first..=last).rev() {
             let pol = self.plan.strategy.checkpointing.block(b);
-            let regen = round(a.regenerated(pol));
-            let extra = round((a.kept(pol) - a.checkpoint).max(0.0));
-            let input = if b == first && !is_first {
-                self.act_in.bytes[x.here]
-            } else {
-                c
-            };
-            let ds: Vec<OpId> = match prev {
-                None => deps.clone(),
-                Some(_) => vec![],
-            };
             if pol != Recompute::None {
-                let t = match pol {
-                    Recompute::Full => x.mc.re_full,
-                    _ => x.mc.re_sel,
-                };
                 let label = at(self.lb.recompute, b, k);
-                prev = Some(self.compute(rank, t, &ds, label, &[MemChange::start(rank, regen)]));
+                let comm = if pol == Recompute::Full {
+                    x.tp.block_fwd
+                } else {
+                    SimTime::ZERO
+                };
+                let time = move |m: &Micro| match pol {
+                    Recompute::Full => m.re_full,
+                    _ => m.re_sel,
+                };
+                self.step(&x, &deps, label, comm, self.lb.tp_fwd, time, |r, m| {
+                    [MemChange::start(r, round(m.act.regenerated(pol))), none]
+                });
+                deps = vec![Vec::new(); t];
             }
-            let ds: &[OpId] = if prev.is_none() { &ds } else { &[] };
-            let gw = round(a.grad_work);
-            let mems = [
-                MemChange::start(rank, gw + c),
-                MemChange::end(rank, -(gw + regen + extra + input + out_grad)),
-            ];
-            prev = Some(self.compute(rank, x.mc.b_blk, ds, at(self.lb.bwd, b, k), &mems));
-            out_grad = c;
+            let rank_of: Vec<u32> = x.ranks.clone();
+            let grads = out_grad.clone();
+            let inputs = &inputs;
+            let mems = |r: u32, m: &Micro| {
+                let i = rank_of.iter().position(|&q| q == r).unwrap_or(0);
+                let a = m.act;
+                let c = round(a.checkpoint);
+                let regen = round(a.regenerated(pol));
+                let extra = round((a.kept(pol) - a.checkpoint).max(0.0));
+                let input = if b == first && !is_first {
+                    inputs[i]
+                } else {
+                    c
+                };
+                let gw = round(a.grad_work);
+                [
+                    MemChange::start(r, gw + c),
+                    MemChange::end(r, -(gw + regen + extra + input + grads[i])),
+                ]
+            };
+            let label = at(self.lb.bwd, b, k);
+            self.step(
+                &x,
+                &deps,
+                label,
+                x.tp.block_bwd,
+                self.lb.tp_bwd,
+                |m| m.b_blk,
+                mems,
+            );
+            deps = vec![Vec::new(); t];
+            out_grad = x.mc.iter().map(|m| round(m.act.checkpoint)).collect();
         }
-        let done = prev.expect("a stage has at least one block");
+        let done: Vec<OpId> = x
+            .ranks
+            .iter()
+            .map(|&r| self.last_compute[r as usize].expect("a stage has at least one block"))
+            .collect();
         if is_first {
             let label = at(self.lb.embed_bwd, 0, k);
-            self.compute(rank, x.mc.b_emb, &[], label, &[MemChange::end(rank, -c)]);
+            self.step(
+                &x,
+                &[],
+                label,
+                x.tp.embed_bwd,
+                self.lb.tp_bwd,
+                |m| m.b_emb,
+                |r, m| [MemChange::end(r, -round(m.act.checkpoint)), none],
+            );
         } else {
             // The input gradient to the previous stage's GPUs.
-            self.send(&x, Flow::Gradients, at(self.lb.send_grad, first, k), done);
+            self.send(&x, Flow::Gradients, at(self.lb.send_grad, first, k), &done);
         }
     }
 
-    /// After `done`, slice `x`'s transfers of `flow` to every GPU of the
-    /// neighbouring stage that holds part of its samples; the receiving
-    /// slots wait for them.
-    fn send(&mut self, x: &Slice, flow: Flow, label: OpLabel, done: OpId) {
+    /// After `done` (per TP rank), slice `x`'s transfers of `flow` to every
+    /// GPU of the neighbouring stage that holds part of its samples (and,
+    /// under TP, of its sequence: [`super::tp_links`]); the receiving slots
+    /// wait for them.
+    fn send(&mut self, x: &Slice, flow: Flow, label: OpLabel, done: &[OpId]) {
         let to_stage = match flow {
             Flow::Activations => x.s + 1,
             Flow::Gradients => x.s - 1,
         };
         let n = x.hi - x.lo;
         let size = self.sizes[x.k as usize];
-        for (h, to, ov, recv_n) in self.pipe.overlaps(to_stage, size, x.lo, x.hi) {
-            let ra = self.table.row(to as usize, recv_n).act.checkpoint;
-            let mem = transfer_mem(x.mc.act.checkpoint, n, ra, ov, recv_n);
-            let bytes = self.table.block_output_bytes(ov);
-            let id = self.transfer((x.rank, to), bytes, done, label, mem);
-            let t = self.slot(to_stage, h, x.k);
-            let inbox = match flow {
-                Flow::Activations => &mut self.act_in,
-                Flow::Gradients => &mut self.grad_in,
-            };
-            inbox.ops[t].push(id);
-            inbox.bytes[t] += mem.1;
+        let pipe = self.pipe;
+        let (ft, tt) = (pipe.stages[x.s].tp.max(1), pipe.stages[to_stage].tp.max(1));
+        let ttp = pipe.tensor(to_stage);
+        let links = super::tp_links(ft, tt, pipe.sequence_parallel);
+        for (h, ov, recv_n) in pipe.overlaps(to_stage, size, x.lo, x.hi) {
+            let group = pipe.stages[to_stage].group(h).to_vec();
+            for l in &links {
+                let to = group[l.to];
+                let ra = self.table.row(to as usize, recv_n, &ttp).act.checkpoint;
+                let sent = x.mc[l.from].act.checkpoint * l.send_share;
+                let mem = transfer_mem(sent, n, ra * l.recv_share, ov, recv_n);
+                let bytes = self.table.block_output_bytes(ov) * l.seq_share;
+                let id = self.transfer((x.ranks[l.from], to), bytes, done[l.from], label, mem);
+                let t = self.slot(to_stage, h * tt as usize + l.to, x.k);
+                let inbox = match flow {
+                    Flow::Activations => &mut self.act_in,
+                    Flow::Gradients => &mut self.grad_in,
+                };
+                inbox.ops[t].push(id);
+                inbox.bytes[t] += mem.1;
+            }
         }
+        let _ = x.j;
     }
 
     /// One point-to-point transfer of `bytes` from `ends.0` to `ends.1`
@@ -471,43 +616,50 @@ impl<'a, S: Sink> Walk<'a, S> {
         id
     }
 
-    /// Stage `s`'s gradient synchronisation after its GPUs' last compute
-    /// (`none`: all-reduce; `grad-op`: reduce-scatter, then the optimizer
-    /// on the shard, then all-gather of the updated parameters) and every
-    /// GPU's optimizer step.
+    /// Stage `s`'s gradient synchronisation after its GPUs' last compute,
+    /// per TP rank over the replicas holding the same shard (`none`:
+    /// all-reduce; `grad-op`: reduce-scatter, then the optimizer on the
+    /// shard, then all-gather of the updated parameters), and every GPU's
+    /// optimizer step.
     fn sync_and_step(&mut self, s: usize) {
         let pipe = self.pipe;
         let strategy = self.plan.strategy;
-        let params = pipe.stage_params(s, &self.costs.workload.model) as f64;
-        let group: Vec<usize> = pipe.stages[s].gpus.iter().map(|&r| r as usize).collect();
-        let d = group.len();
-        let after: Vec<OpId> = group.iter().filter_map(|&r| self.last_compute[r]).collect();
-        let reduce_bytes = strategy.reduce_dtype.bytes() * params;
-        let (kind, label, piece) = match strategy.sharding {
-            Sharding::NoShard => (CollectiveKind::AllReduce, self.lb.all_reduce, reduce_bytes),
-            _ => (
-                CollectiveKind::ReduceScatter,
-                self.lb.reduce_scatter,
-                reduce_bytes / d as f64,
-            ),
-        };
-        let reduced = (d > 1).then(|| self.collective(s, &group, kind, label, piece, &after));
-        let mut steps = Vec::with_capacity(d);
-        for &r in &group {
-            let deps: Vec<OpId> = reduced.into_iter().collect();
-            let t = self.table.optimizer[r];
-            let label = at(self.lb.optimizer, NO_INDEX, NO_INDEX);
-            steps.push(self.g.op(r as u32, Stream::Compute, t, &deps, label, &[]));
-        }
-        if strategy.sharding != Sharding::NoShard && d > 1 {
-            let bytes = strategy.param_dtype.bytes() * params / d as f64;
-            let label = self.lb.all_gather;
-            self.collective(s, &group, CollectiveKind::AllGather, label, bytes, &steps);
+        let st = &pipe.stages[s];
+        let params = pipe.rank_params(s, &self.costs.workload.model);
+        let (d, t) = (st.dp(), st.tp.max(1) as usize);
+        for i in 0..t {
+            let group: Vec<usize> = (0..d).map(|j| st.group(j)[i] as usize).collect();
+            let after: Vec<OpId> = group.iter().filter_map(|&r| self.last_compute[r]).collect();
+            let reduce_bytes = strategy.reduce_dtype.bytes() * params;
+            let (kind, label, piece) = match strategy.sharding {
+                Sharding::NoShard => (CollectiveKind::AllReduce, self.lb.all_reduce, reduce_bytes),
+                _ => (
+                    CollectiveKind::ReduceScatter,
+                    self.lb.reduce_scatter,
+                    reduce_bytes / d as f64,
+                ),
+            };
+            let reduced = (d > 1).then(|| self.collective(s, &group, kind, label, piece, &after));
+            let mut steps = Vec::with_capacity(d);
+            for &r in &group {
+                let deps: Vec<OpId> = reduced.into_iter().collect();
+                let time = self.table.optimizer[r];
+                let label = at(self.lb.optimizer, NO_INDEX, NO_INDEX);
+                steps.push(
+                    self.g
+                        .op(r as u32, Stream::Compute, time, &deps, label, &[]),
+                );
+            }
+            if strategy.sharding != Sharding::NoShard && d > 1 {
+                let bytes = strategy.param_dtype.bytes() * params / d as f64;
+                let label = self.lb.all_gather;
+                self.collective(s, &group, CollectiveKind::AllGather, label, bytes, &steps);
+            }
         }
     }
 
-    /// A collective of `kind` over stage `s`'s `group`, each GPU's piece
-    /// `piece_bytes`, after `deps`, on the reduce stream (recorded).
+    /// A collective of `kind` over `group` (GPUs of stage `s`), each GPU's
+    /// piece `piece_bytes`, after `deps`, on the reduce stream (recorded).
     fn collective(
         &mut self,
         s: usize,
@@ -521,10 +673,10 @@ impl<'a, S: Sink> Walk<'a, S> {
         let pieces = vec![piece_bytes; group.len()];
         let ms = costs.group_collective_ms(kind, group, &pieces);
         let t = dur(ms);
-        let members = &self.pipe.stages[s].gpus;
+        let members: Vec<u32> = group.iter().map(|&r| r as u32).collect();
         let id = self
             .g
-            .collective(members, Stream::Reduce, t, deps, label, &[]);
+            .collective(&members, Stream::Reduce, t, deps, label, &[]);
         if self.contention {
             let shares = costs.group_collective_shares(kind, group, &pieces, ms);
             self.g.shares(id, &shares);

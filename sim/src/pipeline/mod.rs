@@ -49,8 +49,68 @@ use crate::cost::CostModel;
 use crate::strategy::{Sharding, Strategy};
 use crate::units::GIB;
 
-/// Constant GPU memory of a GPU holding `params` parameters of a stage
-/// whose group has `d` GPUs, bytes (see [`lower::base_device_bytes`]): what the
+/// One point-to-point link between the TP ranks of neighbouring stages:
+/// sender rank `from` (of its group) feeds receiver rank `to`, handing over
+/// `send_share` of its activation buffer and filling `recv_share` of the
+/// receiver's; `seq_share` is the share of the sequence it moves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TpLink {
+    /// Sender's TP rank.
+    pub from: usize,
+    /// Receiver's TP rank.
+    pub to: usize,
+    /// Share of the sender's buffer it frees.
+    pub send_share: f64,
+    /// Share of the receiver's buffer it fills.
+    pub recv_share: f64,
+    /// Share of the sequence's tokens it carries.
+    pub seq_share: f64,
+}
+
+/// How a replica's TP group of `from_t` ranks hands a micro-batch slice to
+/// the next stage's group of `to_t` (Megatron's `get_tensor_shapes`):
+/// with sequence parallelism each rank holds a `1/t` run of the sequence
+/// and sends each receiver the part of its run the receiver holds;
+/// without, every rank holds the whole activation and receiver `i` takes
+/// it from sender `i mod from_t` (rank to rank when the degrees match).
+pub fn tp_links(from_t: u32, to_t: u32, sequence_parallel: bool) -> Vec<TpLink> {
+    let (ft, tt) = (from_t.max(1) as usize, to_t.max(1) as usize);
+    if !sequence_parallel || (ft == 1 && tt == 1) {
+        let fans = |i: usize| (0..tt).filter(|r| r % ft == i).count().max(1) as f64;
+        return (0..tt)
+            .map(|to| TpLink {
+                from: to % ft,
+                to,
+                send_share: 1.0 / fans(to % ft),
+                recv_share: 1.0,
+                seq_share: 1.0,
+            })
+            .collect();
+    }
+    let mut v = Vec::new();
+    for from in 0..ft {
+        for to in 0..tt {
+            // Overlap of [from/ft, (from+1)/ft) and [to/tt, (to+1)/tt), in
+            // units of 1/(ft*tt).
+            let lo = (from * tt).max(to * ft);
+            let hi = ((from + 1) * tt).min((to + 1) * ft);
+            if hi > lo {
+                let o = (hi - lo) as f64 / (ft * tt) as f64;
+                v.push(TpLink {
+                    from,
+                    to,
+                    send_share: o * ft as f64,
+                    recv_share: o * tt as f64,
+                    seq_share: o,
+                });
+            }
+        }
+    }
+    v
+}
+
+/// Constant GPU memory of a GPU holding `params` parameters (its share,
+/// under TP) of a stage with `d` data-parallel replicas, bytes (see [`lower::base_device_bytes`]): what the
 /// lowering holds constant and the planners' estimate counts.
 pub fn state_bytes(costs: &CostModel, strategy: &Strategy, params: f64, d: usize) -> f64 {
     let st = strategy;

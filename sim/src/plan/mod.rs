@@ -22,6 +22,7 @@
 pub mod file;
 pub mod pipeline;
 pub mod rank;
+pub mod shape;
 
 use crate::error::PlanError;
 use crate::strategy::{Attention, Sharding, Strategy};

@@ -7,6 +7,7 @@
 use super::rank::RankPlan;
 use crate::error::PlanError;
 use crate::strategy::{Accumulation, Offload, Sharding, Strategy};
+use crate::tensor::TensorParallel;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -70,9 +71,48 @@ pub struct Stage {
     /// consecutive blocks in order, the first also the embedding, the
     /// last also the head.
     pub blocks: u32,
-    /// Ranks of the stage's data-parallel group (each micro-batch split
-    /// across them in this order).
+    /// Ranks of the stage, in Megatron's order: consecutive runs of `tp`
+    /// form a TP group (TP fastest), the groups are the stage's
+    /// data-parallel replicas (each micro-batch split across them in this
+    /// order).
     pub gpus: Vec<u32>,
+    /// GPUs per TP group of this stage (1: no tensor parallelism).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub tp: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(x: &u32) -> bool {
+    *x == 1
+}
+
+fn is_false(x: &bool) -> bool {
+    !*x
+}
+
+impl Stage {
+    /// A stage of `blocks` blocks on `gpus` without tensor parallelism.
+    pub fn new(blocks: u32, gpus: Vec<u32>) -> Stage {
+        Stage {
+            blocks,
+            gpus,
+            tp: 1,
+        }
+    }
+
+    /// Data-parallel replicas of the stage (`gpus / tp`).
+    pub fn dp(&self) -> usize {
+        self.gpus.len() / self.tp.max(1) as usize
+    }
+
+    /// The TP group of replica `j`.
+    pub fn group(&self, j: usize) -> &[u32] {
+        let t = self.tp.max(1) as usize;
+        &self.gpus[j * t..(j + 1) * t]
+    }
 }
 
 /// A pipeline: its schedule, micro-batch count and stages (see the module docs).
@@ -85,9 +125,47 @@ pub struct Pipeline {
     pub microbatches: u32,
     /// Stages in order.
     pub stages: Vec<Stage>,
+    /// Sequence parallelism in every TP group (Korthikanti et al.).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub sequence_parallel: bool,
+    /// TP communication overlapped with the GEMMs of both passes
+    /// (Megatron's `--tp-comm-overlap`); off: Megatron's default path.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tp_comm_overlap: bool,
+    /// TP groups may span nodes (priced over the network); off: every TP
+    /// group sits inside one node.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tp_across_nodes: bool,
 }
 
 impl Pipeline {
+    /// A pipeline of `stages` under `schedule` with `microbatches`
+    /// micro-batches, no sequence parallelism, TP groups inside nodes.
+    pub fn new(schedule: PipeSchedule, microbatches: u32, stages: Vec<Stage>) -> Pipeline {
+        Pipeline {
+            schedule,
+            microbatches,
+            stages,
+            sequence_parallel: false,
+            tp_comm_overlap: false,
+            tp_across_nodes: false,
+        }
+    }
+
+    /// The tensor parallelism of stage `s`.
+    pub fn tensor(&self, s: usize) -> TensorParallel {
+        TensorParallel {
+            degree: self.stages[s].tp.max(1),
+            sequence_parallel: self.sequence_parallel && self.stages[s].tp > 1,
+            comm_overlap: self.tp_comm_overlap,
+        }
+    }
+
+    /// Whether any stage splits its blocks over a TP group.
+    pub fn has_tp(&self) -> bool {
+        self.stages.iter().any(|s| s.tp > 1)
+    }
+
     /// Number of stages `p`.
     pub fn depth(&self) -> usize {
         self.stages.len()
@@ -114,31 +192,30 @@ impl Pipeline {
         (lo, lo + q + u32::from(j < r))
     }
 
-    /// The GPUs of stage `t` that hold part of the samples `[lo, hi)` of a
-    /// micro-batch of `size` samples: (position, rank, samples in common,
-    /// the size of their slice), in position order. What a GPU sends its
-    /// neighbouring stage (activations forward, input gradients back).
-    pub fn overlaps(&self, t: usize, size: u32, lo: u32, hi: u32) -> Vec<(usize, u32, u32, u32)> {
-        let st = &self.stages[t];
-        let d = st.gpus.len();
-        st.gpus
-            .iter()
-            .enumerate()
-            .filter_map(|(h, &to)| {
+    /// The replicas (TP groups) of stage `t` that hold part of the samples
+    /// `[lo, hi)` of a micro-batch of `size` samples: (replica, samples in
+    /// common, the size of their slice), in replica order. What a replica
+    /// sends its neighbouring stage (activations forward, input gradients
+    /// back).
+    pub fn overlaps(&self, t: usize, size: u32, lo: u32, hi: u32) -> Vec<(usize, u32, u32)> {
+        let d = self.stages[t].dp();
+        (0..d)
+            .filter_map(|h| {
                 let (l2, h2) = Pipeline::slice(size, d, h);
                 let ov = hi.min(h2).saturating_sub(lo.max(l2));
-                (ov > 0).then_some((h, to, ov, h2 - l2))
+                (ov > 0).then_some((h, ov, h2 - l2))
             })
             .collect()
     }
 
-    /// Stage and position of every rank (`None`: in no stage).
+    /// Stage and replica of every rank (`None`: in no stage).
     pub fn positions(&self, ranks: usize) -> Vec<Option<(usize, usize)>> {
         let mut v = vec![None; ranks];
         for (s, st) in self.stages.iter().enumerate() {
-            for (j, &r) in st.gpus.iter().enumerate() {
+            let t = st.tp.max(1) as usize;
+            for (i, &r) in st.gpus.iter().enumerate() {
                 if let Some(x) = v.get_mut(r as usize) {
-                    *x = Some((s, j));
+                    *x = Some((s, i / t));
                 }
             }
         }
@@ -158,6 +235,24 @@ impl Pipeline {
         p
     }
 
+    /// Parameters one GPU of stage `s` holds: [`Pipeline::stage_params`]
+    /// split over its TP group ([`TensorParallel::block_params`] and the
+    /// vocabulary-parallel embedding and head).
+    pub fn rank_params(&self, s: usize, model: &crate::model::ModelSpec) -> f64 {
+        let tp = self.tensor(s);
+        if !tp.is_on() {
+            return self.stage_params(s, model) as f64;
+        }
+        let mut p = self.stages[s].blocks as f64 * tp.block_params(model);
+        if s == 0 {
+            p += tp.embedding_params(model);
+        }
+        if s + 1 == self.depth() {
+            p += tp.head_params(model);
+        }
+        p
+    }
+
     /// The per-GPU plan entries this pipeline implies for a cluster of
     /// `ranks` GPUs and a global batch of `batch` samples under `sharding`
     /// (see the module docs).
@@ -168,7 +263,7 @@ impl Pipeline {
             .map(|pos| match pos {
                 None => RankPlan::new(0, 0, 0.0),
                 Some((s, j)) => {
-                    let d = self.stages[s].gpus.len();
+                    let d = self.stages[s].dp();
                     let slices: Vec<u32> = sizes
                         .iter()
                         .map(|&m| {
@@ -179,7 +274,7 @@ impl Pipeline {
                     let fraction = match sharding {
                         Sharding::NoShard => 1.0,
                         _ => 1.0 / d as f64,
-                    };
+                    } / self.stages[s].tp.max(1) as f64;
                     RankPlan {
                         batch: slices.iter().sum(),
                         microbatches: slices.iter().filter(|&&n| n > 0).count() as u32,
@@ -192,20 +287,39 @@ impl Pipeline {
             .collect()
     }
 
-    /// One line for tables: `1f1b 4 stages [8,8,8,8 blocks] x [1,1,1,1 GPUs] m=16`.
+    /// One line for tables: `pipeline 1f1b 4 stages [8,8,8,8 blocks] x
+    /// [1,1,1,1 GPUs] m=16`; with TP `3d tp2 sp 1f1b 4 stages [4x 20]
+    /// blocks x [4x 256] GPUs m=8` (lists as runs, so 1,024 GPUs read).
     pub fn label(&self) -> String {
-        let blocks: Vec<String> = self.stages.iter().map(|s| s.blocks.to_string()).collect();
-        let gpus: Vec<String> = self
-            .stages
-            .iter()
-            .map(|s| s.gpus.len().to_string())
-            .collect();
+        let blocks: Vec<u32> = self.stages.iter().map(|s| s.blocks).collect();
+        let gpus: Vec<u32> = self.stages.iter().map(|s| s.gpus.len() as u32).collect();
+        if !self.has_tp() {
+            let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+            return format!(
+                "pipeline {} {} stages [{} blocks] x [{} GPUs] m={}",
+                self.schedule,
+                self.depth(),
+                list(&blocks),
+                list(&gpus),
+                self.microbatches
+            );
+        }
+        let kind = {
+            let tps: Vec<u32> = self.stages.iter().map(|s| s.tp).collect();
+            let tp = if tps.iter().all(|&t| t == tps[0]) {
+                format!("tp{}", tps[0])
+            } else {
+                format!("tp{}", crate::lists::runs(&tps))
+            };
+            let sp = if self.sequence_parallel { " sp" } else { "" };
+            format!("3d {tp}{sp}")
+        };
         format!(
-            "pipeline {} {} stages [{} blocks] x [{} GPUs] m={}",
+            "{kind} {} {} stages {} blocks x {} GPUs m={}",
             self.schedule,
             self.depth(),
-            blocks.join(","),
-            gpus.join(","),
+            crate::lists::runs(&blocks),
+            crate::lists::runs(&gpus),
             self.microbatches
         )
     }
@@ -265,6 +379,16 @@ impl Pipeline {
                     "a stage needs at least one GPU, got none".into(),
                 );
             }
+            if st.tp == 0 || st.gpus.len() % st.tp as usize != 0 {
+                return bad(
+                    format!("pipeline.stages[{s}].tp"),
+                    format!(
+                        "expected a TP degree dividing the stage's {} GPUs (each TP group a run of `tp` of them), got {}",
+                        st.gpus.len(),
+                        st.tp
+                    ),
+                );
+            }
             for (j, &r) in st.gpus.iter().enumerate() {
                 let f = format!("pipeline.stages[{s}].gpus[{j}]");
                 let Some(slot) = seen.get_mut(r as usize) else {
@@ -313,12 +437,12 @@ impl Pipeline {
         }
         let smallest = global_batch / self.microbatches;
         for (s, st) in self.stages.iter().enumerate() {
-            if st.gpus.len() as u64 > smallest as u64 {
+            if st.dp() as u64 > smallest as u64 {
                 return bad(
                     format!("pipeline.stages[{s}].gpus"),
                     format!(
-                        "{} GPUs share micro-batches of {smallest} samples: every GPU of a stage needs at least one sample of each (use fewer micro-batches or fewer GPUs in the stage)",
-                        st.gpus.len()
+                        "{} replicas share micro-batches of {smallest} samples: every replica of a stage needs at least one sample of each (use fewer micro-batches or fewer GPUs in the stage)",
+                        st.dp()
                     ),
                 );
             }

@@ -172,9 +172,8 @@ impl Planner for UniformPipeline {
         let stages: Vec<Stage> = counts
             .iter()
             .enumerate()
-            .map(|(s, &blocks)| Stage {
-                blocks,
-                gpus: ((s * d) as u32..((s + 1) * d) as u32).collect(),
+            .map(|(s, &blocks)| {
+                Stage::new(blocks, ((s * d) as u32..((s + 1) * d) as u32).collect())
             })
             .collect();
         let most = (batch as usize / d) as u32;
@@ -187,11 +186,7 @@ impl Planner for UniformPipeline {
             for &ck in &pipeline_checkpointing(problem) {
                 let (strategy, mut notes) = pipeline_strategy(problem, shardings[0], ck)?;
                 notes.extend(pin_notes.iter().cloned());
-                let pipe = Pipeline {
-                    schedule: PipeSchedule::OneFOneB,
-                    microbatches: m,
-                    stages: stages.clone(),
-                };
+                let pipe = Pipeline::new(PipeSchedule::OneFOneB, m, stages.clone());
                 let plan = Plan::pipelined(self.name(), strategy, pipe, n, batch);
                 let e = evaluate(costs, &plan, &opts)?;
                 stats.candidates += 1;

@@ -41,6 +41,7 @@ use crate::pipeline::partition::min_max;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use crate::plan::Plan;
 use crate::strategy::{Sharding, Strategy, StrategySpec};
+use crate::tensor::TensorParallel;
 use crate::units::GIB;
 use std::collections::BTreeSet;
 
@@ -260,7 +261,14 @@ impl HeteroPipeline {
                 if batch / m < dmax || m > crate::limits::MAX_MICROBATCHES {
                     continue;
                 }
-                let st = staged(costs, strategy, &mut rows, g, batch.div_ceil(m))?;
+                let st = staged(
+                    costs,
+                    strategy,
+                    &mut rows,
+                    g,
+                    &no_tp(g.len()),
+                    batch.div_ceil(m),
+                )?;
                 if let Some(c) = self.candidate(costs, strategy, g, &st, m, stats) {
                     cands.push(c);
                 }
@@ -293,23 +301,30 @@ impl HeteroPipeline {
             return None;
         };
         stats.feasible += 1;
-        let pipe = Pipeline {
-            schedule: PipeSchedule::OneFOneB,
-            microbatches: m,
-            stages: g
-                .iter()
+        let pipe = Pipeline::new(
+            PipeSchedule::OneFOneB,
+            m,
+            g.iter()
                 .zip(&part.counts)
-                .map(|(ranks, &blocks)| Stage {
-                    blocks,
-                    gpus: ranks.iter().map(|&r| r as u32).collect(),
+                .map(|(ranks, &blocks)| {
+                    Stage::new(blocks, ranks.iter().map(|&r| r as u32).collect())
                 })
                 .collect(),
-        };
+        );
         if crate::pipeline::lower::ops_estimate(&pipe) > crate::limits::MAX_SIM_OPS {
             return None;
         }
         let schedule = PipeSchedule::OneFOneB;
-        let est = estimate_ms(costs, strategy, g, st, &part.counts, m, schedule);
+        let est = estimate_ms(
+            costs,
+            strategy,
+            g,
+            &no_tp(g.len()),
+            st,
+            &part.counts,
+            m,
+            schedule,
+        );
         Some(Candidate {
             estimate_ms: est,
             plan: Plan::pipelined(self.name(), *strategy, pipe, n, batch),
@@ -371,7 +386,7 @@ impl HeteroPipeline {
                 continue;
             }
             let m = batch / dmax;
-            let Ok(st) = staged(costs, &strategy, &mut rows, g, dmax) else {
+            let Ok(st) = staged(costs, &strategy, &mut rows, g, &no_tp(g.len()), dmax) else {
                 continue;
             };
             let over = |s: usize, k: usize| -> f64 {
@@ -382,7 +397,7 @@ impl HeteroPipeline {
                     &strategy,
                     gc,
                     k as u32,
-                    params(costs, k as u32, at),
+                    params(costs, k as u32, at, &TensorParallel::NONE),
                     g[s].len(),
                     at,
                 );
@@ -437,7 +452,7 @@ fn periods(
             let gc = &st.costs[s];
             (1..=most as u32)
                 .map(|k| {
-                    let prm = params(costs, k, at);
+                    let prm = params(costs, k, at, &TensorParallel::NONE);
                     let need = stage_peak_bytes(costs, strategy, gc, k, prm, g[s].len(), at);
                     (need <= gc.usable_bytes).then(|| stage_ms(gc, k, at).max(st.comm_ms[s]))
                 })
@@ -488,6 +503,12 @@ fn confirm(
             cands.swap_remove(0).plan
         }
     })
+}
+
+/// No tensor parallelism on any of `p` stages (this planner's stages are
+/// data-parallel groups).
+fn no_tp(p: usize) -> Vec<TensorParallel> {
+    vec![TensorParallel::NONE; p]
 }
 
 #[cfg(test)]

@@ -107,6 +107,7 @@ impl PipelineReport {
         pipe: &crate::plan::pipeline::Pipeline,
         gpus: &[GpuReport],
         iteration_ms: f64,
+        tp_comm_ms: &[f64],
     ) -> PipelineReport {
         let mut stages = Vec::with_capacity(pipe.depth());
         let (mut idle, mut held) = (0.0, 0usize);
@@ -122,6 +123,13 @@ impl PipelineReport {
                 first_block: first,
                 last_block: first + st.blocks - 1,
                 ranks: st.gpus.iter().map(|&r| r as usize).collect(),
+                tp: st.tp,
+                tp_comm_ms: (st.tp > 1).then(|| {
+                    st.gpus
+                        .iter()
+                        .map(|&r| tp_comm_ms.get(r as usize).copied().unwrap_or(0.0))
+                        .fold(0.0, f64::max)
+                }),
                 gpus: crate::lists::name_runs(&names),
                 compute_ms: max(|x| x.compute_ms),
                 exposed_comm_ms: max(|x| x.exposed_comm_ms),
@@ -144,6 +152,7 @@ impl PipelineReport {
             } else {
                 0.0
             },
+            sequence_parallel: pipe.sequence_parallel,
             stages,
         }
     }
@@ -221,10 +230,14 @@ pub(crate) fn assemble(
     let oom_hosts: Vec<HostReport> = hosts.iter().filter(|h| h.oom).cloned().collect();
     let collectives = collective_stats(a, breakdown);
     let collective_summary = kind_summaries(&collectives);
-    let pipeline = plan
-        .pipeline
-        .as_ref()
-        .map(|p| PipelineReport::of(p, &gpus, iteration_ms));
+    let pipeline = plan.pipeline.as_ref().map(|p| {
+        let tp: Vec<f64> = breakdown
+            .ranks
+            .iter()
+            .map(|r| r.tp_comm as f64 / 1e6)
+            .collect();
+        PipelineReport::of(p, &gpus, iteration_ms, &tp)
+    });
     let intervals = intervals_of(costs, &gpus, iteration_ms, &rate);
     Report {
         planner: plan.planner.clone(),

@@ -20,6 +20,9 @@ pub(crate) struct RankTimes {
     pub(crate) host_busy: u64,
     pub(crate) interference: u64,
     pub(crate) contention: u64,
+    /// Blocking collectives on the compute stream (TP communication):
+    /// exposed communication, also counted here.
+    pub(crate) tp_comm: u64,
     pub(crate) finish: u64,
     prev_compute_end: u64,
     /// Pass of the previous compute op (`None`: none yet), and of the
@@ -193,6 +196,14 @@ impl Breakdown<'_> {
             r.idle += (g.gap - g.busy).saturating_mul(w);
         }
         let d = e - s;
+        if rec.label.category.is_collective() {
+            // A collective the compute stream waits in (TP's per-layer
+            // collectives): exposed communication, not compute.
+            r.exposed_comm += d.saturating_mul(w);
+            r.tp_comm += d.saturating_mul(w);
+            r.prev_compute_end = e;
+            return;
+        }
         r.compute += d.saturating_mul(w);
         let k = match rec.label.category {
             Category::Forward => 0,

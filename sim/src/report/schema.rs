@@ -329,8 +329,15 @@ pub struct PipelineReport {
     /// Idle share of the iteration over the GPUs that hold a stage, % (the
     /// bubble, plus waits for slower stages).
     pub bubble_pct: f64,
+    /// Sequence parallelism in the TP groups.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub sequence_parallel: bool,
     /// Per stage, in order.
     pub stages: Vec<StageReport>,
+}
+
+fn is_one(x: &u32) -> bool {
+    *x == 1
 }
 
 /// One pipeline stage in a report.
@@ -343,8 +350,17 @@ pub struct StageReport {
     pub first_block: u32,
     /// Last block (1-based).
     pub last_block: u32,
-    /// Ranks of its data-parallel group.
+    /// Its ranks (TP groups of `tp` consecutive ones, then its
+    /// data-parallel replicas).
     pub ranks: Vec<usize>,
+    /// GPUs per TP group (absent when 1).
+    #[serde(skip_serializing_if = "is_one")]
+    pub tp: u32,
+    /// Its TP groups' largest exposed TP communication (per-layer
+    /// all-reduces, or with SP all-gathers and reduce-scatters), ms
+    /// (absent without TP).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tp_comm_ms: Option<f64>,
     /// Its GPUs, grouped (`2x l4`).
     pub gpus: String,
     /// Largest compute time of its GPUs, ms.

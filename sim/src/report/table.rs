@@ -361,26 +361,37 @@ impl Report {
 impl PipelineReport {
     /// Appends the stage lines of a report table to `s`.
     pub fn write_table(&self, s: &mut String) {
+        let tp = self.stages.iter().any(|st| st.tp > 1);
         let _ = writeln!(
             s,
-            "pipeline: {} stages, {}, {} micro-batches (largest {} samples, split inside each stage), idle {:.1}% of the GPUs' time",
+            "{}: {} stages, {}, {} micro-batches (largest {} samples, split inside each stage), idle {:.1}% of the GPUs' time",
+            if tp { "3d" } else { "pipeline" },
             self.stages.len(),
             self.schedule,
             self.microbatches,
             self.microbatch_size,
             self.bubble_pct
         );
-        let header = [
-            "stage",
-            "blocks",
-            "gpus",
-            "ranks",
-            "compute ms",
-            "exp.comm ms",
-            "idle ms",
-            "peak GiB",
-            "usable GiB",
-        ];
+        if tp {
+            let _ = writeln!(
+                s,
+                "per stage: TP groups of `tp` consecutive ranks{}, `dp` replicas of them; tp comm: the exposed per-layer TP collectives (part of exp.comm)",
+                if self.sequence_parallel {
+                    " with sequence parallelism"
+                } else {
+                    ""
+                }
+            );
+        }
+        let mut header = vec!["stage", "blocks", "gpus", "ranks"];
+        if tp {
+            header.extend(["tp", "dp"]);
+        }
+        header.extend(["compute ms", "exp.comm ms"]);
+        if tp {
+            header.push("tp comm ms");
+        }
+        header.extend(["idle ms", "peak GiB", "usable GiB"]);
         let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
         for st in &self.stages {
             let mut blocks = if st.first_block == st.last_block {
@@ -400,17 +411,22 @@ impl PipelineReport {
             } else {
                 ranks.join(",")
             };
-            rows.push(vec![
-                st.stage.to_string(),
-                blocks,
-                st.gpus.clone(),
-                ranks,
-                format!("{:.1}", st.compute_ms),
-                format!("{:.1}", st.exposed_comm_ms),
+            let mut row = vec![st.stage.to_string(), blocks, st.gpus.clone(), ranks];
+            if tp {
+                row.push(st.tp.to_string());
+                row.push((st.ranks.len() / st.tp.max(1) as usize).to_string());
+            }
+            row.push(format!("{:.1}", st.compute_ms));
+            row.push(format!("{:.1}", st.exposed_comm_ms));
+            if tp {
+                row.push(format!("{:.1}", st.tp_comm_ms.unwrap_or(0.0)));
+            }
+            row.extend([
                 format!("{:.1}", st.idle_ms),
                 format!("{:.2}", st.peak_mem_gib),
                 format!("{:.2}", st.usable_gib),
             ]);
+            rows.push(row);
         }
         write_aligned(s, &rows, |c| (1..=3).contains(&c));
     }

@@ -16,6 +16,7 @@ use crate::activation::BlockActivations;
 use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::strategy::{Attention, Recompute};
+use crate::tensor::TensorParallel;
 use crate::units::SimTime;
 
 /// A duration in ms as engine time: 0 for zero or negative, and an
@@ -109,21 +110,41 @@ pub(crate) fn micro_costs(
     attention: Attention,
     core: bool,
 ) -> Result<Micro, PlanError> {
+    micro_costs_tp(costs, rank, m, attention, core, &TensorParallel::NONE)
+}
+
+/// [`micro_costs`] of one rank of the TP group `tp` (pipelines and 3D
+/// plans): its share of every block ([`CostModel::block_ms_tp`]), its
+/// activations ([`crate::cost::ActivationModel::micro_tp`]), a block
+/// output of `1/t` of the tokens with sequence parallelism, and the
+/// vocabulary-parallel embedding and head at `1/t` of their work.
+pub(crate) fn micro_costs_tp(
+    costs: &CostModel,
+    rank: usize,
+    m: u32,
+    attention: Attention,
+    core: bool,
+    tp: &TensorParallel,
+) -> Result<Micro, PlanError> {
     let (f, b) = costs
-        .block_ms_with(rank, m, attention)
+        .block_ms_tp(rank, m, attention, tp)
         .map_err(|why| PlanError::invalid(crate::error::STRATEGY, "attention", why))?;
-    let sel = costs.selective_recompute_ms(rank, m, attention, core, f);
-    let act = costs.activations.micro(m, attention).for_selective(core);
-    let out_phys = costs.block_output_bytes(m);
+    let sel = costs.selective_recompute_ms_tp(rank, m, attention, core, f, tp);
+    let act = costs
+        .activations
+        .micro_tp(m, attention, tp)
+        .for_selective(core);
+    let t = tp.degree.max(1) as f64;
+    let out_phys = costs.block_output_bytes(m) / if tp.sequence_parallel { t } else { 1.0 };
     Ok(Micro {
         f_blk: dur(f),
         b_blk: dur(b),
         re_full: dur(f),
         re_sel: dur(sel),
-        f_emb: dur(costs.embed_fwd_ms(rank, m)),
-        b_emb: dur(costs.embed_bwd_ms(rank, m)),
-        f_head: dur(costs.head_fwd_ms(rank, m)),
-        b_head: dur(costs.head_bwd_ms(rank, m)),
+        f_emb: dur(costs.embed_fwd_ms(rank, m) / t),
+        b_emb: dur(costs.embed_bwd_ms(rank, m) / t),
+        f_head: dur(costs.head_fwd_ms(rank, m) / t),
+        b_head: dur(costs.head_bwd_ms(rank, m) / t),
         act,
         out_phys,
         phys_per_byte: if act.checkpoint > 0.0 {

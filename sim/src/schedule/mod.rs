@@ -75,7 +75,7 @@ pub mod microbatch;
 pub mod phase;
 
 pub use costs::{dur, Micro, RankCosts};
-pub(crate) use costs::{micro_costs, round};
+pub(crate) use costs::{micro_costs, micro_costs_tp, round};
 pub use phase::{Phase, PhaseKind, Rules};
 
 use crate::comm::CollectiveKind;

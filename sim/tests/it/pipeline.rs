@@ -14,7 +14,7 @@ use sim::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use sim::plan::Plan;
 use sim::profile::{ProfileSet, Source, UnitProfile};
 use sim::simulate::{build_graph, simulate, simulate_observed};
-use sim::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy};
+use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding, Strategy};
 use std::sync::Arc;
 
 /// Communication that costs nothing.
@@ -89,11 +89,11 @@ fn even_pipe(p: usize, layers: u32, m: u32, schedule: PipeSchedule) -> Pipeline 
     Pipeline {
         schedule,
         microbatches: m,
+        sequence_parallel: false,
+        tp_comm_overlap: false,
+        tp_across_nodes: false,
         stages: (0..p)
-            .map(|s| Stage {
-                blocks: q + u32::from((s as u32) < r),
-                gpus: vec![s as u32],
-            })
+            .map(|s| Stage::new(q + u32::from((s as u32) < r), vec![s as u32]))
             .collect(),
     }
 }
@@ -208,16 +208,10 @@ fn two_stage_dp(m: u32, sch: PipeSchedule) -> Pipeline {
     Pipeline {
         schedule: sch,
         microbatches: m,
-        stages: vec![
-            Stage {
-                blocks: 14,
-                gpus: vec![0, 1],
-            },
-            Stage {
-                blocks: 10,
-                gpus: vec![2, 3],
-            },
-        ],
+        sequence_parallel: false,
+        tp_comm_overlap: false,
+        tp_across_nodes: false,
+        stages: vec![Stage::new(14, vec![0, 1]), Stage::new(10, vec![2, 3])],
     }
 }
 
@@ -272,16 +266,10 @@ fn uneven_groups_reshard_between_stages() {
     let pipe = Pipeline {
         schedule: PipeSchedule::OneFOneB,
         microbatches: 4,
-        stages: vec![
-            Stage {
-                blocks: 12,
-                gpus: vec![0, 1],
-            },
-            Stage {
-                blocks: 12,
-                gpus: vec![2],
-            },
-        ],
+        sequence_parallel: false,
+        tp_comm_overlap: false,
+        tp_across_nodes: false,
+        stages: vec![Stage::new(12, vec![0, 1]), Stage::new(12, vec![2])],
     };
     let plan = pipe_plan(&c, pipe, Sharding::NoShard, Checkpointing::Full);
     assert_eq!(plan.gpus[2].batch, 16);
@@ -324,22 +312,20 @@ fn the_cost_table_holds_a_row_per_gpu_type_and_slice() {
     let pipe = Pipeline {
         schedule: PipeSchedule::OneFOneB,
         microbatches: 4,
-        stages: vec![
-            Stage {
-                blocks: 12,
-                gpus: vec![0, 1],
-            },
-            Stage {
-                blocks: 12,
-                gpus: vec![2],
-            },
-        ],
+        sequence_parallel: false,
+        tp_comm_overlap: false,
+        tp_across_nodes: false,
+        stages: vec![Stage::new(12, vec![0, 1]), Stage::new(12, vec![2])],
     };
     let plan = pipe_plan(&c, pipe.clone(), Sharding::GradOp, Checkpointing::Full);
     let t = sim::pipeline::costs::PipeCosts::new(&c, &plan, &pipe).unwrap();
     // The two A100s share their rows: (A100, 2), (A100, 1), (L4, 4), (L4, 3).
     assert_eq!(t.rows.built(), 4);
-    let act = |r: usize, n: u32| t.row(r, n).act.checkpoint;
+    let act = |r: usize, n: u32| {
+        t.row(r, n, &sim::tensor::TensorParallel::NONE)
+            .act
+            .checkpoint
+    };
     assert_eq!(act(0, 2), act(1, 2));
     assert!(act(2, 4) > act(2, 3) && act(0, 2) > act(1, 1));
     // Transfers move 2 or 1 samples of a block output.
@@ -425,10 +411,13 @@ fn bad_pipelines_name_the_field() {
             other => panic!("want an error on {field}, got {other:?}"),
         }
     };
-    let stage = |blocks, gpus: Vec<u32>| Stage { blocks, gpus };
+    let stage = |blocks, gpus: Vec<u32>| Stage::new(blocks, gpus);
     let pipe = |stages| Pipeline {
         schedule: PipeSchedule::OneFOneB,
         microbatches: 4,
+        sequence_parallel: false,
+        tp_comm_overlap: false,
+        tp_across_nodes: false,
         stages,
     };
     // More stages than blocks.
@@ -498,17 +487,17 @@ proptest! {
         let c = two_nodes(25.0, 4 * m);
         let sch = if gpipe { PipeSchedule::Gpipe } else { PipeSchedule::OneFOneB };
         let stages = if two {
-            vec![Stage { blocks: split, gpus: vec![0, 1] }, Stage { blocks: 24 - split, gpus: vec![2, 3] }]
+            vec![Stage::new(split, vec![0, 1]), Stage::new(24 - split, vec![2, 3])]
         } else {
             let a = split.clamp(1, 21);
             vec![
-                Stage { blocks: a, gpus: vec![0] },
-                Stage { blocks: 1, gpus: vec![1] },
-                Stage { blocks: 1, gpus: vec![2] },
-                Stage { blocks: 22 - a, gpus: vec![3] },
+                Stage::new(a, vec![0]),
+                Stage::new(1, vec![1]),
+                Stage::new(1, vec![2]),
+                Stage::new(22 - a, vec![3]),
             ]
         };
-        let pipe = Pipeline { schedule: sch, microbatches: m, stages };
+        let pipe = Pipeline::new(sch, m, stages);
         let sharding = if grad_op { Sharding::GradOp } else { Sharding::NoShard };
         let ck = if full { Checkpointing::Full } else { Checkpointing::None };
         let plan = pipe_plan(&c, pipe.clone(), sharding, ck);
@@ -523,4 +512,160 @@ proptest! {
         let ratio = e.iteration_ms / r.iteration_ms;
         prop_assert!((0.92..=1.08).contains(&ratio), "estimate {} ms vs simulated {} ms", e.iteration_ms, r.iteration_ms);
     }
+}
+
+/// A 3D cluster: 2 nodes of 4 A100-80GB on NVSwitch, one NIC each.
+fn hgx(model: &str, batch: u32) -> CostModel {
+    let toml = r#"
+name = "two-hgx"
+[network]
+bw_gbit_s = 100.0
+[[nodes]]
+intra_link = "nvswitch"
+gpus = [ { type = "a100-80gb", count = 4 } ]
+[[nodes]]
+intra_link = "nvswitch"
+gpus = [ { type = "a100-80gb", count = 4 } ]
+"#;
+    let mut w = workload(cluster_toml(toml), model, Dtype::Bf16, batch);
+    w.seq_len = 2048;
+    CostModel::build(
+        w,
+        &ProfileSet::new(),
+        &sim::perfmodel::Calibrated::builtin(),
+        sim::cost::CostOptions::default(),
+    )
+    .unwrap()
+}
+
+fn shape_plan(c: &CostModel, shape: sim::plan::shape::Shape3d) -> Plan {
+    let pipe = shape
+        .pipeline(c.ranks(), c.workload.model.layers, c.workload.global_batch)
+        .unwrap();
+    let strategy = Strategy {
+        sharding: Sharding::NoShard,
+        shard_group: c.ranks() as u32,
+        accumulation: Accumulation::NoSync,
+        checkpointing: Checkpointing::None,
+        offload: Offload::None,
+        param_dtype: Dtype::Bf16,
+        reduce_dtype: Dtype::Fp32,
+        attention: Attention::Flash,
+    };
+    Plan::pipelined("test", strategy, pipe, c.ranks(), c.workload.global_batch)
+}
+
+/// TP splits a GPU's state by about `t` and its time by less (the
+/// replicated norms, the narrower GEMMs, the exposed collectives), and SP
+/// moves the same forward bytes as the all-reduces.
+#[test]
+fn tensor_parallelism_splits_state_and_costs_communication() {
+    use sim::plan::shape::Shape3d;
+    let c = hgx("llama2-7b", 16);
+    let run = |tp: u32, sp: bool| {
+        let plan = shape_plan(
+            &c,
+            Shape3d {
+                tp,
+                sequence_parallel: sp,
+                microbatch_size: 1,
+                ..Shape3d::default()
+            },
+        );
+        simulate(&c, &plan, &SimOptions::default()).unwrap()
+    };
+    let (t1, t2, t4) = (run(1, false), run(2, false), run(4, false));
+    let state = |r: &sim::report::Report| r.gpus[0].memory.state_gib;
+    let ratio = state(&t1) / state(&t4);
+    assert!((3.8..=4.0).contains(&ratio), "state TP1 / TP4 = {ratio:.3}");
+    let p = |r: &sim::report::Report| r.pipeline.as_ref().unwrap().stages[0].clone();
+    assert_eq!(p(&t2).tp, 2);
+    assert!(p(&t1).tp_comm_ms.is_none());
+    let tp2 = p(&t2).tp_comm_ms.unwrap();
+    let tp4 = p(&t4).tp_comm_ms.unwrap();
+    assert!(tp2 > 0.0 && tp4 > 0.0, "{tp2} {tp4}");
+    // The global batch is fixed, so a GPU computes t times the samples on
+    // 1/t of each block: the same work, done a little less efficiently
+    // (replicated norms, narrower GEMMs).
+    let comp = |r: &sim::report::Report| r.gpus[0].compute_ms;
+    assert!(
+        comp(&t1) < comp(&t2) && comp(&t2) < comp(&t4),
+        "{} {} {}",
+        comp(&t1),
+        comp(&t2),
+        comp(&t4)
+    );
+    assert!(
+        comp(&t4) < 1.5 * comp(&t1),
+        "{} vs {}",
+        comp(&t4),
+        comp(&t1)
+    );
+    // SP: activations below TP's, compute below TP's (norms split).
+    let sp = run(4, true);
+    assert!(sp.gpus[0].memory.activations_gib < t4.gpus[0].memory.activations_gib);
+    assert!(comp(&sp) < comp(&t4));
+}
+
+#[test]
+fn tp_groups_stay_in_a_node_unless_asked() {
+    use sim::plan::shape::Shape3d;
+    let c = hgx("llama2-7b", 16);
+    // TP 8 on 4-GPU nodes straddles them.
+    let plan = shape_plan(
+        &c,
+        Shape3d {
+            tp: 8,
+            ..Shape3d::default()
+        },
+    );
+    let e = simulate(&c, &plan, &SimOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("pipeline.stages[0].gpus") && e.contains("spans nodes"),
+        "{e}"
+    );
+    let plan = shape_plan(
+        &c,
+        Shape3d {
+            tp: 8,
+            tp_across_nodes: true,
+            ..Shape3d::default()
+        },
+    );
+    let across = simulate(&c, &plan, &SimOptions::default()).unwrap();
+    let plan = shape_plan(
+        &c,
+        Shape3d {
+            tp: 4,
+            pp: 2,
+            ..Shape3d::default()
+        },
+    );
+    let inside = simulate(&c, &plan, &SimOptions::default()).unwrap();
+    // Per-layer collectives over 100 Gbit/s cost more than TP 4 x PP 2's bubble.
+    assert!(across.iteration_ms > inside.iteration_ms);
+    // A degree that does not divide the heads names the field.
+    let mut pipe = Shape3d {
+        tp: 2,
+        ..Shape3d::default()
+    }
+    .pipeline(8, 32, 16)
+    .unwrap();
+    for st in &mut pipe.stages {
+        st.tp = 8;
+        st.gpus = (0..8).collect();
+    }
+    pipe.stages[0].tp = 3;
+    pipe.stages[0].gpus = (0..6).collect();
+    let strategy = shape_plan(&c, Shape3d::default()).strategy;
+    let plan = Plan::pipelined("test", strategy, pipe, 8, 16);
+    let e = simulate(&c, &plan, &SimOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("pipeline.stages[0].tp") && e.contains("does not divide"),
+        "{e}"
+    );
 }

@@ -1,0 +1,560 @@
+//! Tensor parallelism (TP) and sequence parallelism (SP) as Megatron-LM
+//! runs them (Shoeybi et al. 2019, arXiv 1909.08053; Korthikanti et al.
+//! 2022, arXiv 2205.05198; `megatron/core/tensor_parallel/{layers,
+//! mappings,cross_entropy}.py`): what one TP rank of a group of `t` GPUs
+//! holds, computes and communicates per transformer block.
+//!
+//! * **Split**: the attention's fused QKV and the MLP's first linear (with
+//!   SwiGLU the gate and up projections) are column-parallel, the attention
+//!   output projection and the MLP's last linear row-parallel; each rank
+//!   holds `a/t` query heads and `n_kv/t` KV heads (Megatron asserts both
+//!   divide; `ffn` must divide too). Norms, dropout and residual adds work
+//!   on the full hidden dimension and are replicated on every rank, or run
+//!   on a sequence shard `s/t` with SP. The word embedding is
+//!   vocabulary-parallel and the output layer column-parallel over the
+//!   vocabulary, with the vocab-parallel cross-entropy.
+//! * **Collectives per block and micro-batch** ([`TensorParallel::block_collectives`]),
+//!   each of the activation tensor `S = tokens x h` in the compute dtype:
+//!   without SP 2 all-reduces in the forward (after the row-parallel
+//!   layers) and 2 in the backward (the input gradients of the
+//!   column-parallel ones); with SP 2 all-gathers + 2 reduce-scatters
+//!   forward and 4 all-gathers (2 of them the re-gathers of the saved
+//!   sequence shards for the weight gradients) + 2 reduce-scatters backward.
+//! * **Overlap** ([`TensorParallel::exposed_ms`]): Megatron's default path
+//!   runs the forward collectives on the critical path and launches the
+//!   backward input-gradient all-reduce (or reduce-scatter) asynchronously
+//!   under the weight-gradient GEMM, and the SP re-gathers under the
+//!   input-gradient GEMM; `comm_overlap` (`--tp-comm-overlap`, Transformer
+//!   Engine userbuffers, off by default) hides every collective behind the
+//!   GEMM of its pass, as far as that GEMM lasts.
+//! * **Memory**: parameters per rank ([`TensorParallel::block_params`]) and
+//!   activations per rank ([`TensorParallel::activations`]): Korthikanti's
+//!   accounting, `sbh(10 + 24/t + 5as/(ht))` without SP and
+//!   `(34sbh + 5as^2b)/t` with SP for a GPT block, generalised through
+//!   [`crate::activation`]'s tensor lists.
+//!
+//! A TP group of mixed GPU types is allowed: every collective waits for
+//! its slowest member, so the group runs at that member's pace (as a real
+//! job would); planners build groups of one type.
+
+use crate::activation::BlockActivations;
+use crate::comm::CollectiveKind;
+use crate::dtype::Dtype;
+use crate::error::PlanError;
+use crate::model::{Family, ModelSpec};
+
+/// Largest TP degree the cost model prices (the predictor's per-degree
+/// tables): 64. Megatron and torchtitan run TP inside one NVLink domain
+/// (8 GPUs per HGX node, 72 per NVL72 rack); beyond 64 a rank's GEMMs are
+/// too narrow to be worth it for any model in the catalog.
+pub const MAX_TP: u32 = 64;
+
+/// How one stage's GPUs split each block across a TP group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorParallel {
+    /// GPUs per TP group `t` (1: no tensor parallelism).
+    pub degree: u32,
+    /// Sequence parallelism: norms, dropout and residuals on `s/t` tokens,
+    /// all-gathers and reduce-scatters instead of all-reduces.
+    pub sequence_parallel: bool,
+    /// TP communication overlapped with the GEMMs of both passes
+    /// (Megatron's `--tp-comm-overlap`, torchtitan's async TP).
+    pub comm_overlap: bool,
+}
+
+/// Which pass a TP collective belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// The forward (and a recompute of it).
+    Forward,
+    /// The backward.
+    Backward,
+}
+
+/// What a backward TP collective runs under on Megatron's default path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Under {
+    /// Nothing: on the critical path.
+    Nothing,
+    /// The weight-gradient GEMM of its layer (input-gradient all-reduce /
+    /// reduce-scatter, launched asynchronously).
+    WeightGrad,
+    /// The input-gradient GEMM of its layer (SP's re-gather of the input).
+    InputGrad,
+}
+
+/// One TP collective of a block (or of the embedding or head) per micro-batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TpCollective {
+    /// Its pass.
+    pub pass: Pass,
+    /// Its kind.
+    pub kind: CollectiveKind,
+    /// Bytes of the full (gathered / reduced) tensor.
+    pub bytes: f64,
+    /// What it overlaps on the default path.
+    pub under: Under,
+}
+
+impl TpCollective {
+    /// Each rank's piece for the communication model: the whole tensor for
+    /// an all-reduce, its `1/t` share for an all-gather or reduce-scatter.
+    pub fn piece_bytes(&self, t: u32) -> f64 {
+        match self.kind {
+            CollectiveKind::AllReduce => self.bytes,
+            _ => self.bytes / t.max(1) as f64,
+        }
+    }
+}
+
+impl TensorParallel {
+    /// No tensor parallelism.
+    pub const NONE: TensorParallel = TensorParallel {
+        degree: 1,
+        sequence_parallel: false,
+        comm_overlap: false,
+    };
+
+    /// `degree` ranks, with or without SP, Megatron's default overlap.
+    pub fn new(degree: u32, sequence_parallel: bool) -> TensorParallel {
+        TensorParallel {
+            degree: degree.max(1),
+            sequence_parallel: sequence_parallel && degree > 1,
+            comm_overlap: false,
+        }
+    }
+
+    /// Whether blocks are split (`t > 1`).
+    pub fn is_on(&self) -> bool {
+        self.degree > 1
+    }
+
+    /// Checks the degree against `model` (Megatron's asserts): 1..=[`MAX_TP`],
+    /// dividing the query heads, the KV heads and the MLP width. `origin` /
+    /// `field` name where the degree came from.
+    pub fn check(
+        degree: u32,
+        model: &ModelSpec,
+        origin: &str,
+        field: &str,
+    ) -> Result<(), PlanError> {
+        let bad = |msg: String| Err(PlanError::invalid(origin, field, msg));
+        if degree == 0 || degree > MAX_TP {
+            return bad(format!(
+                "expected a TP degree in 1..={MAX_TP}, got {degree}"
+            ));
+        }
+        if degree == 1 {
+            return Ok(());
+        }
+        if model.family == Family::Vit {
+            return bad(format!(
+                "{} is a ViT: tensor parallelism is modelled for language models (vocabulary-parallel embedding and loss), use --tp 1",
+                model.name
+            ));
+        }
+        for (what, n) in [
+            ("attention heads", model.heads),
+            ("key/value heads", model.kv_heads),
+            ("MLP width", model.ffn),
+        ] {
+            if n % degree != 0 {
+                return bad(format!(
+                    "TP degree {degree} does not divide the {what} of {} ({n}): every rank needs an equal share (Megatron asserts it); use one of {}",
+                    model.name,
+                    crate::lists::runs(&degrees(model))
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parameters one rank holds of one block: the matmul weights over `t`
+    /// (and the column-parallel biases), the norms and the row-parallel
+    /// biases replicated.
+    pub fn block_params(&self, model: &ModelSpec) -> f64 {
+        let t = self.degree as f64;
+        let (h, kv, f) = (model.hidden as f64, model.kv_dim() as f64, model.ffn as f64);
+        let matmul = model.block_matmul_params() as f64;
+        let rest = model.params_per_block() as f64 - matmul;
+        // GPT / BERT biases: QKV (h + 2kv) and fc1 (f) column-parallel,
+        // out-projection and fc2 (h each) replicated, as are the norms.
+        let column_biases = if model.family.is_llama_like() {
+            0.0
+        } else {
+            h + 2.0 * kv + f
+        };
+        (matmul + column_biases) / t + (rest - column_biases)
+    }
+
+    /// Parameters one rank holds of the embedding: the word table over `t`
+    /// (vocabulary-parallel), learned positions and norms replicated.
+    pub fn embedding_params(&self, model: &ModelSpec) -> f64 {
+        let word = model.vocab as f64 * model.hidden as f64;
+        let all = model.embedding_params() as f64;
+        word / self.degree as f64 + (all - word)
+    }
+
+    /// Parameters one rank holds of the head: the output layer over `t`
+    /// (column-parallel over the vocabulary), the final norm replicated.
+    pub fn head_params(&self, model: &ModelSpec) -> f64 {
+        let lm = if model.tied_embeddings {
+            0.0
+        } else {
+            model.vocab as f64 * model.hidden as f64
+        };
+        let all = model.head_params() as f64;
+        lm / self.degree as f64 + (all - lm)
+    }
+
+    /// The TP collectives of one block on a micro-batch of `tokens` tokens
+    /// (`samples x tokens per sample`) in `dtype` (module docs); empty at `t = 1`.
+    pub fn block_collectives(
+        &self,
+        model: &ModelSpec,
+        tokens: f64,
+        dtype: Dtype,
+    ) -> Vec<TpCollective> {
+        if !self.is_on() {
+            return Vec::new();
+        }
+        let s = tokens * model.hidden as f64 * dtype.bytes();
+        let c = |pass, kind, under| TpCollective {
+            pass,
+            kind,
+            bytes: s,
+            under,
+        };
+        use CollectiveKind::*;
+        use Pass::*;
+        if self.sequence_parallel {
+            vec![
+                c(Forward, AllGather, Under::Nothing),
+                c(Forward, ReduceScatter, Under::Nothing),
+                c(Forward, AllGather, Under::Nothing),
+                c(Forward, ReduceScatter, Under::Nothing),
+                // Backward per sub-block: the output gradient gathered (the
+                // transpose of the forward's reduce-scatter), the input
+                // re-gathered for the weight gradient under the
+                // input-gradient GEMM, the input gradient reduce-scattered
+                // under the weight-gradient GEMM.
+                c(Backward, AllGather, Under::Nothing),
+                c(Backward, AllGather, Under::InputGrad),
+                c(Backward, ReduceScatter, Under::WeightGrad),
+                c(Backward, AllGather, Under::Nothing),
+                c(Backward, AllGather, Under::InputGrad),
+                c(Backward, ReduceScatter, Under::WeightGrad),
+            ]
+        } else {
+            vec![
+                c(Forward, AllReduce, Under::Nothing),
+                c(Forward, AllReduce, Under::Nothing),
+                c(Backward, AllReduce, Under::WeightGrad),
+                c(Backward, AllReduce, Under::WeightGrad),
+            ]
+        }
+    }
+
+    /// The TP collectives of the embedding on `tokens` tokens: the
+    /// vocabulary-parallel lookup's partial outputs all-reduced (or, with
+    /// SP, reduce-scattered along the sequence) in the forward; with SP the
+    /// output gradient all-gathered in the backward.
+    pub fn embedding_collectives(
+        &self,
+        model: &ModelSpec,
+        tokens: f64,
+        dtype: Dtype,
+    ) -> Vec<TpCollective> {
+        if !self.is_on() {
+            return Vec::new();
+        }
+        let s = tokens * model.hidden as f64 * dtype.bytes();
+        let c = |pass, kind| TpCollective {
+            pass,
+            kind,
+            bytes: s,
+            under: Under::Nothing,
+        };
+        if self.sequence_parallel {
+            vec![
+                c(Pass::Forward, CollectiveKind::ReduceScatter),
+                c(Pass::Backward, CollectiveKind::AllGather),
+            ]
+        } else {
+            vec![c(Pass::Forward, CollectiveKind::AllReduce)]
+        }
+    }
+
+    /// The TP collectives of the head on `tokens` tokens: with SP its input
+    /// all-gathered (forward) and its input gradient reduce-scattered
+    /// (backward), without SP the input gradient all-reduced (the
+    /// column-parallel output layer's `f`); the vocab-parallel
+    /// cross-entropy's three fp32 all-reduces of one value per token
+    /// (max, target logit, sum of exponentials) in the forward.
+    pub fn head_collectives(
+        &self,
+        model: &ModelSpec,
+        tokens: f64,
+        dtype: Dtype,
+    ) -> Vec<TpCollective> {
+        if !self.is_on() {
+            return Vec::new();
+        }
+        let s = tokens * model.hidden as f64 * dtype.bytes();
+        let c = |pass, kind, bytes| TpCollective {
+            pass,
+            kind,
+            bytes,
+            under: Under::Nothing,
+        };
+        let mut v = if self.sequence_parallel {
+            vec![
+                c(Pass::Forward, CollectiveKind::AllGather, s),
+                c(Pass::Backward, CollectiveKind::ReduceScatter, s),
+            ]
+        } else {
+            vec![c(Pass::Backward, CollectiveKind::AllReduce, s)]
+        };
+        v.extend((0..3).map(|_| c(Pass::Forward, CollectiveKind::AllReduce, 4.0 * tokens)));
+        v
+    }
+
+    /// Exposed time of `collectives` in one pass, ms: each priced by
+    /// `price` (kind, per-rank piece bytes) and hidden as the module docs
+    /// say behind a pass whose compute takes `pass_ms`, of which
+    /// `gemm_share` is each of the weight- and input-gradient GEMMs
+    /// (backward) or the GEMMs (forward, with `comm_overlap`).
+    pub fn exposed_ms(
+        &self,
+        collectives: &[TpCollective],
+        pass: Pass,
+        pass_ms: f64,
+        gemm_share: f64,
+        mut price: impl FnMut(CollectiveKind, f64) -> f64,
+    ) -> f64 {
+        let (mut exposed, mut under_w, mut under_i) = (0.0, 0.0, 0.0);
+        for c in collectives.iter().filter(|c| c.pass == pass) {
+            let ms = price(c.kind, c.piece_bytes(self.degree));
+            match (self.comm_overlap, c.under) {
+                (true, _) | (false, Under::WeightGrad) => under_w += ms,
+                (false, Under::InputGrad) => under_i += ms,
+                (false, Under::Nothing) => exposed += ms,
+            }
+        }
+        let gemm = pass_ms * gemm_share;
+        if self.comm_overlap {
+            // Chunked GEMMs hide the collectives of the whole pass.
+            return (under_w - pass_ms).max(0.0) + exposed;
+        }
+        exposed + (under_w - gemm).max(0.0) + (under_i - gemm).max(0.0)
+    }
+
+    /// A block's activation sizes on one rank (bytes, per sample or per
+    /// micro-batch alike), from the unsplit sizes `full` and the part of
+    /// them that stays replicated without SP, `replicated`
+    /// ([`replicated_activations`]): `replicated x (1/t with SP, else 1) +
+    /// (full - replicated) / t`. The head's logits are vocabulary-parallel
+    /// (`1/t` always).
+    pub fn activations(
+        &self,
+        full: &BlockActivations,
+        replicated: &BlockActivations,
+    ) -> BlockActivations {
+        if !self.is_on() {
+            return *full;
+        }
+        let t = self.degree as f64;
+        let keep = if self.sequence_parallel { 1.0 / t } else { 1.0 };
+        let f = |a: f64, r: f64| r.min(a) * keep + (a - r.min(a)) / t;
+        BlockActivations {
+            checkpoint: f(full.checkpoint, replicated.checkpoint),
+            saved_none: f(full.saved_none, replicated.saved_none),
+            saved_selective: f(full.saved_selective, replicated.saved_selective),
+            saved_attention: f(full.saved_attention, replicated.saved_attention),
+            grad_work: f(full.grad_work, replicated.grad_work),
+            nograd_work: f(full.nograd_work, replicated.nograd_work),
+            head_work: full.head_work / t,
+        }
+    }
+}
+
+/// The part of each of a block's activation sizes ([`BlockActivations::new`],
+/// per sample) that is replicated on every TP rank without SP: the tensors
+/// on the full hidden dimension outside the split layers. GPT/BERT: the two
+/// LayerNorm inputs, the QKV and fc1 inputs (`e*s*4h`) and the two 1-byte
+/// dropout masks after the row-parallel layers (`2*s*h`); LLaMA: per
+/// RMSNorm its fp32 input copy, normalised copy and output (`8*s*h +
+/// e*s*4h`). Op-level selective keeps the block input and (LLaMA) the
+/// row-parallel `down` output replicated; core-attention recompute keeps
+/// what `none` keeps outside the scores. Full recompute keeps the block
+/// input (replicated), a checkpointed forward holds the input, the
+/// intermediate gradients are split.
+pub fn replicated_activations(model: &ModelSpec, seq_len: u32, dtype: Dtype) -> BlockActivations {
+    let e = dtype.bytes();
+    let s = model.tokens_per_sample(seq_len) as f64;
+    let h = model.hidden as f64;
+    let none = if model.family.is_llama_like() {
+        8.0 * s * h + e * s * 4.0 * h
+    } else {
+        e * s * 4.0 * h
+            + if model.family.has_dropout() {
+                2.0 * s * h
+            } else {
+                0.0
+            }
+    };
+    let selective = if model.family.is_llama_like() {
+        e * s * 2.0 * h
+    } else {
+        e * s * h
+    };
+    BlockActivations {
+        checkpoint: e * s * h,
+        saved_none: none,
+        saved_selective: selective,
+        saved_attention: none,
+        grad_work: 0.0,
+        nograd_work: e * s * h,
+        head_work: 0.0,
+    }
+}
+
+/// The TP degrees `model` can run: every `t` in 2..=[`MAX_TP`] dividing
+/// its query heads, KV heads and MLP width, ascending (with 1 first).
+pub fn degrees(model: &ModelSpec) -> Vec<u32> {
+    (1..=MAX_TP)
+        .filter(|&t| {
+            model.heads.is_multiple_of(t)
+                && model.kv_heads.is_multiple_of(t)
+                && model.ffn.is_multiple_of(t)
+        })
+        .collect()
+}
+
+/// The share of a block's backward compute in each of its two GEMM
+/// families (weight gradients, input gradients), from FLOPs: the linear
+/// layers' `2 x matmul params x tokens` each, against the attention
+/// core's backward (twice the forward's score FLOPs, half of them skipped
+/// under a causal mask). What the default overlap hides behind, and the
+/// weight-gradient part zero-bubble schedules split off.
+pub fn weight_grad_share(model: &ModelSpec, seq_len: u32) -> f64 {
+    let s = model.tokens_per_sample(seq_len) as f64;
+    let linear = 2.0 * model.block_matmul_params() as f64 * s;
+    let score =
+        4.0 * s * s * model.hidden as f64 * if model.family.is_causal() { 0.5 } else { 1.0 };
+    linear / (2.0 * linear + 2.0 * score)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ModelCatalog;
+    use crate::strategy::Attention;
+
+    fn model(name: &str) -> ModelSpec {
+        ModelCatalog::builtin()
+            .lookup(name, "test")
+            .unwrap()
+            .clone()
+    }
+
+    #[test]
+    fn degrees_divide_heads_kv_heads_and_ffn() {
+        let m = model("llama2-70b");
+        assert_eq!(degrees(&m), vec![1, 2, 4, 8]);
+        assert!(TensorParallel::check(8, &m, "x", "tp").is_ok());
+        let e = TensorParallel::check(16, &m, "x", "tp")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("key/value heads"), "{e}");
+    }
+
+    /// Korthikanti et al. 2022, Table 2 / section 4: per-rank activation
+    /// bytes per layer of a GPT block (16-bit, dropout, ffn = 4h, kv = h).
+    #[test]
+    fn per_rank_activations_are_korthikantis_formulas() {
+        let m = model("gpt-2.7b");
+        assert_eq!((m.ffn, m.kv_heads), (4 * m.hidden, m.heads));
+        let seq = 2048;
+        let (s, h, a) = (seq as f64, m.hidden as f64, m.heads as f64);
+        let full = BlockActivations::new(&m, seq, Dtype::Fp16, Attention::Eager);
+        let rep = replicated_activations(&m, seq, Dtype::Fp16);
+        let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * y;
+        assert!(close(full.saved_none, s * h * (34.0 + 5.0 * a * s / h)));
+        for t in [2u32, 4, 8] {
+            let tf = t as f64;
+            let plain = TensorParallel::new(t, false).activations(&full, &rep);
+            let sp = TensorParallel::new(t, true).activations(&full, &rep);
+            assert!(close(
+                plain.saved_none,
+                s * h * (10.0 + 24.0 / tf + 5.0 * a * s / (h * tf))
+            ));
+            assert!(close(
+                sp.saved_none,
+                s * h * (34.0 / tf + 5.0 * a * s / (h * tf))
+            ));
+            // Selective (core attention) recompute: the 5as^2 term goes.
+            assert!(close(plain.saved_attention, s * h * (10.0 + 24.0 / tf)));
+            assert!(close(sp.saved_attention, s * h * 34.0 / tf));
+            // Full recompute keeps the 2sbh input, /t with SP.
+            assert!(close(plain.checkpoint, 2.0 * s * h));
+            assert!(close(sp.checkpoint, 2.0 * s * h / tf));
+        }
+    }
+
+    /// Shoeybi et al. section 3 / Korthikanti section 4.2: per layer 4
+    /// all-reduces of `sbh` without SP; with SP 4 all-gathers + 2
+    /// reduce-scatters... of which 2 are re-gathers.
+    #[test]
+    fn block_collectives_are_megatrons() {
+        let m = model("gpt-2.7b");
+        let tokens = 4.0 * 2048.0;
+        let bytes = tokens * m.hidden as f64 * 2.0;
+        let count = |v: &[TpCollective], p: Pass, k: CollectiveKind| {
+            v.iter().filter(|c| c.pass == p && c.kind == k).count()
+        };
+        let plain = TensorParallel::new(4, false).block_collectives(&m, tokens, Dtype::Fp16);
+        assert_eq!(plain.len(), 4);
+        assert_eq!(count(&plain, Pass::Forward, CollectiveKind::AllReduce), 2);
+        assert_eq!(count(&plain, Pass::Backward, CollectiveKind::AllReduce), 2);
+        let sp = TensorParallel::new(4, true).block_collectives(&m, tokens, Dtype::Fp16);
+        assert_eq!(count(&sp, Pass::Forward, CollectiveKind::AllGather), 2);
+        assert_eq!(count(&sp, Pass::Forward, CollectiveKind::ReduceScatter), 2);
+        assert_eq!(count(&sp, Pass::Backward, CollectiveKind::AllGather), 4);
+        assert_eq!(count(&sp, Pass::Backward, CollectiveKind::ReduceScatter), 2);
+        assert!(plain.iter().chain(&sp).all(|c| c.bytes == bytes));
+        // Ring bytes per rank: SP's forward equals the all-reduces'.
+        let ring = |v: &[TpCollective], p: Pass| -> f64 {
+            v.iter()
+                .filter(|c| c.pass == p)
+                .map(|c| match c.kind {
+                    CollectiveKind::AllReduce => 2.0 * 3.0 / 4.0 * c.bytes,
+                    _ => 3.0 / 4.0 * c.bytes,
+                })
+                .sum()
+        };
+        assert_eq!(ring(&plain, Pass::Forward), ring(&sp, Pass::Forward));
+        assert_eq!(
+            ring(&sp, Pass::Backward),
+            1.5 * ring(&plain, Pass::Backward)
+        );
+        assert!(TensorParallel::NONE
+            .block_collectives(&m, tokens, Dtype::Fp16)
+            .is_empty());
+    }
+
+    #[test]
+    fn rank_parameters_add_up_to_the_block() {
+        for name in ["gpt-2.7b", "llama2-70b"] {
+            let m = model(name);
+            for &t in &degrees(&m) {
+                let tp = TensorParallel::new(t, false);
+                let all = m.params_per_block() as f64;
+                let per = tp.block_params(&m);
+                assert!(per * t as f64 >= all - 1e-6 && per <= all, "{name} t={t}");
+                // Replicated parts are small: under 1% of the block.
+                assert!(per * t as f64 <= all * 1.01 * (t as f64).max(1.0));
+            }
+        }
+    }
+}
