@@ -76,7 +76,8 @@ pub struct ShapeArgs {
     /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
     #[arg(long, conflicts_with_all = ["plan", "batch"], value_parser = parse_schedule)]
     pub pp_schedule: Option<sim::plan::pipeline::PipeSchedule>,
-    /// Model chunks per GPU of the interleaved schedule.
+    /// Model chunks per GPU of the interleaved schedule (default 2 with
+    /// `--pp-schedule interleaved`).
     #[arg(long, conflicts_with_all = ["plan", "batch"])]
     pub virtual_stages: Option<u32>,
     /// Samples per micro-batch of one data-parallel replica; micro-batches
@@ -122,7 +123,15 @@ impl ShapeArgs {
             pp: self.pp.unwrap_or(d.pp),
             sequence_parallel: self.sequence_parallel,
             schedule: self.pp_schedule.unwrap_or(d.schedule),
-            virtual_stages: self.virtual_stages.unwrap_or(d.virtual_stages),
+            // The interleaved schedule's default: two chunks per GPU (torch's
+            // looped schedules' default; Megatron needs at least two).
+            virtual_stages: self.virtual_stages.unwrap_or(
+                if self.pp_schedule == Some(sim::plan::pipeline::PipeSchedule::Interleaved) {
+                    2
+                } else {
+                    d.virtual_stages
+                },
+            ),
             microbatch_size: self.microbatch_size.unwrap_or(d.microbatch_size),
             tp_comm_overlap: self.tp_comm_overlap,
             tp_across_nodes: self.tp_across_nodes,

@@ -192,12 +192,15 @@ impl<'a> PipeCosts<'a> {
                     tp_map
                         .entry((s, j, hi - lo))
                         .or_insert_with(|| tp_times(costs, &tp, &group, hi - lo, f, b));
-                    if s + 1 == p {
+                    // With model chunks the last stage feeds the first
+                    // stage's next chunk.
+                    if s + 1 == p && pipe.chunks() == 1 {
                         continue;
                     }
-                    let next = &pipe.stages[s + 1];
-                    let ntp = pipe.tensor(s + 1);
-                    for (h, ov, recv_n) in pipe.overlaps(s + 1, size, lo, hi) {
+                    let ns = (s + 1) % p;
+                    let next = &pipe.stages[ns];
+                    let ntp = pipe.tensor(ns);
+                    for (h, ov, recv_n) in pipe.overlaps(ns, size, lo, hi) {
                         for &to in next.group(h) {
                             rows.add(to as usize, recv_n, &ntp)?;
                         }

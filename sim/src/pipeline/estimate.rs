@@ -46,6 +46,9 @@ pub struct GroupCost {
     pub block_ms: f64,
     /// Forward of one block, ms (slowest GPU).
     pub block_fwd_ms: f64,
+    /// The weight-gradient part of one block's backward, ms (slowest GPU;
+    /// what a zero-bubble schedule defers).
+    pub block_w_ms: f64,
     /// Embedding forward, ms.
     pub embed_fwd_ms: f64,
     /// Head forward, ms.
@@ -64,6 +67,9 @@ pub struct GroupCost {
     pub head_work_bytes: f64,
     /// A block's input (one transfer buffer), bytes.
     pub input_bytes: f64,
+    /// What a block holds between its input-gradient and weight-gradient
+    /// parts under a zero-bubble schedule (all but the score tensors), bytes.
+    pub w_held_bytes: f64,
     /// Usable memory of the group's smallest GPU, bytes.
     pub usable_bytes: f64,
     /// Physical bytes of one slice's activations (what a transfer moves).
@@ -82,6 +88,21 @@ pub fn group_cost(
     n: u32,
     tp: &TensorParallel,
 ) -> Result<GroupCost, PlanError> {
+    group_cost_with(costs, strategy, rows, ranks, n, tp, None)
+}
+
+/// [`group_cost`] with the fraction of blocks recomputed in full given
+/// (`every_full`: a stage's own share under `every:K`, instead of `1/K`).
+#[allow(clippy::too_many_arguments)]
+pub fn group_cost_with(
+    costs: &CostModel,
+    strategy: &Strategy,
+    rows: &mut Rows<'_>,
+    ranks: &[usize],
+    n: u32,
+    tp: &TensorParallel,
+    every_full: Option<f64>,
+) -> Result<GroupCost, PlanError> {
     debug_assert_eq!(rows.attention(), strategy.attention);
     let ck = strategy.checkpointing;
     // Fraction of blocks recomputed in full (every:K: 1/K), selective.
@@ -89,10 +110,11 @@ pub fn group_cost(
         Checkpointing::None => (0.0, false),
         Checkpointing::Full => (1.0, false),
         Checkpointing::Selective | Checkpointing::SelectiveAttention => (0.0, true),
-        Checkpointing::Every(k) => (1.0 / k.max(1) as f64, false),
+        Checkpointing::Every(k) => (every_full.unwrap_or(1.0 / k.max(1) as f64), false),
     };
     let mut out: Option<GroupCost> = None;
     let mut bwd_ms = 0.0f64;
+    let w_share = crate::tensor::weight_grad_share(&costs.workload.model, costs.workload.seq_len);
     for &r in ranks {
         let mc = rows.add(r, n, tp)?;
         bwd_ms = bwd_ms.max(mc.b_blk.as_ms());
@@ -125,6 +147,7 @@ pub fn group_cost(
         );
         let g = GroupCost {
             block_ms: ms(mc.f_blk) + re + ms(mc.b_blk),
+            block_w_ms: ms(mc.b_blk) * w_share,
             block_fwd_ms: ms(mc.f_blk),
             embed_fwd_ms: ms(mc.f_emb),
             head_fwd_ms: ms(mc.f_head),
@@ -134,6 +157,7 @@ pub fn group_cost(
             block_work_bytes: work,
             head_work_bytes: a.head_work + a.checkpoint,
             input_bytes: a.checkpoint,
+            w_held_bytes: a.saved_attention,
             usable_bytes: costs.usable_gib(r) * GIB,
             transfer_bytes: costs.block_output_bytes(n)
                 / if tp.sequence_parallel {
@@ -147,6 +171,7 @@ pub fn group_cost(
             Some(o) => GroupCost {
                 block_ms: o.block_ms.max(g.block_ms),
                 block_fwd_ms: o.block_fwd_ms.max(g.block_fwd_ms),
+                block_w_ms: o.block_w_ms.max(g.block_w_ms),
                 embed_fwd_ms: o.embed_fwd_ms.max(g.embed_fwd_ms),
                 head_fwd_ms: o.head_fwd_ms.max(g.head_fwd_ms),
                 embed_ms: o.embed_ms.max(g.embed_ms),
@@ -200,14 +225,24 @@ pub fn group_cost(
 }
 
 /// Where a stage sits: first, last, in-flight micro-batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Place {
     /// Holds the embedding.
     pub first: bool,
     /// Holds the head.
     pub last: bool,
     /// Micro-batches whose activations it holds at once.
-    pub in_flight: u32,
+    pub in_flight: f64,
+    /// Micro-batches whose weight-gradient parts wait at once beyond those
+    /// in flight (zero-bubble schedules: stage `s` defers up to `s`).
+    pub pending_w: f64,
+    /// Zero-bubble: at most this many pending while another runs its
+    /// backward (the distinct micro-batches held, less one).
+    pub pending_w_max: f64,
+    /// The schedule splits the backward (zero-bubble).
+    pub zero_bubble: bool,
+    /// The stage holds several model chunks (interleaved).
+    pub chunked: bool,
 }
 
 /// Per-micro-batch time of a stage of `blocks` blocks, ms.
@@ -238,7 +273,26 @@ pub fn stage_peak_bytes(
     // The head keeps its logits (and their gradient buffer) from its
     // forward to its backward: once per micro-batch in flight.
     let head = if at.last { g.head_work_bytes } else { 0.0 };
-    let held = at.in_flight as f64 * (blocks as f64 * g.held_bytes + head);
+    // Interleaved: the head's chunk runs each micro-batch's forward and
+    // backward back to back (one set of logits at a time).
+    let heads = if at.chunked { 1.0 } else { at.in_flight };
+    let mut held = at.in_flight * blocks as f64 * g.held_bytes + heads * head;
+    if at.zero_bubble {
+        // Zero-bubble: the deferred weight-gradient parts, and in the
+        // running backward the blocks whose input-gradient part is done
+        // keeping what their weight gradients need. Where a pending one
+        // holds more than one in flight (recomputed blocks), as many
+        // pending as can be while one runs.
+        let extra = (g.w_held_bytes - g.held_bytes).max(0.0);
+        let pending = if extra > 0.0 {
+            let swap = (at.pending_w_max - at.pending_w).max(0.0);
+            held -= swap * blocks as f64 * g.held_bytes;
+            at.pending_w_max
+        } else {
+            at.pending_w
+        };
+        held += blocks as f64 * (pending * g.w_held_bytes + extra);
+    }
     let work = g.block_work_bytes;
     super::state_bytes(costs, strategy, params, d) + held + g.input_bytes + work
 }
@@ -307,11 +361,29 @@ pub fn params(costs: &CostModel, k: u32, at: Place, tp: &TensorParallel) -> f64 
 }
 
 /// Stage `s` of `p` under `schedule` with `m` micro-batches.
-pub fn place(schedule: PipeSchedule, p: usize, s: usize, m: u32) -> Place {
+pub fn place(schedule: PipeSchedule, p: usize, s: usize, m: u32, v: u32) -> Place {
     Place {
         first: s == 0,
         last: s + 1 == p,
-        in_flight: schedule.in_flight(p, s, m),
+        in_flight: schedule.in_flight(p, s, m, v),
+        // Distinct micro-batches: no more pending than are not in flight.
+        pending_w: if schedule.splits_backward() {
+            let in_flight = schedule.in_flight(p, s, m, v) as usize;
+            s.min((m as usize).saturating_sub(in_flight)) as f64
+        } else {
+            0.0
+        },
+        pending_w_max: if schedule.splits_backward() {
+            let in_flight = schedule.in_flight(p, s, m, v) as usize;
+            let distinct = (in_flight + s).min(m as usize);
+            s.min(distinct.saturating_sub(1)) as f64
+        } else {
+            0.0
+        },
+        zero_bubble: schedule.splits_backward(),
+        // (with m = p Megatron runs every forward first: no interleaving
+        // of the head's passes)
+        chunked: schedule == PipeSchedule::Interleaved && v > 1 && m as usize != p,
     }
 }
 
@@ -327,14 +399,25 @@ pub fn estimate_ms(
     counts: &[u32],
     m: u32,
     schedule: PipeSchedule,
+    v: u32,
 ) -> f64 {
     let p = groups.len();
-    let at: Vec<Place> = (0..p).map(|s| place(schedule, p, s, m)).collect();
+    let at: Vec<Place> = (0..p).map(|s| place(schedule, p, s, m, v)).collect();
     let t: Vec<f64> = (0..p)
         .map(|s| stage_ms(&st.costs[s], counts[s], at[s]))
         .collect();
     let f: Vec<f64> = (0..p)
         .map(|s| stage_fwd_ms(&st.costs[s], counts[s], at[s]))
+        .collect();
+    // Zero-bubble: each stage's weight-gradient parts per micro-batch.
+    let w: Vec<f64> = (0..p)
+        .map(|s| {
+            if schedule.splits_backward() {
+                counts[s] as f64 * st.costs[s].block_w_ms
+            } else {
+                0.0
+            }
+        })
         .collect();
     let steady = match schedule {
         // Every forward, then every backward: two pipelines in a row.
@@ -352,21 +435,53 @@ pub fn estimate_ms(
         // period), the stages before it filling and draining, and the round
         // trip through the stages after it, less what its warm-up forwards
         // hide.
-        PipeSchedule::OneFOneB => {
+        PipeSchedule::OneFOneB | PipeSchedule::ZbH1 => {
+            // ZB-H1: the deferred weight-gradient parts fill the bubbles,
+            // each other stage's `W` and as much again as its forward
+            // allows (`(p - 1)(T_F + T_B - T_W)` on identical stages).
+            // The second part needs later micro-batches' forwards (with
+            // fewer than p only m - 1 of the p - 1 others get it) and stages
+            // as fast as the pacing one: counted only for stages of equal
+            // time (within 5%), so an unbalanced pipeline is not promised
+            // the identical stages' saving.
+            let later = if p > 1 {
+                (m.saturating_sub(1) as f64 / (p - 1) as f64).min(1.0)
+            } else {
+                0.0
+            };
+            let tmax = t.iter().copied().fold(0.0, f64::max);
+            let tmin = t.iter().copied().fold(f64::INFINITY, f64::min);
+            let balanced = if tmin >= 0.95 * tmax { 1.0 } else { 0.0 };
+            let filled: Vec<f64> = (0..p)
+                .map(|s| w[s] + balanced * later * w[s].min(f[s]))
+                .collect();
+            // Stage 0 defers nothing: its last `W` ends the iteration.
+            let all_filled: f64 = filled.iter().skip(1).sum();
             let mut steady = 0.0f64;
             let (mut before, mut after) = (0.0, t.iter().sum::<f64>());
             for s in 0..p {
                 after -= t[s];
                 let period = t[s].max(st.comm_ms[s]);
-                let hidden = (at[s].in_flight.saturating_sub(1)) as f64 * f[s];
-                let span = (m.saturating_sub(1)) as f64 * period
-                    + t[s]
-                    + before
-                    + (after - hidden).max(0.0);
+                let hidden = (at[s].in_flight - 1.0).max(0.0) * f[s];
+                let bubble = (before + (after - hidden).max(0.0) - all_filled).max(0.0);
+                let span = (m.saturating_sub(1)) as f64 * period + t[s] + bubble;
                 steady = steady.max(span);
                 before += t[s];
             }
             steady
+        }
+        // Interleaved: each stage as the pacing one, its m micro-batches
+        // (its chunks send v times as often), the others' fill and drain
+        // cut into v chunks (`(p - 1) / (v m)` on identical stages).
+        PipeSchedule::Interleaved => {
+            let vf = v.max(1) as f64;
+            let total: f64 = t.iter().sum();
+            (0..p)
+                .map(|s| {
+                    let period = t[s].max(vf * st.comm_ms[s]);
+                    m as f64 * period + (total - t[s]) / vf
+                })
+                .fold(0.0, f64::max)
         }
     };
     let fill: f64 = st.comm_ms[..p.saturating_sub(1)].iter().sum();
@@ -375,51 +490,78 @@ pub fn estimate_ms(
     let mut tail = 0.0f64;
     let mut earlier = 0.0;
     for s in 0..p {
-        // The data-parallel group of the first TP rank.
-        let g: Vec<usize> = groups[s]
-            .iter()
-            .step_by(tps[s].degree.max(1) as usize)
-            .copied()
-            .collect();
-        let g = &g;
         let prm = params(costs, counts[s], at[s], &tps[s]);
+        let (sync, opt) = stage_sync_ms(costs, strategy, &groups[s], tps[s].degree, prm);
+        // Under zero-bubble the input-gradient chain moves on without the
+        // weight-gradient parts, which each stage still runs before its
+        // sync (stage 0's ends the steady part).
+        tail = tail.max(sync + opt + w[s] - w[0] - earlier);
+        earlier += t[s] - f[s] - w[s];
+    }
+    steady + fill + tail
+}
+
+/// The gradient synchronisation and optimizer step of a stage whose GPUs
+/// `stage` (TP groups of `t`) each hold `prm` parameters, ms: per TP rank
+/// its data-parallel group's collectives (`none`: all-reduce; `grad-op`:
+/// reduce-scatter + all-gather), the slowest of the distinct group shapes,
+/// times the groups sharing a NIC ([`nic_sharing`]); and the slowest
+/// optimizer step.
+fn stage_sync_ms(
+    costs: &CostModel,
+    strategy: &Strategy,
+    stage: &[usize],
+    t: u32,
+    prm: f64,
+) -> (f64, f64) {
+    let tu = t.max(1) as usize;
+    let c = &costs.workload.cluster;
+    let mut seen = std::collections::HashSet::new();
+    let (mut sync, mut opt) = (0.0f64, 0.0f64);
+    for i in 0..tu.min(stage.len()) {
+        let g: Vec<usize> = stage.iter().skip(i).step_by(tu).copied().collect();
+        let n0 = c.gpus[g[0]].node;
+        let key: Vec<(usize, isize)> = g
+            .iter()
+            .map(|&r| (costs.rank_type[r], c.gpus[r].node as isize - n0 as isize))
+            .collect();
+        if !seen.insert(key) {
+            continue;
+        }
         let d = g.len();
-        let sync = if d < 2 {
-            0.0
-        } else {
-            match strategy.sharding {
-                Sharding::NoShard => costs.group_collective_ms(
-                    CollectiveKind::AllReduce,
-                    g,
-                    &vec![prm * strategy.reduce_dtype.bytes(); d],
-                ),
-                _ => {
-                    let piece = prm / d as f64;
-                    costs.group_collective_ms(
-                        CollectiveKind::ReduceScatter,
-                        g,
-                        &vec![piece * strategy.reduce_dtype.bytes(); d],
-                    ) + costs.group_collective_ms(
-                        CollectiveKind::AllGather,
-                        g,
-                        &vec![piece * strategy.param_dtype.bytes(); d],
-                    )
-                }
-            }
-        };
-        let sync = sync * nic_sharing(costs, &groups[s], g, tps[s].degree);
         let local = match strategy.sharding {
             Sharding::NoShard => prm,
             _ => prm / d as f64,
         };
-        let opt = g
+        opt = g
             .iter()
             .map(|&r| costs.optimizer_ms(r, local))
-            .fold(0.0, f64::max);
-        tail = tail.max(sync + opt - earlier);
-        earlier += t[s] - f[s];
+            .fold(opt, f64::max);
+        if d < 2 {
+            continue;
+        }
+        let ms = match strategy.sharding {
+            Sharding::NoShard => costs.group_collective_ms(
+                CollectiveKind::AllReduce,
+                &g,
+                &vec![prm * strategy.reduce_dtype.bytes(); d],
+            ),
+            _ => {
+                let piece = prm / d as f64;
+                costs.group_collective_ms(
+                    CollectiveKind::ReduceScatter,
+                    &g,
+                    &vec![piece * strategy.reduce_dtype.bytes(); d],
+                ) + costs.group_collective_ms(
+                    CollectiveKind::AllGather,
+                    &g,
+                    &vec![piece * strategy.param_dtype.bytes(); d],
+                )
+            }
+        };
+        sync = sync.max(ms * nic_sharing(costs, stage, &g, t));
     }
-    steady + fill + tail
+    (sync, opt)
 }
 
 /// How many of a stage's `t` data-parallel groups (one per TP rank, all
@@ -469,13 +611,35 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
         .unwrap_or(1);
     let tps: Vec<TensorParallel> = (0..pipe.depth()).map(|s| pipe.tensor(s)).collect();
     let mut rows = Rows::new(costs, &plan.strategy);
-    let st = staged(costs, &plan.strategy, &mut rows, &groups, &tps, largest)?;
+    let mut st = staged(costs, &plan.strategy, &mut rows, &groups, &tps, largest)?;
+    if let Checkpointing::Every(_) = plan.strategy.checkpointing {
+        // A plan's stages know their blocks: each its own share of
+        // recomputed blocks, not the average 1/K.
+        for (s, g) in groups.iter().enumerate() {
+            let first = pipe.first_block(s);
+            let blocks = pipe.stages[s].blocks;
+            let full = (first..first + blocks)
+                .filter(|&b| plan.strategy.checkpointing.block(b) == Recompute::Full)
+                .count() as f64
+                / blocks.max(1) as f64;
+            let d = pipe.stages[s].dp().max(1) as u32;
+            st.costs[s] = group_cost_with(
+                costs,
+                &plan.strategy,
+                &mut rows,
+                g,
+                largest.div_ceil(d),
+                &tps[s],
+                Some(full),
+            )?;
+        }
+    }
     let counts: Vec<u32> = pipe.stages.iter().map(|s| s.blocks).collect();
     let m = pipe.microbatches;
     let p = pipe.depth();
     let peak_bytes = (0..p)
         .map(|s| {
-            let at = place(pipe.schedule, p, s, m);
+            let at = place(pipe.schedule, p, s, m, pipe.chunks());
             stage_peak_bytes(
                 costs,
                 &plan.strategy,
@@ -497,6 +661,7 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
             &counts,
             m,
             pipe.schedule,
+            pipe.chunks(),
         ),
         peak_bytes,
     })

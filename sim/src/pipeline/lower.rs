@@ -80,7 +80,12 @@ pub fn ops_estimate(pipe: &Pipeline) -> u64 {
             } else {
                 0
             };
-            s.gpus.len() as u64 * (3 * s.blocks as u64 + 8) + tp_ops
+            let per_block = if pipe.schedule.splits_backward() {
+                4
+            } else {
+                3
+            };
+            s.gpus.len() as u64 * (per_block * s.blocks as u64 + 8 * pipe.chunks() as u64) + tp_ops
         })
         .sum();
     per.saturating_mul(pipe.microbatches as u64)
@@ -103,6 +108,7 @@ struct Labels {
     all_gather: OpLabel,
     tp_fwd: OpLabel,
     tp_bwd: OpLabel,
+    wgrad: OpLabel,
 }
 
 impl Labels {
@@ -124,6 +130,7 @@ impl Labels {
             all_gather: g.label(Category::AllGather, "stage_all_gather"),
             tp_fwd: g.label(Category::AllReduce, "tp_forward"),
             tp_bwd: g.label(Category::AllReduce, "tp_backward"),
+            wgrad: g.label(Category::Backward, "bwd_weight"),
         }
     }
 }
@@ -159,7 +166,7 @@ pub fn lower_into<S: Sink>(
     g: &mut S,
 ) -> Result<LoweredParts, PlanError> {
     let (p, m) = (pipe.depth(), pipe.microbatches);
-    let order = topological(pipe.schedule, p, m).ok_or_else(|| {
+    let order = topological(pipe.schedule, p, m, pipe.chunks()).ok_or_else(|| {
         PlanError::invalid(
             "plan",
             "pipeline.schedule",
@@ -169,12 +176,14 @@ pub fn lower_into<S: Sink>(
     let labels = Labels::intern(g);
     let table = PipeCosts::new(costs, plan, pipe)?;
     let mut walk = Walk::new(costs, plan, pipe, table, labels, contention, g);
-    // Every stage's forwards and backwards, each on every replica of the stage.
-    for (s, action) in order {
-        for j in 0..pipe.stages[s].dp() {
+    // Every virtual stage's forwards and backwards, each on every replica
+    // of its physical stage.
+    for (x, action) in order {
+        for j in 0..pipe.stages[x % p].dp() {
             match action {
-                Action::Fwd(k) => walk.forward(s, j, k),
-                Action::Bwd(k) => walk.backward(s, j, k),
+                Action::Fwd(k) => walk.forward(x, j, k),
+                Action::Bwd(k) => walk.backward(x, j, k),
+                Action::Wgt(k) => walk.weight(x, j, k),
             }
         }
     }
@@ -213,7 +222,9 @@ impl Inbox {
 /// One replica's slice of one micro-batch: where it sits, its TP group and
 /// their rows of the cost table.
 struct Slice {
-    /// Its stage.
+    /// Its virtual stage (its stage when `v = 1`).
+    x: usize,
+    /// Its physical stage.
     s: usize,
     /// Its replica (TP group) in the stage.
     j: usize,
@@ -244,8 +255,14 @@ struct Walk<'a, S: Sink> {
     contention: bool,
     /// Samples of each micro-batch.
     sizes: Vec<u32>,
-    /// Per stage: the GPUs of the stages before it (slot numbering).
+    /// Per virtual stage: the GPUs of the virtual stages before it (slot
+    /// numbering).
     gpus_before: Vec<usize>,
+    /// Physical stages `p`.
+    p: usize,
+    /// Share of a block's backward in its weight-gradient part (split off
+    /// by zero-bubble schedules, else 0).
+    w_share: f64,
     act_in: Inbox,
     grad_in: Inbox,
     last_compute: Vec<Option<OpId>>,
@@ -263,11 +280,17 @@ impl<'a, S: Sink> Walk<'a, S> {
         contention: bool,
         g: &'a mut S,
     ) -> Walk<'a, S> {
-        let gpus_before: Vec<usize> = (0..pipe.depth())
-            .map(|s| pipe.stages[..s].iter().map(|x| x.gpus.len()).sum())
+        let p = pipe.depth();
+        let gpus_before: Vec<usize> = (0..=pipe.virtual_depth())
+            .map(|x| (0..x).map(|y| pipe.stages[y % p].gpus.len()).sum())
             .collect();
-        let slots =
-            pipe.stages.iter().map(|x| x.gpus.len()).sum::<usize>() * pipe.microbatches as usize;
+        let slots = gpus_before[pipe.virtual_depth()] * pipe.microbatches as usize;
+        let w = &costs.workload;
+        let w_share = if pipe.schedule.splits_backward() {
+            crate::tensor::weight_grad_share(&w.model, w.seq_len)
+        } else {
+            0.0
+        };
         Walk {
             costs,
             plan,
@@ -277,6 +300,8 @@ impl<'a, S: Sink> Walk<'a, S> {
             contention,
             sizes: pipe.micro_sizes(costs.workload.global_batch),
             gpus_before,
+            p,
+            w_share,
             act_in: Inbox::new(slots),
             grad_in: Inbox::new(slots),
             last_compute: vec![None; costs.ranks()],
@@ -285,23 +310,26 @@ impl<'a, S: Sink> Walk<'a, S> {
         }
     }
 
-    /// The slot of the GPU at index `pos` of stage `s`'s list in micro-batch `k`.
-    fn slot(&self, s: usize, pos: usize, k: u32) -> usize {
-        (self.gpus_before[s] + pos) * self.pipe.microbatches as usize + k as usize
+    /// The slot of the GPU at index `pos` of virtual stage `x`'s list in
+    /// micro-batch `k`.
+    fn slot(&self, x: usize, pos: usize, k: u32) -> usize {
+        (self.gpus_before[x] + pos) * self.pipe.microbatches as usize + k as usize
     }
 
-    /// Replica `j` of stage `s`'s slice of micro-batch `k`.
-    fn slice(&self, s: usize, j: usize, k: u32) -> Slice {
+    /// Replica `j` of virtual stage `x`'s slice of micro-batch `k`.
+    fn slice(&self, x: usize, j: usize, k: u32) -> Slice {
+        let s = x % self.p;
         let st = &self.pipe.stages[s];
         let tp = self.pipe.tensor(s);
         let t = tp.degree as usize;
         let ranks = st.group(j).to_vec();
         let (lo, hi) = Pipeline::slice(self.sizes[k as usize], st.dp(), j);
         Slice {
+            x,
             s,
             j,
             k,
-            here: (0..t).map(|i| self.slot(s, j * t + i, k)).collect(),
+            here: (0..t).map(|i| self.slot(x, j * t + i, k)).collect(),
             mc: ranks
                 .iter()
                 .map(|&r| *self.table.row(r as usize, hi - lo, &tp))
@@ -313,10 +341,15 @@ impl<'a, S: Sink> Walk<'a, S> {
         }
     }
 
-    /// The first and last block of stage `s`.
-    fn blocks(&self, s: usize) -> (u32, u32) {
-        let first = self.pipe.first_block(s);
-        (first, first + self.pipe.stages[s].blocks - 1)
+    /// The first and last block of virtual stage `x`.
+    fn blocks(&self, x: usize) -> (u32, u32) {
+        let first = self.pipe.virtual_first_block(x);
+        (first, first + self.pipe.virtual_blocks(x) - 1)
+    }
+
+    /// Whether virtual stage `x` is the last (it holds the head).
+    fn is_last(&self, x: usize) -> bool {
+        x + 1 == self.pipe.virtual_depth()
     }
 
     /// A compute op on `rank` (its last so far).
@@ -371,9 +404,9 @@ impl<'a, S: Sink> Walk<'a, S> {
     /// embedding (first stage), its blocks, then the head (last stage) or
     /// the sends to the next stage; each step on every TP rank, then its
     /// TP communication.
-    fn forward(&mut self, s: usize, j: usize, k: u32) {
-        let x = self.slice(s, j, k);
-        let (first, last) = self.blocks(s);
+    fn forward(&mut self, v: usize, j: usize, k: u32) {
+        let x = self.slice(v, j, k);
+        let (first, last) = self.blocks(v);
         let mut deps: Vec<Vec<OpId>> = x
             .here
             .iter()
@@ -382,7 +415,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         let none = MemChange::end(0, 0);
         // The first stage's input is the embedding's output; a later
         // stage's arrived with the transfers.
-        if s == 0 {
+        if v == 0 {
             let label = at(self.lb.embed_fwd, 0, k);
             let done = self.step(
                 &x,
@@ -428,7 +461,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             .iter()
             .map(|&r| self.last_compute[r as usize].expect("a stage has at least one block"))
             .collect();
-        if s + 1 == self.pipe.depth() {
+        if self.is_last(v) {
             let label = at(self.lb.head_fwd, self.costs.workload.model.layers + 1, k);
             self.step(
                 &x,
@@ -454,10 +487,10 @@ impl<'a, S: Sink> Walk<'a, S> {
     /// head (last stage), per block in reverse its recompute and backward,
     /// then the embedding (first stage) or the sends to the previous
     /// stage; each step on every TP rank, then its TP communication.
-    fn backward(&mut self, s: usize, j: usize, k: u32) {
-        let x = self.slice(s, j, k);
-        let (first, last) = self.blocks(s);
-        let is_first = s == 0;
+    fn backward(&mut self, v: usize, j: usize, k: u32) {
+        let x = self.slice(v, j, k);
+        let (first, last) = self.blocks(v);
+        let is_first = v == 0;
         let t = x.ranks.len();
         let mut deps: Vec<Vec<OpId>> = x
             .here
@@ -467,7 +500,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         // The output gradient this stage's last block consumes, per TP rank.
         let mut out_grad: Vec<i64> = x.here.iter().map(|&h| self.grad_in.bytes[h]).collect();
         let none = MemChange::end(0, 0);
-        if s + 1 == self.pipe.depth() {
+        if self.is_last(v) {
             // The head frees its working memory and its input's stand-in,
             // and hands the last block its gradient.
             let label = at(self.lb.head_bwd, self.costs.workload.model.layers + 1, k);
@@ -505,6 +538,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             let rank_of: Vec<u32> = x.ranks.clone();
             let grads = out_grad.clone();
             let inputs = &inputs;
+            let split = self.w_share > 0.0;
             let mems = |r: u32, m: &Micro| {
                 let i = rank_of.iter().position(|&q| q == r).unwrap_or(0);
                 let a = m.act;
@@ -517,21 +551,20 @@ impl<'a, S: Sink> Walk<'a, S> {
                     c
                 };
                 let gw = round(a.grad_work);
+                let held = if split {
+                    w_held(&a, extra + input + regen)
+                } else {
+                    0
+                };
                 [
                     MemChange::start(r, gw + c),
-                    MemChange::end(r, -(gw + regen + extra + input + grads[i])),
+                    MemChange::end(r, -(gw + regen + extra + input + grads[i] - held)),
                 ]
             };
             let label = at(self.lb.bwd, b, k);
-            self.step(
-                &x,
-                &deps,
-                label,
-                x.tp.block_bwd,
-                self.lb.tp_bwd,
-                |m| m.b_blk,
-                mems,
-            );
+            let ws = self.w_share;
+            let time = move |m: &Micro| dur(m.b_blk.as_ms() * (1.0 - ws));
+            self.step(&x, &deps, label, x.tp.block_bwd, self.lb.tp_bwd, time, mems);
             deps = vec![Vec::new(); t];
             out_grad = x.mc.iter().map(|m| round(m.act.checkpoint)).collect();
         }
@@ -557,15 +590,53 @@ impl<'a, S: Sink> Walk<'a, S> {
         }
     }
 
+    /// The weight-gradient part of replica `j` of virtual stage `x`'s
+    /// backward on micro-batch `k` (zero-bubble schedules): per block in
+    /// reverse its share of the backward, freeing what the input-gradient
+    /// part left for it ([`w_held`]).
+    fn weight(&mut self, v: usize, j: usize, k: u32) {
+        let x = self.slice(v, j, k);
+        let (first, last) = self.blocks(v);
+        let is_first = v == 0;
+        let inputs: Vec<i64> = x.here.iter().map(|&h| self.act_in.bytes[h]).collect();
+        let ws = self.w_share;
+        let label_of = |b: u32| b;
+        for b in (first..=last).rev() {
+            let pol = self.plan.strategy.checkpointing.block(b);
+            let rank_of = x.ranks.clone();
+            let inputs = &inputs;
+            let mems = |r: u32, m: &Micro| {
+                let i = rank_of.iter().position(|&q| q == r).unwrap_or(0);
+                let a = m.act;
+                let c = round(a.checkpoint);
+                let regen = round(a.regenerated(pol));
+                let extra = round((a.kept(pol) - a.checkpoint).max(0.0));
+                let input = if b == first && !is_first {
+                    inputs[i]
+                } else {
+                    c
+                };
+                [
+                    MemChange::end(r, -w_held(&a, extra + input + regen)),
+                    MemChange::end(r, 0),
+                ]
+            };
+            let label = at(self.lb.wgrad, label_of(b), k);
+            let time = move |m: &Micro| dur(m.b_blk.as_ms() * ws);
+            self.step(&x, &[], label, SimTime::ZERO, self.lb.tp_bwd, time, mems);
+        }
+    }
+
     /// After `done` (per TP rank), slice `x`'s transfers of `flow` to every
     /// GPU of the neighbouring stage that holds part of its samples (and,
     /// under TP, of its sequence: [`super::tp_links`]); the receiving slots
     /// wait for them.
     fn send(&mut self, x: &Slice, flow: Flow, label: OpLabel, done: &[OpId]) {
-        let to_stage = match flow {
-            Flow::Activations => x.s + 1,
-            Flow::Gradients => x.s - 1,
+        let to_virtual = match flow {
+            Flow::Activations => x.x + 1,
+            Flow::Gradients => x.x - 1,
         };
+        let to_stage = to_virtual % self.p;
         let n = x.hi - x.lo;
         let size = self.sizes[x.k as usize];
         let pipe = self.pipe;
@@ -581,7 +652,7 @@ impl<'a, S: Sink> Walk<'a, S> {
                 let mem = transfer_mem(sent, n, ra * l.recv_share, ov, recv_n);
                 let bytes = self.table.block_output_bytes(ov) * l.seq_share;
                 let id = self.transfer((x.ranks[l.from], to), bytes, done[l.from], label, mem);
-                let t = self.slot(to_stage, h * tt as usize + l.to, x.k);
+                let t = self.slot(to_virtual, h * tt as usize + l.to, x.k);
                 let inbox = match flow {
                     Flow::Activations => &mut self.act_in,
                     Flow::Gradients => &mut self.grad_in,
@@ -711,6 +782,16 @@ impl<'a, S: Sink> Walk<'a, S> {
             collectives: self.collectives,
         }
     }
+}
+
+/// What a block's input-gradient part leaves for its weight-gradient part
+/// under a zero-bubble schedule, bytes: of the `held` bytes it would free
+/// (its input, what its policy kept, what the recompute regenerated),
+/// everything but the attention's score-shaped tensors (Qi et al.: `W`
+/// needs `32 sbh` of a layer's `34 sbh + 5 a s^2 b`).
+fn w_held(a: &crate::activation::BlockActivations, held: i64) -> i64 {
+    let scores = round((a.saved_none - a.saved_attention).max(0.0));
+    (held - scores).max(0)
 }
 
 /// Memory a transfer of `ov` samples moves: the sender's share of its

@@ -25,34 +25,81 @@ pub enum PipeSchedule {
     /// micro-batches in flight. Same bubble as GPipe.
     #[serde(rename = "1f1b")]
     OneFOneB,
+    /// Interleaved 1F1B (Narayanan et al. 2021; Megatron's
+    /// `forward_backward_pipelining_with_interleaving`): each GPU holds
+    /// `v` model chunks ([`Pipeline::virtual_stages`]), micro-batches
+    /// run in groups of `p` through the chunks; the bubble shrinks to
+    /// `(p - 1) / (v m)` of the ideal time, point-to-point traffic grows
+    /// `v`-fold. Needs `m` a multiple of `p`.
+    #[serde(rename = "interleaved")]
+    Interleaved,
+    /// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024):
+    /// 1F1B with each backward split into its input-gradient part `B`
+    /// (sent on at once) and its weight-gradient part `W`, stage `s`
+    /// deferring up to `s` of its `W`s into the bubbles; bubble `(p - 1)
+    /// (T_F + T_B - T_W)`, peak memory no above 1F1B's.
+    #[serde(rename = "zb-h1")]
+    ZbH1,
 }
 
 impl PipeSchedule {
-    /// Both schedules, in the order planners try them.
-    pub const ALL: [PipeSchedule; 2] = [PipeSchedule::OneFOneB, PipeSchedule::Gpipe];
+    /// Every schedule, in the order planners try them.
+    pub const ALL: [PipeSchedule; 4] = [
+        PipeSchedule::OneFOneB,
+        PipeSchedule::Gpipe,
+        PipeSchedule::Interleaved,
+        PipeSchedule::ZbH1,
+    ];
 
-    /// Name in files and on the command line (`gpipe`, `1f1b`).
+    /// Name in files and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             PipeSchedule::Gpipe => "gpipe",
             PipeSchedule::OneFOneB => "1f1b",
+            PipeSchedule::Interleaved => "interleaved",
+            PipeSchedule::ZbH1 => "zb-h1",
         }
     }
 
-    /// Parses a name (`gpipe`, `1f1b`, `one-f-one-b`).
+    /// Parses a name (`gpipe`, `1f1b`, `interleaved`, `zb-h1` and their
+    /// other spellings).
     pub fn parse(s: &str) -> Option<PipeSchedule> {
         match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
             "gpipe" => Some(PipeSchedule::Gpipe),
             "1f1b" | "one-f-one-b" | "pipedream-flush" => Some(PipeSchedule::OneFOneB),
+            "interleaved" | "interleaved-1f1b" | "interleaved1f1b" | "vpp" => {
+                Some(PipeSchedule::Interleaved)
+            }
+            "zb-h1" | "zbh1" | "zb1p" | "zero-bubble" => Some(PipeSchedule::ZbH1),
             _ => None,
         }
     }
 
-    /// Micro-batches stage `s` of `p` holds activations for at most, of `m`.
-    pub fn in_flight(self, p: usize, s: usize, m: u32) -> u32 {
+    /// Whether the backward is split into input- and weight-gradient parts.
+    pub fn splits_backward(self) -> bool {
+        self == PipeSchedule::ZbH1
+    }
+
+    /// Activations stage `s` of `p` holds at most, of `m` micro-batches,
+    /// in units of one micro-batch through the whole stage (`v` chunks
+    /// per GPU; a chunk in flight counts `1/v`).
+    pub fn in_flight(self, p: usize, s: usize, m: u32, v: u32) -> f64 {
+        let m = m.max(1);
         match self {
-            PipeSchedule::Gpipe => m,
-            PipeSchedule::OneFOneB => (p.saturating_sub(s) as u32).clamp(1, m.max(1)),
+            PipeSchedule::Gpipe => m as f64,
+            PipeSchedule::OneFOneB | PipeSchedule::ZbH1 => {
+                (p.saturating_sub(s) as u32).clamp(1, m) as f64
+            }
+            PipeSchedule::Interleaved => {
+                let v = v.max(1);
+                let total = m * v;
+                let warmup = if m as usize == p {
+                    total
+                } else {
+                    (2 * p.saturating_sub(s + 1) as u32 + (v - 1) * p as u32).min(total)
+                };
+                (warmup + 1).min(total) as f64 / v as f64
+            }
         }
     }
 }
@@ -136,6 +183,11 @@ pub struct Pipeline {
     /// group sits inside one node.
     #[serde(default, skip_serializing_if = "is_false")]
     pub tp_across_nodes: bool,
+    /// Model chunks per GPU `v` (interleaved schedule): stage `s`'s blocks
+    /// split into `v` equal chunks, chunk `c` the model's virtual stage
+    /// `c p + s`.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub virtual_stages: u32,
 }
 
 impl Pipeline {
@@ -149,6 +201,7 @@ impl Pipeline {
             sequence_parallel: false,
             tp_comm_overlap: false,
             tp_across_nodes: false,
+            virtual_stages: 1,
         }
     }
 
@@ -169,6 +222,27 @@ impl Pipeline {
     /// Number of stages `p`.
     pub fn depth(&self) -> usize {
         self.stages.len()
+    }
+
+    /// Model chunks per GPU `v` (1 unless interleaved).
+    pub fn chunks(&self) -> u32 {
+        self.virtual_stages.max(1)
+    }
+
+    /// Virtual stages `p v`: the model's stages in block order, virtual
+    /// stage `k` on physical stage `k mod p` (Megatron's interleaving).
+    pub fn virtual_depth(&self) -> usize {
+        self.depth() * self.chunks() as usize
+    }
+
+    /// Blocks of virtual stage `k`.
+    pub fn virtual_blocks(&self, k: usize) -> u32 {
+        self.stages[k % self.depth()].blocks / self.chunks()
+    }
+
+    /// First block (1-based) of virtual stage `k`.
+    pub fn virtual_first_block(&self, k: usize) -> u32 {
+        (0..k).map(|x| self.virtual_blocks(x)).sum::<u32>() + 1
     }
 
     /// First block (1-based) of stage `s`.
@@ -337,6 +411,7 @@ impl Pipeline {
     ) -> Result<(), PlanError> {
         self.validate_stages(ranks, layers, origin)?;
         self.validate_microbatches(global_batch, origin)?;
+        self.validate_schedule(origin)?;
         validate_strategy(strategy, origin)
     }
 
@@ -451,6 +526,52 @@ impl Pipeline {
     }
 }
 
+impl Pipeline {
+    /// [`Pipeline::validate`]'s schedule: virtual stages only with the
+    /// interleaved schedule, dividing every stage's blocks, and the
+    /// interleaved schedule's micro-batch count a multiple of the depth
+    /// (Megatron's rule with its default group size).
+    fn validate_schedule(&self, origin: &str) -> Result<(), PlanError> {
+        let bad = |field: String, msg: String| Err(PlanError::invalid(origin, field, msg));
+        let (v, p, m) = (self.virtual_stages, self.depth() as u32, self.microbatches);
+        if v == 0 {
+            return bad(
+                "pipeline.virtual_stages".into(),
+                "expected at least 1 model chunk per GPU, got 0".into(),
+            );
+        }
+        if v > 1 && self.schedule != PipeSchedule::Interleaved {
+            return bad(
+                "pipeline.virtual_stages".into(),
+                format!(
+                    "{v} model chunks per GPU need the interleaved schedule, not `{}`",
+                    self.schedule
+                ),
+            );
+        }
+        for (s, st) in self.stages.iter().enumerate() {
+            if st.blocks % v != 0 {
+                return bad(
+                    format!("pipeline.stages[{s}].blocks"),
+                    format!(
+                        "{} blocks do not split into {v} equal model chunks (virtual stages): Megatron needs the layers per stage divisible by the chunks",
+                        st.blocks
+                    ),
+                );
+            }
+        }
+        if self.schedule == PipeSchedule::Interleaved && p > 1 && m % p != 0 {
+            return bad(
+                "pipeline.microbatches".into(),
+                format!(
+                    "the interleaved schedule runs micro-batches in groups of the {p} stages: {m} micro-batches is not a multiple of {p} (Megatron refuses it)"
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// [`Pipeline::validate`]'s strategy: replicas or ZeRO-1 inside a stage,
 /// gradients accumulated without sync, nothing offloaded.
 fn validate_strategy(strategy: &Strategy, origin: &str) -> Result<(), PlanError> {
@@ -510,9 +631,14 @@ mod tests {
 
     #[test]
     fn one_f_one_b_in_flight_is_p_minus_s() {
-        assert_eq!(PipeSchedule::OneFOneB.in_flight(4, 0, 16), 4);
-        assert_eq!(PipeSchedule::OneFOneB.in_flight(4, 3, 16), 1);
-        assert_eq!(PipeSchedule::OneFOneB.in_flight(4, 0, 2), 2);
-        assert_eq!(PipeSchedule::Gpipe.in_flight(4, 0, 16), 16);
+        assert_eq!(PipeSchedule::OneFOneB.in_flight(4, 0, 16, 1), 4.0);
+        assert_eq!(PipeSchedule::OneFOneB.in_flight(4, 3, 16, 1), 1.0);
+        assert_eq!(PipeSchedule::OneFOneB.in_flight(4, 0, 2, 1), 2.0);
+        assert_eq!(PipeSchedule::Gpipe.in_flight(4, 0, 16, 1), 16.0);
+        // Interleaved stage 0: p + (p - 1) / v (Korthikanti 4.3).
+        assert_eq!(
+            PipeSchedule::Interleaved.in_flight(4, 0, 16, 2),
+            4.0 + 3.0 / 2.0
+        );
     }
 }

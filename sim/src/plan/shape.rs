@@ -123,7 +123,34 @@ impl Shape3d {
                 st
             })
             .collect();
+        if v > 1 && self.schedule != PipeSchedule::Interleaved {
+            return bad(
+                "--virtual-stages",
+                format!(
+                    "{v} model chunks per GPU need --pp-schedule interleaved, not {}",
+                    self.schedule
+                ),
+            );
+        }
+        if let Some(st) = stages.iter().find(|st| st.blocks % v != 0) {
+            return bad(
+                "--virtual-stages",
+                format!(
+                    "a stage of {} blocks does not split into {v} equal model chunks: the blocks per stage ({layers} / {p}) must be a multiple of the virtual stages",
+                    st.blocks
+                ),
+            );
+        }
+        if self.schedule == PipeSchedule::Interleaved && p > 1 && !m.is_multiple_of(p as u32) {
+            return bad(
+                "--microbatch-size",
+                format!(
+                    "the interleaved schedule runs micro-batches in groups of the {p} stages: {m} micro-batches (global batch {global_batch} / (DP {d} x {b})) is not a multiple of {p}"
+                ),
+            );
+        }
         let mut pipe = Pipeline::new(self.schedule, m, stages);
+        pipe.virtual_stages = v;
         pipe.sequence_parallel = self.sequence_parallel && t > 1;
         pipe.tp_comm_overlap = self.tp_comm_overlap;
         pipe.tp_across_nodes = self.tp_across_nodes;

@@ -324,6 +324,7 @@ impl HeteroPipeline {
             &part.counts,
             m,
             schedule,
+            1,
         );
         Some(Candidate {
             estimate_ms: est,
@@ -390,7 +391,7 @@ impl HeteroPipeline {
                 continue;
             };
             let over = |s: usize, k: usize| -> f64 {
-                let at = place(PipeSchedule::OneFOneB, p, s, m);
+                let at = place(PipeSchedule::OneFOneB, p, s, m, 1);
                 let gc = &st.costs[s];
                 let need = stage_peak_bytes(
                     costs,
@@ -448,7 +449,7 @@ fn periods(
     let most = costs.workload.model.layers as usize - (p - 1);
     (0..p)
         .map(|s| {
-            let at = place(PipeSchedule::OneFOneB, p, s, m);
+            let at = place(PipeSchedule::OneFOneB, p, s, m, 1);
             let gc = &st.costs[s];
             (1..=most as u32)
                 .map(|k| {

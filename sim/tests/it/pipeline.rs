@@ -92,6 +92,7 @@ fn even_pipe(p: usize, layers: u32, m: u32, schedule: PipeSchedule) -> Pipeline 
         sequence_parallel: false,
         tp_comm_overlap: false,
         tp_across_nodes: false,
+        virtual_stages: 1,
         stages: (0..p)
             .map(|s| Stage::new(q + u32::from((s as u32) < r), vec![s as u32]))
             .collect(),
@@ -130,7 +131,7 @@ fn gpipe_bubble_is_p_minus_1_over_m_plus_p_minus_1() {
         );
         let mut pipe = even_pipe(p, layers, m, PipeSchedule::Gpipe);
         let mut times = Vec::new();
-        for sch in PipeSchedule::ALL {
+        for sch in [PipeSchedule::OneFOneB, PipeSchedule::Gpipe] {
             pipe.schedule = sch;
             let plan = pipe_plan(&c, pipe.clone(), Sharding::NoShard, Checkpointing::None);
             let mut rec = Recorder::default();
@@ -157,6 +158,60 @@ fn gpipe_bubble_is_p_minus_1_over_m_plus_p_minus_1() {
             times[0].abs_diff(times[1]) <= floors_ns,
             "1F1B and GPipe take the same time (p={p} m={m}): {times:?}"
         );
+    }
+}
+
+/// The simulator's interleaved and ZB-H1 iterations on identical stages
+/// (free communication, free embedding and head) against the papers'
+/// bubbles: interleaved `(p - 1) / (v m)` of the ideal time (Narayanan et
+/// al. 2021), ZB-H1 `(p - 1)(T_F + T_B - T_W)` (Qi et al. 2024).
+#[test]
+fn interleaved_and_zero_bubble_bubbles_are_the_papers() {
+    for (p, m) in [(2usize, 4u32), (3, 6), (4, 8), (4, 16), (6, 12)] {
+        let c = identical(p, 2 * m);
+        let layers = c.workload.model.layers;
+        let total = |sch: PipeSchedule, v: u32| {
+            let mut pipe = even_pipe(p, layers, m, sch);
+            pipe.virtual_stages = v;
+            let plan = pipe_plan(&c, pipe, Sharding::NoShard, Checkpointing::None);
+            simulate(&c, &plan, &SimOptions::default())
+                .unwrap()
+                .iteration_ms
+        };
+        // One micro-batch of 2 samples through one stage.
+        let blocks = (layers / p as u32) as f64;
+        let (f, b) = c.block_ms_with(0, 2, Attention::Eager).unwrap();
+        let ws = sim::tensor::weight_grad_share(&c.workload.model, c.workload.seq_len);
+        let (f, bi, w) = (blocks * f, blocks * b * (1.0 - ws), blocks * b * ws);
+        assert!(w <= f, "ZB-H1's formula needs T_W <= T_F: {w} > {f}");
+        // Stage 0 ends the iteration with its optimizer step.
+        let params =
+            even_pipe(p, layers, m, PipeSchedule::OneFOneB).stage_params(0, &c.workload.model);
+        let ideal = m as f64 * (f + bi + w) + c.optimizer_ms(0, params as f64);
+        let pm = (p - 1) as f64;
+        // The embedding's and head's floors (10 us per micro-batch on the
+        // first and last stage, at most m + p on the critical path).
+        let tol = 2.0 * (m as f64 + p as f64) * 0.010;
+        let one = total(PipeSchedule::OneFOneB, 1);
+        assert!(
+            (one - ideal - pm * (f + bi + w)).abs() <= tol,
+            "1f1b p={p} m={m}: {one} vs {ideal}"
+        );
+        let zb = total(PipeSchedule::ZbH1, 1);
+        let want = ideal + pm * (f + bi - w);
+        assert!(
+            (zb - want).abs() <= tol,
+            "zb-h1 p={p} m={m}: {zb} ms, want {want}"
+        );
+        if layers.is_multiple_of(2 * p as u32) {
+            let il = total(PipeSchedule::Interleaved, 2);
+            let opt = c.optimizer_ms(0, params as f64);
+            let want = (ideal - opt) * (1.0 + pm / (2.0 * m as f64)) + opt;
+            assert!(
+                (il - want).abs() <= tol,
+                "interleaved p={p} m={m}: {il} ms, want {want}"
+            );
+        }
     }
 }
 
@@ -211,6 +266,7 @@ fn two_stage_dp(m: u32, sch: PipeSchedule) -> Pipeline {
         sequence_parallel: false,
         tp_comm_overlap: false,
         tp_across_nodes: false,
+        virtual_stages: 1,
         stages: vec![Stage::new(14, vec![0, 1]), Stage::new(10, vec![2, 3])],
     }
 }
@@ -269,6 +325,7 @@ fn uneven_groups_reshard_between_stages() {
         sequence_parallel: false,
         tp_comm_overlap: false,
         tp_across_nodes: false,
+        virtual_stages: 1,
         stages: vec![Stage::new(12, vec![0, 1]), Stage::new(12, vec![2])],
     };
     let plan = pipe_plan(&c, pipe, Sharding::NoShard, Checkpointing::Full);
@@ -315,6 +372,7 @@ fn the_cost_table_holds_a_row_per_gpu_type_and_slice() {
         sequence_parallel: false,
         tp_comm_overlap: false,
         tp_across_nodes: false,
+        virtual_stages: 1,
         stages: vec![Stage::new(12, vec![0, 1]), Stage::new(12, vec![2])],
     };
     let plan = pipe_plan(&c, pipe.clone(), Sharding::GradOp, Checkpointing::Full);
@@ -418,6 +476,7 @@ fn bad_pipelines_name_the_field() {
         sequence_parallel: false,
         tp_comm_overlap: false,
         tp_across_nodes: false,
+        virtual_stages: 1,
         stages,
     };
     // More stages than blocks.
