@@ -235,6 +235,37 @@ mod engine {
             b.iter(|| black_box(merged_ms(&costs, &plan)))
         });
         g.bench_function("cost_model", |b| b.iter(|| black_box(case(2048).0.ranks())));
+        // The same workload as a Megatron 3D plan: TP 8 x PP 4 x DP 512,
+        // 1F1B, one sample per micro-batch, identical replicas merged.
+        let shape = sim::plan::shape::Shape3d {
+            tp: 8,
+            pp: 4,
+            ..Default::default()
+        };
+        let (n, batch) = (costs.ranks(), 4096);
+        let mut costs3d = costs.clone();
+        costs3d.workload.global_batch = batch;
+        let pipe = shape
+            .pipeline(n, costs3d.workload.model.layers, batch)
+            .expect("a 3D shape of 16,384 GPUs");
+        let strategy = Strategy {
+            sharding: Sharding::GradOp,
+            accumulation: Accumulation::NoSync,
+            checkpointing: Checkpointing::Full,
+            offload: Offload::None,
+            shard_group: n as u32,
+            ..plan.strategy
+        };
+        let plan3d = Plan::pipelined("bench", strategy, pipe, n, batch);
+        g.bench_function("simulate_3d_merged", |b| {
+            b.iter(|| {
+                black_box(
+                    simulate(&costs3d, &plan3d, &SimOptions::default())
+                        .unwrap()
+                        .iteration_ms,
+                )
+            })
+        });
         g.finish();
     }
 
@@ -611,6 +642,50 @@ mod planner {
         g.finish();
     }
 
+    /// `planner_megatron_1024gpu`: the whole `megatron` 3D search (TP x PP
+    /// x DP, micro-batch sizes, interleaving, SP, recompute, distributed
+    /// optimizer, ranked by the closed form, the 3 best simulated) for
+    /// LLaMA-2-70B at 4,096 tokens (fp16), global batch 1,024, on 128 HGX nodes of
+    /// 8 A100-80GB (the target: at most 2 s).
+    pub fn planner_megatron_1024gpu(c: &mut Criterion) {
+        let empty = ProfileSet::new();
+        let mut toml =
+            String::from("name = \"a100x1024\"\n[network]\nnics = 8\nnic_gbit_s = 200\n");
+        for _ in 0..128 {
+            toml.push_str("[[nodes]]\nintra_link = \"nvswitch\"\ngpus = [ { type = \"a100-80gb\", count = 8 } ]\n");
+        }
+        let cluster = Cluster::from_toml(&toml, "bench", GpuCatalog::builtin()).unwrap();
+        let costs = costs(cluster, "llama2-70b", Some(4096), 1024, &empty, None);
+        let opts = PlannerOptions::default();
+        let judge = SimJudge::new(&costs);
+        let p = Problem {
+            costs: &costs,
+            profiles: &empty,
+            options: &opts,
+            strategy: &StrategySpec::NONE,
+            judge: Some(&judge),
+        };
+        let found = sim::planner::megatron::Megatron
+            .plan(&p)
+            .expect("a 3D shape fits");
+        let mut g = c.benchmark_group("planner_megatron_1024gpu");
+        g.sample_size(10);
+        g.throughput(Throughput::Elements(found.stats.candidates));
+        g.bench_function("plan", |b| {
+            b.iter(|| {
+                black_box(
+                    sim::planner::megatron::Megatron
+                        .plan(&p)
+                        .unwrap()
+                        .plan
+                        .gpus
+                        .len(),
+                )
+            })
+        });
+        g.finish();
+    }
+
     pub fn planner_cephalo_64gpu(c: &mut Criterion) {
         let empty = ProfileSet::new();
         let costs = costs(cluster64(), "llama2-7b", Some(2048), 2048, &empty, None);
@@ -626,7 +701,8 @@ criterion_group!(
     planner::planner_native_gpus,
     planner::planner_native_batch,
     planner::planner_fold_65536,
-    planner::planner_pipeline_hetero_64gpu
+    planner::planner_pipeline_hetero_64gpu,
+    planner::planner_megatron_1024gpu
 );
 
 criterion_main!(engine_benches, planner_benches);

@@ -65,8 +65,11 @@ impl Default for SimOptions {
 /// The nodes an evaluation under `opts` runs (all of them, or one per
 /// class of identical nodes).
 pub fn node_classes(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> NodeClasses {
-    if opts.merge_identical_nodes && !opts.trace && plan.pipeline.is_none() {
-        NodeClasses::of(costs, plan)
+    if opts.merge_identical_nodes && !opts.trace {
+        match &plan.pipeline {
+            None => NodeClasses::of(costs, plan),
+            Some(pipe) => NodeClasses::of_pipeline(costs, pipe),
+        }
     } else {
         let c = &costs.workload.cluster;
         NodeClasses::identity(c.len(), c.nodes.len())
@@ -171,6 +174,8 @@ pub enum Iteration<'a> {
         plan: &'a Plan,
         /// Its pipeline.
         pipe: &'a Pipeline,
+        /// The ranks simulated, and whose timeline the others take.
+        classes: NodeClasses,
     },
     /// A data-parallel plan: its description and the nodes simulated.
     DataParallel {
@@ -192,7 +197,13 @@ impl<'a> Iteration<'a> {
     ) -> Result<Iteration<'a>, PlanError> {
         if let Some(pipe) = &plan.pipeline {
             check_pipeline(costs, plan, pipe)?;
-            return Ok(Iteration::Pipeline { costs, plan, pipe });
+            let classes = node_classes(costs, plan, opts);
+            return Ok(Iteration::Pipeline {
+                costs,
+                plan,
+                pipe,
+                classes,
+            });
         }
         let d = Description::new(costs, plan)?;
         let classes = node_classes(costs, plan, opts);
@@ -203,14 +214,12 @@ impl<'a> Iteration<'a> {
         })
     }
 
-    /// The ranks simulated (every rank of a pipeline).
+    /// The ranks simulated, and whose timeline the others take.
     pub fn classes(&self) -> NodeClasses {
         match self {
-            Iteration::Pipeline { costs, .. } => {
-                let c = &costs.workload.cluster;
-                NodeClasses::identity(c.len(), c.nodes.len())
+            Iteration::Pipeline { classes, .. } | Iteration::DataParallel { classes, .. } => {
+                classes.clone()
             }
-            Iteration::DataParallel { classes, .. } => classes.clone(),
         }
     }
 
@@ -252,9 +261,12 @@ impl<'a> Iteration<'a> {
         sink: &mut S,
     ) -> Result<LoweredParts, PlanError> {
         match self {
-            Iteration::Pipeline { costs, plan, pipe } => {
-                crate::pipeline::lower::lower_into(costs, plan, pipe, contention, sink)
-            }
+            Iteration::Pipeline {
+                costs,
+                plan,
+                pipe,
+                classes,
+            } => crate::pipeline::lower::lower_into(costs, plan, pipe, contention, classes, sink),
             Iteration::DataParallel { d, classes } => {
                 let how = Self::lowering(opts, contention, classes);
                 Ok(match layout {
@@ -273,9 +285,12 @@ impl<'a> Iteration<'a> {
         layout: Option<&Layout>,
     ) -> Result<Lowered, PlanError> {
         match self {
-            Iteration::Pipeline { costs, plan, pipe } => {
-                crate::pipeline::lower::lower(costs, plan, pipe, opts.contention)
-            }
+            Iteration::Pipeline {
+                costs,
+                plan,
+                pipe,
+                classes,
+            } => crate::pipeline::lower::lower(costs, plan, pipe, opts.contention, classes),
             Iteration::DataParallel { d, classes } => {
                 let how = Self::lowering(opts, opts.contention, classes);
                 Ok(match layout {

@@ -152,6 +152,99 @@ impl NodeClasses {
         }
     }
 
+    /// The classes of identical nodes of a pipeline (3D) plan `pipe` on
+    /// the workload of `costs`: where every stage has the same TP degree
+    /// and replica count, each node holds whole TP groups of one stage
+    /// (consecutive ranks, replicas `j0 .. j0 + k`), the nodes of a stage
+    /// with the same hardware and GPU types form a class, and every stage's
+    /// representatives hold the same replicas (so each simulated slice's
+    /// sends reach a simulated peer, rank to rank). A replica's timeline is
+    /// then its representative's: the stage's data-parallel collectives
+    /// are costed on the full group. Otherwise the identity.
+    pub fn of_pipeline(costs: &CostModel, pipe: &crate::plan::pipeline::Pipeline) -> NodeClasses {
+        let cluster = &costs.workload.cluster;
+        let ranks = cluster.len();
+        let identity = NodeClasses::identity(ranks, cluster.nodes.len());
+        let (t, d) = (pipe.stages[0].tp.max(1) as usize, pipe.stages[0].dp());
+        if cluster.nodes.len() < 2
+            || pipe
+                .stages
+                .iter()
+                .any(|st| st.tp.max(1) as usize != t || st.dp() != d)
+        {
+            return identity;
+        }
+        let mut first = vec![usize::MAX; cluster.nodes.len()];
+        let mut count = vec![0usize; cluster.nodes.len()];
+        for g in &cluster.gpus {
+            first[g.node] = first[g.node].min(g.rank);
+            count[g.node] += 1;
+        }
+        let consecutive = cluster
+            .gpus
+            .iter()
+            .all(|g| g.rank == first[g.node] + g.local && g.local < count[g.node]);
+        if !consecutive || count.contains(&0) {
+            return identity;
+        }
+        // Where each rank sits: (stage, index in the stage's list).
+        let mut at = vec![None; ranks];
+        for (s, st) in pipe.stages.iter().enumerate() {
+            for (i, &r) in st.gpus.iter().enumerate() {
+                at[r as usize] = Some((s, i));
+            }
+        }
+        // Per node: its stage and first replica, when it holds whole
+        // consecutive TP groups of one stage.
+        let mut place = Vec::with_capacity(cluster.nodes.len());
+        for n in 0..cluster.nodes.len() {
+            let Some((s, i0)) = at[first[n]] else {
+                return identity;
+            };
+            let whole = i0 % t == 0
+                && count[n].is_multiple_of(t)
+                && (0..count[n]).all(|x| at[first[n] + x] == Some((s, i0 + x)));
+            if !whole {
+                return identity;
+            }
+            place.push((s, i0 / t));
+        }
+        let mut ids: HashMap<String, usize> = HashMap::new();
+        let mut rep_of: HashMap<usize, usize> = HashMap::new();
+        let mut rep_node = Vec::with_capacity(cluster.nodes.len());
+        for (n, node) in cluster.nodes.iter().enumerate() {
+            let mut key = format!("{}|stage {}|{}", node.hardware_key(), place[n].0, count[n]);
+            for r in first[n]..first[n] + count[n] {
+                key.push_str(&format!("|{}", costs.rank_type[r]));
+            }
+            let next = ids.len();
+            let class = *ids.entry(key).or_insert(next);
+            rep_node.push(*rep_of.entry(class).or_insert(n));
+        }
+        // Every stage's representatives hold the same replicas.
+        let mut reps: Vec<std::collections::BTreeSet<usize>> =
+            vec![Default::default(); pipe.depth()];
+        for n in 0..cluster.nodes.len() {
+            if rep_node[n] == n {
+                reps[place[n].0].insert(place[n].1);
+            }
+        }
+        if reps.iter().any(|r| r != &reps[0]) {
+            return identity;
+        }
+        let rep_rank: Vec<usize> = cluster
+            .gpus
+            .iter()
+            .map(|g| first[rep_node[g.node]] + g.local)
+            .collect();
+        let simulated = rep_rank.iter().enumerate().map(|(r, &q)| r == q).collect();
+        NodeClasses {
+            rep_rank,
+            rep_node,
+            simulated,
+        }
+    }
+
     /// Ranks simulated event by event.
     pub fn simulated_ranks(&self) -> usize {
         self.simulated.iter().filter(|&&s| s).count()

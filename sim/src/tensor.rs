@@ -420,8 +420,13 @@ pub fn replicated_activations(model: &ModelSpec, seq_len: u32, dtype: Dtype) -> 
 }
 
 /// The TP degrees `model` can run: every `t` in 2..=[`MAX_TP`] dividing
-/// its query heads, KV heads and MLP width, ascending (with 1 first).
+/// its query heads, KV heads and MLP width, ascending (with 1 first); 1
+/// alone for a ViT ([`TensorParallel::check`]).
 pub fn degrees(model: &ModelSpec) -> Vec<u32> {
+    if model.family == Family::Vit {
+        // Tensor parallelism is modelled for language models only.
+        return vec![1];
+    }
     (1..=MAX_TP)
         .filter(|&t| {
             model.heads.is_multiple_of(t)

@@ -141,17 +141,18 @@ pub fn lower(
     plan: &Plan,
     pipe: &Pipeline,
     contention: bool,
+    classes: &NodeClasses,
 ) -> Result<Lowered, PlanError> {
-    let ops = ops_estimate(pipe).min(crate::limits::MAX_SIM_OPS) as usize;
+    let share = classes.simulated_ranks().max(1) as f64 / classes.simulated.len().max(1) as f64;
+    let ops = ((ops_estimate(pipe).min(crate::limits::MAX_SIM_OPS) as f64) * share) as usize;
     let mut g = Graph::with_capacity(ops, 2 * ops);
-    let parts = lower_into(costs, plan, pipe, contention, &mut g)?;
-    let c = &costs.workload.cluster;
+    let parts = lower_into(costs, plan, pipe, contention, classes, &mut g)?;
     Ok(Lowered {
         graph: g,
         base_device_bytes: parts.base_device_bytes,
         base_host_bytes: parts.base_host_bytes,
         collectives: parts.collectives,
-        classes: NodeClasses::identity(c.len(), c.nodes.len()),
+        classes: classes.clone(),
     })
 }
 
@@ -163,6 +164,7 @@ pub fn lower_into<S: Sink>(
     plan: &Plan,
     pipe: &Pipeline,
     contention: bool,
+    classes: &NodeClasses,
     g: &mut S,
 ) -> Result<LoweredParts, PlanError> {
     let (p, m) = (pipe.depth(), pipe.microbatches);
@@ -176,10 +178,15 @@ pub fn lower_into<S: Sink>(
     let labels = Labels::intern(g);
     let table = PipeCosts::new(costs, plan, pipe)?;
     let mut walk = Walk::new(costs, plan, pipe, table, labels, contention, g);
+    walk.simulated = classes.simulated.clone();
     // Every virtual stage's forwards and backwards, each on every replica
     // of its physical stage.
     for (x, action) in order {
         for j in 0..pipe.stages[x % p].dp() {
+            // Replicas of a merged node take their representative's timeline.
+            if !walk.simulated[pipe.stages[x % p].group(j)[0] as usize] {
+                continue;
+            }
             match action {
                 Action::Fwd(k) => walk.forward(x, j, k),
                 Action::Bwd(k) => walk.backward(x, j, k),
@@ -267,6 +274,8 @@ struct Walk<'a, S: Sink> {
     grad_in: Inbox,
     last_compute: Vec<Option<OpId>>,
     collectives: Vec<CollectiveRecord>,
+    /// Per rank: simulated event by event ([`NodeClasses::simulated`]).
+    simulated: Vec<bool>,
     g: &'a mut S,
 }
 
@@ -306,6 +315,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             grad_in: Inbox::new(slots),
             last_compute: vec![None; costs.ranks()],
             collectives: Vec::new(),
+            simulated: vec![true; costs.ranks()],
             g,
         }
     }
@@ -712,7 +722,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             };
             let reduced = (d > 1).then(|| self.collective(s, &group, kind, label, piece, &after));
             let mut steps = Vec::with_capacity(d);
-            for &r in &group {
+            for &r in group.iter().filter(|&&r| self.simulated[r]) {
                 let deps: Vec<OpId> = reduced.into_iter().collect();
                 let time = self.table.optimizer[r];
                 let label = at(self.lb.optimizer, NO_INDEX, NO_INDEX);
@@ -744,7 +754,12 @@ impl<'a, S: Sink> Walk<'a, S> {
         let pieces = vec![piece_bytes; group.len()];
         let ms = costs.group_collective_ms(kind, group, &pieces);
         let t = dur(ms);
-        let members: Vec<u32> = group.iter().map(|&r| r as u32).collect();
+        // Costed on the whole group; only the simulated members take part.
+        let members: Vec<u32> = group
+            .iter()
+            .filter(|&&r| self.simulated[r])
+            .map(|&r| r as u32)
+            .collect();
         let id = self
             .g
             .collective(&members, Stream::Reduce, t, deps, label, &[]);

@@ -31,6 +31,7 @@ pub mod fsdp;
 pub mod fsdp_ga;
 pub mod hsdp;
 pub mod knobs;
+pub mod megatron;
 pub mod pipeline;
 pub mod pipeline_hetero;
 pub mod proportional;

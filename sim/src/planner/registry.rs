@@ -9,7 +9,7 @@
 
 use super::Planner;
 use super::{ablation, cephalo, compat, ddp, fsdp, fsdp_ga, hsdp};
-use super::{pipeline, pipeline_hetero, proportional, proportional_mem, zero2};
+use super::{megatron, pipeline, pipeline_hetero, proportional, proportional_mem, zero2};
 use crate::error::PlanError;
 
 /// The kind of plan a planner makes.
@@ -20,14 +20,18 @@ pub enum Family {
     DataParallel,
     /// Stages of contiguous blocks, micro-batches flowing through them.
     Pipeline,
+    /// Tensor parallelism inside stages of a pipeline, data-parallel
+    /// replicas of both (Megatron-LM's 3D).
+    ThreeD,
 }
 
 impl Family {
-    /// Name in tables (`data-parallel`, `pipeline`).
+    /// Name in tables (`data-parallel`, `pipeline`, `3d`).
     pub fn name(self) -> &'static str {
         match self {
             Family::DataParallel => "data-parallel",
             Family::Pipeline => "pipeline",
+            Family::ThreeD => "3d",
         }
     }
 }
@@ -74,7 +78,7 @@ impl Entry {
 
 /// Every planner, in the order `compare` and `list planners` print them
 /// (ours first).
-pub const ENTRIES: [Entry; 13] = [
+pub const ENTRIES: [Entry; 14] = [
     Entry {
         family: Family::DataParallel,
         role: Role::Native,
@@ -152,6 +156,12 @@ pub const ENTRIES: [Entry; 13] = [
         role: Role::Baseline,
         aliases: &["hetero-pipeline", "metis"],
         make: || Box::new(pipeline_hetero::HeteroPipeline),
+    },
+    Entry {
+        family: Family::ThreeD,
+        role: Role::Baseline,
+        aliases: &["megatron-lm", "3d", "calculon"],
+        make: || Box::new(megatron::Megatron),
     },
 ];
 
@@ -240,7 +250,8 @@ mod tests {
 
     #[test]
     fn names_resolve() {
-        assert_eq!(all().len(), 13);
+        assert_eq!(all().len(), ENTRIES.len());
+        assert_eq!(all().len(), 14);
         for p in all() {
             assert_eq!(by_name(p.name(), "t").unwrap().name(), p.name());
         }

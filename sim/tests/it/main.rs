@@ -10,4 +10,5 @@ mod pipeline;
 mod planner;
 mod simulate;
 mod strategies;
+mod threed;
 mod tidy;
