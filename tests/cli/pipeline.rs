@@ -152,3 +152,120 @@ fn no_pipeline_fits_is_infeasible_with_the_stage() {
         assert!(o.stderr.contains("GiB over"), "{}", o.stderr);
     }
 }
+
+/// Two nodes of 4 A100-80GB on NVSwitch (a 3D cluster).
+const HGX: &str = "name = \"hgx2\"\n[network]\nnics = 4\nnic_gbit_s = 200\n[[nodes]]\nintra_link = \"nvswitch\"\ngpus = [ { type = \"a100-80gb\", count = 4 } ]\n[[nodes]]\nintra_link = \"nvswitch\"\ngpus = [ { type = \"a100-80gb\", count = 4 } ]\n";
+
+fn hgx(cmd: &str, extra: &[&str]) -> Vec<String> {
+    let cluster = write(tmp("cli-3d-hgx.toml"), HGX);
+    [
+        cmd,
+        "--cluster",
+        &cluster,
+        "--model",
+        "llama2-7b",
+        "--seq-len",
+        "2048",
+        "--dtype",
+        "bf16",
+        "--global-batch",
+        "32",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// `simulate --tp/--pp/...` runs a 3D shape and reports its groups; the
+/// `megatron` plan round-trips through `plan --out` and `simulate --plan`.
+#[test]
+fn three_d_shapes_simulate_and_plans_round_trip() {
+    let o = run(&hgx(
+        "simulate",
+        &[
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--sequence-parallel",
+            "--pp-schedule",
+            "interleaved",
+            "--format",
+            "json",
+        ],
+    ));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let r: Value = serde_json::from_str(&o.stdout).unwrap();
+    let p = &r["pipeline"];
+    assert_eq!(p["schedule"], "interleaved");
+    assert_eq!(p["sequence_parallel"], true);
+    for st in p["stages"].as_array().unwrap() {
+        assert_eq!(st["tp"], 2);
+        assert!(st["tp_comm_ms"].as_f64().unwrap() > 0.0, "{st}");
+    }
+    let table = run(&hgx("simulate", &["--tp", "4", "--pp", "2"]));
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    assert!(
+        table.stdout.contains("tp comm ms") && table.stdout.contains("3d: 2 stages"),
+        "{}",
+        table.stdout
+    );
+    let path = tmp("cli-3d-plan.json");
+    let f = path.to_str().unwrap();
+    let planned = run(&hgx(
+        "plan",
+        &["--planner", "megatron", "--format", "json", "--out", f],
+    ));
+    assert_eq!(planned.code, 0, "{}", planned.stderr);
+    let planned: Value = serde_json::from_str(&planned.stdout).unwrap();
+    let again = run(&hgx("simulate", &["--plan", f, "--format", "json"]));
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let again: Value = serde_json::from_str(&again.stdout).unwrap();
+    assert_eq!(again["iteration_ms"], planned["simulated"]["iteration_ms"]);
+}
+
+/// Bad 3D shapes exit 2 before simulating, naming the flag or field.
+#[test]
+fn bad_three_d_shapes_name_the_flag() {
+    for (extra, want) in [
+        (&["--tp", "3"][..], "--tp"),
+        (&["--tp", "8"][..], "spans nodes"),
+        (&["--pp", "64"][..], "--pp"),
+        (
+            &["--tp", "2", "--microbatch-size", "3"][..],
+            "--microbatch-size",
+        ),
+        (
+            &["--pp", "2", "--virtual-stages", "2"][..],
+            "--virtual-stages",
+        ),
+        (
+            &[
+                "--pp",
+                "4",
+                "--pp-schedule",
+                "interleaved",
+                "--virtual-stages",
+                "3",
+            ][..],
+            "--virtual-stages",
+        ),
+        (
+            &[
+                "--pp",
+                "4",
+                "--pp-schedule",
+                "interleaved",
+                "--microbatch-size",
+                "8",
+            ][..],
+            "--microbatch-size",
+        ),
+        (&["--pp-schedule", "nope"][..], "--pp-schedule"),
+    ] {
+        let o = run(&hgx("simulate", extra));
+        assert_eq!(o.code, 2, "{extra:?}: {}", o.stderr);
+        assert!(o.stderr.contains(want), "{extra:?}: {}", o.stderr);
+    }
+}
