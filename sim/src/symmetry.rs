@@ -59,19 +59,9 @@ impl NodeClasses {
             return identity;
         }
         // Each node's ranks, consecutive.
-        let mut first = vec![usize::MAX; cluster.nodes.len()];
-        let mut count = vec![0usize; cluster.nodes.len()];
-        for g in &cluster.gpus {
-            first[g.node] = first[g.node].min(g.rank);
-            count[g.node] += 1;
-        }
-        let consecutive = cluster
-            .gpus
-            .iter()
-            .all(|g| g.rank == first[g.node] + g.local && g.local < count[g.node]);
-        if !consecutive || count.contains(&0) {
+        let Some((first, count)) = node_spans(cluster) else {
             return identity;
-        }
+        };
         // Node key: hardware, then each GPU's type and plan entry.
         let mut ids: HashMap<String, usize> = HashMap::new();
         let mut class: Vec<usize> = cluster
@@ -174,19 +164,9 @@ impl NodeClasses {
         {
             return identity;
         }
-        let mut first = vec![usize::MAX; cluster.nodes.len()];
-        let mut count = vec![0usize; cluster.nodes.len()];
-        for g in &cluster.gpus {
-            first[g.node] = first[g.node].min(g.rank);
-            count[g.node] += 1;
-        }
-        let consecutive = cluster
-            .gpus
-            .iter()
-            .all(|g| g.rank == first[g.node] + g.local && g.local < count[g.node]);
-        if !consecutive || count.contains(&0) {
+        let Some((first, count)) = node_spans(cluster) else {
             return identity;
-        }
+        };
         // Where each rank sits: (stage, index in the stage's list).
         let mut at = vec![None; ranks];
         for (s, st) in pipe.stages.iter().enumerate() {
@@ -254,4 +234,21 @@ impl NodeClasses {
     pub fn is_identity(&self) -> bool {
         self.simulated.iter().all(|&s| s)
     }
+}
+
+/// Each node's first rank and GPU count, when every node holds at least
+/// one GPU and its GPUs are consecutive ranks in local order (what merging
+/// needs); `None` otherwise.
+fn node_spans(cluster: &crate::cluster::Cluster) -> Option<(Vec<usize>, Vec<usize>)> {
+    let mut first = vec![usize::MAX; cluster.nodes.len()];
+    let mut count = vec![0usize; cluster.nodes.len()];
+    for g in &cluster.gpus {
+        first[g.node] = first[g.node].min(g.rank);
+        count[g.node] += 1;
+    }
+    let consecutive = cluster
+        .gpus
+        .iter()
+        .all(|g| g.rank == first[g.node] + g.local && g.local < count[g.node]);
+    (consecutive && !count.contains(&0)).then_some((first, count))
 }

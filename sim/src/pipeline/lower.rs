@@ -553,13 +553,8 @@ impl<'a, S: Sink> Walk<'a, S> {
                 let i = rank_of.iter().position(|&q| q == r).unwrap_or(0);
                 let a = m.act;
                 let c = round(a.checkpoint);
-                let regen = round(a.regenerated(pol));
-                let extra = round((a.kept(pol) - a.checkpoint).max(0.0));
-                let input = if b == first && !is_first {
-                    inputs[i]
-                } else {
-                    c
-                };
+                let arrived = (b == first && !is_first).then(|| inputs[i]);
+                let (regen, extra, input) = block_held(&a, pol, arrived);
                 let gw = round(a.grad_work);
                 let held = if split {
                     w_held(&a, extra + input + regen)
@@ -610,28 +605,21 @@ impl<'a, S: Sink> Walk<'a, S> {
         let is_first = v == 0;
         let inputs: Vec<i64> = x.here.iter().map(|&h| self.act_in.bytes[h]).collect();
         let ws = self.w_share;
-        let label_of = |b: u32| b;
         for b in (first..=last).rev() {
             let pol = self.plan.strategy.checkpointing.block(b);
             let rank_of = x.ranks.clone();
             let inputs = &inputs;
             let mems = |r: u32, m: &Micro| {
                 let i = rank_of.iter().position(|&q| q == r).unwrap_or(0);
+                let arrived = (b == first && !is_first).then(|| inputs[i]);
+                let (regen, extra, input) = block_held(&m.act, pol, arrived);
                 let a = m.act;
-                let c = round(a.checkpoint);
-                let regen = round(a.regenerated(pol));
-                let extra = round((a.kept(pol) - a.checkpoint).max(0.0));
-                let input = if b == first && !is_first {
-                    inputs[i]
-                } else {
-                    c
-                };
                 [
                     MemChange::end(r, -w_held(&a, extra + input + regen)),
                     MemChange::end(r, 0),
                 ]
             };
-            let label = at(self.lb.wgrad, label_of(b), k);
+            let label = at(self.lb.wgrad, b, k);
             let time = move |m: &Micro| dur(m.b_blk.as_ms() * ws);
             self.step(&x, &[], label, SimTime::ZERO, self.lb.tp_bwd, time, mems);
         }
@@ -797,6 +785,20 @@ impl<'a, S: Sink> Walk<'a, S> {
             collectives: self.collectives,
         }
     }
+}
+
+/// What a block of recompute policy `pol` holds into its backward, bytes:
+/// what the recompute regenerated, what the policy kept beyond the input,
+/// and the input itself (`arrived`: the bytes a transfer brought, for a
+/// stage's first block; else a block output).
+fn block_held(
+    a: &crate::activation::BlockActivations,
+    pol: Recompute,
+    arrived: Option<i64>,
+) -> (i64, i64, i64) {
+    let regen = round(a.regenerated(pol));
+    let extra = round((a.kept(pol) - a.checkpoint).max(0.0));
+    (regen, extra, arrived.unwrap_or_else(|| round(a.checkpoint)))
 }
 
 /// What a block's input-gradient part leaves for its weight-gradient part
