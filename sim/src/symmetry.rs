@@ -129,17 +129,7 @@ impl NodeClasses {
             .enumerate()
             .map(|(n, &c)| *rep_of_class.entry(c).or_insert(n))
             .collect();
-        let rep_rank: Vec<usize> = cluster
-            .gpus
-            .iter()
-            .map(|g| first[rep_node[g.node]] + g.local)
-            .collect();
-        let simulated = rep_rank.iter().enumerate().map(|(r, &q)| r == q).collect();
-        NodeClasses {
-            rep_rank,
-            rep_node,
-            simulated,
-        }
+        NodeClasses::from_representatives(cluster, &first, rep_node)
     }
 
     /// The classes of identical nodes of a pipeline (3D) plan `pipe` on
@@ -212,6 +202,17 @@ impl NodeClasses {
         if reps.iter().any(|r| r != &reps[0]) {
             return identity;
         }
+        NodeClasses::from_representatives(cluster, &first, rep_node)
+    }
+
+    /// The classes whose representative of node `n` is `rep_node[n]`
+    /// (each node's first rank `first`): a rank takes the timeline of the
+    /// rank at its local position on its node's representative.
+    fn from_representatives(
+        cluster: &crate::cluster::Cluster,
+        first: &[usize],
+        rep_node: Vec<usize>,
+    ) -> NodeClasses {
         let rep_rank: Vec<usize> = cluster
             .gpus
             .iter()

@@ -97,6 +97,17 @@ pub struct TpCollective {
 }
 
 impl TpCollective {
+    /// A collective of `kind` in `pass` over a tensor of `bytes`, running
+    /// `under` a GEMM.
+    fn of(pass: Pass, kind: CollectiveKind, bytes: f64, under: Under) -> TpCollective {
+        TpCollective {
+            pass,
+            kind,
+            bytes,
+            under,
+        }
+    }
+
     /// Each rank's piece for the communication model: the whole tensor for
     /// an all-reduce, its `1/t` share for an all-gather or reduce-scatter.
     pub fn piece_bytes(&self, t: u32) -> f64 {
@@ -218,13 +229,8 @@ impl TensorParallel {
         if !self.is_on() {
             return Vec::new();
         }
-        let s = tokens * model.hidden as f64 * dtype.bytes();
-        let c = |pass, kind, under| TpCollective {
-            pass,
-            kind,
-            bytes: s,
-            under,
-        };
+        let s = activation_bytes(model, tokens, dtype);
+        let c = |pass, kind, under| TpCollective::of(pass, kind, s, under);
         use CollectiveKind::*;
         use Pass::*;
         if self.sequence_parallel {
@@ -268,13 +274,8 @@ impl TensorParallel {
         if !self.is_on() {
             return Vec::new();
         }
-        let s = tokens * model.hidden as f64 * dtype.bytes();
-        let c = |pass, kind| TpCollective {
-            pass,
-            kind,
-            bytes: s,
-            under: Under::Nothing,
-        };
+        let s = activation_bytes(model, tokens, dtype);
+        let c = |pass, kind| TpCollective::of(pass, kind, s, Under::Nothing);
         if self.sequence_parallel {
             vec![
                 c(Pass::Forward, CollectiveKind::ReduceScatter),
@@ -300,13 +301,8 @@ impl TensorParallel {
         if !self.is_on() {
             return Vec::new();
         }
-        let s = tokens * model.hidden as f64 * dtype.bytes();
-        let c = |pass, kind, bytes| TpCollective {
-            pass,
-            kind,
-            bytes,
-            under: Under::Nothing,
-        };
+        let s = activation_bytes(model, tokens, dtype);
+        let c = |pass, kind, bytes| TpCollective::of(pass, kind, bytes, Under::Nothing);
         let mut v = if self.sequence_parallel {
             vec![
                 c(Pass::Forward, CollectiveKind::AllGather, s),
@@ -376,6 +372,12 @@ impl TensorParallel {
             head_work: full.head_work / t,
         }
     }
+}
+
+/// Bytes of the activation tensor every TP collective of a block, the
+/// embedding and the head moves: `tokens x h` in the compute dtype.
+fn activation_bytes(model: &ModelSpec, tokens: f64, dtype: Dtype) -> f64 {
+    tokens * model.hidden as f64 * dtype.bytes()
 }
 
 /// The part of each of a block's activation sizes ([`BlockActivations::new`],

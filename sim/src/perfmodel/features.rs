@@ -140,7 +140,11 @@ impl TimeFeat {
     /// token count (`m * s`) is unchanged: every rank sees the whole
     /// micro-batch.
     pub fn tensor_sliced(mut self, t: u32, sp: bool) -> TimeFeat {
-        let t = t.max(1) as f64;
+        // The whole block is itself, bit for bit.
+        if t <= 1 {
+            return self;
+        }
+        let t = t as f64;
         let pointwise = self.pointwise_io_bytes;
         let split_io = self.act_io_bytes - pointwise;
         let pointwise = if sp { pointwise / t } else { pointwise };

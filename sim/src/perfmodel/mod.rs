@@ -324,20 +324,12 @@ impl Predictor for Calibrated {
         m: u32,
         attention: Attention,
     ) -> Result<BlockPrediction, String> {
-        let f = TimeFeat::new(gpu, model, seq_len, dtype, m.max(1))
-            .ok_or_else(|| unsupported(gpu, dtype))?;
-        let bound = roofline_bound_ms_with(gpu, model, seq_len, dtype, m.max(1), attention)
-            .ok_or_else(|| unsupported(gpu, dtype))?;
-        let p = self.time.time_parts(&f, attention);
-        let (fwd, bwd) = calibrate::clamp_to_bound((p.fwd_ms, p.bwd_ms), bound);
-        Ok(BlockPrediction {
-            fwd_ms: fwd,
-            bwd_ms: bwd,
-            selective_recompute_ms: p.selective_ms.min(fwd),
-            attention_recompute_ms: p.attention_ms.min(fwd),
-        })
+        let whole = crate::tensor::TensorParallel::NONE;
+        self.block_prediction_tp(gpu, model, seq_len, dtype, m, attention, &whole)
     }
 
+    /// One rank's share of the block (the whole block at `t = 1`, where
+    /// the sliced features and the bound are the block's own).
     fn block_prediction_tp(
         &self,
         gpu: &GpuSpec,
@@ -348,16 +340,13 @@ impl Predictor for Calibrated {
         attention: Attention,
         tp: &crate::tensor::TensorParallel,
     ) -> Result<BlockPrediction, String> {
-        if !tp.is_on() {
-            return self.block_prediction(gpu, model, seq_len, dtype, m, attention);
-        }
         let f = TimeFeat::new(gpu, model, seq_len, dtype, m.max(1))
             .ok_or_else(|| unsupported(gpu, dtype))?
             .tensor_sliced(tp.degree, tp.sequence_parallel);
         // The rank's share of the whole block's roofline bound.
         let (bf, bb) = roofline_bound_ms_with(gpu, model, seq_len, dtype, m.max(1), attention)
             .ok_or_else(|| unsupported(gpu, dtype))?;
-        let t = tp.degree as f64;
+        let t = tp.degree.max(1) as f64;
         let p = self.time.time_parts(&f, attention);
         let (fwd, bwd) = calibrate::clamp_to_bound((p.fwd_ms, p.bwd_ms), (bf / t, bb / t));
         Ok(BlockPrediction {

@@ -103,6 +103,32 @@ pub struct TpTimes {
     pub head_bwd: SimTime,
 }
 
+/// What the collectives of a group of GPUs cost depends on, as a key: per
+/// member its GPU type, its node's place relative to the first member's,
+/// and that node's fabric and NIC count. Groups with equal keys are priced
+/// once (the lowering's TP groups, the estimate's TP and data-parallel
+/// groups).
+pub type GroupShape<'c> = Vec<(usize, isize, &'c str, usize)>;
+
+/// The [`GroupShape`] of the GPUs `ranks`.
+pub fn group_shape<'c>(costs: &'c CostModel, ranks: &[usize]) -> GroupShape<'c> {
+    let c = &costs.workload.cluster;
+    let n0 = ranks.first().map_or(0, |&r| c.gpus[r].node) as isize;
+    ranks
+        .iter()
+        .map(|&r| {
+            let nd = c.gpus[r].node;
+            let node = &c.nodes[nd];
+            (
+                costs.rank_type[r],
+                nd as isize - n0,
+                node.intra_link.as_str(),
+                node.nics,
+            )
+        })
+        .collect()
+}
+
 /// The [`TpTimes`] of the TP group `group` (ranks) under `tp` on a slice
 /// of `n` samples whose block forward and backward take `fwd_ms` /
 /// `bwd_ms` on the group's slowest GPU.
@@ -167,6 +193,8 @@ impl<'a> PipeCosts<'a> {
         let mut rows = Rows::new(costs, &plan.strategy);
         let mut out_bytes = HashMap::new();
         let mut tp_map = HashMap::new();
+        // TP groups of one shape are priced once per slice size.
+        let mut by_shape: HashMap<(usize, u32, GroupShape<'a>), TpTimes> = HashMap::new();
         let p = pipe.depth();
         let mut sizes: Vec<u32> = Vec::new();
         for x in pipe.micro_sizes(costs.workload.global_batch) {
@@ -189,9 +217,11 @@ impl<'a> PipeCosts<'a> {
                         f = f.max(row.f_blk.as_ms());
                         b = b.max(row.b_blk.as_ms());
                     }
-                    tp_map
-                        .entry((s, j, hi - lo))
-                        .or_insert_with(|| tp_times(costs, &tp, &group, hi - lo, f, b));
+                    let n = hi - lo;
+                    let times = *by_shape
+                        .entry((s, n, group_shape(costs, &group)))
+                        .or_insert_with(|| tp_times(costs, &tp, &group, n, f, b));
+                    tp_map.insert((s, j, n), times);
                     // With model chunks the last stage feeds the first
                     // stage's next chunk.
                     if s + 1 == p && pipe.chunks() == 1 {

@@ -188,23 +188,10 @@ pub fn group_cost_with(
         // The slowest TP group's exposed communication (a full recompute
         // reruns the forward's), each distinct group shape priced once.
         let t = (tp.degree as usize).min(ranks.len()).max(1);
-        let c = &costs.workload.cluster;
         let mut seen = std::collections::HashSet::new();
         let mut c_max = super::costs::TpTimes::default();
         for grp in ranks.chunks(t) {
-            let n0 = c.gpus[grp[0]].node;
-            let key: Vec<(usize, isize, &str)> = grp
-                .iter()
-                .map(|&r| {
-                    let nd = c.gpus[r].node;
-                    (
-                        costs.rank_type[r],
-                        nd as isize - n0 as isize,
-                        c.nodes[nd].intra_link.as_str(),
-                    )
-                })
-                .collect();
-            if !seen.insert(key) {
+            if !seen.insert(super::costs::group_shape(costs, grp)) {
                 continue;
             }
             let x = super::costs::tp_times(costs, tp, grp, n, g.block_fwd_ms, bwd_ms);
@@ -515,17 +502,11 @@ fn stage_sync_ms(
     prm: f64,
 ) -> (f64, f64) {
     let tu = t.max(1) as usize;
-    let c = &costs.workload.cluster;
     let mut seen = std::collections::HashSet::new();
     let (mut sync, mut opt) = (0.0f64, 0.0f64);
     for i in 0..tu.min(stage.len()) {
         let g: Vec<usize> = stage.iter().skip(i).step_by(tu).copied().collect();
-        let n0 = c.gpus[g[0]].node;
-        let key: Vec<(usize, isize)> = g
-            .iter()
-            .map(|&r| (costs.rank_type[r], c.gpus[r].node as isize - n0 as isize))
-            .collect();
-        if !seen.insert(key) {
+        if !seen.insert(super::costs::group_shape(costs, &g)) {
             continue;
         }
         let d = g.len();

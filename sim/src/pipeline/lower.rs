@@ -233,8 +233,6 @@ struct Slice {
     x: usize,
     /// Its physical stage.
     s: usize,
-    /// Its replica (TP group) in the stage.
-    j: usize,
     /// Its micro-batch.
     k: u32,
     /// The GPUs computing it (its TP group, in TP-rank order).
@@ -337,7 +335,6 @@ impl<'a, S: Sink> Walk<'a, S> {
         Slice {
             x,
             s,
-            j,
             k,
             here: (0..t).map(|i| self.slot(x, j * t + i, k)).collect(),
             mc: ranks
@@ -659,7 +656,6 @@ impl<'a, S: Sink> Walk<'a, S> {
                 inbox.bytes[t] += mem.1;
             }
         }
-        let _ = x.j;
     }
 
     /// One point-to-point transfer of `bytes` from `ends.0` to `ends.1`

@@ -29,14 +29,14 @@
 //! [`CONFIRM`] best estimates are simulated and the fastest that fits
 //! wins; with no judge the best estimate stands. Units: samples, ms, bytes.
 
-use super::pipeline::PIPELINE_AXES;
+use super::pipeline::{pipeline_shardings, pipeline_strategy, PIPELINE_AXES};
 use super::{Judge, Planned, Planner, Problem, SearchStats};
 use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::plan::pipeline::PipeSchedule;
 use crate::plan::shape::Shape3d;
 use crate::plan::Plan;
-use crate::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy, StrategySpec};
+use crate::strategy::{Checkpointing, Sharding, Strategy, StrategySpec};
 use crate::units::GIB;
 
 /// Candidates the simulator confirms (the best estimates).
@@ -138,30 +138,16 @@ fn strategies(problem: &Problem<'_>, d: usize) -> Result<Vec<Strategy>, PlanErro
             Checkpointing::Full,
         ],
     };
-    let shardings = match problem.strategy.sharding {
-        Some(s @ (Sharding::NoShard | Sharding::GradOp)) => vec![s],
-        _ if d > 1 => vec![Sharding::NoShard, Sharding::GradOp],
-        _ => vec![Sharding::NoShard],
+    let candidates: &[Sharding] = if d > 1 {
+        &[Sharding::NoShard, Sharding::GradOp]
+    } else {
+        &[Sharding::NoShard]
     };
+    let (shardings, _) = pipeline_shardings(problem, candidates);
     let mut out = Vec::new();
     for &ck in &cks {
         for &sh in &shardings {
-            let forced = StrategySpec {
-                sharding: Some(sh),
-                accumulation: Some(Accumulation::NoSync),
-                offload: Some(Offload::None),
-                checkpointing: Some(ck),
-                ..StrategySpec::NONE
-            };
-            let user = StrategySpec {
-                sharding: None,
-                ..*problem.strategy
-            };
-            let scoped = Problem {
-                strategy: &user,
-                ..*problem
-            };
-            out.push(scoped.resolve(&forced, &forced)?.0);
+            out.push(pipeline_strategy(problem, sh, ck)?.0);
         }
     }
     Ok(out)
@@ -353,7 +339,8 @@ impl Planner for Megatron {
                 rank: None,
             });
         }
-        let mut notes = Vec::new();
+        // A sharding pin a pipeline stage cannot run is said once.
+        let mut notes = pipeline_shardings(problem, &[]).1;
         let pick = match problem.judge {
             Some(judge) => match confirm(judge, &cands, &mut stats)? {
                 Some((i, ms)) => {
