@@ -686,6 +686,50 @@ mod planner {
         g.finish();
     }
 
+    /// `planner_hetero3d_1024gpu`: the whole `hetero-3d` search (layouts
+    /// of same-type stages with per-type TP x micro-batch counts x
+    /// strategies, an exact partition each, the best simulated with their
+    /// schedule variants) for LLaMA-2-13B at 4,096 tokens, global batch
+    /// 2,048, on 1,024 GPUs of 4 types: 32 nodes of 8 H100 SXM, 48 of 8
+    /// A100-80GB, 32 of 8 V100-32GB, 16 of 8 L4, 100 Gbit/s between nodes
+    /// (the target: at most 5 s).
+    pub fn planner_hetero3d_1024gpu(c: &mut Criterion) {
+        let empty = ProfileSet::new();
+        let mut toml = String::from("name = \"mixed4x1024\"\n[network]\nbw_gbit_s = 100\n");
+        for (gpu, link, nodes) in [
+            ("h100-sxm", "nvswitch", 32),
+            ("a100-80gb", "nvswitch", 48),
+            ("v100-32gb", "nvlink", 32),
+            ("l4", "pcie4", 16),
+        ] {
+            for _ in 0..nodes {
+                toml.push_str(&format!(
+                    "[[nodes]]\nintra_link = \"{link}\"\ngpus = [ {{ type = \"{gpu}\", count = 8 }} ]\n"
+                ));
+            }
+        }
+        let cluster = Cluster::from_toml(&toml, "bench", GpuCatalog::builtin()).unwrap();
+        let costs = costs(cluster, "llama2-13b", Some(4096), 2048, &empty, None);
+        let opts = PlannerOptions::default();
+        let judge = SimJudge::new(&costs);
+        let p = Problem {
+            costs: &costs,
+            profiles: &empty,
+            options: &opts,
+            strategy: &StrategySpec::NONE,
+            judge: Some(&judge),
+        };
+        let planner = sim::planner::hetero3d::Hetero3d;
+        let found = planner.plan(&p).expect("a 3D layout fits");
+        let mut g = c.benchmark_group("planner_hetero3d_1024gpu");
+        g.sample_size(10);
+        g.throughput(Throughput::Elements(found.stats.candidates));
+        g.bench_function("plan", |b| {
+            b.iter(|| black_box(planner.plan(&p).unwrap().plan.gpus.len()))
+        });
+        g.finish();
+    }
+
     pub fn planner_cephalo_64gpu(c: &mut Criterion) {
         let empty = ProfileSet::new();
         let costs = costs(cluster64(), "llama2-7b", Some(2048), 2048, &empty, None);
@@ -702,7 +746,8 @@ criterion_group!(
     planner::planner_native_batch,
     planner::planner_fold_65536,
     planner::planner_pipeline_hetero_64gpu,
-    planner::planner_megatron_1024gpu
+    planner::planner_megatron_1024gpu,
+    planner::planner_hetero3d_1024gpu
 );
 
 criterion_main!(engine_benches, planner_benches);

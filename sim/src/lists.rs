@@ -169,7 +169,8 @@ pub fn ranks(text: &str, flag: &str, max_span: usize) -> Result<Vec<usize>, Spec
 }
 
 /// Runs of equal consecutive values as cells: `8x 64`, `2`.
-fn run_cells<T: PartialEq + std::fmt::Display>(v: &[T]) -> Vec<String> {
+/// Runs of equal values as cells (`8x 64`, `2`), in order.
+pub fn run_cells<T: PartialEq + std::fmt::Display>(v: &[T]) -> Vec<String> {
     let mut out: Vec<(usize, &T)> = Vec::new();
     for x in v {
         match out.last_mut() {

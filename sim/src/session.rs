@@ -269,6 +269,241 @@ pub fn plan_and_simulate(
     })
 }
 
+/// One contender of [`plan_best`]: its planner, family and outcome.
+#[derive(Debug, Clone)]
+pub struct Contender {
+    /// The planner's name.
+    pub planner: &'static str,
+    /// The family of plans it makes.
+    pub family: crate::planner::registry::Family,
+    /// Its plan and simulation, or why it has none.
+    pub run: Result<PlannedRun, PlanError>,
+}
+
+impl Contender {
+    /// Its simulated iteration when its plan fits, ms.
+    pub fn fitting_ms(&self) -> Option<f64> {
+        self.run
+            .as_ref()
+            .ok()
+            .filter(|r| !r.report.oom)
+            .map(|r| r.report.iteration_ms)
+    }
+}
+
+/// The best plan of every family ([`plan_best`]).
+#[derive(Debug, Clone)]
+pub struct BestOfFamilies {
+    /// Every contender, in registry order.
+    pub contenders: Vec<Contender>,
+    /// The fastest contender whose plan fits (`None`: none fits).
+    pub winner: Option<usize>,
+}
+
+/// Plans one workload with every family's planners
+/// ([`crate::planner::registry::contenders`]: `cephalo` for data-parallel
+/// plans, every pipeline and 3D planner), each confirmed by the simulator,
+/// and picks the fastest plan that fits.
+pub fn plan_best(
+    costs: &CostModel,
+    profiles: &ProfileSet,
+    options: &PlannerOptions,
+    strategy: &StrategySpec,
+) -> BestOfFamilies {
+    let contenders: Vec<Contender> = crate::planner::registry::contenders()
+        .into_iter()
+        .map(|(family, pl)| Contender {
+            planner: pl.name(),
+            family,
+            run: match pin_conflict(family, &pl.fixed_axes(), strategy) {
+                Some(why) => Err(PlanError::invalid("plan", "strategy", why)),
+                None => plan_and_simulate(costs, profiles, pl.as_ref(), options, strategy),
+            },
+        })
+        .collect();
+    let mut winner: Option<usize> = None;
+    for (i, c) in contenders.iter().enumerate() {
+        if let Some(ms) = c.fitting_ms() {
+            if winner.is_none_or(|w| ms < contenders[w].fitting_ms().unwrap_or(f64::INFINITY)) {
+                winner = Some(i);
+            }
+        }
+    }
+    BestOfFamilies { contenders, winner }
+}
+
+/// Why a planner of `family` that fixes `fixed` cannot honour the user's
+/// pins `user` (so [`plan_best`] leaves it out instead of returning a plan
+/// that ignores them), `None` when it can.
+fn pin_conflict(
+    family: crate::planner::registry::Family,
+    fixed: &StrategySpec,
+    user: &StrategySpec,
+) -> Option<String> {
+    use crate::strategy::Sharding;
+    let differ = |a: Option<String>, b: Option<String>, flag: &str| match (a, b) {
+        (Some(a), Some(b)) if a != b => Some(format!(
+            "not searched: {flag} {b} is pinned and its plans run {a}"
+        )),
+        _ => None,
+    };
+    differ(
+        fixed.accumulation.map(|x| x.name().to_string()),
+        user.accumulation.map(|x| x.name().to_string()),
+        "--accumulation",
+    )
+    .or_else(|| {
+        differ(
+            fixed.offload.map(|x| x.name().to_string()),
+            user.offload.map(|x| x.name().to_string()),
+            "--offload",
+        )
+    })
+    .or_else(|| {
+        differ(
+            fixed.sharding.map(|x| x.name().to_string()),
+            user.sharding.map(|x| x.name().to_string()),
+            "--sharding",
+        )
+    })
+    .or_else(|| match (family, user.sharding) {
+        (crate::planner::registry::Family::DataParallel, _)
+        | (_, None | Some(Sharding::NoShard | Sharding::GradOp)) => None,
+        (_, Some(s)) => Some(format!(
+            "not searched: --sharding {} is pinned and pipeline stages run none or grad-op",
+            s.name()
+        )),
+    })
+}
+
+impl BestOfFamilies {
+    /// The families in the order they are reported.
+    const FAMILIES: [crate::planner::registry::Family; 3] = [
+        crate::planner::registry::Family::DataParallel,
+        crate::planner::registry::Family::Pipeline,
+        crate::planner::registry::Family::ThreeD,
+    ];
+
+    /// Each family's fastest fitting contender (`None`: none of its
+    /// planners has a plan that fits), in [`Self::FAMILIES`] order.
+    pub fn family_best(&self) -> Vec<(crate::planner::registry::Family, Option<usize>)> {
+        Self::FAMILIES
+            .iter()
+            .map(|&f| {
+                let mut best: Option<usize> = None;
+                for (i, c) in self.contenders.iter().enumerate() {
+                    if c.family != f {
+                        continue;
+                    }
+                    if let Some(ms) = c.fitting_ms() {
+                        let b = best.and_then(|b| self.contenders[b].fitting_ms());
+                        if b.is_none_or(|b| ms < b) {
+                            best = Some(i);
+                        }
+                    }
+                }
+                (f, best)
+            })
+            .collect()
+    }
+
+    /// Lines saying each family's best plan and which family won by how
+    /// much (throughput ratio to the next family's best).
+    pub fn summary(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let fams = self.family_best();
+        for &(f, best) in &fams {
+            let line = match best {
+                Some(i) => {
+                    let c = &self.contenders[i];
+                    let ms = c.fitting_ms().unwrap_or(f64::NAN);
+                    format!(
+                        "family {}: best {} at {ms:.1} ms per iteration",
+                        f.name(),
+                        c.planner
+                    )
+                }
+                None => {
+                    let why: Vec<String> = self
+                        .contenders
+                        .iter()
+                        .filter(|c| c.family == f)
+                        .map(|c| match &c.run {
+                            Ok(_) => format!("{}: out of memory", c.planner),
+                            Err(e) => format!(
+                                "{}: {}",
+                                c.planner,
+                                e.to_string().lines().next().unwrap_or_default()
+                            ),
+                        })
+                        .collect();
+                    format!(
+                        "family {}: no plan that fits ({})",
+                        f.name(),
+                        why.join("; ")
+                    )
+                }
+            };
+            out.push(line);
+        }
+        if let Some(w) = self.winner {
+            let c = &self.contenders[w];
+            let ms = c.fitting_ms().unwrap_or(f64::NAN);
+            let next = fams
+                .iter()
+                .filter(|(f, _)| *f != c.family)
+                .filter_map(|&(f, b)| b.map(|i| (f, i)))
+                .min_by(|a, b| {
+                    let x = |i: usize| self.contenders[i].fitting_ms().unwrap_or(f64::INFINITY);
+                    x(a.1).total_cmp(&x(b.1))
+                });
+            out.push(match next {
+                Some((f, i)) => {
+                    let other = &self.contenders[i];
+                    let oms = other.fitting_ms().unwrap_or(f64::NAN);
+                    format!(
+                        "{} won ({}): {:.2}x the throughput of the best {} plan ({}, {oms:.1} ms)",
+                        c.family.name(),
+                        c.planner,
+                        oms / ms,
+                        f.name(),
+                        other.planner
+                    )
+                }
+                None => format!(
+                    "{} won ({}): no other family has a plan that fits",
+                    c.family.name(),
+                    c.planner
+                ),
+            });
+        }
+        out
+    }
+
+    /// The winner's run, its notes led by [`Self::summary`]; when nothing
+    /// fits, the data-parallel planner's answer (its error, or its plan
+    /// that runs out of memory), else the first contender's.
+    pub fn into_winner(self) -> Result<PlannedRun, PlanError> {
+        let summary = self.summary();
+        let pick = self.winner.unwrap_or_else(|| {
+            self.contenders
+                .iter()
+                .position(|c| c.family == crate::planner::registry::Family::DataParallel)
+                .unwrap_or(0)
+        });
+        let mut run = self
+            .contenders
+            .into_iter()
+            .nth(pick)
+            .map(|c| c.run)
+            .unwrap_or_else(|| Err(PlanError::invalid("plan", "planner", "no planner to run")))?;
+        let mut notes = summary;
+        notes.append(&mut run.planned.notes);
+        run.planned.notes = notes;
+        Ok(run)
+    }
+}
+
 /// One row of a comparison (the JSON output is an array of these).
 ///
 /// Throughput fields are `null` when the planner found no plan (`error`

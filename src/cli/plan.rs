@@ -67,7 +67,7 @@ pub struct Args {
     #[command(flatten)]
     pub strategy: StrategyArgs,
     // The planner (its help lists the registry's names).
-    #[arg(long, default_value = "cephalo", help = planner_help())]
+    #[arg(long, default_value = BEST, help = planner_help())]
     pub planner: String,
     /// Use the reference optimizer's rules (same as `--planner cephalo-compat`).
     #[arg(long)]
@@ -253,7 +253,28 @@ pub struct PlanOutput {
     /// A pipeline plan's stages as simulated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<sim::report::PipelineReport>,
+    /// `--planner best`: each family's best plan (absent with one planner).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub families: Vec<FamilyOut>,
 }
+
+/// One family's best plan in `plan`'s default search.
+#[derive(Debug, Clone, Serialize)]
+pub struct FamilyOut {
+    /// The family (`data-parallel`, `pipeline`, `3d`).
+    pub family: &'static str,
+    /// Its fastest planner whose plan fits (absent: none fits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planner: Option<&'static str>,
+    /// That plan's simulated iteration, ms (absent: none fits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iteration_ms: Option<f64>,
+    /// Whether it is the plan `plan` returned.
+    pub won: bool,
+}
+
+/// `--planner`'s default: the best plan of every family.
+pub const BEST: &str = "best";
 
 /// A named objective value.
 #[derive(Debug, Clone, Serialize)]
@@ -326,6 +347,7 @@ pub fn output(res: &Resolved, planned: &Planned, report: &Report) -> PlanOutput 
         notes: planned.notes.clone(),
         pipeline: report.pipeline.clone(),
         plan: p.clone(),
+        families: Vec::new(),
     }
 }
 
@@ -472,6 +494,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         args.planner.as_str()
     };
     if args.compat
+        && args.planner != BEST
         && args.planner != "cephalo"
         && planner::registry::by_name(&args.planner, "--planner")?.name() != "cephalo-compat"
     {
@@ -481,19 +504,50 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ))
         .into());
     }
-    let pl = planner::registry::by_name(name, "--planner")?;
+    let best = name.eq_ignore_ascii_case(BEST);
+    let pl = planner::registry::by_name(if best { "cephalo" } else { name }, "--planner")?;
     let opts = args.flags.options(&args.workload.model)?;
     let spec = args.strategy.spec()?;
     let res = args.workload.resolve()?;
     crate::cli::notes::eprint("warning", &res.costs.warnings);
-    let spin = crate::cli::progress::spinner(&format!("planning with {}", pl.name()));
-    let run = plan_and_simulate(&res.costs, &res.profiles, pl.as_ref(), &opts, &spec);
-    spin.finish_and_clear();
-    let run = run?;
-    log_search(pl.name(), &run.planned.stats, run.elapsed_s);
+    let mut families = Vec::new();
+    let mut ran = pl.name();
+    let run = if best {
+        let spin = crate::cli::progress::spinner("planning with every family's planners");
+        let all = sim::session::plan_best(&res.costs, &res.profiles, &opts, &spec);
+        spin.finish_and_clear();
+        for c in &all.contenders {
+            if let Ok(r) = &c.run {
+                log_search(c.planner, &r.planned.stats, r.elapsed_s);
+            }
+        }
+        families = all
+            .family_best()
+            .into_iter()
+            .map(|(f, i)| FamilyOut {
+                family: f.name(),
+                planner: i.map(|i| all.contenders[i].planner),
+                iteration_ms: i.and_then(|i| all.contenders[i].fitting_ms()),
+                won: i.is_some() && i == all.winner,
+            })
+            .collect();
+        if let Some(w) = all.winner {
+            ran = all.contenders[w].planner;
+        }
+        all.into_winner()?
+    } else {
+        let spin = crate::cli::progress::spinner(&format!("planning with {}", pl.name()));
+        let run = plan_and_simulate(&res.costs, &res.profiles, pl.as_ref(), &opts, &spec);
+        spin.finish_and_clear();
+        let run = run?;
+        log_search(pl.name(), &run.planned.stats, run.elapsed_s);
+        run
+    };
     crate::cli::notes::eprint("note", &run.planned.notes);
     let (planned, report) = (run.planned, run.report);
-    let out = output(&res, &planned, &report);
+    let mut out = output(&res, &planned, &report);
+    out.families = families;
+    let pl = planner::registry::by_name(ran, "--planner")?;
     if let Some(path) = &args.out {
         let w = sim::plan::file::PlanWorkload::of(&res.costs);
         crate::out::write_text(path, &planned.plan.to_file_json(&w), "the plan (--out)")?;
@@ -514,7 +568,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
 /// `--planner`'s help: every planner of the registry.
 fn planner_help() -> String {
     format!(
-        "Planner: {} (`cephalo list planners` says what each does)",
+        "Planner: `best` (the default: the fastest plan of every family's planners, `cephalo` for data-parallel plans and every pipeline and 3D planner, each confirmed by the simulator; says which family won and by how much) | {} (`cephalo list planners` says what each does)",
         sim::planner::registry::names(|_| true).join(" | ")
     )
 }

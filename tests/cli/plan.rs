@@ -343,6 +343,8 @@ fn the_native_planner_refuses_more_gpus_than_its_stated_limit() {
         "gpt-1.3b",
         "--global-batch",
         "2064",
+        "--planner",
+        "cephalo",
     ]);
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(
@@ -366,6 +368,31 @@ fn the_native_planner_refuses_more_gpus_than_its_stated_limit() {
         "fsdp",
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
+    // The default search (every family) says why the data-parallel family
+    // has no plan and returns another family's.
+    let o = run(&[
+        "plan",
+        "--cluster",
+        &path,
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "2064",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("family data-parallel: no plan that fits (cephalo: ")
+            && o.stderr.contains("up to 1024 GPUs"),
+        "{}",
+        o.stderr
+    );
+    let j: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let fams = j["families"].as_array().unwrap();
+    assert_eq!(fams.len(), 3);
+    assert!(fams[0]["planner"].is_null() && fams.iter().any(|f| f["won"] == true));
 }
 
 /// Issue 26: an infeasible answer names the knobs that would make it fit,

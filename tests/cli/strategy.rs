@@ -178,7 +178,7 @@ fn plan_out_records_the_strategy_and_simulate_reads_it_back() {
 
 #[test]
 fn native_planner_reports_every_strategy_it_considered() {
-    let o = on_two_nodes("plan", &["--format", "json"]);
+    let o = on_two_nodes("plan", &["--planner", "cephalo", "--format", "json"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let j: Value = serde_json::from_str(&o.stdout).unwrap();
     let considered = j["considered"].as_array().unwrap();
@@ -199,6 +199,8 @@ fn native_planner_reports_every_strategy_it_considered() {
     let o = on_two_nodes(
         "plan",
         &[
+            "--planner",
+            "cephalo",
             "--format",
             "json",
             "--accumulation",
@@ -212,7 +214,7 @@ fn native_planner_reports_every_strategy_it_considered() {
     assert_eq!(j["considered"].as_array().unwrap().len(), 2);
     assert_eq!(j["strategy"]["accumulation"], "layered");
     // The table says it too.
-    let t = on_two_nodes("plan", &[]);
+    let t = on_two_nodes("plan", &["--planner", "cephalo"]);
     assert!(
         t.stdout.contains("best plan per strategy considered"),
         "{}",

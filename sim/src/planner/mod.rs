@@ -29,6 +29,7 @@ pub mod compat;
 pub mod ddp;
 pub mod fsdp;
 pub mod fsdp_ga;
+pub mod hetero3d;
 pub mod hsdp;
 pub mod knobs;
 pub mod megatron;

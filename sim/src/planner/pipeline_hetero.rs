@@ -145,7 +145,7 @@ fn groupings_of(costs: &CostModel, ranks: &[usize]) -> Vec<Grouping> {
 
 /// Micro-batch counts for `batch` samples: sizes 1, 2, 3, 4, 6, 8, ...
 /// (each count once, largest size first).
-fn micro_counts(batch: u32) -> Vec<u32> {
+pub(super) fn micro_counts(batch: u32) -> Vec<u32> {
     let mut sizes = Vec::new();
     let mut x = 1u64;
     while x <= batch as u64 {

@@ -9,7 +9,7 @@
 
 use super::Planner;
 use super::{ablation, cephalo, compat, ddp, fsdp, fsdp_ga, hsdp};
-use super::{megatron, pipeline, pipeline_hetero, proportional, proportional_mem, zero2};
+use super::{hetero3d, megatron, pipeline, pipeline_hetero, proportional, proportional_mem, zero2};
 use crate::error::PlanError;
 
 /// The kind of plan a planner makes.
@@ -78,7 +78,7 @@ impl Entry {
 
 /// Every planner, in the order `compare` and `list planners` print them
 /// (ours first).
-pub const ENTRIES: [Entry; 14] = [
+pub const ENTRIES: [Entry; 15] = [
     Entry {
         family: Family::DataParallel,
         role: Role::Native,
@@ -163,6 +163,12 @@ pub const ENTRIES: [Entry; 14] = [
         aliases: &["megatron-lm", "3d", "calculon"],
         make: || Box::new(megatron::Megatron),
     },
+    Entry {
+        family: Family::ThreeD,
+        role: Role::Baseline,
+        aliases: &["hetero3d", "flashflex", "hexiscale"],
+        make: || Box::new(hetero3d::Hetero3d),
+    },
 ];
 
 /// The native planner, seeded with every planner [`Entry::seeds_native`]
@@ -192,6 +198,17 @@ pub fn names(keep: impl Fn(&Entry) -> bool) -> Vec<&'static str> {
 /// Every planner.
 pub fn all() -> Vec<Box<dyn Planner>> {
     select(|_| true)
+}
+
+/// The contenders of `plan`'s default search for the best plan of every
+/// family: the native planner for data-parallel plans (its search seeds
+/// every data-parallel baseline) and every pipeline and 3D planner.
+pub fn contenders() -> Vec<(Family, Box<dyn Planner>)> {
+    ENTRIES
+        .iter()
+        .filter(|e| e.role == Role::Native || e.family != Family::DataParallel)
+        .map(|e| (e.family, (e.make)()))
+        .collect()
 }
 
 /// The pipeline-parallel planners (not seeds of the native planner,
@@ -251,7 +268,7 @@ mod tests {
     #[test]
     fn names_resolve() {
         assert_eq!(all().len(), ENTRIES.len());
-        assert_eq!(all().len(), 14);
+        assert_eq!(all().len(), 15);
         for p in all() {
             assert_eq!(by_name(p.name(), "t").unwrap().name(), p.name());
         }

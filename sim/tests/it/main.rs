@@ -2,6 +2,7 @@
 
 mod common;
 mod fold;
+mod hetero3d;
 mod house;
 mod memory;
 mod models;

@@ -1,0 +1,614 @@
+//! `hetero-3d`: a 3D planner for mixed GPU types in the line of Metis (Um
+//! et al., USENIX ATC 2024), FlashFlex / HexiScale (Yan et al., arXiv
+//! 2409.01143) and Sailor (Strati et al., SOSP 2025): a pipeline whose
+//! stages are groups of one GPU type, each stage with its own tensor
+//! parallel degree and data-parallel replicas, the blocks partitioned
+//! exactly by the stages' speed and memory (REAL-SYSTEMS-2 section 4.4).
+//!
+//! Search space:
+//!
+//! * **GPU types kept**: every type, then without the smallest-memory
+//!   type (a GPU that cannot hold a block is better left idle than made a
+//!   stage), as `pipeline-hetero` does.
+//! * **Stage order**: the types by usable memory, largest first (1F1B's
+//!   first stages hold the most micro-batches), and in rank order; a
+//!   type's stages are consecutive.
+//! * **TP per type** (Sailor's and Metis' ranges are per type): for each
+//!   level `l` of the degrees the model allows ([`crate::tensor::degrees`]),
+//!   every type takes the largest degree `<= l` that divides each of its
+//!   nodes' GPU counts (TP groups stay inside a node); a second assignment
+//!   per level gives the types of below-median memory twice that (small
+//!   GPUs need the larger split to hold a stage). Sequence parallelism is
+//!   on wherever `t > 1` (torchtitan always runs TP with SP; Megatron's
+//!   SP moves the same bytes as its all-reduces and divides the
+//!   activations).
+//! * **GPUs per stage** `q` = 1, 2, 4, ... up to the largest type's count:
+//!   each type's TP groups (in rank order) cut into `ceil(G / (q / t))`
+//!   near-equal runs, at most one stage per block.
+//! * **and** `pipeline-hetero`'s stage groupings without TP (same-type
+//!   runs of at most a node, in rank and memory orders), so its space is
+//!   part of this one.
+//! * **Micro-batches**: sizes 1, 2, 3, 4, 6, 8, ... samples (as
+//!   `pipeline-hetero`), each split near-equally over a stage's replicas
+//!   (same-type GPUs, so equal is by speed), at least one sample per
+//!   replica of the widest stage.
+//! * **Strategy**: recompute none, core attention (Megatron's selective),
+//!   full; stage replicas plain (`none`) or with the distributed optimizer
+//!   (`grad-op`, ZeRO-1); user pins narrow these.
+//! * **Blocks per stage**: the exact contiguous partition
+//!   ([`crate::pipeline::partition::min_max`]) minimising the slowest
+//!   stage's period within every stage's memory under 1F1B.
+//!
+//! Ranking: the pipeline closed form ([`crate::pipeline::estimate`],
+//! held to the simulator by the property tests); the [`CONFIRM`] best are
+//! simulated and the fastest that fits is tried again under ZB-H1, GPipe
+//! and (where its stages split evenly) interleaved 1F1B. Pruning: layouts
+//! deeper than the model, micro-batch counts above the simulator's limits
+//! and stage ranges over memory never reach the estimate; identical
+//! layouts reached two ways are searched once. Units: samples, ms, bytes.
+
+use super::pipeline::{pipeline_shardings, pipeline_strategy, PIPELINE_AXES};
+use super::pipeline_hetero::micro_counts;
+use super::{Judge, Planned, Planner, Problem, SearchStats};
+use crate::cost::CostModel;
+use crate::error::PlanError;
+use crate::pipeline::costs::Rows;
+use crate::pipeline::estimate::{
+    estimate_ms, params, place, stage_ms, stage_peak_bytes, staged, Staged,
+};
+use crate::pipeline::partition::min_max;
+use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
+use crate::plan::Plan;
+use crate::strategy::{Checkpointing, Sharding, Strategy, StrategySpec};
+use crate::tensor::TensorParallel;
+use crate::units::GIB;
+use std::collections::BTreeSet;
+
+/// Candidates the simulator confirms (the closed form's best).
+pub const CONFIRM: usize = 4;
+
+/// The heterogeneous 3D planner.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hetero3d;
+
+/// One GPU type of the cluster: its node runs and TP degrees.
+#[derive(Debug, Clone)]
+struct GpuType {
+    /// Usable memory of one GPU, GiB.
+    mem_gib: f64,
+    /// Its GPUs on each node (rank order), one run per node.
+    units: Vec<Vec<usize>>,
+    /// TP degrees the model allows that divide every run.
+    degrees: Vec<u32>,
+}
+
+impl GpuType {
+    /// GPUs of the type.
+    fn count(&self) -> usize {
+        self.units.iter().map(Vec::len).sum()
+    }
+
+    /// The largest allowed degree `<= level` (1 always is).
+    fn at_most(&self, level: u32) -> u32 {
+        self.degrees
+            .iter()
+            .copied()
+            .filter(|&t| t <= level)
+            .max()
+            .unwrap_or(1)
+    }
+}
+
+/// The cluster's GPU types, in rank order of their first GPU.
+fn gpu_types(costs: &CostModel) -> Vec<GpuType> {
+    let c = &costs.workload.cluster;
+    let allowed = crate::tensor::degrees(&costs.workload.model);
+    let mut names: Vec<String> = Vec::new();
+    let mut out: Vec<GpuType> = Vec::new();
+    for k in 0..c.nodes.len() {
+        let ranks = c.node_ranks(k);
+        let mut runs: Vec<(String, Vec<usize>)> = Vec::new();
+        for r in ranks {
+            let name = costs.gpu(r).name.clone();
+            match runs.iter_mut().find(|x| x.0 == name) {
+                Some(x) => x.1.push(r),
+                None => runs.push((name, vec![r])),
+            }
+        }
+        for (name, run) in runs {
+            let at = match names.iter().position(|n| *n == name) {
+                Some(i) => i,
+                None => {
+                    names.push(name);
+                    out.push(GpuType {
+                        mem_gib: costs.usable_gib(run[0]),
+                        units: Vec::new(),
+                        degrees: Vec::new(),
+                    });
+                    out.len() - 1
+                }
+            };
+            out[at].units.push(run);
+        }
+    }
+    for ty in &mut out {
+        ty.degrees = allowed
+            .iter()
+            .copied()
+            .filter(|&t| ty.units.iter().all(|u| u.len().is_multiple_of(t as usize)))
+            .collect();
+    }
+    out
+}
+
+/// A layout: each stage's GPUs (TP groups of its degree, consecutive) and
+/// its TP degree, in stage order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Layout {
+    /// Ranks of each stage, in Megatron's order.
+    pub groups: Vec<Vec<usize>>,
+    /// TP degree of each stage.
+    pub tps: Vec<u32>,
+}
+
+impl Layout {
+    /// Data-parallel replicas of the widest stage.
+    fn widest_dp(&self) -> u32 {
+        self.groups
+            .iter()
+            .zip(&self.tps)
+            .map(|(g, &t)| (g.len() / t as usize) as u32)
+            .max()
+            .unwrap_or(1)
+    }
+}
+
+/// The layouts of the search (module docs).
+pub fn layouts(costs: &CostModel) -> Vec<Layout> {
+    let layers = costs.workload.model.layers as usize;
+    let types = gpu_types(costs);
+    let mut by_mem: Vec<usize> = (0..types.len()).collect();
+    by_mem.sort_by(|&a, &b| {
+        types[b]
+            .mem_gib
+            .total_cmp(&types[a].mem_gib)
+            .then(a.cmp(&b))
+    });
+    let smallest = by_mem.last().copied();
+    let mut keeps: Vec<Vec<usize>> = vec![(0..types.len()).collect()];
+    if types.len() > 1 {
+        keeps.push((0..types.len()).filter(|&i| Some(i) != smallest).collect());
+    }
+    let mut levels: Vec<u32> = types.iter().flat_map(|t| t.degrees.clone()).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    let mut mems: Vec<f64> = types.iter().map(|t| t.mem_gib).collect();
+    mems.sort_by(f64::total_cmp);
+    let median = mems[mems.len() / 2];
+    let largest = types.iter().map(GpuType::count).max().unwrap_or(1);
+    let mut seen: BTreeSet<Layout> = BTreeSet::new();
+    let mut out = Vec::new();
+    // `pipeline-hetero`'s groupings (no TP), so this space holds its.
+    for g in super::pipeline_hetero::groupings(costs) {
+        let l = Layout {
+            tps: vec![1; g.len()],
+            groups: g,
+        };
+        if seen.insert(l.clone()) {
+            out.push(l);
+        }
+    }
+    for keep in &keeps {
+        let mem_order: Vec<usize> = by_mem
+            .iter()
+            .copied()
+            .filter(|i| keep.contains(i))
+            .collect();
+        for order in [mem_order, keep.clone()] {
+            for &level in &levels {
+                for boost in [false, true] {
+                    let tps: Vec<u32> = (0..types.len())
+                        .map(|i| {
+                            let ty = &types[i];
+                            let l = if boost && ty.mem_gib < median {
+                                level * 2
+                            } else {
+                                level
+                            };
+                            ty.at_most(l)
+                        })
+                        .collect();
+                    let mut q = 1usize;
+                    while q <= largest {
+                        if let Some(l) = layout(&types, &order, &tps, q, layers) {
+                            if seen.insert(l.clone()) {
+                                out.push(l);
+                            }
+                        }
+                        q *= 2;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The layout of the types `order` under TP degrees `tps` (by type) with
+/// about `q` GPUs per stage; `None` above one stage per block.
+fn layout(
+    types: &[GpuType],
+    order: &[usize],
+    tps: &[u32],
+    q: usize,
+    layers: usize,
+) -> Option<Layout> {
+    let mut l = Layout {
+        groups: Vec::new(),
+        tps: Vec::new(),
+    };
+    for &i in order {
+        let t = tps[i] as usize;
+        let groups: Vec<&[usize]> = types[i].units.iter().flat_map(|u| u.chunks(t)).collect();
+        let per = (q / t).max(1);
+        let k = groups.len().div_ceil(per);
+        let (base, extra) = (groups.len() / k, groups.len() % k);
+        let mut at = 0;
+        for s in 0..k {
+            let n = base + usize::from(s < extra);
+            l.groups.push(groups[at..at + n].concat());
+            l.tps.push(t as u32);
+            at += n;
+        }
+    }
+    (!l.groups.is_empty() && l.groups.len() <= layers).then_some(l)
+}
+
+/// The strategies tried (module docs).
+fn strategies(problem: &Problem<'_>) -> Result<Vec<Strategy>, PlanError> {
+    let cks = match problem.strategy.checkpointing {
+        Some(c) => vec![c],
+        None => vec![
+            Checkpointing::None,
+            Checkpointing::SelectiveAttention,
+            Checkpointing::Full,
+        ],
+    };
+    let (shardings, _) = pipeline_shardings(problem, &[Sharding::NoShard, Sharding::GradOp]);
+    let mut out = Vec::new();
+    for &ck in &cks {
+        for &sh in &shardings {
+            out.push(pipeline_strategy(problem, sh, ck)?.0);
+        }
+    }
+    Ok(out)
+}
+
+/// One searched candidate.
+#[derive(Debug, Clone)]
+struct Candidate {
+    estimate_ms: f64,
+    plan: Plan,
+}
+
+/// What one layout's search under one strategy gives: its candidates that
+/// fit, how many were tried, the smallest worst shortfall seen (GiB, with
+/// its message and rank).
+#[derive(Debug, Default)]
+struct Searched {
+    fit: Vec<Candidate>,
+    tried: u64,
+    closest: Option<(f64, String, usize)>,
+}
+
+/// The tensor parallelism of each stage of `l`.
+fn tensors(l: &Layout) -> Vec<TensorParallel> {
+    l.tps
+        .iter()
+        .map(|&t| TensorParallel {
+            degree: t,
+            sequence_parallel: t > 1,
+            comm_overlap: false,
+        })
+        .collect()
+}
+
+/// Every micro-batch count of layout `l` under `strategy`: the best
+/// partition's candidate, and the closest miss when none fits.
+fn search_layout(
+    costs: &CostModel,
+    strategy: &Strategy,
+    rows: &mut Rows<'_>,
+    l: &Layout,
+) -> Result<Searched, PlanError> {
+    let w = &costs.workload;
+    let (n, layers, batch) = (costs.ranks(), w.model.layers as usize, w.global_batch);
+    let p = l.groups.len();
+    let tps = tensors(l);
+    let dmax = l.widest_dp();
+    let mut out = Searched::default();
+    for m in micro_counts(batch) {
+        if batch / m < dmax || m > crate::limits::MAX_MICROBATCHES {
+            continue;
+        }
+        out.tried += 1;
+        let st = staged(costs, strategy, rows, &l.groups, &tps, batch.div_ceil(m))?;
+        let over = |s: usize, k: usize| -> f64 {
+            let at = place(PipeSchedule::OneFOneB, p, s, m, 1);
+            let gc = &st.costs[s];
+            let d = l.groups[s].len() / l.tps[s] as usize;
+            let prm = params(costs, k as u32, at, &tps[s]);
+            (stage_peak_bytes(costs, strategy, gc, k as u32, prm, d, at) - gc.usable_bytes) / GIB
+        };
+        let most = layers - (p - 1);
+        let table: Vec<Vec<Option<f64>>> = (0..p)
+            .map(|s| {
+                let at = place(PipeSchedule::OneFOneB, p, s, m, 1);
+                (1..=most)
+                    .map(|k| {
+                        (over(s, k) <= 0.0)
+                            .then(|| stage_ms(&st.costs[s], k as u32, at).max(st.comm_ms[s]))
+                    })
+                    .collect()
+            })
+            .collect();
+        let Some(part) = min_max(p, layers, |s, _, k| table[s][k - 1]) else {
+            // The closest miss: the partition of the smallest worst shortfall.
+            if let Some(c) = min_max(p, layers, |s, _, k| Some(over(s, k))) {
+                if out.closest.as_ref().is_none_or(|b| c.bottleneck < b.0) {
+                    out.closest = Some(closest(costs, strategy, l, &st, &c.counts, m, &over));
+                }
+            }
+            continue;
+        };
+        let mut pipe = Pipeline::new(
+            PipeSchedule::OneFOneB,
+            m,
+            l.groups
+                .iter()
+                .zip(&part.counts)
+                .zip(&l.tps)
+                .map(|((g, &blocks), &tp)| Stage {
+                    blocks,
+                    gpus: g.iter().map(|&r| r as u32).collect(),
+                    tp,
+                })
+                .collect(),
+        );
+        pipe.sequence_parallel = pipe.has_tp();
+        if crate::pipeline::lower::ops_estimate(&pipe) > crate::limits::MAX_SIM_OPS {
+            continue;
+        }
+        let est = estimate_ms(
+            costs,
+            strategy,
+            &l.groups,
+            &tps,
+            &st,
+            &part.counts,
+            m,
+            PipeSchedule::OneFOneB,
+            1,
+        );
+        out.fit.push(Candidate {
+            estimate_ms: est,
+            plan: Plan::pipelined("hetero-3d", *strategy, pipe, n, batch),
+        });
+    }
+    Ok(out)
+}
+
+/// The shortfall message of layout `l` partitioned `counts` (its worst
+/// stage), with the worst shortfall in GiB and the stage's first rank.
+fn closest(
+    costs: &CostModel,
+    strategy: &Strategy,
+    l: &Layout,
+    st: &Staged,
+    counts: &[u32],
+    m: u32,
+    over: &dyn Fn(usize, usize) -> f64,
+) -> (f64, String, usize) {
+    let (mut worst, mut at, mut first, mut start) = (f64::NEG_INFINITY, 0, 1u32, 1u32);
+    for (s, &k) in counts.iter().enumerate() {
+        let o = over(s, k as usize);
+        if o > worst {
+            (worst, at, first) = (o, s, start);
+        }
+        start += k;
+    }
+    let r = l.groups[at][0];
+    let usable = st.costs[at].usable_bytes / GIB;
+    let msg = format!(
+        "no 3D layout fits: at best stage {at} ({}x {}, TP {}, blocks {first}-{}) needs {:.2} GiB, {:.2} GiB over its usable {usable:.2} GiB, with {m} micro-batches and {} recompute ({} stages)",
+        l.groups[at].len(),
+        costs.gpu(r).name,
+        l.tps[at],
+        first + counts[at] - 1,
+        usable + worst,
+        worst.max(0.0),
+        strategy.checkpointing.name(),
+        l.groups.len()
+    );
+    (worst, msg, r)
+}
+
+/// The winner's schedule variants worth simulating: ZB-H1, GPipe and,
+/// when every stage's blocks split in two and `p` divides `m`,
+/// interleaved 1F1B with two chunks per GPU.
+fn variants(plan: &Plan) -> Vec<Plan> {
+    let pipe = plan.pipeline.as_ref().expect("a pipeline plan");
+    let mut out = Vec::new();
+    let p = pipe.depth() as u32;
+    for schedule in [PipeSchedule::ZbH1, PipeSchedule::Gpipe] {
+        let mut v = plan.clone();
+        v.pipeline.as_mut().expect("a pipeline").schedule = schedule;
+        out.push(v);
+    }
+    if p > 1
+        && pipe.microbatches.is_multiple_of(p)
+        && pipe.stages.iter().all(|s| s.blocks.is_multiple_of(2))
+    {
+        let mut v = plan.clone();
+        let x = v.pipeline.as_mut().expect("a pipeline");
+        x.schedule = PipeSchedule::Interleaved;
+        x.virtual_stages = 2;
+        out.push(v);
+    }
+    out
+}
+
+/// The plan of `cands` (sorted by estimate) the simulator confirms (module
+/// docs), with a note saying what it tried.
+fn confirm(
+    judge: &dyn Judge,
+    cands: &[Candidate],
+    stats: &mut SearchStats,
+    notes: &mut Vec<String>,
+) -> Result<Plan, PlanError> {
+    use rayon::prelude::*;
+    let top = &cands[..cands.len().min(CONFIRM)];
+    let verdicts: Vec<_> = top.par_iter().map(|c| judge.judge(&c.plan)).collect();
+    let mut best: Option<(f64, Plan)> = None;
+    for (c, v) in top.iter().zip(verdicts) {
+        let v = v?;
+        stats.simulated += 1;
+        if !v.oom && best.as_ref().is_none_or(|b| v.iteration_ms < b.0) {
+            best = Some((v.iteration_ms, c.plan.clone()));
+        }
+    }
+    let Some((t, plan)) = best else {
+        notes.push(format!(
+            "hetero-3d: the closed form's {} best layouts all run out of memory in the simulator; returning the best of them",
+            top.len()
+        ));
+        return Ok(cands[0].plan.clone());
+    };
+    let others = variants(&plan);
+    let verdicts: Vec<_> = others.par_iter().map(|p| judge.judge(p)).collect();
+    let mut win = (t, plan);
+    for (p, v) in others.into_iter().zip(verdicts) {
+        let v = v?;
+        stats.simulated += 1;
+        if !v.oom && v.iteration_ms < win.0 {
+            win = (v.iteration_ms, p);
+        }
+    }
+    Ok(win.1)
+}
+
+/// One line for notes: `7 stages [2x (128 h100-sxm, TP 2, 13 blocks);
+/// ...], 32 micro-batches, 1f1b, recompute none`.
+pub fn describe(costs: &CostModel, plan: &Plan) -> String {
+    let pipe = plan.pipeline.as_ref().expect("a pipeline plan");
+    let stages: Vec<String> = pipe
+        .stages
+        .iter()
+        .map(|s| {
+            format!(
+                "({} {}, TP {}, {} blocks)",
+                s.gpus.len(),
+                costs.gpu(s.gpus[0] as usize).name,
+                s.tp,
+                s.blocks
+            )
+        })
+        .collect();
+    format!(
+        "{} stages [{}], {} micro-batches, {}, recompute {}{}",
+        pipe.depth(),
+        crate::lists::run_cells(&stages).join("; "),
+        pipe.microbatches,
+        pipe.schedule,
+        plan.strategy.checkpointing.name(),
+        if plan.strategy.sharding == Sharding::GradOp {
+            ", distributed optimizer"
+        } else {
+            ""
+        }
+    )
+}
+
+impl Planner for Hetero3d {
+    fn name(&self) -> &'static str {
+        "hetero-3d"
+    }
+
+    fn summary(&self) -> &'static str {
+        "heterogeneous 3D (Metis / FlashFlex style): stages of same-type GPU groups, each with its own TP degree and replicas, exact block partition by speed and memory, micro-batches, recompute and schedule searched"
+    }
+
+    fn fixed_axes(&self) -> StrategySpec {
+        PIPELINE_AXES
+    }
+
+    fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
+        use rayon::prelude::*;
+        let costs = problem.costs;
+        let all = layouts(costs);
+        let mut stats = SearchStats::default();
+        let mut notes = pipeline_shardings(problem, &[]).1;
+        let mut cands: Vec<Candidate> = Vec::new();
+        let mut miss: Option<(f64, String, usize)> = None;
+        for strategy in strategies(problem)? {
+            stats.strategies += 1;
+            // Layouts in parallel, each thread its own cost rows; merged in
+            // order (deterministic).
+            let parts: Vec<Result<Searched, PlanError>> = all
+                .par_iter()
+                .map_init(
+                    || Rows::new(costs, &strategy),
+                    |rows, l| search_layout(costs, &strategy, rows, l),
+                )
+                .collect();
+            for part in parts {
+                let part = part?;
+                stats.subproblems += part.tried;
+                stats.candidates += part.tried;
+                stats.feasible += part.fit.len() as u64;
+                stats.infeasible += part.tried - part.fit.len() as u64;
+                if let Some(c) = part.closest {
+                    if miss.as_ref().is_none_or(|b| c.0 < b.0) {
+                        miss = Some(c);
+                    }
+                }
+                cands.extend(part.fit);
+            }
+        }
+        if cands.is_empty() {
+            return Err(match miss {
+                Some((short, message, r)) => PlanError::Infeasible {
+                    message,
+                    shortfall_gib: short.max(0.0),
+                    rank: Some(r),
+                },
+                None => PlanError::Infeasible {
+                    message: format!(
+                        "no 3D layout of the {} GPUs gives every replica of a stage a sample of a {}-sample batch within the simulator's limits ({} layouts)",
+                        costs.ranks(),
+                        costs.workload.global_batch,
+                        all.len()
+                    ),
+                    shortfall_gib: 0.0,
+                    rank: None,
+                },
+            });
+        }
+        cands.sort_by(|a, b| a.estimate_ms.total_cmp(&b.estimate_ms));
+        let plan = match problem.judge {
+            Some(judge) => confirm(judge, &cands, &mut stats, &mut notes)?,
+            None => cands[0].plan.clone(),
+        };
+        notes.push(format!(
+            "hetero-3d: {} (best of {} layouts x {} strategies, {} fit)",
+            describe(costs, &plan),
+            all.len(),
+            stats.strategies,
+            stats.feasible
+        ));
+        let mut planned = Planned::bare(plan);
+        planned.notes = notes;
+        planned.stats = stats;
+        Ok(planned)
+    }
+}
