@@ -340,7 +340,6 @@ fn pin_conflict(
     fixed: &StrategySpec,
     user: &StrategySpec,
 ) -> Option<String> {
-    use crate::strategy::Sharding;
     let differ = |a: Option<String>, b: Option<String>, flag: &str| match (a, b) {
         (Some(a), Some(b)) if a != b => Some(format!(
             "not searched: {flag} {b} is pinned and its plans run {a}"
@@ -367,10 +366,10 @@ fn pin_conflict(
         )
     })
     .or_else(|| match (family, user.sharding) {
-        (crate::planner::registry::Family::DataParallel, _)
-        | (_, None | Some(Sharding::NoShard | Sharding::GradOp)) => None,
+        (crate::planner::registry::Family::DataParallel, _) | (_, None) => None,
+        (_, Some(s)) if crate::planner::pipeline::stage_sharding(s) => None,
         (_, Some(s)) => Some(format!(
-            "not searched: --sharding {} is pinned and pipeline stages run none or grad-op",
+            "not searched: --sharding {} is pinned and pipeline stages run none, grad-op or full",
             s.name()
         )),
     })

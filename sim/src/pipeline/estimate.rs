@@ -472,6 +472,11 @@ pub fn estimate_ms(
         }
     };
     let fill: f64 = st.comm_ms[..p.saturating_sub(1)].iter().sum();
+    let start = if strategy.sharding == Sharding::Full {
+        fsdp_start_ms(costs, strategy, groups, tps, st, counts, &at, &f)
+    } else {
+        0.0
+    };
     // A stage's gradient sync and optimizer follow its last backward, which
     // ends the backward parts of the stages before it earlier than stage 0's.
     let mut tail = 0.0f64;
@@ -485,7 +490,65 @@ pub fn estimate_ms(
         tail = tail.max(sync + opt + w[s] - w[0] - earlier);
         earlier += t[s] - f[s] - w[s];
     }
-    steady + fill + tail
+    steady + fill + tail + start
+}
+
+/// FSDP inside the stages ([`crate::pipeline::lower`]'s parameter
+/// gathers at the step's start): how long the gathers hold up micro-batch
+/// 0's forward, ms. On stage `s` (TP rank groups as in
+/// [`stage_sync_ms`]) the gathers of its units run back to back from the
+/// start; block `j`'s forward waits for the `j`-th, and the stage's first
+/// forward cannot begin before the forwards of the stages before it
+/// (`f`); the slowest stage's wait delays what follows it.
+#[allow(clippy::too_many_arguments)]
+fn fsdp_start_ms(
+    costs: &CostModel,
+    strategy: &Strategy,
+    groups: &[Vec<usize>],
+    tps: &[TensorParallel],
+    st: &Staged,
+    counts: &[u32],
+    at: &[Place],
+    f: &[f64],
+) -> f64 {
+    let m = &costs.workload.model;
+    let bytes = strategy.param_dtype.bytes();
+    let mut before = 0.0;
+    let mut worst = 0.0f64;
+    for s in 0..groups.len() {
+        let t = tps[s].degree.max(1) as usize;
+        let g: Vec<usize> = groups[s].iter().step_by(t).copied().collect();
+        let d = g.len();
+        if d > 1 {
+            let ag = |prm: f64| {
+                costs.group_collective_ms(
+                    CollectiveKind::AllGather,
+                    &g,
+                    &vec![bytes * prm / d as f64; d],
+                )
+            };
+            let share = nic_sharing(costs, &groups[s], &g, t as u32);
+            let emb = if at[s].first {
+                ag(tps[s].embedding_params(m)) * share
+            } else {
+                0.0
+            };
+            let blk = ag(tps[s].block_params(m)) * share;
+            let head = if at[s].last {
+                ag(tps[s].head_params(m)) * share
+            } else {
+                0.0
+            };
+            let k = counts[s] as f64;
+            let fb = st.costs[s].block_fwd_ms;
+            let wait = (emb + blk - before)
+                .max(emb + k * blk - before - (k - 1.0) * fb)
+                .max(emb + k * blk + head - before - k * fb);
+            worst = worst.max(wait);
+        }
+        before += f[s];
+    }
+    worst.max(0.0)
 }
 
 /// The gradient synchronisation and optimizer step of a stage whose GPUs
@@ -529,15 +592,22 @@ fn stage_sync_ms(
             ),
             _ => {
                 let piece = prm / d as f64;
-                costs.group_collective_ms(
+                let rs = costs.group_collective_ms(
                     CollectiveKind::ReduceScatter,
                     &g,
                     &vec![piece * strategy.reduce_dtype.bytes(); d],
-                ) + costs.group_collective_ms(
-                    CollectiveKind::AllGather,
-                    &g,
-                    &vec![piece * strategy.param_dtype.bytes(); d],
-                )
+                );
+                // FSDP inside a stage gathers at the next step's start
+                // ([`fsdp_start_ms`]).
+                if strategy.sharding == Sharding::Full {
+                    rs
+                } else {
+                    rs + costs.group_collective_ms(
+                        CollectiveKind::AllGather,
+                        &g,
+                        &vec![piece * strategy.param_dtype.bytes(); d],
+                    )
+                }
             }
         };
         sync = sync.max(ms * nic_sharing(costs, stage, &g, t));

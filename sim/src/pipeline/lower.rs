@@ -88,7 +88,14 @@ pub fn ops_estimate(pipe: &Pipeline) -> u64 {
             s.gpus.len() as u64 * (per_block * s.blocks as u64 + 8 * pipe.chunks() as u64) + tp_ops
         })
         .sum();
+    // FSDP inside the stages: one parameter gather per unit and TP rank.
+    let gathers: u64 = pipe
+        .stages
+        .iter()
+        .map(|s| s.tp.max(1) as u64 * (s.blocks as u64 + 2))
+        .sum();
     per.saturating_mul(pipe.microbatches as u64)
+        .saturating_add(gathers)
 }
 
 /// Labels of the ops, interned once.
@@ -106,6 +113,7 @@ struct Labels {
     all_reduce: OpLabel,
     reduce_scatter: OpLabel,
     all_gather: OpLabel,
+    param_gather: OpLabel,
     tp_fwd: OpLabel,
     tp_bwd: OpLabel,
     wgrad: OpLabel,
@@ -128,6 +136,7 @@ impl Labels {
             all_reduce: g.label(Category::AllReduce, "stage_all_reduce"),
             reduce_scatter: g.label(Category::ReduceScatter, "stage_reduce_scatter"),
             all_gather: g.label(Category::AllGather, "stage_all_gather"),
+            param_gather: g.label(Category::AllGather, "stage_param_gather"),
             tp_fwd: g.label(Category::AllReduce, "tp_forward"),
             tp_bwd: g.label(Category::AllReduce, "tp_backward"),
             wgrad: g.label(Category::Backward, "bwd_weight"),
@@ -179,6 +188,9 @@ pub fn lower_into<S: Sink>(
     let table = PipeCosts::new(costs, plan, pipe)?;
     let mut walk = Walk::new(costs, plan, pipe, table, labels, contention, g);
     walk.simulated = classes.simulated.clone();
+    if plan.strategy.sharding == Sharding::Full {
+        walk.gather_params();
+    }
     // Every virtual stage's forwards and backwards, each on every replica
     // of its physical stage.
     for (x, action) in order {
@@ -271,6 +283,10 @@ struct Walk<'a, S: Sink> {
     act_in: Inbox,
     grad_in: Inbox,
     last_compute: Vec<Option<OpId>>,
+    /// FSDP inside the stages: per unit (0 the embedding, blocks 1 to
+    /// `L`, `L + 1` the head) and TP rank, the gather of its parameters
+    /// micro-batch 0's forward waits for (empty otherwise).
+    gathers: Vec<Vec<Option<OpId>>>,
     collectives: Vec<CollectiveRecord>,
     /// Per rank: simulated event by event ([`NodeClasses::simulated`]).
     simulated: Vec<bool>,
@@ -312,6 +328,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             act_in: Inbox::new(slots),
             grad_in: Inbox::new(slots),
             last_compute: vec![None; costs.ranks()],
+            gathers: Vec::new(),
             collectives: Vec::new(),
             simulated: vec![true; costs.ranks()],
             g,
@@ -423,6 +440,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         // The first stage's input is the embedding's output; a later
         // stage's arrived with the transfers.
         if v == 0 {
+            self.gathered(0, k, &mut deps);
             let label = at(self.lb.embed_fwd, 0, k);
             let done = self.step(
                 &x,
@@ -449,6 +467,7 @@ impl<'a, S: Sink> Walk<'a, S> {
                 [MemChange::start(r, wf), MemChange::end(r, extra + c - wf)]
             };
             let label = at(self.lb.fwd, b, k);
+            self.gathered(b as usize, k, &mut deps);
             deps = self
                 .step(
                     &x,
@@ -469,10 +488,13 @@ impl<'a, S: Sink> Walk<'a, S> {
             .map(|&r| self.last_compute[r as usize].expect("a stage has at least one block"))
             .collect();
         if self.is_last(v) {
-            let label = at(self.lb.head_fwd, self.costs.workload.model.layers + 1, k);
+            let head = self.costs.workload.model.layers + 1;
+            let label = at(self.lb.head_fwd, head, k);
+            let mut deps = vec![Vec::new(); x.ranks.len()];
+            self.gathered(head as usize, k, &mut deps);
             self.step(
                 &x,
-                &[],
+                &deps,
                 label,
                 x.tp.head_fwd,
                 self.lb.tp_fwd,
@@ -715,10 +737,98 @@ impl<'a, S: Sink> Walk<'a, S> {
                         .op(r as u32, Stream::Compute, time, &deps, label, &[]),
                 );
             }
-            if strategy.sharding != Sharding::NoShard && d > 1 {
+            // (FSDP inside a stage gathers at the next step's start.)
+            if strategy.sharding == Sharding::GradOp && d > 1 {
                 let bytes = strategy.param_dtype.bytes() * params / d as f64;
                 let label = self.lb.all_gather;
                 self.collective(s, &group, CollectiveKind::AllGather, label, bytes, &steps);
+            }
+        }
+    }
+
+    /// FSDP inside the stages as torchtitan runs it with a pipeline
+    /// (`reshard_after_forward = False`, REAL-SYSTEMS-2 section 2.1): per
+    /// stage and TP rank, the data-parallel group all-gathers each unit's
+    /// parameters (embedding, every block, head: one FSDP unit each) once
+    /// per step, in the order the stage first runs them, on the reduce
+    /// stream from the iteration's start (prefetched); micro-batch 0's
+    /// forward of a unit waits for its gather, no backward re-gathers (the
+    /// unsharded weights stay resident for the step).
+    fn gather_params(&mut self) {
+        let pipe = self.pipe;
+        let model = &self.costs.workload.model;
+        let layers = model.layers as usize;
+        let bytes = self.plan.strategy.param_dtype.bytes();
+        self.gathers = vec![Vec::new(); layers + 2];
+        for s in 0..self.p {
+            let st = &pipe.stages[s];
+            let (d, t) = (st.dp(), st.tp.max(1) as usize);
+            if d < 2 {
+                continue;
+            }
+            let tp = pipe.tensor(s);
+            let mut units: Vec<(usize, f64)> = Vec::new();
+            if s == 0 {
+                units.push((0, tp.embedding_params(model)));
+            }
+            for x in (s..pipe.virtual_depth()).step_by(self.p) {
+                let (first, last) = self.blocks(x);
+                units.extend((first..=last).map(|b| (b as usize, tp.block_params(model))));
+            }
+            if s + 1 == self.p {
+                units.push((layers + 1, tp.head_params(model)));
+            }
+            for i in 0..t {
+                let group: Vec<usize> = (0..d).map(|j| st.group(j)[i] as usize).collect();
+                let mut priced: Vec<(f64, f64)> = Vec::new();
+                for &(b, prm) in &units {
+                    let piece = bytes * prm / d as f64;
+                    let ms = match priced.iter().find(|x| x.0 == piece) {
+                        Some(x) => x.1,
+                        None => {
+                            let pieces = vec![piece; d];
+                            let ms = self.costs.group_collective_ms(
+                                CollectiveKind::AllGather,
+                                &group,
+                                &pieces,
+                            );
+                            priced.push((piece, ms));
+                            ms
+                        }
+                    };
+                    let label = at(self.lb.param_gather, b as u32, NO_INDEX);
+                    let id = self.collective_timed(
+                        s,
+                        &group,
+                        CollectiveKind::AllGather,
+                        label,
+                        piece,
+                        &[],
+                        ms,
+                    );
+                    let slot = &mut self.gathers[b];
+                    if slot.len() <= i {
+                        slot.resize(i + 1, None);
+                    }
+                    slot[i] = Some(id);
+                }
+            }
+        }
+    }
+
+    /// Adds to `deps` (one list per TP rank) the gathers of unit `b`'s
+    /// parameters when micro-batch `k` is the step's first (FSDP inside
+    /// the stages).
+    fn gathered(&self, b: usize, k: u32, deps: &mut [Vec<OpId>]) {
+        if k != 0 {
+            return;
+        }
+        let Some(slot) = self.gathers.get(b) else {
+            return;
+        };
+        for (i, d) in deps.iter_mut().enumerate() {
+            if let Some(Some(id)) = slot.get(i) {
+                d.push(*id);
             }
         }
     }
@@ -734,9 +844,25 @@ impl<'a, S: Sink> Walk<'a, S> {
         piece_bytes: f64,
         deps: &[OpId],
     ) -> OpId {
+        let pieces = vec![piece_bytes; group.len()];
+        let ms = self.costs.group_collective_ms(kind, group, &pieces);
+        self.collective_timed(s, group, kind, label, piece_bytes, deps, ms)
+    }
+
+    /// [`Self::collective`] of a known duration `ms`.
+    #[allow(clippy::too_many_arguments)]
+    fn collective_timed(
+        &mut self,
+        s: usize,
+        group: &[usize],
+        kind: CollectiveKind,
+        label: OpLabel,
+        piece_bytes: f64,
+        deps: &[OpId],
+        ms: f64,
+    ) -> OpId {
         let costs = self.costs;
         let pieces = vec![piece_bytes; group.len()];
-        let ms = costs.group_collective_ms(kind, group, &pieces);
         let t = dur(ms);
         // Costed on the whole group; only the simulated members take part.
         let members: Vec<u32> = group

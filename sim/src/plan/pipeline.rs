@@ -577,12 +577,12 @@ impl Pipeline {
 fn validate_strategy(strategy: &Strategy, origin: &str) -> Result<(), PlanError> {
     let bad = |field: String, msg: String| Err(PlanError::invalid(origin, field, msg));
     match strategy.sharding {
-        Sharding::NoShard | Sharding::GradOp => {}
+        Sharding::NoShard | Sharding::GradOp | Sharding::Full => {}
         other => {
             return bad(
                 "strategy.sharding".into(),
                 format!(
-                    "a pipeline stage's GPUs run `none` (replicas) or `grad-op` (ZeRO-1), not `{}`: DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3",
+                    "a pipeline stage's GPUs run `none` (replicas), `grad-op` (ZeRO-1, Megatron's distributed optimizer) or `full` (FSDP as torchtitan runs it inside a stage), not `{}`",
                     other.name()
                 ),
             );

@@ -34,7 +34,10 @@
 //!   replica of the widest stage.
 //! * **Strategy**: recompute none, core attention (Megatron's selective),
 //!   full; stage replicas plain (`none`) or with the distributed optimizer
-//!   (`grad-op`, ZeRO-1); user pins narrow these.
+//!   (`grad-op`, ZeRO-1), and the winner with the distributed optimizer
+//!   also under FSDP inside its stages (`full`, as torchtitan runs it:
+//!   same memory, the parameter gathers at the step's start); user pins
+//!   narrow these.
 //! * **Blocks per stage**: the exact contiguous partition
 //!   ([`crate::pipeline::partition::min_max`]) minimising the slowest
 //!   stage's period within every stage's memory under 1F1B.
@@ -459,9 +462,11 @@ fn variants(plan: &Plan) -> Vec<Plan> {
 }
 
 /// The plan of `cands` (sorted by estimate) the simulator confirms (module
-/// docs), with a note saying what it tried.
+/// docs; `fsdp`: try FSDP inside the winner's stages), with a note saying
+/// what it tried.
 fn confirm(
     judge: &dyn Judge,
+    fsdp: bool,
     cands: &[Candidate],
     stats: &mut SearchStats,
     notes: &mut Vec<String>,
@@ -494,6 +499,18 @@ fn confirm(
             win = (v.iteration_ms, p);
         }
     }
+    // With the distributed optimizer, FSDP inside the stages instead
+    // (torchtitan's composition: the same memory, the parameter gathers
+    // moved from the step's tail to its start).
+    if fsdp && win.1.strategy.sharding == Sharding::GradOp {
+        let mut p = win.1.clone();
+        p.strategy.sharding = Sharding::Full;
+        let v = judge.judge(&p)?;
+        stats.simulated += 1;
+        if !v.oom && v.iteration_ms < win.0 {
+            win = (v.iteration_ms, p);
+        }
+    }
     Ok(win.1)
 }
 
@@ -521,10 +538,10 @@ pub fn describe(costs: &CostModel, plan: &Plan) -> String {
         pipe.microbatches,
         pipe.schedule,
         plan.strategy.checkpointing.name(),
-        if plan.strategy.sharding == Sharding::GradOp {
-            ", distributed optimizer"
-        } else {
-            ""
+        match plan.strategy.sharding {
+            Sharding::GradOp => ", distributed optimizer",
+            Sharding::Full => ", FSDP inside stages",
+            _ => "",
         }
     )
 }
@@ -596,7 +613,11 @@ impl Planner for Hetero3d {
         }
         cands.sort_by(|a, b| a.estimate_ms.total_cmp(&b.estimate_ms));
         let plan = match problem.judge {
-            Some(judge) => confirm(judge, &cands, &mut stats, &mut notes)?,
+            Some(judge) => {
+                // FSDP inside the stages is tried unless the user pinned a sharding.
+                let fsdp = problem.strategy.sharding.is_none();
+                confirm(judge, fsdp, &cands, &mut stats, &mut notes)?
+            }
             None => cands[0].plan.clone(),
         };
         notes.push(format!(

@@ -509,7 +509,7 @@ fn bad_pipelines_name_the_field() {
     let mut p = pipe(vec![stage(12, vec![0]), stage(12, vec![1])]);
     p.microbatches = 17;
     check(p, "pipeline.microbatches");
-    // ZeRO-3 inside a stage.
+    // Hybrid sharding inside a stage (not modelled).
     let r = c.ranks();
     let mut plan = Plan::pipelined(
         "manual",
@@ -518,7 +518,7 @@ fn bad_pipelines_name_the_field() {
         r,
         16,
     );
-    plan.strategy.sharding = Sharding::Full;
+    plan.strategy.sharding = Sharding::Hybrid;
     let e = simulate(&c, &plan, &SimOptions::default()).unwrap_err();
     assert!(
         matches!(&e, PlanError::Invalid { field, .. } if field == "strategy.sharding"),
@@ -664,6 +664,70 @@ fn tensor_parallelism_splits_state_and_costs_communication() {
     let sp = run(4, true);
     assert!(sp.gpus[0].memory.activations_gib < t4.gpus[0].memory.activations_gib);
     assert!(comp(&sp) < comp(&t4));
+}
+
+/// FSDP inside the stages as torchtitan runs it (2D FSDP x TP at PP 1,
+/// and FSDP x TP x PP): each unit's parameters gathered once per step at
+/// its start (one gather per unit and TP rank, none after the optimizer),
+/// gradients reduce-scattered once; the same peak memory as ZeRO-1 (the
+/// unsharded weights stay for the step) and no slower (the gathers leave
+/// the step's tail for its start, under the first forwards).
+#[test]
+fn fsdp_inside_stages_gathers_once_per_step_at_its_start() {
+    use sim::plan::shape::Shape3d;
+    let c = hgx("llama2-7b", 16);
+    let blocks = c.workload.model.layers;
+    for (tp, pp) in [(2u32, 1u32), (2, 2)] {
+        let mut plans = Vec::new();
+        for sh in [Sharding::GradOp, Sharding::Full] {
+            let mut plan = shape_plan(
+                &c,
+                Shape3d {
+                    tp,
+                    pp,
+                    sequence_parallel: true,
+                    microbatch_size: 1,
+                    ..Shape3d::default()
+                },
+            );
+            plan.strategy.sharding = sh;
+            let pipe = plan.pipeline.clone().unwrap();
+            plan = Plan::pipelined("test", plan.strategy, pipe, c.ranks(), 16);
+            plans.push(simulate(&c, &plan, &SimOptions::default()).unwrap());
+        }
+        let (zero1, fsdp) = (&plans[0], &plans[1]);
+        let count = |r: &sim::report::Report, kind: &str| {
+            r.collective_summary
+                .iter()
+                .filter(|k| k.kind == kind)
+                .map(|k| k.count)
+                .sum::<u32>()
+        };
+        // The report counts stage 0's groups (one per TP rank). Its units:
+        // its blocks and the embedding (and the head at PP 1); ZeRO-1
+        // gathers once per TP rank after the optimizer.
+        let units = blocks / pp + 1 + u32::from(pp == 1);
+        assert_eq!(count(fsdp, "all_gather"), tp * units, "TP {tp} PP {pp}");
+        assert_eq!(count(zero1, "all_gather"), tp, "TP {tp} PP {pp}");
+        assert_eq!(
+            count(fsdp, "reduce_scatter"),
+            count(zero1, "reduce_scatter")
+        );
+        let peak =
+            |r: &sim::report::Report| r.gpus.iter().map(|g| g.peak_mem_gib).fold(0.0, f64::max);
+        assert!(
+            (peak(fsdp) - peak(zero1)).abs() < 1e-6,
+            "{} vs {}",
+            peak(fsdp),
+            peak(zero1)
+        );
+        assert!(
+            fsdp.iteration_ms <= zero1.iteration_ms * 1.0001,
+            "TP {tp} PP {pp}: FSDP {:.1} ms, ZeRO-1 {:.1} ms",
+            fsdp.iteration_ms,
+            zero1.iteration_ms
+        );
+    }
 }
 
 #[test]
