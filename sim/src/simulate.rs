@@ -201,12 +201,27 @@ fn run_lowered(
                 let mut n = format!("rank {r}: {} ({node})", costs.gpu(r).name);
                 if let Some((p, pos)) = &stage {
                     match pos[r] {
-                        Some((s, _)) => {
+                        Some((s, j)) => {
+                            let st = &p.stages[s];
                             let first = p.first_block(s);
                             n.push_str(&format!(
                                 " stage {s}: blocks {first}-{}",
-                                first + p.stages[s].blocks - 1
+                                first + st.blocks - 1
                             ));
+                            // The groups it belongs to: its replica (a TP
+                            // group under TP) and its data-parallel group.
+                            if st.tp > 1 {
+                                let g = st.group(j);
+                                let i = g.iter().position(|&x| x as usize == r).unwrap_or(0);
+                                n.push_str(&format!(
+                                    ", replica {j} of {} (TP group ranks {}-{}, TP rank {i})",
+                                    st.dp(),
+                                    g[0],
+                                    g[g.len() - 1]
+                                ));
+                            } else if st.dp() > 1 {
+                                n.push_str(&format!(", replica {j} of {}", st.dp()));
+                            }
                         }
                         None => n.push_str(" unused"),
                     }

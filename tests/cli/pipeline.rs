@@ -204,8 +204,26 @@ fn three_d_shapes_simulate_and_plans_round_trip() {
         assert_eq!(st["tp"], 2);
         assert!(st["tp_comm_ms"].as_f64().unwrap() > 0.0, "{st}");
     }
-    let table = run(&hgx("simulate", &["--tp", "4", "--pp", "2"]));
+    let trace = tmp("cli-3d-trace.json");
+    let table = run(&hgx(
+        "simulate",
+        &["--tp", "4", "--pp", "2", "--trace", trace.to_str().unwrap()],
+    ));
     assert_eq!(table.code, 0, "{}", table.stderr);
+    // The trace names each GPU's stage, replica and TP group.
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let names: Vec<String> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("rank 5: ")
+            && n.contains("stage 1: blocks 17-32, replica 0 of 1 (TP group ranks 4-7, TP rank 1)")),
+        "{names:?}"
+    );
     assert!(
         table.stdout.contains("tp comm ms") && table.stdout.contains("3d: 2 stages"),
         "{}",
@@ -219,6 +237,18 @@ fn three_d_shapes_simulate_and_plans_round_trip() {
     ));
     assert_eq!(planned.code, 0, "{}", planned.stderr);
     let planned: Value = serde_json::from_str(&planned.stdout).unwrap();
+    let again = run(&hgx("simulate", &["--plan", f, "--format", "json"]));
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let again: Value = serde_json::from_str(&again.stdout).unwrap();
+    assert_eq!(again["iteration_ms"], planned["simulated"]["iteration_ms"]);
+    // hetero-3d's plan (per-stage TP, FSDP or ZeRO-1 inside stages) too.
+    let planned = run(&hgx(
+        "plan",
+        &["--planner", "hetero-3d", "--format", "json", "--out", f],
+    ));
+    assert_eq!(planned.code, 0, "{}", planned.stderr);
+    let planned: Value = serde_json::from_str(&planned.stdout).unwrap();
+    assert_eq!(planned["planner"], "hetero-3d");
     let again = run(&hgx("simulate", &["--plan", f, "--format", "json"]));
     assert_eq!(again.code, 0, "{}", again.stderr);
     let again: Value = serde_json::from_str(&again.stdout).unwrap();

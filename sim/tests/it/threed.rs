@@ -210,19 +210,23 @@ fn merging_identical_replicas_changes_nothing_in_3d() {
             Checkpointing::SelectiveAttention,
         ),
     ] {
-        let plan = manual(&c, shape, ck);
-        let merged = simulate(&c, &plan, &SimOptions::default()).unwrap();
-        let whole = SimOptions {
-            merge_identical_nodes: false,
-            ..SimOptions::default()
-        };
-        let full = simulate(&c, &plan, &whole).unwrap();
-        assert!(
-            merged.simulated_gpus < full.simulated_gpus,
-            "{shape:?}: nothing merged"
-        );
-        assert_eq!(merged.iteration_ms, full.iteration_ms, "{shape:?}");
-        assert_eq!(merged.gpus, full.gpus, "{shape:?}");
-        assert_eq!(merged.pipeline, full.pipeline, "{shape:?}");
+        // ZeRO-1 and FSDP inside the stages.
+        for sharding in [Sharding::GradOp, Sharding::Full] {
+            let mut plan = manual(&c, shape, ck);
+            plan.strategy.sharding = sharding;
+            let merged = simulate(&c, &plan, &SimOptions::default()).unwrap();
+            let whole = SimOptions {
+                merge_identical_nodes: false,
+                ..SimOptions::default()
+            };
+            let full = simulate(&c, &plan, &whole).unwrap();
+            assert!(
+                merged.simulated_gpus < full.simulated_gpus,
+                "{shape:?}: nothing merged"
+            );
+            assert_eq!(merged.iteration_ms, full.iteration_ms, "{shape:?}");
+            assert_eq!(merged.gpus, full.gpus, "{shape:?}");
+            assert_eq!(merged.pipeline, full.pipeline, "{shape:?}");
+        }
     }
 }
