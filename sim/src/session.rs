@@ -315,7 +315,7 @@ pub fn plan_best(
         .map(|(family, pl)| Contender {
             planner: pl.name(),
             family,
-            run: match pin_conflict(family, &pl.fixed_axes(), strategy) {
+            run: match pin_conflict(&pl.fixed_axes(), strategy) {
                 Some(why) => Err(PlanError::invalid("plan", "strategy", why)),
                 None => plan_and_simulate(costs, profiles, pl.as_ref(), options, strategy),
             },
@@ -332,14 +332,10 @@ pub fn plan_best(
     BestOfFamilies { contenders, winner }
 }
 
-/// Why a planner of `family` that fixes `fixed` cannot honour the user's
-/// pins `user` (so [`plan_best`] leaves it out instead of returning a plan
-/// that ignores them), `None` when it can.
-fn pin_conflict(
-    family: crate::planner::registry::Family,
-    fixed: &StrategySpec,
-    user: &StrategySpec,
-) -> Option<String> {
+/// Why a planner that fixes `fixed` cannot honour the user's pins `user`
+/// (so [`plan_best`] leaves it out instead of returning a plan that
+/// ignores them), `None` when it can.
+fn pin_conflict(fixed: &StrategySpec, user: &StrategySpec) -> Option<String> {
     let differ = |a: Option<String>, b: Option<String>, flag: &str| match (a, b) {
         (Some(a), Some(b)) if a != b => Some(format!(
             "not searched: {flag} {b} is pinned and its plans run {a}"
@@ -364,14 +360,6 @@ fn pin_conflict(
             user.sharding.map(|x| x.name().to_string()),
             "--sharding",
         )
-    })
-    .or_else(|| match (family, user.sharding) {
-        (crate::planner::registry::Family::DataParallel, _) | (_, None) => None,
-        (_, Some(s)) if crate::planner::pipeline::stage_sharding(s) => None,
-        (_, Some(s)) => Some(format!(
-            "not searched: --sharding {} is pinned and pipeline stages run none, grad-op or full",
-            s.name()
-        )),
     })
 }
 

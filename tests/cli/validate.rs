@@ -139,7 +139,7 @@ fn profile_is_cephalo_profile_1_and_loads_in_simulate_and_plan() {
         "{}",
         r["comm_model"]
     );
-    let mut plan_args = vec!["plan"];
+    let mut plan_args = vec!["plan", "--planner", "cephalo"];
     plan_args.extend(common);
     let pl = ok_json(&run(&plan_args));
     let b: Vec<u32> = serde_json::from_value(pl["batch_sizes"].clone()).unwrap();

@@ -20,7 +20,7 @@ use crate::error::PlanError;
 use crate::plan::pipeline::Pipeline;
 use crate::plan::Plan;
 use crate::schedule::{dur, micro_costs_tp, Micro};
-use crate::strategy::{Attention, Sharding};
+use crate::strategy::Attention;
 use crate::tensor::{Pass, TensorParallel};
 use crate::units::SimTime;
 use std::collections::HashMap;
@@ -244,10 +244,7 @@ impl<'a> PipeCosts<'a> {
         let mut optimizer = vec![SimTime::ZERO; costs.ranks()];
         for (s, st) in pipe.stages.iter().enumerate() {
             let params = pipe.rank_params(s, &costs.workload.model);
-            let local = match plan.strategy.sharding {
-                Sharding::NoShard => params,
-                _ => params / st.dp() as f64,
-            };
+            let local = params / st.shard_width(&plan.strategy) as f64;
             for &r in &st.gpus {
                 optimizer[r as usize] = dur(costs.optimizer_ms(r as usize, local));
             }

@@ -472,7 +472,7 @@ pub fn estimate_ms(
         }
     };
     let fill: f64 = st.comm_ms[..p.saturating_sub(1)].iter().sum();
-    let start = if strategy.sharding == Sharding::Full {
+    let start = if matches!(strategy.sharding, Sharding::Full | Sharding::Hybrid) {
         fsdp_start_ms(costs, strategy, groups, tps, st, counts, &at, &f)
     } else {
         0.0
@@ -517,17 +517,19 @@ fn fsdp_start_ms(
     let mut worst = 0.0f64;
     for s in 0..groups.len() {
         let t = tps[s].degree.max(1) as usize;
-        let g: Vec<usize> = groups[s].iter().step_by(t).copied().collect();
-        let d = g.len();
+        let all: Vec<usize> = groups[s].iter().step_by(t).copied().collect();
+        // (HSDP: one shard group's gathers.)
+        let d = crate::plan::pipeline::shard_width(strategy, all.len(), t as u32);
+        let g = &all[..d];
         if d > 1 {
             let ag = |prm: f64| {
                 costs.group_collective_ms(
                     CollectiveKind::AllGather,
-                    &g,
+                    g,
                     &vec![bytes * prm / d as f64; d],
                 )
             };
-            let share = nic_sharing(costs, &groups[s], &g, t as u32);
+            let share = nic_sharing(costs, &groups[s], g, t as u32);
             let emb = if at[s].first {
                 ag(tps[s].embedding_params(m)) * share
             } else {
@@ -573,10 +575,8 @@ fn stage_sync_ms(
             continue;
         }
         let d = g.len();
-        let local = match strategy.sharding {
-            Sharding::NoShard => prm,
-            _ => prm / d as f64,
-        };
+        let h = crate::plan::pipeline::shard_width(strategy, d, t);
+        let local = prm / h as f64;
         opt = g
             .iter()
             .map(|&r| costs.optimizer_ms(r, local))
@@ -585,6 +585,33 @@ fn stage_sync_ms(
             continue;
         }
         let ms = match strategy.sharding {
+            // HSDP: reduce-scatter in a shard group, all-reduce of the shard
+            // across the groups (each group's GPUs at once).
+            Sharding::Hybrid => {
+                let piece = prm / h as f64 * strategy.reduce_dtype.bytes();
+                let rs = if h > 1 {
+                    costs.group_collective_ms(
+                        CollectiveKind::ReduceScatter,
+                        &g[..h],
+                        &vec![piece; h],
+                    )
+                } else {
+                    0.0
+                };
+                let reps: Vec<usize> = g.iter().step_by(h).copied().collect();
+                let ar = if reps.len() > 1 {
+                    costs.group_collective_ms(
+                        CollectiveKind::AllReduce,
+                        &reps,
+                        &vec![piece; reps.len()],
+                    ) * nic_sharing(costs, stage, &reps, (t as usize * h) as u32)
+                } else {
+                    0.0
+                };
+                // (NIC sharing counted per collective here.)
+                sync = sync.max(rs + ar);
+                continue;
+            }
             Sharding::NoShard => costs.group_collective_ms(
                 CollectiveKind::AllReduce,
                 &g,
@@ -697,7 +724,7 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
                 &st.costs[s],
                 counts[s],
                 params(costs, counts[s], at, &tps[s]),
-                pipe.stages[s].dp(),
+                pipe.stages[s].shard_width(&plan.strategy),
                 at,
             )
         })

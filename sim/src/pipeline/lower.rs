@@ -63,7 +63,7 @@ pub fn base_device_bytes(costs: &CostModel, plan: &Plan, pipe: &Pipeline, s: usi
         costs,
         &plan.strategy,
         params,
-        pipe.stages[s].dp(),
+        pipe.stages[s].shard_width(&plan.strategy),
     ))
 }
 
@@ -188,7 +188,7 @@ pub fn lower_into<S: Sink>(
     let table = PipeCosts::new(costs, plan, pipe)?;
     let mut walk = Walk::new(costs, plan, pipe, table, labels, contention, g);
     walk.simulated = classes.simulated.clone();
-    if plan.strategy.sharding == Sharding::Full {
+    if matches!(plan.strategy.sharding, Sharding::Full | Sharding::Hybrid) {
         walk.gather_params();
     }
     // Every virtual stage's forwards and backwards, each on every replica
@@ -283,10 +283,10 @@ struct Walk<'a, S: Sink> {
     act_in: Inbox,
     grad_in: Inbox,
     last_compute: Vec<Option<OpId>>,
-    /// FSDP inside the stages: per unit (0 the embedding, blocks 1 to
-    /// `L`, `L + 1` the head) and TP rank, the gather of its parameters
-    /// micro-batch 0's forward waits for (empty otherwise).
-    gathers: Vec<Vec<Option<OpId>>>,
+    /// FSDP / HSDP inside the stages: per unit (0 the embedding, blocks 1
+    /// to `L`, `L + 1` the head), by rank (sorted), the gather of its
+    /// parameters micro-batch 0's forward waits for (empty otherwise).
+    gathers: Vec<Vec<(u32, OpId)>>,
     collectives: Vec<CollectiveRecord>,
     /// Per rank: simulated event by event ([`NodeClasses::simulated`]).
     simulated: Vec<bool>,
@@ -440,7 +440,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         // The first stage's input is the embedding's output; a later
         // stage's arrived with the transfers.
         if v == 0 {
-            self.gathered(0, k, &mut deps);
+            self.gathered(&x.ranks, 0, k, &mut deps);
             let label = at(self.lb.embed_fwd, 0, k);
             let done = self.step(
                 &x,
@@ -467,7 +467,7 @@ impl<'a, S: Sink> Walk<'a, S> {
                 [MemChange::start(r, wf), MemChange::end(r, extra + c - wf)]
             };
             let label = at(self.lb.fwd, b, k);
-            self.gathered(b as usize, k, &mut deps);
+            self.gathered(&x.ranks, b as usize, k, &mut deps);
             deps = self
                 .step(
                     &x,
@@ -491,7 +491,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             let head = self.costs.workload.model.layers + 1;
             let label = at(self.lb.head_fwd, head, k);
             let mut deps = vec![Vec::new(); x.ranks.len()];
-            self.gathered(head as usize, k, &mut deps);
+            self.gathered(&x.ranks, head as usize, k, &mut deps);
             self.step(
                 &x,
                 &deps,
@@ -718,6 +718,10 @@ impl<'a, S: Sink> Walk<'a, S> {
             let group: Vec<usize> = (0..d).map(|j| st.group(j)[i] as usize).collect();
             let after: Vec<OpId> = group.iter().filter_map(|&r| self.last_compute[r]).collect();
             let reduce_bytes = strategy.reduce_dtype.bytes() * params;
+            if strategy.sharding == Sharding::Hybrid {
+                self.hybrid_sync(s, &group, reduce_bytes);
+                continue;
+            }
             let (kind, label, piece) = match strategy.sharding {
                 Sharding::NoShard => (CollectiveKind::AllReduce, self.lb.all_reduce, reduce_bytes),
                 _ => (
@@ -746,6 +750,66 @@ impl<'a, S: Sink> Walk<'a, S> {
         }
     }
 
+    /// HSDP inside stage `s` (torchtitan's `dp_replicate x dp_shard`): the
+    /// data-parallel `group` (one TP rank's replicas) in shard groups of
+    /// its shard width; each reduce-scatters its gradient (`reduce_bytes`
+    /// per GPU), the GPUs holding the same shard all-reduce it across the
+    /// shard groups, then each steps its shard (the parameters are gathered
+    /// at the next step's start, [`Self::gather_params`]).
+    fn hybrid_sync(&mut self, s: usize, group: &[usize], reduce_bytes: f64) {
+        let st = &self.pipe.stages[s];
+        let h = st.shard_width(&self.plan.strategy);
+        let piece = reduce_bytes / h as f64;
+        let subs: Vec<Vec<usize>> = group.chunks(h).map(<[usize]>::to_vec).collect();
+        let mut scattered: Vec<OpId> = Vec::new();
+        // (Groups of merged replicas only are their representatives'.)
+        let sim = self.simulated.clone();
+        let live = |g: &[usize]| g.iter().any(|&r| sim[r]);
+        for sub in subs.iter().filter(|g| live(g)) {
+            let after: Vec<OpId> = sub.iter().filter_map(|&r| self.last_compute[r]).collect();
+            if h > 1 {
+                let label = self.lb.reduce_scatter;
+                scattered.push(self.collective(
+                    s,
+                    sub,
+                    CollectiveKind::ReduceScatter,
+                    label,
+                    piece,
+                    &after,
+                ));
+            } else {
+                scattered.extend(after);
+            }
+        }
+        for q in 0..h {
+            let reps: Vec<usize> = subs.iter().map(|g| g[q]).collect();
+            if !live(&reps) {
+                continue;
+            }
+            let reduced = (reps.len() > 1).then(|| {
+                let label = self.lb.all_reduce;
+                self.collective(
+                    s,
+                    &reps,
+                    CollectiveKind::AllReduce,
+                    label,
+                    piece,
+                    &scattered,
+                )
+            });
+            let deps: Vec<OpId> = match reduced {
+                Some(id) => vec![id],
+                None => scattered.clone(),
+            };
+            for &r in reps.iter().filter(|&&r| self.simulated[r]) {
+                let time = self.table.optimizer[r];
+                let label = at(self.lb.optimizer, NO_INDEX, NO_INDEX);
+                self.g
+                    .op(r as u32, Stream::Compute, time, &deps, label, &[]);
+            }
+        }
+    }
+
     /// FSDP inside the stages as torchtitan runs it with a pipeline
     /// (`reshard_after_forward = False`, REAL-SYSTEMS-2 section 2.1): per
     /// stage and TP rank, the data-parallel group all-gathers each unit's
@@ -754,6 +818,8 @@ impl<'a, S: Sink> Walk<'a, S> {
     /// stream from the iteration's start (prefetched); micro-batch 0's
     /// forward of a unit waits for its gather, no backward re-gathers (the
     /// unsharded weights stay resident for the step).
+    /// Under HSDP each shard group (its [`crate::plan::pipeline::shard_width`]
+    /// replicas) gathers its own copy.
     fn gather_params(&mut self) {
         let pipe = self.pipe;
         let model = &self.costs.workload.model;
@@ -762,7 +828,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         self.gathers = vec![Vec::new(); layers + 2];
         for s in 0..self.p {
             let st = &pipe.stages[s];
-            let (d, t) = (st.dp(), st.tp.max(1) as usize);
+            let (t, d) = (st.tp.max(1) as usize, st.shard_width(&self.plan.strategy));
             if d < 2 {
                 continue;
             }
@@ -778,8 +844,19 @@ impl<'a, S: Sink> Walk<'a, S> {
             if s + 1 == self.p {
                 units.push((layers + 1, tp.head_params(model)));
             }
-            for i in 0..t {
-                let group: Vec<usize> = (0..d).map(|j| st.group(j)[i] as usize).collect();
+            let groups: Vec<Vec<usize>> = (0..t)
+                .flat_map(|i| {
+                    let all: Vec<usize> = (0..st.dp()).map(|j| st.group(j)[i] as usize).collect();
+                    all.chunks(d).map(<[usize]>::to_vec).collect::<Vec<_>>()
+                })
+                .collect();
+            // (Groups of merged replicas only are their representatives'.)
+            let sim = &self.simulated;
+            let groups: Vec<Vec<usize>> = groups
+                .into_iter()
+                .filter(|g| g.iter().any(|&r| sim[r]))
+                .collect();
+            for group in groups {
                 let mut priced: Vec<(f64, f64)> = Vec::new();
                 for &(b, prm) in &units {
                     let piece = bytes * prm / d as f64;
@@ -806,29 +883,28 @@ impl<'a, S: Sink> Walk<'a, S> {
                         &[],
                         ms,
                     );
-                    let slot = &mut self.gathers[b];
-                    if slot.len() <= i {
-                        slot.resize(i + 1, None);
-                    }
-                    slot[i] = Some(id);
+                    self.gathers[b].extend(group.iter().map(|&r| (r as u32, id)));
                 }
             }
         }
+        for g in &mut self.gathers {
+            g.sort_unstable();
+        }
     }
 
-    /// Adds to `deps` (one list per TP rank) the gathers of unit `b`'s
-    /// parameters when micro-batch `k` is the step's first (FSDP inside
-    /// the stages).
-    fn gathered(&self, b: usize, k: u32, deps: &mut [Vec<OpId>]) {
+    /// Adds to `deps` (one list per rank of `ranks`) the gathers of unit
+    /// `b`'s parameters when micro-batch `k` is the step's first (FSDP /
+    /// HSDP inside the stages).
+    fn gathered(&self, ranks: &[u32], b: usize, k: u32, deps: &mut [Vec<OpId>]) {
         if k != 0 {
             return;
         }
         let Some(slot) = self.gathers.get(b) else {
             return;
         };
-        for (i, d) in deps.iter_mut().enumerate() {
-            if let Some(Some(id)) = slot.get(i) {
-                d.push(*id);
+        for (&r, d) in ranks.iter().zip(deps.iter_mut()) {
+            if let Ok(at) = slot.binary_search_by_key(&r, |x| x.0) {
+                d.push(slot[at].1);
             }
         }
     }
@@ -878,11 +954,14 @@ impl<'a, S: Sink> Walk<'a, S> {
             self.g.shares(id, &shares);
         }
         let ranks = collective_ranks(&costs.workload.cluster, group, &pieces);
+        // The report's per-GPU collectives are GPU 0's: its groups are
+        // shard group 0, every other group 1 (traces take them all).
+        let view = usize::from(!group.contains(&0));
         self.collectives.push(CollectiveRecord {
             op: id,
             kind,
             unit: s as u32,
-            group: Group::Shard(s),
+            group: Group::Shard(view),
             count: 1,
             buffer_bytes: kind.buffer_bytes(&ranks),
             dur: t,

@@ -152,7 +152,7 @@ impl Plan {
     ) -> Plan {
         Plan {
             planner: planner.to_string(),
-            gpus: pipe.rank_plans(ranks, batch, strategy.sharding),
+            gpus: pipe.rank_plans(ranks, batch, &strategy),
             strategy,
             pipeline: Some(pipe),
         }
@@ -254,8 +254,9 @@ impl Plan {
     }
 
     /// [`Plan::validate`] of a pipeline plan: the pipeline's structure and
-    /// strategy, one group of all GPUs, and per-GPU entries equal to the
-    /// ones the pipeline implies.
+    /// strategy, one group of all GPUs (HSDP: its shard group, checked per
+    /// stage by the pipeline), and per-GPU entries equal to the ones the
+    /// pipeline implies.
     fn validate_pipeline(
         &self,
         pipe: &Pipeline,
@@ -265,7 +266,7 @@ impl Plan {
     ) -> Result<(), PlanError> {
         let st = &self.strategy;
         pipe.validate(ranks, None, global_batch, st, origin)?;
-        if st.shard_group as usize != ranks {
+        if st.sharding != crate::strategy::Sharding::Hybrid && st.shard_group as usize != ranks {
             return Err(PlanError::invalid(
                 origin,
                 "strategy.shard_group",
@@ -275,7 +276,7 @@ impl Plan {
                 ),
             ));
         }
-        let want = pipe.rank_plans(ranks, global_batch, st.sharding);
+        let want = pipe.rank_plans(ranks, global_batch, st);
         for (i, (g, w)) in self.gpus.iter().zip(&want).enumerate() {
             let f = |x: &str| format!("gpus[{i}].{x}");
             let pairs = [

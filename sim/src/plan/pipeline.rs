@@ -132,6 +132,19 @@ fn one() -> u32 {
     1
 }
 
+/// Data-parallel ranks a stage of `d` replicas of TP degree `t` splits its
+/// training state over under `strategy`: 1 for replicas (`none`), all `d`
+/// for ZeRO-1 (`grad-op`) and FSDP (`full`), and for HSDP (`hybrid`) the
+/// replicas of one shard group (`shard_group` GPUs, TP included, as
+/// torchtitan's `dp_shard x tp` block of ranks), at most `d`.
+pub fn shard_width(strategy: &Strategy, d: usize, t: u32) -> usize {
+    match strategy.sharding {
+        Sharding::NoShard => 1,
+        Sharding::GradOp | Sharding::Full => d.max(1),
+        Sharding::Hybrid => (strategy.shard_group as usize / t.max(1) as usize).clamp(1, d.max(1)),
+    }
+}
+
 fn is_one(x: &u32) -> bool {
     *x == 1
 }
@@ -153,6 +166,12 @@ impl Stage {
     /// Data-parallel replicas of the stage (`gpus / tp`).
     pub fn dp(&self) -> usize {
         self.gpus.len() / self.tp.max(1) as usize
+    }
+
+    /// Data-parallel ranks the stage's training state is split over
+    /// under `strategy` ([`shard_width`]).
+    pub fn shard_width(&self, strategy: &Strategy) -> usize {
+        shard_width(strategy, self.dp(), self.tp)
     }
 
     /// The TP group of replica `j`.
@@ -330,7 +349,7 @@ impl Pipeline {
     /// The per-GPU plan entries this pipeline implies for a cluster of
     /// `ranks` GPUs and a global batch of `batch` samples under `sharding`
     /// (see the module docs).
-    pub fn rank_plans(&self, ranks: usize, batch: u32, sharding: Sharding) -> Vec<RankPlan> {
+    pub fn rank_plans(&self, ranks: usize, batch: u32, strategy: &Strategy) -> Vec<RankPlan> {
         let sizes = self.micro_sizes(batch);
         self.positions(ranks)
             .into_iter()
@@ -345,10 +364,9 @@ impl Pipeline {
                             hi - lo
                         })
                         .collect();
-                    let fraction = match sharding {
-                        Sharding::NoShard => 1.0,
-                        _ => 1.0 / d as f64,
-                    } / self.stages[s].tp.max(1) as f64;
+                    let fraction = 1.0
+                        / shard_width(strategy, d, self.stages[s].tp) as f64
+                        / self.stages[s].tp.max(1) as f64;
                     RankPlan {
                         batch: slices.iter().sum(),
                         microbatches: slices.iter().filter(|&&n| n > 0).count() as u32,
@@ -412,7 +430,8 @@ impl Pipeline {
         self.validate_stages(ranks, layers, origin)?;
         self.validate_microbatches(global_batch, origin)?;
         self.validate_schedule(origin)?;
-        validate_strategy(strategy, origin)
+        validate_strategy(strategy, origin)?;
+        self.validate_shard_groups(strategy, origin)
     }
 
     /// [`Pipeline::validate`]'s stages: at least one, each with at least
@@ -572,22 +591,37 @@ impl Pipeline {
     }
 }
 
-/// [`Pipeline::validate`]'s strategy: replicas or ZeRO-1 inside a stage,
-/// gradients accumulated without sync, nothing offloaded.
+impl Pipeline {
+    /// [`Pipeline::validate`]'s HSDP groups: under `hybrid` the shard
+    /// group (GPUs, TP included) is whole TP groups and its replicas
+    /// divide every stage's.
+    fn validate_shard_groups(&self, strategy: &Strategy, origin: &str) -> Result<(), PlanError> {
+        if strategy.sharding != Sharding::Hybrid {
+            return Ok(());
+        }
+        let g = strategy.shard_group;
+        for (s, st) in self.stages.iter().enumerate() {
+            let (t, d) = (st.tp.max(1), st.dp());
+            let h = shard_width(strategy, d, st.tp);
+            if !g.is_multiple_of(t) || !d.is_multiple_of(h) {
+                return Err(PlanError::invalid(
+                    origin,
+                    "strategy.shard_group",
+                    format!(
+                        "hybrid sharding inside stage {s} ({d} replicas of TP {t}) needs a shard group of whole TP groups whose replica count divides the stage's; got {g} GPUs ({} replicas)",
+                        g / t
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`Pipeline::validate`]'s strategy: gradients accumulated without sync,
+/// nothing offloaded (every sharding runs inside a stage).
 fn validate_strategy(strategy: &Strategy, origin: &str) -> Result<(), PlanError> {
     let bad = |field: String, msg: String| Err(PlanError::invalid(origin, field, msg));
-    match strategy.sharding {
-        Sharding::NoShard | Sharding::GradOp | Sharding::Full => {}
-        other => {
-            return bad(
-                "strategy.sharding".into(),
-                format!(
-                    "a pipeline stage's GPUs run `none` (replicas), `grad-op` (ZeRO-1, Megatron's distributed optimizer) or `full` (FSDP as torchtitan runs it inside a stage), not `{}`",
-                    other.name()
-                ),
-            );
-        }
-    }
     if strategy.accumulation != Accumulation::NoSync {
         return bad(
             "strategy.accumulation".into(),

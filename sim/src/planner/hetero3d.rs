@@ -340,6 +340,7 @@ fn search_layout(
             let at = place(PipeSchedule::OneFOneB, p, s, m, 1);
             let gc = &st.costs[s];
             let d = l.groups[s].len() / l.tps[s] as usize;
+            let d = crate::plan::pipeline::shard_width(strategy, d, l.tps[s]);
             let prm = params(costs, k as u32, at, &tps[s]);
             (stage_peak_bytes(costs, strategy, gc, k as u32, prm, d, at) - gc.usable_bytes) / GIB
         };
@@ -393,9 +394,14 @@ fn search_layout(
             PipeSchedule::OneFOneB,
             1,
         );
+        let plan = Plan::pipelined("hetero-3d", *strategy, pipe, n, batch);
+        // (A pinned hybrid sharding's shard group must fit the layout.)
+        if plan.validate(n, batch, "hetero-3d").is_err() {
+            continue;
+        }
         out.fit.push(Candidate {
             estimate_ms: est,
-            plan: Plan::pipelined("hetero-3d", *strategy, pipe, n, batch),
+            plan,
         });
     }
     Ok(out)

@@ -214,7 +214,6 @@ fn estimate_shape(
 ) -> Result<Shaped, PlanError> {
     let w = &costs.workload;
     let n = costs.ranks();
-    let d = shape.dp(n);
     let mut part = Shaped {
         tried: 0,
         fit: Vec::new(),
@@ -228,7 +227,12 @@ fn estimate_shape(
         // The state share alone must fit (cheap: no cost rows).
         let state = (0..pipe.depth())
             .map(|s| {
-                crate::pipeline::state_bytes(costs, strategy, pipe.rank_params(s, &w.model), d)
+                crate::pipeline::state_bytes(
+                    costs,
+                    strategy,
+                    pipe.rank_params(s, &w.model),
+                    pipe.stages[s].shard_width(strategy),
+                )
             })
             .fold(0.0, f64::max);
         if state > usable {
@@ -236,6 +240,10 @@ fn estimate_shape(
             continue;
         }
         let plan = Plan::pipelined("megatron", *strategy, pipe.clone(), n, w.global_batch);
+        // (A pinned hybrid sharding's shard group must fit the shape.)
+        if plan.validate(n, w.global_batch, "megatron").is_err() {
+            continue;
+        }
         let e = crate::pipeline::estimate::estimate(costs, &plan, &pipe)?;
         let peak = e.peak_bytes.iter().copied().fold(0.0, f64::max);
         if peak > usable {

@@ -34,34 +34,18 @@ pub fn uniform_counts(layers: u32, p: usize) -> Vec<u32> {
 }
 
 /// The data-parallel shardings a pipeline planner may give a stage's
-/// group: the user's pin when a pipeline can run it (`none`, `grad-op` or
-/// `full`, [`stage_sharding`]), else `candidates`; notes for a pin that
-/// cannot apply.
+/// group: the user's pin (every sharding runs inside a stage: replicas,
+/// ZeRO-1 as DeepSpeed's pipeline engine and Megatron's distributed
+/// optimizer, FSDP and HSDP as torchtitan runs them), else `candidates`;
+/// the second list (notes) is kept for pins a planner cannot apply.
 pub fn pipeline_shardings(
     problem: &Problem<'_>,
     candidates: &[Sharding],
 ) -> (Vec<Sharding>, Vec<String>) {
     match problem.strategy.sharding {
-        Some(s) if stage_sharding(s) => (vec![s], vec![]),
+        Some(s) => (vec![s], vec![]),
         None => (candidates.to_vec(), vec![]),
-        Some(other) => (
-            candidates.to_vec(),
-            vec![format!(
-                "pipeline stages replicate (`none`), shard the optimizer (`grad-op`, ZeRO-1) or run FSDP (`full`, as torchtitan); the requested sharding {} does not apply",
-                other.name()
-            )],
-        ),
     }
-}
-
-/// Whether a pipeline stage's data-parallel group can run `s`: replicas
-/// (`none`), ZeRO-1 (`grad-op`; DeepSpeed's pipeline engine and
-/// Megatron's distributed optimizer) or FSDP as torchtitan runs it inside
-/// a stage (`full`: parameters gathered once per step, kept to its end).
-/// DeepSpeed refuses ZeRO-2 and ZeRO-3 with a pipeline; hybrid sharding
-/// inside a stage is not modelled.
-pub fn stage_sharding(s: Sharding) -> bool {
-    matches!(s, Sharding::NoShard | Sharding::GradOp | Sharding::Full)
 }
 
 /// The strategy of a pipeline plan under the user's other pins: `sharding`

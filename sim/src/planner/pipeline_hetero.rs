@@ -326,9 +326,12 @@ impl HeteroPipeline {
             schedule,
             1,
         );
+        let plan = Plan::pipelined(self.name(), *strategy, pipe, n, batch);
+        // (A pinned hybrid sharding's shard group must fit the grouping.)
+        plan.validate(n, batch, self.name()).ok()?;
         Some(Candidate {
             estimate_ms: est,
-            plan: Plan::pipelined(self.name(), *strategy, pipe, n, batch),
+            plan,
         })
     }
 
@@ -399,7 +402,7 @@ impl HeteroPipeline {
                     gc,
                     k as u32,
                     params(costs, k as u32, at, &TensorParallel::NONE),
-                    g[s].len(),
+                    crate::plan::pipeline::shard_width(&strategy, g[s].len(), 1),
                     at,
                 );
                 (need - gc.usable_bytes) / GIB
@@ -454,7 +457,8 @@ fn periods(
             (1..=most as u32)
                 .map(|k| {
                     let prm = params(costs, k, at, &TensorParallel::NONE);
-                    let need = stage_peak_bytes(costs, strategy, gc, k, prm, g[s].len(), at);
+                    let d = crate::plan::pipeline::shard_width(strategy, g[s].len(), 1);
+                    let need = stage_peak_bytes(costs, strategy, gc, k, prm, d, at);
                     (need <= gc.usable_bytes).then(|| stage_ms(gc, k, at).max(st.comm_ms[s]))
                 })
                 .collect()

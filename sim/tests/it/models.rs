@@ -946,7 +946,7 @@ struct PipeCase {
     /// Index into `PipeSchedule::ALL` (interleaved falls back to 1F1B
     /// where the stages' blocks or the micro-batches do not allow 2 chunks).
     schedule: usize,
-    /// Inside each stage: replicas, ZeRO-1 or FSDP.
+    /// Inside each stage: replicas, ZeRO-1, FSDP or HSDP.
     sharding: Sharding,
     checkpointing: Checkpointing,
 }
@@ -1007,7 +1007,19 @@ impl PipeCase {
         let ranks = costs.ranks();
         let strategy = Strategy {
             sharding: self.sharding,
-            shard_group: ranks as u32,
+            // HSDP: shard groups of the replicas every stage's count divides.
+            shard_group: if self.sharding == Sharding::Hybrid {
+                let gcd = |a: u32, b: u32| {
+                    let (mut a, mut b) = (a, b);
+                    while b != 0 {
+                        (a, b) = (b, a % b);
+                    }
+                    a
+                };
+                self.tp * self.stage_gpus.iter().fold(0, |g, &d| gcd(g, d))
+            } else {
+                ranks as u32
+            },
             accumulation: Accumulation::NoSync,
             checkpointing: self.checkpointing,
             offload: Offload::None,
@@ -1022,7 +1034,7 @@ impl PipeCase {
 
 /// Random pipelines: up to 3 node kinds of 1 to 3 nodes of 1, 2 or 4 GPUs,
 /// 1 to 6 stages of 1 to 3 GPUs, 1 to 12 micro-batches, GPipe or 1F1B,
-/// replicas, ZeRO-1 or FSDP in a stage, any checkpointing.
+/// replicas, ZeRO-1, FSDP or HSDP in a stage, any checkpointing.
 fn arb_pipe() -> impl proptest::strategy::Strategy<Value = PipeCase> {
     (
         prop::collection::vec((node_kind(), 1u32..=3), 1..=3),
@@ -1032,7 +1044,7 @@ fn arb_pipe() -> impl proptest::strategy::Strategy<Value = PipeCase> {
         prop::collection::vec((1u32..=3, 1u32..=5), 1..=6),
         1u32..=12,
         1u32..=2,
-        (any::<bool>(), 0u8..3),
+        (any::<bool>(), 0u8..4),
         checkpointing(),
         (
             prop::sample::select(&[1u32, 1, 2, 4][..]),
@@ -1077,8 +1089,12 @@ fn arb_pipe() -> impl proptest::strategy::Strategy<Value = PipeCase> {
                     microbatches,
                     per_gpu,
                     schedule: sched,
-                    sharding: [Sharding::NoShard, Sharding::GradOp, Sharding::Full]
-                        [flags.1 as usize],
+                    sharding: [
+                        Sharding::NoShard,
+                        Sharding::GradOp,
+                        Sharding::Full,
+                        Sharding::Hybrid,
+                    ][flags.1 as usize],
                     checkpointing: ck,
                     tp,
                     sp,
@@ -1196,7 +1212,7 @@ proptest! {
     /// shapes (1 to 6 stages of 1 to 3 replicas, uneven blocks), TP groups
     /// of 1, 2 or 4 GPUs (with or without SP, across nodes allowed), every
     /// schedule (GPipe, 1F1B, interleaved with 2 chunks, ZB-H1), shardings
-    /// (replicas, ZeRO-1, FSDP inside the stages) and checkpointing; the sibling of
+    /// (replicas, ZeRO-1, FSDP and HSDP inside the stages) and checkpointing; the sibling of
     /// `pipeline::closed_form_follows_the_simulator` (one fixed two-node
     /// cluster, where it is within 8%). Measured on 800 cases
     /// (`measure_pipeline`), margins as stated.
@@ -1467,9 +1483,10 @@ fn measure_pipeline() {
         t0.elapsed().as_secs_f64()
     );
     let every = |c: &PipeCase| matches!(c.checkpointing, Checkpointing::Every(_));
-    let fams: [PipeFamily<'_>; 8] = [
+    let fams: [PipeFamily<'_>; 9] = [
         ("all", &|_, _| true),
         ("fsdp in stages", &|c, _| c.sharding == Sharding::Full),
+        ("hsdp in stages", &|c, _| c.sharding == Sharding::Hybrid),
         ("uniform stages", &|_, o| !o.mixed_stage),
         ("mixed stages", &|_, o| o.mixed_stage),
         ("gpipe", &|c, _| c.schedule == 1),

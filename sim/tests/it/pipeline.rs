@@ -509,19 +509,25 @@ fn bad_pipelines_name_the_field() {
     let mut p = pipe(vec![stage(12, vec![0]), stage(12, vec![1])]);
     p.microbatches = 17;
     check(p, "pipeline.microbatches");
-    // Hybrid sharding inside a stage (not modelled).
+    // Hybrid sharding inside TP-2 stages with shard groups of 3 GPUs (not
+    // whole TP groups).
     let r = c.ranks();
-    let mut plan = Plan::pipelined(
+    let tp2 = |blocks, gpus| Stage {
+        tp: 2,
+        ..stage(blocks, gpus)
+    };
+    let mut strategy = pipe_strategy(r, Sharding::Hybrid, Checkpointing::Full);
+    strategy.shard_group = 3;
+    let plan = Plan::pipelined(
         "manual",
-        pipe_strategy(r, Sharding::NoShard, Checkpointing::Full),
-        pipe(vec![stage(12, vec![0]), stage(12, vec![1])]),
+        strategy,
+        pipe(vec![tp2(12, vec![0, 1]), tp2(12, vec![2, 3])]),
         r,
         16,
     );
-    plan.strategy.sharding = Sharding::Hybrid;
     let e = simulate(&c, &plan, &SimOptions::default()).unwrap_err();
     assert!(
-        matches!(&e, PlanError::Invalid { field, .. } if field == "strategy.sharding"),
+        matches!(&e, PlanError::Invalid { field, .. } if field == "strategy.shard_group"),
         "{e}"
     );
 }
@@ -679,7 +685,7 @@ fn fsdp_inside_stages_gathers_once_per_step_at_its_start() {
     let blocks = c.workload.model.layers;
     for (tp, pp) in [(2u32, 1u32), (2, 2)] {
         let mut plans = Vec::new();
-        for sh in [Sharding::GradOp, Sharding::Full] {
+        for sh in [Sharding::GradOp, Sharding::Full, Sharding::Hybrid] {
             let mut plan = shape_plan(
                 &c,
                 Shape3d {
@@ -691,11 +697,15 @@ fn fsdp_inside_stages_gathers_once_per_step_at_its_start() {
                 },
             );
             plan.strategy.sharding = sh;
+            if sh == Sharding::Hybrid {
+                // HSDP: shard groups of two TP groups (torchtitan's dp_shard 2).
+                plan.strategy.shard_group = 2 * tp;
+            }
             let pipe = plan.pipeline.clone().unwrap();
             plan = Plan::pipelined("test", plan.strategy, pipe, c.ranks(), 16);
             plans.push(simulate(&c, &plan, &SimOptions::default()).unwrap());
         }
-        let (zero1, fsdp) = (&plans[0], &plans[1]);
+        let (zero1, fsdp, hsdp) = (&plans[0], &plans[1], &plans[2]);
         let count = |r: &sim::report::Report, kind: &str| {
             r.collective_summary
                 .iter()
@@ -703,12 +713,12 @@ fn fsdp_inside_stages_gathers_once_per_step_at_its_start() {
                 .map(|k| k.count)
                 .sum::<u32>()
         };
-        // The report counts stage 0's groups (one per TP rank). Its units:
-        // its blocks and the embedding (and the head at PP 1); ZeRO-1
-        // gathers once per TP rank after the optimizer.
+        // The report counts GPU 0's collectives (stage 0). Its units: its
+        // blocks and the embedding (and the head at PP 1); ZeRO-1 gathers
+        // once after the optimizer.
         let units = blocks / pp + 1 + u32::from(pp == 1);
-        assert_eq!(count(fsdp, "all_gather"), tp * units, "TP {tp} PP {pp}");
-        assert_eq!(count(zero1, "all_gather"), tp, "TP {tp} PP {pp}");
+        assert_eq!(count(fsdp, "all_gather"), units, "TP {tp} PP {pp}");
+        assert_eq!(count(zero1, "all_gather"), 1, "TP {tp} PP {pp}");
         assert_eq!(
             count(fsdp, "reduce_scatter"),
             count(zero1, "reduce_scatter")
@@ -727,6 +737,24 @@ fn fsdp_inside_stages_gathers_once_per_step_at_its_start() {
             fsdp.iteration_ms,
             zero1.iteration_ms
         );
+        // HSDP: a shard group of 2 replicas gathers its own copy, the shard
+        // is all-reduced across the groups (when there are two or more),
+        // and the state is split 2 ways instead of over every replica.
+        let d = 8 / (tp * pp);
+        assert_eq!(count(hsdp, "all_gather"), units, "TP {tp} PP {pp}");
+        assert_eq!(
+            count(hsdp, "all_reduce"),
+            u32::from(d > 2),
+            "TP {tp} PP {pp}"
+        );
+        let state = |r: &sim::report::Report| r.gpus[0].memory.state_gib;
+        if d > 2 {
+            assert!(state(hsdp) > state(fsdp), "TP {tp} PP {pp}");
+        } else {
+            // One shard group: HSDP is FSDP.
+            assert_eq!(state(hsdp), state(fsdp), "TP {tp} PP {pp}");
+            assert_eq!(hsdp.iteration_ms, fsdp.iteration_ms, "TP {tp} PP {pp}");
+        }
     }
 }
 

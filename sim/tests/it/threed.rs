@@ -180,6 +180,7 @@ fn megatron_says_when_nothing_fits() {
 #[test]
 fn merging_identical_replicas_changes_nothing_in_3d() {
     let c = hgx(4, "llama2-7b", 2048, 64);
+    let mut hybrid = 0;
     for (shape, ck) in [
         (
             Shape3d {
@@ -210,10 +211,23 @@ fn merging_identical_replicas_changes_nothing_in_3d() {
             Checkpointing::SelectiveAttention,
         ),
     ] {
-        // ZeRO-1 and FSDP inside the stages.
-        for sharding in [Sharding::GradOp, Sharding::Full] {
+        // ZeRO-1, FSDP and HSDP (shard groups of one node) inside the stages.
+        for sharding in [Sharding::GradOp, Sharding::Full, Sharding::Hybrid] {
             let mut plan = manual(&c, shape, ck);
             plan.strategy.sharding = sharding;
+            plan.strategy.shard_group = if sharding == Sharding::Hybrid {
+                8
+            } else {
+                c.ranks() as u32
+            };
+            let pipe = plan.pipeline.clone().unwrap();
+            let plan = Plan::pipelined("test", plan.strategy, pipe, c.ranks(), 64);
+            if let Err(e) = plan.validate(c.ranks(), 64, "test") {
+                // (no shard group of whole TP groups dividing the replicas)
+                assert_eq!(sharding, Sharding::Hybrid, "{e}");
+                continue;
+            }
+            hybrid += usize::from(sharding == Sharding::Hybrid);
             let merged = simulate(&c, &plan, &SimOptions::default()).unwrap();
             let whole = SimOptions {
                 merge_identical_nodes: false,
@@ -229,4 +243,5 @@ fn merging_identical_replicas_changes_nothing_in_3d() {
             assert_eq!(merged.pipeline, full.pipeline, "{shape:?}");
         }
     }
+    assert!(hybrid > 0, "no HSDP case ran");
 }
