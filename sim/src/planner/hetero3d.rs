@@ -396,7 +396,7 @@ fn search_layout(
         );
         let plan = Plan::pipelined("hetero-3d", *strategy, pipe, n, batch);
         // (A pinned hybrid sharding's shard group must fit the layout.)
-        if plan.validate(n, batch, "hetero-3d").is_err() {
+        if strategy.sharding == Sharding::Hybrid && plan.validate(n, batch, "hetero-3d").is_err() {
             continue;
         }
         out.fit.push(Candidate {

@@ -241,7 +241,9 @@ fn estimate_shape(
         }
         let plan = Plan::pipelined("megatron", *strategy, pipe.clone(), n, w.global_batch);
         // (A pinned hybrid sharding's shard group must fit the shape.)
-        if plan.validate(n, w.global_batch, "megatron").is_err() {
+        if strategy.sharding == Sharding::Hybrid
+            && plan.validate(n, w.global_batch, "megatron").is_err()
+        {
             continue;
         }
         let e = crate::pipeline::estimate::estimate(costs, &plan, &pipe)?;

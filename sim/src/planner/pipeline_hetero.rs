@@ -328,7 +328,9 @@ impl HeteroPipeline {
         );
         let plan = Plan::pipelined(self.name(), *strategy, pipe, n, batch);
         // (A pinned hybrid sharding's shard group must fit the grouping.)
-        plan.validate(n, batch, self.name()).ok()?;
+        if strategy.sharding == Sharding::Hybrid {
+            plan.validate(n, batch, self.name()).ok()?;
+        }
         Some(Candidate {
             estimate_ms: est,
             plan,
