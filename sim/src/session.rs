@@ -372,7 +372,7 @@ impl BestOfFamilies {
     ];
 
     /// Each family's fastest fitting contender (`None`: none of its
-    /// planners has a plan that fits), in [`Self::FAMILIES`] order.
+    /// planners has a plan that fits), in family order (data-parallel, pipeline, 3D).
     pub fn family_best(&self) -> Vec<(crate::planner::registry::Family, Option<usize>)> {
         Self::FAMILIES
             .iter()
