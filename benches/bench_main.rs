@@ -577,6 +577,36 @@ mod planner {
         g.finish();
     }
 
+    /// Benchmark group `group` of one whole planner's `plan` on `costs`
+    /// (no pins, the simulator as judge), throughput its closed-form
+    /// candidates; `what` names what must be found.
+    fn bench_plan(
+        c: &mut Criterion,
+        group: &str,
+        costs: &CostModel,
+        planner: &dyn Planner,
+        what: &str,
+    ) {
+        let empty = ProfileSet::new();
+        let opts = PlannerOptions::default();
+        let judge = SimJudge::new(costs);
+        let p = Problem {
+            costs,
+            profiles: &empty,
+            options: &opts,
+            strategy: &StrategySpec::NONE,
+            judge: Some(&judge),
+        };
+        let found = planner.plan(&p).expect(what);
+        let mut g = c.benchmark_group(group);
+        g.sample_size(10);
+        g.throughput(Throughput::Elements(found.stats.candidates));
+        g.bench_function("plan", |b| {
+            b.iter(|| black_box(planner.plan(&p).unwrap().plan.gpus.len()))
+        });
+        g.finish();
+    }
+
     /// `planner_pipeline_hetero_64gpu`: the heterogeneous pipeline planner
     /// (groupings x shardings x checkpointing x micro-batch counts, an
     /// exact partition each, the best simulated) on 64 GPUs of 5 types and
@@ -586,23 +616,13 @@ mod planner {
         let empty = ProfileSet::new();
         let mut costs = costs(cluster64(), "llama2-13b", Some(512), 512, &empty, None);
         costs.workload.model.layers = 80;
-        let opts = PlannerOptions::default();
-        let judge = SimJudge::new(&costs);
-        let p = Problem {
-            costs: &costs,
-            profiles: &empty,
-            options: &opts,
-            strategy: &StrategySpec::NONE,
-            judge: Some(&judge),
-        };
-        let found = HeteroPipeline.plan(&p).expect("a pipeline fits");
-        let mut g = c.benchmark_group("planner_pipeline_hetero_64gpu");
-        g.sample_size(10);
-        g.throughput(Throughput::Elements(found.stats.candidates));
-        g.bench_function("plan", |b| {
-            b.iter(|| black_box(HeteroPipeline.plan(&p).unwrap().plan.gpus.len()))
-        });
-        g.finish();
+        bench_plan(
+            c,
+            "planner_pipeline_hetero_64gpu",
+            &costs,
+            &HeteroPipeline,
+            "a pipeline fits",
+        );
     }
 
     /// `planner_native_gpus`: the whole native planner at its stated GPU
@@ -656,34 +676,14 @@ mod planner {
         }
         let cluster = Cluster::from_toml(&toml, "bench", GpuCatalog::builtin()).unwrap();
         let costs = costs(cluster, "llama2-70b", Some(4096), 1024, &empty, None);
-        let opts = PlannerOptions::default();
-        let judge = SimJudge::new(&costs);
-        let p = Problem {
-            costs: &costs,
-            profiles: &empty,
-            options: &opts,
-            strategy: &StrategySpec::NONE,
-            judge: Some(&judge),
-        };
-        let found = sim::planner::megatron::Megatron
-            .plan(&p)
-            .expect("a 3D shape fits");
-        let mut g = c.benchmark_group("planner_megatron_1024gpu");
-        g.sample_size(10);
-        g.throughput(Throughput::Elements(found.stats.candidates));
-        g.bench_function("plan", |b| {
-            b.iter(|| {
-                black_box(
-                    sim::planner::megatron::Megatron
-                        .plan(&p)
-                        .unwrap()
-                        .plan
-                        .gpus
-                        .len(),
-                )
-            })
-        });
-        g.finish();
+        let planner = sim::planner::megatron::Megatron;
+        bench_plan(
+            c,
+            "planner_megatron_1024gpu",
+            &costs,
+            &planner,
+            "a 3D shape fits",
+        );
     }
 
     /// `planner_hetero3d_1024gpu`: the whole `hetero-3d` search (layouts
@@ -710,24 +710,14 @@ mod planner {
         }
         let cluster = Cluster::from_toml(&toml, "bench", GpuCatalog::builtin()).unwrap();
         let costs = costs(cluster, "llama2-13b", Some(4096), 2048, &empty, None);
-        let opts = PlannerOptions::default();
-        let judge = SimJudge::new(&costs);
-        let p = Problem {
-            costs: &costs,
-            profiles: &empty,
-            options: &opts,
-            strategy: &StrategySpec::NONE,
-            judge: Some(&judge),
-        };
         let planner = sim::planner::hetero3d::Hetero3d;
-        let found = planner.plan(&p).expect("a 3D layout fits");
-        let mut g = c.benchmark_group("planner_hetero3d_1024gpu");
-        g.sample_size(10);
-        g.throughput(Throughput::Elements(found.stats.candidates));
-        g.bench_function("plan", |b| {
-            b.iter(|| black_box(planner.plan(&p).unwrap().plan.gpus.len()))
-        });
-        g.finish();
+        bench_plan(
+            c,
+            "planner_hetero3d_1024gpu",
+            &costs,
+            &planner,
+            "a 3D layout fits",
+        );
     }
 
     pub fn planner_cephalo_64gpu(c: &mut Criterion) {

@@ -296,8 +296,6 @@ impl Contender {
 pub struct BestOfFamilies {
     /// Every contender, in registry order.
     pub contenders: Vec<Contender>,
-    /// The fastest contender whose plan fits (`None`: none fits).
-    pub winner: Option<usize>,
 }
 
 /// Plans one workload with every family's planners
@@ -321,15 +319,7 @@ pub fn plan_best(
             },
         })
         .collect();
-    let mut winner: Option<usize> = None;
-    for (i, c) in contenders.iter().enumerate() {
-        if let Some(ms) = c.fitting_ms() {
-            if winner.is_none_or(|w| ms < contenders[w].fitting_ms().unwrap_or(f64::INFINITY)) {
-                winner = Some(i);
-            }
-        }
-    }
-    BestOfFamilies { contenders, winner }
+    BestOfFamilies { contenders }
 }
 
 /// Why a planner that fixes `fixed` cannot honour the user's pins `user`
@@ -364,33 +354,33 @@ fn pin_conflict(fixed: &StrategySpec, user: &StrategySpec) -> Option<String> {
 }
 
 impl BestOfFamilies {
-    /// The families in the order they are reported.
-    const FAMILIES: [crate::planner::registry::Family; 3] = [
-        crate::planner::registry::Family::DataParallel,
-        crate::planner::registry::Family::Pipeline,
-        crate::planner::registry::Family::ThreeD,
-    ];
+    /// The fastest contender whose plan fits among those `keep` admits
+    /// (the first of equals, in registry order).
+    fn fastest(&self, keep: impl Fn(&Contender) -> bool) -> Option<usize> {
+        let mut best: Option<(usize, f64)> = None;
+        for (i, c) in self.contenders.iter().enumerate() {
+            if let Some(ms) = c.fitting_ms().filter(|_| keep(c)) {
+                if best.is_none_or(|b| ms < b.1) {
+                    best = Some((i, ms));
+                }
+            }
+        }
+        best.map(|b| b.0)
+    }
+
+    /// The fastest contender whose plan fits (`None`: none fits).
+    pub fn winner(&self) -> Option<usize> {
+        self.fastest(|_| true)
+    }
 
     /// Each family's fastest fitting contender (`None`: none of its
-    /// planners has a plan that fits), in family order (data-parallel, pipeline, 3D).
+    /// planners has a plan that fits), in [`Family::ALL`] order.
+    ///
+    /// [`Family::ALL`]: crate::planner::registry::Family::ALL
     pub fn family_best(&self) -> Vec<(crate::planner::registry::Family, Option<usize>)> {
-        Self::FAMILIES
+        crate::planner::registry::Family::ALL
             .iter()
-            .map(|&f| {
-                let mut best: Option<usize> = None;
-                for (i, c) in self.contenders.iter().enumerate() {
-                    if c.family != f {
-                        continue;
-                    }
-                    if let Some(ms) = c.fitting_ms() {
-                        let b = best.and_then(|b| self.contenders[b].fitting_ms());
-                        if b.is_none_or(|b| ms < b) {
-                            best = Some(i);
-                        }
-                    }
-                }
-                (f, best)
-            })
+            .map(|&f| (f, self.fastest(|c| c.family == f)))
             .collect()
     }
 
@@ -433,19 +423,13 @@ impl BestOfFamilies {
             };
             out.push(line);
         }
-        if let Some(w) = self.winner {
+        if let Some(w) = self.winner() {
             let c = &self.contenders[w];
             let ms = c.fitting_ms().unwrap_or(f64::NAN);
-            let next = fams
-                .iter()
-                .filter(|(f, _)| *f != c.family)
-                .filter_map(|&(f, b)| b.map(|i| (f, i)))
-                .min_by(|a, b| {
-                    let x = |i: usize| self.contenders[i].fitting_ms().unwrap_or(f64::INFINITY);
-                    x(a.1).total_cmp(&x(b.1))
-                });
+            // The next family: the fastest plan of another family.
+            let next = self.fastest(|o| o.family != c.family);
             out.push(match next {
-                Some((f, i)) => {
+                Some(i) => {
                     let other = &self.contenders[i];
                     let oms = other.fitting_ms().unwrap_or(f64::NAN);
                     format!(
@@ -453,7 +437,7 @@ impl BestOfFamilies {
                         c.family.name(),
                         c.planner,
                         oms / ms,
-                        f.name(),
+                        other.family.name(),
                         other.planner
                     )
                 }
@@ -472,7 +456,7 @@ impl BestOfFamilies {
     /// that runs out of memory), else the first contender's.
     pub fn into_winner(self) -> Result<PlannedRun, PlanError> {
         let summary = self.summary();
-        let pick = self.winner.unwrap_or_else(|| {
+        let pick = self.winner().unwrap_or_else(|| {
             self.contenders
                 .iter()
                 .position(|c| c.family == crate::planner::registry::Family::DataParallel)

@@ -521,6 +521,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 log_search(c.planner, &r.planned.stats, r.elapsed_s);
             }
         }
+        let winner = all.winner();
         families = all
             .family_best()
             .into_iter()
@@ -528,10 +529,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 family: f.name(),
                 planner: i.map(|i| all.contenders[i].planner),
                 iteration_ms: i.and_then(|i| all.contenders[i].fitting_ms()),
-                won: i.is_some() && i == all.winner,
+                won: i.is_some() && i == winner,
             })
             .collect();
-        if let Some(w) = all.winner {
+        if let Some(w) = winner {
             ran = all.contenders[w].planner;
         }
         all.into_winner()?

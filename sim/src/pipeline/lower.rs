@@ -715,7 +715,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         let params = pipe.rank_params(s, &self.costs.workload.model);
         let (d, t) = (st.dp(), st.tp.max(1) as usize);
         for i in 0..t {
-            let group: Vec<usize> = (0..d).map(|j| st.group(j)[i] as usize).collect();
+            let group = st.dp_group(i);
             let after: Vec<OpId> = group.iter().filter_map(|&r| self.last_compute[r]).collect();
             let reduce_bytes = strategy.reduce_dtype.bytes() * params;
             if strategy.sharding == Sharding::Hybrid {
@@ -846,7 +846,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             }
             let groups: Vec<Vec<usize>> = (0..t)
                 .flat_map(|i| {
-                    let all: Vec<usize> = (0..st.dp()).map(|j| st.group(j)[i] as usize).collect();
+                    let all = st.dp_group(i);
                     all.chunks(d).map(<[usize]>::to_vec).collect::<Vec<_>>()
                 })
                 .collect();

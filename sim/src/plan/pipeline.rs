@@ -174,6 +174,12 @@ impl Stage {
         shard_width(strategy, self.dp(), self.tp)
     }
 
+    /// The data-parallel group of TP rank `i`: the `i`-th GPU of every
+    /// replica, in replica order (what reduces its gradient shard).
+    pub fn dp_group(&self, i: usize) -> Vec<usize> {
+        (0..self.dp()).map(|j| self.group(j)[i] as usize).collect()
+    }
+
     /// The TP group of replica `j`.
     pub fn group(&self, j: usize) -> &[u32] {
         let t = self.tp.max(1) as usize;

@@ -50,7 +50,7 @@
 //! and stage ranges over memory never reach the estimate; identical
 //! layouts reached two ways are searched once. Units: samples, ms, bytes.
 
-use super::pipeline::{pipeline_shardings, pipeline_strategy, PIPELINE_AXES};
+use super::pipeline::{fastest_fitting, pipeline_shardings, pipeline_strategy, PIPELINE_AXES};
 use super::pipeline_hetero::micro_counts;
 use super::{Judge, Planned, Planner, Problem, SearchStats};
 use crate::cost::CostModel;
@@ -477,45 +477,33 @@ fn confirm(
     stats: &mut SearchStats,
     notes: &mut Vec<String>,
 ) -> Result<Plan, PlanError> {
-    use rayon::prelude::*;
     let top = &cands[..cands.len().min(CONFIRM)];
-    let verdicts: Vec<_> = top.par_iter().map(|c| judge.judge(&c.plan)).collect();
-    let mut best: Option<(f64, Plan)> = None;
-    for (c, v) in top.iter().zip(verdicts) {
-        let v = v?;
-        stats.simulated += 1;
-        if !v.oom && best.as_ref().is_none_or(|b| v.iteration_ms < b.0) {
-            best = Some((v.iteration_ms, c.plan.clone()));
-        }
-    }
-    let Some((t, plan)) = best else {
+    let Some((i, t)) = fastest_fitting(judge, top.iter().map(|c| &c.plan), stats)? else {
         notes.push(format!(
             "hetero-3d: the closed form's {} best layouts all run out of memory in the simulator; returning the best of them",
             top.len()
         ));
         return Ok(cands[0].plan.clone());
     };
-    let others = variants(&plan);
-    let verdicts: Vec<_> = others.par_iter().map(|p| judge.judge(p)).collect();
-    let mut win = (t, plan);
-    for (p, v) in others.into_iter().zip(verdicts) {
-        let v = v?;
-        stats.simulated += 1;
-        if !v.oom && v.iteration_ms < win.0 {
-            win = (v.iteration_ms, p);
+    let mut win = (t, top[i].plan.clone());
+    // A variant replaces the winner only when strictly faster.
+    let better = |win: &mut (f64, Plan), others: Vec<Plan>, stats: &mut SearchStats| {
+        if let Some((j, t)) = fastest_fitting(judge, &others, stats)? {
+            if t < win.0 {
+                *win = (t, others[j].clone());
+            }
         }
-    }
+        Ok::<(), PlanError>(())
+    };
+    let schedules = variants(&win.1);
+    better(&mut win, schedules, stats)?;
     // With the distributed optimizer, FSDP inside the stages instead
     // (torchtitan's composition: the same memory, the parameter gathers
     // moved from the step's tail to its start).
     if fsdp && win.1.strategy.sharding == Sharding::GradOp {
         let mut p = win.1.clone();
         p.strategy.sharding = Sharding::Full;
-        let v = judge.judge(&p)?;
-        stats.simulated += 1;
-        if !v.oom && v.iteration_ms < win.0 {
-            win = (v.iteration_ms, p);
-        }
+        better(&mut win, vec![p], stats)?;
     }
     Ok(win.1)
 }

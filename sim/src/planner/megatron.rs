@@ -298,18 +298,8 @@ fn confirm(
     cands: &[Candidate],
     stats: &mut SearchStats,
 ) -> Result<Option<(usize, f64)>, PlanError> {
-    use rayon::prelude::*;
     let top = &cands[..cands.len().min(CONFIRM)];
-    let verdicts: Vec<_> = top.par_iter().map(|c| judge.judge(&c.plan)).collect();
-    let mut best: Option<(usize, f64)> = None;
-    for (i, v) in verdicts.into_iter().enumerate() {
-        let v = v?;
-        stats.simulated += 1;
-        if !v.oom && best.is_none_or(|b| v.iteration_ms < b.1) {
-            best = Some((i, v.iteration_ms));
-        }
-    }
-    Ok(best)
+    super::pipeline::fastest_fitting(judge, top.iter().map(|c| &c.plan), stats)
 }
 
 impl Planner for Megatron {

@@ -78,6 +78,28 @@ pub fn pipeline_strategy(
     scoped.resolve(&base, &forced)
 }
 
+/// The simulator's verdicts on `plans`, judged in parallel: the index and
+/// simulated time, ms, of the fastest that fits (the first of equals),
+/// `None` when all run out of memory; each counted in `stats`.
+pub fn fastest_fitting<'p>(
+    judge: &dyn super::Judge,
+    plans: impl IntoIterator<Item = &'p Plan>,
+    stats: &mut SearchStats,
+) -> Result<Option<(usize, f64)>, PlanError> {
+    use rayon::prelude::*;
+    let plans: Vec<&Plan> = plans.into_iter().collect();
+    let verdicts: Vec<_> = plans.par_iter().map(|p| judge.judge(p)).collect();
+    let mut best: Option<(usize, f64)> = None;
+    for (i, v) in verdicts.into_iter().enumerate() {
+        let v = v?;
+        stats.simulated += 1;
+        if !v.oom && best.is_none_or(|b| v.iteration_ms < b.1) {
+            best = Some((i, v.iteration_ms));
+        }
+    }
+    Ok(best)
+}
+
 /// What every pipeline plan fixes: gradients accumulate locally over the
 /// micro-batches (`no-sync`), nothing is offloaded.
 pub const PIPELINE_AXES: StrategySpec = StrategySpec {

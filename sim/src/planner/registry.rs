@@ -26,6 +26,9 @@ pub enum Family {
 }
 
 impl Family {
+    /// Every family, in the order reports list them.
+    pub const ALL: [Family; 3] = [Family::DataParallel, Family::Pipeline, Family::ThreeD];
+
     /// Name in tables (`data-parallel`, `pipeline`, `3d`).
     pub fn name(self) -> &'static str {
         match self {

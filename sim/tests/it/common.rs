@@ -51,6 +51,21 @@ pub fn build(w: Workload, profiles: &ProfileSet, memory_cluster: Option<&str>) -
     CostModel::build(w, profiles, &Roofline::default(), options).unwrap()
 }
 
+/// The cost model of the cluster `toml` training `model` in bf16 at `seq`
+/// tokens per sample, global batch `batch`, on the calibrated performance
+/// model (what 3D tests need: its tensor-parallel slices).
+pub fn calibrated_bf16(toml: &str, model: &str, seq: u32, batch: u32) -> CostModel {
+    let mut w = workload(cluster_toml(toml), model, Dtype::Bf16, batch);
+    w.seq_len = seq;
+    CostModel::build(
+        w,
+        &ProfileSet::new(),
+        &sim::perfmodel::Calibrated::builtin(),
+        CostOptions::default(),
+    )
+    .unwrap()
+}
+
 /// Analytic cost model of `gpus` (one PCIe node).
 pub fn costs(gpus: &str, model: &str, dtype: Dtype, global_batch: u32) -> CostModel {
     build(

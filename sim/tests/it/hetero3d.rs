@@ -1,9 +1,8 @@
 //! The heterogeneous 3D planner (`hetero-3d`): its layouts, its plans in
 //! the simulator against `pipeline-hetero`'s, and its infeasibility.
 
-use crate::common::{cluster_toml, workload};
+use crate::common::calibrated_bf16;
 use sim::cost::CostModel;
-use sim::dtype::Dtype;
 use sim::iteration::SimOptions;
 use sim::planner::hetero3d::{layouts, Hetero3d};
 use sim::planner::pipeline_hetero::HeteroPipeline;
@@ -23,15 +22,7 @@ fn mixed(spec: &[(&str, &str, usize)], model: &str, seq: u32, batch: u32) -> Cos
             ));
         }
     }
-    let mut w = workload(cluster_toml(&toml), model, Dtype::Bf16, batch);
-    w.seq_len = seq;
-    CostModel::build(
-        w,
-        &ProfileSet::new(),
-        &sim::perfmodel::Calibrated::builtin(),
-        sim::cost::CostOptions::default(),
-    )
-    .unwrap()
+    calibrated_bf16(&toml, model, seq, batch)
 }
 
 const THREE_TYPES: [(&str, &str, usize); 3] = [

@@ -592,15 +592,7 @@ gpus = [ { type = "a100-80gb", count = 4 } ]
 intra_link = "nvswitch"
 gpus = [ { type = "a100-80gb", count = 4 } ]
 "#;
-    let mut w = workload(cluster_toml(toml), model, Dtype::Bf16, batch);
-    w.seq_len = 2048;
-    CostModel::build(
-        w,
-        &ProfileSet::new(),
-        &sim::perfmodel::Calibrated::builtin(),
-        sim::cost::CostOptions::default(),
-    )
-    .unwrap()
+    crate::common::calibrated_bf16(toml, model, 2048, batch)
 }
 
 fn shape_plan(c: &CostModel, shape: sim::plan::shape::Shape3d) -> Plan {

@@ -1,9 +1,8 @@
 //! The 3D planner (`megatron`) against the simulator and hand-picked
 //! shapes, on a homogeneous HGX-like cluster.
 
-use crate::common::{cluster_toml, workload};
+use crate::common::calibrated_bf16;
 use sim::cost::CostModel;
-use sim::dtype::Dtype;
 use sim::iteration::SimOptions;
 use sim::plan::shape::Shape3d;
 use sim::plan::Plan;
@@ -18,15 +17,7 @@ fn hgx(nodes: usize, model: &str, seq: u32, batch: u32) -> CostModel {
     for _ in 0..nodes {
         toml.push_str("[[nodes]]\nintra_link = \"nvswitch\"\ngpus = [ { type = \"a100-80gb\", count = 8 } ]\n");
     }
-    let mut w = workload(cluster_toml(&toml), model, Dtype::Bf16, batch);
-    w.seq_len = seq;
-    CostModel::build(
-        w,
-        &ProfileSet::new(),
-        &sim::perfmodel::Calibrated::builtin(),
-        sim::cost::CostOptions::default(),
-    )
-    .unwrap()
+    calibrated_bf16(&toml, model, seq, batch)
 }
 
 /// The plan of a hand-picked shape under the megatron planner's strategy
