@@ -136,7 +136,8 @@ impl NodeClasses {
     /// the workload of `costs`: where every stage has the same TP degree
     /// and replica count, each node holds whole TP groups of one stage
     /// (consecutive ranks, replicas `j0 .. j0 + k`), the nodes of a stage
-    /// with the same hardware and GPU types form a class, and every stage's
+    /// with the same hardware, GPU types and replica shares form a class
+    /// (every stage split alike), and every stage's
     /// representatives hold the same replicas (so each simulated slice's
     /// sends reach a simulated peer, rank to rank). A replica's timeline is
     /// then its representative's: the stage's data-parallel collectives
@@ -146,11 +147,12 @@ impl NodeClasses {
         let ranks = cluster.len();
         let identity = NodeClasses::identity(ranks, cluster.nodes.len());
         let (t, d) = (pipe.stages[0].tp.max(1) as usize, pipe.stages[0].dp());
+        // (Replicas split by shares meet the next stage's one to one only
+        // when every stage splits alike.)
         if cluster.nodes.len() < 2
-            || pipe
-                .stages
-                .iter()
-                .any(|st| st.tp.max(1) as usize != t || st.dp() != d)
+            || pipe.stages.iter().any(|st| {
+                st.tp.max(1) as usize != t || st.dp() != d || st.shares != pipe.stages[0].shares
+            })
         {
             return identity;
         }
@@ -186,6 +188,14 @@ impl NodeClasses {
             let mut key = format!("{}|stage {}|{}", node.hardware_key(), place[n].0, count[n]);
             for r in first[n]..first[n] + count[n] {
                 key.push_str(&format!("|{}", costs.rank_type[r]));
+            }
+            // Each replica's share of a micro-batch (its slice sizes).
+            let st = &pipe.stages[place[n].0];
+            for j in place[n].1..place[n].1 + count[n] / t {
+                key.push_str(&format!(
+                    "|share {}",
+                    st.shares.get(j).copied().unwrap_or(1)
+                ));
             }
             let next = ids.len();
             let class = *ids.entry(key).or_insert(next);

@@ -17,7 +17,7 @@
 
 use crate::cost::CostModel;
 use crate::error::PlanError;
-use crate::plan::pipeline::Pipeline;
+use crate::plan::pipeline::{overlaps, Pipeline};
 use crate::plan::Plan;
 use crate::schedule::{dur, micro_costs_tp, Micro};
 use crate::strategy::Attention;
@@ -179,6 +179,8 @@ pub struct PipeCosts<'a> {
     out_bytes: HashMap<u32, f64>,
     /// Per (stage, replica, slice size): its TP group's exposed communication.
     tp: HashMap<(usize, usize, u32), TpTimes>,
+    /// Per (stage, micro-batch size): its replicas' slices, in order.
+    slices: HashMap<(usize, u32), Vec<(u32, u32)>>,
 }
 
 impl<'a> PipeCosts<'a> {
@@ -204,12 +206,16 @@ impl<'a> PipeCosts<'a> {
         }
         // Every slice, and what it sends the next stage (the gradients
         // coming back cover the same pairs and sample counts).
+        let mut slices = HashMap::new();
         for &size in &sizes {
             for (s, st) in pipe.stages.iter().enumerate() {
-                let d = st.dp();
+                slices.insert((s, size), st.slices(size));
+            }
+        }
+        for &size in &sizes {
+            for (s, st) in pipe.stages.iter().enumerate() {
                 let tp = pipe.tensor(s);
-                for j in 0..d {
-                    let (lo, hi) = Pipeline::slice(size, d, j);
+                for (j, &(lo, hi)) in slices[&(s, size)].iter().enumerate() {
                     let group: Vec<usize> = st.group(j).iter().map(|&r| r as usize).collect();
                     let (mut f, mut b) = (0.0f64, 0.0f64);
                     for &rank in &group {
@@ -230,7 +236,7 @@ impl<'a> PipeCosts<'a> {
                     let ns = (s + 1) % p;
                     let next = &pipe.stages[ns];
                     let ntp = pipe.tensor(ns);
-                    for (h, ov, recv_n) in pipe.overlaps(ns, size, lo, hi) {
+                    for (h, ov, recv_n) in overlaps(&slices[&(ns, size)], lo, hi) {
                         for &to in next.group(h) {
                             rows.add(to as usize, recv_n, &ntp)?;
                         }
@@ -254,6 +260,7 @@ impl<'a> PipeCosts<'a> {
             optimizer,
             out_bytes,
             tp: tp_map,
+            slices,
         })
     }
 
@@ -266,6 +273,12 @@ impl<'a> PipeCosts<'a> {
     /// of `n` samples.
     pub fn tp(&self, s: usize, j: usize, n: u32) -> TpTimes {
         self.tp.get(&(s, j, n)).copied().unwrap_or_default()
+    }
+
+    /// Stage `s`'s replicas' slices `[lo, hi)` of a micro-batch of `size`
+    /// samples, in replica order ([`crate::plan::pipeline::apportion`]).
+    pub fn slices(&self, s: usize, size: u32) -> &[(u32, u32)] {
+        &self.slices[&(s, size)]
     }
 
     /// Bytes of a block output of `n` samples (a transfer of `n` samples

@@ -88,22 +88,106 @@ pub fn group_cost(
     n: u32,
     tp: &TensorParallel,
 ) -> Result<GroupCost, PlanError> {
-    group_cost_with(costs, strategy, rows, ranks, n, tp, None)
+    let d = (ranks.len() / tp.degree.max(1) as usize).max(1);
+    Ok(stage_cost(costs, strategy, rows, ranks, &vec![n; d], tp, None)?.time)
 }
 
-/// [`group_cost`] with the fraction of blocks recomputed in full given
-/// (`every_full`: a stage's own share under `every:K`, instead of `1/K`).
+/// What a stage costs per micro-batch: its slowest replica's time, and
+/// the memory of each distinct replica (GPU type and slice).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageCost {
+    /// The slowest replica's times; memory fields of the first replica
+    /// with the largest slice, usable memory the stage's smallest.
+    pub time: GroupCost,
+    /// The distinct replicas' costs (memory: each against its own usable
+    /// memory, [`Staged::over_bytes`]).
+    pub replicas: Vec<GroupCost>,
+}
+
+/// The costs of a stage on the GPUs `ranks` (TP groups of `tp`'s degree,
+/// consecutive, its replicas) whose replica `j` computes `slices[j]`
+/// samples of a micro-batch, with the fraction of blocks recomputed in
+/// full given (`every_full`: a stage's own share under `every:K`,
+/// instead of `1/K`).
 #[allow(clippy::too_many_arguments)]
-pub fn group_cost_with(
+pub fn stage_cost(
     costs: &CostModel,
     strategy: &Strategy,
     rows: &mut Rows<'_>,
     ranks: &[usize],
+    slices: &[u32],
+    tp: &TensorParallel,
+    every_full: Option<f64>,
+) -> Result<StageCost, PlanError> {
+    debug_assert_eq!(rows.attention(), strategy.attention);
+    let t = (tp.degree as usize).clamp(1, ranks.len().max(1));
+    // TP groups of one shape and slice are priced once.
+    let mut tp_seen: std::collections::HashMap<_, super::costs::TpTimes> =
+        std::collections::HashMap::new();
+    let mut time: Option<GroupCost> = None;
+    let mut largest = 0u32;
+    let mut replicas: Vec<(u32, GroupCost)> = Vec::new();
+    for (j, group) in ranks.chunks(t).enumerate() {
+        let n = slices.get(j).copied().unwrap_or(1);
+        let g = replica_cost(
+            costs,
+            strategy,
+            rows,
+            group,
+            n,
+            tp,
+            every_full,
+            &mut tp_seen,
+        )?;
+        if !replicas.iter().any(|(m, x)| *m == n && *x == g) {
+            replicas.push((n, g));
+        }
+        time = Some(match time {
+            None => g,
+            Some(o) => {
+                let mem = if n > largest { g } else { o };
+                GroupCost {
+                    block_ms: o.block_ms.max(g.block_ms),
+                    block_fwd_ms: o.block_fwd_ms.max(g.block_fwd_ms),
+                    block_w_ms: o.block_w_ms.max(g.block_w_ms),
+                    embed_fwd_ms: o.embed_fwd_ms.max(g.embed_fwd_ms),
+                    head_fwd_ms: o.head_fwd_ms.max(g.head_fwd_ms),
+                    embed_ms: o.embed_ms.max(g.embed_ms),
+                    head_ms: o.head_ms.max(g.head_ms),
+                    usable_bytes: o.usable_bytes.min(g.usable_bytes),
+                    transfer_bytes: o.transfer_bytes.max(g.transfer_bytes),
+                    ..mem
+                }
+            }
+        });
+        largest = largest.max(n);
+    }
+    let time = time.ok_or_else(|| {
+        PlanError::invalid("plan", "pipeline.stages[].gpus", "a stage needs a GPU")
+    })?;
+    Ok(StageCost {
+        time,
+        replicas: replicas.into_iter().map(|x| x.1).collect(),
+    })
+}
+
+/// The costs of one replica: the TP group `group` computing `n` samples
+/// of a micro-batch, paced by its slowest GPU, with its exposed TP
+/// communication (priced once per group shape and slice in `tp_seen`).
+#[allow(clippy::too_many_arguments)]
+fn replica_cost<'c>(
+    costs: &'c CostModel,
+    strategy: &Strategy,
+    rows: &mut Rows<'_>,
+    group: &[usize],
     n: u32,
     tp: &TensorParallel,
     every_full: Option<f64>,
+    tp_seen: &mut std::collections::HashMap<
+        (u32, super::costs::GroupShape<'c>),
+        super::costs::TpTimes,
+    >,
 ) -> Result<GroupCost, PlanError> {
-    debug_assert_eq!(rows.attention(), strategy.attention);
     let ck = strategy.checkpointing;
     // Fraction of blocks recomputed in full (every:K: 1/K), selective.
     let (full, selective) = match ck {
@@ -115,7 +199,7 @@ pub fn group_cost_with(
     let mut out: Option<GroupCost> = None;
     let mut bwd_ms = 0.0f64;
     let w_share = crate::tensor::weight_grad_share(&costs.workload.model, costs.workload.seq_len);
-    for &r in ranks {
+    for &r in group {
         let mc = rows.add(r, n, tp)?;
         bwd_ms = bwd_ms.max(mc.b_blk.as_ms());
         let a = mc.act;
@@ -185,21 +269,11 @@ pub fn group_cost_with(
         PlanError::invalid("plan", "pipeline.stages[].gpus", "a stage needs a GPU")
     })?;
     if tp.is_on() {
-        // The slowest TP group's exposed communication (a full recompute
-        // reruns the forward's), each distinct group shape priced once.
-        let t = (tp.degree as usize).min(ranks.len()).max(1);
-        let mut seen = std::collections::HashSet::new();
-        let mut c_max = super::costs::TpTimes::default();
-        for grp in ranks.chunks(t) {
-            if !seen.insert(super::costs::group_shape(costs, grp)) {
-                continue;
-            }
-            let x = super::costs::tp_times(costs, tp, grp, n, g.block_fwd_ms, bwd_ms);
-            if x.block_fwd + x.block_bwd > c_max.block_fwd + c_max.block_bwd {
-                c_max = x;
-            }
-        }
-        let c = c_max;
+        // The group's exposed communication (a full recompute reruns the
+        // forward's).
+        let c = *tp_seen
+            .entry((n, super::costs::group_shape(costs, group)))
+            .or_insert_with(|| super::costs::tp_times(costs, tp, group, n, g.block_fwd_ms, bwd_ms));
         let ms = |x: crate::units::SimTime| x.as_ms();
         g.block_ms += ms(c.block_fwd) * (1.0 + full) + ms(c.block_bwd);
         g.block_fwd_ms += ms(c.block_fwd);
@@ -288,36 +362,110 @@ pub fn stage_peak_bytes(
 /// and strategy.
 #[derive(Debug, Clone)]
 pub struct Staged {
-    /// Each stage group's costs.
+    /// Each stage group's costs (its slowest replica's times).
     pub costs: Vec<GroupCost>,
+    /// Each stage's distinct replicas' costs (their memory).
+    pub replicas: Vec<Vec<GroupCost>>,
     /// Communication-stream time per micro-batch of each stage, ms.
     pub comm_ms: Vec<f64>,
 }
 
-/// The costs of every stage group of `groups` at the micro-batch of
-/// `largest` samples (each GPU its slice), and their transfer times;
-/// slices priced from `rows` (built under the strategy's attention, and
-/// shared across calls so each row is built once).
+impl Staged {
+    /// How far stage `s` holding `blocks` blocks (`params` parameters per
+    /// GPU, state split over `d`) at `at` runs over memory, bytes: the
+    /// largest of its replicas' estimated peak less that replica's usable
+    /// memory (at most zero: it fits), with that replica's peak and usable
+    /// bytes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn over_bytes(
+        &self,
+        costs: &CostModel,
+        strategy: &Strategy,
+        s: usize,
+        blocks: u32,
+        params: f64,
+        d: usize,
+        at: Place,
+    ) -> Over {
+        let mut worst: Option<Over> = None;
+        let mut highest = 0.0f64;
+        for g in &self.replicas[s] {
+            let peak = stage_peak_bytes(costs, strategy, g, blocks, params, d, at);
+            highest = highest.max(peak);
+            let o = Over {
+                over_bytes: peak - g.usable_bytes,
+                peak_bytes: peak,
+                usable_bytes: g.usable_bytes,
+                stage_peak_bytes: 0.0,
+            };
+            if worst.is_none_or(|w| o.over_bytes > w.over_bytes) {
+                worst = Some(o);
+            }
+        }
+        let mut o = worst.unwrap_or(Over {
+            over_bytes: f64::INFINITY,
+            peak_bytes: f64::INFINITY,
+            usable_bytes: 0.0,
+            stage_peak_bytes: 0.0,
+        });
+        o.stage_peak_bytes = highest;
+        o
+    }
+}
+
+/// A stage's tightest replica against its memory ([`Staged::over_bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Over {
+    /// Estimated peak less usable memory, bytes (at most zero: fits).
+    pub over_bytes: f64,
+    /// Its estimated peak, bytes.
+    pub peak_bytes: f64,
+    /// Its usable memory, bytes.
+    pub usable_bytes: f64,
+    /// The highest estimated peak of any of the stage's replicas, bytes.
+    pub stage_peak_bytes: f64,
+}
+
+/// Per replica of a stage of `d` replicas (shares `shares`, equal when
+/// empty), its samples of a micro-batch of `size`
+/// ([`crate::plan::pipeline::apportion`]).
+pub fn replica_slices(size: u32, d: usize, shares: &[u32]) -> Vec<u32> {
+    crate::plan::pipeline::apportion(size, d, shares)
+        .into_iter()
+        .map(|(lo, hi)| hi - lo)
+        .collect()
+}
+
+/// Per stage of `groups` (TP degrees `tps`), its replicas' equal slices
+/// of a micro-batch of `largest` samples ([`replica_slices`]).
+pub fn even_slices(groups: &[Vec<usize>], tps: &[TensorParallel], largest: u32) -> Vec<Vec<u32>> {
+    groups
+        .iter()
+        .zip(tps)
+        .map(|(g, tp)| replica_slices(largest, g.len() / tp.degree.max(1) as usize, &[]))
+        .collect()
+}
+
+/// The costs of every stage group of `groups` (TP degrees `tps`) whose
+/// replicas compute `slices[s][j]` samples of the largest micro-batch,
+/// and their transfer times; slices priced from `rows` (built under the
+/// strategy's attention, and shared across calls so each row is built
+/// once).
 pub fn staged(
     costs: &CostModel,
     strategy: &Strategy,
     rows: &mut Rows<'_>,
     groups: &[Vec<usize>],
     tps: &[TensorParallel],
-    largest: u32,
+    slices: &[Vec<u32>],
 ) -> Result<Staged, PlanError> {
     let p = groups.len();
     let mut gc = Vec::with_capacity(p);
-    for (g, tp) in groups.iter().zip(tps) {
-        let d = (g.len() / tp.degree.max(1) as usize).max(1) as u32;
-        gc.push(group_cost(
-            costs,
-            strategy,
-            rows,
-            g,
-            largest.div_ceil(d),
-            tp,
-        )?);
+    let mut replicas = Vec::with_capacity(p);
+    for ((g, tp), sl) in groups.iter().zip(tps).zip(slices) {
+        let c = stage_cost(costs, strategy, rows, g, sl, tp, None)?;
+        gc.push(c.time);
+        replicas.push(c.replicas);
     }
     // A stage sends its activations forward and its input gradient back,
     // per micro-batch, each GPU its slice (one-to-one as the first pair).
@@ -331,7 +479,11 @@ pub fn staged(
             comm_ms[s] += costs.p2p(groups[s][0], groups[s - 1][0], bytes).0;
         }
     }
-    Ok(Staged { costs: gc, comm_ms })
+    Ok(Staged {
+        costs: gc,
+        replicas,
+        comm_ms,
+    })
 }
 
 /// Parameters one GPU of a stage of `k` blocks at place `at` holds under
@@ -671,7 +823,7 @@ fn nic_sharing(costs: &CostModel, stage: &[usize], g: &[usize], t: u32) -> f64 {
 pub struct Estimate {
     /// Iteration time, ms.
     pub iteration_ms: f64,
-    /// Peak memory of each stage's GPU with the largest slice, bytes.
+    /// Peak memory of each stage's GPU that peaks highest, bytes.
     pub peak_bytes: Vec<f64>,
 }
 
@@ -687,9 +839,14 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
         .first()
         .copied()
         .unwrap_or(1);
+    let slices: Vec<Vec<u32>> = pipe
+        .stages
+        .iter()
+        .map(|s| replica_slices(largest, s.dp(), &s.shares))
+        .collect();
     let tps: Vec<TensorParallel> = (0..pipe.depth()).map(|s| pipe.tensor(s)).collect();
     let mut rows = Rows::new(costs, &plan.strategy);
-    let mut st = staged(costs, &plan.strategy, &mut rows, &groups, &tps, largest)?;
+    let mut st = staged(costs, &plan.strategy, &mut rows, &groups, &tps, &slices)?;
     if let Checkpointing::Every(_) = plan.strategy.checkpointing {
         // A plan's stages know their blocks: each its own share of
         // recomputed blocks, not the average 1/K.
@@ -700,16 +857,17 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
                 .filter(|&b| plan.strategy.checkpointing.block(b) == Recompute::Full)
                 .count() as f64
                 / blocks.max(1) as f64;
-            let d = pipe.stages[s].dp().max(1) as u32;
-            st.costs[s] = group_cost_with(
+            let c = stage_cost(
                 costs,
                 &plan.strategy,
                 &mut rows,
                 g,
-                largest.div_ceil(d),
+                &slices[s],
                 &tps[s],
                 Some(full),
             )?;
+            st.costs[s] = c.time;
+            st.replicas[s] = c.replicas;
         }
     }
     let counts: Vec<u32> = pipe.stages.iter().map(|s| s.blocks).collect();
@@ -718,15 +876,16 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
     let peak_bytes = (0..p)
         .map(|s| {
             let at = place(pipe.schedule, p, s, m, pipe.chunks());
-            stage_peak_bytes(
+            st.over_bytes(
                 costs,
                 &plan.strategy,
-                &st.costs[s],
+                s,
                 counts[s],
                 params(costs, counts[s], at, &tps[s]),
                 pipe.stages[s].shard_width(&plan.strategy),
                 at,
             )
+            .stage_peak_bytes
         })
         .collect();
     Ok(Estimate {

@@ -42,7 +42,7 @@ use crate::comm::CollectiveKind;
 use crate::cost::{collective_ranks, CostModel};
 use crate::engine::{Category, Graph, MemChange, OpId, OpLabel, Stream, NO_INDEX};
 use crate::error::PlanError;
-use crate::plan::pipeline::Pipeline;
+use crate::plan::pipeline::{overlaps, Pipeline};
 use crate::plan::Plan;
 use crate::schedule::lower::{at, CollectiveRecord, Group, Lowered, LoweredParts, Sink};
 use crate::schedule::{dur, round, Micro};
@@ -348,7 +348,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         let tp = self.pipe.tensor(s);
         let t = tp.degree as usize;
         let ranks = st.group(j).to_vec();
-        let (lo, hi) = Pipeline::slice(self.sizes[k as usize], st.dp(), j);
+        let (lo, hi) = self.table.slices(s, self.sizes[k as usize])[j];
         Slice {
             x,
             s,
@@ -660,7 +660,8 @@ impl<'a, S: Sink> Walk<'a, S> {
         let (ft, tt) = (pipe.stages[x.s].tp.max(1), pipe.stages[to_stage].tp.max(1));
         let ttp = pipe.tensor(to_stage);
         let links = super::tp_links(ft, tt, pipe.sequence_parallel);
-        for (h, ov, recv_n) in pipe.overlaps(to_stage, size, x.lo, x.hi) {
+        let targets = overlaps(self.table.slices(to_stage, size), x.lo, x.hi);
+        for (h, ov, recv_n) in targets {
             let group = pipe.stages[to_stage].group(h).to_vec();
             for l in &links {
                 let to = group[l.to];

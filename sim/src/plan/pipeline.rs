@@ -126,10 +126,65 @@ pub struct Stage {
     /// GPUs per TP group of this stage (1: no tensor parallelism).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub tp: u32,
+    /// Per replica (TP group, in order), its share of every micro-batch,
+    /// samples: the split by speed of a stage whose replicas differ (Metis'
+    /// uneven data-parallel split, FlashFlex's per-replica batches). A
+    /// micro-batch of another size splits in the same proportions
+    /// ([`apportion`]). Empty: equal shares.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<u32>,
+}
+
+/// The slices `[lo, hi)` of a micro-batch of `size` samples over replicas
+/// weighted `shares` (`d` equal shares when empty; none when `d` is 0): each replica its
+/// proportional part rounded down, the samples left over one each to the
+/// largest remainders (ties to the earlier replica), in replica order.
+/// Equal shares give the first `size mod d` replicas one sample more.
+pub fn apportion(size: u32, d: usize, shares: &[u32]) -> Vec<(u32, u32)> {
+    if d == 0 {
+        return Vec::new();
+    }
+    let weight = |j: usize| shares.get(j).map_or(1, |&w| w as u64);
+    let total: u64 = (0..d).map(weight).sum::<u64>().max(1);
+    let mut parts: Vec<u64> = (0..d).map(|j| size as u64 * weight(j) / total).collect();
+    let left = size as u64 - parts.iter().sum::<u64>();
+    let mut order: Vec<usize> = (0..d).collect();
+    // Largest remainder first: `size w_j mod total`, earlier replica on ties.
+    order.sort_by_key(|&j| (std::cmp::Reverse(size as u64 * weight(j) % total), j));
+    for &j in order.iter().take(left as usize) {
+        parts[j] += 1;
+    }
+    let mut at = 0u32;
+    parts
+        .into_iter()
+        .map(|n| {
+            let lo = at;
+            at += n as u32;
+            (lo, at)
+        })
+        .collect()
 }
 
 fn one() -> u32 {
     1
+}
+
+/// The replicas whose slices (`slices`, contiguous in replica order, as
+/// [`apportion`] gives) hold part of the samples `[lo, hi)`: (replica,
+/// samples in common, the size of its slice), in replica order. What a
+/// replica sends its neighbouring stage (activations forward, input
+/// gradients back).
+pub fn overlaps(slices: &[(u32, u32)], lo: u32, hi: u32) -> Vec<(usize, u32, u32)> {
+    let first = slices.partition_point(|&(_, h)| h <= lo);
+    slices[first..]
+        .iter()
+        .enumerate()
+        .take_while(|(_, &(l, _))| l < hi)
+        .filter_map(|(i, &(l, h))| {
+            let ov = hi.min(h).saturating_sub(lo.max(l));
+            (ov > 0).then_some((first + i, ov, h - l))
+        })
+        .collect()
 }
 
 /// Data-parallel ranks a stage of `d` replicas of TP degree `t` splits its
@@ -160,7 +215,20 @@ impl Stage {
             blocks,
             gpus,
             tp: 1,
+            shares: Vec::new(),
         }
+    }
+
+    /// The slices `[lo, hi)` of a micro-batch of `size` samples over the
+    /// stage's replicas, in replica order ([`apportion`] by its shares).
+    pub fn slices(&self, size: u32) -> Vec<(u32, u32)> {
+        apportion(size, self.dp(), &self.shares)
+    }
+
+    /// Whether the replicas split micro-batches unevenly (shares given
+    /// and not all equal).
+    pub fn uneven(&self) -> bool {
+        self.shares.iter().any(|&w| w != self.shares[0])
     }
 
     /// Data-parallel replicas of the stage (`gpus / tp`).
@@ -281,32 +349,6 @@ impl Pipeline {
         RankPlan::new(batch, self.microbatches, 0.0).microbatch_sizes()
     }
 
-    /// The samples `[lo, hi)` of a micro-batch of `size` samples position
-    /// `j` of a group of `d` GPUs takes (near-equal slices in order).
-    pub fn slice(size: u32, d: usize, j: usize) -> (u32, u32) {
-        let d = d.max(1) as u32;
-        let (q, r) = (size / d, size % d);
-        let j = j as u32;
-        let lo = j * q + j.min(r);
-        (lo, lo + q + u32::from(j < r))
-    }
-
-    /// The replicas (TP groups) of stage `t` that hold part of the samples
-    /// `[lo, hi)` of a micro-batch of `size` samples: (replica, samples in
-    /// common, the size of their slice), in replica order. What a replica
-    /// sends its neighbouring stage (activations forward, input gradients
-    /// back).
-    pub fn overlaps(&self, t: usize, size: u32, lo: u32, hi: u32) -> Vec<(usize, u32, u32)> {
-        let d = self.stages[t].dp();
-        (0..d)
-            .filter_map(|h| {
-                let (l2, h2) = Pipeline::slice(size, d, h);
-                let ov = hi.min(h2).saturating_sub(lo.max(l2));
-                (ov > 0).then_some((h, ov, h2 - l2))
-            })
-            .collect()
-    }
-
     /// Stage and replica of every rank (`None`: in no stage).
     pub fn positions(&self, ranks: usize) -> Vec<Option<(usize, usize)>> {
         let mut v = vec![None; ranks];
@@ -357,44 +399,59 @@ impl Pipeline {
     /// (see the module docs).
     pub fn rank_plans(&self, ranks: usize, batch: u32, strategy: &Strategy) -> Vec<RankPlan> {
         let sizes = self.micro_sizes(batch);
-        self.positions(ranks)
-            .into_iter()
-            .map(|pos| match pos {
-                None => RankPlan::new(0, 0, 0.0),
-                Some((s, j)) => {
-                    let d = self.stages[s].dp();
-                    let slices: Vec<u32> = sizes
-                        .iter()
-                        .map(|&m| {
-                            let (lo, hi) = Pipeline::slice(m, d, j);
-                            hi - lo
-                        })
-                        .collect();
-                    let fraction = 1.0
-                        / shard_width(strategy, d, self.stages[s].tp) as f64
-                        / self.stages[s].tp.max(1) as f64;
-                    RankPlan {
-                        batch: slices.iter().sum(),
-                        microbatches: slices.iter().filter(|&&n| n > 0).count() as u32,
-                        microbatch_size: slices.iter().copied().max().unwrap_or(0),
-                        state_fraction: fraction,
-                        note: None,
-                    }
+        let mut out = vec![RankPlan::new(0, 0, 0.0); ranks];
+        for st in &self.stages {
+            let (d, t) = (st.dp(), st.tp.max(1) as usize);
+            // Per replica, its slice of each micro-batch (sizes take at
+            // most two values: each split once).
+            let mut by_size: Vec<(u32, Vec<(u32, u32)>)> = Vec::new();
+            let mut slices = vec![Vec::with_capacity(sizes.len()); d];
+            for &m in &sizes {
+                if !by_size.iter().any(|x| x.0 == m) {
+                    by_size.push((m, st.slices(m)));
                 }
-            })
-            .collect()
+                let split = &by_size.iter().find(|x| x.0 == m).expect("just split").1;
+                for (j, &(lo, hi)) in split.iter().enumerate() {
+                    slices[j].push(hi - lo);
+                }
+            }
+            let fraction = 1.0 / shard_width(strategy, d, st.tp) as f64 / t as f64;
+            for (i, &r) in st.gpus.iter().enumerate() {
+                let Some(x) = out.get_mut(r as usize) else {
+                    continue;
+                };
+                let Some(mine) = slices.get(i / t) else {
+                    continue;
+                };
+                *x = RankPlan {
+                    batch: mine.iter().sum(),
+                    microbatches: mine.iter().filter(|&&n| n > 0).count() as u32,
+                    microbatch_size: mine.iter().copied().max().unwrap_or(0),
+                    state_fraction: fraction,
+                    note: None,
+                };
+            }
+        }
+        out
     }
 
     /// One line for tables: `pipeline 1f1b 4 stages [8,8,8,8 blocks] x
     /// [1,1,1,1 GPUs] m=16`; with TP `3d tp2 sp 1f1b 4 stages [4x 20]
-    /// blocks x [4x 256] GPUs m=8` (lists as runs, so 1,024 GPUs read).
+    /// blocks x [4x 256] GPUs m=8` (lists as runs, so 1,024 GPUs read);
+    /// ` uneven dp` at the end when replicas split by shares.
     pub fn label(&self) -> String {
         let blocks: Vec<u32> = self.stages.iter().map(|s| s.blocks).collect();
         let gpus: Vec<u32> = self.stages.iter().map(|s| s.gpus.len() as u32).collect();
+        // Replicas splitting micro-batches by their shares.
+        let uneven = if self.stages.iter().any(Stage::uneven) {
+            " uneven dp"
+        } else {
+            ""
+        };
         if !self.has_tp() {
             let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
             return format!(
-                "pipeline {} {} stages [{} blocks] x [{} GPUs] m={}",
+                "pipeline {} {} stages [{} blocks] x [{} GPUs] m={}{uneven}",
                 self.schedule,
                 self.depth(),
                 list(&blocks),
@@ -413,7 +470,7 @@ impl Pipeline {
             format!("3d {tp}{sp}")
         };
         format!(
-            "{kind} {} {} stages {} blocks x {} GPUs m={}",
+            "{kind} {} {} stages {} blocks x {} GPUs m={}{uneven}",
             self.schedule,
             self.depth(),
             crate::lists::runs(&blocks),
@@ -489,6 +546,23 @@ impl Pipeline {
                     ),
                 );
             }
+            if !st.shares.is_empty() && st.shares.len() != st.dp() {
+                return bad(
+                    format!("pipeline.stages[{s}].shares"),
+                    format!(
+                        "expected one share per replica ({} TP groups of {}), got {}",
+                        st.dp(),
+                        st.tp,
+                        st.shares.len()
+                    ),
+                );
+            }
+            if let Some(j) = st.shares.iter().position(|&w| w == 0) {
+                return bad(
+                    format!("pipeline.stages[{s}].shares[{j}]"),
+                    "every replica needs a share of at least 1 sample, got 0 (leave the GPUs out of the stage instead)".into(),
+                );
+            }
             for (j, &r) in st.gpus.iter().enumerate() {
                 let f = format!("pipeline.stages[{s}].gpus[{j}]");
                 let Some(slot) = seen.get_mut(r as usize) else {
@@ -537,15 +611,22 @@ impl Pipeline {
         }
         let smallest = global_batch / self.microbatches;
         for (s, st) in self.stages.iter().enumerate() {
-            if st.dp() as u64 > smallest as u64 {
-                return bad(
-                    format!("pipeline.stages[{s}].gpus"),
-                    format!(
-                        "{} replicas share micro-batches of {smallest} samples: every replica of a stage needs at least one sample of each (use fewer micro-batches or fewer GPUs in the stage)",
-                        st.dp()
-                    ),
-                );
-            }
+            let Some(j) = st.slices(smallest).iter().position(|&(lo, hi)| hi == lo) else {
+                continue;
+            };
+            let field = if st.uneven() {
+                format!("pipeline.stages[{s}].shares")
+            } else {
+                format!("pipeline.stages[{s}].gpus")
+            };
+            return bad(
+                field,
+                format!(
+                    "{} replicas share micro-batches of {smallest} samples and replica {j} gets none: every replica of a stage needs at least one sample of each (use fewer micro-batches, fewer GPUs in the stage{})",
+                    st.dp(),
+                    if st.uneven() { " or more even shares" } else { "" }
+                ),
+            );
         }
         Ok(())
     }
@@ -657,14 +738,74 @@ mod tests {
     fn slices_cover_the_micro_batch_in_order() {
         for size in 1..40u32 {
             for d in 1..=size.min(9) as usize {
+                let even = apportion(size, d, &[]);
+                let (q, r) = (size / d as u32, size as usize % d);
                 let mut at = 0;
-                for j in 0..d {
-                    let (lo, hi) = Pipeline::slice(size, d, j);
+                for (j, &(lo, hi)) in even.iter().enumerate() {
                     assert_eq!(lo, at);
-                    assert!(hi > lo);
+                    // Near-equal, the first `size mod d` one larger.
+                    assert_eq!(hi - lo, q + u32::from(j < r));
                     at = hi;
                 }
                 assert_eq!(at, size);
+            }
+        }
+    }
+
+    #[test]
+    fn shares_split_in_proportion_and_cover_the_micro_batch() {
+        // Exact when the size is the shares' sum.
+        let s = apportion(12, 3, &[6, 4, 2]);
+        assert_eq!(s, vec![(0, 6), (6, 10), (10, 12)]);
+        // Halved: 3, 2, 1.
+        assert_eq!(apportion(6, 3, &[6, 4, 2]), vec![(0, 3), (3, 5), (5, 6)]);
+        // 7 of 3:1 -> 5.25, 1.75: the larger remainder (1.75) takes the sample.
+        assert_eq!(apportion(7, 2, &[3, 1]), vec![(0, 5), (5, 7)]);
+        for size in 1..60u32 {
+            for w in [[1u32, 1, 1], [5, 3, 1], [1, 9, 2], [7, 7, 1]] {
+                let sl = apportion(size, 3, &w);
+                assert_eq!(sl[0].0, 0);
+                assert_eq!(sl[2].1, size);
+                let total: u32 = w.iter().sum();
+                for (j, &(lo, hi)) in sl.iter().enumerate() {
+                    if j > 0 {
+                        assert_eq!(lo, sl[j - 1].1);
+                    }
+                    // Within one sample of the exact proportion.
+                    let exact = size as f64 * w[j] as f64 / total as f64;
+                    assert!(
+                        ((hi - lo) as f64 - exact).abs() < 1.0,
+                        "{size} {w:?} {sl:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn overlaps_find_the_replicas_a_slice_meets() {
+        let next = apportion(12, 3, &[6, 4, 2]); // [0,6) [6,10) [10,12)
+        assert_eq!(overlaps(&next, 0, 6), vec![(0, 6, 6)]);
+        assert_eq!(
+            overlaps(&next, 4, 11),
+            vec![(0, 2, 6), (1, 4, 4), (2, 1, 2)]
+        );
+        assert_eq!(overlaps(&next, 10, 12), vec![(2, 2, 2)]);
+        // Brute force on even and uneven splits.
+        for w in [vec![], vec![3, 1, 2, 5]] {
+            let sl = apportion(23, 4, &w);
+            for lo in 0..23 {
+                for hi in lo + 1..=23 {
+                    let brute: Vec<(usize, u32, u32)> = sl
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(h, &(a, b))| {
+                            let ov = hi.min(b).saturating_sub(lo.max(a));
+                            (ov > 0).then_some((h, ov, b - a))
+                        })
+                        .collect();
+                    assert_eq!(overlaps(&sl, lo, hi), brute);
+                }
             }
         }
     }

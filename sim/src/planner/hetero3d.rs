@@ -2,8 +2,10 @@
 //! et al., USENIX ATC 2024), FlashFlex / HexiScale (Yan et al., arXiv
 //! 2409.01143) and Sailor (Strati et al., SOSP 2025): a pipeline whose
 //! stages are groups of one GPU type, each stage with its own tensor
-//! parallel degree and data-parallel replicas, the blocks partitioned
-//! exactly by the stages' speed and memory (REAL-SYSTEMS-2 section 4.4).
+//! parallel degree and data-parallel replicas, or cross-sections of the
+//! types whose replicas split micro-batches by speed, the blocks
+//! partitioned exactly by the stages' speed and memory (REAL-SYSTEMS-2
+//! section 4.4).
 //!
 //! Search space:
 //!
@@ -28,10 +30,18 @@
 //! * **and** `pipeline-hetero`'s stage groupings without TP (same-type
 //!   runs of at most a node, in rank and memory orders), so its space is
 //!   part of this one.
+//! * **and stages that mix types** (Metis' data-parallel groups of mixed
+//!   devices, FlashFlex's asymmetric replicas): for every TP degree all
+//!   kept types allow, `p` = 1, 2, 4, ... stages each holding a near-equal
+//!   part of every kept type's TP groups (whole nodes where the counts
+//!   divide), every micro-batch split over a stage's replicas in
+//!   proportion to their speed (the stage's `shares`: samples per ms of
+//!   each replica's slowest GPU at the even slice, apportioned by largest
+//!   remainder; [`crate::plan::pipeline::apportion`]).
 //! * **Micro-batches**: sizes 1, 2, 3, 4, 6, 8, ... samples (as
-//!   `pipeline-hetero`), each split near-equally over a stage's replicas
-//!   (same-type GPUs, so equal is by speed), at least one sample per
-//!   replica of the widest stage.
+//!   `pipeline-hetero`), each split over a stage's replicas (near-equally
+//!   in same-type stages, by speed in mixed ones), at least one sample
+//!   per replica.
 //! * **Strategy**: recompute none, core attention (Megatron's selective),
 //!   full; stage replicas plain (`none`) or with the distributed optimizer
 //!   (`grad-op`, ZeRO-1), and the winner with the distributed optimizer
@@ -57,7 +67,7 @@ use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::pipeline::costs::Rows;
 use crate::pipeline::estimate::{
-    estimate_ms, params, place, stage_ms, stage_peak_bytes, staged, Staged,
+    estimate_ms, even_slices, params, place, replica_slices, stage_ms, staged, Over,
 };
 use crate::pipeline::partition::min_max;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
@@ -152,6 +162,9 @@ pub struct Layout {
     pub groups: Vec<Vec<usize>>,
     /// TP degree of each stage.
     pub tps: Vec<u32>,
+    /// Replicas split each micro-batch by their speed (stages that mix
+    /// GPU types); otherwise equally.
+    pub by_speed: bool,
 }
 
 impl Layout {
@@ -196,6 +209,7 @@ pub fn layouts(costs: &CostModel) -> Vec<Layout> {
         let l = Layout {
             tps: vec![1; g.len()],
             groups: g,
+            by_speed: false,
         };
         if seen.insert(l.clone()) {
             out.push(l);
@@ -234,7 +248,57 @@ pub fn layouts(costs: &CostModel) -> Vec<Layout> {
             }
         }
     }
+    // Stages that mix the types: each a cross-section of the kept types,
+    // one TP degree for all, replicas split by speed.
+    for keep in &keeps {
+        if keep.len() < 2 {
+            continue;
+        }
+        for &t in &levels {
+            if !keep.iter().all(|&i| types[i].degrees.contains(&t)) {
+                continue;
+            }
+            let mut p = 1usize;
+            while p <= layers {
+                if let Some(l) = cross_section(&types, keep, t, p) {
+                    if seen.insert(l.clone()) {
+                        out.push(l);
+                    }
+                }
+                p *= 2;
+            }
+        }
+    }
     out
+}
+
+/// `p` stages, each a near-equal part of every type of `keep` (its TP
+/// groups of degree `t`, in rank order, cut into `p` runs), replicas split
+/// by speed; `None` when a stage would be empty.
+fn cross_section(types: &[GpuType], keep: &[usize], t: u32, p: usize) -> Option<Layout> {
+    let mut groups = vec![Vec::new(); p];
+    for &i in keep {
+        let tg: Vec<&[usize]> = types[i]
+            .units
+            .iter()
+            .flat_map(|u| u.chunks(t as usize))
+            .collect();
+        let (base, extra) = (tg.len() / p, tg.len() % p);
+        let mut at = 0;
+        for (s, g) in groups.iter_mut().enumerate() {
+            let n = base + usize::from(s < extra);
+            g.extend(tg[at..at + n].concat());
+            at += n;
+        }
+    }
+    if groups.iter().any(Vec::is_empty) {
+        return None;
+    }
+    Some(Layout {
+        tps: vec![t; p],
+        groups,
+        by_speed: true,
+    })
 }
 
 /// The layout of the types `order` under TP degrees `tps` (by type) with
@@ -249,6 +313,7 @@ fn layout(
     let mut l = Layout {
         groups: Vec::new(),
         tps: Vec::new(),
+        by_speed: false,
     };
     for &i in order {
         let t = tps[i] as usize;
@@ -335,14 +400,17 @@ fn search_layout(
             continue;
         }
         out.tried += 1;
-        let st = staged(costs, strategy, rows, &l.groups, &tps, batch.div_ceil(m))?;
-        let over = |s: usize, k: usize| -> f64 {
+        let largest = batch.div_ceil(m);
+        let Some(slices) = replica_slices_of(rows, l, &tps, largest, batch / m)? else {
+            continue;
+        };
+        let st = staged(costs, strategy, rows, &l.groups, &tps, &slices)?;
+        let over = |s: usize, k: usize| -> Over {
             let at = place(PipeSchedule::OneFOneB, p, s, m, 1);
-            let gc = &st.costs[s];
             let d = l.groups[s].len() / l.tps[s] as usize;
             let d = crate::plan::pipeline::shard_width(strategy, d, l.tps[s]);
             let prm = params(costs, k as u32, at, &tps[s]);
-            (stage_peak_bytes(costs, strategy, gc, k as u32, prm, d, at) - gc.usable_bytes) / GIB
+            st.over_bytes(costs, strategy, s, k as u32, prm, d, at)
         };
         let most = layers - (p - 1);
         let table: Vec<Vec<Option<f64>>> = (0..p)
@@ -350,7 +418,7 @@ fn search_layout(
                 let at = place(PipeSchedule::OneFOneB, p, s, m, 1);
                 (1..=most)
                     .map(|k| {
-                        (over(s, k) <= 0.0)
+                        (over(s, k).over_bytes <= 0.0)
                             .then(|| stage_ms(&st.costs[s], k as u32, at).max(st.comm_ms[s]))
                     })
                     .collect()
@@ -358,9 +426,9 @@ fn search_layout(
             .collect();
         let Some(part) = min_max(p, layers, |s, _, k| table[s][k - 1]) else {
             // The closest miss: the partition of the smallest worst shortfall.
-            if let Some(c) = min_max(p, layers, |s, _, k| Some(over(s, k))) {
+            if let Some(c) = min_max(p, layers, |s, _, k| Some(over(s, k).over_bytes / GIB)) {
                 if out.closest.as_ref().is_none_or(|b| c.bottleneck < b.0) {
-                    out.closest = Some(closest(costs, strategy, l, &st, &c.counts, m, &over));
+                    out.closest = Some(closest(costs, strategy, l, &c.counts, m, &over));
                 }
             }
             continue;
@@ -372,10 +440,18 @@ fn search_layout(
                 .iter()
                 .zip(&part.counts)
                 .zip(&l.tps)
-                .map(|((g, &blocks), &tp)| Stage {
+                .zip(&slices)
+                .map(|(((g, &blocks), &tp), sl)| Stage {
                     blocks,
                     gpus: g.iter().map(|&r| r as u32).collect(),
                     tp,
+                    // The split by speed, as each replica's samples of the
+                    // largest micro-batch.
+                    shares: if sl.iter().any(|&n| n != sl[0]) && l.by_speed {
+                        sl.clone()
+                    } else {
+                        Vec::new()
+                    },
                 })
                 .collect(),
         );
@@ -407,39 +483,101 @@ fn search_layout(
     Ok(out)
 }
 
+/// Per stage of `l` (TP `tps`), its replicas' samples of the largest
+/// micro-batch of `largest` samples: equal, or with `l.by_speed` in
+/// proportion to each replica's speed (samples per ms of its slowest GPU's
+/// block forward and backward at the equal slice, Metis' and FlashFlex's
+/// split by throughput); `None` when a replica would get no sample of the
+/// smallest micro-batch (`smallest` samples).
+fn replica_slices_of(
+    rows: &mut Rows<'_>,
+    l: &Layout,
+    tps: &[TensorParallel],
+    largest: u32,
+    smallest: u32,
+) -> Result<Option<Vec<Vec<u32>>>, PlanError> {
+    if !l.by_speed {
+        return Ok(Some(even_slices(&l.groups, tps, largest)));
+    }
+    let mut out = Vec::with_capacity(l.groups.len());
+    for (g, tp) in l.groups.iter().zip(tps) {
+        let t = tp.degree.max(1) as usize;
+        let d = g.len() / t;
+        let n0 = largest.div_ceil(d as u32).max(1);
+        let mut weights = Vec::with_capacity(d);
+        for grp in g.chunks(t) {
+            let mut ms = 0.0f64;
+            for &r in grp {
+                let mc = rows.add(r, n0, tp)?;
+                ms = ms.max((mc.f_blk + mc.b_blk).as_ms());
+            }
+            // Samples per second, to 1 in 10^6 of the fastest's scale.
+            weights.push((n0 as f64 / ms.max(1e-9) * 1e3).round().max(1.0) as u32);
+        }
+        let sl = replica_slices(largest, d, &weights);
+        let shares = if sl.iter().any(|&n| n != sl[0]) {
+            &sl[..]
+        } else {
+            &[]
+        };
+        if sl.contains(&0) || replica_slices(smallest, d, shares).contains(&0) {
+            return Ok(None);
+        }
+        out.push(sl);
+    }
+    Ok(Some(out))
+}
+
 /// The shortfall message of layout `l` partitioned `counts` (its worst
 /// stage), with the worst shortfall in GiB and the stage's first rank.
 fn closest(
     costs: &CostModel,
     strategy: &Strategy,
     l: &Layout,
-    st: &Staged,
     counts: &[u32],
     m: u32,
-    over: &dyn Fn(usize, usize) -> f64,
+    over: &dyn Fn(usize, usize) -> Over,
 ) -> (f64, String, usize) {
-    let (mut worst, mut at, mut first, mut start) = (f64::NEG_INFINITY, 0, 1u32, 1u32);
+    let (mut worst, mut at, mut first, mut start) = (None::<Over>, 0, 1u32, 1u32);
     for (s, &k) in counts.iter().enumerate() {
         let o = over(s, k as usize);
-        if o > worst {
-            (worst, at, first) = (o, s, start);
+        if worst.is_none_or(|w| o.over_bytes > w.over_bytes) {
+            (worst, at, first) = (Some(o), s, start);
         }
         start += k;
     }
+    let worst = worst.expect("a stage");
     let r = l.groups[at][0];
-    let usable = st.costs[at].usable_bytes / GIB;
     let msg = format!(
-        "no 3D layout fits: at best stage {at} ({}x {}, TP {}, blocks {first}-{}) needs {:.2} GiB, {:.2} GiB over its usable {usable:.2} GiB, with {m} micro-batches and {} recompute ({} stages)",
-        l.groups[at].len(),
-        costs.gpu(r).name,
+        "no 3D layout fits: at best stage {at} ({}, TP {}, blocks {first}-{}) needs {:.2} GiB, {:.2} GiB over its usable {:.2} GiB, with {m} micro-batches and {} recompute ({} stages)",
+        gpu_mix(costs, &l.groups[at]),
         l.tps[at],
         first + counts[at] - 1,
-        usable + worst,
-        worst.max(0.0),
+        worst.peak_bytes / GIB,
+        (worst.over_bytes / GIB).max(0.0),
+        worst.usable_bytes / GIB,
         strategy.checkpointing.name(),
         l.groups.len()
     );
-    (worst, msg, r)
+    (worst.over_bytes / GIB, msg, r)
+}
+
+/// The GPUs `ranks` by type, in order of first appearance: `128 a100`,
+/// `64 a100 + 32 v100`.
+fn gpu_mix(costs: &CostModel, ranks: &[usize]) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for &r in ranks {
+        let name = costs.gpu(r).name.as_str();
+        match counts.iter_mut().find(|x| x.0 == name) {
+            Some(x) => x.1 += 1,
+            None => counts.push((name, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(n, c)| format!("{c} {n}"))
+        .collect::<Vec<_>>()
+        .join(" + ")
 }
 
 /// The winner's schedule variants worth simulating: ZB-H1, GPipe and,
@@ -516,12 +654,13 @@ pub fn describe(costs: &CostModel, plan: &Plan) -> String {
         .stages
         .iter()
         .map(|s| {
+            let ranks: Vec<usize> = s.gpus.iter().map(|&r| r as usize).collect();
             format!(
-                "({} {}, TP {}, {} blocks)",
-                s.gpus.len(),
-                costs.gpu(s.gpus[0] as usize).name,
+                "({}, TP {}, {} blocks{})",
+                gpu_mix(costs, &ranks),
                 s.tp,
-                s.blocks
+                s.blocks,
+                if s.uneven() { ", split by speed" } else { "" }
             )
         })
         .collect();
@@ -546,7 +685,7 @@ impl Planner for Hetero3d {
     }
 
     fn summary(&self) -> &'static str {
-        "heterogeneous 3D (Metis / FlashFlex style): stages of same-type GPU groups, each with its own TP degree and replicas, exact block partition by speed and memory, micro-batches, recompute and schedule searched"
+        "heterogeneous 3D (Metis / FlashFlex style): stages of same-type GPU groups, each with its own TP degree and replicas, or of mixed types with per-replica batches by speed; exact block partition by speed and memory, micro-batches, recompute and schedule searched"
     }
 
     fn fixed_axes(&self) -> StrategySpec {

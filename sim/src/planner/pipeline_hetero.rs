@@ -35,7 +35,7 @@ use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::pipeline::costs::Rows;
 use crate::pipeline::estimate::{
-    estimate_ms, params, place, stage_ms, stage_peak_bytes, staged, Staged,
+    estimate_ms, even_slices, params, place, stage_ms, staged, Over, Staged,
 };
 use crate::pipeline::partition::min_max;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
@@ -261,14 +261,9 @@ impl HeteroPipeline {
                 if batch / m < dmax || m > crate::limits::MAX_MICROBATCHES {
                     continue;
                 }
-                let st = staged(
-                    costs,
-                    strategy,
-                    &mut rows,
-                    g,
-                    &no_tp(g.len()),
-                    batch.div_ceil(m),
-                )?;
+                let tps = no_tp(g.len());
+                let slices = even_slices(g, &tps, batch.div_ceil(m));
+                let st = staged(costs, strategy, &mut rows, g, &tps, &slices)?;
                 if let Some(c) = self.candidate(costs, strategy, g, &st, m, stats) {
                     cands.push(c);
                 }
@@ -392,46 +387,46 @@ impl HeteroPipeline {
                 continue;
             }
             let m = batch / dmax;
-            let Ok(st) = staged(costs, &strategy, &mut rows, g, &no_tp(g.len()), dmax) else {
+            let tps = no_tp(g.len());
+            let slices = even_slices(g, &tps, dmax);
+            let Ok(st) = staged(costs, &strategy, &mut rows, g, &tps, &slices) else {
                 continue;
             };
-            let over = |s: usize, k: usize| -> f64 {
+            let over = |s: usize, k: usize| -> Over {
                 let at = place(PipeSchedule::OneFOneB, p, s, m, 1);
-                let gc = &st.costs[s];
-                let need = stage_peak_bytes(
+                st.over_bytes(
                     costs,
                     &strategy,
-                    gc,
+                    s,
                     k as u32,
                     params(costs, k as u32, at, &TensorParallel::NONE),
                     crate::plan::pipeline::shard_width(&strategy, g[s].len(), 1),
                     at,
-                );
-                (need - gc.usable_bytes) / GIB
+                )
             };
-            let Some(part) = min_max(p, layers, |s, _, k| Some(over(s, k))) else {
+            let Some(part) = min_max(p, layers, |s, _, k| Some(over(s, k).over_bytes / GIB)) else {
                 continue;
             };
             if best.as_ref().is_none_or(|b| part.bottleneck < b.0) {
-                let (mut worst, mut at, mut first) = (f64::NEG_INFINITY, 0, 1u32);
+                let (mut worst, mut at, mut first) = (None::<Over>, 0, 1u32);
                 let mut start = 1u32;
                 for (s, &k) in part.counts.iter().enumerate() {
                     let o = over(s, k as usize);
-                    if o > worst {
-                        (worst, at, first) = (o, s, start);
+                    if worst.is_none_or(|w| o.over_bytes > w.over_bytes) {
+                        (worst, at, first) = (Some(o), s, start);
                     }
                     start += k;
                 }
+                let Some(worst) = worst else { continue };
                 let r = g[at][0];
-                let gc = &st.costs[at];
                 let msg = format!(
                     "no pipeline fits: at best stage {at} ({}x {}, blocks {first}-{}) needs {:.2} GiB, {:.2} GiB over its usable {:.2} GiB, with one sample per GPU per micro-batch and {} recompute ({p} stages)",
                     g[at].len(),
                     costs.gpu(r).name,
                     first + part.counts[at] - 1,
-                    gc.usable_bytes / GIB + worst,
-                    worst.max(0.0),
-                    gc.usable_bytes / GIB,
+                    worst.peak_bytes / GIB,
+                    (worst.over_bytes / GIB).max(0.0),
+                    worst.usable_bytes / GIB,
                     ck.name()
                 );
                 *best = Some((part.bottleneck, msg, r));
@@ -460,8 +455,8 @@ fn periods(
                 .map(|k| {
                     let prm = params(costs, k, at, &TensorParallel::NONE);
                     let d = crate::plan::pipeline::shard_width(strategy, g[s].len(), 1);
-                    let need = stage_peak_bytes(costs, strategy, gc, k, prm, d, at);
-                    (need <= gc.usable_bytes).then(|| stage_ms(gc, k, at).max(st.comm_ms[s]))
+                    let over = st.over_bytes(costs, strategy, s, k, prm, d, at).over_bytes;
+                    (over <= 0.0).then(|| stage_ms(gc, k, at).max(st.comm_ms[s]))
                 })
                 .collect()
         })

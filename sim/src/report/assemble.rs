@@ -136,17 +136,22 @@ impl PipelineReport {
                 idle_ms: max(|x| x.idle_ms),
                 peak_mem_gib: max(|x| x.peak_mem_gib),
                 usable_gib: g.iter().map(|x| x.usable_gib).fold(f64::INFINITY, f64::min),
+                shares: if st.uneven() {
+                    st.shares.clone()
+                } else {
+                    Vec::new()
+                },
             });
         }
+        // The global batch: what the first stage's replicas take.
+        let first = &pipe.stages[0];
+        let batch: u32 = (0..first.dp())
+            .map(|j| gpus[first.group(j)[0] as usize].batch)
+            .sum();
         PipelineReport {
             schedule: pipe.schedule.name().to_string(),
             microbatches: pipe.microbatches,
-            microbatch_size: gpus
-                .iter()
-                .filter(|g| g.batch > 0)
-                .map(|g| g.microbatch_size)
-                .max()
-                .unwrap_or(0),
+            microbatch_size: batch.div_ceil(pipe.microbatches.max(1)),
             bubble_pct: if held > 0 && iteration_ms > 0.0 {
                 100.0 * idle / (held as f64 * iteration_ms)
             } else {

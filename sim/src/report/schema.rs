@@ -218,6 +218,13 @@ pub struct Timing {
 ///                      policy_limit_gib, headroom_policy_gib, capacity_gib,
 ///                      headroom_capacity_gib, status: "fits"|"over-policy"|"over-capacity"},
 ///             activation_scale, compute_source, memory_source, unit_source}],
+///   "pipeline": {schedule, microbatches, microbatch_size (the largest micro-batch,
+///                before its split), bubble_pct, sequence_parallel (when on),
+///                stages: [{stage, first_block, last_block, ranks, tp (when > 1),
+///                          tp_comm_ms (with TP), gpus, compute_ms, exposed_comm_ms,
+///                          idle_ms, peak_mem_gib, usable_gib,
+///                          shares (per replica, when split unevenly)}]}
+///                                                   -- pipeline and 3D plans only
 ///   "intervals": {median: {rel, iteration_ms: [lo, hi], samples_per_s: [lo, hi],
 ///                 tokens_per_s: [lo, hi]}, p90: {...}, basis: str}|null (null when oom;
 ///                 from the sources' expected errors, report::intervals),
@@ -324,7 +331,8 @@ pub struct PipelineReport {
     pub schedule: String,
     /// Micro-batches per iteration.
     pub microbatches: u32,
-    /// Largest micro-batch, samples.
+    /// Largest micro-batch, samples (before it is split over a stage's
+    /// replicas).
     pub microbatch_size: u32,
     /// Idle share of the iteration over the GPUs that hold a stage, % (the
     /// bubble, plus waits for slower stages).
@@ -373,6 +381,10 @@ pub struct StageReport {
     pub peak_mem_gib: f64,
     /// Smallest usable memory of its GPUs, GiB.
     pub usable_gib: f64,
+    /// Per replica, its samples of the largest micro-batch where the
+    /// replicas split it unevenly (by speed); absent when even.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<u32>,
 }
 
 #[derive(Serialize)]

@@ -364,12 +364,17 @@ impl PipelineReport {
         let tp = self.stages.iter().any(|st| st.tp > 1);
         let _ = writeln!(
             s,
-            "{}: {} stages, {}, {} micro-batches (largest {} samples, split inside each stage), idle {:.1}% of the GPUs' time",
+            "{}: {} stages, {}, {} micro-batches (largest {} samples, split {} inside each stage), idle {:.1}% of the GPUs' time",
             if tp { "3d" } else { "pipeline" },
             self.stages.len(),
             self.schedule,
             self.microbatches,
             self.microbatch_size,
+            if self.stages.iter().any(|s| !s.shares.is_empty()) {
+                "by the replicas' shares (speed)"
+            } else {
+                "evenly"
+            },
             self.bubble_pct
         );
         if tp {

@@ -31,18 +31,20 @@ const THREE_TYPES: [(&str, &str, usize); 3] = [
     ("l4", "pcie4", 2),
 ];
 
-/// Every layout puts each GPU in at most one stage, one GPU type per
-/// stage, every TP group inside one node with a degree the model allows,
-/// at most one stage per block; and the search holds layouts whose stages
-/// differ in TP degree (per-type TP).
+/// Every layout puts each GPU in at most one stage, every TP group inside
+/// one node (one GPU type) with a degree the model allows, at most one
+/// stage per block; a stage mixes types only in the layouts split by
+/// speed (each stage a cross-section of the types, one TP degree); and
+/// the search holds layouts whose stages differ in TP degree (per-type
+/// TP) and layouts of mixed stages.
 #[test]
-fn layouts_are_same_type_stages_with_tp_inside_nodes() {
+fn layouts_are_same_type_stages_or_cross_sections_with_tp_inside_nodes() {
     let c = mixed(&THREE_TYPES, "llama2-13b", 2048, 96);
     let allowed = sim::tensor::degrees(&c.workload.model);
     let all = layouts(&c);
     assert!(all.len() > 10, "{} layouts", all.len());
     let node = |r: usize| c.workload.cluster.gpus[r].node;
-    let mut mixed_tp = false;
+    let (mut mixed_tp, mut cross) = (false, false);
     for l in &all {
         assert!(l.groups.len() <= c.workload.model.layers as usize);
         let mut seen = std::collections::HashSet::new();
@@ -52,15 +54,31 @@ fn layouts_are_same_type_stages_with_tp_inside_nodes() {
             let ty = &c.gpu(g[0]).name;
             for grp in g.chunks(t as usize) {
                 assert!(grp.iter().all(|&r| node(r) == node(grp[0])), "{grp:?}");
+                assert!(grp.iter().all(|&r| c.gpu(r).name == c.gpu(grp[0]).name));
             }
             for &r in g {
-                assert_eq!(&c.gpu(r).name, ty, "stage of mixed types: {g:?}");
+                if !l.by_speed {
+                    assert_eq!(&c.gpu(r).name, ty, "stage of mixed types: {g:?}");
+                }
                 assert!(seen.insert(r), "rank {r} twice");
             }
+        }
+        if l.by_speed {
+            // Every stage holds a near-equal part of each type kept.
+            assert!(l.tps.iter().all(|&t| t == l.tps[0]));
+            let count =
+                |g: &Vec<usize>, ty: &str| g.iter().filter(|&&r| c.gpu(r).name == ty).count();
+            for ty in ["h100-sxm", "a100-40gb", "l4"] {
+                let n: Vec<usize> = l.groups.iter().map(|g| count(g, ty)).collect();
+                let (lo, hi) = (n.iter().min().unwrap(), n.iter().max().unwrap());
+                assert!(hi - lo <= l.tps[0] as usize, "{ty}: {n:?}");
+            }
+            cross = true;
         }
         mixed_tp |= l.tps.iter().any(|&t| t != l.tps[0]);
     }
     assert!(mixed_tp, "no layout gives types different TP degrees");
+    assert!(cross, "no layout of mixed stages");
 }
 
 /// `hetero-3d`'s plan validates, fits in the simulator, is deterministic,
@@ -137,5 +155,113 @@ fn hetero3d_says_when_nothing_fits() {
             );
         }
         e => panic!("{e}"),
+    }
+}
+
+/// Two stages, each a cross-section of 4 nodes of A100-80GB and 4 of L4
+/// (TP 2 inside each node), GPT 2.7B at 1,024 tokens, 8 micro-batches of
+/// 32 samples: each stage's 16 replicas take equal slices (`shares`
+/// empty) or slices by speed (`shares` given).
+fn cross_section_plan(split: bool) -> (CostModel, sim::plan::Plan) {
+    use sim::plan::pipeline::{PipeSchedule, Pipeline, Stage};
+    use sim::tensor::TensorParallel;
+    let c = mixed(
+        &[("a100-80gb", "nvswitch", 4), ("l4", "pcie4", 4)],
+        "gpt-2.7b",
+        1024,
+        256,
+    );
+    let tp = TensorParallel {
+        degree: 2,
+        sequence_parallel: true,
+        comm_overlap: false,
+    };
+    let strategy = crate::pipeline::pipe_strategy(
+        c.ranks(),
+        sim::strategy::Sharding::NoShard,
+        sim::strategy::Checkpointing::None,
+    );
+    let mut strategy = strategy;
+    strategy.attention = sim::strategy::Attention::Flash;
+    strategy.param_dtype = sim::dtype::Dtype::Bf16;
+    // Samples per ms of each type's block forward and backward at the
+    // even slice (2 samples), by type: A100 ranks 0-31, L4 ranks 32-63.
+    let mut rows = sim::pipeline::costs::Rows::new(&c, &strategy);
+    let mut speed = |r: usize| -> f64 {
+        let g = sim::pipeline::estimate::group_cost(&c, &strategy, &mut rows, &[r, r + 1], 2, &tp);
+        2.0 / g.unwrap().block_ms
+    };
+    let (fast, slow) = (speed(0), speed(32));
+    assert!(
+        fast > 1.5 * slow,
+        "A100 {fast:.3} vs L4 {slow:.3} samples/ms"
+    );
+    // 32 samples over 8 A100 and 8 L4 replicas in proportion to speed.
+    let a = ((32.0 * fast / (fast + slow)) / 8.0).round() as u32;
+    let shares: Vec<u32> = (0..16).map(|j| if j < 8 { a } else { 4 - a }).collect();
+    assert!(a > 2 && a < 4, "{a}");
+    let stage = |s: u32| Stage {
+        blocks: c.workload.model.layers / 2,
+        gpus: (0..16)
+            .map(|i| s * 16 + i)
+            .chain((0..16).map(|i| 32 + s * 16 + i))
+            .collect(),
+        tp: 2,
+        shares: if split { shares.clone() } else { Vec::new() },
+    };
+    let mut pipe = Pipeline::new(PipeSchedule::OneFOneB, 8, vec![stage(0), stage(1)]);
+    pipe.sequence_parallel = true;
+    let plan = sim::plan::Plan::pipelined("manual", strategy, pipe, c.ranks(), 256);
+    (c, plan)
+}
+
+/// Replicas of a stage that mixes GPU types, with micro-batches split by
+/// speed: each GPU's batch follows its share, the plan file carries the
+/// shares, the simulated iteration beats the even split's by more than
+/// 15%, the closed form follows the simulation, and merging identical
+/// nodes changes nothing in the report.
+#[test]
+fn replicas_split_by_speed_beat_an_even_split() {
+    let (c, even) = cross_section_plan(false);
+    let (_, split) = cross_section_plan(true);
+    split.validate(c.ranks(), 256, "test").unwrap();
+    let pipe = split.pipeline.as_ref().unwrap();
+    let shares = &pipe.stages[0].shares;
+    // Each GPU: its replica's share of each of the 8 micro-batches.
+    assert_eq!(split.gpus[0].batch, 8 * shares[0]);
+    assert_eq!(split.gpus[32].batch, 8 * shares[8]);
+    assert!(split.gpus[0].batch > split.gpus[32].batch);
+    let json = serde_json::to_string(&split).unwrap();
+    assert!(json.contains("\"shares\""));
+    assert_eq!(
+        serde_json::from_str::<sim::plan::Plan>(&json).unwrap(),
+        split
+    );
+    let o = SimOptions::default();
+    let re = simulate(&c, &even, &o).unwrap();
+    let rs = simulate(&c, &split, &o).unwrap();
+    let whole = SimOptions {
+        merge_identical_nodes: false,
+        ..o
+    };
+    crate::simulate::assert_same_report(&rs, &simulate(&c, &split, &whole).unwrap());
+    assert!(!re.oom && !rs.oom);
+    assert!(
+        rs.iteration_ms < 0.85 * re.iteration_ms,
+        "split {:.1} ms vs even {:.1} ms",
+        rs.iteration_ms,
+        re.iteration_ms
+    );
+    assert!(rs.simulated_gpus < c.ranks(), "identical nodes merged");
+    for (plan, r) in [(&even, &re), (&split, &rs)] {
+        let e =
+            sim::pipeline::estimate::estimate(&c, plan, plan.pipeline.as_ref().unwrap()).unwrap();
+        let ratio = e.iteration_ms / r.iteration_ms;
+        assert!(
+            (0.9..=1.15).contains(&ratio),
+            "estimate {:.1} ms vs simulated {:.1} ms",
+            e.iteration_ms,
+            r.iteration_ms
+        );
     }
 }

@@ -949,6 +949,9 @@ struct PipeCase {
     /// Inside each stage: replicas, ZeRO-1, FSDP or HSDP.
     sharding: Sharding,
     checkpointing: Checkpointing,
+    /// Relative shares the replicas split micro-batches by (stage `s`'s
+    /// replica `j` takes `shares[(s + j) % 3]`); empty: equal slices.
+    shares: Vec<u32>,
 }
 
 impl PipeCase {
@@ -973,11 +976,21 @@ impl PipeCase {
             .stage_gpus
             .iter()
             .zip(&blocks)
-            .map(|(&d, &blocks)| {
+            .enumerate()
+            .map(|(s, (&d, &blocks))| {
                 let n = d * self.tp;
                 next += n;
                 let mut st = Stage::new(blocks, (next - n..next).collect());
                 st.tp = self.tp;
+                if !self.shares.is_empty() {
+                    st.shares = (0..d as usize).map(|j| self.shares[(s + j) % 3]).collect();
+                    // (Kept only where the smallest micro-batch gives every
+                    // replica a sample.)
+                    let smallest = batch / self.microbatches;
+                    if st.slices(smallest).iter().any(|&(lo, hi)| hi == lo) {
+                        st.shares.clear();
+                    }
+                }
                 st
             })
             .collect();
@@ -1034,7 +1047,8 @@ impl PipeCase {
 
 /// Random pipelines: up to 3 node kinds of 1 to 3 nodes of 1, 2 or 4 GPUs,
 /// 1 to 6 stages of 1 to 3 GPUs, 1 to 12 micro-batches, GPipe or 1F1B,
-/// replicas, ZeRO-1, FSDP or HSDP in a stage, any checkpointing.
+/// replicas, ZeRO-1, FSDP or HSDP in a stage, any checkpointing, half of
+/// them with replicas splitting micro-batches by random shares.
 fn arb_pipe() -> impl proptest::strategy::Strategy<Value = PipeCase> {
     (
         prop::collection::vec((node_kind(), 1u32..=3), 1..=3),
@@ -1051,6 +1065,7 @@ fn arb_pipe() -> impl proptest::strategy::Strategy<Value = PipeCase> {
             any::<bool>(),
             0..PipeSchedule::ALL.len(),
         ),
+        (any::<bool>(), prop::collection::vec(1u32..=4, 3)),
     )
         .prop_map(
             |(
@@ -1064,6 +1079,7 @@ fn arb_pipe() -> impl proptest::strategy::Strategy<Value = PipeCase> {
                 flags,
                 ck,
                 (tp, sp, sched),
+                (split, shares),
             )| {
                 let ranks: u32 = kinds.iter().map(|k| k.1).sum::<u32>() * node_gpus;
                 let tp = if ranks >= tp { tp } else { 1 };
@@ -1098,6 +1114,7 @@ fn arb_pipe() -> impl proptest::strategy::Strategy<Value = PipeCase> {
                     checkpointing: ck,
                     tp,
                     sp,
+                    shares: if split { shares } else { Vec::new() },
                 }
             },
         )
@@ -1483,8 +1500,9 @@ fn measure_pipeline() {
         t0.elapsed().as_secs_f64()
     );
     let every = |c: &PipeCase| matches!(c.checkpointing, Checkpointing::Every(_));
-    let fams: [PipeFamily<'_>; 9] = [
+    let fams: [PipeFamily<'_>; 10] = [
         ("all", &|_, _| true),
+        ("split by shares", &|c, _| !c.shares.is_empty()),
         ("fsdp in stages", &|c, _| c.sharding == Sharding::Full),
         ("hsdp in stages", &|c, _| c.sharding == Sharding::Hybrid),
         ("uniform stages", &|_, o| !o.mixed_stage),

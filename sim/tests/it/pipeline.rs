@@ -509,6 +509,24 @@ fn bad_pipelines_name_the_field() {
     let mut p = pipe(vec![stage(12, vec![0]), stage(12, vec![1])]);
     p.microbatches = 17;
     check(p, "pipeline.microbatches");
+    // Shares: one per replica, none zero, every replica a sample of each
+    // micro-batch (4 samples at 7:1 leave the second replica none).
+    let shared = |shares: Vec<u32>| Stage {
+        shares,
+        ..stage(12, vec![0, 1])
+    };
+    check(
+        pipe(vec![shared(vec![1, 2, 3]), stage(12, vec![2])]),
+        "pipeline.stages[0].shares",
+    );
+    check(
+        pipe(vec![shared(vec![1, 0]), stage(12, vec![2])]),
+        "pipeline.stages[0].shares[1]",
+    );
+    check(
+        pipe(vec![shared(vec![7, 1]), stage(12, vec![2])]),
+        "pipeline.stages[0].shares",
+    );
     // Hybrid sharding inside TP-2 stages with shard groups of 3 GPUs (not
     // whole TP groups).
     let r = c.ranks();
