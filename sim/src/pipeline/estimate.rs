@@ -76,6 +76,26 @@ pub struct GroupCost {
     pub transfer_bytes: f64,
 }
 
+impl GroupCost {
+    /// The pace of two groups together: each time the slower one's, the
+    /// smaller usable memory, the larger transfer; the other memory
+    /// fields `mem`'s.
+    fn slower(&self, other: &GroupCost, mem: &GroupCost) -> GroupCost {
+        GroupCost {
+            block_ms: self.block_ms.max(other.block_ms),
+            block_fwd_ms: self.block_fwd_ms.max(other.block_fwd_ms),
+            block_w_ms: self.block_w_ms.max(other.block_w_ms),
+            embed_fwd_ms: self.embed_fwd_ms.max(other.embed_fwd_ms),
+            head_fwd_ms: self.head_fwd_ms.max(other.head_fwd_ms),
+            embed_ms: self.embed_ms.max(other.embed_ms),
+            head_ms: self.head_ms.max(other.head_ms),
+            usable_bytes: self.usable_bytes.min(other.usable_bytes),
+            transfer_bytes: self.transfer_bytes.max(other.transfer_bytes),
+            ..*mem
+        }
+    }
+}
+
 /// The costs of a group of GPUs `ranks` each computing at most `n`
 /// samples of a micro-batch under `strategy` (uniform checkpointing:
 /// every block as block 1 of the policy; `every:K` averaged), from the
@@ -144,21 +164,7 @@ pub fn stage_cost(
         }
         time = Some(match time {
             None => g,
-            Some(o) => {
-                let mem = if n > largest { g } else { o };
-                GroupCost {
-                    block_ms: o.block_ms.max(g.block_ms),
-                    block_fwd_ms: o.block_fwd_ms.max(g.block_fwd_ms),
-                    block_w_ms: o.block_w_ms.max(g.block_w_ms),
-                    embed_fwd_ms: o.embed_fwd_ms.max(g.embed_fwd_ms),
-                    head_fwd_ms: o.head_fwd_ms.max(g.head_fwd_ms),
-                    embed_ms: o.embed_ms.max(g.embed_ms),
-                    head_ms: o.head_ms.max(g.head_ms),
-                    usable_bytes: o.usable_bytes.min(g.usable_bytes),
-                    transfer_bytes: o.transfer_bytes.max(g.transfer_bytes),
-                    ..mem
-                }
-            }
+            Some(o) => o.slower(&g, if n > largest { &g } else { &o }),
         });
         largest = largest.max(n);
     }
@@ -252,17 +258,7 @@ fn replica_cost<'c>(
         };
         out = Some(match out {
             None => g,
-            Some(o) => GroupCost {
-                block_ms: o.block_ms.max(g.block_ms),
-                block_fwd_ms: o.block_fwd_ms.max(g.block_fwd_ms),
-                block_w_ms: o.block_w_ms.max(g.block_w_ms),
-                embed_fwd_ms: o.embed_fwd_ms.max(g.embed_fwd_ms),
-                head_fwd_ms: o.head_fwd_ms.max(g.head_fwd_ms),
-                embed_ms: o.embed_ms.max(g.embed_ms),
-                head_ms: o.head_ms.max(g.head_ms),
-                usable_bytes: o.usable_bytes.min(g.usable_bytes),
-                ..o
-            },
+            Some(o) => o.slower(&g, &o),
         });
     }
     let mut g = out.ok_or_else(|| {
