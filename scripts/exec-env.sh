@@ -22,7 +22,8 @@
 #   2. OpenMPI + libclang (for rsmpi's bindgen) from Debian when `mpicc` or
 #      libclang is missing.
 #   3. Exports LIBTORCH, LD_LIBRARY_PATH, and the OpenMPI variables that let
-#      mpirun run as root, oversubscribe the cores and work in containers.
+#      mpirun run as root, oversubscribe the cores and work in containers;
+#      remote launch (a hostfile's hosts over ssh) stays possible.
 #
 # Needs: bash, python3 with pip (installed from Debian when missing), a C
 # compiler, network access to PyPI and Debian on the first run only.
@@ -153,9 +154,18 @@ PY
     export OMPI_MCA_rmaps_base_oversubscribe="${OMPI_MCA_rmaps_base_oversubscribe:-1}"
     # Containers (gVisor, restricted ptrace): no CMA single-copy (it aborts
     # where process_vm_readv is refused; measured here it is no faster for
-    # unit-sized messages), and no ssh/rsh needed for local ranks.
+    # unit-sized messages).
     export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
-    export OMPI_MCA_plm_rsh_agent="${OMPI_MCA_plm_rsh_agent-}"
+    # Remote launch: mpirun reaches a hostfile's hosts through its rsh agent
+    # (ssh by default), so the agent is left alone. Only where neither ssh
+    # nor rsh exists (a bare container) is it emptied: Open MPI 4 refuses to
+    # start even local ranks when its agent cannot be found, and local ranks
+    # need none. A caller's own setting always stays.
+    if [ -z "${OMPI_MCA_plm_rsh_agent+set}" ] \
+        && ! command -v ssh >/dev/null 2>&1 && ! command -v rsh >/dev/null 2>&1; then
+        export OMPI_MCA_plm_rsh_agent=""
+        echo "exec-env: no ssh or rsh here: local ranks only (install openssh-client for --hostfile)" >&2
+    fi
     unset -f __cephalo_apt
     return 0
 }

@@ -207,6 +207,18 @@ mod mpi_impl {
     }
 
     impl MpiComm {
+        /// Rank 0's `bytes` on every rank (`MPI_Bcast` of the length, then
+        /// of the bytes); the other ranks pass `None`.
+        pub fn broadcast_bytes(&self, bytes: Option<Vec<u8>>) -> Vec<u8> {
+            let root = self.world.process_at_rank(0);
+            let mut buf = bytes.unwrap_or_default();
+            let mut len = buf.len() as u64;
+            root.broadcast_into(&mut len);
+            buf.resize(len as usize, 0);
+            root.broadcast_into(&mut buf[..]);
+            buf
+        }
+
         /// `MPI_Allgatherv` of pieces of any MPI element type.
         fn gather_varcount<T: mpi::datatype::Equivalence>(
             &self,

@@ -1,12 +1,18 @@
-//! Launching a job on MPI ranks: validates the job, writes it as JSON,
-//! runs `mpirun -n <ranks> <rank program> --job J --report R`, enforces a
-//! wall-clock limit, and reads rank 0's report back. Also the rank side
+//! Launching a job on MPI ranks: validates the job, starts the ranks
+//! through a launcher (`mpirun -n <ranks> [--hostfile H] <rank program>`,
+//! or `srun -n <ranks>` inside a Slurm allocation), hands the job to rank 0
+//! on its standard input (rank 0 broadcasts it), enforces a wall-clock
+//! limit, and reads rank 0's report back from its standard output. Nothing
+//! travels through files, so the ranks may run on other hosts without a
+//! shared file system; the rank program must exist at the same path on
+//! every host (as MPI launchers require). Also the rank side
 //! ([`rank_main`], features `torch` + `mpi`).
 //!
 //! Units: seconds for limits. Needs no libtorch itself: the rank program
 //! (e.g. this crate's `cephalo-exec-rank` binary) does the work.
 
-use std::io::Read;
+use std::ffi::OsString;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -48,51 +54,155 @@ pub enum RankOutput {
     Compute(ComputeProfile),
 }
 
+/// The program that starts the ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Launcher {
+    /// Open MPI's `mpirun` (local ranks, or the hosts of a hostfile,
+    /// reached through its rsh agent, ssh by default).
+    Mpirun,
+    /// Slurm's `srun` inside an allocation (`salloc` / `sbatch`): the
+    /// allocation's nodes, PMIx wire-up (`--mpi=pmix`).
+    Srun,
+}
+
+impl Launcher {
+    /// Name on the command line (and the executable's).
+    pub fn name(self) -> &'static str {
+        match self {
+            Launcher::Mpirun => "mpirun",
+            Launcher::Srun => "srun",
+        }
+    }
+
+    /// Parses `mpirun` (or `mpiexec`) and `srun`.
+    pub fn parse(s: &str) -> Option<Launcher> {
+        match s.trim() {
+            "mpirun" | "mpiexec" => Some(Launcher::Mpirun),
+            "srun" => Some(Launcher::Srun),
+            _ => None,
+        }
+    }
+}
+
 /// How to start the ranks.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaunchOptions {
-    /// Program every rank runs; it must accept `--job PATH --report PATH`
-    /// after `rank_args` (see [`rank_main`]).
+    /// Program every rank runs, followed by `rank_args` (see
+    /// [`rank_main`]); the same path on every host.
     pub rank_program: PathBuf,
-    /// Arguments before `--job` (e.g. a hidden subcommand name).
+    /// Arguments of the rank program (e.g. a hidden subcommand name).
     pub rank_args: Vec<String>,
-    /// The `mpirun` to use.
-    pub mpirun: PathBuf,
-    /// Pass `--oversubscribe --bind-to none` (more ranks than cores).
+    /// What starts the ranks.
+    pub launcher: Launcher,
+    /// The launcher's executable (`mpirun` or `srun` from PATH by default).
+    pub launcher_program: PathBuf,
+    /// Hosts to spread the ranks over (`mpirun --hostfile`, Open MPI's
+    /// format: `host slots=N` per line); `None`: this machine (mpirun) or
+    /// the allocation's nodes (srun).
+    pub hostfile: Option<PathBuf>,
+    /// More arguments for the launcher, before the rank program (e.g.
+    /// `--mca btl_tcp_if_include eth0`, `--partition gpu`).
+    pub launcher_args: Vec<String>,
+    /// Pass `--oversubscribe --bind-to none` to mpirun (more ranks than
+    /// cores).
     pub oversubscribe: bool,
     /// Kill the job after this long.
     pub timeout: Duration,
 }
 
 impl LaunchOptions {
-    /// Defaults: `mpirun` from PATH, no oversubscription, 10 minutes.
+    /// Defaults: `mpirun` from PATH on this machine, no oversubscription,
+    /// 10 minutes.
     pub fn new(rank_program: impl Into<PathBuf>) -> LaunchOptions {
         LaunchOptions {
             rank_program: rank_program.into(),
             rank_args: Vec::new(),
-            mpirun: PathBuf::from("mpirun"),
+            launcher: Launcher::Mpirun,
+            launcher_program: PathBuf::from("mpirun"),
+            hostfile: None,
+            launcher_args: Vec::new(),
             oversubscribe: false,
             timeout: Duration::from_secs(600),
         }
     }
+
+    /// The same, started by `launcher` through its usual executable.
+    pub fn with_launcher(mut self, launcher: Launcher) -> LaunchOptions {
+        self.launcher = launcher;
+        self.launcher_program = PathBuf::from(launcher.name());
+        self
+    }
+
+    /// The launcher's arguments for `ranks` ranks, the rank program last.
+    pub fn argv(&self, ranks: usize) -> Vec<OsString> {
+        let mut a: Vec<OsString> = vec!["-n".into(), ranks.to_string().into()];
+        match self.launcher {
+            Launcher::Mpirun => {
+                if let Some(h) = &self.hostfile {
+                    a.extend(["--hostfile".into(), h.clone().into_os_string()]);
+                }
+                if self.oversubscribe {
+                    a.extend(["--oversubscribe", "--bind-to", "none"].map(OsString::from));
+                }
+            }
+            // Rank 0 alone reads the job from standard input; one failing
+            // task ends the step.
+            Launcher::Srun => {
+                a.extend(["--mpi=pmix", "--input=0", "--kill-on-bad-exit=1"].map(OsString::from))
+            }
+        }
+        a.extend(self.launcher_args.iter().map(OsString::from));
+        a.push(self.rank_program.clone().into_os_string());
+        a.extend(self.rank_args.iter().map(OsString::from));
+        a
+    }
+
+    /// Checks what can be checked before any rank starts: a hostfile only
+    /// with mpirun, readable and naming a host, and an rsh agent to reach
+    /// its hosts (an empty `OMPI_MCA_plm_rsh_agent` reaches none).
+    pub fn validate(&self) -> Result<(), ExecError> {
+        let Some(h) = &self.hostfile else {
+            return Ok(());
+        };
+        let bad = |message: String| ExecError::InvalidJob {
+            field: "hostfile".into(),
+            message,
+        };
+        if self.launcher != Launcher::Mpirun {
+            return Err(bad(format!(
+                "a hostfile is mpirun's; under {} the allocation gives the hosts",
+                self.launcher.name()
+            )));
+        }
+        let text = std::fs::read_to_string(h)
+            .map_err(|e| bad(format!("cannot read {}: {e}", h.display())))?;
+        let hosts = text
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or("").trim())
+            .filter(|l| !l.is_empty())
+            .count();
+        if hosts == 0 {
+            return Err(bad(format!(
+                "{} names no host (expected lines such as `node1 slots=8`)",
+                h.display()
+            )));
+        }
+        let agent_given = self.launcher_args.iter().any(|a| a.contains("rsh_agent"));
+        let agent_empty = std::env::var_os("OMPI_MCA_plm_rsh_agent").is_some_and(|v| v.is_empty());
+        if agent_empty && !agent_given {
+            return Err(bad(format!(
+                "{} lists hosts but OMPI_MCA_plm_rsh_agent is empty, so mpirun can reach no other host: install ssh (scripts/exec-env.sh empties the agent only where neither ssh nor rsh exists) or set the variable to your agent",
+                h.display()
+            )));
+        }
+        Ok(())
+    }
 }
 
-fn scratch_dir() -> Result<PathBuf, ExecError> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!(
-        "cephalo-exec-{}-{}-{}",
-        std::process::id(),
-        nanos,
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).map_err(|e| ExecError::Io(format!("{}: {e}", dir.display())))?;
-    Ok(dir)
-}
+/// What starts rank 0's output line (one line of JSON) on its standard
+/// output, which the launcher forwards.
+pub const OUTPUT_MARK: &str = "cephalo-rank-output: ";
 
 fn tail(s: &str, max: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
@@ -226,39 +336,30 @@ pub fn launch_collectives(
     }
 }
 
-/// Runs `task` on `ranks` MPI ranks through `mpirun` and reads rank 0's
-/// output.
+/// Runs `task` on `ranks` MPI ranks through the launcher: the job to rank
+/// 0's standard input, its output line back from its standard output.
 pub fn run_task(
     task: &RankTask,
     ranks: usize,
     opts: &LaunchOptions,
 ) -> Result<RankOutput, ExecError> {
-    let dir = scratch_dir()?;
-    let job_path = dir.join("job.json");
-    let report_path = dir.join("report.json");
-    let io = |p: &Path, e: std::io::Error| ExecError::Io(format!("{}: {e}", p.display()));
+    opts.validate()?;
     let text = serde_json::to_string(task).map_err(|e| ExecError::Io(e.to_string()))?;
-    std::fs::write(&job_path, text).map_err(|e| io(&job_path, e))?;
-
-    let mut cmd = Command::new(&opts.mpirun);
-    cmd.arg("-n").arg(ranks.to_string());
-    if opts.oversubscribe {
-        cmd.args(["--oversubscribe", "--bind-to", "none"]);
-    }
-    cmd.arg(&opts.rank_program)
-        .args(&opts.rank_args)
-        .arg("--job")
-        .arg(&job_path)
-        .arg("--report")
-        .arg(&report_path)
-        .stdin(Stdio::null())
+    let program = &opts.launcher_program;
+    let mut child = Command::new(program)
+        .args(opts.argv(ranks))
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let started = Instant::now();
-    let mut child = cmd
+        .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| ExecError::Launch(format!("cannot start {}: {e}", opts.mpirun.display())))?;
-    // Drain the pipes on threads so a chatty job cannot block on them.
+        .map_err(|e| ExecError::Launch(format!("cannot start {}: {e}", program.display())))?;
+    let started = Instant::now();
+    // The job in, the pipes drained, on threads so that no side blocks on
+    // a full pipe; dropping stdin closes it (rank 0 reads to its end).
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let in_t = std::thread::spawn(move || {
+        let _ = stdin.write_all(text.as_bytes());
+    });
     let mut out = child.stdout.take().expect("piped stdout");
     let mut err = child.stderr.take().expect("piped stderr");
     let out_t = std::thread::spawn(move || {
@@ -279,21 +380,31 @@ pub fn run_task(
                 break None;
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(ExecError::Launch(format!("waiting for mpirun: {e}"))),
+            Err(e) => {
+                return Err(ExecError::Launch(format!(
+                    "waiting for {}: {e}",
+                    program.display()
+                )))
+            }
         }
     };
+    let _ = in_t.join();
     let stdout = out_t.join().unwrap_or_default();
     let stderr = err_t.join().unwrap_or_default();
-    let combined = format!("{stdout}\n{stderr}");
+    let output = stdout.lines().find_map(|l| l.strip_prefix(OUTPUT_MARK));
+    // The diagnostics, without rank 0's output line.
+    let chatter: Vec<&str> = stdout
+        .lines()
+        .filter(|l| !l.starts_with(OUTPUT_MARK))
+        .collect();
+    let combined = format!("{}\n{stderr}", chatter.join("\n"));
     let Some(status) = status else {
-        let _ = std::fs::remove_dir_all(&dir);
         return Err(ExecError::Timeout {
             secs: opts.timeout.as_secs_f64(),
             detail: tail(&combined, 20),
         });
     };
     if !status.success() {
-        let _ = std::fs::remove_dir_all(&dir);
         return Err(ExecError::RankFailed {
             status: status.code().unwrap_or(-1),
             cause: cause(&combined),
@@ -301,32 +412,14 @@ pub fn run_task(
             detail: tail(&combined, 30),
         });
     }
-    let text = std::fs::read_to_string(&report_path).map_err(|e| io(&report_path, e))?;
-    let _ = std::fs::remove_dir_all(&dir);
-    serde_json::from_str::<RankOutput>(&text)
-        .map_err(|e| ExecError::Io(format!("{}: {e}", report_path.display())))
-}
-
-/// Parses the rank program's `--job PATH --report PATH` arguments.
-pub fn parse_rank_args<I: IntoIterator<Item = String>>(
-    args: I,
-) -> Result<(PathBuf, PathBuf), ExecError> {
-    let mut job = None;
-    let mut report = None;
-    let mut it = args.into_iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--job" => job = it.next().map(PathBuf::from),
-            "--report" => report = it.next().map(PathBuf::from),
-            _ => {}
-        }
-    }
-    match (job, report) {
-        (Some(j), Some(r)) => Ok((j, r)),
-        _ => Err(ExecError::Launch(
-            "usage: <rank program> --job JOB.json --report REPORT.json".into(),
-        )),
-    }
+    let line = output.ok_or_else(|| {
+        ExecError::Io(format!(
+            "the job ended without rank 0's output line; its output ends:\n{}",
+            tail(&combined, 20)
+        ))
+    })?;
+    serde_json::from_str::<RankOutput>(line)
+        .map_err(|e| ExecError::Io(format!("rank 0's output line: {e}")))
 }
 
 /// The rank side of [`launch`]: initialises MPI, makes a panic abort the
@@ -334,7 +427,7 @@ pub fn parse_rank_args<I: IntoIterator<Item = String>>(
 /// error is printed and turned into `MPI_Abort`, so no rank is left waiting
 /// in a collective.
 #[cfg(all(feature = "torch", feature = "mpi"))]
-pub fn rank_main(job_path: &Path, report_path: &Path) -> Result<(), ExecError> {
+pub fn rank_main() -> Result<(), ExecError> {
     use crate::comm::{Collectives, MpiComm};
     crate::alloc::keep_freed_memory();
     let Some((_universe, comm)) = MpiComm::init() else {
@@ -342,10 +435,19 @@ pub fn rank_main(job_path: &Path, report_path: &Path) -> Result<(), ExecError> {
     };
     MpiComm::abort_on_panic();
     let run = || -> Result<(), ExecError> {
-        let text = std::fs::read_to_string(job_path)
-            .map_err(|e| ExecError::Io(format!("{}: {e}", job_path.display())))?;
-        let task: RankTask = serde_json::from_str(&text)
-            .map_err(|e| ExecError::Io(format!("{}: {e}", job_path.display())))?;
+        // Rank 0 reads the job from its standard input and broadcasts it.
+        let mine = if comm.rank() == 0 {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .map_err(|e| ExecError::Io(format!("rank 0's standard input: {e}")))?;
+            Some(buf)
+        } else {
+            None
+        };
+        let text = comm.broadcast_bytes(mine);
+        let task: RankTask = serde_json::from_slice(&text)
+            .map_err(|e| ExecError::Io(format!("the job on rank 0's standard input: {e}")))?;
         let out = match task {
             RankTask::Train(job) => crate::trainer::train(&job, &comm)?.map(RankOutput::Train),
             RankTask::Collectives { ranks, config } => {
@@ -369,8 +471,10 @@ pub fn rank_main(job_path: &Path, report_path: &Path) -> Result<(), ExecError> {
         };
         if let Some(out) = out {
             let text = serde_json::to_string(&out).map_err(|e| ExecError::Io(e.to_string()))?;
-            std::fs::write(report_path, text)
-                .map_err(|e| ExecError::Io(format!("{}: {e}", report_path.display())))?;
+            let mut o = std::io::stdout().lock();
+            writeln!(o, "{OUTPUT_MARK}{text}")
+                .and_then(|()| o.flush())
+                .map_err(|e| ExecError::Io(format!("rank 0's standard output: {e}")))?;
         }
         Ok(())
     };
@@ -383,6 +487,56 @@ pub fn rank_main(job_path: &Path, report_path: &Path) -> Result<(), ExecError> {
 
 /// The rank side of [`launch`] (stub: built without `torch` and `mpi`).
 #[cfg(not(all(feature = "torch", feature = "mpi")))]
-pub fn rank_main(_job_path: &Path, _report_path: &Path) -> Result<(), ExecError> {
+pub fn rank_main() -> Result<(), ExecError> {
     Err(ExecError::NotCompiled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(a: Vec<OsString>) -> Vec<String> {
+        a.into_iter()
+            .map(|x| x.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn launchers_get_their_own_arguments() {
+        let mut o = LaunchOptions::new("/opt/cephalo");
+        o.rank_args = vec!["exec-rank".into()];
+        o.hostfile = Some("/etc/hosts.mpi".into());
+        o.launcher_args = vec!["--mca".into(), "btl".into(), "tcp,self".into()];
+        assert_eq!(
+            strings(o.argv(4)),
+            [
+                "-n",
+                "4",
+                "--hostfile",
+                "/etc/hosts.mpi",
+                "--mca",
+                "btl",
+                "tcp,self",
+                "/opt/cephalo",
+                "exec-rank"
+            ]
+        );
+        let mut s = LaunchOptions::new("/opt/cephalo").with_launcher(Launcher::Srun);
+        s.launcher_args = vec!["--partition=gpu".into()];
+        assert_eq!(s.launcher_program, PathBuf::from("srun"));
+        assert_eq!(
+            strings(s.argv(8)),
+            [
+                "-n",
+                "8",
+                "--mpi=pmix",
+                "--input=0",
+                "--kill-on-bad-exit=1",
+                "--partition=gpu",
+                "/opt/cephalo"
+            ]
+        );
+        assert_eq!(Launcher::parse("mpiexec"), Some(Launcher::Mpirun));
+        assert_eq!(Launcher::parse("torchrun"), None);
+    }
 }

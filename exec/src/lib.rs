@@ -13,8 +13,9 @@
 //!
 //! Entry points:
 //! - [`launch()`]: validate a [`Job`] (model, per-rank [`RankPlan`]s, device,
-//!   dtype, Adam) and run it on `plan.len()` MPI ranks through `mpirun` and
-//!   the `cephalo-exec-rank` binary (or any program calling [`rank_main`]);
+//!   dtype, Adam) and run it on `plan.len()` MPI ranks through `mpirun`
+//!   (this machine or a hostfile's hosts) or `srun` ([`Launcher`]) and the
+//!   `cephalo-exec-rank` binary (or any program calling [`rank_main`]);
 //!   returns rank 0's [`TrainReport`].
 //! - [`train`]: the same in-process on a [`Collectives`] group
 //!   ([`SelfComm`] for one rank, `MpiComm` inside an MPI program).
@@ -55,7 +56,8 @@ pub use config::{
     AdamConfig, BlockConfig, BlockKind, DeviceKind, Fault, FaultKind, Job, ProfileConfig, RankPlan,
 };
 pub use launch::{
-    launch, launch_collectives, launch_compute, rank_main, LaunchOptions, RankOutput, RankTask,
+    launch, launch_collectives, launch_compute, rank_main, LaunchOptions, Launcher, RankOutput,
+    RankTask,
 };
 pub use report::{
     CollectiveOp, CollectiveTiming, ComputeProfile, IterationRecord, PassTiming, RankIteration,

@@ -98,6 +98,30 @@ pub struct Args {
     /// Kill the collective measurement after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout_s: u64,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
+}
+
+/// How the MPI ranks of a real run start (`profile`, `validate`).
+#[derive(Debug, Clone, ClapArgs)]
+pub struct LaunchArgs {
+    /// What starts the ranks: `mpirun` (this machine, or `--hostfile`'s
+    /// hosts over its rsh agent, ssh by default) or `srun` (inside a Slurm
+    /// allocation, PMIx). This binary must sit at the same path on every host.
+    #[arg(long, default_value = "mpirun", value_parser = parse_launcher)]
+    pub launcher: exec::Launcher,
+    /// Hosts for mpirun (Open MPI's hostfile: `node1 slots=8` per line).
+    #[arg(long)]
+    pub hostfile: Option<PathBuf>,
+    /// One more argument for the launcher, before the rank program
+    /// (repeatable, e.g. `--launcher-arg=--mca --launcher-arg=btl_tcp_if_include
+    /// --launcher-arg=eth0`).
+    #[arg(long = "launcher-arg", allow_hyphen_values = true)]
+    pub launcher_args: Vec<String>,
+}
+
+fn parse_launcher(s: &str) -> std::result::Result<exec::Launcher, String> {
+    exec::Launcher::parse(s).ok_or_else(|| format!("expected mpirun or srun, got `{s}`"))
 }
 
 /// A resolved profiling request (also used by `cephalo validate`).
@@ -131,6 +155,8 @@ pub struct Request {
     pub timeout: Duration,
     /// Scratch bytes rewritten before each collective run (cold caches).
     pub flush_bytes: usize,
+    /// How the ranks start.
+    pub launch: LaunchArgs,
 }
 
 /// Resolves the model name (exit 2 when unknown).
@@ -311,6 +337,7 @@ impl Args {
             repetitions: self.repetitions,
             timeout: Duration::from_secs(self.timeout_s.max(1)),
             flush_bytes: flush_bytes(self.device),
+            launch: self.launch.clone(),
         })
     }
 }
@@ -352,15 +379,24 @@ pub fn default_splits(ranks: usize) -> Vec<Vec<f64>> {
 }
 
 /// How the ranks of a real run are started: this very binary's hidden
-/// `exec-rank` subcommand under `mpirun` (oversubscribed when there are more
-/// ranks than cores).
-pub fn launch_options(ranks: usize, timeout: Duration) -> Result<LaunchOptions> {
+/// `exec-rank` subcommand under the launcher `how` names (mpirun
+/// oversubscribed when there are more ranks than this machine's cores and
+/// no hostfile spreads them). Checked here, before any rank starts.
+pub fn launch_options(ranks: usize, timeout: Duration, how: &LaunchArgs) -> Result<LaunchOptions> {
     let exe = std::env::current_exe().context("cannot locate the cephalo binary")?;
-    let mut o = LaunchOptions::new(exe);
+    let mut o = LaunchOptions::new(exe).with_launcher(how.launcher);
     o.rank_args = vec!["exec-rank".into()];
+    o.hostfile = how.hostfile.clone();
+    o.launcher_args = how.launcher_args.clone();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    o.oversubscribe = ranks > cores;
+    o.oversubscribe = o.launcher == exec::Launcher::Mpirun && o.hostfile.is_none() && ranks > cores;
     o.timeout = timeout;
+    o.validate().map_err(|e| match e {
+        exec::ExecError::InvalidJob { message, .. } => {
+            anyhow::Error::new(UserError(format!("--hostfile: {message}")))
+        }
+        other => anyhow::Error::new(other),
+    })?;
     Ok(o)
 }
 
@@ -393,8 +429,12 @@ pub fn measure(r: &Request) -> Result<NativeProfile> {
     // CPU ranks of one host slow each other down (shared memory bandwidth,
     // caches, maybe cores): profile on all of them at once, as they run.
     let compute = if r.device == Device::Cpu && r.ranks >= 2 {
-        exec::launch_compute(r.ranks, &pc, &launch_options(r.ranks, r.timeout)?)
-            .context("profiling compute on concurrent ranks")?
+        exec::launch_compute(
+            r.ranks,
+            &pc,
+            &launch_options(r.ranks, r.timeout, &r.launch)?,
+        )
+        .context("profiling compute on concurrent ranks")?
     } else {
         exec::profile_compute(&pc).context("profiling compute")?
     };
@@ -406,8 +446,12 @@ pub fn measure(r: &Request) -> Result<NativeProfile> {
             repetitions: r.repetitions,
             flush_bytes: r.flush_bytes,
         };
-        exec::launch_collectives(r.ranks, &cc, &launch_options(r.ranks, r.timeout)?)
-            .context("profiling collectives over MPI")?
+        exec::launch_collectives(
+            r.ranks,
+            &cc,
+            &launch_options(r.ranks, r.timeout, &r.launch)?,
+        )
+        .context("profiling collectives over MPI")?
     } else {
         vec![]
     };

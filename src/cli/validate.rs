@@ -129,6 +129,8 @@ pub struct Args {
     /// Kill a profiling or training job after this many seconds.
     #[arg(long, default_value_t = 1800)]
     pub timeout_s: u64,
+    #[command(flatten)]
+    pub launch: profile::LaunchArgs,
 }
 
 /// The default uneven plan of `ranks` ranks for `global_batch` samples
@@ -638,6 +640,7 @@ fn obtain_profile(args: &Args, s: &Setup) -> Result<(ProfileSet, String, Option<
         repetitions: args.profile_repetitions.max(1),
         timeout: s.timeout,
         flush_bytes: profile::flush_bytes(args.device),
+        launch: args.launch.clone(),
     };
     eprintln!(
         "validate: profiling {} on {} (micro-batch sizes 1..={max_m}{})",
@@ -764,9 +767,12 @@ fn train(
         args.warmup, args.iterations, args.ranks
     );
     let probe = profile::LoadProbe::start();
-    let report = exec::launch(&job, &profile::launch_options(args.ranks, s.timeout)?)
-        .map_err(exec_err)
-        .context("training the plan")?;
+    let report = exec::launch(
+        &job,
+        &profile::launch_options(args.ranks, s.timeout, &args.launch)?,
+    )
+    .map_err(exec_err)
+    .context("training the plan")?;
     let bg_run = probe.and_then(|p| p.others_pct());
     let mut disturbed = false;
     for (what, pct) in [("profiling", bg_profile), ("training", bg_run)] {
@@ -874,20 +880,18 @@ fn print(out: &ValidateOutput, format: Format) -> Result<ExitCode> {
 }
 
 /// Flags of the hidden `exec-rank` subcommand (one MPI rank of a job that
-/// `validate` or `profile` launched).
+/// `validate` or `profile` launched; rank 0 reads the job on its standard
+/// input and writes its output on its standard output).
 #[derive(Debug, Clone, ClapArgs)]
 pub struct RankArgs {
-    /// Job file written by the launcher.
-    #[arg(long)]
-    pub job: PathBuf,
-    /// Report file rank 0 writes.
-    #[arg(long)]
-    pub report: PathBuf,
+    /// Ignored (a caller may tag its processes with them).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    pub ignored: Vec<String>,
 }
 
 /// Runs one rank.
-pub fn run_rank(args: RankArgs) -> Result<ExitCode> {
-    exec::rank_main(&args.job, &args.report)?;
+pub fn run_rank(_args: RankArgs) -> Result<ExitCode> {
+    exec::rank_main()?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -422,3 +422,99 @@ fn profile_and_save_profile_outputs_follow_the_output_rules() {
     assert_eq!(v["format"], "cephalo-profile/1");
     assert!(!Path::new("-").exists());
 }
+
+/// `validate` across the hosts of a hostfile, two made-up names that are
+/// both this machine, reached through `scripts/local-rsh-agent` (ssh's
+/// stand-in) given as a launcher argument: the comparison completes and
+/// mpirun started a daemon on each host.
+#[test]
+fn validate_runs_across_the_hosts_of_a_hostfile() {
+    if !exec_ready() {
+        return;
+    }
+    let prof = tiny_profile();
+    let dir = scratch("cli-validate-hostfile");
+    let agent = dir.join("agent");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/local-rsh-agent"),
+        &agent,
+    )
+    .unwrap();
+    let hosts = write(
+        dir.join("hosts"),
+        "# two hosts, one rank each\ncephalo-a slots=1\ncephalo-b slots=1\n",
+    );
+    let o = run(&[
+        "validate",
+        "--model",
+        "gpt-tiny",
+        "--global-batch",
+        "8",
+        "--ranks",
+        "2",
+        "--iterations",
+        "2",
+        "--profile",
+        prof.to_str().unwrap(),
+        "--hostfile",
+        &hosts,
+        "--launcher-arg=--mca",
+        "--launcher-arg=plm_rsh_agent",
+        &format!("--launcher-arg={}", agent.display()),
+        "--format",
+        "json",
+    ]);
+    let v = ok_json(&o);
+    check_comparison(&v, 2);
+    let log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
+    let mut called: Vec<&str> = log.lines().collect();
+    called.sort_unstable();
+    assert_eq!(called, ["cephalo-a", "cephalo-b"]);
+}
+
+/// A hostfile that does not exist, or one given to srun, exits 2 naming
+/// `--hostfile` before any rank starts.
+#[test]
+fn bad_hostfiles_exit_2_before_any_rank() {
+    if !exec_ready() {
+        return;
+    }
+    let prof = tiny_profile();
+    let dir = scratch("cli-validate-bad-hostfile");
+    let blank = write(dir.join("blank"), "# nothing\n");
+    let missing = dir.join("missing");
+    for extra in [
+        vec!["--hostfile", missing.to_str().unwrap()],
+        vec!["--hostfile", &blank],
+        vec!["--hostfile", &blank, "--launcher", "srun"],
+    ] {
+        let t = Instant::now();
+        let mut args = vec![
+            "validate",
+            "--model",
+            "gpt-tiny",
+            "--global-batch",
+            "8",
+            "--ranks",
+            "2",
+            "--profile",
+            prof.to_str().unwrap(),
+        ];
+        args.extend(&extra);
+        let o = run(&args);
+        assert_eq!(o.code, 2, "{extra:?}: {}", o.stderr);
+        assert!(o.stderr.contains("--hostfile"), "{}", o.stderr);
+        assert!(t.elapsed().as_secs_f64() < 20.0);
+    }
+    let o = run(&[
+        "validate",
+        "--model",
+        "gpt-tiny",
+        "--global-batch",
+        "8",
+        "--launcher",
+        "torchrun",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("mpirun or srun"), "{}", o.stderr);
+}

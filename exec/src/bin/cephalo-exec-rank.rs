@@ -1,18 +1,13 @@
-//! One MPI rank of a cephalo training job: `mpirun -n N cephalo-exec-rank
-//! --job JOB.json --report REPORT.json` (started by `exec::launch`).
-//! Rank 0 writes the report; a failing rank aborts the whole job.
+//! One MPI rank of a cephalo training job: `mpirun -n N cephalo-exec-rank`
+//! (started by `exec::launch`). Rank 0 reads the job on its standard input
+//! and writes the report on its standard output; a failing rank aborts the
+//! whole job. Arguments are ignored (a caller may tag its processes with
+//! them).
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let (job, report) = match exec::launch::parse_rank_args(std::env::args().skip(1)) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    match exec::rank_main(&job, &report) {
+    match exec::rank_main() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cephalo-exec-rank: {e}");

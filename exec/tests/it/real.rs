@@ -120,6 +120,16 @@ fn check_strategy(
     plan: &[(usize, usize, f64)],
     strategy: sim::strategy::Strategy,
 ) -> (f32, f32) {
+    check_strategy_on(model, plan, strategy, &opts())
+}
+
+/// [`check_strategy`] with the ranks started as `opts` says.
+fn check_strategy_on(
+    model: BlockConfig,
+    plan: &[(usize, usize, f64)],
+    strategy: sim::strategy::Strategy,
+    opts: &LaunchOptions,
+) -> (f32, f32) {
     let mut j = job(plan, model.clone());
     j.strategy = strategy;
     j.iterations = STEPS;
@@ -127,7 +137,7 @@ fn check_strategy(
     j.return_params = true;
     j.return_grads = true;
     let t = Instant::now();
-    let rep = exec::launch(&j, &opts()).unwrap_or_else(|e| panic!("{e}"));
+    let rep = exec::launch(&j, opts).unwrap_or_else(|e| panic!("{e}"));
     let launch_s = t.elapsed().as_secs_f64();
     let refr = exec::reference_train(&model, 16, STEPS, &j.adam, j.seed).unwrap();
     let grads = rel_diff_per_unit(
@@ -611,4 +621,83 @@ fn half_precision_gathers_carry_rounded_parameters() {
         let (a, b) = (rep.loss_sums[0], refr.loss_sums[0]);
         assert!((a - b).abs() < 1e-2 * b.abs(), "{dtype}: loss {a} vs {b}");
     }
+}
+
+/// Two hosts that are both this machine. mpirun reads a hostfile of two
+/// made-up host names and starts a daemon on each through an rsh agent
+/// that runs the command here, in an empty directory
+/// (`scripts/local-rsh-agent`, a stand-in for ssh, which would run it on
+/// the other machine); the 3 ranks of the uneven
+/// plan spread over the two "hosts" (2 + 1), which Open MPI then treats as
+/// separate nodes (TCP between them, no shared-memory transport). The job
+/// reaches rank 0 on its standard input and the report comes back on its
+/// standard output, so nothing needs a shared file system. The gradients
+/// and parameters match one process on the whole batch, and the agent was
+/// asked for both hosts.
+#[test]
+fn ranks_on_two_hosts_of_a_hostfile_match_the_reference() {
+    if !mpi_ready() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("cephalo-hostfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let agent = dir.join("agent");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/local-rsh-agent");
+    std::fs::copy(script, &agent).unwrap();
+    let log = dir.join("agent.log");
+    let hostfile = dir.join("hosts");
+    std::fs::write(
+        &hostfile,
+        "cephalo-host-a slots=2\ncephalo-host-b slots=2\n",
+    )
+    .unwrap();
+    let mut o = opts();
+    o.oversubscribe = false;
+    o.hostfile = Some(hostfile);
+    o.launcher_args = vec![
+        "--mca".into(),
+        "plm_rsh_agent".into(),
+        agent.display().to_string(),
+    ];
+    let model = BlockConfig::tiny_gpt();
+    let strategy = job(&UNEVEN, model.clone()).strategy;
+    check_strategy_on(model, &UNEVEN, strategy, &o);
+    let hosts = std::fs::read_to_string(&log).unwrap_or_default();
+    let mut hosts: Vec<&str> = hosts.lines().collect();
+    hosts.sort_unstable();
+    assert_eq!(
+        hosts,
+        ["cephalo-host-a", "cephalo-host-b"],
+        "the agent's calls"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Bad launch settings fail before any rank starts: a hostfile that does
+/// not exist or names no host, or given to srun.
+#[test]
+fn bad_hostfiles_fail_before_launch() {
+    let dir = std::env::temp_dir().join(format!("cephalo-badhosts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let blank = dir.join("blank");
+    std::fs::write(&blank, "# no hosts\n\n").unwrap();
+    let j = job(&UNEVEN, BlockConfig::tiny_gpt());
+    for (hostfile, launcher, want) in [
+        (dir.join("missing"), exec::Launcher::Mpirun, "cannot read"),
+        (blank.clone(), exec::Launcher::Mpirun, "names no host"),
+        (blank, exec::Launcher::Srun, "under srun"),
+    ] {
+        // A launcher that does not exist: reaching it would fail otherwise.
+        let mut o = LaunchOptions::new("/nonexistent/rank").with_launcher(launcher);
+        o.launcher_program = "/nonexistent/launcher".into();
+        o.hostfile = Some(hostfile);
+        match exec::launch(&j, &o) {
+            Err(ExecError::InvalidJob { field, message }) => {
+                assert_eq!(field, "hostfile");
+                assert!(message.contains(want), "{message}");
+            }
+            other => panic!("want a hostfile error, got {other:?}"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
