@@ -45,6 +45,15 @@ pub struct RankIteration {
     /// instants, so it differs from rank 0's by that skew).
     #[serde(default)]
     pub own_iteration_ms: f64,
+    /// Part of `compute_ms`: the units' forward, head, recompute and
+    /// backward passes (ms).
+    #[serde(default)]
+    pub passes_ms: f64,
+    /// Part of `compute_ms`: the optimizer step (ms). The rest of
+    /// `compute_ms` is the casts of gathered parameters to the compute
+    /// dtype.
+    #[serde(default)]
+    pub optimizer_ms: f64,
 }
 
 /// One measured iteration.

@@ -361,6 +361,12 @@ pub struct MeasuredRank {
     pub microbatches: usize,
     /// Compute time (forward, head, recompute + backward, optimizer), ms.
     pub compute_ms: f64,
+    /// Part of it: the forward, head, recompute and backward passes, ms
+    /// (the share of the iteration whose compute is closest to the median,
+    /// of the median).
+    pub passes_ms: f64,
+    /// Part of it: the optimizer step, ms (likewise).
+    pub optimizer_ms: f64,
     /// Time inside all-gathers and reduce-scatters, ms (the trainer issues
     /// them synchronously: all of it is exposed).
     pub comm_ms: f64,
@@ -420,11 +426,33 @@ pub fn measured_report(t: &TrainReport) -> MeasuredReport {
             .map(|b| b as f64 / GIB)
             .collect();
         let first = t.iterations.first().and_then(|i| i.ranks.get(r));
+        // The parts of compute from the iteration whose compute is closest
+        // to the median, scaled to the median (so that they add up to it;
+        // medians of the parts would not).
+        let mid = col(&|x| x.compute_ms);
+        let scale = |x: &crate::report::RankIteration| {
+            if x.compute_ms > 0.0 {
+                mid / x.compute_ms
+            } else {
+                0.0
+            }
+        };
+        let typical = t
+            .iterations
+            .iter()
+            .filter_map(|i| i.ranks.get(r))
+            .min_by(|a, b| {
+                (a.compute_ms - mid)
+                    .abs()
+                    .total_cmp(&(b.compute_ms - mid).abs())
+            });
         gpus.push(MeasuredRank {
             rank: r,
             batch: first.map_or(0, |x| x.batch),
             microbatches: first.map_or(0, |x| x.micro_batches),
             compute_ms: col(&|x| x.compute_ms),
+            passes_ms: typical.map_or(0.0, |x| x.passes_ms * scale(x)),
+            optimizer_ms: typical.map_or(0.0, |x| x.optimizer_ms * scale(x)),
             comm_ms: col(&|x| x.comm_ms),
             wait_ms: col(&|x| x.wait_ms),
             copy_ms: col(&|x| x.copy_ms),
@@ -486,6 +514,11 @@ pub struct RankComparison {
     /// Compute stream busy time (simulated `compute_ms`) vs the trainer's
     /// compute time, ms.
     pub compute_ms: Pair,
+    /// Its passes (simulated forward + recompute + backward) vs the
+    /// trainer's forward, head, recompute and backward phases, ms.
+    pub passes_ms: Pair,
+    /// Its optimizer step (simulated vs measured), ms.
+    pub optimizer_ms: Pair,
     /// Exposed communication (simulated `exposed_comm_ms`) vs time inside
     /// collectives, ms.
     pub comm_ms: Pair,
@@ -503,7 +536,8 @@ pub struct RankComparison {
 /// JSON (what `cephalo validate --format json` prints inside its output):
 /// `predicted_iteration_ms`, `measured_iteration_ms`, `iteration_error_rel`
 /// and `ranks: [{rank, batch, microbatches, state_fraction, compute_ms,
-/// comm_ms, copy_ms, idle_ms, peak_mem_gib}]`, each per-rank field a
+/// passes_ms, optimizer_ms, comm_ms, copy_ms, idle_ms, peak_mem_gib}]`,
+/// each per-rank field a
 /// `{predicted, measured, error_rel}` pair ([`Pair`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
@@ -530,6 +564,11 @@ pub fn compare(predicted: &Report, measured: &MeasuredReport) -> Comparison {
             microbatches: p.microbatches,
             state_fraction: p.state_fraction,
             compute_ms: Pair::new(Some(p.compute_ms), Some(m.compute_ms)),
+            passes_ms: Pair::new(
+                Some(p.forward_ms + p.recompute_ms + p.backward_ms),
+                Some(m.passes_ms),
+            ),
+            optimizer_ms: Pair::new(Some(p.optimizer_ms), Some(m.optimizer_ms)),
             comm_ms: Pair::new(Some(p.exposed_comm_ms), Some(m.comm_ms)),
             copy_ms: Pair::new(Some(p.copy_ms), Some(m.copy_ms)),
             idle_ms: Pair::new(Some(p.idle_ms), Some(m.idle_ms)),
@@ -679,6 +718,8 @@ mod tests {
             peak_mem_bytes: None,
             loss_sum: 0.0,
             own_iteration_ms: 10.0,
+            passes_ms: c - 1.0,
+            optimizer_ms: 1.0,
         };
         let t = TrainReport {
             ranks: 2,
@@ -700,6 +741,8 @@ mod tests {
         let m = measured_report(&t);
         assert_eq!(m.iteration_ms, 11.0);
         assert_eq!(m.gpus[0].compute_ms, 9.0);
+        // The parts of the median iteration (compute 9: passes 8, optimizer 1).
+        assert_eq!((m.gpus[0].passes_ms, m.gpus[0].optimizer_ms), (8.0, 1.0));
         assert!((m.gpus[1].idle_ms - 3.0).abs() < 1e-12);
         assert!((m.samples_per_s - 6.0 / 0.011).abs() < 1e-9);
         let p = Pair::new(Some(11.0), Some(10.0));

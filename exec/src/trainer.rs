@@ -57,6 +57,11 @@ use crate::shard::{micro_batch_sizes, offsets, piece_sizes};
 #[derive(Debug, Default, Clone, Copy)]
 struct Clock {
     compute_ms: f64,
+    /// Part of `compute_ms`: the units' forward, head and backward passes
+    /// (with recompute).
+    passes_ms: f64,
+    /// Part of `compute_ms`: the optimizer step.
+    optimizer_ms: f64,
     comm_ms: f64,
     wait_ms: f64,
     copy_ms: f64,
@@ -607,7 +612,9 @@ impl<'a, C: Collectives> Rank<'a, C> {
             _ => {}
         }
         sync(dev);
-        self.clock.compute_ms += ms_since(t) - (self.clock.copy_ms - copy_before);
+        let passes = ms_since(t) - (self.clock.copy_ms - copy_before);
+        self.clock.compute_ms += passes;
+        self.clock.passes_ms += passes;
         self.sample_mem();
         if ph.reshard {
             st.gathered[u] = None;
@@ -795,6 +802,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
                 let t = Instant::now();
                 adam_step(&mut p, &g, &mut self.adam[u], step, &self.job.adam)?;
                 self.clock.compute_ms += ms_since(t);
+                self.clock.optimizer_ms += ms_since(t);
                 let c = Instant::now();
                 self.shards[u] = p.f_to_device(dev).map_err(terr)?;
                 sync(dev);
@@ -809,7 +817,9 @@ impl<'a, C: Collectives> Rank<'a, C> {
                     &self.job.adam,
                 )?;
                 sync(dev);
-                self.clock.compute_ms += ms_since(t);
+                let ms = ms_since(t);
+                self.clock.compute_ms += ms;
+                self.clock.optimizer_ms += ms;
             }
         }
         Ok(())
@@ -871,7 +881,7 @@ fn from_host(buf: Option<Tensor>, host: Vec<f32>, dev: Device) -> TResult<Tensor
     }
 }
 
-const FIELDS: usize = 7;
+const FIELDS: usize = 9;
 
 /// Trains `job` on this rank of `comm` (every rank calls it with the same
 /// job). Returns the assembled report on rank 0 and `None` on the others.
@@ -899,6 +909,8 @@ pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>,
             peak,
             loss,
             ms,
+            c.passes_ms,
+            c.optimizer_ms,
         ]);
     }
     let params = if job.return_params {
@@ -933,6 +945,8 @@ pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>,
                 peak_mem_bytes: (v[4] >= 0.0).then_some(v[4] as u64),
                 loss_sum: v[5],
                 own_iteration_ms: v[6],
+                passes_ms: v[7],
+                optimizer_ms: v[8],
             });
         }
         loss_sums.push(loss);

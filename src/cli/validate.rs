@@ -372,6 +372,8 @@ fn csv_rows(o: &ValidateOutput) -> Vec<CsvRow> {
     for r in &c.ranks {
         for (metric, p) in [
             ("compute_ms", &r.compute_ms),
+            ("passes_ms", &r.passes_ms),
+            ("optimizer_ms", &r.optimizer_ms),
             ("comm_ms", &r.comm_ms),
             ("idle_ms", &r.idle_ms),
             ("copy_ms", &r.copy_ms),
@@ -456,6 +458,8 @@ fn table(o: &ValidateOutput) -> String {
     for r in &c.ranks {
         for (name, p, prec) in [
             ("compute ms", &r.compute_ms, 1),
+            ("  passes ms", &r.passes_ms, 1),
+            ("  optimizer ms", &r.optimizer_ms, 1),
             ("communication ms", &r.comm_ms, 1),
             ("idle / wait ms", &r.idle_ms, 1),
             ("copy ms", &r.copy_ms, 1),

@@ -163,6 +163,14 @@ fn check_comparison(v: &Value, ranks: usize) {
             assert!(r[k]["measured"].as_f64().is_some(), "{k} {r}");
         }
         assert!(r["compute_ms"]["measured"].as_f64().unwrap() > 0.0);
+        // Compute splits into its passes and the optimizer step, on both
+        // sides (measured: the parts of the median iteration).
+        for side in ["predicted", "measured"] {
+            let part = |k: &str| r[k][side].as_f64().unwrap();
+            let (passes, opt, all) = (part("passes_ms"), part("optimizer_ms"), part("compute_ms"));
+            assert!(passes > 0.0 && opt > 0.0, "{side}: {r}");
+            assert!(passes + opt <= all * 1.01 + 0.1, "{side}: {r}");
+        }
         assert!(r["peak_mem_gib"]["measured"].is_null(), "cpu: no reading");
     }
 }
