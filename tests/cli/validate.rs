@@ -40,6 +40,27 @@ fn ok_json(o: &Out) -> Value {
     serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("{e}\n{}", o.stdout))
 }
 
+/// `cephalo validate` of gpt-tiny, global batch 8 on 2 ranks, 2
+/// iterations, reusing the profile `prof`, with `extra` flags after these.
+fn validate_tiny(prof: &Path, extra: &[&str]) -> Out {
+    let prof = prof.to_str().unwrap();
+    let mut args = vec![
+        "validate",
+        "--model",
+        "gpt-tiny",
+        "--global-batch",
+        "8",
+        "--ranks",
+        "2",
+        "--iterations",
+        "2",
+        "--profile",
+        prof,
+    ];
+    args.extend(extra);
+    run(&args)
+}
+
 /// Profiles gpt-tiny on the CPU with collectives over 2 ranks (once per
 /// test binary run; every test below may use it).
 fn tiny_profile() -> PathBuf {
@@ -181,21 +202,7 @@ fn validate_reuses_a_profile_and_runs_the_uneven_demo_plan() {
         return;
     }
     let prof = tiny_profile();
-    let o = run(&[
-        "validate",
-        "--model",
-        "gpt-tiny",
-        "--global-batch",
-        "8",
-        "--ranks",
-        "2",
-        "--iterations",
-        "2",
-        "--profile",
-        prof.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
+    let o = validate_tiny(&prof, &["--format", "json"]);
     let v = ok_json(&o);
     assert!(!o.stderr.contains("profiling"), "{}", o.stderr);
     assert_eq!(v["format"], "cephalo-validate/1");
@@ -452,26 +459,18 @@ fn validate_runs_across_the_hosts_of_a_hostfile() {
         dir.join("hosts"),
         "# two hosts, one rank each\ncephalo-a slots=1\ncephalo-b slots=1\n",
     );
-    let o = run(&[
-        "validate",
-        "--model",
-        "gpt-tiny",
-        "--global-batch",
-        "8",
-        "--ranks",
-        "2",
-        "--iterations",
-        "2",
-        "--profile",
-        prof.to_str().unwrap(),
-        "--hostfile",
-        &hosts,
-        "--launcher-arg=--mca",
-        "--launcher-arg=plm_rsh_agent",
-        &format!("--launcher-arg={}", agent.display()),
-        "--format",
-        "json",
-    ]);
+    let o = validate_tiny(
+        &prof,
+        &[
+            "--hostfile",
+            &hosts,
+            "--launcher-arg=--mca",
+            "--launcher-arg=plm_rsh_agent",
+            &format!("--launcher-arg={}", agent.display()),
+            "--format",
+            "json",
+        ],
+    );
     let v = ok_json(&o);
     check_comparison(&v, 2);
     let log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
@@ -497,19 +496,7 @@ fn bad_hostfiles_exit_2_before_any_rank() {
         vec!["--hostfile", &blank, "--launcher", "srun"],
     ] {
         let t = Instant::now();
-        let mut args = vec![
-            "validate",
-            "--model",
-            "gpt-tiny",
-            "--global-batch",
-            "8",
-            "--ranks",
-            "2",
-            "--profile",
-            prof.to_str().unwrap(),
-        ];
-        args.extend(&extra);
-        let o = run(&args);
+        let o = validate_tiny(&prof, &extra);
         assert_eq!(o.code, 2, "{extra:?}: {}", o.stderr);
         assert!(o.stderr.contains("--hostfile"), "{}", o.stderr);
         assert!(t.elapsed().as_secs_f64() < 20.0);
