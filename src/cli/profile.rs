@@ -391,13 +391,24 @@ pub fn launch_options(ranks: usize, timeout: Duration, how: &LaunchArgs) -> Resu
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     o.oversubscribe = o.launcher == exec::Launcher::Mpirun && o.hostfile.is_none() && ranks > cores;
     o.timeout = timeout;
+    // (The launch settings' fields are flags here: `--hostfile`.)
     o.validate().map_err(|e| match e {
-        exec::ExecError::InvalidJob { message, .. } => {
-            anyhow::Error::new(UserError(format!("--hostfile: {message}")))
-        }
-        other => anyhow::Error::new(other),
+        exec::ExecError::InvalidJob { field, message } => exec_err(exec::ExecError::InvalidJob {
+            field: format!("--{field}"),
+            message,
+        }),
+        other => exec_err(other),
     })?;
     Ok(o)
+}
+
+/// An error of the exec library as the CLI reports it: a malformed job
+/// is the user's (exit 2), anything else a failure.
+pub fn exec_err(e: exec::ExecError) -> anyhow::Error {
+    match e {
+        exec::ExecError::InvalidJob { .. } => UserError(e.to_string()).into(),
+        other => anyhow::Error::new(other),
+    }
 }
 
 fn cpu_name() -> String {

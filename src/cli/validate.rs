@@ -40,7 +40,7 @@ use crate::load;
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
 use exec::sim_glue::{self, Comparison, MeasuredReport, RunSettings};
-use exec::{AdamConfig, ExecError};
+use exec::AdamConfig;
 use serde::Serialize;
 use sim::cluster::Cluster;
 use sim::cost::{CostModel, CostOptions, Workload};
@@ -273,13 +273,6 @@ fn iteration_spread(xs: &[f64]) -> f64 {
             (a.min(x), b.max(x))
         });
     (hi - lo) / median
-}
-
-fn exec_err(e: ExecError) -> anyhow::Error {
-    match e {
-        ExecError::InvalidJob { .. } => UserError(e.to_string()).into(),
-        other => anyhow::Error::new(other),
-    }
 }
 
 /// The strategy context of a run: the trainer's blocks use eager
@@ -529,7 +522,7 @@ fn setup(args: &Args) -> Result<Setup> {
         None => spec.seq_len,
     };
     let (spec, notes) = sim_glue::model_for_trainer(&spec, seq_len);
-    let cfg = sim_glue::block_config(&spec, seq_len).map_err(exec_err)?;
+    let cfg = sim_glue::block_config(&spec, seq_len).map_err(profile::exec_err)?;
     let dtype = profile::dtype(args.dtype.as_deref(), args.device)?;
     let gpu = profile::device_name(args.gpu.as_deref(), args.device)?;
     for (bad, msg) in [
@@ -585,9 +578,9 @@ fn setup(args: &Args) -> Result<Setup> {
             ))
             .into());
         }
-        let job = sim_glue::job_from_plan(plan, &cfg, &settings).map_err(exec_err)?;
+        let job = sim_glue::job_from_plan(plan, &cfg, &settings).map_err(profile::exec_err)?;
         job.validate(Some(args.ranks), Some(args.global_batch as usize))
-            .map_err(exec_err)?;
+            .map_err(profile::exec_err)?;
     }
     Ok(Setup {
         spec,
@@ -763,9 +756,9 @@ fn train(
     p: &Prediction,
     bg_profile: Option<f64>,
 ) -> Result<(exec::TrainReport, Option<f64>, bool)> {
-    let job = sim_glue::job_from_plan(&p.plan, &s.cfg, &s.settings).map_err(exec_err)?;
+    let job = sim_glue::job_from_plan(&p.plan, &s.cfg, &s.settings).map_err(profile::exec_err)?;
     job.validate(Some(args.ranks), Some(args.global_batch as usize))
-        .map_err(exec_err)?;
+        .map_err(profile::exec_err)?;
     eprintln!(
         "validate: training {} + {} iterations on {} ranks",
         args.warmup, args.iterations, args.ranks
@@ -775,7 +768,7 @@ fn train(
         &job,
         &profile::launch_options(args.ranks, s.timeout, &args.launch)?,
     )
-    .map_err(exec_err)
+    .map_err(profile::exec_err)
     .context("training the plan")?;
     let bg_run = probe.and_then(|p| p.others_pct());
     let mut disturbed = false;

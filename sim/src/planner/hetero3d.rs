@@ -401,7 +401,7 @@ fn search_layout(
         }
         out.tried += 1;
         let largest = batch.div_ceil(m);
-        let Some(slices) = replica_slices_of(rows, l, &tps, largest, batch / m)? else {
+        let Some((slices, shares)) = replica_slices_of(rows, l, &tps, largest, batch / m)? else {
             continue;
         };
         let st = staged(costs, strategy, rows, &l.groups, &tps, &slices)?;
@@ -440,18 +440,12 @@ fn search_layout(
                 .iter()
                 .zip(&part.counts)
                 .zip(&l.tps)
-                .zip(&slices)
-                .map(|(((g, &blocks), &tp), sl)| Stage {
+                .zip(shares)
+                .map(|(((g, &blocks), &tp), shares)| Stage {
                     blocks,
                     gpus: g.iter().map(|&r| r as u32).collect(),
                     tp,
-                    // The split by speed, as each replica's samples of the
-                    // largest micro-batch.
-                    shares: if sl.iter().any(|&n| n != sl[0]) && l.by_speed {
-                        sl.clone()
-                    } else {
-                        Vec::new()
-                    },
+                    shares,
                 })
                 .collect(),
         );
@@ -483,23 +477,30 @@ fn search_layout(
     Ok(out)
 }
 
+/// Per stage, its replicas' samples of the largest micro-batch, and its
+/// `shares` ([`replica_slices_of`]).
+type SlicesAndShares = (Vec<Vec<u32>>, Vec<Vec<u32>>);
+
 /// Per stage of `l` (TP `tps`), its replicas' samples of the largest
-/// micro-batch of `largest` samples: equal, or with `l.by_speed` in
-/// proportion to each replica's speed (samples per ms of its slowest GPU's
-/// block forward and backward at the equal slice, Metis' and FlashFlex's
-/// split by throughput); `None` when a replica would get no sample of the
-/// smallest micro-batch (`smallest` samples).
+/// micro-batch of `largest` samples, and the stage's `shares`: equal
+/// (no shares), or with `l.by_speed` in proportion to each replica's speed
+/// (samples per ms of its slowest GPU's block forward and backward at the
+/// equal slice, Metis' and FlashFlex's split by throughput; the shares are
+/// those samples, none where they come out equal); `None` when a replica
+/// would get no sample of the smallest micro-batch (`smallest` samples).
 fn replica_slices_of(
     rows: &mut Rows<'_>,
     l: &Layout,
     tps: &[TensorParallel],
     largest: u32,
     smallest: u32,
-) -> Result<Option<Vec<Vec<u32>>>, PlanError> {
+) -> Result<Option<SlicesAndShares>, PlanError> {
     if !l.by_speed {
-        return Ok(Some(even_slices(&l.groups, tps, largest)));
+        let even = even_slices(&l.groups, tps, largest);
+        let none = vec![Vec::new(); even.len()];
+        return Ok(Some((even, none)));
     }
-    let mut out = Vec::with_capacity(l.groups.len());
+    let (mut out, mut all_shares) = (Vec::new(), Vec::new());
     for (g, tp) in l.groups.iter().zip(tps) {
         let t = tp.degree.max(1) as usize;
         let d = g.len() / t;
@@ -516,16 +517,17 @@ fn replica_slices_of(
         }
         let sl = replica_slices(largest, d, &weights);
         let shares = if sl.iter().any(|&n| n != sl[0]) {
-            &sl[..]
+            sl.clone()
         } else {
-            &[]
+            Vec::new()
         };
-        if sl.contains(&0) || replica_slices(smallest, d, shares).contains(&0) {
+        if sl.contains(&0) || replica_slices(smallest, d, &shares).contains(&0) {
             return Ok(None);
         }
         out.push(sl);
+        all_shares.push(shares);
     }
-    Ok(Some(out))
+    Ok(Some((out, all_shares)))
 }
 
 /// The shortfall message of layout `l` partitioned `counts` (its worst
