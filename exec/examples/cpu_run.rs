@@ -75,6 +75,7 @@ fn main() {
         return_params: false,
         return_grads: false,
         fault: None,
+        pipeline: None,
     };
     let mut opts = LaunchOptions::new(
         std::env::current_exe()

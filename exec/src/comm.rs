@@ -45,6 +45,19 @@ pub trait Collectives {
     /// All-reduce with a sum, in place: `buf` (same length on every rank)
     /// becomes the elementwise sum over all ranks.
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<(), ExecError>;
+    /// All-reduce with a maximum, in place (the vocabulary-parallel
+    /// cross-entropy's row maxima).
+    fn all_reduce_max(&self, buf: &mut [f32]) -> Result<(), ExecError>;
+    /// Point-to-point send of `buf` to rank `dest` with `tag`, without
+    /// waiting for the receiver (`MPI_Isend`; the buffer is kept until
+    /// [`Collectives::flush_sends`]): a pipeline stage sends on while its
+    /// neighbour may be sending to it.
+    fn send(&self, dest: usize, tag: u16, buf: Vec<f32>) -> Result<(), ExecError>;
+    /// Blocking receive into `buf` (its length is the message's) from rank
+    /// `src` with `tag`.
+    fn recv(&self, src: usize, tag: u16, buf: &mut [f32]) -> Result<(), ExecError>;
+    /// Waits until every [`Collectives::send`] of this rank has completed.
+    fn flush_sends(&self) -> Result<(), ExecError>;
     /// The sub-group of the ranks that pass the same `color` (every rank
     /// calls it), ranks ordered as in this group.
     fn split(&self, color: usize) -> Result<Self, ExecError>
@@ -127,6 +140,22 @@ impl Collectives for SelfComm {
     fn all_reduce_sum(&self, _buf: &mut [f32]) -> Result<(), ExecError> {
         Ok(())
     }
+    fn all_reduce_max(&self, _buf: &mut [f32]) -> Result<(), ExecError> {
+        Ok(())
+    }
+    fn send(&self, dest: usize, _tag: u16, _buf: Vec<f32>) -> Result<(), ExecError> {
+        Err(ExecError::Comm(format!(
+            "a one-rank group has no rank {dest} to send to"
+        )))
+    }
+    fn recv(&self, src: usize, _tag: u16, _buf: &mut [f32]) -> Result<(), ExecError> {
+        Err(ExecError::Comm(format!(
+            "a one-rank group has no rank {src} to receive from"
+        )))
+    }
+    fn flush_sends(&self) -> Result<(), ExecError> {
+        Ok(())
+    }
     fn split(&self, _color: usize) -> Result<Self, ExecError> {
         Ok(SelfComm)
     }
@@ -148,7 +177,7 @@ mod mpi_impl {
     use crate::error::ExecError;
     use mpi::collective::SystemOperation;
     use mpi::collective::{CommunicatorCollectives, Root};
-    use mpi::datatype::PartitionMut;
+    use mpi::datatype::{Equivalence, PartitionMut};
     use mpi::raw::AsRaw;
     use mpi::topology::Color;
     use mpi::topology::{Communicator, SimpleCommunicator};
@@ -157,6 +186,8 @@ mod mpi_impl {
     /// after [`MpiComm::init`]; the returned universe must outlive it.
     pub struct MpiComm {
         world: SimpleCommunicator,
+        /// Sends in flight: their requests and the buffers MPI reads.
+        pending: std::cell::RefCell<Vec<(mpi::ffi::MPI_Request, Vec<f32>)>>,
     }
 
     impl std::fmt::Debug for MpiComm {
@@ -186,7 +217,7 @@ mod mpi_impl {
         pub fn init() -> Option<(mpi::environment::Universe, MpiComm)> {
             let universe = mpi::initialize()?;
             let world = universe.world();
-            Some((universe, MpiComm { world }))
+            Some((universe, MpiComm::over(world)))
         }
 
         /// Installs a panic hook that prints the panic and then calls
@@ -206,7 +237,34 @@ mod mpi_impl {
         }
     }
 
+    impl Drop for MpiComm {
+        fn drop(&mut self) {
+            // MPI may still read a pending send's buffer: wait first.
+            let _ = self.flush_sends();
+        }
+    }
+
     impl MpiComm {
+        fn over(world: SimpleCommunicator) -> MpiComm {
+            MpiComm {
+                world,
+                pending: Default::default(),
+            }
+        }
+
+        fn reduce_in_place(&self, buf: &mut [f32], op: SystemOperation) -> Result<(), ExecError> {
+            if i32::try_from(buf.len()).is_err() {
+                return Err(ExecError::Comm(format!(
+                    "all-reduce of {} elements exceeds MPI's int count",
+                    buf.len()
+                )));
+            }
+            // rsmpi 0.8 exposes no MPI_IN_PLACE: reduce from a copy.
+            let send = buf.to_vec();
+            self.world.all_reduce_into(&send[..], buf, op);
+            Ok(())
+        }
+
         /// Rank 0's `bytes` on every rank (`MPI_Bcast` of the length, then
         /// of the bytes); the other ranks pass `None`.
         pub fn broadcast_bytes(&self, bytes: Option<Vec<u8>>) -> Vec<u8> {
@@ -285,16 +343,67 @@ mod mpi_impl {
             Ok(())
         }
         fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<(), ExecError> {
-            if i32::try_from(buf.len()).is_err() {
+            self.reduce_in_place(buf, SystemOperation::sum())
+        }
+        fn all_reduce_max(&self, buf: &mut [f32]) -> Result<(), ExecError> {
+            self.reduce_in_place(buf, SystemOperation::max())
+        }
+        fn send(&self, dest: usize, tag: u16, buf: Vec<f32>) -> Result<(), ExecError> {
+            let n = i32::try_from(buf.len()).map_err(|_| {
+                ExecError::Comm(format!(
+                    "send of {} elements exceeds MPI's int count",
+                    buf.len()
+                ))
+            })?;
+            let mut req = std::mem::MaybeUninit::<mpi::ffi::MPI_Request>::uninit();
+            // SAFETY: the buffer is moved into `pending` below and stays
+            // there (its heap storage unmoved) until `flush_sends` waits
+            // for the request; f32 elements, a live communicator.
+            let rc = unsafe {
+                mpi::ffi::MPI_Isend(
+                    buf.as_ptr() as *const std::ffi::c_void,
+                    n,
+                    mpi::ffi::RSMPI_FLOAT,
+                    dest as i32,
+                    tag as i32,
+                    self.world.as_raw(),
+                    req.as_mut_ptr(),
+                )
+            };
+            if rc != 0 {
                 return Err(ExecError::Comm(format!(
-                    "all-reduce of {} elements exceeds MPI's int count",
+                    "MPI_Isend to rank {dest} returned {rc}"
+                )));
+            }
+            // SAFETY: MPI_Isend succeeded, so it wrote the request.
+            let req = unsafe { req.assume_init() };
+            self.pending.borrow_mut().push((req, buf));
+            Ok(())
+        }
+        fn recv(&self, src: usize, tag: u16, buf: &mut [f32]) -> Result<(), ExecError> {
+            use mpi::point_to_point::Source;
+            let status = self
+                .world
+                .process_at_rank(src as i32)
+                .receive_into_with_tag(buf, tag as i32);
+            let got = status.count(f32::equivalent_datatype()) as usize;
+            if got != buf.len() {
+                return Err(ExecError::Comm(format!(
+                    "expected {} elements from rank {src} (tag {tag}), got {got}",
                     buf.len()
                 )));
             }
-            // rsmpi 0.8 exposes no MPI_IN_PLACE: reduce from a copy.
-            let send = buf.to_vec();
-            self.world
-                .all_reduce_into(&send[..], buf, SystemOperation::sum());
+            Ok(())
+        }
+        fn flush_sends(&self) -> Result<(), ExecError> {
+            let mut pending = std::mem::take(&mut *self.pending.borrow_mut());
+            for (req, _buf) in pending.iter_mut() {
+                // SAFETY: a request from MPI_Isend not yet waited for.
+                let rc = unsafe { mpi::ffi::MPI_Wait(req, mpi::ffi::RSMPI_STATUS_IGNORE) };
+                if rc != 0 {
+                    return Err(ExecError::Comm(format!("MPI_Wait returned {rc}")));
+                }
+            }
             Ok(())
         }
         fn split(&self, color: usize) -> Result<Self, ExecError> {
@@ -304,7 +413,7 @@ mod mpi_impl {
                 .world
                 .split_by_color(Color::with_value(c))
                 .ok_or_else(|| ExecError::Comm(format!("MPI_Comm_split gave no group for {c}")))?;
-            Ok(MpiComm { world })
+            Ok(MpiComm::over(world))
         }
         fn barrier(&self) {
             self.world.barrier();
@@ -340,7 +449,11 @@ mod tests {
         c.reduce_scatter_v(&full, &[3], &mut local).unwrap();
         assert_eq!(local, full);
         c.all_reduce_sum(&mut local).unwrap();
+        c.all_reduce_max(&mut local).unwrap();
         assert_eq!(local, full);
+        assert!(c.send(1, 0, vec![1.0]).is_err());
+        assert!(c.recv(1, 0, &mut local).is_err());
+        c.flush_sends().unwrap();
         assert_eq!(c.split(3).unwrap().size(), 1);
         assert!(c.all_gather_v(&[1.0], &[2], &mut full).is_err());
     }

@@ -7,6 +7,7 @@
 //! validate a job before any rank starts.
 
 use serde::{Deserialize, Serialize};
+use sim::plan::pipeline::{PipeSchedule, Pipeline};
 use sim::strategy::{Attention, Checkpointing, Sharding, Strategy};
 
 use crate::error::ExecError;
@@ -259,6 +260,11 @@ pub struct Job {
     /// Test-only fault injection.
     #[serde(default)]
     pub fault: Option<Fault>,
+    /// The pipeline (stages, TP groups, data-parallel replicas, schedule)
+    /// when the plan is pipelined or tensor-parallel; the plan entries are
+    /// then its [`Pipeline::rank_plans`]. `None`: data-parallel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<Pipeline>,
 }
 
 fn yes() -> bool {
@@ -365,9 +371,84 @@ impl Job {
         Ok(())
     }
 
-    /// Global batch B = sum of the local batches (samples).
+    /// Global batch B (samples): the sum of the local batches, or for a
+    /// pipeline what its first stage's replicas compute.
     pub fn global_batch(&self) -> usize {
-        self.plan.iter().map(|p| p.batch).sum()
+        match &self.pipeline {
+            None => self.plan.iter().map(|p| p.batch).sum(),
+            Some(pipe) => {
+                let st = &pipe.stages[0];
+                let t = st.tp.max(1) as usize;
+                st.gpus
+                    .iter()
+                    .step_by(t)
+                    .filter_map(|&r| self.plan.get(r as usize))
+                    .map(|p| p.batch)
+                    .sum()
+            }
+        }
+    }
+
+    /// [`Job::validate`] of a pipeline: the simulator's own check of the
+    /// pipeline against the model, batch and strategy, then what the
+    /// trainer cannot run, each with why.
+    fn validate_pipeline(&self, pipe: &Pipeline) -> Result<(), ExecError> {
+        let bad = |field: &str, message: String| {
+            Err(ExecError::InvalidJob {
+                field: field.into(),
+                message,
+            })
+        };
+        let ranks = self.plan.len();
+        pipe.validate(
+            ranks,
+            Some(self.model.layers as u32),
+            self.global_batch() as u32,
+            &self.strategy,
+            "job",
+        )
+        .map_err(|e| match e {
+            sim::error::PlanError::Invalid { field, message, .. } => {
+                ExecError::InvalidJob { field, message }
+            }
+            other => ExecError::InvalidJob {
+                field: "pipeline".into(),
+                message: other.to_string(),
+            },
+        })?;
+        let placed: usize = pipe.stages.iter().map(|s| s.gpus.len()).sum();
+        if placed != ranks {
+            return bad(
+                "pipeline.stages[].gpus",
+                format!("the trainer runs every rank in a stage: {placed} of the {ranks} ranks are placed"),
+            );
+        }
+        if pipe.schedule == PipeSchedule::ZbH1 {
+            return bad(
+                "pipeline.schedule",
+                "zb-h1 splits each backward into its input-gradient and weight-gradient halves and runs them apart; tch's autograd computes both in one call, so the trainer runs gpipe, 1f1b and interleaved".into(),
+            );
+        }
+        if self.strategy.sharding == Sharding::Hybrid {
+            return bad(
+                "strategy.sharding",
+                "the trainer runs none (DDP), grad-op (ZeRO-1) and full (FSDP) inside a pipeline's stages, not hybrid".into(),
+            );
+        }
+        let sp = pipe.sequence_parallel;
+        let t0 = pipe.stages[0].tp;
+        for (s, st) in pipe.stages.iter().enumerate() {
+            if let Err(why) = check_degree(&self.model, st.tp as usize, sp) {
+                return bad(&format!("pipeline.stages[{s}].tp"), why);
+            }
+            if sp && st.tp != t0 {
+                return bad(
+                    &format!("pipeline.stages[{s}].tp"),
+                    format!("with sequence parallelism the trainer hands each rank's sequence shard to the same rank of the next stage, so every stage needs the same TP degree ({t0} in stage 0, {} here)", st.tp),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Checks the job for `ranks` ranks (`None`: any count). Rejects a plan
@@ -422,7 +503,10 @@ impl Job {
                 );
             }
         }
-        self.validate_strategy()?;
+        match &self.pipeline {
+            Some(pipe) => self.validate_pipeline(pipe)?,
+            None => self.validate_strategy()?,
+        }
         if let Some(b) = global_batch {
             if self.global_batch() != b {
                 return bad(
@@ -447,6 +531,38 @@ impl Job {
         }
         Ok(())
     }
+}
+
+/// Checks a TP degree `t` against a model before any rank starts: it
+/// divides the query heads, the KV heads, the MLP width and the
+/// vocabulary (the trainer does not pad it, as Megatron does), and under
+/// sequence parallelism (`sp`) the sequence. `Err` says why not.
+pub fn check_degree(model: &BlockConfig, t: usize, sp: bool) -> Result<(), String> {
+    if t == 0 {
+        return Err("expected a TP degree of at least 1, got 0".into());
+    }
+    if t == 1 {
+        return Ok(());
+    }
+    for (what, n) in [
+        ("attention heads", model.heads),
+        ("key/value heads", model.kv_heads),
+        ("MLP width", model.ffn),
+        ("vocabulary", model.vocab),
+    ] {
+        if !n.is_multiple_of(t) {
+            return Err(format!(
+                "TP degree {t} does not divide the model's {what} ({n}): every rank of a TP group takes an equal share"
+            ));
+        }
+    }
+    if sp && !model.seq_len.is_multiple_of(t) {
+        return Err(format!(
+            "sequence parallelism splits a sample's {} tokens over the {t} ranks of a TP group: {t} must divide them",
+            model.seq_len
+        ));
+    }
+    Ok(())
 }
 
 /// What [`crate::profile_compute`] measures.

@@ -461,7 +461,7 @@ pub fn rank_main() -> Result<(), ExecError> {
             }
             RankTask::Compute(config) => {
                 comm.barrier();
-                let mut p = crate::profiler::profile_compute(&config)?;
+                let mut p = crate::profiler::profile_compute_with(&config, &|| comm.barrier())?;
                 let all = comm.gather_f64(&p.timings());
                 all.map(|all| {
                     p.set_mean_timings(&all, comm.size());

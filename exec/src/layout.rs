@@ -30,6 +30,26 @@ pub struct Segment {
     pub offset: usize,
     /// Initialisation.
     pub init: Init,
+    /// How a tensor-parallel group splits it.
+    pub tp: TpSplit,
+}
+
+/// How a tensor-parallel group of `t` ranks splits one parameter tensor
+/// (Megatron-LM's `ColumnParallelLinear` / `RowParallelLinear` /
+/// `VocabParallelEmbedding`; weights are `[out, in]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TpSplit {
+    /// Every rank holds all of it (norms, row-parallel biases, learned
+    /// positions).
+    Replicated,
+    /// Dimension 0 is `n` equal blocks (the fused QKV's q, k and v), each
+    /// split into `t` runs of rows; rank `r` holds run `r` of every block:
+    /// column-parallel weights and biases, the vocabulary-parallel
+    /// embedding and output layer.
+    Rows(usize),
+    /// Dimension 1 split into `t` runs of columns (row-parallel weights:
+    /// the attention output projection, the MLP's last linear).
+    Cols,
 }
 
 impl Segment {
@@ -68,16 +88,19 @@ impl UnitLayout {
 
 const STD: f32 = 0.02;
 
-fn build(kind: UnitKind, parts: Vec<(&'static str, Vec<usize>, Init)>) -> UnitLayout {
+type Part = (&'static str, Vec<usize>, Init, TpSplit);
+
+fn build(kind: UnitKind, parts: Vec<Part>) -> UnitLayout {
     let mut offset = 0;
     let segments = parts
         .into_iter()
-        .map(|(name, shape, init)| {
+        .map(|(name, shape, init, tp)| {
             let s = Segment {
                 name,
                 shape,
                 offset,
                 init,
+                tp,
             };
             offset += s.numel();
             s
@@ -93,54 +116,125 @@ pub fn unit_layouts(cfg: &BlockConfig) -> Vec<UnitLayout> {
     let (h, f, v, s) = (cfg.hidden, cfg.ffn, cfg.vocab, cfg.seq_len);
     let kv = cfg.kv_heads * cfg.head_dim();
     let mut units = Vec::with_capacity(cfg.layers + 2);
-    let mut emb = vec![("tok", vec![v, h], Init::Normal(STD))];
+    let mut emb = vec![("tok", vec![v, h], Init::Normal(STD), TpSplit::Rows(1))];
     if cfg.family == BlockKind::Gpt {
-        emb.push(("pos", vec![s, h], Init::Normal(STD)));
+        emb.push(("pos", vec![s, h], Init::Normal(STD), TpSplit::Replicated));
     }
     units.push(build(UnitKind::Embedding, emb));
     for l in 0..cfg.layers {
         let parts = match cfg.family {
             BlockKind::Gpt => vec![
-                ("qkv_w", vec![3 * h, h], Init::Normal(STD)),
-                ("qkv_b", vec![3 * h], Init::Zeros),
-                ("o_w", vec![h, h], Init::Normal(STD)),
-                ("o_b", vec![h], Init::Zeros),
-                ("ln1_w", vec![h], Init::Ones),
-                ("ln1_b", vec![h], Init::Zeros),
-                ("fc1_w", vec![f, h], Init::Normal(STD)),
-                ("fc1_b", vec![f], Init::Zeros),
-                ("fc2_w", vec![h, f], Init::Normal(STD)),
-                ("fc2_b", vec![h], Init::Zeros),
-                ("ln2_w", vec![h], Init::Ones),
-                ("ln2_b", vec![h], Init::Zeros),
+                ("qkv_w", vec![3 * h, h], Init::Normal(STD), TpSplit::Rows(3)),
+                ("qkv_b", vec![3 * h], Init::Zeros, TpSplit::Rows(3)),
+                ("o_w", vec![h, h], Init::Normal(STD), TpSplit::Cols),
+                ("o_b", vec![h], Init::Zeros, TpSplit::Replicated),
+                ("ln1_w", vec![h], Init::Ones, TpSplit::Replicated),
+                ("ln1_b", vec![h], Init::Zeros, TpSplit::Replicated),
+                ("fc1_w", vec![f, h], Init::Normal(STD), TpSplit::Rows(1)),
+                ("fc1_b", vec![f], Init::Zeros, TpSplit::Rows(1)),
+                ("fc2_w", vec![h, f], Init::Normal(STD), TpSplit::Cols),
+                ("fc2_b", vec![h], Init::Zeros, TpSplit::Replicated),
+                ("ln2_w", vec![h], Init::Ones, TpSplit::Replicated),
+                ("ln2_b", vec![h], Init::Zeros, TpSplit::Replicated),
             ],
             BlockKind::Llama => vec![
-                ("n1_w", vec![h], Init::Ones),
-                ("q_w", vec![h, h], Init::Normal(STD)),
-                ("k_w", vec![kv, h], Init::Normal(STD)),
-                ("v_w", vec![kv, h], Init::Normal(STD)),
-                ("o_w", vec![h, h], Init::Normal(STD)),
-                ("n2_w", vec![h], Init::Ones),
-                ("gate_w", vec![f, h], Init::Normal(STD)),
-                ("up_w", vec![f, h], Init::Normal(STD)),
-                ("down_w", vec![h, f], Init::Normal(STD)),
+                ("n1_w", vec![h], Init::Ones, TpSplit::Replicated),
+                ("q_w", vec![h, h], Init::Normal(STD), TpSplit::Rows(1)),
+                ("k_w", vec![kv, h], Init::Normal(STD), TpSplit::Rows(1)),
+                ("v_w", vec![kv, h], Init::Normal(STD), TpSplit::Rows(1)),
+                ("o_w", vec![h, h], Init::Normal(STD), TpSplit::Cols),
+                ("n2_w", vec![h], Init::Ones, TpSplit::Replicated),
+                ("gate_w", vec![f, h], Init::Normal(STD), TpSplit::Rows(1)),
+                ("up_w", vec![f, h], Init::Normal(STD), TpSplit::Rows(1)),
+                ("down_w", vec![h, f], Init::Normal(STD), TpSplit::Cols),
             ],
         };
         units.push(build(UnitKind::Block(l), parts));
     }
     let head = match cfg.family {
         BlockKind::Gpt => vec![
-            ("lnf_w", vec![h], Init::Ones),
-            ("lnf_b", vec![h], Init::Zeros),
-            ("lm_w", vec![v, h], Init::Normal(STD)),
+            ("lnf_w", vec![h], Init::Ones, TpSplit::Replicated),
+            ("lnf_b", vec![h], Init::Zeros, TpSplit::Replicated),
+            ("lm_w", vec![v, h], Init::Normal(STD), TpSplit::Rows(1)),
         ],
         BlockKind::Llama => vec![
-            ("nf_w", vec![h], Init::Ones),
-            ("lm_w", vec![v, h], Init::Normal(STD)),
+            ("nf_w", vec![h], Init::Ones, TpSplit::Replicated),
+            ("lm_w", vec![v, h], Init::Normal(STD), TpSplit::Rows(1)),
         ],
     };
     units.push(build(UnitKind::Head, head));
     units
+}
+
+/// Runs of a segment's full flat elements (relative to the segment's
+/// start) that TP rank `r` of `t` holds, in its local order:
+/// (start, length).
+fn tp_segment_runs(seg: &Segment, t: usize, r: usize) -> Vec<(usize, usize)> {
+    let n = seg.numel();
+    match seg.tp {
+        _ if t <= 1 => vec![(0, n)],
+        TpSplit::Replicated => vec![(0, n)],
+        TpSplit::Rows(blocks) => {
+            let rows = seg.shape[0];
+            let inner = n / rows.max(1);
+            let (per_block, part) = (rows / blocks, rows / blocks / t);
+            (0..blocks)
+                .map(|b| ((b * per_block + r * part) * inner, part * inner))
+                .collect()
+        }
+        TpSplit::Cols => {
+            let (rows, cols) = (seg.shape[0], seg.shape[1]);
+            let part = cols / t;
+            (0..rows).map(|i| (i * cols + r * part, part)).collect()
+        }
+    }
+}
+
+/// The layout TP rank of a group of `t` holds of unit `full` (the same
+/// segments, each with its split dimension divided by `t`, back to back).
+/// Every rank's local layout is the same; `t` must divide every split
+/// dimension ([`crate::config::Job::validate`] checks it).
+pub fn tp_layout(full: &UnitLayout, t: usize) -> UnitLayout {
+    let parts = full
+        .segments
+        .iter()
+        .map(|seg| {
+            let mut shape = seg.shape.clone();
+            match seg.tp {
+                _ if t <= 1 => {}
+                TpSplit::Replicated => {}
+                TpSplit::Rows(_) => shape[0] /= t,
+                TpSplit::Cols => shape[1] /= t,
+            }
+            (seg.name, shape, seg.init, seg.tp)
+        })
+        .collect();
+    build(full.kind, parts)
+}
+
+/// Where TP rank `r` of `t`'s local flat vector of unit `full` lies in the
+/// full one: (full offset, length) runs in local order, summing to the
+/// local layout's size.
+pub fn tp_runs(full: &UnitLayout, t: usize, r: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for seg in &full.segments {
+        for (start, len) in tp_segment_runs(seg, t, r) {
+            match out.last_mut() {
+                Some((o, l)) if *o + *l == seg.offset + start => *l += len,
+                _ => out.push((seg.offset + start, len)),
+            }
+        }
+    }
+    out
+}
+
+/// Initial values of TP rank `r` of `t`'s piece of unit number `unit`
+/// (layout `full`) for `seed`: the full unit's values at its runs.
+pub fn tp_init_values(full: &UnitLayout, unit: usize, seed: u64, t: usize, r: usize) -> Vec<f32> {
+    tp_runs(full, t, r)
+        .into_iter()
+        .flat_map(|(o, l)| init_values(full, unit, seed, o..o + l))
+        .collect()
 }
 
 /// SplitMix64 finaliser: a well-mixed 64-bit hash of `x`.
@@ -231,6 +325,42 @@ mod tests {
         assert_eq!([a, b].concat(), all);
         let mean: f32 = all.iter().sum::<f32>() / all.len() as f32;
         assert!(mean.abs() < 0.1);
+    }
+
+    #[test]
+    fn tp_pieces_tile_every_unit() {
+        for cfg in [BlockConfig::tiny_gpt(), BlockConfig::tiny_llama()] {
+            for full in unit_layouts(&cfg) {
+                for t in [1usize, 2, 4] {
+                    let local = tp_layout(&full, t);
+                    let mut hit = vec![0u8; full.numel()];
+                    for r in 0..t {
+                        let runs = tp_runs(&full, t, r);
+                        assert_eq!(runs.iter().map(|x| x.1).sum::<usize>(), local.numel());
+                        for (o, l) in runs {
+                            hit[o..o + l].iter_mut().for_each(|h| *h += 1);
+                        }
+                    }
+                    // Split tensors once, replicated ones on every rank.
+                    for seg in &full.segments {
+                        let want = if seg.tp == TpSplit::Replicated {
+                            t as u8
+                        } else {
+                            1
+                        };
+                        let got = &hit[seg.offset..seg.offset + seg.numel()];
+                        assert!(got.iter().all(|&h| h == want), "{} t={t}", seg.name);
+                    }
+                }
+            }
+        }
+        // The fused QKV: rank 1 of 2 holds the second half of q, k and v.
+        let cfg = BlockConfig::tiny_gpt();
+        let block = &unit_layouts(&cfg)[1];
+        let h = cfg.hidden;
+        let runs = tp_runs(block, 2, 1);
+        assert_eq!(runs[0], (h / 2 * h, h / 2 * h));
+        assert_eq!(runs[1], ((h + h / 2) * h, h / 2 * h));
     }
 
     #[test]

@@ -48,6 +48,10 @@ pub mod model;
 #[cfg(feature = "torch")]
 mod profiler;
 #[cfg(feature = "torch")]
+mod stage_trainer;
+#[cfg(feature = "torch")]
+mod tensor_parallel;
+#[cfg(feature = "torch")]
 mod trainer;
 
 pub use comm::{Collectives, SelfComm};

@@ -73,6 +73,18 @@ impl Model {
         })
     }
 
+    /// The structure TP rank of a group of `t` holds: every unit's TP
+    /// layout ([`crate::layout::tp_layout`]); `t = 1` is [`Model::new`].
+    pub fn new_tp(cfg: &BlockConfig, device: Device, kind: Kind, t: usize) -> TResult<Model> {
+        let mut m = Model::new(cfg, device, kind)?;
+        m.units = m
+            .units
+            .iter()
+            .map(|u| crate::layout::tp_layout(u, t))
+            .collect();
+        Ok(m)
+    }
+
     /// Number of units.
     pub fn n_units(&self) -> usize {
         self.units.len()
@@ -225,14 +237,20 @@ impl Model {
     }
 
     /// `[m, S, heads*d]` -> `[m, heads, S, d]`.
-    fn split_heads(&self, t: &Tensor, heads: usize) -> Result<Tensor, tch::TchError> {
+    pub(crate) fn split_heads(&self, t: &Tensor, heads: usize) -> Result<Tensor, tch::TchError> {
         let (m, s) = (t.size()[0], self.cfg.seq_len as i64);
         t.f_view([m, s, heads as i64, self.cfg.head_dim() as i64])?
             .f_transpose(1, 2)
     }
 
-    /// Eager causal attention on `[m, heads, S, d]` tensors -> `[m, S, H]`.
-    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor, tch::TchError> {
+    /// Eager causal attention on `[m, heads, S, d]` tensors -> `[m, S,
+    /// heads d]` (`H`, or a TP rank's `H / t`).
+    pub(crate) fn attend(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<Tensor, tch::TchError> {
         let d = self.cfg.head_dim() as f64;
         let scores = q
             .f_matmul(&k.f_transpose(-2, -1)?)?
@@ -241,11 +259,9 @@ impl Model {
         let probs = scores.f_softmax(-1, None::<Kind>)?;
         let out = probs.f_matmul(v)?; // [m, heads, S, d]
         let m = out.size()[0];
-        out.f_transpose(1, 2)?.f_contiguous()?.f_view([
-            m,
-            self.cfg.seq_len as i64,
-            self.cfg.hidden as i64,
-        ])
+        out.f_transpose(1, 2)?
+            .f_contiguous()?
+            .f_view([m, self.cfg.seq_len as i64, -1])
     }
 
     fn gpt_block(&self, p: &[Tensor], x: &Tensor) -> TResult<Tensor> {
@@ -273,7 +289,7 @@ impl Model {
         run().map_err(terr)
     }
 
-    fn rotary(&self, t: &Tensor) -> Result<Tensor, tch::TchError> {
+    pub(crate) fn rotary(&self, t: &Tensor) -> Result<Tensor, tch::TchError> {
         let (cos, sin) = self.rope.as_ref().expect("rotary tables exist for llama");
         let half = (self.cfg.head_dim() / 2) as i64;
         let x1 = t.f_narrow(-1, 0, half)?;

@@ -169,7 +169,8 @@ pub struct ComputeProfile {
     /// the head's forward + backward as done once per micro-batch.
     pub head: Vec<PassTiming>,
     /// Adam step over one block's worth of parameters, median (ms): timed
-    /// over the largest unit's parameter count (capped at 16 Mi) and scaled.
+    /// as the trainer steps, one call per unit over the model's units
+    /// (at most 64 Mi parameters in all), and scaled.
     pub optimizer_ms_per_block: f64,
     /// Adam step cost per parameter (ns), from that measurement.
     pub optimizer_ns_per_param: f64,

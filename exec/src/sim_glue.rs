@@ -191,6 +191,7 @@ pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Resul
         return_params: false,
         return_grads: false,
         fault: None,
+        pipeline: None,
     };
     job.validate(Some(plan.gpus.len()), None)?;
     Ok(job)

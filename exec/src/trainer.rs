@@ -55,20 +55,20 @@ use crate::shard::{micro_batch_sizes, offsets, piece_sizes};
 
 /// Per-rank accumulators of one iteration.
 #[derive(Debug, Default, Clone, Copy)]
-struct Clock {
-    compute_ms: f64,
+pub(crate) struct Clock {
+    pub compute_ms: f64,
     /// Part of `compute_ms`: the units' forward, head and backward passes
     /// (with recompute).
-    passes_ms: f64,
+    pub passes_ms: f64,
     /// Part of `compute_ms`: the optimizer step.
-    optimizer_ms: f64,
-    comm_ms: f64,
-    wait_ms: f64,
-    copy_ms: f64,
-    peak: u64,
+    pub optimizer_ms: f64,
+    pub comm_ms: f64,
+    pub wait_ms: f64,
+    pub copy_ms: f64,
+    pub peak: u64,
 }
 
-fn ms_since(t: Instant) -> f64 {
+pub(crate) fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
@@ -454,32 +454,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
     }
 
     fn maybe_fail(&self, iteration: usize) {
-        if let Some(f) = self.job.fault {
-            if f.rank == self.world.rank() && f.iteration == iteration {
-                match f.kind {
-                    FaultKind::Panic => {
-                        panic!("injected fault on rank {} in iteration {iteration}", f.rank)
-                    }
-                    FaultKind::Exit => {
-                        eprintln!(
-                            "cephalo-exec: injected exit on rank {} in iteration {iteration}",
-                            f.rank
-                        );
-                        std::process::exit(3)
-                    }
-                    FaultKind::Hang => loop {
-                        std::thread::sleep(std::time::Duration::from_secs(3600));
-                    },
-                    FaultKind::Abort => {
-                        eprintln!(
-                            "cephalo-exec: injected abort on rank {} in iteration {iteration}",
-                            f.rank
-                        );
-                        std::process::abort()
-                    }
-                }
-            }
-        }
+        maybe_fail(self.job, self.world.rank(), iteration);
     }
 
     /// Adds per-tensor gradients `g` of unit `u` into its unsharded f32
@@ -844,6 +819,36 @@ impl<'a, C: Collectives> Rank<'a, C> {
     }
 }
 
+/// Runs the job's injected fault when it is this `rank`'s in `iteration`.
+pub(crate) fn maybe_fail(job: &Job, rank: usize, iteration: usize) {
+    if let Some(f) = job.fault {
+        if f.rank == rank && f.iteration == iteration {
+            match f.kind {
+                FaultKind::Panic => {
+                    panic!("injected fault on rank {} in iteration {iteration}", f.rank)
+                }
+                FaultKind::Exit => {
+                    eprintln!(
+                        "cephalo-exec: injected exit on rank {} in iteration {iteration}",
+                        f.rank
+                    );
+                    std::process::exit(3)
+                }
+                FaultKind::Hang => loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                },
+                FaultKind::Abort => {
+                    eprintln!(
+                        "cephalo-exec: injected abort on rank {} in iteration {iteration}",
+                        f.rank
+                    );
+                    std::process::abort()
+                }
+            }
+        }
+    }
+}
+
 /// The 16-bit tensor kind of a parameter dtype (`None` for fp32).
 fn half_kind(d: sim::dtype::Dtype) -> Option<Kind> {
     match d {
@@ -881,13 +886,17 @@ fn from_host(buf: Option<Tensor>, host: Vec<f32>, dev: Device) -> TResult<Tensor
     }
 }
 
-const FIELDS: usize = 9;
+/// Values per rank and iteration in [`record_fields`].
+pub(crate) const FIELDS: usize = 9;
 
 /// Trains `job` on this rank of `comm` (every rank calls it with the same
 /// job). Returns the assembled report on rank 0 and `None` on the others.
 /// The job must already be validated for `comm.size()` ranks.
 pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>, ExecError> {
     job.validate(Some(comm.size()), None)?;
+    if job.pipeline.is_some() {
+        return crate::stage_trainer::train(job, comm);
+    }
     let mut rank = Rank::new(job, comm)?;
     let total = job.warmup_iterations + job.iterations;
     let mut iter_ms = Vec::with_capacity(total);
@@ -895,23 +904,7 @@ pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>,
     for it in 0..total {
         let (ms, loss) = rank.iteration(it)?;
         iter_ms.push(ms);
-        let c = rank.clock;
-        let peak = if job.device == DeviceKind::Cuda {
-            c.peak as f64
-        } else {
-            -1.0
-        };
-        local.extend_from_slice(&[
-            c.compute_ms,
-            c.comm_ms,
-            c.wait_ms,
-            c.copy_ms,
-            peak,
-            loss,
-            ms,
-            c.passes_ms,
-            c.optimizer_ms,
-        ]);
+        local.extend_from_slice(&record_fields(job, &rank.clock, loss, ms));
     }
     let params = if job.return_params {
         Some(rank.gather_all(&rank.shards)?)
@@ -923,8 +916,53 @@ pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>,
         None => None,
     };
     let unit_params: Vec<usize> = rank.model.units.iter().map(|u| u.numel()).collect();
-    let all = comm.gather_f64(&local);
-    let Some(all) = all else { return Ok(None) };
+    Ok(assemble(
+        job,
+        comm,
+        &iter_ms,
+        &local,
+        unit_params,
+        params,
+        first_grads,
+    ))
+}
+
+/// One iteration's per-rank record: the [`Clock`]'s fields, the peak
+/// memory (`-1` off CUDA), this rank's loss and iteration time, in the
+/// order [`assemble`] reads them ([`FIELDS`] values).
+pub(crate) fn record_fields(job: &Job, c: &Clock, loss: f64, ms: f64) -> [f64; FIELDS] {
+    let peak = if job.device == DeviceKind::Cuda {
+        c.peak as f64
+    } else {
+        -1.0
+    };
+    [
+        c.compute_ms,
+        c.comm_ms,
+        c.wait_ms,
+        c.copy_ms,
+        peak,
+        loss,
+        ms,
+        c.passes_ms,
+        c.optimizer_ms,
+    ]
+}
+
+/// The report on rank 0 from every rank's [`record_fields`] per iteration
+/// (`local`, gathered here), rank 0's iteration times and what rank 0
+/// collected of parameters and gradients; `None` on the other ranks.
+pub(crate) fn assemble<C: Collectives>(
+    job: &Job,
+    comm: &C,
+    iter_ms: &[f64],
+    local: &[f64],
+    unit_params: Vec<usize>,
+    final_params: Option<Vec<Vec<f32>>>,
+    first_grads: Option<Vec<Vec<f32>>>,
+) -> Option<TrainReport> {
+    let total = iter_ms.len();
+    let all = comm.gather_f64(local)?;
     let size = comm.size();
     let mut iterations = Vec::new();
     let mut loss_sums = Vec::with_capacity(total);
@@ -958,15 +996,15 @@ pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>,
             });
         }
     }
-    Ok(Some(TrainReport {
+    Some(TrainReport {
         ranks: size,
         global_batch: job.global_batch(),
         unit_params,
         iterations,
         loss_sums,
-        final_params: params,
+        final_params,
         first_grads,
-    }))
+    })
 }
 
 /// Single-process reference: plain end-to-end autograd on the whole global

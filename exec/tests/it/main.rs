@@ -10,4 +10,6 @@
 mod validation;
 
 #[cfg(all(feature = "torch", feature = "mpi"))]
+mod parallel;
+#[cfg(all(feature = "torch", feature = "mpi"))]
 mod real;

@@ -9,7 +9,7 @@ use exec::{BlockConfig, CollectiveConfig, ExecError, Fault, FaultKind, LaunchOpt
 use crate::validation::job;
 
 /// Whether `mpirun` works; under CI=true a missing one fails the test.
-fn mpi_ready() -> bool {
+pub(crate) fn mpi_ready() -> bool {
     if exec::launch::mpirun_available(Path::new("mpirun")) {
         return true;
     }
@@ -21,7 +21,7 @@ fn mpi_ready() -> bool {
     false
 }
 
-fn opts() -> LaunchOptions {
+pub(crate) fn opts() -> LaunchOptions {
     let mut o = LaunchOptions::new(env!("CARGO_BIN_EXE_cephalo-exec-rank"));
     o.oversubscribe = true;
     o.timeout = Duration::from_secs(180);
@@ -29,7 +29,7 @@ fn opts() -> LaunchOptions {
 }
 
 /// Largest |a - b| over all units, and the largest |b|.
-fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> (f32, f32) {
+pub(crate) fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> (f32, f32) {
     assert_eq!(a.len(), b.len());
     let mut d = 0f32;
     let mut m = 0f32;
@@ -80,7 +80,7 @@ const GRAD_TOL_REL: f32 = 1e-5;
 /// bias correction on the local shard.
 const PARAM_TOL: f32 = 1e-5;
 
-fn sci(xs: &[f32]) -> String {
+pub(crate) fn sci(xs: &[f32]) -> String {
     xs.iter()
         .map(|x| format!("{x:.1e}"))
         .collect::<Vec<_>>()
@@ -88,7 +88,7 @@ fn sci(xs: &[f32]) -> String {
 }
 
 /// Per unit: max |a - b| / max |b|.
-fn rel_diff_per_unit(a: &[Vec<f32>], b: &[Vec<f32>]) -> Vec<f32> {
+pub(crate) fn rel_diff_per_unit(a: &[Vec<f32>], b: &[Vec<f32>]) -> Vec<f32> {
     a.iter()
         .zip(b)
         .map(|(x, y)| {
@@ -132,6 +132,20 @@ fn check_strategy_on(
 ) -> (f32, f32) {
     let mut j = job(plan, model.clone());
     j.strategy = strategy;
+    check_job(j, &format!("{plan:?}"), opts)
+}
+
+/// Trains `j` (its model, strategy, plan or pipeline; [`STEPS`] steps,
+/// Adam's eps [`EPS`]) on its ranks as `opts` says and holds its first
+/// gradients, final parameters, losses and timings against the
+/// single-process reference on the same global batch; `what` names the
+/// plan in the log. Returns (largest per-unit relative gradient
+/// difference, largest |dparam|).
+pub(crate) fn check_job(mut j: exec::Job, what: &str, opts: &LaunchOptions) -> (f32, f32) {
+    let model = j.model.clone();
+    let strategy = j.strategy;
+    let ranks = j.plan.len();
+    let batch = j.global_batch();
     j.iterations = STEPS;
     j.adam.eps = EPS;
     j.return_params = true;
@@ -139,7 +153,7 @@ fn check_strategy_on(
     let t = Instant::now();
     let rep = exec::launch(&j, opts).unwrap_or_else(|e| panic!("{e}"));
     let launch_s = t.elapsed().as_secs_f64();
-    let refr = exec::reference_train(&model, 16, STEPS, &j.adam, j.seed).unwrap();
+    let refr = exec::reference_train(&model, batch, STEPS, &j.adam, j.seed).unwrap();
     let grads = rel_diff_per_unit(
         rep.first_grads.as_ref().expect("grads returned"),
         &refr.first_grads,
@@ -148,15 +162,14 @@ fn check_strategy_on(
         rep.final_params.as_ref().expect("params returned"),
         &refr.params,
     );
-    let init = exec::reference_train(&model, 16, 0, &j.adam, j.seed).unwrap();
+    let init = exec::reference_train(&model, batch, 0, &j.adam, j.seed).unwrap();
     let (moved, _) = max_diff(&init.params, &refr.params);
     eprintln!(
-        "{:?} [{}]: {} ranks {plan:?} vs 1 process (b 16): first-step gradient \
+        "{:?} [{}]: {ranks} ranks {what} vs 1 process (b {batch}): first-step gradient \
          max rel diff per unit {}; after {STEPS} Adam steps max |dparam| = {d:.3e} \
          (max |param| {m:.3}, moved by up to {moved:.3e}); loss sums {:?} vs {:?}; launch {launch_s:.1} s",
         model.family,
         strategy.label(),
-        plan.len(),
         sci(&grads),
         rep.loss_sums,
         refr.loss_sums
@@ -185,7 +198,7 @@ fn check_strategy_on(
     }
     assert_eq!(rep.iterations.len(), STEPS);
     for it in &rep.iterations {
-        assert_eq!(it.ranks.len(), plan.len());
+        assert_eq!(it.ranks.len(), ranks);
         assert!(it.iteration_ms > 0.0);
         for r in &it.ranks {
             assert!(r.compute_ms > 0.0 && r.comm_ms >= 0.0 && r.wait_ms >= 0.0);

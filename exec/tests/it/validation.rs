@@ -28,6 +28,7 @@ pub(crate) fn job(plan: &[(usize, usize, f64)], model: BlockConfig) -> Job {
         return_params: false,
         return_grads: false,
         fault: None,
+        pipeline: None,
     }
 }
 
