@@ -158,7 +158,11 @@ pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Resul
                 "expected at least 1 sample per rank (the trainer cannot run state-only ranks), got 0",
             ));
         }
-        if g.microbatches == 0 || g.microbatch_size != g.batch.div_ceil(g.microbatches) {
+        // A pipeline's entries are its replicas' slices, whose micro-batch
+        // sizes need not be one split of the batch.
+        if plan.pipeline.is_none()
+            && (g.microbatches == 0 || g.microbatch_size != g.batch.div_ceil(g.microbatches))
+        {
             return Err(invalid(
                 format!("plan[{i}].microbatch_size"),
                 format!(
@@ -191,7 +195,7 @@ pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Resul
         return_params: false,
         return_grads: false,
         fault: None,
-        pipeline: None,
+        pipeline: plan.pipeline.clone(),
     };
     job.validate(Some(plan.gpus.len()), None)?;
     Ok(job)
@@ -201,7 +205,7 @@ pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Resul
 pub fn plan_of_job(job: &Job) -> Plan {
     Plan {
         planner: "manual".into(),
-        pipeline: None,
+        pipeline: job.pipeline.clone(),
         strategy: job.strategy,
         gpus: job
             .plan
@@ -532,6 +536,27 @@ pub struct RankComparison {
     pub peak_mem_gib: Pair,
 }
 
+/// Predicted vs measured for one group of a pipelined / tensor-parallel
+/// run: one TP group (a data-parallel replica) of one stage, its ranks'
+/// means.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupComparison {
+    /// Stage.
+    pub stage: usize,
+    /// Replica (TP group) inside the stage, in the stage's order.
+    pub replica: usize,
+    /// Its ranks (TP order).
+    pub ranks: Vec<usize>,
+    /// Mean compute, ms.
+    pub compute_ms: Pair,
+    /// Mean communication (TP collectives, the stage's gradient
+    /// reduction, sends), ms.
+    pub comm_ms: Pair,
+    /// Mean bubble: the iteration less compute, communication and copies
+    /// (waiting for neighbouring stages and for the slowest rank), ms.
+    pub bubble_ms: Pair,
+}
+
 /// Predicted vs measured for a whole run.
 ///
 /// JSON (what `cephalo validate --format json` prints inside its output):
@@ -550,12 +575,49 @@ pub struct Comparison {
     pub iteration_error_rel: f64,
     /// Per rank, in rank order.
     pub ranks: Vec<RankComparison>,
+    /// Per stage and TP group of a pipelined or tensor-parallel plan
+    /// (empty for data-parallel ones).
+    pub groups: Vec<GroupComparison>,
+}
+
+/// Per stage and replica, the means of `ranks`' compute, communication
+/// and bubble (the report's stages say which ranks form which group).
+fn group_comparisons(
+    pipe: &sim::report::PipelineReport,
+    ranks: &[RankComparison],
+) -> Vec<GroupComparison> {
+    let mut out = Vec::new();
+    for st in &pipe.stages {
+        let t = st.tp.max(1) as usize;
+        for (j, group) in st.ranks.chunks(t).enumerate() {
+            let rows: Vec<&RankComparison> = group.iter().filter_map(|&r| ranks.get(r)).collect();
+            let mean = |f: &dyn Fn(&RankComparison) -> Pair| -> Pair {
+                let n = rows.len().max(1) as f64;
+                let sum = |g: &dyn Fn(Pair) -> Option<f64>| -> Option<f64> {
+                    rows.iter()
+                        .map(|r| g(f(r)))
+                        .sum::<Option<f64>>()
+                        .map(|x| x / n)
+                };
+                Pair::new(sum(&|p| p.predicted), sum(&|p| p.measured))
+            };
+            out.push(GroupComparison {
+                stage: st.stage,
+                replica: j,
+                ranks: group.to_vec(),
+                compute_ms: mean(&|r| r.compute_ms),
+                comm_ms: mean(&|r| r.comm_ms),
+                bubble_ms: mean(&|r| r.idle_ms),
+            });
+        }
+    }
+    out
 }
 
 /// Compares a simulated report with a measured run of the same plan.
 pub fn compare(predicted: &Report, measured: &MeasuredReport) -> Comparison {
     let it = Pair::new(Some(predicted.iteration_ms), Some(measured.iteration_ms));
-    let ranks = predicted
+    let ranks: Vec<RankComparison> = predicted
         .gpus
         .iter()
         .zip(&measured.gpus)
@@ -576,11 +638,16 @@ pub fn compare(predicted: &Report, measured: &MeasuredReport) -> Comparison {
             peak_mem_gib: Pair::new(Some(p.peak_mem_gib), m.peak_mem_gib),
         })
         .collect();
+    let groups = match &predicted.pipeline {
+        Some(pipe) => group_comparisons(pipe, &ranks),
+        None => Vec::new(),
+    };
     Comparison {
         predicted_iteration_ms: predicted.iteration_ms,
         measured_iteration_ms: measured.iteration_ms,
         iteration_error_rel: it.error_rel.unwrap_or(f64::NAN),
         ranks,
+        groups,
     }
 }
 

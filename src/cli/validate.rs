@@ -95,10 +95,17 @@ pub struct Args {
     pub save_profile: Option<PathBuf>,
     #[command(flatten)]
     pub strategy: StrategyArgs,
-    /// Plan file (`cephalo plan --out` JSON); strategy flags must agree
-    /// with the strategy it records.
+    /// Plan file (`cephalo plan --out` JSON) of any family (data-parallel,
+    /// pipeline, 3D); strategy flags must agree with the strategy it
+    /// records.
     #[arg(long, conflicts_with_all = ["batch", "planner"])]
     pub plan: Option<PathBuf>,
+    /// A homogeneous 3D shape instead (as `simulate` takes it: `--tp`,
+    /// `--pp`, `--pp-schedule`, `--sequence-parallel`, ...): Megatron's
+    /// layout of the ranks, run by the trainer's tensor-parallel and
+    /// pipeline stages.
+    #[command(flatten)]
+    pub shape: crate::cli::simulate::ShapeArgs,
     /// Local batch per rank, comma-separated (default: the demo plan).
     #[arg(long, conflicts_with = "planner", allow_hyphen_values = true)]
     pub batch: Option<String>,
@@ -299,6 +306,25 @@ fn user_plan(
         return Ok(None);
     }
     let spec = args.strategy.spec()?;
+    if let Some(shape) = args.shape.shape() {
+        let layers = profile::model(&args.model, "--model")?.layers;
+        let input = PlanInput::Shape {
+            shape: &shape,
+            layers,
+        };
+        let origin = format!(
+            "3D shape: tp {} x pp {} ({}{}), micro-batches of {} per replica",
+            shape.tp,
+            shape.pp,
+            shape.schedule,
+            if shape.sequence_parallel { ", sp" } else { "" },
+            shape.microbatch_size
+        );
+        return Ok(Some((
+            session::user_plan(input, &spec, ctx, workload)?,
+            origin,
+        )));
+    }
     if let Some(path) = &args.plan {
         let origin = path.display().to_string();
         let text = load::read_text(path)?;
@@ -346,6 +372,8 @@ fn user_plan(
 #[derive(Debug, Serialize)]
 struct CsvRow {
     rank: Option<usize>,
+    /// The stage and TP group of a pipelined / 3D plan's group rows.
+    group: Option<String>,
     metric: &'static str,
     predicted: Option<f64>,
     measured: Option<f64>,
@@ -357,6 +385,7 @@ fn csv_rows(o: &ValidateOutput) -> Vec<CsvRow> {
     let c = &o.comparison;
     let mut rows = vec![CsvRow {
         rank: None,
+        group: None,
         metric: "iteration_ms",
         predicted: Some(c.predicted_iteration_ms),
         measured: Some(c.measured_iteration_ms),
@@ -374,6 +403,23 @@ fn csv_rows(o: &ValidateOutput) -> Vec<CsvRow> {
         ] {
             rows.push(CsvRow {
                 rank: Some(r.rank),
+                group: None,
+                metric,
+                predicted: p.predicted,
+                measured: p.measured,
+                error_rel: p.error_rel,
+            });
+        }
+    }
+    for g in &c.groups {
+        for (metric, p) in [
+            ("compute_ms", &g.compute_ms),
+            ("comm_ms", &g.comm_ms),
+            ("bubble_ms", &g.bubble_ms),
+        ] {
+            rows.push(CsvRow {
+                rank: None,
+                group: Some(format!("stage {} replica {}", g.stage, g.replica)),
                 metric,
                 predicted: p.predicted,
                 measured: p.measured,
@@ -422,6 +468,9 @@ fn table(o: &ValidateOutput) -> String {
         o.threads.map_or("default".into(), |t| t.to_string())
     );
     let _ = writeln!(s, "plan: {}", o.plan_source);
+    if let Some(pipe) = &o.plan.pipeline {
+        let _ = writeln!(s, "  {}", pipe.label());
+    }
     for g in &o.plan.gpus {
         let _ = writeln!(
             s,
@@ -466,6 +515,28 @@ fn table(o: &ValidateOutput) -> String {
                 num(p.measured, prec),
                 pct(p.error_rel)
             );
+        }
+    }
+    if !c.groups.is_empty() {
+        let _ = writeln!(
+            s,
+            "per stage and TP group (means of its ranks; bubble = iteration - compute - communication):"
+        );
+        for g in &c.groups {
+            for (name, p) in [
+                ("compute ms", &g.compute_ms),
+                ("communication ms", &g.comm_ms),
+                ("bubble ms", &g.bubble_ms),
+            ] {
+                let _ = writeln!(
+                    s,
+                    "{:<26} {:>12} {:>12} {:>8}",
+                    format!("s{} r{} {name}", g.stage, g.replica),
+                    num(p.predicted, 1),
+                    num(p.measured, 1),
+                    pct(p.error_rel)
+                );
+            }
         }
     }
     let each: Vec<String> = o
@@ -571,13 +642,7 @@ fn setup(args: &Args) -> Result<Setup> {
         Some((plan, _)) => plan.strategy,
         None => args.strategy.spec()?.resolve(&ctx)?,
     };
-    if let Some((plan, origin)) = &fixed {
-        if plan.pipeline.is_some() {
-            return Err(UserError(format!(
-                "{origin}: pipeline: pipeline-parallel plans are simulated only; `validate` runs data-parallel plans (use `cephalo simulate --plan {origin}` for this one)"
-            ))
-            .into());
-        }
+    if let Some((plan, _)) = &fixed {
         let job = sim_glue::job_from_plan(plan, &cfg, &settings).map_err(profile::exec_err)?;
         job.validate(Some(args.ranks), Some(args.global_batch as usize))
             .map_err(profile::exec_err)?;
@@ -616,12 +681,7 @@ fn obtain_profile(args: &Args, s: &Setup) -> Result<(ProfileSet, String, Option<
             splits.insert(0, fr);
         }
     }
-    let cfg_elems = sim_glue::trainer_unit_params(&s.cfg)
-        .into_iter()
-        .map(|p| p as usize)
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let cfg_elems = collective_sizes(&s.cfg, s.fixed.as_ref().map(|f| &f.0), max_m);
     let req = profile::Request {
         model: s.spec.clone(),
         seq_len: s.seq_len,
@@ -663,6 +723,26 @@ fn obtain_profile(args: &Args, s: &Setup) -> Result<(ProfileSet, String, Option<
         crate::load::models(),
     )?;
     Ok((set, "measured now (cephalo profile)".to_string(), busy))
+}
+
+/// The element counts the collectives are profiled at: every unit's
+/// parameters (data-parallel reductions), and for a pipelined / 3D plan
+/// each TP degree's share of them (a stage's reductions) and the
+/// activation of every micro-batch size up to `max_m` (TP all-reduces;
+/// with SP its all-gathers and reduce-scatters).
+fn collective_sizes(cfg: &exec::BlockConfig, plan: Option<&Plan>, max_m: u32) -> Vec<usize> {
+    let units = sim_glue::trainer_unit_params(cfg);
+    let mut set: std::collections::BTreeSet<usize> = units.iter().map(|&p| p as usize).collect();
+    if let Some(pipe) = plan.and_then(|p| p.pipeline.as_ref()) {
+        for st in &pipe.stages {
+            let t = st.tp.max(1) as usize;
+            set.extend(units.iter().map(|&p| p as usize / t));
+            if t > 1 {
+                set.extend((1..=max_m as usize).map(|m| m * cfg.seq_len * cfg.hidden));
+            }
+        }
+    }
+    set.into_iter().collect()
 }
 
 /// The plan that runs, its source, and its prediction (step 3).
