@@ -513,3 +513,114 @@ fn bad_hostfiles_exit_2_before_any_rank() {
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("mpirun or srun"), "{}", o.stderr);
 }
+
+/// `validate` runs tensor-parallel and pipelined plans for real (the 3D
+/// flags of `simulate`) and compares them per rank and per stage / TP
+/// group.
+#[test]
+fn validate_runs_tensor_and_pipeline_parallel_plans() {
+    if !exec_ready() {
+        return;
+    }
+    let prof = tiny_profile();
+    for (extra, groups) in [
+        (vec!["--tp", "2"], vec![(0, 0)]),
+        (
+            vec!["--pp", "2", "--pp-schedule", "1f1b"],
+            vec![(0, 0), (1, 0)],
+        ),
+        (vec!["--tp", "2", "--sequence-parallel"], vec![(0, 0)]),
+    ] {
+        let mut args = extra.clone();
+        args.extend(["--format", "json"]);
+        let o = validate_tiny(&prof, &args);
+        let v = ok_json(&o);
+        assert!(
+            v["plan"]["pipeline"]["stages"].is_array(),
+            "{extra:?}: {}",
+            v["plan"]
+        );
+        let c = &v;
+        check_comparison(c, 2);
+        let g = c["groups"].as_array().unwrap();
+        let got: Vec<(u64, u64)> = g
+            .iter()
+            .map(|x| (x["stage"].as_u64().unwrap(), x["replica"].as_u64().unwrap()))
+            .collect();
+        let want: Vec<(u64, u64)> = groups.iter().map(|&(s, r)| (s, r)).collect();
+        assert_eq!(got, want, "{extra:?}");
+        for x in g {
+            for k in ["compute_ms", "comm_ms", "bubble_ms"] {
+                assert!(x[k]["predicted"].as_f64().is_some(), "{k} {x}");
+                assert!(x[k]["measured"].as_f64().is_some(), "{k} {x}");
+            }
+        }
+        eprintln!(
+            "{extra:?}: predicted {:.1} ms, measured {:.1} ms",
+            c["predicted_iteration_ms"], c["measured_iteration_ms"]
+        );
+    }
+    // The table names the groups.
+    let o = validate_tiny(&prof, &["--pp", "2"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("s1 r0 bubble ms"), "{}", o.stdout);
+}
+
+/// 3D shapes the model or the trainer cannot take exit 2 before any rank
+/// starts, saying why.
+#[test]
+fn bad_3d_shapes_exit_2_before_any_rank() {
+    if !exec_ready() {
+        return;
+    }
+    let prof = tiny_profile();
+    for (extra, want) in [
+        // gpt-tiny has 4 heads and 2 blocks; 2 ranks.
+        (vec!["--tp", "3"], "dividing the 2 GPUs"),
+        (
+            vec!["--pp", "2", "--pp-schedule", "zb-h1"],
+            "weight-gradient",
+        ),
+        (
+            vec!["--tp", "2", "--sequence-parallel", "--seq-len", "31"],
+            "must divide",
+        ),
+    ] {
+        let t = Instant::now();
+        let o = validate_tiny(&prof, &extra);
+        assert_eq!(o.code, 2, "{extra:?}: exit {}\n{}", o.code, o.stderr);
+        assert!(o.stderr.contains(want), "{extra:?}: {}", o.stderr);
+        assert!(!o.stderr.contains("training"), "{extra:?}: a rank started");
+        assert!(t.elapsed().as_secs_f64() < 20.0);
+    }
+    // A plan file whose stages do not cover the model (3 blocks of 2).
+    let o = validate_tiny(&prof, &["--pp", "2", "--format", "json"]);
+    let mut plan = ok_json(&o)["plan"].clone();
+    plan["pipeline"]["stages"][1]["blocks"] = Value::from(2);
+    let file = tmp("cli-validate-bad-stages.json");
+    write(&file, &serde_json::to_string(&plan).unwrap());
+    let o = validate_tiny(&prof, &["--plan", file.to_str().unwrap()]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("pipeline.stages[].blocks"),
+        "{}",
+        o.stderr
+    );
+    // TP dividing the 3 ranks but not the 4 heads.
+    let prof = prof.to_str().unwrap();
+    let o = run(&[
+        "validate",
+        "--model",
+        "gpt-tiny",
+        "--global-batch",
+        "6",
+        "--ranks",
+        "3",
+        "--profile",
+        prof,
+        "--tp",
+        "3",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("attention heads (4)"), "{}", o.stderr);
+}

@@ -7,7 +7,7 @@ use exec::{BlockConfig, Job, RankPlan};
 use sim::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use sim::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy};
 
-use crate::real::{check_job, mpi_ready, opts};
+use crate::real::{check_fault_job, check_job, mpi_ready, opts};
 use crate::validation::job;
 
 /// Samples per iteration of every composition.
@@ -188,4 +188,28 @@ fn every_composition_gpt_matches_single_process() {
 #[test]
 fn every_composition_llama_matches_single_process() {
     check_family(true);
+}
+
+/// A rank dying mid-pipeline (stage 1 of a 2-stage 1F1B pipeline, while
+/// its neighbours wait for its activations or gradients) ends the job
+/// with the rank named within 30 s and leaves no rank behind.
+#[test]
+fn a_rank_dying_mid_pipeline_ends_the_job() {
+    if !mpi_ready() {
+        return;
+    }
+    let pipe = Pipeline::new(
+        PipeSchedule::OneFOneB,
+        4,
+        vec![stage(1, &[0, 1], 2, &[]), stage(1, &[2, 3], 2, &[])],
+    );
+    for (kind, rank) in [(exec::FaultKind::Exit, 2), (exec::FaultKind::Panic, 1)] {
+        let j = pipe_job(
+            &tiny(false, 2),
+            pipe.clone(),
+            Sharding::NoShard,
+            Checkpointing::None,
+        );
+        check_fault_job(j, kind, rank, &format!("pipeline-{kind:?}"));
+    }
 }

@@ -342,25 +342,45 @@ fn check_fault_in(
 ) {
     let mut j = job(plan, BlockConfig::tiny_gpt());
     j.strategy = strategy;
+    check_fault_job(j, kind, 1, &strategy.label());
+}
+
+/// Rank `rank` of `j` failing with `kind` in iteration 2 ends the whole
+/// job within 30 s with that rank named, and leaves no rank running
+/// (`name` marks this job's processes).
+pub(crate) fn check_fault_job(mut j: exec::Job, kind: FaultKind, rank: usize, name: &str) {
     j.iterations = 4;
     j.fault = Some(Fault {
-        rank: 1,
+        rank,
         iteration: 2,
         kind,
     });
+    let mut o = opts();
+    let tag = format!(
+        "fault-test-{}-{}",
+        name.replace(' ', "_"),
+        std::process::id()
+    );
+    o.rank_args = vec!["--tag".into(), tag.clone()];
     let t = Instant::now();
-    let err = exec::launch(&j, &opts()).unwrap_err();
+    let err = exec::launch(&j, &o).unwrap_err();
     let secs = t.elapsed().as_secs_f64();
     eprintln!(
-        "[{}] {kind:?} on rank 1 in iteration 2: job ended after {secs:.1} s with: {err}",
-        strategy.label()
+        "[{name}] {kind:?} on rank {rank} in iteration 2: job ended after {secs:.1} s with: {err}"
     );
-    match err {
-        ExecError::RankFailed { status, .. } => assert_ne!(status, 0),
+    match &err {
+        ExecError::RankFailed { status, .. } => assert_ne!(*status, 0),
         other => panic!("expected RankFailed, got {other}"),
     }
+    assert!(
+        err.to_string().contains(&format!("rank {rank}")),
+        "the failing rank is not named: {err}"
+    );
     // Well below the 180 s launch limit: the others did not hang.
     assert!(secs < 30.0, "took {secs} s");
+    std::thread::sleep(Duration::from_millis(500));
+    let left = processes_with(&tag);
+    assert!(left.is_empty(), "ranks left running: {left:?}");
 }
 
 #[test]
@@ -411,7 +431,7 @@ fn aborting_rank_ends_the_job() {
 }
 
 /// Processes whose command line contains `tag`.
-fn processes_with(tag: &str) -> Vec<String> {
+pub(crate) fn processes_with(tag: &str) -> Vec<String> {
     let mut found = Vec::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {

@@ -100,3 +100,108 @@ fn stub_or_real_api_is_consistent() {
         assert!(matches!(r, Err(ExecError::NotCompiled)));
     }
 }
+
+/// A 4-rank job of `pipe` on `model` (entries the pipeline's own).
+fn pipe_job(model: BlockConfig, pipe: sim::plan::pipeline::Pipeline) -> Job {
+    let ranks: usize = pipe.stages.iter().map(|s| s.gpus.len()).sum();
+    let mut j = job(&vec![(1, 1, 0.0); ranks], model);
+    j.strategy.accumulation = sim::strategy::Accumulation::NoSync;
+    j.strategy.offload = sim::strategy::Offload::None;
+    j.strategy.sharding = sim::strategy::Sharding::NoShard;
+    j.strategy.shard_group = ranks as u32;
+    j.plan = pipe
+        .rank_plans(ranks, 8, &j.strategy)
+        .iter()
+        .map(|p| RankPlan {
+            batch: p.batch as usize,
+            micro_batches: p.microbatches as usize,
+            state_fraction: p.state_fraction,
+        })
+        .collect();
+    j.pipeline = Some(pipe);
+    j
+}
+
+#[test]
+fn pipelines_the_trainer_cannot_run_are_rejected_with_why() {
+    use sim::plan::pipeline::{PipeSchedule, Pipeline, Stage};
+    let two = |tp: u32| {
+        Pipeline::new(
+            PipeSchedule::OneFOneB,
+            4,
+            vec![
+                Stage {
+                    tp,
+                    ..Stage::new(1, vec![0, 1])
+                },
+                Stage {
+                    tp,
+                    ..Stage::new(1, vec![2, 3])
+                },
+            ],
+        )
+    };
+    let ok = pipe_job(BlockConfig::tiny_gpt(), two(2));
+    ok.validate(Some(4), Some(8)).unwrap();
+    assert_eq!(ok.global_batch(), 8);
+    let reason = |j: &Job| match j.validate(Some(4), None).unwrap_err() {
+        ExecError::InvalidJob { field, message } => format!("{field}: {message}"),
+        other => panic!("expected InvalidJob, got {other}"),
+    };
+    // TP not dividing the heads (tiny GPT: 4 heads).
+    let mut heads = BlockConfig::tiny_gpt();
+    heads.heads = 2;
+    heads.kv_heads = 2;
+    heads.hidden = 32;
+    let mut p = two(4);
+    p.stages = vec![Stage {
+        tp: 4,
+        ..Stage::new(2, vec![0, 1, 2, 3])
+    }];
+    let r = reason(&pipe_job(heads, p));
+    assert!(
+        r.starts_with("pipeline.stages[0].tp") && r.contains("attention heads"),
+        "{r}"
+    );
+    // Stages that do not cover the model (2 blocks in 1 + 2).
+    let mut cover = two(1);
+    cover.stages[1].blocks = 2;
+    let mut j = pipe_job(BlockConfig::tiny_gpt(), two(1));
+    j.pipeline = Some(cover);
+    let r = reason(&j);
+    assert!(
+        r.starts_with("pipeline.stages[].blocks") && r.contains("3 blocks"),
+        "{r}"
+    );
+    // A schedule the trainer cannot run, with why.
+    let mut zb = two(1);
+    zb.schedule = PipeSchedule::ZbH1;
+    let r = reason(&pipe_job(BlockConfig::tiny_gpt(), zb));
+    assert!(
+        r.starts_with("pipeline.schedule") && r.contains("weight-gradient"),
+        "{r}"
+    );
+    // Hybrid sharding inside stages.
+    let mut hy = pipe_job(BlockConfig::tiny_gpt(), two(1));
+    hy.strategy.sharding = sim::strategy::Sharding::Hybrid;
+    hy.strategy.shard_group = 1;
+    let r = reason(&hy);
+    assert!(r.contains("hybrid"), "{r}");
+    // Sequence parallelism with TP degrees that differ between stages.
+    let mut sp = two(2);
+    sp.sequence_parallel = true;
+    sp.stages[1].tp = 1;
+    let r = reason(&pipe_job(BlockConfig::tiny_gpt(), sp));
+    assert!(
+        r.starts_with("pipeline.stages[1].tp") && r.contains("same TP degree"),
+        "{r}"
+    );
+    // A rank left out of every stage.
+    let mut out = pipe_job(BlockConfig::tiny_gpt(), two(1));
+    out.plan.push(out.plan[0].clone());
+    let r = match out.validate(Some(5), None).unwrap_err() {
+        ExecError::InvalidJob { field, message } => format!("{field}: {message}"),
+        other => panic!("{other}"),
+    };
+    assert!(r.contains("placed"), "{r}");
+}
