@@ -4,7 +4,11 @@
 # the preinstalled libtorch, profile GPT and LLaMA blocks (fp16 and bf16,
 # seq 512 and 1024, micro-batch 1..16) into $OUT (default
 # profiles/measured/), and validate a single-rank plan with gradient
-# accumulation, then validate every data-parallel strategy on 2 ranks.
+# accumulation, then validate every data-parallel strategy on 2 ranks, then
+# tensor and pipeline parallelism (TP 2, PP 2 under GPipe, 1F1B and
+# interleaved 1F1B, TP 2 with sequence parallelism) on 2 ranks and, with 4
+# or more GPUs, TP 2 x PP 2. The JSON of every validation goes to
+# $OUT/validate/gpu-*.json, beside the CPU runs the validation study reads.
 # Prints one summary line per step; everything else goes to
 # $OUT/gpu-validate.log. Not run by CI (no GPU there).
 #
@@ -19,7 +23,7 @@ MODELS="${MODELS:-gpt-2.7b llama-3b}"
 SEQS="${SEQS:-512 1024}"
 DTYPES="${DTYPES:-bf16 fp16}"
 export CARGO_TARGET_DIR="${TARGET_DIR:-target}"
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$OUT/validate"
 LOG="$OUT/gpu-validate.log"
 : >"$LOG"
 
@@ -54,8 +58,8 @@ m="${MODELS%% *}"; s="${SEQS%% *}"; d="${DTYPES%% *}"
 f="$OUT/$(echo "$GPU" | tr 'A-Z ' 'a-z-')-$m-seq$s-$d.json"
 $C validate --model "$m" --seq-len "$s" --dtype "$d" --device cuda --ranks 1 \
     --global-batch 16 --batch 16 --microbatches 4 --iterations 5 --warmup 2 \
-    --profile "$f" --format json >"$OUT/gpu-validate-$m-seq$s-$d.json" 2>>"$LOG" \
-    && python3 - "$OUT/gpu-validate-$m-seq$s-$d.json" <<'PY'
+    --profile "$f" --format json >"$OUT/validate/gpu-1rank-$m-seq$s-$d.json" 2>>"$LOG" \
+    && python3 - "$OUT/validate/gpu-1rank-$m-seq$s-$d.json" <<'PY'
 import json, sys
 o = json.load(open(sys.argv[1]))
 r = o["ranks"][0]
@@ -78,7 +82,7 @@ for strat in \
     "offload-optimizer|--offload optimizer" \
     "bf16-gathers|--param-dtype bf16"; do
     name="${strat%%|*}"; flags="${strat#*|}"
-    o="$OUT/gpu-validate-strategy-$name.json"
+    o="$OUT/validate/gpu-strategy-$name.json"
     # shellcheck disable=SC2086
     if $C validate --model "$m" --seq-len "$s" --dtype "$d" --device cuda --ranks 2 \
         --global-batch 8 --iterations 3 --warmup 1 --profile "$f" $flags \
@@ -91,5 +95,44 @@ print("strategy %s: predicted %.1f ms, measured %.1f ms, error %+.1f%%"
 PY
     else
         echo "strategy $name: FAILED (see $LOG)"
+    fi
+done
+
+# Tensor and pipeline parallelism on CUDA ranks (the same trainer and MPI
+# collectives as on the CPU; 2 ranks share one GPU when there is only
+# one): completion, per-group numbers and the prediction's error. The
+# global batch gives every schedule 4 micro-batches per replica.
+NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+shapes=(
+    "tp2|2|--tp 2"
+    "tp2-sp|2|--tp 2 --sequence-parallel"
+    "pp2-gpipe|2|--pp 2 --pp-schedule gpipe --microbatch-size 2"
+    "pp2-1f1b|2|--pp 2 --pp-schedule 1f1b --microbatch-size 2"
+    "pp2-interleaved|2|--pp 2 --pp-schedule interleaved --virtual-stages 2 --microbatch-size 2"
+)
+if [ "$NGPU" -ge 4 ]; then
+    shapes+=("tp2-pp2|4|--tp 2 --pp 2 --pp-schedule 1f1b --microbatch-size 2")
+fi
+for shape in "${shapes[@]}"; do
+    name="${shape%%|*}"; rest="${shape#*|}"; ranks="${rest%%|*}"; flags="${rest#*|}"
+    o="$OUT/validate/gpu-$name.json"
+    # shellcheck disable=SC2086
+    if $C validate --model "$m" --seq-len "$s" --dtype "$d" --device cuda --ranks "$ranks" \
+        --global-batch 8 --iterations 3 --warmup 1 --profile "$f" $flags \
+        --format json >"$o" 2>>"$LOG"; then
+        python3 - "$o" "$name" <<'PY'
+import json, sys
+o = json.load(open(sys.argv[1]))
+groups = "; ".join(
+    "s%d r%d compute %.1f/%.1f bubble %.1f/%.1f" % (
+        g["stage"], g["replica"], g["compute_ms"]["predicted"], g["compute_ms"]["measured"],
+        g["bubble_ms"]["predicted"], g["bubble_ms"]["measured"])
+    for g in o.get("groups", []))
+print("3d %s: predicted %.1f ms, measured %.1f ms, error %+.1f%% (predicted/measured per group: %s)"
+      % (sys.argv[2], o["predicted_iteration_ms"], o["measured_iteration_ms"],
+         100 * o["iteration_error_rel"], groups))
+PY
+    else
+        echo "3d $name: FAILED (see $LOG)"
     fi
 done

@@ -1,6 +1,7 @@
 //! `exec`: real execution of cephalo plans: an FSDP trainer with uneven
-//! batches, layered gradient accumulation and uneven shards over MPI, the
-//! single-process reference it must match, and a profiler.
+//! batches, layered gradient accumulation and uneven shards over MPI, a
+//! trainer of pipelined and tensor-parallel (3D) plans, the
+//! single-process reference they must match, and a profiler.
 //!
 //! tch (libtorch) sits behind the `torch` feature and MPI behind the `mpi`
 //! feature; `cuda` adds the CUDA link flags and device memory readings.

@@ -79,6 +79,74 @@ enum Saved {
     Head(Tape, usize, Tensor),
 }
 
+/// Who is where: per stage and replica the TP group's world ranks (TP
+/// order: ascending), per rank its TP and DP communicator colours and its
+/// place (stage, replica, TP index, TP degree). Every rank computes the
+/// same, so the communicator splits agree.
+struct Groups {
+    members: Vec<Vec<Vec<usize>>>,
+    tp_color: Vec<usize>,
+    dp_color: Vec<usize>,
+    place: Vec<Option<(usize, usize, usize, usize)>>,
+}
+
+impl Groups {
+    fn of(pipe: &Pipeline, ranks: usize) -> Groups {
+        let mut g = Groups {
+            members: Vec::new(),
+            tp_color: vec![0; ranks],
+            dp_color: vec![0; ranks],
+            place: vec![None; ranks],
+        };
+        let (mut tp_groups, mut dp_groups) = (0, 0);
+        for (s, st) in pipe.stages.iter().enumerate() {
+            let t = st.tp.max(1) as usize;
+            let mut reps = Vec::new();
+            for j in 0..st.dp() {
+                let mut m: Vec<usize> = st.gpus[j * t..(j + 1) * t]
+                    .iter()
+                    .map(|&x| x as usize)
+                    .collect();
+                m.sort_unstable();
+                for (r, &w) in m.iter().enumerate() {
+                    if w < ranks {
+                        g.tp_color[w] = tp_groups;
+                        g.dp_color[w] = dp_groups + r;
+                        g.place[w] = Some((s, j, r, t));
+                    }
+                }
+                tp_groups += 1;
+                reps.push(m);
+            }
+            dp_groups += t;
+            g.members.push(reps);
+        }
+        g
+    }
+}
+
+/// The units of each chunk of stage `s` (a model of `layers` blocks), in
+/// order: chunk `c` is virtual stage `c p + s`, the first also holding the
+/// embedding (unit 0), the last the head (unit `layers + 1`).
+fn chunk_units(pipe: &Pipeline, s: usize, layers: usize) -> Vec<Vec<usize>> {
+    let (p, v) = (pipe.depth(), pipe.chunks() as usize);
+    (0..v)
+        .map(|c| {
+            let x = c * p + s;
+            let first = pipe.virtual_first_block(x) as usize;
+            let mut units = Vec::new();
+            if x == 0 {
+                units.push(0);
+            }
+            units.extend(first..first + pipe.virtual_blocks(x) as usize);
+            if x + 1 == p * v {
+                units.push(layers + 1);
+            }
+            units
+        })
+        .collect()
+}
+
 /// One rank of a pipelined / tensor-parallel job.
 struct StageRank<'a, C: Collectives> {
     job: &'a Job,
@@ -116,60 +184,18 @@ impl<'a, C: Collectives> StageRank<'a, C> {
         if let Some(t) = job.threads {
             tch::set_num_threads(t as i32);
         }
-        // Groups and positions (every rank computes all of them alike).
-        let mut members = Vec::new();
-        let mut tp_color = vec![0usize; world.size()];
-        let mut dp_color = vec![0usize; world.size()];
-        let (mut tp_groups, mut dp_groups) = (0, 0);
-        let mut me = None;
-        for (s, st) in pipe.stages.iter().enumerate() {
-            let t = st.tp.max(1) as usize;
-            let mut reps = Vec::new();
-            for j in 0..st.dp() {
-                let mut g: Vec<usize> = st.gpus[j * t..(j + 1) * t]
-                    .iter()
-                    .map(|&x| x as usize)
-                    .collect();
-                g.sort_unstable();
-                for (r, &w) in g.iter().enumerate() {
-                    tp_color[w] = tp_groups;
-                    dp_color[w] = dp_groups + r;
-                    if w == rank {
-                        me = Some((s, j, r, t));
-                    }
-                }
-                tp_groups += 1;
-                reps.push(g);
-            }
-            dp_groups += t;
-            members.push(reps);
-        }
-        let (s, j, r, t) = me.ok_or_else(|| ExecError::InvalidJob {
+        let g = Groups::of(pipe, world.size());
+        let (s, j, r, t) = g.place[rank].ok_or_else(|| ExecError::InvalidJob {
             field: "pipeline.stages[].gpus".into(),
             message: format!("rank {rank} is in no stage"),
         })?;
-        let tp_comm = world.split(tp_color[rank])?;
-        let dp_comm = world.split(dp_color[rank])?;
+        let tp_comm = world.split(g.tp_color[rank])?;
+        let dp_comm = world.split(g.dp_color[rank])?;
+        let members = g.members;
         let device = device_for(job.device, rank)?;
         let model = Model::new_tp(&job.model, device, kind_of(job.dtype), t)?;
         let full = unit_layouts(&job.model);
-        let (p, v) = (pipe.depth(), pipe.chunks() as usize);
-        let vp = p * v;
-        let head = job.model.layers + 1;
-        let mut chunks = Vec::with_capacity(v);
-        for c in 0..v {
-            let x = c * p + s;
-            let first = pipe.virtual_first_block(x) as usize;
-            let mut units = Vec::new();
-            if x == 0 {
-                units.push(0);
-            }
-            units.extend(first..first + pipe.virtual_blocks(x) as usize);
-            if x + 1 == vp {
-                units.push(head);
-            }
-            chunks.push(units);
-        }
+        let chunks = chunk_units(pipe, s, job.model.layers);
         let d = dp_comm.size();
         let sharded = job.strategy.sharding != Sharding::NoShard && d > 1;
         let n_units = full.len();
@@ -235,6 +261,7 @@ impl<'a, C: Collectives> StageRank<'a, C> {
             r: self.r,
             sp: self.pipe.sequence_parallel && self.t > 1,
             comm_ms: std::cell::Cell::new(0.0),
+            log: None,
         }
     }
 

@@ -15,10 +15,12 @@
 //! reduce-scatter backward), leaving a row-parallel one its `g` (all-reduce
 //! forward, identity backward; with SP a reduce-scatter forward, an
 //! all-gather backward): 2 all-reduces per block forward and 2 backward
-//! without SP; 2 all-gathers + 2 reduce-scatters each way with SP (the
-//! trainer keeps the gathered input of a column-parallel layer for its
-//! weight gradient, where Megatron re-gathers it under the input-gradient
-//! GEMM: 2 all-gathers fewer per block backward, the gathered input held).
+//! without SP; with SP 2 all-gathers + 2 reduce-scatters forward and 4
+//! all-gathers (2 of them the re-gathers of a column-parallel layer's
+//! input for its weight gradient, an input not kept) + 2 reduce-scatters
+//! backward. The column-parallel layers compute their backward by hand,
+//! as Megatron's `LinearWithGradAccumulationAndAsyncCommunication` does:
+//! the input gradient `dy W`, the weight gradient `dy^T x`.
 //! The embedding is vocabulary-parallel (a masked lookup of the rank's
 //! rows, then `g`), the output layer column-parallel over the vocabulary
 //! after `f`, and the loss the vocabulary-parallel cross-entropy (row
@@ -38,6 +40,8 @@ use std::time::Instant;
 
 use tch::{Device, Kind, Tensor};
 
+use sim::comm::CollectiveKind;
+
 use crate::comm::Collectives;
 use crate::config::BlockKind;
 use crate::layout::UnitKind;
@@ -55,9 +59,18 @@ pub(crate) struct TpGroup<'a, C: Collectives> {
     pub sp: bool,
     /// Time in the group's collectives so far, ms.
     pub comm_ms: Cell<f64>,
+    /// When `Some`, every collective of the group is logged: its kind and
+    /// the elements of the whole (gathered / reduced) tensor.
+    pub log: Option<std::cell::RefCell<Vec<(CollectiveKind, usize)>>>,
 }
 
 impl<C: Collectives> TpGroup<'_, C> {
+    fn note(&self, kind: CollectiveKind, elems: usize) {
+        if let Some(log) = &self.log {
+            log.borrow_mut().push((kind, elems));
+        }
+    }
+
     fn timed<T>(&self, device: Device, f: impl FnOnce() -> TResult<T>) -> TResult<T> {
         sync(device);
         let t = Instant::now();
@@ -77,6 +90,7 @@ impl<C: Collectives> TpGroup<'_, C> {
         if self.t <= 1 {
             return Ok(x.shallow_clone());
         }
+        self.note(CollectiveKind::AllReduce, x.numel());
         self.timed(x.device(), || {
             let mut v = host_vec(x)?;
             self.comm().all_reduce_sum(&mut v)?;
@@ -98,6 +112,7 @@ impl<C: Collectives> TpGroup<'_, C> {
 
     /// `[m, s/t, h]` sequence shards to the whole `[m, s, h]`.
     fn gather_seq(&self, x: &Tensor) -> TResult<Tensor> {
+        self.note(CollectiveKind::AllGather, x.numel() * self.t);
         self.timed(x.device(), || {
             let size = x.size();
             let local = host_vec(x)?;
@@ -117,6 +132,7 @@ impl<C: Collectives> TpGroup<'_, C> {
     /// `[m, s, h]` summed over the group, each rank keeping its sequence
     /// shard `[m, s/t, h]`.
     fn scatter_seq(&self, x: &Tensor) -> TResult<Tensor> {
+        self.note(CollectiveKind::ReduceScatter, x.numel());
         self.timed(x.device(), || {
             let size = x.size();
             let t = self.t as i64;
@@ -180,6 +196,12 @@ impl<C: Collectives> TpGroup<'_, C> {
     }
 }
 
+/// `[m, s, k]` as `[m s, k]` (tokens by features).
+fn flat_tokens(x: &Tensor) -> TResult<Tensor> {
+    let k = *x.size().last().expect("a tensor with a feature dimension");
+    x.f_reshape([-1, k]).map_err(terr)
+}
+
 /// A contiguous f32 host copy of `x`.
 pub(crate) fn host_vec(x: &Tensor) -> TResult<Vec<f32>> {
     let c = x
@@ -211,8 +233,16 @@ enum Op {
         graph: Tensor,
         params: Vec<usize>,
     },
-    /// Megatron's `f` from value `from` to `to`.
-    Enter { from: usize, to: usize },
+    /// Megatron's column-parallel linear layer(s) on value `from` (after
+    /// `f`): outputs `outs`, one per (weight, bias) of `lins`; `kept`
+    /// holds the layer input without SP (under SP it is gathered again
+    /// for the weight gradients, as Megatron does).
+    Column {
+        from: usize,
+        outs: Vec<usize>,
+        lins: Vec<(usize, Option<usize>)>,
+        kept: Option<Tensor>,
+    },
     /// Megatron's `g` from value `from` to `to`.
     Exit { from: usize, to: usize },
 }
@@ -286,28 +316,39 @@ impl Tape {
         Ok(out)
     }
 
-    fn enter<C: Collectives>(&mut self, x: usize, tp: &TpGroup<C>) -> TResult<usize> {
-        if tp.t <= 1 || !tp.sp {
-            // Identity forward; the backward's all-reduce (t > 1) is
-            // recorded.
-            if tp.t > 1 && self.record {
-                let y = self.vals[x].shallow_clone();
-                self.vals.push(y);
-                self.ops.push(Op::Enter {
-                    from: x,
-                    to: self.vals.len() - 1,
-                });
-                return Ok(self.vals.len() - 1);
-            }
-            return Ok(x);
+    /// Megatron's `ColumnParallelLinear` (with the gradient-accumulation
+    /// fusion's manual backward): `f` on value `x` (identity, or with SP
+    /// an all-gather along the sequence), then `x W^T + b` for each
+    /// (weight, bias) of `lins` (indices into `p`); the outputs' ids. The
+    /// backward computes the input gradient `dy W` and, with the input
+    /// (under SP gathered again, under the input-gradient GEMM in
+    /// Megatron), the weight gradients `dy^T x` and bias sums, then `f`'s
+    /// transpose (all-reduce, or reduce-scatter with SP).
+    fn column<C: Collectives>(
+        &mut self,
+        x: usize,
+        lins: &[(usize, Option<usize>)],
+        p: &[Tensor],
+        tp: &TpGroup<C>,
+    ) -> TResult<Vec<usize>> {
+        let full = tp.enter_fwd(&self.vals[x])?;
+        let _g = tch::no_grad_guard();
+        let mut outs = Vec::with_capacity(lins.len());
+        for &(w, b) in lins {
+            let y = full.f_linear(&p[w], b.map(|b| &p[b])).map_err(terr)?;
+            self.vals.push(y);
+            outs.push(self.vals.len() - 1);
         }
-        let y = tp.enter_fwd(&self.vals[x])?;
-        self.vals.push(y);
-        let to = self.vals.len() - 1;
         if self.record {
-            self.ops.push(Op::Enter { from: x, to });
+            let sp = tp.t > 1 && tp.sp;
+            self.ops.push(Op::Column {
+                from: x,
+                outs: outs.clone(),
+                lins: lins.to_vec(),
+                kept: (!sp).then(|| full.shallow_clone()),
+            });
         }
-        Ok(to)
+        Ok(outs)
     }
 
     fn exit<C: Collectives>(&mut self, x: usize, tp: &TpGroup<C>) -> TResult<usize> {
@@ -375,8 +416,35 @@ impl Tape {
                         add(&mut pgrads[pi], g[n_in + j].shallow_clone())?;
                     }
                 }
-                Op::Enter { from, to } => {
-                    if let Some(d) = grads[*to].take() {
+                Op::Column {
+                    from,
+                    outs,
+                    lins,
+                    kept,
+                } => {
+                    let x = match kept {
+                        Some(x) => x.shallow_clone(),
+                        None => tp.enter_fwd(&self.vals[*from])?,
+                    };
+                    let _g = tch::no_grad_guard();
+                    let xf = flat_tokens(&x)?;
+                    let mut dx: Option<Tensor> = None;
+                    for (&o, &(w, b)) in outs.iter().zip(lins) {
+                        let Some(dy) = grads[o].take() else {
+                            continue;
+                        };
+                        let dyf = flat_tokens(&dy)?;
+                        let gw = dyf.f_tr().and_then(|t| t.f_mm(&xf)).map_err(terr)?;
+                        add(&mut pgrads[w], gw)?;
+                        if let Some(b) = b {
+                            let gb = dyf
+                                .f_sum_dim_intlist(0, false, None::<Kind>)
+                                .map_err(terr)?;
+                            add(&mut pgrads[b], gb)?;
+                        }
+                        add(&mut dx, dy.f_matmul(&p[w]).map_err(terr)?)?;
+                    }
+                    if let Some(d) = dx {
                         let d = tp.enter_bwd(&d)?;
                         add(&mut grads[*from], d)?;
                     }
@@ -516,18 +584,17 @@ impl Model {
         let h = self.cfg.hidden as i64;
         let heads = self.cfg.heads / tp.t;
         let width = h / tp.t as i64;
-        let xg = tape.enter(0, tp)?;
+        let qkv = tape.column(0, &[(0, Some(1))], p, tp)?;
         let attn = tape.local(
-            &[xg],
-            &[0, 1, 2],
+            &qkv,
+            &[2],
             p,
             Box::new(move |x, p| {
-                let qkv = x[0].f_linear(p[0], Some(p[1]))?;
-                let parts = qkv.f_split(width, -1)?;
+                let parts = x[0].f_split(width, -1)?;
                 let q = self.split_heads(&parts[0], heads)?;
                 let k = self.split_heads(&parts[1], heads)?;
                 let v = self.split_heads(&parts[2], heads)?;
-                self.attend(&q, &k, &v)?.f_linear::<&Tensor>(p[2], None)
+                self.attend(&q, &k, &v)?.f_linear::<&Tensor>(p[0], None)
             }),
         )?;
         let a = tape.exit(attn, tp)?;
@@ -545,16 +612,12 @@ impl Model {
                 )
             }),
         )?;
-        let x1g = tape.enter(x1, tp)?;
+        let fc1 = tape.column(x1, &[(6, Some(7))], p, tp)?;
         let mlp = tape.local(
-            &[x1g],
-            &[6, 7, 8],
+            &fc1,
+            &[8],
             p,
-            Box::new(move |x, p| {
-                x[0].f_linear(p[0], Some(p[1]))?
-                    .f_gelu("none")?
-                    .f_linear::<&Tensor>(p[2], None)
-            }),
+            Box::new(move |x, p| x[0].f_gelu("none")?.f_linear::<&Tensor>(p[0], None)),
         )?;
         let m = tape.exit(mlp, tp)?;
         tape.local(
@@ -587,23 +650,21 @@ impl Model {
             p,
             Box::new(move |x, p| x[0].f_rms_norm([h], Some(p[0]), 1e-6)),
         )?;
-        let n1g = tape.enter(n1, tp)?;
+        let qkv = tape.column(n1, &[(1, None), (2, None), (3, None)], p, tp)?;
         let attn = tape.local(
-            &[n1g],
-            &[1, 2, 3, 4],
+            &qkv,
+            &[4],
             p,
             Box::new(move |x, p| {
-                let n = &x[0];
-                let q = self.rotary(&self.split_heads(&n.f_linear::<&Tensor>(p[0], None)?, nh)?)?;
-                let mut k =
-                    self.rotary(&self.split_heads(&n.f_linear::<&Tensor>(p[1], None)?, kvh)?)?;
-                let mut v = self.split_heads(&n.f_linear::<&Tensor>(p[2], None)?, kvh)?;
+                let q = self.rotary(&self.split_heads(&x[0], nh)?)?;
+                let mut k = self.rotary(&self.split_heads(&x[1], kvh)?)?;
+                let mut v = self.split_heads(&x[2], kvh)?;
                 if nh != kvh {
                     let rep = (nh / kvh) as i64;
                     k = k.f_repeat_interleave_self_int(rep, Some(1), None)?;
                     v = v.f_repeat_interleave_self_int(rep, Some(1), None)?;
                 }
-                self.attend(&q, &k, &v)?.f_linear::<&Tensor>(p[3], None)
+                self.attend(&q, &k, &v)?.f_linear::<&Tensor>(p[0], None)
             }),
         )?;
         let a = tape.exit(attn, tp)?;
@@ -614,16 +675,12 @@ impl Model {
             p,
             Box::new(move |x, p| x[0].f_rms_norm([h], Some(p[0]), 1e-6)),
         )?;
-        let n2g = tape.enter(n2, tp)?;
+        let gate_up = tape.column(n2, &[(6, None), (7, None)], p, tp)?;
         let mlp = tape.local(
-            &[n2g],
-            &[6, 7, 8],
+            &gate_up,
+            &[8],
             p,
-            Box::new(|x, p| {
-                let g = x[0].f_linear::<&Tensor>(p[0], None)?.f_silu()?;
-                let u = x[0].f_linear::<&Tensor>(p[1], None)?;
-                g.f_mul(&u)?.f_linear::<&Tensor>(p[2], None)
-            }),
+            Box::new(|x, p| x[0].f_silu()?.f_mul(&x[1])?.f_linear::<&Tensor>(p[0], None)),
         )?;
         let m = tape.exit(mlp, tp)?;
         tape.local(&[x1, m], &[], p, Box::new(|x, _| x[0].f_add(&x[1])))
@@ -658,12 +715,133 @@ impl Model {
                 1,
             ),
         };
-        let ng = tape.enter(normed, tp)?;
-        tape.local(
-            &[ng],
-            &[lm],
-            p,
-            Box::new(|x, p| x[0].f_linear::<&Tensor>(p[0], None)),
-        )
+        Ok(tape.column(normed, &[(lm, None)], p, tp)?[0])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ExecError;
+    use sim::tensor::{Pass, TensorParallel};
+
+    /// Rank 0 of a TP group of 2 whose other rank holds the same data:
+    /// enough to run a unit's pieces and count their collectives.
+    struct Mirror;
+
+    impl Collectives for Mirror {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn size(&self) -> usize {
+            2
+        }
+        fn all_gather_v(&self, l: &[f32], _: &[usize], f: &mut [f32]) -> Result<(), ExecError> {
+            f[..l.len()].copy_from_slice(l);
+            f[l.len()..].copy_from_slice(l);
+            Ok(())
+        }
+        fn all_gather_v16(&self, _: &[u16], _: &[usize], _: &mut [u16]) -> Result<(), ExecError> {
+            unreachable!("TP gathers f32")
+        }
+        fn reduce_scatter_v(&self, f: &[f32], _: &[usize], l: &mut [f32]) -> Result<(), ExecError> {
+            for (o, x) in l.iter_mut().zip(f) {
+                *o = 2.0 * x;
+            }
+            Ok(())
+        }
+        fn all_reduce_sum(&self, b: &mut [f32]) -> Result<(), ExecError> {
+            b.iter_mut().for_each(|x| *x *= 2.0);
+            Ok(())
+        }
+        fn all_reduce_max(&self, _: &mut [f32]) -> Result<(), ExecError> {
+            Ok(())
+        }
+        fn send(&self, _: usize, _: u16, _: Vec<f32>) -> Result<(), ExecError> {
+            unreachable!()
+        }
+        fn recv(&self, _: usize, _: u16, _: &mut [f32]) -> Result<(), ExecError> {
+            unreachable!()
+        }
+        fn flush_sends(&self) -> Result<(), ExecError> {
+            Ok(())
+        }
+        fn split(&self, _: usize) -> Result<Self, ExecError> {
+            Ok(Mirror)
+        }
+        fn barrier(&self) {}
+        fn gather_f64(&self, v: &[f64]) -> Option<Vec<f64>> {
+            Some(v.to_vec())
+        }
+        fn abort(&self, code: i32) -> ! {
+            std::process::exit(code)
+        }
+    }
+
+    fn sorted(mut v: Vec<(CollectiveKind, usize)>) -> Vec<(CollectiveKind, usize)> {
+        v.sort_by_key(|&(k, n)| (k as u8, n));
+        v
+    }
+
+    /// A block's TP collectives in the trainer, forward and backward, are
+    /// the ones `sim::tensor` prices (kind and size), with and without SP,
+    /// for GPT and LLaMA blocks.
+    #[test]
+    fn block_collectives_are_the_simulators() {
+        let catalog = sim::model::ModelCatalog::builtin();
+        for (name, sp) in [
+            ("gpt-tiny", false),
+            ("gpt-tiny", true),
+            ("llama-3b", false),
+            ("llama-3b", true),
+        ] {
+            let mut spec = catalog.get(name).unwrap().clone();
+            spec.layers = 1;
+            let seq = 32u32;
+            let cfg = crate::sim_glue::block_config(&spec, seq).unwrap();
+            let model = Model::new_tp(&cfg, Device::Cpu, Kind::Float, 2).unwrap();
+            let flat = Tensor::f_randn([model.units[1].numel() as i64], (Kind::Float, Device::Cpu))
+                .unwrap()
+                .f_mul_scalar(0.02)
+                .unwrap();
+            let p = model.leaves(1, &flat).unwrap();
+            let tp = TpGroup {
+                comm: Some(&Mirror),
+                t: 2,
+                r: 0,
+                sp,
+                comm_ms: Cell::new(0.0),
+                log: Some(Default::default()),
+            };
+            let m = 3i64;
+            let s = tp.local_seq(cfg.seq_len) as i64;
+            let x = Tensor::f_randn([m, s, cfg.hidden as i64], (Kind::Float, Device::Cpu)).unwrap();
+            let mut tape = Tape::new(x, true);
+            let out = model.record(1, &mut tape, &p, &tp).unwrap();
+            let fwd = tp.log.as_ref().unwrap().take();
+            let dy = tape.val(out).f_ones_like().unwrap();
+            tape.backward(out, dy, &p, &tp).unwrap();
+            let bwd = tp.log.as_ref().unwrap().take();
+            let sim_tp = TensorParallel::new(2, sp);
+            let tokens = (m as usize * cfg.seq_len) as f64;
+            let want = |pass: Pass| -> Vec<(CollectiveKind, usize)> {
+                sim_tp
+                    .block_collectives(&spec, tokens, sim::dtype::Dtype::Fp32)
+                    .iter()
+                    .filter(|c| c.pass == pass)
+                    .map(|c| (c.kind, (c.bytes / 4.0) as usize))
+                    .collect()
+            };
+            assert_eq!(
+                sorted(fwd),
+                sorted(want(Pass::Forward)),
+                "{name} sp={sp} forward"
+            );
+            assert_eq!(
+                sorted(bwd),
+                sorted(want(Pass::Backward)),
+                "{name} sp={sp} backward"
+            );
+        }
     }
 }

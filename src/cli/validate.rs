@@ -517,28 +517,7 @@ fn table(o: &ValidateOutput) -> String {
             );
         }
     }
-    if !c.groups.is_empty() {
-        let _ = writeln!(
-            s,
-            "per stage and TP group (means of its ranks; bubble = iteration - compute - communication):"
-        );
-        for g in &c.groups {
-            for (name, p) in [
-                ("compute ms", &g.compute_ms),
-                ("communication ms", &g.comm_ms),
-                ("bubble ms", &g.bubble_ms),
-            ] {
-                let _ = writeln!(
-                    s,
-                    "{:<26} {:>12} {:>12} {:>8}",
-                    format!("s{} r{} {name}", g.stage, g.replica),
-                    num(p.predicted, 1),
-                    num(p.measured, 1),
-                    pct(p.error_rel)
-                );
-            }
-        }
-    }
+    s.push_str(&group_table(&c.groups));
     let each: Vec<String> = o
         .measured_iteration_ms_each
         .iter()
@@ -552,6 +531,37 @@ fn table(o: &ValidateOutput) -> String {
         bg(o.background_cpu_pct.profile),
         bg(o.background_cpu_pct.run)
     );
+    s
+}
+
+/// The per stage and TP group rows of the table (none for data-parallel
+/// plans).
+fn group_table(groups: &[sim_glue::GroupComparison]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    if groups.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "per stage and TP group (means of its ranks; bubble = iteration - compute - communication):"
+    );
+    for g in groups {
+        for (name, p) in [
+            ("compute ms", &g.compute_ms),
+            ("communication ms", &g.comm_ms),
+            ("bubble ms", &g.bubble_ms),
+        ] {
+            let _ = writeln!(
+                s,
+                "{:<26} {:>12} {:>12} {:>8}",
+                format!("s{} r{} {name}", g.stage, g.replica),
+                num(p.predicted, 1),
+                num(p.measured, 1),
+                pct(p.error_rel)
+            );
+        }
+    }
     s
 }
 

@@ -29,7 +29,10 @@
 //! non-empty slice), micro-batch size = its largest slice, state fraction =
 //! its share of its stage's state. A GPU in no stage does nothing.
 //!
-//! The iteration is simulated only: `exec` does not run pipeline plans.
+//! `exec`'s stage trainer runs these plans for real (GPipe, 1F1B and
+//! interleaved orders from [`schedule::actions`], tensor parallelism
+//! inside the stages; ZB-H1 is simulated only), and `cephalo validate`
+//! holds its measurements against this lowering.
 //!
 //! Parts: [`schedule`] (each stage's order of forwards and backwards),
 //! [`partition`] (the exact contiguous partition the planners use),
