@@ -37,6 +37,7 @@ fn main() {
         warmup: 2,
         repetitions: 7,
         threads: Some(1),
+        flush_bytes: 0,
     })
     .expect("profile");
     for t in &prof.block {

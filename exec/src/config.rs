@@ -582,4 +582,9 @@ pub struct ProfileConfig {
     pub repetitions: usize,
     /// libtorch intra-op threads (`None`: libtorch's default).
     pub threads: Option<usize>,
+    /// Bytes of scratch memory rewritten before every timed pass (the CPU's
+    /// last-level cache; 0: none), so a unit's weights, inputs and
+    /// gradient buffer come from memory, as in training.
+    #[serde(default)]
+    pub flush_bytes: usize,
 }

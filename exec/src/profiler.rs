@@ -21,20 +21,33 @@ fn time_ms<F: FnMut() -> TResult<()>>(
     device: Device,
     warmup: usize,
     reps: usize,
+    scratch: &mut [u8],
     mut f: F,
 ) -> TResult<f64> {
     for _ in 0..warmup {
+        evict(scratch);
         f()?;
     }
     sync(device);
     let mut xs = Vec::with_capacity(reps);
     for _ in 0..reps.max(1) {
+        evict(scratch);
         let t = Instant::now();
         f()?;
         sync(device);
         xs.push(t.elapsed().as_secs_f64() * 1e3);
     }
     Ok(median(&xs))
+}
+
+/// Rewrites `scratch` (untimed), pushing what the last run left in the
+/// caches out: in training every other unit runs between two passes of
+/// one unit, so its weights, inputs and gradient buffer come from memory.
+fn evict(scratch: &mut [u8]) {
+    for (i, b) in scratch.iter_mut().enumerate().step_by(64) {
+        *b = b.wrapping_add(i as u8 | 1);
+    }
+    std::hint::black_box(&scratch);
 }
 
 fn unit_params(model: &Model, u: usize, device: Device) -> TResult<Tensor> {
@@ -81,17 +94,18 @@ fn profile_unit(
         }
     };
     let mem0 = device_used_bytes(dev);
-    let forward_ms = time_ms(dev, cfg.warmup, cfg.repetitions, || {
+    let mut scratch = vec![0u8; cfg.flush_bytes];
+    let forward_ms = time_ms(dev, cfg.warmup, cfg.repetitions, &mut scratch, || {
         let _g = tch::no_grad_guard();
         let x = input(false)?;
         forward(&model.split(u, &p)?, &x).map(drop)
     })?;
-    let fwd_graph_ms = time_ms(dev, cfg.warmup, cfg.repetitions, || {
+    let fwd_graph_ms = time_ms(dev, cfg.warmup, cfg.repetitions, &mut scratch, || {
         let leaves = model.leaves(u, &p)?;
         let x = input(true)?;
         forward(&leaves, &x).map(drop)
     })?;
-    let fb_ms = time_ms(dev, cfg.warmup, cfg.repetitions, || {
+    let fb_ms = time_ms(dev, cfg.warmup, cfg.repetitions, &mut scratch, || {
         let leaves = model.leaves(u, &p)?;
         let x = input(true)?;
         let y = forward(&leaves, &x)?;
@@ -304,7 +318,8 @@ fn time_optimizer(model: &Model, device: Device, cfg: &ProfileConfig) -> Result<
     }
     let mut step = 0u64;
     let adam = AdamConfig::default();
-    let opt_all_ms = time_ms(device, cfg.warmup, cfg.repetitions, || {
+    // Far larger than any cache: no eviction needed.
+    let opt_all_ms = time_ms(device, cfg.warmup, cfg.repetitions, &mut [], || {
         step += 1;
         for ((p, g), st) in params.iter_mut().zip(&grads).zip(states.iter_mut()) {
             adam_step(p, g, st, step, &adam)?;

@@ -55,7 +55,15 @@ use crate::model::{device_for, kind_of, sync, terr, Model, TResult};
 use crate::report::TrainReport;
 use crate::shard::{offsets, piece_sizes};
 use crate::tensor_parallel::{from_host, host_vec, vocab_parallel_ce, Tape, TpGroup};
-use crate::trainer::{assemble, maybe_fail, ms_since, record_fields, Clock, FIELDS};
+use crate::trainer::{
+    assemble, from_host as trainer_from_host, host_buffer, host_mut, maybe_fail, ms_since,
+    run_iterations, Clock,
+};
+
+/// A 1-D tensor on `device` from host values.
+fn from_host_slice(v: &[f32], device: Device) -> TResult<Tensor> {
+    from_host(v, &[v.len() as i64], device)
+}
 
 /// Tag of the messages into virtual stage `x` (forward) or out of it
 /// (backward): per edge and direction, so each micro-batch's messages
@@ -603,52 +611,24 @@ impl<'a, C: Collectives> StageRank<'a, C> {
                 )
                 .map_err(terr)?,
             };
-            let mut g = host_vec(&g)?;
-            if sp {
-                // Replicated tensors saw one sequence shard per TP rank.
-                let segs: Vec<(usize, usize)> = self.model.units[u]
-                    .segments
-                    .iter()
-                    .filter(|seg| seg.tp == TpSplit::Replicated)
-                    .map(|seg| (seg.offset, seg.numel()))
-                    .collect();
-                self.comm_timed(|me| {
-                    for &(o, n) in &segs {
-                        me.tp_comm.all_reduce_sum(&mut g[o..o + n])?;
-                    }
-                    Ok(())
-                })?;
-            }
-            let piece = if sharded {
-                self.comm_timed(|me| {
-                    let c = &me.counts[u];
-                    let mut local = vec![0f32; c[me.dp_comm.rank()]];
-                    me.dp_comm.reduce_scatter_v(&g, c, &mut local)?;
-                    Ok(local)
-                })?
-            } else {
-                if self.dp_comm.size() > 1 {
-                    self.comm_timed(|me| me.dp_comm.all_reduce_sum(&mut g))?;
-                }
-                g
-            };
+            let g = self.reduce(u, g, sp, sharded)?;
             if it == 0 && self.job.return_grads {
                 let whole = if sharded {
+                    let piece = host_vec(&g)?;
                     let mut full = vec![0f32; self.model.units[u].numel()];
                     self.dp_comm
                         .all_gather_v(&piece, &self.counts[u], &mut full)?;
                     full
                 } else {
-                    piece.clone()
+                    host_vec(&g)?
                 };
                 firsts[u] = Some(Tensor::from_slice(&whole));
             }
-            let g = from_host(&piece, &[piece.len() as i64], self.device())?;
             let t = Instant::now();
             let p = self.params[u].as_ref().expect("held unit");
             let mut target = if sharded {
                 let o = offsets(&self.counts[u])[self.dp_comm.rank()];
-                p.f_narrow(0, o as i64, piece.len() as i64).map_err(terr)?
+                p.f_narrow(0, o as i64, g.numel() as i64).map_err(terr)?
             } else {
                 p.shallow_clone()
             };
@@ -669,6 +649,42 @@ impl<'a, C: Collectives> StageRank<'a, C> {
             }
         }
         Ok(())
+    }
+
+    /// Unit `u`'s accumulated gradient `g` reduced as the iteration ends
+    /// (communication time): under SP its replicated tensors summed over
+    /// the TP group, then over the DP group all-reduced, or reduce-scattered
+    /// to this rank's piece when `sharded`. In place in `g`'s storage on
+    /// the CPU; nothing is copied when there is nothing to reduce.
+    fn reduce(&mut self, u: usize, g: Tensor, sp: bool, sharded: bool) -> TResult<Tensor> {
+        let d = self.dp_comm.size();
+        if !sp && d == 1 {
+            return Ok(g);
+        }
+        let segs: Vec<(usize, usize)> = self.model.units[u]
+            .segments
+            .iter()
+            .filter(|seg| sp && seg.tp == TpSplit::Replicated)
+            .map(|seg| (seg.offset, seg.numel()))
+            .collect();
+        let device = self.device();
+        self.comm_timed(|me| {
+            let (buf, mut host) = host_buffer(&g)?;
+            let all = host_mut(&buf, &mut host);
+            for &(o, n) in &segs {
+                me.tp_comm.all_reduce_sum(&mut all[o..o + n])?;
+            }
+            if sharded {
+                let c = &me.counts[u];
+                let mut local = vec![0f32; c[me.dp_comm.rank()]];
+                me.dp_comm.reduce_scatter_v(all, c, &mut local)?;
+                return from_host_slice(&local, device);
+            }
+            if d > 1 {
+                me.dp_comm.all_reduce_sum(all)?;
+            }
+            trainer_from_host(buf, host, device)
+        })
     }
 
     /// Full per-unit vectors on rank 0 from every unit's TP pieces
@@ -742,14 +758,10 @@ impl<'a, C: Collectives> StageRank<'a, C> {
 pub fn train<C: Collectives>(job: &Job, world: &C) -> Result<Option<TrainReport>, ExecError> {
     let pipe = job.pipeline.as_ref().expect("a pipeline job");
     let mut rank = StageRank::new(job, pipe, world)?;
-    let total = job.warmup_iterations + job.iterations;
-    let mut iter_ms = Vec::with_capacity(total);
-    let mut local = Vec::with_capacity(total * FIELDS);
-    for it in 0..total {
+    let (iter_ms, local) = run_iterations(job, |it| {
         let (ms, loss) = rank.iteration(it)?;
-        iter_ms.push(ms);
-        local.extend_from_slice(&record_fields(job, &rank.clock, loss, ms));
-    }
+        Ok((ms, loss, rank.clock))
+    })?;
     if rank.stale {
         rank.gather_params()?;
     }

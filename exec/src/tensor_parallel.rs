@@ -598,20 +598,7 @@ impl Model {
             }),
         )?;
         let a = tape.exit(attn, tp)?;
-        let x1 = tape.local(
-            &[0, a],
-            &[3, 4, 5],
-            p,
-            Box::new(move |x, p| {
-                x[0].f_add(&x[1])?.f_add(p[0])?.f_layer_norm(
-                    [h],
-                    Some(p[1]),
-                    Some(p[2]),
-                    1e-5,
-                    true,
-                )
-            }),
-        )?;
+        let x1 = self.record_post_norm(tape, [0, a], [3, 4, 5], p)?;
         let fc1 = tape.column(x1, &[(6, Some(7))], p, tp)?;
         let mlp = tape.local(
             &fc1,
@@ -620,9 +607,23 @@ impl Model {
             Box::new(move |x, p| x[0].f_gelu("none")?.f_linear::<&Tensor>(p[0], None)),
         )?;
         let m = tape.exit(mlp, tp)?;
+        self.record_post_norm(tape, [x1, m], [9, 10, 11], p)
+    }
+
+    /// GPT's post-LN residual: `LN(x + y + bias)` of values `[x, y]` with
+    /// the row-parallel layer's bias and the norm's gain and shift
+    /// (`params`, indices into `p`), replicated on every TP rank.
+    fn record_post_norm(
+        &self,
+        tape: &mut Tape,
+        ins: [usize; 2],
+        params: [usize; 3],
+        p: &[Tensor],
+    ) -> TResult<usize> {
+        let h = self.cfg.hidden as i64;
         tape.local(
-            &[x1, m],
-            &[9, 10, 11],
+            &ins,
+            &params,
             p,
             Box::new(move |x, p| {
                 x[0].f_add(&x[1])?.f_add(p[0])?.f_layer_norm(

@@ -860,7 +860,7 @@ fn half_kind(d: sim::dtype::Dtype) -> Option<Kind> {
 
 /// A contiguous f32 CPU copy of `t` to reduce in place: the tensor (when
 /// `t` is already on the CPU, reduced in its own storage) or a host vector.
-fn host_buffer(t: &Tensor) -> TResult<(Option<Tensor>, Vec<f32>)> {
+pub(crate) fn host_buffer(t: &Tensor) -> TResult<(Option<Tensor>, Vec<f32>)> {
     if t.device() == Device::Cpu {
         Ok((Some(t.f_contiguous().map_err(terr)?), Vec::new()))
     } else {
@@ -869,7 +869,7 @@ fn host_buffer(t: &Tensor) -> TResult<(Option<Tensor>, Vec<f32>)> {
 }
 
 /// The mutable elements of a [`host_buffer`].
-fn host_mut<'b>(buf: &'b Option<Tensor>, host: &'b mut Vec<f32>) -> &'b mut [f32] {
+pub(crate) fn host_mut<'b>(buf: &'b Option<Tensor>, host: &'b mut Vec<f32>) -> &'b mut [f32] {
     match buf {
         // SAFETY: a contiguous f32 CPU tensor owned by the caller, with no
         // other view used while the slice lives.
@@ -879,7 +879,7 @@ fn host_mut<'b>(buf: &'b Option<Tensor>, host: &'b mut Vec<f32>) -> &'b mut [f32
 }
 
 /// The reduced [`host_buffer`] as a tensor on `dev`.
-fn from_host(buf: Option<Tensor>, host: Vec<f32>, dev: Device) -> TResult<Tensor> {
+pub(crate) fn from_host(buf: Option<Tensor>, host: Vec<f32>, dev: Device) -> TResult<Tensor> {
     match buf {
         Some(t) => Ok(t),
         None => Tensor::from_slice(&host).f_to_device(dev).map_err(terr),
@@ -898,14 +898,10 @@ pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>,
         return crate::stage_trainer::train(job, comm);
     }
     let mut rank = Rank::new(job, comm)?;
-    let total = job.warmup_iterations + job.iterations;
-    let mut iter_ms = Vec::with_capacity(total);
-    let mut local = Vec::with_capacity(total * FIELDS);
-    for it in 0..total {
+    let (iter_ms, local) = run_iterations(job, |it| {
         let (ms, loss) = rank.iteration(it)?;
-        iter_ms.push(ms);
-        local.extend_from_slice(&record_fields(job, &rank.clock, loss, ms));
-    }
+        Ok((ms, loss, rank.clock))
+    })?;
     let params = if job.return_params {
         Some(rank.gather_all(&rank.shards)?)
     } else {
@@ -925,6 +921,25 @@ pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>,
         params,
         first_grads,
     ))
+}
+
+/// Runs the job's warm-up and recorded iterations through `iteration`
+/// (iteration index -> its ms, this rank's loss and its [`Clock`]): the
+/// iteration times and this rank's [`record_fields`] per iteration, as
+/// [`assemble`] takes them.
+pub(crate) fn run_iterations(
+    job: &Job,
+    mut iteration: impl FnMut(usize) -> TResult<(f64, f64, Clock)>,
+) -> TResult<(Vec<f64>, Vec<f64>)> {
+    let total = job.warmup_iterations + job.iterations;
+    let mut iter_ms = Vec::with_capacity(total);
+    let mut local = Vec::with_capacity(total * FIELDS);
+    for it in 0..total {
+        let (ms, loss, clock) = iteration(it)?;
+        iter_ms.push(ms);
+        local.extend_from_slice(&record_fields(job, &clock, loss, ms));
+    }
+    Ok((iter_ms, local))
 }
 
 /// One iteration's per-rank record: the [`Clock`]'s fields, the peak

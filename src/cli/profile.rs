@@ -436,6 +436,7 @@ pub fn measure(r: &Request) -> Result<NativeProfile> {
         warmup: r.warmup,
         repetitions: r.repetitions,
         threads: r.threads,
+        flush_bytes: r.flush_bytes,
     };
     // CPU ranks of one host slow each other down (shared memory bandwidth,
     // caches, maybe cores): profile on all of them at once, as they run.

@@ -3,12 +3,12 @@
 //! process on the whole batch, with the tolerances of the data-parallel
 //! proofs ([`crate::real::check_job`]).
 
-use exec::{BlockConfig, Job, RankPlan};
+use exec::{BlockConfig, Job};
 use sim::plan::pipeline::{PipeSchedule, Pipeline, Stage};
-use sim::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy};
+use sim::strategy::{Checkpointing, Sharding, Strategy};
 
 use crate::real::{check_fault_job, check_job, mpi_ready, opts};
-use crate::validation::job;
+use crate::validation;
 
 /// Samples per iteration of every composition.
 const BATCH: u32 = 16;
@@ -26,26 +26,12 @@ fn stage(blocks: u32, gpus: &[u32], tp: u32, shares: &[u32]) -> Stage {
 /// The job of `pipe` on `model` (its per-rank entries the pipeline's own),
 /// gradients accumulated without sync as pipelines do.
 fn pipe_job(model: &BlockConfig, pipe: Pipeline, sharding: Sharding, ck: Checkpointing) -> Job {
-    let ranks: usize = pipe.stages.iter().map(|s| s.gpus.len()).sum();
-    let mut j = job(&vec![(1, 1, 0.0); ranks], model.clone());
+    let mut j = validation::pipe_job(model.clone(), pipe, BATCH);
     j.strategy = Strategy {
         sharding,
-        accumulation: Accumulation::NoSync,
         checkpointing: ck,
-        offload: Offload::None,
-        shard_group: ranks as u32,
         ..j.strategy
     };
-    j.plan = pipe
-        .rank_plans(ranks, BATCH, &j.strategy)
-        .iter()
-        .map(|p| RankPlan {
-            batch: p.batch as usize,
-            micro_batches: p.microbatches as usize,
-            state_fraction: p.state_fraction,
-        })
-        .collect();
-    j.pipeline = Some(pipe);
     j
 }
 

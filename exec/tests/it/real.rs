@@ -547,6 +547,7 @@ fn compute_profile_is_sane() {
         warmup: 1,
         repetitions: 3,
         threads: Some(1),
+        flush_bytes: 0,
     })
     .unwrap();
     assert_eq!(p.block.len(), 2);
@@ -570,6 +571,7 @@ fn compute_is_profiled_on_concurrent_ranks() {
         warmup: 1,
         repetitions: 3,
         threads: Some(1),
+        flush_bytes: 0,
     };
     let p = exec::launch_compute(2, &cfg, &opts()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(p.concurrent_ranks, 2);

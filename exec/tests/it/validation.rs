@@ -92,6 +92,7 @@ fn stub_or_real_api_is_consistent() {
         warmup: 0,
         repetitions: 1,
         threads: Some(1),
+        flush_bytes: 0,
     });
     if cfg!(feature = "torch") {
         assert!(r.is_ok(), "{r:?}");
@@ -101,8 +102,10 @@ fn stub_or_real_api_is_consistent() {
     }
 }
 
-/// A 4-rank job of `pipe` on `model` (entries the pipeline's own).
-fn pipe_job(model: BlockConfig, pipe: sim::plan::pipeline::Pipeline) -> Job {
+/// The job of `pipe` on `model` over `batch` samples (its per-rank
+/// entries the pipeline's own), gradients accumulated without sync and
+/// nothing offloaded as pipelines do, DDP inside the stages.
+pub(crate) fn pipe_job(model: BlockConfig, pipe: sim::plan::pipeline::Pipeline, batch: u32) -> Job {
     let ranks: usize = pipe.stages.iter().map(|s| s.gpus.len()).sum();
     let mut j = job(&vec![(1, 1, 0.0); ranks], model);
     j.strategy.accumulation = sim::strategy::Accumulation::NoSync;
@@ -110,7 +113,7 @@ fn pipe_job(model: BlockConfig, pipe: sim::plan::pipeline::Pipeline) -> Job {
     j.strategy.sharding = sim::strategy::Sharding::NoShard;
     j.strategy.shard_group = ranks as u32;
     j.plan = pipe
-        .rank_plans(ranks, 8, &j.strategy)
+        .rank_plans(ranks, batch, &j.strategy)
         .iter()
         .map(|p| RankPlan {
             batch: p.batch as usize,
@@ -141,7 +144,7 @@ fn pipelines_the_trainer_cannot_run_are_rejected_with_why() {
             ],
         )
     };
-    let ok = pipe_job(BlockConfig::tiny_gpt(), two(2));
+    let ok = pipe_job(BlockConfig::tiny_gpt(), two(2), 8);
     ok.validate(Some(4), Some(8)).unwrap();
     assert_eq!(ok.global_batch(), 8);
     let reason = |j: &Job| match j.validate(Some(4), None).unwrap_err() {
@@ -158,7 +161,7 @@ fn pipelines_the_trainer_cannot_run_are_rejected_with_why() {
         tp: 4,
         ..Stage::new(2, vec![0, 1, 2, 3])
     }];
-    let r = reason(&pipe_job(heads, p));
+    let r = reason(&pipe_job(heads, p, 8));
     assert!(
         r.starts_with("pipeline.stages[0].tp") && r.contains("attention heads"),
         "{r}"
@@ -166,7 +169,7 @@ fn pipelines_the_trainer_cannot_run_are_rejected_with_why() {
     // Stages that do not cover the model (2 blocks in 1 + 2).
     let mut cover = two(1);
     cover.stages[1].blocks = 2;
-    let mut j = pipe_job(BlockConfig::tiny_gpt(), two(1));
+    let mut j = pipe_job(BlockConfig::tiny_gpt(), two(1), 8);
     j.pipeline = Some(cover);
     let r = reason(&j);
     assert!(
@@ -176,13 +179,13 @@ fn pipelines_the_trainer_cannot_run_are_rejected_with_why() {
     // A schedule the trainer cannot run, with why.
     let mut zb = two(1);
     zb.schedule = PipeSchedule::ZbH1;
-    let r = reason(&pipe_job(BlockConfig::tiny_gpt(), zb));
+    let r = reason(&pipe_job(BlockConfig::tiny_gpt(), zb, 8));
     assert!(
         r.starts_with("pipeline.schedule") && r.contains("weight-gradient"),
         "{r}"
     );
     // Hybrid sharding inside stages.
-    let mut hy = pipe_job(BlockConfig::tiny_gpt(), two(1));
+    let mut hy = pipe_job(BlockConfig::tiny_gpt(), two(1), 8);
     hy.strategy.sharding = sim::strategy::Sharding::Hybrid;
     hy.strategy.shard_group = 1;
     let r = reason(&hy);
@@ -191,13 +194,13 @@ fn pipelines_the_trainer_cannot_run_are_rejected_with_why() {
     let mut sp = two(2);
     sp.sequence_parallel = true;
     sp.stages[1].tp = 1;
-    let r = reason(&pipe_job(BlockConfig::tiny_gpt(), sp));
+    let r = reason(&pipe_job(BlockConfig::tiny_gpt(), sp, 8));
     assert!(
         r.starts_with("pipeline.stages[1].tp") && r.contains("same TP degree"),
         "{r}"
     );
     // A rank left out of every stage.
-    let mut out = pipe_job(BlockConfig::tiny_gpt(), two(1));
+    let mut out = pipe_job(BlockConfig::tiny_gpt(), two(1), 8);
     out.plan.push(out.plan[0].clone());
     let r = match out.validate(Some(5), None).unwrap_err() {
         ExecError::InvalidJob { field, message } => format!("{field}: {message}"),
