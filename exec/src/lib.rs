@@ -45,9 +45,13 @@ pub mod sim_glue;
 #[cfg(feature = "torch")]
 pub mod adam;
 #[cfg(feature = "torch")]
+mod host;
+#[cfg(feature = "torch")]
 pub mod model;
 #[cfg(feature = "torch")]
 mod profiler;
+#[cfg(feature = "torch")]
+mod records;
 #[cfg(feature = "torch")]
 mod stage_trainer;
 #[cfg(feature = "torch")]

@@ -50,15 +50,13 @@ use crate::adam::{adam_step, AdamState};
 use crate::comm::Collectives;
 use crate::config::Job;
 use crate::error::ExecError;
+use crate::host::{buffer_tensor, from_host, host_buffer, host_mut, host_vec};
 use crate::layout::{tp_init_values, tp_runs, unit_layouts, TpSplit, UnitLayout};
 use crate::model::{device_for, kind_of, sync, terr, Model, TResult};
+use crate::records::{assemble, maybe_fail, ms_since, run_iterations, Clock};
 use crate::report::TrainReport;
 use crate::shard::{offsets, piece_sizes};
-use crate::tensor_parallel::{from_host, host_vec, vocab_parallel_ce, Tape, TpGroup};
-use crate::trainer::{
-    assemble, from_host as trainer_from_host, host_buffer, host_mut, maybe_fail, ms_since,
-    run_iterations, Clock,
-};
+use crate::tensor_parallel::{vocab_parallel_ce, Tape, TpGroup};
 
 /// A 1-D tensor on `device` from host values.
 fn from_host_slice(v: &[f32], device: Device) -> TResult<Tensor> {
@@ -683,7 +681,7 @@ impl<'a, C: Collectives> StageRank<'a, C> {
             if d > 1 {
                 me.dp_comm.all_reduce_sum(all)?;
             }
-            trainer_from_host(buf, host, device)
+            buffer_tensor(buf, host, device)
         })
     }
 

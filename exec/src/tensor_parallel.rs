@@ -44,6 +44,7 @@ use sim::comm::CollectiveKind;
 
 use crate::comm::Collectives;
 use crate::config::BlockKind;
+use crate::host::{from_host, host_vec};
 use crate::layout::UnitKind;
 use crate::model::{sync, terr, Model, TResult};
 
@@ -200,25 +201,6 @@ impl<C: Collectives> TpGroup<'_, C> {
 fn flat_tokens(x: &Tensor) -> TResult<Tensor> {
     let k = *x.size().last().expect("a tensor with a feature dimension");
     x.f_reshape([-1, k]).map_err(terr)
-}
-
-/// A contiguous f32 host copy of `x`.
-pub(crate) fn host_vec(x: &Tensor) -> TResult<Vec<f32>> {
-    let c = x
-        .f_to_device(Device::Cpu)
-        .and_then(|t| t.f_to_kind(Kind::Float))
-        .and_then(|t| t.f_contiguous())
-        .and_then(|t| t.f_view([-1]))
-        .map_err(terr)?;
-    Vec::<f32>::try_from(&c).map_err(terr)
-}
-
-/// A tensor of `shape` on `device` from host values.
-pub(crate) fn from_host(v: &[f32], shape: &[i64], device: Device) -> TResult<Tensor> {
-    Tensor::from_slice(v)
-        .f_view(shape)
-        .and_then(|t| t.f_to_device(device))
-        .map_err(terr)
 }
 
 /// One recorded step of a unit's forward.

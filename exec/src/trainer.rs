@@ -46,88 +46,16 @@ use tch::{Device, Kind, Tensor};
 
 use crate::adam::{adam_step, AdamState};
 use crate::comm::Collectives;
-use crate::config::{AdamConfig, BlockConfig, DeviceKind, FaultKind, Job};
+use crate::config::{AdamConfig, BlockConfig, Job};
 use crate::error::ExecError;
+use crate::host::{
+    buffer_tensor, cpu_slice, cpu_slice_mut, host_buffer, host_mut, host_vec, raw, raw_mut,
+};
 use crate::layout::init_values;
 use crate::model::{device_for, device_used_bytes, kind_of, sync, terr, Model, TResult};
-use crate::report::{IterationRecord, RankIteration, ReferenceRun, TrainReport};
+use crate::records::{assemble, maybe_fail, ms_since, run_iterations, Clock};
+use crate::report::{ReferenceRun, TrainReport};
 use crate::shard::{micro_batch_sizes, offsets, piece_sizes};
-
-/// Per-rank accumulators of one iteration.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Clock {
-    pub compute_ms: f64,
-    /// Part of `compute_ms`: the units' forward, head and backward passes
-    /// (with recompute).
-    pub passes_ms: f64,
-    /// Part of `compute_ms`: the optimizer step.
-    pub optimizer_ms: f64,
-    pub comm_ms: f64,
-    pub wait_ms: f64,
-    pub copy_ms: f64,
-    pub peak: u64,
-}
-
-pub(crate) fn ms_since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
-}
-
-/// View of a contiguous CPU tensor whose elements are `T` (f32, or the raw
-/// 16-bit words of fp16 / bf16) as a slice.
-///
-/// # Safety
-/// `t` must be a contiguous CPU tensor of elements of `T`'s size and
-/// layout that outlives the slice and is not resized meanwhile.
-unsafe fn raw<T>(t: &Tensor) -> &[T] {
-    let n = t.numel();
-    if n == 0 {
-        return &[];
-    }
-    std::slice::from_raw_parts(t.data_ptr() as *const T, n)
-}
-
-/// Mutable view of a contiguous CPU tensor (see [`raw`]).
-///
-/// # Safety
-/// As [`raw`], and no other view of `t` is used meanwhile.
-#[allow(clippy::mut_from_ref)]
-unsafe fn raw_mut<T>(t: &Tensor) -> &mut [T] {
-    let n = t.numel();
-    if n == 0 {
-        return &mut [];
-    }
-    std::slice::from_raw_parts_mut(t.data_ptr() as *mut T, n)
-}
-
-/// [`raw`] of an f32 tensor.
-///
-/// # Safety
-/// As [`raw`].
-unsafe fn cpu_slice(t: &Tensor) -> &[f32] {
-    raw(t)
-}
-
-/// [`raw_mut`] of an f32 tensor.
-///
-/// # Safety
-/// As [`raw_mut`].
-#[allow(clippy::mut_from_ref)]
-unsafe fn cpu_slice_mut(t: &Tensor) -> &mut [f32] {
-    raw_mut(t)
-}
-
-fn to_host_vec(t: &Tensor) -> TResult<Vec<f32>> {
-    let t = t
-        .f_to_device(Device::Cpu)
-        .and_then(|t| t.f_contiguous())
-        .map_err(terr)?;
-    let n = t.numel();
-    let mut v = vec![0f32; n];
-    if n > 0 {
-        t.f_copy_data(&mut v, n).map_err(terr)?;
-    }
-    Ok(v)
-}
 
 /// What a unit's forward kept for its backward, per micro-batch.
 enum Saved {
@@ -343,7 +271,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
             };
             full
         } else {
-            let local = to_host_vec(&self.shards[u])?;
+            let local = host_vec(&self.shards[u])?;
             let mut host = vec![0f32; n];
             comm.all_gather_v(&local, &self.counts[u], &mut host)?;
             Tensor::from_slice(&host)
@@ -375,7 +303,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
                 for chunk in host_mut(&buf, &mut host).chunks_mut(bucket.max(1)) {
                     self.world.all_reduce_sum(chunk)?;
                 }
-                from_host(buf, host, dev)?
+                buffer_tensor(buf, host, dev)?
             };
             sync(dev);
             self.clock.comm_ms += ms_since(t);
@@ -395,7 +323,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
             };
             local
         } else {
-            let full = to_host_vec(&g)?;
+            let full = host_vec(&g)?;
             let mut local = vec![0f32; mine];
             comm.reduce_scatter_v(&full, &self.counts[u], &mut local)?;
             Tensor::from_slice(&local).f_to_device(dev).map_err(terr)?
@@ -408,7 +336,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
             let t = Instant::now();
             let (buf, mut host) = host_buffer(&out)?;
             rc.all_reduce_sum(host_mut(&buf, &mut host))?;
-            out = from_host(buf, host, dev)?;
+            out = buffer_tensor(buf, host, dev)?;
             sync(dev);
             self.clock.comm_ms += ms_since(t);
             self.clock.wait_ms += waited;
@@ -805,7 +733,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
     fn gather_all(&self, shards: &[Tensor]) -> TResult<Vec<Vec<f32>>> {
         let mut out = Vec::new();
         for (u, shard) in shards.iter().enumerate() {
-            let local = to_host_vec(shard)?;
+            let local = host_vec(shard)?;
             if self.job.strategy.sharding == Sharding::NoShard {
                 out.push(local);
                 continue;
@@ -819,36 +747,6 @@ impl<'a, C: Collectives> Rank<'a, C> {
     }
 }
 
-/// Runs the job's injected fault when it is this `rank`'s in `iteration`.
-pub(crate) fn maybe_fail(job: &Job, rank: usize, iteration: usize) {
-    if let Some(f) = job.fault {
-        if f.rank == rank && f.iteration == iteration {
-            match f.kind {
-                FaultKind::Panic => {
-                    panic!("injected fault on rank {} in iteration {iteration}", f.rank)
-                }
-                FaultKind::Exit => {
-                    eprintln!(
-                        "cephalo-exec: injected exit on rank {} in iteration {iteration}",
-                        f.rank
-                    );
-                    std::process::exit(3)
-                }
-                FaultKind::Hang => loop {
-                    std::thread::sleep(std::time::Duration::from_secs(3600));
-                },
-                FaultKind::Abort => {
-                    eprintln!(
-                        "cephalo-exec: injected abort on rank {} in iteration {iteration}",
-                        f.rank
-                    );
-                    std::process::abort()
-                }
-            }
-        }
-    }
-}
-
 /// The 16-bit tensor kind of a parameter dtype (`None` for fp32).
 fn half_kind(d: sim::dtype::Dtype) -> Option<Kind> {
     match d {
@@ -857,37 +755,6 @@ fn half_kind(d: sim::dtype::Dtype) -> Option<Kind> {
         sim::dtype::Dtype::Fp16 => Some(Kind::Half),
     }
 }
-
-/// A contiguous f32 CPU copy of `t` to reduce in place: the tensor (when
-/// `t` is already on the CPU, reduced in its own storage) or a host vector.
-pub(crate) fn host_buffer(t: &Tensor) -> TResult<(Option<Tensor>, Vec<f32>)> {
-    if t.device() == Device::Cpu {
-        Ok((Some(t.f_contiguous().map_err(terr)?), Vec::new()))
-    } else {
-        Ok((None, to_host_vec(t)?))
-    }
-}
-
-/// The mutable elements of a [`host_buffer`].
-pub(crate) fn host_mut<'b>(buf: &'b Option<Tensor>, host: &'b mut Vec<f32>) -> &'b mut [f32] {
-    match buf {
-        // SAFETY: a contiguous f32 CPU tensor owned by the caller, with no
-        // other view used while the slice lives.
-        Some(t) => unsafe { cpu_slice_mut(t) },
-        None => host.as_mut_slice(),
-    }
-}
-
-/// The reduced [`host_buffer`] as a tensor on `dev`.
-pub(crate) fn from_host(buf: Option<Tensor>, host: Vec<f32>, dev: Device) -> TResult<Tensor> {
-    match buf {
-        Some(t) => Ok(t),
-        None => Tensor::from_slice(&host).f_to_device(dev).map_err(terr),
-    }
-}
-
-/// Values per rank and iteration in [`record_fields`].
-pub(crate) const FIELDS: usize = 9;
 
 /// Trains `job` on this rank of `comm` (every rank calls it with the same
 /// job). Returns the assembled report on rank 0 and `None` on the others.
@@ -921,105 +788,6 @@ pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>,
         params,
         first_grads,
     ))
-}
-
-/// Runs the job's warm-up and recorded iterations through `iteration`
-/// (iteration index -> its ms, this rank's loss and its [`Clock`]): the
-/// iteration times and this rank's [`record_fields`] per iteration, as
-/// [`assemble`] takes them.
-pub(crate) fn run_iterations(
-    job: &Job,
-    mut iteration: impl FnMut(usize) -> TResult<(f64, f64, Clock)>,
-) -> TResult<(Vec<f64>, Vec<f64>)> {
-    let total = job.warmup_iterations + job.iterations;
-    let mut iter_ms = Vec::with_capacity(total);
-    let mut local = Vec::with_capacity(total * FIELDS);
-    for it in 0..total {
-        let (ms, loss, clock) = iteration(it)?;
-        iter_ms.push(ms);
-        local.extend_from_slice(&record_fields(job, &clock, loss, ms));
-    }
-    Ok((iter_ms, local))
-}
-
-/// One iteration's per-rank record: the [`Clock`]'s fields, the peak
-/// memory (`-1` off CUDA), this rank's loss and iteration time, in the
-/// order [`assemble`] reads them ([`FIELDS`] values).
-pub(crate) fn record_fields(job: &Job, c: &Clock, loss: f64, ms: f64) -> [f64; FIELDS] {
-    let peak = if job.device == DeviceKind::Cuda {
-        c.peak as f64
-    } else {
-        -1.0
-    };
-    [
-        c.compute_ms,
-        c.comm_ms,
-        c.wait_ms,
-        c.copy_ms,
-        peak,
-        loss,
-        ms,
-        c.passes_ms,
-        c.optimizer_ms,
-    ]
-}
-
-/// The report on rank 0 from every rank's [`record_fields`] per iteration
-/// (`local`, gathered here), rank 0's iteration times and what rank 0
-/// collected of parameters and gradients; `None` on the other ranks.
-pub(crate) fn assemble<C: Collectives>(
-    job: &Job,
-    comm: &C,
-    iter_ms: &[f64],
-    local: &[f64],
-    unit_params: Vec<usize>,
-    final_params: Option<Vec<Vec<f32>>>,
-    first_grads: Option<Vec<Vec<f32>>>,
-) -> Option<TrainReport> {
-    let total = iter_ms.len();
-    let all = comm.gather_f64(local)?;
-    let size = comm.size();
-    let mut iterations = Vec::new();
-    let mut loss_sums = Vec::with_capacity(total);
-    for (it, &ms) in iter_ms.iter().enumerate() {
-        let mut ranks = Vec::with_capacity(size);
-        let mut loss = 0.0;
-        for r in 0..size {
-            let v = &all[r * total * FIELDS + it * FIELDS..][..FIELDS];
-            loss += v[5];
-            ranks.push(RankIteration {
-                rank: r,
-                batch: job.plan[r].batch,
-                micro_batches: job.plan[r].micro_batches,
-                compute_ms: v[0],
-                comm_ms: v[1],
-                wait_ms: v[2],
-                copy_ms: v[3],
-                peak_mem_bytes: (v[4] >= 0.0).then_some(v[4] as u64),
-                loss_sum: v[5],
-                own_iteration_ms: v[6],
-                passes_ms: v[7],
-                optimizer_ms: v[8],
-            });
-        }
-        loss_sums.push(loss);
-        if it >= job.warmup_iterations {
-            iterations.push(IterationRecord {
-                iteration: it,
-                iteration_ms: ms,
-                ranks,
-            });
-        }
-    }
-    Some(TrainReport {
-        ranks: size,
-        global_batch: job.global_batch(),
-        unit_params,
-        iterations,
-        loss_sums,
-        final_params,
-        first_grads,
-    })
 }
 
 /// Single-process reference: plain end-to-end autograd on the whole global
@@ -1061,16 +829,13 @@ pub fn reference_train(
         let grads = Tensor::f_run_backward(&[&loss], &leaves, false, false).map_err(terr)?;
         loss_sums.push(loss.f_double_value(&[]).map_err(terr)?);
         if step == 0 {
-            first_grads = grads.iter().map(to_host_vec).collect::<TResult<Vec<_>>>()?;
+            first_grads = grads.iter().map(host_vec).collect::<TResult<Vec<_>>>()?;
         }
         for (u, g) in grads.iter().enumerate() {
             adam_step(&mut params[u], g, &mut states[u], step as u64 + 1, adam)?;
         }
     }
-    let params = params
-        .iter()
-        .map(to_host_vec)
-        .collect::<TResult<Vec<_>>>()?;
+    let params = params.iter().map(host_vec).collect::<TResult<Vec<_>>>()?;
     Ok(ReferenceRun {
         params,
         loss_sums,
