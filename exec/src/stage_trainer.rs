@@ -70,7 +70,9 @@ fn tag(x: usize, backward: bool) -> u16 {
     (2 * x + usize::from(backward)) as u16
 }
 
-/// Tag of unit `u`'s parameters or gradients sent to rank 0 for the report.
+/// Tag of unit `u`'s parameters or gradients sent to rank 0 for the report:
+/// above every pipeline tag ([`tag`], `2 p v + 1` of them) and below
+/// 32,767, the least `MPI_TAG_UB` the MPI standard allows.
 fn report_tag(u: usize) -> u16 {
     (16384 + u % 16384) as u16
 }
@@ -219,14 +221,12 @@ impl<'a, C: Collectives> StageRank<'a, C> {
             } else {
                 vec![n]
             };
-            let mine = if sharded {
-                counts[u][dp_comm.rank()]
-            } else {
-                n
-            };
-            adam[u] = Some(AdamState::zeros_like(
-                &Tensor::f_zeros([mine as i64], (Kind::Float, device)).map_err(terr)?,
-            )?);
+            // Moments of what this rank steps: its piece, or the whole.
+            let me = if sharded { dp_comm.rank() } else { 0 };
+            let stepped = p
+                .f_narrow(0, offsets(&counts[u])[me] as i64, counts[u][me] as i64)
+                .map_err(terr)?;
+            adam[u] = Some(AdamState::zeros_like(&stepped)?);
             params[u] = Some(p);
         }
         Ok(StageRank {
@@ -369,11 +369,16 @@ impl<'a, C: Collectives> StageRank<'a, C> {
             return Ok(0.0);
         }
         let vp = self.pipe.virtual_depth();
-        let (tokens, targets) = self.model.batch(self.job.seed, it as u64, first, m)?;
-        let mut input = if x == 0 {
-            tokens
+        // Token ids for the embedding, targets for the loss: generated
+        // only where a stage holds one of them.
+        let data = if x == 0 || x + 1 == vp {
+            Some(self.model.batch(self.job.seed, it as u64, first, m)?)
         } else {
-            self.recv_from(x - 1, tag(x, false), size, (lo, hi))?
+            None
+        };
+        let mut input = match (&data, x) {
+            (Some((tokens, _)), 0) => tokens.shallow_clone(),
+            _ => self.recv_from(x - 1, tag(x, false), size, (lo, hi))?,
         };
         let tp = self.tp();
         let t0 = Instant::now();
@@ -387,7 +392,8 @@ impl<'a, C: Collectives> StageRank<'a, C> {
             let out = self.model.record(u, &mut tape, p, &tp)?;
             if u == head {
                 let logits = tape.val(out).shallow_clone();
-                let (l, dl) = vocab_parallel_ce(&logits, &targets, self.job.model.vocab, &tp)?;
+                let (_, targets) = data.as_ref().expect("the last stage has the targets");
+                let (l, dl) = vocab_parallel_ce(&logits, targets, self.job.model.vocab, &tp)?;
                 if self.r == 0 {
                     loss += l;
                 }

@@ -86,29 +86,31 @@ impl<C: Collectives> TpGroup<'_, C> {
         self.comm.expect("a TP group of t > 1 has its communicator")
     }
 
-    /// Sum over the group, in place of a copy (any shape).
-    pub fn all_reduce(&self, x: &Tensor) -> TResult<Tensor> {
+    /// `x` (any shape) all-reduced over the group by `op` on a host copy.
+    fn all_reduce_by(
+        &self,
+        x: &Tensor,
+        op: impl FnOnce(&C, &mut [f32]) -> Result<(), crate::error::ExecError>,
+    ) -> TResult<Tensor> {
         if self.t <= 1 {
             return Ok(x.shallow_clone());
         }
         self.note(CollectiveKind::AllReduce, x.numel());
         self.timed(x.device(), || {
             let mut v = host_vec(x)?;
-            self.comm().all_reduce_sum(&mut v)?;
+            op(self.comm(), &mut v)?;
             from_host(&v, &x.size(), x.device())
         })
     }
 
+    /// Sum over the group (any shape).
+    pub fn all_reduce(&self, x: &Tensor) -> TResult<Tensor> {
+        self.all_reduce_by(x, |c, v| c.all_reduce_sum(v))
+    }
+
     /// Maximum over the group (any shape).
     pub fn all_reduce_max(&self, x: &Tensor) -> TResult<Tensor> {
-        if self.t <= 1 {
-            return Ok(x.shallow_clone());
-        }
-        self.timed(x.device(), || {
-            let mut v = host_vec(x)?;
-            self.comm().all_reduce_max(&mut v)?;
-            from_host(&v, &x.size(), x.device())
-        })
+        self.all_reduce_by(x, |c, v| c.all_reduce_max(v))
     }
 
     /// `[m, s/t, h]` sequence shards to the whole `[m, s, h]`.
@@ -151,7 +153,9 @@ impl<C: Collectives> TpGroup<'_, C> {
         })
     }
 
-    /// Megatron's `f` forward (entering a column-parallel layer).
+    /// Megatron's `f` forward (entering a column-parallel layer):
+    /// identity, or with SP an all-gather along the sequence. Also `g`'s
+    /// backward, its transpose.
     fn enter_fwd(&self, x: &Tensor) -> TResult<Tensor> {
         if self.t > 1 && self.sp {
             self.gather_seq(x)
@@ -160,30 +164,14 @@ impl<C: Collectives> TpGroup<'_, C> {
         }
     }
 
-    /// `f` backward.
-    fn enter_bwd(&self, dy: &Tensor) -> TResult<Tensor> {
-        match (self.t > 1, self.sp) {
-            (false, _) => Ok(dy.shallow_clone()),
-            (true, false) => self.all_reduce(dy),
-            (true, true) => self.scatter_seq(dy),
-        }
-    }
-
-    /// Megatron's `g` forward (leaving a row-parallel layer).
+    /// Megatron's `g` forward (leaving a row-parallel layer): all-reduce,
+    /// or with SP a reduce-scatter along the sequence. Also `f`'s
+    /// backward, its transpose.
     fn exit_fwd(&self, x: &Tensor) -> TResult<Tensor> {
         match (self.t > 1, self.sp) {
             (false, _) => Ok(x.shallow_clone()),
             (true, false) => self.all_reduce(x),
             (true, true) => self.scatter_seq(x),
-        }
-    }
-
-    /// `g` backward.
-    fn exit_bwd(&self, dy: &Tensor) -> TResult<Tensor> {
-        if self.t > 1 && self.sp {
-            self.gather_seq(dy)
-        } else {
-            Ok(dy.shallow_clone())
         }
     }
 
@@ -427,13 +415,13 @@ impl Tape {
                         add(&mut dx, dy.f_matmul(&p[w]).map_err(terr)?)?;
                     }
                     if let Some(d) = dx {
-                        let d = tp.enter_bwd(&d)?;
+                        let d = tp.exit_fwd(&d)?;
                         add(&mut grads[*from], d)?;
                     }
                 }
                 Op::Exit { from, to } => {
                     if let Some(d) = grads[*to].take() {
-                        let d = tp.exit_bwd(&d)?;
+                        let d = tp.enter_fwd(&d)?;
                         add(&mut grads[*from], d)?;
                     }
                 }
@@ -441,6 +429,15 @@ impl Tape {
         }
         Ok((grads[0].take(), pgrads))
     }
+}
+
+/// Token ids `ids` already shifted by this rank's first vocabulary row,
+/// against its `vl` rows: (the ids with those outside set to 0, whether
+/// each is inside), as Megatron's `VocabParallelEmbedding` and
+/// vocab-parallel cross-entropy mask them.
+fn in_vocab_range(ids: &Tensor, vl: i64) -> Result<(Tensor, Tensor), tch::TchError> {
+    let inside = ids.f_ge(0)?.f_logical_and(&ids.f_lt(vl)?)?;
+    Ok((ids.f_where_scalarother(&inside, 0)?, inside))
 }
 
 /// The vocabulary-parallel cross-entropy of `logits` (`[m, s, vocab/t]`,
@@ -464,11 +461,7 @@ pub(crate) fn vocab_parallel_ce<C: Collectives>(
     let gmax = tp.all_reduce_max(&lmax)?;
     let e = l.f_sub(&gmax).and_then(|x| x.f_exp()).map_err(terr)?;
     let sums = tp.all_reduce(&e.f_sum_dim_intlist(1, true, None::<Kind>).map_err(terr)?)?;
-    let inside = ids
-        .f_ge(0)
-        .and_then(|a| a.f_logical_and(&ids.f_lt(vl)?))
-        .map_err(terr)?;
-    let ids_c = ids.f_where_scalarother(&inside, 0).map_err(terr)?;
+    let (ids_c, inside) = in_vocab_range(&ids, vl).map_err(terr)?;
     let inside_f = inside.f_to_kind(Kind::Float).map_err(terr)?;
     let picked = l
         .f_gather(1, &ids_c, false)
@@ -532,9 +525,7 @@ impl Model {
                 if !split {
                     return Tensor::f_embedding(p[0], &x[0], -1, false, false);
                 }
-                let ids = x[0].f_sub_scalar(lo)?;
-                let inside = ids.f_ge(0)?.f_logical_and(&ids.f_lt(vl)?)?;
-                let ids = ids.f_where_scalarother(&inside, 0)?;
+                let (ids, inside) = in_vocab_range(&x[0].f_sub_scalar(lo)?, vl)?;
                 Tensor::f_embedding(p[0], &ids, -1, false, false)?
                     .f_mul(&inside.f_unsqueeze(-1)?.f_to_kind(p[0].kind())?)
             }),

@@ -295,10 +295,12 @@ fn trainer_context(
     }
 }
 
-/// The plan the user gave (`--plan` or `--batch`), or the default uneven
-/// demo plan when neither is given; `None` when `--planner` plans it.
+/// The plan the user gave (`--plan`, a 3D shape over the model's `layers`
+/// blocks, or `--batch`), or the default uneven demo plan when none is
+/// given; `None` when `--planner` plans it.
 fn user_plan(
     args: &Args,
+    layers: u32,
     ctx: &sim::strategy::StrategyContext<'_>,
     workload: &sim::plan::file::PlanWorkload,
 ) -> Result<Option<(Plan, String)>> {
@@ -307,7 +309,6 @@ fn user_plan(
     }
     let spec = args.strategy.spec()?;
     if let Some(shape) = args.shape.shape() {
-        let layers = profile::model(&args.model, "--model")?.layers;
         let input = PlanInput::Shape {
             shape: &shape,
             layers,
@@ -647,7 +648,7 @@ fn setup(args: &Args) -> Result<Setup> {
         gpus: cluster.gpus.iter().map(|g| g.spec.name.clone()).collect(),
     };
     let ctx = trainer_context(&cluster, dtype);
-    let fixed = user_plan(args, &ctx, &planned_for)?;
+    let fixed = user_plan(args, spec.layers, &ctx, &planned_for)?;
     let strategy = match &fixed {
         Some((plan, _)) => plan.strategy,
         None => args.strategy.spec()?.resolve(&ctx)?,

@@ -524,7 +524,7 @@ fn validate_runs_tensor_and_pipeline_parallel_plans() {
     }
     let prof = tiny_profile();
     for (extra, groups) in [
-        (vec!["--tp", "2"], vec![(0, 0)]),
+        (vec!["--tp", "2"], vec![(0u64, 0u64)]),
         (
             vec!["--pp", "2", "--pp-schedule", "1f1b"],
             vec![(0, 0), (1, 0)],
@@ -540,15 +540,13 @@ fn validate_runs_tensor_and_pipeline_parallel_plans() {
             "{extra:?}: {}",
             v["plan"]
         );
-        let c = &v;
-        check_comparison(c, 2);
-        let g = c["groups"].as_array().unwrap();
+        check_comparison(&v, 2);
+        let g = v["groups"].as_array().unwrap();
         let got: Vec<(u64, u64)> = g
             .iter()
             .map(|x| (x["stage"].as_u64().unwrap(), x["replica"].as_u64().unwrap()))
             .collect();
-        let want: Vec<(u64, u64)> = groups.iter().map(|&(s, r)| (s, r)).collect();
-        assert_eq!(got, want, "{extra:?}");
+        assert_eq!(got, groups, "{extra:?}");
         for x in g {
             for k in ["compute_ms", "comm_ms", "bubble_ms"] {
                 assert!(x[k]["predicted"].as_f64().is_some(), "{k} {x}");
@@ -557,7 +555,7 @@ fn validate_runs_tensor_and_pipeline_parallel_plans() {
         }
         eprintln!(
             "{extra:?}: predicted {:.1} ms, measured {:.1} ms",
-            c["predicted_iteration_ms"], c["measured_iteration_ms"]
+            v["predicted_iteration_ms"], v["measured_iteration_ms"]
         );
     }
     // The table names the groups.
