@@ -77,6 +77,7 @@ fn main() {
         return_grads: false,
         fault: None,
         pipeline: None,
+        compute_profile: None,
     };
     let mut opts = LaunchOptions::new(
         std::env::current_exe()

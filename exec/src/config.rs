@@ -265,6 +265,49 @@ pub struct Job {
     /// then its [`Pipeline::rank_plans`]. `None`: data-parallel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<Pipeline>,
+    /// A compute profile every rank takes between its recorded iterations
+    /// (the report's `compute_profile`); `None`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_profile: Option<InRunProfile>,
+}
+
+/// What a trainer's ranks measure of compute between their recorded
+/// iterations: [`crate::profile_compute`]'s measurements (block 0, the
+/// embedding and the head at these sizes, two passes, and the Adam step)
+/// on the job's model, device, dtype and threads, a share of them before
+/// each recorded iteration, the ranks side by side. The profile then sees
+/// the host, the allocator and the other ranks as the iterations do, in
+/// the same minutes: on a host whose speed drifts by a fifth from minute
+/// to minute, a profile taken before the run predicts the host of another
+/// time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InRunProfile {
+    /// Micro-batch sizes to time (samples).
+    pub micro_batch_sizes: Vec<usize>,
+    /// Untimed runs before each point.
+    pub warmup: usize,
+    /// Timed runs per point (the median is kept).
+    pub repetitions: usize,
+    /// Bytes of scratch memory rewritten before every timed pass (see
+    /// [`ProfileConfig::flush_bytes`]).
+    #[serde(default)]
+    pub flush_bytes: usize,
+}
+
+impl Job {
+    /// The profiler's settings for [`Job::compute_profile`], if any.
+    pub fn profile_config(&self) -> Option<ProfileConfig> {
+        self.compute_profile.as_ref().map(|p| ProfileConfig {
+            model: self.model.clone(),
+            device: self.device,
+            dtype: self.dtype,
+            micro_batch_sizes: p.micro_batch_sizes.clone(),
+            warmup: p.warmup,
+            repetitions: p.repetitions,
+            threads: self.threads,
+            flush_bytes: p.flush_bytes,
+        })
+    }
 }
 
 fn yes() -> bool {

@@ -62,7 +62,8 @@ mod trainer;
 pub use comm::{Collectives, SelfComm};
 pub use commprof::{profile_collectives, CollectiveConfig};
 pub use config::{
-    AdamConfig, BlockConfig, BlockKind, DeviceKind, Fault, FaultKind, Job, ProfileConfig, RankPlan,
+    AdamConfig, BlockConfig, BlockKind, DeviceKind, Fault, FaultKind, InRunProfile, Job,
+    ProfileConfig, RankPlan,
 };
 pub use launch::{
     launch, launch_collectives, launch_compute, rank_main, LaunchOptions, Launcher, RankOutput,

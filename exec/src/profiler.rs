@@ -1,7 +1,8 @@
 //! Compute profiler: per-unit forward and backward time vs micro-batch
-//! size (warm-up, then the median of repetitions, the faster of two passes
-//! over the sizes) and the Adam step, on one
-//! process. Collectives are profiled by [`crate::commprof`].
+//! size (warm-up, then the median of repetitions, two passes over the
+//! sizes combined) and the Adam step, on one process, all at once
+//! ([`profile_compute`]) or spread between a trainer's iterations
+//! ([`ProfileRun`]). Collectives are profiled by [`crate::commprof`].
 //!
 //! Units: ms (medians), bytes, samples.
 
@@ -192,38 +193,15 @@ pub(crate) fn profile_compute_with(
     cfg: &ProfileConfig,
     align: &dyn Fn(),
 ) -> Result<ComputeProfile, ExecError> {
-    check_compute_config(cfg)?;
     crate::alloc::keep_freed_memory();
     if let Some(t) = cfg.threads {
         tch::set_num_threads(t as i32);
     }
-    let device = device_for(cfg.device, 0)?;
-    let model = Model::new(&cfg.model, device, kind_of(cfg.dtype))?;
-    sync(device);
-    let baseline_mem_bytes = device_used_bytes(device);
-    let head = model.n_units() - 1;
-    let [block, embedding, head_t] = time_units(&model, cfg, head)?;
-    let n = model.units[1].numel();
-    align();
-    let opt_ms = time_optimizer(&model, device, cfg)?;
-    Ok(ComputeProfile {
-        model: cfg.model.clone(),
-        device: cfg.device,
-        dtype: cfg.dtype,
-        threads: tch::get_num_threads().max(0) as usize,
-        params_per_block: n,
-        params_embedding: model.units[0].numel(),
-        params_head: model.units[head].numel(),
-        block,
-        embedding,
-        head: head_t,
-        optimizer_ms_per_block: opt_ms,
-        optimizer_ns_per_param: opt_ms * 1e6 / n.max(1) as f64,
-        warmup: cfg.warmup,
-        repetitions: cfg.repetitions,
-        baseline_mem_bytes,
-        concurrent_ranks: 1,
-    })
+    let mut run = ProfileRun::new(cfg, 0)?;
+    while run.steps_left() > 0 {
+        run.step(align)?;
+    }
+    run.finish()
 }
 
 /// Refuses a compute profile without sizes (or with a zero size), or in
@@ -244,73 +222,160 @@ fn check_compute_config(cfg: &ProfileConfig) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// Pass timings of block 0, the embedding and the head (unit `head`) at
-/// every micro-batch size, in that order: each size measured twice (the
-/// faster kept), a size that reads slower than the next larger one again.
-fn time_units(
-    model: &Model,
-    cfg: &ProfileConfig,
-    head: usize,
-) -> Result<[Vec<PassTiming>; 3], ExecError> {
-    let mut block = Vec::new();
-    let mut embedding = Vec::new();
-    let mut head_t = Vec::new();
-    for &m in &cfg.micro_batch_sizes {
-        block.push(profile_unit(model, 1, m, cfg, false)?);
-        embedding.push(profile_unit(model, 0, m, cfg, false)?);
-        head_t.push(profile_unit(model, head, m, cfg, true)?);
+/// One measurement of a compute profile.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// Unit kind `k` (0 block, 1 embedding, 2 head) at size index `i`,
+    /// in pass 0 or 1.
+    Unit { k: usize, i: usize, pass: usize },
+    /// The Adam step, the ranks aligned first.
+    Optimizer,
+}
+
+/// A compute profile taken one measurement at a time, so that a trainer
+/// can spread it between its iterations ([`crate::config::InRunProfile`]):
+/// the profile then sees the host, the allocator and the other ranks as
+/// the iterations it predicts see them. [`ProfileRun::finish`] takes what
+/// is left and the re-measurements.
+pub(crate) struct ProfileRun {
+    model: Model,
+    cfg: ProfileConfig,
+    steps: Vec<Step>,
+    next: usize,
+    /// Per unit kind and size index, the first pass's timing.
+    timings: [Vec<Option<PassTiming>>; 3],
+    optimizer_ms: Option<f64>,
+    /// Device memory in use before any unit was materialised (CUDA).
+    baseline_mem_bytes: Option<u64>,
+}
+
+impl ProfileRun {
+    /// Checks `cfg` and lays out its measurements: the first pass over
+    /// the sizes (block, embedding, head per size), the Adam step, then
+    /// a second pass in reverse order, combined with the first
+    /// ([`combine`]: their mean, the faster after a burst). A burst during
+    /// one size's first pass (which made a size-1 block look twice as slow
+    /// as size 2 on a busy CI host) rarely hits the same size again at
+    /// another time, and two passes at different times average the host's
+    /// drift.
+    /// `rank` picks the CUDA device as the trainer does ([`device_for`]).
+    pub(crate) fn new(cfg: &ProfileConfig, rank: usize) -> Result<ProfileRun, ExecError> {
+        check_compute_config(cfg)?;
+        let device = device_for(cfg.device, rank)?;
+        let model = Model::new(&cfg.model, device, kind_of(cfg.dtype))?;
+        sync(device);
+        let baseline_mem_bytes = device_used_bytes(device);
+        let n = cfg.micro_batch_sizes.len();
+        let mut steps = Vec::with_capacity(6 * n + 1);
+        for i in 0..n {
+            steps.extend((0..3).map(|k| Step::Unit { k, i, pass: 0 }));
+        }
+        steps.push(Step::Optimizer);
+        for i in (0..n).rev() {
+            steps.extend((0..3).map(|k| Step::Unit { k, i, pass: 1 }));
+        }
+        Ok(ProfileRun {
+            model,
+            cfg: cfg.clone(),
+            steps,
+            next: 0,
+            timings: [vec![None; n], vec![None; n], vec![None; n]],
+            optimizer_ms: None,
+            baseline_mem_bytes,
+        })
     }
-    // A second pass over the sizes in reverse order, combined with the
-    // first ([`combine`]: their mean, the faster after a burst): a burst
-    // during one size's first pass (which made a size-1 block look twice
-    // as slow as size 2 on a busy CI host) rarely hits the same size again
-    // at another time, and two passes at different times average the
-    // host's drift.
-    for (i, &m) in cfg.micro_batch_sizes.iter().enumerate().rev() {
-        merge(
-            &mut block[i],
-            profile_unit(model, 1, m, cfg, false)?,
-            combine,
-        );
-        merge(
-            &mut embedding[i],
-            profile_unit(model, 0, m, cfg, false)?,
-            combine,
-        );
-        merge(
-            &mut head_t[i],
-            profile_unit(model, head, m, cfg, true)?,
-            combine,
-        );
+
+    /// Measurements not taken yet.
+    pub(crate) fn steps_left(&self) -> usize {
+        self.steps.len() - self.next
     }
-    // A smaller size still measured well above a larger one contradicts
-    // the work it does (more samples never take less time beyond noise):
-    // measure it again, up to RETRIES times, keeping the faster.
-    let sizes = &cfg.micro_batch_sizes;
-    let units = [(1usize, false), (0, false), (head, true)];
-    for (k, (u, is_head)) in units.into_iter().enumerate() {
-        for _ in 0..RETRIES {
-            let t = match k {
-                0 => &block,
-                1 => &embedding,
-                _ => &head_t,
-            };
-            let total = |p: &PassTiming| p.forward_ms + p.recompute_backward_ms;
-            let Some(i) = (0..t.len().saturating_sub(1))
-                .find(|&i| sizes[i] < sizes[i + 1] && total(&t[i]) > FALL_RETRY * total(&t[i + 1]))
-            else {
-                break;
-            };
-            let again = profile_unit(model, u, sizes[i], cfg, is_head)?;
-            let t = match k {
-                0 => &mut block,
-                1 => &mut embedding,
-                _ => &mut head_t,
-            };
-            merge(&mut t[i], again, f64::min);
+
+    /// The unit of kind `k` (0 block, 1 embedding, 2 head) and whether it
+    /// is the head.
+    fn unit(&self, k: usize) -> (usize, bool) {
+        match k {
+            0 => (1, false),
+            1 => (0, false),
+            _ => (self.model.n_units() - 1, true),
         }
     }
-    Ok([block, embedding, head_t])
+
+    /// Takes the next measurement (none when all are taken); `align` runs
+    /// before the Adam step.
+    pub(crate) fn step(&mut self, align: &dyn Fn()) -> Result<(), ExecError> {
+        let Some(&step) = self.steps.get(self.next) else {
+            return Ok(());
+        };
+        self.next += 1;
+        match step {
+            Step::Unit { k, i, pass } => {
+                let (u, is_head) = self.unit(k);
+                let m = self.cfg.micro_batch_sizes[i];
+                let t = profile_unit(&self.model, u, m, &self.cfg, is_head)?;
+                let slot = &mut self.timings[k][i];
+                match slot {
+                    Some(first) if pass == 1 => merge(first, t, combine),
+                    _ => *slot = Some(t),
+                }
+            }
+            Step::Optimizer => {
+                align();
+                self.optimizer_ms =
+                    Some(time_optimizer(&self.model, self.model.device, &self.cfg)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the measurements left, measures again a smaller size still
+    /// read well above a larger one (more samples never take less time
+    /// beyond noise; up to [`RETRIES`] times, keeping the faster) and
+    /// returns the profile.
+    pub(crate) fn finish(mut self) -> Result<ComputeProfile, ExecError> {
+        while self.steps_left() > 0 {
+            self.step(&|| {})?;
+        }
+        let sizes = self.cfg.micro_batch_sizes.clone();
+        let mut lists: [Vec<PassTiming>; 3] = Default::default();
+        for (k, list) in lists.iter_mut().enumerate() {
+            let (u, is_head) = self.unit(k);
+            let mut t: Vec<PassTiming> = self.timings[k].iter().flatten().cloned().collect();
+            for _ in 0..RETRIES {
+                let total = |p: &PassTiming| p.forward_ms + p.recompute_backward_ms;
+                let Some(i) = (0..t.len().saturating_sub(1)).find(|&i| {
+                    sizes[i] < sizes[i + 1] && total(&t[i]) > FALL_RETRY * total(&t[i + 1])
+                }) else {
+                    break;
+                };
+                let again = profile_unit(&self.model, u, sizes[i], &self.cfg, is_head)?;
+                merge(&mut t[i], again, f64::min);
+            }
+            *list = t;
+        }
+        let [block, embedding, head_t] = lists;
+        let model = &self.model;
+        let head = model.n_units() - 1;
+        let n = model.units[1].numel();
+        let opt_ms = self.optimizer_ms.unwrap_or(0.0);
+        Ok(ComputeProfile {
+            model: self.cfg.model.clone(),
+            device: self.cfg.device,
+            dtype: self.cfg.dtype,
+            threads: tch::get_num_threads().max(0) as usize,
+            params_per_block: n,
+            params_embedding: model.units[0].numel(),
+            params_head: model.units[head].numel(),
+            block,
+            embedding,
+            head: head_t,
+            optimizer_ms_per_block: opt_ms,
+            optimizer_ns_per_param: opt_ms * 1e6 / n.max(1) as f64,
+            warmup: self.cfg.warmup,
+            repetitions: self.cfg.repetitions,
+            baseline_mem_bytes: self.baseline_mem_bytes,
+            concurrent_ranks: 1,
+        })
+    }
 }
 
 /// Adam's ms per block, timed as the trainer runs it: one step per unit,

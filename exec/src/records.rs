@@ -1,6 +1,6 @@
 //! What every trainer records per rank and iteration ([`Clock`],
-//! [`record_fields`]), the loop over the job's iterations
-//! ([`run_iterations`]), the report rank 0 assembles from every rank's
+//! [`record_fields`]), the loop over the job's iterations with the
+//! compute profile between them ([`run_iterations`]), the report rank 0 assembles from every rank's
 //! records ([`assemble`]), and the test-only fault injection
 //! ([`maybe_fail`]).
 //!
@@ -11,7 +11,8 @@ use std::time::Instant;
 use crate::comm::Collectives;
 use crate::config::{DeviceKind, FaultKind, Job};
 use crate::model::TResult;
-use crate::report::{IterationRecord, RankIteration, TrainReport};
+use crate::profiler::ProfileRun;
+use crate::report::{ComputeProfile, IterationRecord, RankIteration, TrainReport};
 
 /// Per-rank accumulators of one iteration.
 #[derive(Debug, Default, Clone, Copy)]
@@ -35,23 +36,63 @@ pub(crate) fn ms_since(t: Instant) -> f64 {
 /// Values per rank and iteration in [`record_fields`].
 pub(crate) const FIELDS: usize = 9;
 
+/// What [`run_iterations`] recorded on one rank.
+pub(crate) struct Recorded {
+    /// Every iteration's time (warm-up included), ms.
+    pub iter_ms: Vec<f64>,
+    /// This rank's [`record_fields`] per iteration.
+    pub local: Vec<f64>,
+    /// The job's in-run compute profile: the mean over the ranks on rank
+    /// 0, `None` elsewhere or when the job asks for none.
+    pub profile: Option<ComputeProfile>,
+}
+
 /// Runs the job's warm-up and recorded iterations through `iteration`
-/// (iteration index -> its ms, this rank's loss and its [`Clock`]): the
-/// iteration times and this rank's [`record_fields`] per iteration, as
-/// [`assemble`] takes them.
-pub(crate) fn run_iterations(
+/// (iteration index -> its ms, this rank's loss and its [`Clock`]), and,
+/// when the job asks for it ([`Job::compute_profile`]), an equal share of
+/// the compute profile's measurements before each recorded iteration
+/// (every rank at once, a barrier after each share so the iteration
+/// starts together): what [`assemble`] takes.
+pub(crate) fn run_iterations<C: Collectives>(
     job: &Job,
+    comm: &C,
     mut iteration: impl FnMut(usize) -> TResult<(f64, f64, Clock)>,
-) -> TResult<(Vec<f64>, Vec<f64>)> {
+) -> TResult<Recorded> {
+    let rank = comm.rank();
+    let mut profile = match job.profile_config() {
+        Some(cfg) => Some(ProfileRun::new(&cfg, rank)?),
+        None => None,
+    };
     let total = job.warmup_iterations + job.iterations;
     let mut iter_ms = Vec::with_capacity(total);
     let mut local = Vec::with_capacity(total * FIELDS);
     for it in 0..total {
+        if let Some(p) = profile.as_mut().filter(|_| it >= job.warmup_iterations) {
+            let left = total - it;
+            for _ in 0..p.steps_left().div_ceil(left) {
+                p.step(&|| comm.barrier())?;
+            }
+            comm.barrier();
+        }
         let (ms, loss, clock) = iteration(it)?;
         iter_ms.push(ms);
         local.extend_from_slice(&record_fields(job, &clock, loss, ms));
     }
-    Ok((iter_ms, local))
+    let profile = match profile {
+        Some(p) => {
+            let mut c = p.finish()?;
+            comm.gather_f64(&c.timings()).map(|all| {
+                c.set_mean_timings(&all, comm.size());
+                c
+            })
+        }
+        None => None,
+    };
+    Ok(Recorded {
+        iter_ms,
+        local,
+        profile,
+    })
 }
 
 /// One iteration's per-rank record: the [`Clock`]'s fields, the peak
@@ -82,14 +123,18 @@ pub(crate) fn record_fields(job: &Job, c: &Clock, loss: f64, ms: f64) -> [f64; F
 pub(crate) fn assemble<C: Collectives>(
     job: &Job,
     comm: &C,
-    iter_ms: &[f64],
-    local: &[f64],
+    rec: Recorded,
     unit_params: Vec<usize>,
     final_params: Option<Vec<Vec<f32>>>,
     first_grads: Option<Vec<Vec<f32>>>,
 ) -> Option<TrainReport> {
+    let Recorded {
+        iter_ms,
+        local,
+        profile,
+    } = rec;
     let total = iter_ms.len();
-    let all = comm.gather_f64(local)?;
+    let all = comm.gather_f64(&local)?;
     let size = comm.size();
     let mut iterations = Vec::new();
     let mut loss_sums = Vec::with_capacity(total);
@@ -131,6 +176,7 @@ pub(crate) fn assemble<C: Collectives>(
         loss_sums,
         final_params,
         first_grads,
+        compute_profile: profile,
     })
 }
 

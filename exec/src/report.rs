@@ -87,6 +87,11 @@ pub struct TrainReport {
     /// `Job::return_grads` (the reduce-scattered shards, gathered).
     #[serde(default)]
     pub first_grads: Option<Vec<Vec<f32>>>,
+    /// The compute profile the ranks took between their recorded
+    /// iterations ([`crate::config::InRunProfile`]; the mean over the
+    /// ranks), `None` when the job asked for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_profile: Option<ComputeProfile>,
 }
 
 impl TrainReport {

@@ -196,6 +196,7 @@ pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Resul
         return_grads: false,
         fault: None,
         pipeline: plan.pipeline.clone(),
+        compute_profile: None,
     };
     job.validate(Some(plan.gpus.len()), None)?;
     Ok(job)
@@ -805,6 +806,7 @@ mod tests {
             loss_sums: vec![],
             final_params: None,
             first_grads: None,
+            compute_profile: None,
         };
         let m = measured_report(&t);
         assert_eq!(m.iteration_ms, 11.0);

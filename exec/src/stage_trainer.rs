@@ -762,7 +762,7 @@ impl<'a, C: Collectives> StageRank<'a, C> {
 pub fn train<C: Collectives>(job: &Job, world: &C) -> Result<Option<TrainReport>, ExecError> {
     let pipe = job.pipeline.as_ref().expect("a pipeline job");
     let mut rank = StageRank::new(job, pipe, world)?;
-    let (iter_ms, local) = run_iterations(job, |it| {
+    let rec = run_iterations(job, world, |it| {
         let (ms, loss) = rank.iteration(it)?;
         Ok((ms, loss, rank.clock))
     })?;
@@ -779,13 +779,5 @@ pub fn train<C: Collectives>(job: &Job, world: &C) -> Result<Option<TrainReport>
         None => None,
     };
     let unit_params: Vec<usize> = rank.full.iter().map(|u| u.numel()).collect();
-    Ok(assemble(
-        job,
-        world,
-        &iter_ms,
-        &local,
-        unit_params,
-        params,
-        first_grads,
-    ))
+    Ok(assemble(job, world, rec, unit_params, params, first_grads))
 }

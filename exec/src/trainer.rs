@@ -765,7 +765,7 @@ pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>,
         return crate::stage_trainer::train(job, comm);
     }
     let mut rank = Rank::new(job, comm)?;
-    let (iter_ms, local) = run_iterations(job, |it| {
+    let rec = run_iterations(job, comm, |it| {
         let (ms, loss) = rank.iteration(it)?;
         Ok((ms, loss, rank.clock))
     })?;
@@ -779,15 +779,7 @@ pub fn train<C: Collectives>(job: &Job, comm: &C) -> Result<Option<TrainReport>,
         None => None,
     };
     let unit_params: Vec<usize> = rank.model.units.iter().map(|u| u.numel()).collect();
-    Ok(assemble(
-        job,
-        comm,
-        &iter_ms,
-        &local,
-        unit_params,
-        params,
-        first_grads,
-    ))
+    Ok(assemble(job, comm, rec, unit_params, params, first_grads))
 }
 
 /// Single-process reference: plain end-to-end autograd on the whole global

@@ -141,7 +141,17 @@ fn check_strategy_on(
 /// single-process reference on the same global batch; `what` names the
 /// plan in the log. Returns (largest per-unit relative gradient
 /// difference, largest |dparam|).
-pub(crate) fn check_job(mut j: exec::Job, what: &str, opts: &LaunchOptions) -> (f32, f32) {
+pub(crate) fn check_job(j: exec::Job, what: &str, opts: &LaunchOptions) -> (f32, f32) {
+    let (g, d, _) = check_job_report(j, what, opts);
+    (g, d)
+}
+
+/// [`check_job`], also returning the run's report.
+pub(crate) fn check_job_report(
+    mut j: exec::Job,
+    what: &str,
+    opts: &LaunchOptions,
+) -> (f32, f32, exec::TrainReport) {
     let model = j.model.clone();
     let strategy = j.strategy;
     let ranks = j.plan.len();
@@ -224,7 +234,61 @@ pub(crate) fn check_job(mut j: exec::Job, what: &str, opts: &LaunchOptions) -> (
             );
         }
     }
-    (grads.iter().copied().fold(0.0, f32::max), d)
+    (grads.iter().copied().fold(0.0, f32::max), d, rep)
+}
+
+/// The compute profile a job asks its ranks to take between the recorded
+/// iterations comes back (every size, the mean of all ranks, positive
+/// times), and leaves training as it is: the data-parallel and the stage
+/// trainer still match one process.
+#[test]
+fn in_run_compute_profile_comes_back_and_leaves_training_alone() {
+    if !mpi_ready() {
+        return;
+    }
+    let in_run = exec::InRunProfile {
+        micro_batch_sizes: vec![1, 3],
+        warmup: 0,
+        repetitions: 1,
+        flush_bytes: 1 << 20,
+    };
+    let model = BlockConfig::tiny_gpt();
+    let mut dp = job(&UNEVEN, model.clone());
+    dp.compute_profile = Some(in_run.clone());
+    let pipe = sim::plan::pipeline::Pipeline::new(
+        sim::plan::pipeline::PipeSchedule::OneFOneB,
+        2,
+        vec![
+            sim::plan::pipeline::Stage::new(1, vec![0]),
+            sim::plan::pipeline::Stage::new(1, vec![1]),
+        ],
+    );
+    let two = BlockConfig {
+        layers: 2,
+        ..model.clone()
+    };
+    let mut pp = crate::validation::pipe_job(two, pipe, 4);
+    pp.compute_profile = Some(in_run);
+    for (what, j) in [("dp, in-run profile", dp), ("pp2, in-run profile", pp)] {
+        let ranks = j.plan.len();
+        let (_, _, rep) = check_job_report(j, what, &opts());
+        let p = rep
+            .compute_profile
+            .unwrap_or_else(|| panic!("{what}: no compute profile came back"));
+        assert_eq!(p.concurrent_ranks, ranks, "{what}");
+        for list in [&p.block, &p.embedding, &p.head] {
+            let sizes: Vec<usize> = list.iter().map(|t| t.micro_batch_size).collect();
+            assert_eq!(sizes, [1, 3], "{what}");
+            for t in list {
+                assert!(
+                    t.forward_ms > 0.0 && t.recompute_backward_ms > t.forward_ms * 0.5,
+                    "{what}: {t:?}"
+                );
+            }
+        }
+        assert!(p.optimizer_ms_per_block > 0.0, "{what}: {p:?}");
+        assert_eq!(p.params_per_block, rep.unit_params[1], "{what}");
+    }
 }
 
 /// Every strategy combination the trainer runs, on the uneven 3-rank plan

@@ -29,6 +29,7 @@ pub(crate) fn job(plan: &[(usize, usize, f64)], model: BlockConfig) -> Job {
         return_grads: false,
         fault: None,
         pipeline: None,
+        compute_profile: None,
     }
 }
 
