@@ -423,12 +423,19 @@ fn cpu_name() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
-/// Measures the request: compute on this process, collectives over
-/// `ranks` MPI ranks. Returns the profile.
+/// Measures the request: compute on this process (on `ranks` concurrent
+/// CPU ranks), collectives over `ranks` MPI ranks. Returns the profile.
 pub fn measure(r: &Request) -> Result<NativeProfile> {
+    let compute = measure_compute(r)?;
+    let collectives = measure_collectives(r)?;
+    native(r, &compute, &collectives)
+}
+
+/// The compute settings of the request.
+pub fn compute_config(r: &Request) -> Result<ProfileConfig> {
     let cfg = sim_glue::block_config(&r.model, r.seq_len)
         .map_err(|e| UserError(format!("--model: {e}")))?;
-    let pc = ProfileConfig {
+    Ok(ProfileConfig {
         model: cfg,
         device: r.device.kind(),
         dtype: r.dtype,
@@ -437,36 +444,54 @@ pub fn measure(r: &Request) -> Result<NativeProfile> {
         repetitions: r.repetitions,
         threads: r.threads,
         flush_bytes: r.flush_bytes,
-    };
-    // CPU ranks of one host slow each other down (shared memory bandwidth,
-    // caches, maybe cores): profile on all of them at once, as they run.
-    let compute = if r.device == Device::Cpu && r.ranks >= 2 {
+    })
+}
+
+/// The request's compute profile. CPU ranks of one host slow each other
+/// down (shared memory bandwidth, caches, maybe cores): with `ranks >= 2`
+/// on the CPU it is taken on all of them at once, as they run.
+pub fn measure_compute(r: &Request) -> Result<exec::ComputeProfile> {
+    let pc = compute_config(r)?;
+    if r.device == Device::Cpu && r.ranks >= 2 {
         exec::launch_compute(
             r.ranks,
             &pc,
             &launch_options(r.ranks, r.timeout, &r.launch)?,
         )
-        .context("profiling compute on concurrent ranks")?
+        .context("profiling compute on concurrent ranks")
     } else {
-        exec::profile_compute(&pc).context("profiling compute")?
+        exec::profile_compute(&pc).context("profiling compute")
+    }
+}
+
+/// The request's collectives over `ranks` MPI ranks (none for one rank
+/// or no sizes).
+pub fn measure_collectives(r: &Request) -> Result<Vec<exec::CollectiveTiming>> {
+    if r.ranks < 2 || r.collective_elems.is_empty() {
+        return Ok(vec![]);
+    }
+    let cc = CollectiveConfig {
+        sizes_elems: r.collective_elems.clone(),
+        splits: r.splits.clone(),
+        warmup: r.warmup.max(1),
+        repetitions: r.repetitions,
+        flush_bytes: r.flush_bytes,
     };
-    let collectives = if r.ranks >= 2 {
-        let cc = CollectiveConfig {
-            sizes_elems: r.collective_elems.clone(),
-            splits: r.splits.clone(),
-            warmup: r.warmup.max(1),
-            repetitions: r.repetitions,
-            flush_bytes: r.flush_bytes,
-        };
-        exec::launch_collectives(
-            r.ranks,
-            &cc,
-            &launch_options(r.ranks, r.timeout, &r.launch)?,
-        )
-        .context("profiling collectives over MPI")?
-    } else {
-        vec![]
-    };
+    exec::launch_collectives(
+        r.ranks,
+        &cc,
+        &launch_options(r.ranks, r.timeout, &r.launch)?,
+    )
+    .context("profiling collectives over MPI")
+}
+
+/// The profile file of the request's measurements, labelled with the
+/// host it ran on.
+pub fn native(
+    r: &Request,
+    compute: &exec::ComputeProfile,
+    collectives: &[exec::CollectiveTiming],
+) -> Result<NativeProfile> {
     let mpi = if r.ranks >= 2 {
         format!(", OpenMPI ({} ranks)", r.ranks)
     } else {
@@ -487,7 +512,7 @@ pub fn measure(r: &Request) -> Result<NativeProfile> {
         seq_len: r.seq_len,
         device,
     };
-    Ok(sim_glue::native_profile(&compute, &collectives, &labels)?)
+    Ok(sim_glue::native_profile(compute, collectives, &labels)?)
 }
 
 /// Runs the command.

@@ -15,20 +15,32 @@
 //!    match `--ranks`, fractions that do not sum to 1, or batches that do not
 //!    sum to `--global-batch` exit 2 here;
 //! 2. the profile: `--profile FILE` (any format `simulate` reads), else
-//!    measured now (`cephalo profile` of micro-batch sizes 1..=the plan's
-//!    largest, and the collectives over `--ranks` ranks at the model's unit
-//!    sizes with the plan's split and an even one);
-//! 3. the prediction: `sim::simulate::simulate` of the plan's strategy
-//!    (the strategy flags, or the one a `--plan` file records; the trainer
-//!    runs the same `Strategy`) with the trainer's model sizes
-//!    (`exec::sim_glue::model_for_trainer`), **without prefetch and with
-//!    blocking collectives**: the trainer issues every collective
-//!    synchronously (a barrier, then the collective, then compute), on
-//!    every device;
-//! 4. the run: `--warmup` + `--iterations` iterations over `mpirun -n
+//!    measured now: the collectives over `--ranks` ranks at the model's
+//!    unit sizes with the plan's split and an even one, before the run;
+//!    compute (`cephalo profile`'s measurements of micro-batch sizes
+//!    1..=the plan's largest) by default **in the run**
+//!    (`--compute-profile in-run`): the training ranks take a share of the
+//!    measurements before each recorded iteration, side by side, so the
+//!    profile sees the processes, threads, allocator and minutes the
+//!    iterations see (on a host whose speed drifts by a fifth from minute
+//!    to minute, a profile taken a minute before predicts another host);
+//!    `--compute-profile before` profiles it before the run in processes
+//!    of its own, as `--planner` needs to plan;
+//! 3. the run: `--warmup` + `--iterations` iterations over `mpirun -n
 //!    ranks`, this binary's hidden `exec-rank` subcommand as the rank
 //!    program; medians over the recorded iterations;
-//! 5. the comparison (`exec::sim_glue::compare`).
+//! 4. the prediction: `sim::simulate::simulate` of the plan's strategy
+//!    (the strategy flags, or the one a `--plan` file records; the trainer
+//!    runs the same `Strategy`) with the trainer's model sizes
+//!    (`exec::sim_glue::model_for_trainer`) on that run's profile,
+//!    **without prefetch and with blocking collectives**: the trainer
+//!    issues every collective synchronously (a barrier, then the
+//!    collective, then compute), on every device;
+//! 5. the comparison (`exec::sim_glue::compare`). A run whose measurement
+//!    was disturbed (other processes' load above [`BUSY_PCT`], iterations
+//!    spread by more than [`SPREAD_LIMIT`]) is run again, up to
+//!    `--attempts` runs; every run is listed (`attempts`), the last one
+//!    compared, and one still disturbed is reported as such.
 //!
 //! Units: ms, GiB, relative errors as fractions. Exit codes: 0 with a
 //! comparison (whatever the error), 2 for bad input, 1 when a run fails.
@@ -124,6 +136,19 @@ pub struct Args {
     /// Seed of parameters and data.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// When the compute the prediction uses is profiled: `in-run` by the
+    /// training ranks, a share of the measurements before each recorded
+    /// iteration (the same processes, threads, allocator and minutes as
+    /// the iterations it predicts), or `before` the run in processes of
+    /// its own (`cephalo profile`). A planner (`--planner`) plans on a
+    /// profile taken before; `--profile` uses the file's.
+    #[arg(long, value_enum, default_value_t = ComputeProfileWhen::InRun)]
+    pub compute_profile: ComputeProfileWhen,
+    /// Runs at most: a run whose measurement was disturbed (other
+    /// processes' load, iterations spread by more than 15%) is run again,
+    /// its error listed under `attempts` and not counted.
+    #[arg(long, default_value_t = 2)]
+    pub attempts: usize,
     /// Profiler: untimed runs before each point.
     #[arg(long, default_value_t = 2)]
     pub profile_warmup: usize,
@@ -138,6 +163,15 @@ pub struct Args {
     pub timeout_s: u64,
     #[command(flatten)]
     pub launch: profile::LaunchArgs,
+}
+
+/// When `validate` profiles the compute it predicts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ComputeProfileWhen {
+    /// By the training ranks between their recorded iterations.
+    InRun,
+    /// Before the run, in processes of its own.
+    Before,
 }
 
 /// The default uneven plan of `ranks` ranks for `global_batch` samples
@@ -243,6 +277,9 @@ pub struct ValidateOutput {
     pub measurement_disturbed: bool,
     /// (max - min) / median of the measured iterations.
     pub iteration_spread: f64,
+    /// Every run, in order: a disturbed run is run again (`--attempts`);
+    /// the comparison is the last one's.
+    pub attempts: Vec<Attempt>,
     /// Remarks (model adjustments, warnings).
     pub notes: Vec<String>,
 }
@@ -525,6 +562,26 @@ fn table(o: &ValidateOutput) -> String {
         .map(|x| format!("{x:.1}"))
         .collect();
     let _ = writeln!(s, "measured iterations ms: {}", each.join(", "));
+    if o.attempts.len() > 1 {
+        let runs: Vec<String> = o
+            .attempts
+            .iter()
+            .map(|a| {
+                format!(
+                    "{:.1} / {:.1} ms ({:+.1}%{})",
+                    a.predicted_iteration_ms,
+                    a.measured_iteration_ms,
+                    a.iteration_error_rel * 100.0,
+                    if a.disturbed_because.is_empty() {
+                        ""
+                    } else {
+                        ", disturbed"
+                    }
+                )
+            })
+            .collect();
+        let _ = writeln!(s, "runs (predicted / measured): {}", runs.join("; "));
+    }
     let bg = |x: Option<f64>| x.map_or("-".to_string(), |p| format!("{p:.1}%"));
     let _ = writeln!(
         s,
@@ -614,6 +671,7 @@ fn setup(args: &Args) -> Result<Setup> {
             "--global-batch: expected a global batch >= 1",
         ),
         (args.iterations == 0, "--iterations: expected at least 1"),
+        (args.attempts == 0, "--attempts: expected at least 1 run"),
     ] {
         if bad {
             return Err(UserError(msg.into()).into());
@@ -675,14 +733,74 @@ fn setup(args: &Args) -> Result<Setup> {
     })
 }
 
-/// Step 2: the profile, read from `--profile` or measured now; its source,
-/// and other processes' CPU use while measuring.
-fn obtain_profile(args: &Args, s: &Setup) -> Result<(ProfileSet, String, Option<f64>)> {
+/// What `validate` measured (or read) before the run.
+struct Before {
+    /// What it measured (`None` with `--profile`).
+    req: Option<profile::Request>,
+    /// Compute measured before the run (with `--compute-profile before`,
+    /// or for `--planner` to plan with).
+    compute: Option<exec::ComputeProfile>,
+    /// Collectives measured before the run.
+    collectives: Vec<exec::CollectiveTiming>,
+    /// The profile read from `--profile`.
+    file: Option<ProfileSet>,
+    /// Other processes' CPU use while measuring, %.
+    busy: Option<f64>,
+}
+
+impl Before {
+    /// The profile set of these measurements, with `in_run` compute (the
+    /// run's own) in place of any measured before; `None` when no compute
+    /// was measured yet.
+    fn set(&self, in_run: Option<&exec::ComputeProfile>) -> Result<Option<(ProfileSet, String)>> {
+        if let Some(set) = &self.file {
+            return Ok(Some((set.clone(), String::new())));
+        }
+        let (Some(req), Some(compute)) = (&self.req, in_run.or(self.compute.as_ref())) else {
+            return Ok(None);
+        };
+        let text =
+            sim::profile::native::to_json(&profile::native(req, compute, &self.collectives)?);
+        let set = sim::profile::native::import(
+            &text,
+            "measured now",
+            crate::load::gpus(),
+            crate::load::models(),
+        )?;
+        Ok(Some((set, text)))
+    }
+}
+
+/// Whether the compute profile is taken in the run (with `--profile`
+/// the file's is used).
+fn in_run(args: &Args) -> bool {
+    args.profile.is_none() && args.compute_profile == ComputeProfileWhen::InRun
+}
+
+/// The largest micro-batch size of `plan` (samples).
+fn max_microbatch(plan: &Plan) -> u32 {
+    plan.gpus
+        .iter()
+        .map(|g| g.microbatch_size)
+        .max()
+        .unwrap_or(1)
+}
+
+/// Step 2: the profile read from `--profile`, or what is measured before
+/// the run: the collectives, and compute unless the run profiles it
+/// itself (`--compute-profile in-run` of a given plan).
+fn measure_before(args: &Args, s: &Setup) -> Result<Before> {
     if let Some(path) = &args.profile {
-        return Ok((load::load_profiles(path)?, path.display().to_string(), None));
+        return Ok(Before {
+            req: None,
+            compute: None,
+            collectives: vec![],
+            file: Some(load::load_profiles(path)?),
+            busy: None,
+        });
     }
     let max_m = match &s.fixed {
-        Some((p, _)) => p.gpus.iter().map(|g| g.microbatch_size).max().unwrap_or(1),
+        Some((p, _)) => max_microbatch(p),
         None => args.global_batch.min(8),
     };
     let mut splits = profile::default_splits(args.ranks);
@@ -710,10 +828,16 @@ fn obtain_profile(args: &Args, s: &Setup) -> Result<(ProfileSet, String, Option<
         flush_bytes: profile::flush_bytes(args.device),
         launch: args.launch.clone(),
     };
+    let compute_now = !in_run(args) || s.fixed.is_none();
     eprintln!(
-        "validate: profiling {} on {} (micro-batch sizes 1..={max_m}{})",
+        "validate: profiling {} on {} ({}{})",
         s.spec.name,
         s.gpu,
+        if compute_now {
+            format!("micro-batch sizes 1..={max_m}")
+        } else {
+            "compute in the run".into()
+        },
         if args.ranks >= 2 {
             format!(", collectives over {} ranks", args.ranks)
         } else {
@@ -721,19 +845,19 @@ fn obtain_profile(args: &Args, s: &Setup) -> Result<(ProfileSet, String, Option<
         }
     );
     let probe = profile::LoadProbe::start();
-    let native = profile::measure(&req)?;
-    let busy = probe.and_then(|p| p.others_pct());
-    let text = sim::profile::native::to_json(&native);
-    if let Some(path) = &args.save_profile {
-        crate::out::write_text(path, &text, "the profile (--save-profile)")?;
-    }
-    let set = sim::profile::native::import(
-        &text,
-        "measured now",
-        crate::load::gpus(),
-        crate::load::models(),
-    )?;
-    Ok((set, "measured now (cephalo profile)".to_string(), busy))
+    let compute = if compute_now {
+        Some(profile::measure_compute(&req)?)
+    } else {
+        None
+    };
+    let collectives = profile::measure_collectives(&req)?;
+    Ok(Before {
+        req: Some(req),
+        compute,
+        collectives,
+        file: None,
+        busy: probe.and_then(|p| p.others_pct()),
+    })
 }
 
 /// The element counts the collectives are profiled at: every unit's
@@ -756,18 +880,10 @@ fn collective_sizes(cfg: &exec::BlockConfig, plan: Option<&Plan>, max_m: u32) ->
     set.into_iter().collect()
 }
 
-/// The plan that runs, its source, and its prediction (step 3).
-struct Prediction {
-    costs: CostModel,
-    plan: Plan,
-    plan_source: String,
-    report: sim::report::Report,
-}
-
-/// Step 3: the cost model on the profile, the plan (given, or planned for
-/// the strategy the trainer runs) and its prediction with collectives
-/// issued synchronously, as the trainer issues them.
-fn predict(args: &Args, s: &mut Setup, profiles: &ProfileSet) -> Result<Prediction> {
+/// Step 3: the cost model of the run's workload on `profiles`, and its
+/// remarks (analytic block times, estimated units, the cost model's
+/// warnings).
+fn cost_model(args: &Args, s: &Setup, profiles: &ProfileSet) -> Result<(CostModel, Vec<String>)> {
     let workload = Workload {
         cluster: s.cluster.clone(),
         model: s.spec.clone(),
@@ -782,77 +898,95 @@ fn predict(args: &Args, s: &mut Setup, profiles: &ProfileSet) -> Result<Predicti
         predictor.as_ref(),
         CostOptions::default(),
     )?;
+    let mut notes = Vec::new();
     let compute_source = &costs.gpu_type(0).block.source;
     if !matches!(
         compute_source,
         Source::Measured { .. } | Source::Imported { .. }
     ) {
-        s.notes.push(format!(
+        notes.push(format!(
             "no profile of {} / {} / seq {} / {} was found: block times are analytic",
             s.gpu, s.spec.name, s.seq_len, s.dtype
         ));
     }
     if costs.gpu_type(0).units.is_none() {
-        s.notes
-            .push("no measured embedding / head / optimizer times: they are estimated".into());
+        notes.push("no measured embedding / head / optimizer times: they are estimated".into());
     }
-    s.notes.extend(costs.warnings.iter().cloned());
-    // The trainer issues every collective synchronously.
-    let sim_opts = SimOptions {
+    notes.extend(costs.warnings.iter().cloned());
+    Ok((costs, notes))
+}
+
+/// How the prediction simulates: the trainer issues every collective
+/// synchronously.
+fn sim_options() -> SimOptions {
+    SimOptions {
         trace: false,
         prefetch: false,
         blocking_collectives: true,
         ..SimOptions::default()
-    };
-    let (plan, plan_source, judged) = match (s.fixed.take(), &s.planner) {
-        (Some((p, source)), _) => (p, source, None),
-        (None, Some(pl)) => {
-            let judge = SimJudge::with_options(&costs, sim_opts);
-            let popts = PlannerOptions::default();
-            // The planner plans for the strategy the trainer runs.
-            let pins = sim::strategy::StrategySpec::pinned(&s.strategy);
-            let problem = Problem {
-                costs: &costs,
-                profiles,
-                options: &popts,
-                strategy: &pins,
-                judge: Some(&judge),
-            };
-            let planned = pl.plan(&problem)?;
-            s.notes.extend(planned.notes.iter().cloned());
-            // The judge simulated the winner already when it confirmed it.
-            let judged = judge.take_report(&planned.plan, &sim_opts);
-            (planned.plan, format!("planner {}", pl.name()), judged)
-        }
-        (None, None) => unreachable!("user_plan returns a plan unless --planner is given"),
-    };
-    let report = match judged {
-        Some(r) => r,
-        None => simulate(&costs, &plan, &sim_opts)?,
-    };
-    Ok(Prediction {
-        costs,
-        plan,
-        plan_source,
-        report,
-    })
+    }
 }
 
-/// Step 4: trains the plan for real; the report, other processes' CPU use
-/// while it trained, and whether they (or those while profiling, `busy`)
-/// disturbed the measurement (each case warned about and noted).
+/// The plan that runs and its source: the user's, or planned on the
+/// profile measured before the run for the strategy the trainer runs.
+fn choose_plan(args: &Args, s: &mut Setup, before: &Before) -> Result<(Plan, String)> {
+    if let Some(fixed) = s.fixed.take() {
+        return Ok(fixed);
+    }
+    let Some(pl) = &s.planner else {
+        unreachable!("user_plan returns a plan unless --planner is given")
+    };
+    let (profiles, _) = before
+        .set(None)?
+        .expect("compute is profiled before the run when a planner plans");
+    let (costs, _) = cost_model(args, s, &profiles)?;
+    let sim_opts = sim_options();
+    let judge = SimJudge::with_options(&costs, sim_opts);
+    let popts = PlannerOptions::default();
+    // The planner plans for the strategy the trainer runs.
+    let pins = sim::strategy::StrategySpec::pinned(&s.strategy);
+    let problem = Problem {
+        costs: &costs,
+        profiles: &profiles,
+        options: &popts,
+        strategy: &pins,
+        judge: Some(&judge),
+    };
+    let planned = pl.plan(&problem)?;
+    s.notes.extend(planned.notes.iter().cloned());
+    let job =
+        sim_glue::job_from_plan(&planned.plan, &s.cfg, &s.settings).map_err(profile::exec_err)?;
+    job.validate(Some(args.ranks), Some(args.global_batch as usize))
+        .map_err(profile::exec_err)?;
+    Ok((planned.plan, format!("planner {}", pl.name())))
+}
+
+/// Step 4: trains `plan` for real (profiling compute between its
+/// iterations with `in_run`): the report, other processes' CPU use while
+/// it trained, and why the measurement was disturbed (other processes'
+/// load while it, or the profile before it, `bg_profile`, measured; each
+/// reason warned about).
 fn train(
     args: &Args,
-    s: &mut Setup,
-    p: &Prediction,
+    s: &Setup,
+    plan: &Plan,
+    in_run: Option<exec::InRunProfile>,
     bg_profile: Option<f64>,
-) -> Result<(exec::TrainReport, Option<f64>, bool)> {
-    let job = sim_glue::job_from_plan(&p.plan, &s.cfg, &s.settings).map_err(profile::exec_err)?;
+) -> Result<(exec::TrainReport, Option<f64>, Vec<String>)> {
+    let mut job = sim_glue::job_from_plan(plan, &s.cfg, &s.settings).map_err(profile::exec_err)?;
+    job.compute_profile = in_run;
     job.validate(Some(args.ranks), Some(args.global_batch as usize))
         .map_err(profile::exec_err)?;
     eprintln!(
-        "validate: training {} + {} iterations on {} ranks",
-        args.warmup, args.iterations, args.ranks
+        "validate: training {} + {} iterations on {} ranks{}",
+        args.warmup,
+        args.iterations,
+        args.ranks,
+        if job.compute_profile.is_some() {
+            ", profiling compute between them"
+        } else {
+            ""
+        }
     );
     let probe = profile::LoadProbe::start();
     let report = exec::launch(
@@ -862,34 +996,25 @@ fn train(
     .map_err(profile::exec_err)
     .context("training the plan")?;
     let bg_run = probe.and_then(|p| p.others_pct());
-    let mut disturbed = false;
+    let mut why = Vec::new();
     for (what, pct) in [("profiling", bg_profile), ("training", bg_run)] {
         if let Some(p) = pct.filter(|p| *p > BUSY_PCT) {
             let msg = format!(
                 "other processes used {p:.0}% of the host's CPU time while {what}: the measurement was disturbed"
             );
             eprintln!("WARNING: {msg}");
-            s.notes.push(msg);
-            disturbed = true;
+            why.push(msg);
         }
     }
-    let built: Vec<u64> = report.unit_params.iter().map(|&p| p as u64).collect();
-    if built != p.costs.unit_params() {
-        s.notes.push(format!(
-            "the trainer's unit sizes {:?} differ from the simulated {:?}",
-            built,
-            p.costs.unit_params()
-        ));
-    }
-    Ok((report, bg_run, disturbed))
+    Ok((report, bg_run, why))
 }
 
 /// Whether iterations of one plan took different times (load the probe
-/// cannot see: other tenants of a shared host, clock changes); warned about
-/// and noted.
-fn uneven(spread: f64, runs: usize, notes: &mut Vec<String>) -> bool {
+/// cannot see: other tenants of a shared host, clock changes): the
+/// warning, also printed.
+fn uneven(spread: f64, runs: usize) -> Option<String> {
     if runs < 3 || spread <= SPREAD_LIMIT {
-        return false;
+        return None;
     }
     let msg = format!(
         "the measured iterations differ by {:.0}% of their median (more than {:.0}%): the machine's speed changed while it measured",
@@ -897,21 +1022,128 @@ fn uneven(spread: f64, runs: usize, notes: &mut Vec<String>) -> bool {
         SPREAD_LIMIT * 100.0
     );
     eprintln!("WARNING: {msg}");
-    notes.push(msg);
-    true
+    Some(msg)
 }
 
-/// Runs the command: checks, profile, prediction, the real run, and the
-/// comparison of the two.
-pub fn run(args: Args) -> Result<ExitCode> {
-    let mut s = setup(&args)?;
-    let (profiles, profile_source, bg_profile) = obtain_profile(&args, &s)?;
-    let p = predict(&args, &mut s, &profiles)?;
-    let (report, bg_run, busy) = train(&args, &mut s, &p, bg_profile)?;
+/// One run of the plan, its prediction and the comparison (step 5).
+struct Run {
+    measured: MeasuredReport,
+    spread: f64,
+    bg_run: Option<f64>,
+    /// Why the measurement was disturbed (empty: it was not).
+    why: Vec<String>,
+    costs: CostModel,
+    predicted: sim::report::Report,
+    comparison: Comparison,
+    /// The profile file's text it predicted with (measured now).
+    profile_text: String,
+    notes: Vec<String>,
+}
+
+/// Trains the plan once and predicts it on the profile of this run (its
+/// own compute with `--compute-profile in-run`).
+fn run_once(args: &Args, s: &Setup, plan: &Plan, before: &Before) -> Result<Run> {
+    let in_run_cfg = in_run(args).then(|| exec::InRunProfile {
+        micro_batch_sizes: (1..=max_microbatch(plan) as usize).collect(),
+        warmup: args.profile_warmup,
+        repetitions: args.profile_repetitions.max(1),
+        flush_bytes: profile::flush_bytes(args.device),
+    });
+    let (report, bg_run, mut why) = train(args, s, plan, in_run_cfg, before.busy)?;
+    let Some((profiles, profile_text)) = before.set(report.compute_profile.as_ref())? else {
+        return Err(anyhow::anyhow!(
+            "the ranks returned no compute profile to predict the run with"
+        ));
+    };
+    let (costs, mut notes) = cost_model(args, s, &profiles)?;
+    let predicted = simulate(&costs, plan, &sim_options())?;
+    let built: Vec<u64> = report.unit_params.iter().map(|&p| p as u64).collect();
+    if built != costs.unit_params() {
+        notes.push(format!(
+            "the trainer's unit sizes {:?} differ from the simulated {:?}",
+            built,
+            costs.unit_params()
+        ));
+    }
     let measured = sim_glue::measured_report(&report);
     let spread = iteration_spread(&measured.iteration_ms_each);
-    let disturbed = uneven(spread, measured.iteration_ms_each.len(), &mut s.notes) || busy;
-    let comparison = sim_glue::compare(&p.report, &measured);
+    why.extend(uneven(spread, measured.iteration_ms_each.len()));
+    let comparison = sim_glue::compare(&predicted, &measured);
+    Ok(Run {
+        measured,
+        spread,
+        bg_run,
+        why,
+        costs,
+        predicted,
+        comparison,
+        profile_text,
+        notes,
+    })
+}
+
+/// One run of `validate`'s attempts, as the output lists them.
+#[derive(Debug, Clone, Serialize)]
+pub struct Attempt {
+    /// Predicted iteration, ms.
+    pub predicted_iteration_ms: f64,
+    /// Measured iteration (median), ms.
+    pub measured_iteration_ms: f64,
+    /// (predicted - measured) / measured.
+    pub iteration_error_rel: f64,
+    /// Why the measurement was disturbed (empty: it was not, and this is
+    /// the run reported).
+    pub disturbed_because: Vec<String>,
+}
+
+/// Runs the command: checks, profile, plan, then up to `--attempts` runs
+/// (each predicted on its own profile) until one is not disturbed; the
+/// comparison of the last.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let mut s = setup(&args)?;
+    let mut before = measure_before(&args, &s)?;
+    let (plan, plan_source) = choose_plan(&args, &mut s, &before)?;
+    let max_runs = args.attempts;
+    let mut attempts = Vec::new();
+    let mut r = run_once(&args, &s, &plan, &before)?;
+    loop {
+        attempts.push(Attempt {
+            predicted_iteration_ms: r.comparison.predicted_iteration_ms,
+            measured_iteration_ms: r.comparison.measured_iteration_ms,
+            iteration_error_rel: r.comparison.iteration_error_rel,
+            disturbed_because: r.why.clone(),
+        });
+        if r.why.is_empty() || attempts.len() >= max_runs {
+            break;
+        }
+        eprintln!(
+            "validate: run {} of at most {max_runs} was disturbed (error {:+.1}%, not the model's): running again",
+            attempts.len(),
+            r.comparison.iteration_error_rel * 100.0
+        );
+        // What was measured before the run under other processes' load
+        // (collectives on shared cores above all) is measured again.
+        if before.busy.is_some_and(|p| p > BUSY_PCT) {
+            before = measure_before(&args, &s)?;
+        }
+        r = run_once(&args, &s, &plan, &before)?;
+    }
+    if let Some(path) = &args.save_profile {
+        crate::out::write_text(path, &r.profile_text, "the profile (--save-profile)")?;
+    }
+    for (k, a) in attempts.iter().enumerate().take(attempts.len() - 1) {
+        s.notes.push(format!(
+            "run {} was disturbed ({}): predicted {:.1} ms, measured {:.1} ms ({:+.1}%), not counted; the comparison is run {}'s",
+            k + 1,
+            a.disturbed_because.join("; "),
+            a.predicted_iteration_ms,
+            a.measured_iteration_ms,
+            a.iteration_error_rel * 100.0,
+            attempts.len()
+        ));
+    }
+    s.notes.extend(r.notes);
+    s.notes.extend(r.why.iter().cloned());
     let out = ValidateOutput {
         format: "cephalo-validate/1",
         model: s.spec.name.clone(),
@@ -926,23 +1158,33 @@ pub fn run(args: Args) -> Result<ExitCode> {
         iterations: args.iterations,
         warmup_iterations: args.warmup,
         threads: s.threads,
-        plan_source: p.plan_source,
-        plan: p.plan,
-        profile_source,
-        compute_source: p.costs.gpu_type(0).block.source.to_string(),
-        comm_model: p.report.comm_model.clone(),
-        measured_iteration_ms_each: measured.iteration_ms_each.clone(),
-        measured,
-        comparison,
+        plan_source,
+        plan,
+        profile_source: profile_source(&args),
+        compute_source: r.costs.gpu_type(0).block.source.to_string(),
+        comm_model: r.predicted.comm_model.clone(),
+        measured_iteration_ms_each: r.measured.iteration_ms_each.clone(),
+        measured: r.measured,
+        comparison: r.comparison,
         background_cpu_pct: BackgroundLoad {
-            profile: bg_profile,
-            run: bg_run,
+            profile: before.busy,
+            run: r.bg_run,
         },
-        measurement_disturbed: disturbed,
-        iteration_spread: spread,
+        measurement_disturbed: !r.why.is_empty(),
+        iteration_spread: r.spread,
+        attempts,
         notes: s.notes,
     };
     print(&out, args.format)
+}
+
+/// Where the prediction's profile came from, in words.
+fn profile_source(args: &Args) -> String {
+    match (&args.profile, args.compute_profile) {
+        (Some(path), _) => path.display().to_string(),
+        (None, ComputeProfileWhen::InRun) => "measured now: compute by the training ranks between their recorded iterations, collectives before the run".into(),
+        (None, ComputeProfileWhen::Before) => "measured now, before the run (cephalo profile)".into(),
+    }
 }
 
 /// Prints the output in `format`, then the notes that were not warned

@@ -292,9 +292,37 @@ fn validate_issue_command_works_out_of_the_box() {
         err * 100.0,
         v["background_cpu_pct"]
     );
-    // Accuracy is asserted loosely here (CI machines are shared and noisy);
-    // the README quotes the error measured on an idle machine.
-    assert!(err.abs() < 0.5, "prediction off by {:+.0}%", err * 100.0);
+    // Compute was profiled by the training ranks, between iterations.
+    assert!(
+        o.stderr.contains("profiling compute between them"),
+        "{}",
+        o.stderr
+    );
+    assert!(v["profile_source"]
+        .as_str()
+        .unwrap()
+        .contains("between their recorded iterations"));
+    let runs = v["attempts"].as_array().unwrap();
+    assert!((1..=2).contains(&runs.len()), "{runs:?}");
+    assert_eq!(
+        runs.last().unwrap()["iteration_error_rel"],
+        v["iteration_error_rel"]
+    );
+    // Accuracy is asserted loosely here (CI machines are shared and noisy),
+    // and only where the run was not disturbed: a disturbed comparison is
+    // reported as such, with why (other tests beside this one load the
+    // cores its MPI ranks share). The README quotes the error measured on
+    // an idle machine.
+    if v["measurement_disturbed"] == true {
+        let notes = v["notes"].to_string();
+        assert!(
+            notes.contains("disturbed") || notes.contains("speed changed"),
+            "disturbed without a reason: {notes}"
+        );
+        eprintln!("disturbed: accuracy not held ({notes})");
+    } else {
+        assert!(err.abs() < 0.5, "prediction off by {:+.0}%", err * 100.0);
+    }
 }
 
 #[test]
@@ -383,6 +411,74 @@ fn bad_plans_exit_2_before_any_rank_starts() {
     assert_eq!(o.code, 2, "{}", o.stderr);
 }
 
+/// Compute profiled in the run (the default) or before it: both predict,
+/// `--save-profile` writes the profile the comparison used, every run is
+/// listed under `attempts` (the last one compared), and no run count
+/// exits 2 before anything is measured.
+#[test]
+fn validate_profiles_compute_in_the_run_or_before_it() {
+    if !exec_ready() {
+        return;
+    }
+    for (when, says) in [
+        ("in-run", "profiling compute between them"),
+        ("before", "micro-batch sizes 1..=2"),
+    ] {
+        let saved = tmp(&format!("cli-validate-{when}-profile.json"));
+        let o = run(&[
+            "validate",
+            "--model",
+            "gpt-tiny",
+            "--global-batch",
+            "4",
+            "--ranks",
+            "2",
+            "--iterations",
+            "2",
+            "--warmup",
+            "0",
+            "--profile-warmup",
+            "0",
+            "--profile-repetitions",
+            "1",
+            "--compute-profile",
+            when,
+            "--save-profile",
+            saved.to_str().unwrap(),
+            "--format",
+            "json",
+        ]);
+        let v = ok_json(&o);
+        assert!(o.stderr.contains(says), "{when}: {}", o.stderr);
+        check_comparison(&v, 2);
+        let runs = v["attempts"].as_array().unwrap();
+        assert!((1..=2).contains(&runs.len()), "{runs:?}");
+        let last = runs.last().unwrap();
+        assert_eq!(last["iteration_error_rel"], v["iteration_error_rel"]);
+        let disturbed = !last["disturbed_because"].as_array().unwrap().is_empty();
+        assert_eq!(v["measurement_disturbed"], disturbed, "{when}");
+        let p: Value = serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+        assert_eq!(p["format"], "cephalo-profile/1", "{when}");
+        assert!(
+            p.to_string()
+                .contains("compute timed on 2 concurrent rank(s)"),
+            "{when}: {p}"
+        );
+    }
+    let o = run(&[
+        "validate",
+        "--model",
+        "gpt-tiny",
+        "--global-batch",
+        "4",
+        "--attempts",
+        "0",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--attempts"), "{}", o.stderr);
+    assert!(!o.stderr.contains("profiling"), "{}", o.stderr);
+}
+
 #[test]
 fn profile_and_save_profile_outputs_follow_the_output_rules() {
     // A directory is refused before anything is measured; `-` is stdout.
@@ -467,6 +563,10 @@ fn validate_runs_across_the_hosts_of_a_hostfile() {
             "--launcher-arg=--mca",
             "--launcher-arg=plm_rsh_agent",
             &format!("--launcher-arg={}", agent.display()),
+            // One run: a second (after a run disturbed by the tests
+            // beside it) would reach each host twice.
+            "--attempts",
+            "1",
             "--format",
             "json",
         ],
