@@ -140,22 +140,6 @@ pub fn load_profile_file(path: &Path) -> Result<ProfileSet> {
     Ok(set)
 }
 
-/// The cluster of `--gpus LIST` or `--cluster FILE` (exactly one given).
-pub fn cluster(gpus: Option<&str>, file: Option<&Path>) -> Result<sim::cluster::Cluster> {
-    let catalog = self::gpus();
-    Ok(match (gpus, file) {
-        (Some(list), None) => sim::cluster::Cluster::from_gpu_list(list, "--gpus", catalog)?,
-        (None, Some(path)) => sim::cluster::Cluster::from_toml(
-            &read_text(path)?,
-            &path.display().to_string(),
-            catalog,
-        )?,
-        _ => {
-            return Err(UserError("give the GPUs with --gpus LIST or --cluster FILE".into()).into())
-        }
-    })
-}
-
 /// Loads a `--comm-profile` argument: `[KIND=]PATH`, an nccl-tests log
 /// (KIND `all-gather`, `reduce-scatter` or `all-reduce` when the log does
 /// not say) or a cephalo-profile/1 JSON, of which only the measured

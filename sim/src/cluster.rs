@@ -20,6 +20,10 @@
 //! # host_mem_gib = 512      # host (pinned) memory for offload; default below
 //! # host_mem_bw_gbps = 100  # host memory bandwidth (CPU optimizer step); default below
 //! gpus = [ { type = "l4", count = 2 }, { type = "a6000", price_per_hour_usd = 0.8 } ]
+//! [[nodes]]                 # 128 identical servers in one block
+//! count = 128
+//! intra_link = "nvswitch"
+//! gpus = [ { type = "h100", count = 8 } ]
 //! ```
 //!
 //! # Links inside a node
@@ -145,8 +149,32 @@ pub struct NodeFile {
     /// Host memory bandwidth, GB/s (default [`DEFAULT_HOST_MEM_BW_GBPS`]).
     #[serde(default)]
     pub host_mem_bw_gbps: Option<f64>,
+    /// How many identical nodes this block stands for (default 1): 128
+    /// eight-GPU servers are one block with `count = 128`, ranks in order.
+    /// Copies are named `<name>-<k>` (`node<i>` without a name).
+    #[serde(default)]
+    pub count: Option<u32>,
     /// GPU groups of this node.
     pub gpus: Vec<GpuGroupFile>,
+}
+
+impl NodeFile {
+    /// A node of `gpus` GPU groups and every other field at its default.
+    pub fn of(gpus: Vec<GpuGroupFile>) -> NodeFile {
+        NodeFile {
+            name: None,
+            intra_link: None,
+            intra_bw_gbps: None,
+            intra_latency_us: None,
+            nics: None,
+            nic_gbit_s: None,
+            gpudirect_rdma: None,
+            host_mem_gib: None,
+            host_mem_bw_gbps: None,
+            count: None,
+            gpus,
+        }
+    }
 }
 
 /// Raw TOML form of a group of identical GPUs.
@@ -428,6 +456,14 @@ fn resolve_network(
 fn check_sizes(file: &ClusterFile, origin: &str) -> Result<(), SpecError> {
     let mut total: u64 = 0;
     for (ni, node) in file.nodes.iter().enumerate() {
+        let copies = node.count.unwrap_or(1) as u64;
+        if copies == 0 {
+            return Err(SpecError::invalid(
+                origin,
+                format!("nodes[{ni}].count"),
+                "expected a count of identical nodes >= 1",
+            ));
+        }
         let here: u64 = node.gpus.iter().map(|g| g.count.unwrap_or(1) as u64).sum();
         if here > crate::limits::MAX_GPUS_PER_NODE as u64 {
             return Err(SpecError::invalid(
@@ -439,7 +475,17 @@ fn check_sizes(file: &ClusterFile, origin: &str) -> Result<(), SpecError> {
                 ),
             ));
         }
-        total += here;
+        total += here * copies;
+        if copies > crate::limits::MAX_GPUS as u64 {
+            return Err(SpecError::invalid(
+                origin,
+                format!("nodes[{ni}].count"),
+                format!(
+                    "{copies} nodes is above the limit of {} GPUs per cluster",
+                    crate::limits::MAX_GPUS
+                ),
+            ));
+        }
     }
     if total > crate::limits::MAX_GPUS as u64 {
         return Err(SpecError::invalid(
@@ -454,11 +500,13 @@ fn check_sizes(file: &ClusterFile, origin: &str) -> Result<(), SpecError> {
     Ok(())
 }
 
-/// Resolves the GPU groups of node `ni` against the catalog, appends its
-/// GPUs (ranks in order) to `gpus` and returns their specs in local order.
+/// Resolves the GPU groups of the file's node `ni` against the catalog,
+/// appends its GPUs (ranks in order) to `gpus` as those of the cluster's
+/// node `index` and returns their specs in local order.
 fn resolve_gpus(
     origin: &str,
     ni: usize,
+    index: usize,
     node: &NodeFile,
     catalog: &GpuCatalog,
     gpus: &mut Vec<ClusterGpu>,
@@ -490,7 +538,7 @@ fn resolve_gpus(
         for _ in 0..count {
             gpus.push(ClusterGpu {
                 rank: gpus.len(),
-                node: ni,
+                node: index,
                 local: node_specs.len(),
                 spec: spec.clone(),
                 price_per_hour_usd: g.price_per_hour_usd.or(spec.price_per_hour_usd),
@@ -591,11 +639,95 @@ fn resolve_host(
     Ok((host_mem_gib, host_mem_bw_gbps))
 }
 
+impl ClusterFile {
+    /// Parses a cluster TOML file's text (checked when resolved).
+    pub fn parse(text: &str, origin: &str) -> Result<ClusterFile, SpecError> {
+        toml::from_str(text).map_err(|e| SpecError::parse(origin, e))
+    }
+
+    /// The `--gpus l4,l4,a6000` shorthand: one node of these GPUs, one
+    /// each, in rank order, over PCIe.
+    pub fn gpu_list(names: &[&str]) -> ClusterFile {
+        ClusterFile {
+            name: Some(names.join(",")),
+            network: None,
+            nodes: vec![NodeFile {
+                name: Some("node0".into()),
+                ..NodeFile::of(names.iter().map(|n| GpuGroupFile::of(n, 1)).collect())
+            }],
+        }
+    }
+
+    /// `nodes` identical nodes of `gpus_per_node` GPUs of type `gpu`,
+    /// joined inside a node by `intra_link` (as the file's field), by
+    /// default NVSwitch where the catalog's GPU has switched NVLink (SXM
+    /// parts: a DGX / HGX server) and PCIe otherwise; the default network.
+    pub fn homogeneous(
+        nodes: u32,
+        gpus_per_node: u32,
+        gpu: &GpuSpec,
+        intra_link: Option<&str>,
+    ) -> ClusterFile {
+        let switched = matches!(gpu.peer_link, PeerLink::Nvlink { bridge: false, .. });
+        let link = match intra_link {
+            Some(l) => Some(l.to_string()),
+            None if switched && gpus_per_node > 1 => Some("nvswitch".into()),
+            None => None,
+        };
+        ClusterFile {
+            name: Some(format!("{nodes}x{gpus_per_node} {}", gpu.name)),
+            network: None,
+            nodes: vec![NodeFile {
+                name: Some("node".into()),
+                intra_link: link,
+                count: Some(nodes),
+                ..NodeFile::of(vec![GpuGroupFile::of(&gpu.name, gpus_per_node)])
+            }],
+        }
+    }
+
+    /// Every node's network replaced by one link of `gbit_s` per node (the
+    /// `[network]` table's `bw_gbit_s`; NIC counts and rates dropped).
+    pub fn set_network_gbit_s(&mut self, gbit_s: f64) {
+        let net = self.network.get_or_insert_with(NetworkFile::default);
+        net.bw_gbit_s = Some(gbit_s);
+        net.nics = None;
+        net.nic_gbit_s = None;
+        for n in &mut self.nodes {
+            n.nics = None;
+            n.nic_gbit_s = None;
+        }
+    }
+
+    /// Appends a node of `count` GPUs of type `gpu` (PCIe inside, the
+    /// cluster's network), named `added<k>`.
+    pub fn add_node(&mut self, gpu: &str, count: u32) {
+        let k = self.nodes.len();
+        self.nodes.push(NodeFile {
+            name: Some(format!("added{k}")),
+            ..NodeFile::of(vec![GpuGroupFile::of(gpu, count)])
+        });
+        if let Some(name) = &mut self.name {
+            name.push_str(&format!(" + {count} {gpu}"));
+        }
+    }
+}
+
+impl GpuGroupFile {
+    /// `count` GPUs of type `gpu`, the catalog's price.
+    pub fn of(gpu: &str, count: u32) -> GpuGroupFile {
+        GpuGroupFile {
+            gpu_type: gpu.to_string(),
+            count: Some(count),
+            price_per_hour_usd: None,
+        }
+    }
+}
+
 impl Cluster {
     /// Parses and validates a cluster TOML file's text. `origin` is the path (for errors).
     pub fn from_toml(text: &str, origin: &str, catalog: &GpuCatalog) -> Result<Cluster, SpecError> {
-        let file: ClusterFile = toml::from_str(text).map_err(|e| SpecError::parse(origin, e))?;
-        Cluster::from_file(&file, origin, catalog)
+        Cluster::from_file(&ClusterFile::parse(text, origin)?, origin, catalog)
     }
 
     /// Validates the raw file form.
@@ -617,8 +749,18 @@ impl Cluster {
         let mut gpus = Vec::new();
         let mut nodes = Vec::new();
         for (ni, node) in file.nodes.iter().enumerate() {
-            let node_specs = resolve_gpus(origin, ni, node, catalog, &mut gpus)?;
-            nodes.push(resolve_node(origin, ni, node, &net, &node_specs)?);
+            let copies = node.count.unwrap_or(1) as usize;
+            for k in 0..copies {
+                let index = nodes.len();
+                let node_specs = resolve_gpus(origin, ni, index, node, catalog, &mut gpus)?;
+                let mut n = resolve_node(origin, ni, node, &net, &node_specs)?;
+                n.name = match &node.name {
+                    Some(name) if copies > 1 => format!("{name}-{k}"),
+                    Some(name) => name.clone(),
+                    None => format!("node{index}"),
+                };
+                nodes.push(n);
+            }
         }
         Ok(Cluster {
             name: file.name.clone().unwrap_or_else(|| "cluster".to_string()),
@@ -639,29 +781,7 @@ impl Cluster {
         for (i, n) in names.iter().enumerate() {
             catalog.lookup(n, &format!("{origin} (entry {})", i + 1))?;
         }
-        let file = ClusterFile {
-            name: Some(names.join(",")),
-            network: None,
-            nodes: vec![NodeFile {
-                name: Some("node0".into()),
-                intra_link: None,
-                intra_bw_gbps: None,
-                intra_latency_us: None,
-                nics: None,
-                nic_gbit_s: None,
-                gpudirect_rdma: None,
-                host_mem_gib: None,
-                host_mem_bw_gbps: None,
-                gpus: names
-                    .iter()
-                    .map(|n| GpuGroupFile {
-                        gpu_type: n.to_string(),
-                        count: Some(1),
-                        price_per_hour_usd: None,
-                    })
-                    .collect(),
-            }],
-        };
+        let file = ClusterFile::gpu_list(&names);
         Cluster::from_file(&file, origin, catalog)
     }
 
@@ -907,6 +1027,56 @@ mod tests {
             matches!(e, SpecError::UnknownGpu { ref name, .. } if name == "h900"),
             "{e}"
         );
+    }
+
+    /// `count = N` on a node block is N identical nodes, ranks and nodes
+    /// in order, the same as N blocks written out; a zero or absurd count
+    /// is refused with its field named.
+    #[test]
+    fn node_count_stands_for_identical_nodes() {
+        let one = r#"
+            [network]
+            bw_gbit_s = 100
+            [[nodes]]
+            name = "a"
+            gpus = [ { type = "l4", count = 2 } ]
+            [[nodes]]
+            name = "dgx"
+            count = 3
+            intra_link = "nvswitch"
+            gpus = [ { type = "h100", count = 8 } ]
+        "#;
+        let c = Cluster::from_toml(one, "c.toml", cat()).unwrap();
+        assert_eq!(c.len(), 2 + 24);
+        let names: Vec<&str> = c.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["a", "dgx-0", "dgx-1", "dgx-2"]);
+        assert_eq!(c.gpus[2 + 8].node, 2);
+        assert_eq!(c.gpus[25].rank, 25);
+        assert_eq!(c.node_ranks(3), (18..26).collect::<Vec<_>>());
+        let mut spelled = String::from("[network]\nbw_gbit_s = 100\n[[nodes]]\nname = \"a\"\ngpus = [ { type = \"l4\", count = 2 } ]\n");
+        for _ in 0..3 {
+            spelled.push_str(
+                "[[nodes]]\nintra_link = \"nvswitch\"\ngpus = [ { type = \"h100\", count = 8 } ]\n",
+            );
+        }
+        let d = Cluster::from_toml(&spelled, "d.toml", cat()).unwrap();
+        for (x, y) in c.nodes.iter().zip(&d.nodes) {
+            assert_eq!(x.hardware_key(), y.hardware_key());
+        }
+        let bad = |count: &str| {
+            let t = format!(
+                "[[nodes]]\ncount = {count}\ngpus = [ {{ type = \"h100\", count = 8 }} ]\n"
+            );
+            Cluster::from_toml(&t, "bad.toml", cat())
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad("0");
+        assert!(e.contains("nodes[0].count") && e.contains(">= 1"), "{e}");
+        let e = bad("100000");
+        assert!(e.contains("nodes[0].count") || e.contains("limit"), "{e}");
+        let e = bad("-1");
+        assert!(e.contains("bad.toml"), "{e}");
     }
 
     #[test]

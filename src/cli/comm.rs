@@ -7,12 +7,10 @@
 
 use crate::cli::workload::CommArgs;
 use crate::error::UserError;
-use crate::load;
 use anyhow::Result;
 use clap::Args as ClapArgs;
 use sim::comm::CollectiveKind;
 use sim::session::{comm_sweep, comm_table};
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub use crate::cli::format::Format;
@@ -20,12 +18,9 @@ pub use crate::cli::format::Format;
 /// Flags of `cephalo comm`.
 #[derive(Debug, ClapArgs)]
 pub struct Args {
-    /// Cluster spec (TOML).
-    #[arg(long, conflicts_with = "gpus")]
-    pub cluster: Option<PathBuf>,
-    /// GPUs of a one-node PCIe cluster, in rank order.
-    #[arg(long)]
-    pub gpus: Option<String>,
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: crate::cli::workload::ClusterArgs,
     /// Collective: all-gather | reduce-scatter | all-reduce.
     #[arg(long)]
     pub op: String,
@@ -46,7 +41,7 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args) -> Result<ExitCode> {
-    let cluster = load::cluster(args.gpus.as_deref(), args.cluster.as_deref())?;
+    let cluster = args.cluster.load()?;
     let kind = CollectiveKind::parse(&args.op.replace('-', "_")).ok_or_else(|| {
         UserError(format!(
             "--op: expected all-gather, reduce-scatter or all-reduce, got `{}`",

@@ -156,15 +156,117 @@ impl StrategyArgs {
     }
 }
 
+/// Where the GPUs are: a list, a cluster file, or identical nodes; then
+/// what-if edits to it (the network, added GPUs).
+#[derive(Debug, Clone, Default, ClapArgs)]
+pub struct ClusterArgs {
+    /// GPUs of a one-node PCIe cluster, in rank order (e.g. `l4,l4,a6000,p40`).
+    #[arg(long, conflicts_with_all = ["cluster", "nodes"], help_heading = "Cluster")]
+    pub gpus: Option<String>,
+    /// Cluster spec (TOML); see experiments/clusters/.
+    #[arg(long, conflicts_with = "nodes", help_heading = "Cluster")]
+    pub cluster: Option<PathBuf>,
+    /// Identical nodes, with `--gpus-per-node` and `--gpu` (no file needed).
+    #[arg(long, requires_all = ["gpus_per_node", "gpu"], help_heading = "Cluster")]
+    pub nodes: Option<u32>,
+    /// GPUs per node with `--nodes`.
+    #[arg(long, requires = "nodes", help_heading = "Cluster")]
+    pub gpus_per_node: Option<u32>,
+    /// GPU type of every node with `--nodes` (catalog name or alias).
+    #[arg(long, requires = "nodes", help_heading = "Cluster")]
+    pub gpu: Option<String>,
+    /// Link inside each node with `--nodes`: nvswitch | nvlink-bridge |
+    /// nvlink | pcie3 | pcie4 | pcie5 (default: nvswitch where the GPU has
+    /// switched NVLink, as SXM servers do; else PCIe).
+    #[arg(long, requires = "nodes", help_heading = "Cluster")]
+    pub intra_link: Option<String>,
+    /// Network per node, Gbit/s, replacing the cluster's (one link of this
+    /// rate per node, as a file's `[network] bw_gbit_s`).
+    #[arg(long, help_heading = "Cluster", allow_hyphen_values = true)]
+    pub network_gbit_s: Option<f64>,
+    /// Adds a node of GPUs after the cluster's: `TYPE` or `TYPE:COUNT`
+    /// (PCIe inside, the cluster's network); repeatable.
+    #[arg(long, help_heading = "Cluster")]
+    pub add_gpu: Vec<String>,
+}
+
+impl ClusterArgs {
+    /// The cluster these flags describe, checked (errors name the flag or
+    /// the file's field).
+    pub fn load(&self) -> Result<sim::cluster::Cluster> {
+        use sim::cluster::{Cluster, ClusterFile};
+        let catalog = load::gpus();
+        let (mut file, mut origin) = match (&self.gpus, &self.cluster, self.nodes) {
+            (Some(list), None, None) => {
+                let names = sim::lists::items(list, "--gpus")?;
+                for (i, n) in names.iter().enumerate() {
+                    catalog.lookup(n, &format!("--gpus (entry {})", i + 1))?;
+                }
+                (ClusterFile::gpu_list(&names), "--gpus".to_string())
+            }
+            (None, Some(path), None) => {
+                let origin = path.display().to_string();
+                (ClusterFile::parse(&load::read_text(path)?, &origin)?, origin)
+            }
+            (None, None, Some(nodes)) => {
+                let per = self.gpus_per_node.unwrap_or(0);
+                if nodes == 0 || per == 0 {
+                    return Err(UserError(format!(
+                        "--nodes / --gpus-per-node: expected at least 1 node of at least 1 GPU, got {nodes} x {per}"
+                    ))
+                    .into());
+                }
+                let gpu = catalog.lookup(self.gpu.as_deref().unwrap_or_default(), "--gpu")?;
+                (
+                    ClusterFile::homogeneous(nodes, per, gpu, self.intra_link.as_deref()),
+                    "--nodes / --gpus-per-node / --gpu / --intra-link".to_string(),
+                )
+            }
+            _ => {
+                return Err(UserError(
+                    "give the GPUs with --gpus LIST, --cluster FILE or --nodes N --gpus-per-node G --gpu TYPE"
+                        .into(),
+                )
+                .into())
+            }
+        };
+        if let Some(bw) = self.network_gbit_s {
+            if !(bw.is_finite() && bw > 0.0) {
+                return Err(UserError(format!(
+                    "--network-gbit-s: expected a positive bandwidth in Gbit/s, got {bw}"
+                ))
+                .into());
+            }
+            file.set_network_gbit_s(bw);
+            origin.push_str(" with --network-gbit-s");
+        }
+        for spec in &self.add_gpu {
+            let (name, count) = match spec.split_once(':') {
+                Some((n, c)) => {
+                    let count = c.trim().parse::<u32>().ok().filter(|&c| c >= 1).ok_or_else(|| {
+                        UserError(format!(
+                            "--add-gpu {spec}: expected TYPE or TYPE:COUNT with a count >= 1, got `{c}`"
+                        ))
+                    })?;
+                    (n.trim(), count)
+                }
+                None => (spec.trim(), 1),
+            };
+            let gpu = catalog.lookup(name, &format!("--add-gpu {spec}"))?;
+            file.add_node(&gpu.name, count);
+        }
+        if !self.add_gpu.is_empty() {
+            origin.push_str(" with --add-gpu");
+        }
+        Ok(Cluster::from_file(&file, &origin, catalog)?)
+    }
+}
+
 /// Flags that describe what is trained where.
 #[derive(Debug, Clone, ClapArgs)]
 pub struct WorkloadArgs {
-    /// GPUs of a one-node PCIe cluster, in rank order (e.g. `l4,l4,a6000,p40`).
-    #[arg(long, conflicts_with = "cluster")]
-    pub gpus: Option<String>,
-    /// Cluster spec (TOML); see experiments/clusters/.
-    #[arg(long)]
-    pub cluster: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// Model name or alias (e.g. `gpt-2.7b`, `deepspeedgpt_2.7b`, `llama2-13b`).
     #[arg(long)]
     pub model: String,
@@ -277,7 +379,7 @@ pub struct Resolved {
 impl WorkloadArgs {
     /// Validates the flags, loads the cluster and profiles and builds the cost model.
     pub fn resolve(&self) -> Result<Resolved> {
-        let cluster = load::cluster(self.gpus.as_deref(), self.cluster.as_deref())?;
+        let cluster = self.cluster.load()?;
         let dtype = Dtype::parse(&self.dtype).ok_or_else(|| {
             UserError(format!(
                 "--dtype: expected fp16, bf16 or fp32, got `{}`",

@@ -863,3 +863,101 @@ fn predictions_carry_intervals() {
     let t = run_command("plan", &plan);
     assert!(t.stdout.contains("likely range: iteration"), "{}", t.stdout);
 }
+
+/// A cluster from flags is the cluster file that spells it out: `--nodes
+/// --gpus-per-node --gpu` (SXM parts on NVSwitch by default), `count = N`
+/// on a node block, `--network-gbit-s` and `--add-gpu TYPE:COUNT`; bad
+/// values name their flag and exit 2.
+#[test]
+fn clusters_from_flags_equal_the_files_they_stand_for() {
+    let sim = |cluster: &[&str]| -> Value {
+        let mut args = vec![
+            "plan",
+            "--planner",
+            "fsdp",
+            "--model",
+            "gpt-1.3b",
+            "--global-batch",
+            "64",
+            "--format",
+            "json",
+        ];
+        args.extend(cluster);
+        let o = run(&args);
+        assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
+        let v: Value = serde_json::from_str(&o.stdout).unwrap();
+        v["simulated"].clone()
+    };
+    let file = tmp("cli-cluster-flags.toml");
+    write(
+        &file,
+        "[network]\nbw_gbit_s = 100\n[[nodes]]\ncount = 4\nintra_link = \"nvswitch\"\ngpus = [{ type = \"h100\", count = 8 }]\n[[nodes]]\ngpus = [{ type = \"l4\", count = 2 }]\n",
+    );
+    let from_file = sim(&["--cluster", file.to_str().unwrap()]);
+    let from_flags = sim(&[
+        "--nodes",
+        "4",
+        "--gpus-per-node",
+        "8",
+        "--gpu",
+        "h100",
+        "--network-gbit-s",
+        "100",
+        "--add-gpu",
+        "l4:2",
+    ]);
+    assert_eq!(from_flags["peak_mem_gib"].as_array().unwrap().len(), 34);
+    for k in ["iteration_ms", "tokens_per_s", "mfu"] {
+        assert_eq!(from_file[k], from_flags[k], "{k}");
+    }
+    assert_eq!(from_file, from_flags);
+    // The network flag changes what the file said.
+    let slower = sim(&[
+        "--cluster",
+        file.to_str().unwrap(),
+        "--network-gbit-s",
+        "10",
+    ]);
+    assert!(
+        slower["iteration_ms"].as_f64().unwrap() > from_file["iteration_ms"].as_f64().unwrap(),
+        "10 Gbit/s is not slower than 100"
+    );
+    let base = ["simulate", "--model", "gpt-1.3b", "--global-batch", "64"];
+    for (extra, says) in [
+        (
+            vec!["--nodes", "0", "--gpus-per-node", "8", "--gpu", "h100"],
+            "--nodes",
+        ),
+        (
+            vec!["--nodes", "2", "--gpus-per-node", "8", "--gpu", "h900"],
+            "--gpu",
+        ),
+        (
+            vec!["--gpus", "l4,l4", "--network-gbit-s", "-5"],
+            "--network-gbit-s",
+        ),
+        (vec!["--gpus", "l4,l4", "--add-gpu", "l4:0"], "--add-gpu"),
+        (vec!["--gpus", "l4,l4", "--add-gpu", "b300x"], "--add-gpu"),
+        (vec!["--nodes", "2", "--gpu", "h100"], "--gpus-per-node"),
+        (
+            vec![
+                "--gpus",
+                "l4",
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "1",
+                "--gpu",
+                "l4",
+            ],
+            "--nodes",
+        ),
+    ] {
+        let mut args = base.to_vec();
+        args.extend(&extra);
+        let o = run(&args);
+        assert_eq!(o.code, 2, "{extra:?}: {}", o.stderr);
+        assert!(o.stderr.contains(says), "{extra:?}: {}", o.stderr);
+        assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+    }
+}
