@@ -488,14 +488,28 @@ pub struct Row {
     pub strategy: Option<String>,
     /// Simulated samples per second.
     pub samples_per_s: Option<f64>,
+    /// Simulated tokens per second (samples x tokens per sample).
+    pub tokens_per_s: Option<f64>,
+    /// Model FLOPs utilisation: the model's training FLOPs per second over
+    /// the GPUs' dense peak (fraction).
+    pub mfu: Option<f64>,
     /// Simulated iteration time, ms.
     pub iteration_ms: Option<f64>,
     /// samples_per_s / that of `fsdp` (null when either OOMs or is missing).
     pub speedup_vs_even_fsdp: Option<f64>,
+    /// samples_per_s / that of the fastest baseline that fits (null when
+    /// this row OOMs or no baseline fits).
+    pub speedup_vs_best_baseline: Option<f64>,
+    /// The fastest baseline that fits: every planner but Cephalo's own
+    /// (`cephalo`, `cephalo-compat`) whose plan fits.
+    pub best_baseline: Option<String>,
     /// `cephalo`'s samples_per_s / this row's (null when either OOMs).
     pub cephalo_speedup: Option<f64>,
     /// Whether some GPU or host runs out of memory.
     pub oom: bool,
+    /// By how much the worst GPU's peak exceeds its usable memory, GiB
+    /// (null unless a GPU runs out of memory).
+    pub oom_over_gib: Option<f64>,
     /// Peak memory per GPU, % of capacity.
     pub peak_mem_pct: Vec<f64>,
     /// Peak memory per GPU, % of the usable memory (above 100 = OOM).
@@ -527,6 +541,11 @@ pub struct Comparison {
     pub native_error: Option<PlanError>,
 }
 
+/// Whether a planner is a baseline: anything but Cephalo's own planners.
+fn is_baseline(planner: &str) -> bool {
+    !planner.starts_with("cephalo")
+}
+
 fn ok(r: &Row) -> Option<f64> {
     if r.oom {
         None
@@ -555,10 +574,20 @@ pub fn compare(
                     planner: pl.name().to_string(),
                     strategy: Some(p.label()),
                     samples_per_s: Some(report.samples_per_s),
+                    tokens_per_s: Some(report.tokens_per_s),
+                    mfu: Some(report.mfu),
                     iteration_ms: Some(report.iteration_ms),
                     speedup_vs_even_fsdp: None,
+                    speedup_vs_best_baseline: None,
+                    best_baseline: None,
                     cephalo_speedup: None,
                     oom: report.oom,
+                    oom_over_gib: report
+                        .gpus
+                        .iter()
+                        .map(|g| g.peak_mem_gib - g.usable_gib)
+                        .filter(|&x| x > 0.0)
+                        .reduce(f64::max),
                     peak_mem_pct: report.gpus.iter().map(|g| g.mem_pct).collect(),
                     peak_usable_pct: report.gpus.iter().map(|g| g.usable_pct).collect(),
                     batch_sizes: p.gpus.iter().map(|g| g.batch).collect(),
@@ -577,10 +606,15 @@ pub fn compare(
                     planner: pl.name().to_string(),
                     strategy: None,
                     samples_per_s: None,
+                    tokens_per_s: None,
+                    mfu: None,
                     iteration_ms: None,
                     speedup_vs_even_fsdp: None,
+                    speedup_vs_best_baseline: None,
+                    best_baseline: None,
                     cephalo_speedup: None,
                     oom: false,
+                    oom_over_gib: None,
                     peak_mem_pct: vec![],
                     peak_usable_pct: vec![],
                     batch_sizes: vec![],
@@ -595,11 +629,21 @@ pub fn compare(
     }
     let fsdp = rows.iter().find(|r| r.planner == "fsdp").and_then(ok);
     let ours = rows.iter().find(|r| r.planner == "cephalo").and_then(ok);
+    let best = rows
+        .iter()
+        .filter(|r| is_baseline(&r.planner))
+        .filter_map(|r| ok(r).map(|x| (r.planner.clone(), x)))
+        .fold(None, |b: Option<(String, f64)>, (n, x)| match b {
+            Some((_, bx)) if bx >= x => b,
+            _ => Some((n, x)),
+        });
     for r in &mut rows {
         if let Some(x) = ok(r) {
             r.speedup_vs_even_fsdp = fsdp.map(|f| x / f);
             r.cephalo_speedup = ours.map(|o| o / x);
+            r.speedup_vs_best_baseline = best.as_ref().map(|(_, b)| x / b);
         }
+        r.best_baseline = best.as_ref().map(|(n, _)| n.clone());
     }
     let w = &costs.workload;
     let names = w.cluster.gpu_names();
@@ -637,19 +681,24 @@ impl Comparison {
         let opt = |x: Option<f64>| x.map(|v| format!("{v}")).unwrap_or_default();
         let q = |t: &str| format!("\"{}\"", t.replace('"', "'"));
         let mut s = String::from(
-            "planner,strategy,samples_per_s,iteration_ms,speedup_vs_even_fsdp,cephalo_speedup,oom,peak_mem_pct,peak_usable_pct,batch_sizes,microbatches,state_fractions,error\n",
+            "planner,strategy,samples_per_s,tokens_per_s,mfu,iteration_ms,speedup_vs_even_fsdp,speedup_vs_best_baseline,best_baseline,cephalo_speedup,oom,oom_over_gib,peak_mem_pct,peak_usable_pct,batch_sizes,microbatches,state_fractions,error\n",
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 r.planner,
                 q(r.strategy.as_deref().unwrap_or("")),
                 opt(r.samples_per_s),
+                opt(r.tokens_per_s),
+                opt(r.mfu),
                 opt(r.iteration_ms),
                 opt(r.speedup_vs_even_fsdp),
+                opt(r.speedup_vs_best_baseline),
+                r.best_baseline.as_deref().unwrap_or(""),
                 opt(r.cephalo_speedup),
                 r.oom,
+                opt(r.oom_over_gib),
                 join(r.peak_mem_pct.iter().map(|x| format!("{x:.2}")).collect()),
                 join(
                     r.peak_usable_pct
@@ -666,74 +715,167 @@ impl Comparison {
         s
     }
 
-    /// A human-readable table: one row per planner with its strategy.
+    /// A human-readable table, one row per planner, at most about 200
+    /// columns at any cluster size (per-GPU lists as runs of equal values,
+    /// cut with `...`; the JSON has them in full), then a line with
+    /// Cephalo's speed-up over the best baseline that fits and over plain
+    /// FSDP, each named, and the sources.
     pub fn to_table(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "{}", self.title);
         let _ = writeln!(
             s,
-            "{:<23} {:>10} {:>8} {:>10} {:>11}  {:<20} {:<4}  {:<56}  batches / micro-batches",
+            "{:<22} {:>10} {:>11} {:>5} {:>10} {:>8} {:>8}  {:<14} {:<11} {:<44} batches / micro-batches",
             "planner",
             "samples/s",
-            "vs fsdp",
-            "cephalo x",
+            "tokens/s",
+            "MFU",
             "iter ms",
+            "vs best",
+            "vs fsdp",
             "peak % usable",
             "OOM",
             "strategy"
         );
         let f =
             |x: Option<f64>, p: usize| x.map(|v| format!("{v:.p$}")).unwrap_or_else(|| "-".into());
+        let x = |v: Option<f64>| v.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
         for r in &self.rows {
-            let mem: Vec<String> = r
-                .peak_usable_pct
-                .iter()
-                .map(|x| format!("{x:.0}"))
-                .collect();
+            let mem = match r.peak_usable_pct.len() {
+                0 => "-".to_string(),
+                n if n <= 3 => r
+                    .peak_usable_pct
+                    .iter()
+                    .map(|x| format!("{x:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                n => {
+                    let max = r.peak_usable_pct.iter().copied().fold(0.0, f64::max);
+                    format!("max {max:.0} of {n}")
+                }
+            };
             let plan = if r.batch_sizes.is_empty() {
                 r.error.clone().unwrap_or_default()
-            } else if r.batch_sizes.len() > crate::report::GROUP_ROWS_ABOVE {
-                format!(
-                    "{} / {}",
-                    crate::lists::runs(&r.batch_sizes),
-                    crate::lists::runs(&r.microbatches)
+            } else {
+                clip(
+                    &format!(
+                        "{} / {}",
+                        crate::lists::runs(&r.batch_sizes),
+                        crate::lists::runs(&r.microbatches)
+                    ),
+                    40,
                 )
-            } else {
-                format!("{:?} / {:?}", r.batch_sizes, r.microbatches)
             };
-            let x = |v: Option<f64>| v.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
-            let mem = if mem.len() > 8 {
-                let max = r.peak_usable_pct.iter().copied().fold(0.0, f64::max);
-                format!("max {max:.0} of {}", mem.len())
-            } else {
-                mem.join(" ")
+            let oom = match (&r.error, r.oom, r.oom_over_gib) {
+                (Some(_), _, _) => "n/a".to_string(),
+                (None, true, Some(g)) => format!("+{g:.1} GiB"),
+                (None, true, None) => "yes (host)".to_string(),
+                (None, false, _) => "no".to_string(),
             };
             let _ = writeln!(
                 s,
-                "{:<23} {:>10} {:>8} {:>10} {:>11}  {:<20} {:<4}  {:<56}  {}",
-                r.planner,
+                "{:<22} {:>10} {:>11} {:>5} {:>10} {:>8} {:>8}  {:<14} {:<11} {:<44} {}",
+                clip(&r.planner, 22),
                 f(r.samples_per_s, 2),
-                x(r.speedup_vs_even_fsdp),
-                x(r.cephalo_speedup),
+                f(r.tokens_per_s, 0),
+                r.mfu
+                    .map(|m| format!("{:.0}%", m * 100.0))
+                    .unwrap_or_else(|| "-".into()),
                 f(r.iteration_ms, 1),
+                x(r.speedup_vs_best_baseline),
+                x(r.speedup_vs_even_fsdp),
                 mem,
-                if r.error.is_some() {
-                    "n/a"
-                } else if r.oom {
-                    "yes"
-                } else {
-                    "no"
-                },
-                r.strategy.as_deref().unwrap_or("-"),
+                oom,
+                clip(r.strategy.as_deref().unwrap_or("-"), 44),
                 plan
             );
         }
+        s.push_str(&self.headline());
         // The sources are the workload's, the same under every planner.
         if let Some(r) = self.rows.iter().find(|r| !r.sources.is_empty()) {
             s.push_str(&crate::report::sources_text(&r.sources));
         }
         s
     }
+
+    /// Cephalo against the baselines in words: its speed-up over the best
+    /// baseline that fits and over plain FSDP, each named, or why there is
+    /// none (Cephalo has no plan or runs out of memory, no baseline fits,
+    /// FSDP runs out of memory by how much).
+    pub fn headline(&self) -> String {
+        let Some(ours) = self.rows.iter().find(|r| r.planner == "cephalo") else {
+            return String::new();
+        };
+        let mut s = String::from("cephalo: ");
+        match (ok(ours), ours.oom_over_gib) {
+            (None, Some(g)) => {
+                let _ = writeln!(s, "its plan runs out of memory (by {g:.1} GiB)");
+                return s;
+            }
+            (None, None) => {
+                let _ = writeln!(
+                    s,
+                    "no plan ({})",
+                    ours.error.as_deref().unwrap_or("runs out of host memory")
+                );
+                return s;
+            }
+            _ => {}
+        }
+        let best = self
+            .rows
+            .iter()
+            .find(|r| Some(&r.planner) == ours.best_baseline.as_ref());
+        match (ours.speedup_vs_best_baseline, best) {
+            (Some(v), Some(b)) => {
+                let _ = write!(
+                    s,
+                    "{v:.2}x the best baseline that fits ({}, {:.2} samples/s)",
+                    b.planner,
+                    b.samples_per_s.unwrap_or(0.0)
+                );
+            }
+            _ => {
+                let _ = write!(s, "no baseline fits");
+            }
+        }
+        match (
+            ours.speedup_vs_even_fsdp,
+            self.rows.iter().find(|r| r.planner == "fsdp"),
+        ) {
+            (Some(v), _) => {
+                let _ = writeln!(s, "; {v:.2}x plain FSDP");
+            }
+            (None, Some(f)) if f.oom => {
+                let _ = writeln!(
+                    s,
+                    "; plain FSDP runs out of memory{}",
+                    f.oom_over_gib
+                        .map(|g| format!(" (by {g:.1} GiB)"))
+                        .unwrap_or_default()
+                );
+            }
+            (None, Some(f)) => {
+                let _ = writeln!(
+                    s,
+                    "; plain FSDP has no plan ({})",
+                    f.error.as_deref().unwrap_or("-")
+                );
+            }
+            (None, None) => s.push('\n'),
+        }
+        s
+    }
+}
+
+/// `text` cut to `width` characters, ending in `...` when cut.
+fn clip(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(width.saturating_sub(3)).collect();
+    out.push_str("...");
+    out
 }
 
 /// One row of [`comm_sweep`], the nccl-tests columns.

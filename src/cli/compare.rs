@@ -1,7 +1,9 @@
 //! `cephalo compare`: run every planner on one workload, simulate each plan,
-//! and print one row per planner (table, JSON or CSV): throughput, speed-up
-//! over even FSDP, Cephalo's speed-up over it, iteration time, peak memory %
-//! per GPU, OOM.
+//! and print one row per planner (table, JSON or CSV): samples/s, tokens/s,
+//! MFU, iteration time, speed-up over the best baseline that fits (named)
+//! and over plain FSDP, Cephalo's speed-up over the row, peak memory % per
+//! GPU, OOM and by how much; the table ends with Cephalo's speed-ups in
+//! words (`Comparison::headline`).
 //!
 //! Exit codes: 0 with the table (a baseline that runs out of memory or has
 //! no plan is a row); 2 for bad input, or when the native `cephalo` planner

@@ -127,7 +127,7 @@ fn compare_rows_contract_and_ours_wins() {
     assert_eq!(csv.code, 0);
     assert!(csv
         .stdout
-        .starts_with("planner,strategy,samples_per_s,iteration_ms,speedup_vs_even_fsdp"));
+        .starts_with("planner,strategy,samples_per_s,tokens_per_s,mfu,iteration_ms,speedup_vs_even_fsdp,speedup_vs_best_baseline,best_baseline"));
     assert_eq!(csv.stdout.lines().count(), rows.len() + 1);
 }
 
@@ -437,4 +437,131 @@ fn infeasible_names_the_knobs_that_would_fit() {
         .collect();
     assert!(lines.len() >= 5, "{}", o.stderr);
     assert!(lines.iter().all(|l| l.contains("GiB")), "{}", o.stderr);
+}
+
+/// `compare` answers its question on a mixed cluster where plain FSDP runs
+/// out of memory: every row has tokens/s, MFU and the iteration time in
+/// JSON and CSV; Cephalo's row names its speed-up over the best baseline
+/// that fits; the FSDP row says by how much it is over; and the table
+/// stays within 200 columns on 256 GPUs.
+#[test]
+fn compare_names_the_best_baseline_and_fits_200_columns() {
+    let args = [
+        "compare",
+        "--gpus",
+        "a100-80gb,t4,t4,t4",
+        "--model",
+        "gpt-2.7b",
+        "--global-batch",
+        "32",
+        "--planners",
+        "cephalo,fsdp,fsdp-ga,ddp",
+    ];
+    let j = run(&[&args[..], &["--format", "json"]].concat());
+    assert_eq!(j.code, 0, "{}", j.stderr);
+    let rows: Vec<Value> = serde_json::from_str(&j.stdout).unwrap();
+    for r in &rows {
+        for k in [
+            "tokens_per_s",
+            "mfu",
+            "iteration_ms",
+            "speedup_vs_best_baseline",
+            "best_baseline",
+            "oom_over_gib",
+        ] {
+            assert!(r.get(k).is_some(), "{k} missing in {r}");
+        }
+        if r["error"].is_null() {
+            assert!(r["tokens_per_s"].as_f64().unwrap() > 0.0, "{r}");
+            let mfu = r["mfu"].as_f64().unwrap();
+            assert!(mfu > 0.0 && mfu < 1.0, "{r}");
+        }
+        if r["oom"] == false {
+            assert!(r["oom_over_gib"].is_null(), "{r}");
+        }
+    }
+    let by = |n: &str| rows.iter().find(|r| r["planner"] == n).unwrap().clone();
+    let fsdp = by("fsdp");
+    let ours = by("cephalo");
+    let fitting: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["planner"] != "cephalo" && r["oom"] == false && r["error"].is_null())
+        .collect();
+    let best = fitting.iter().max_by(|a, b| {
+        a["samples_per_s"]
+            .as_f64()
+            .partial_cmp(&b["samples_per_s"].as_f64())
+            .unwrap()
+    });
+    match best {
+        Some(b) => {
+            assert_eq!(ours["best_baseline"], b["planner"]);
+            let want =
+                ours["samples_per_s"].as_f64().unwrap() / b["samples_per_s"].as_f64().unwrap();
+            assert!((ours["speedup_vs_best_baseline"].as_f64().unwrap() - want).abs() < 1e-9);
+        }
+        None => assert!(ours["speedup_vs_best_baseline"].is_null()),
+    }
+    let t = run(&args);
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    let head = t
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("cephalo: "))
+        .unwrap_or_else(|| panic!("no headline:\n{}", t.stdout));
+    if let Some(b) = best {
+        assert!(head.contains(b["planner"].as_str().unwrap()), "{head}");
+        assert!(head.contains("the best baseline that fits"), "{head}");
+    }
+    if fsdp["oom"] == true {
+        assert!(
+            head.contains("plain FSDP runs out of memory (by "),
+            "{head}"
+        );
+        assert!(fsdp["oom_over_gib"].as_f64().unwrap() > 0.0);
+    } else {
+        assert!(head.contains("x plain FSDP"), "{head}");
+    }
+    let csv = run(&[&args[..], &["--format", "csv"]].concat());
+    assert_eq!(csv.code, 0);
+    let header: Vec<&str> = csv.stdout.lines().next().unwrap().split(',').collect();
+    for k in [
+        "tokens_per_s",
+        "mfu",
+        "iteration_ms",
+        "speedup_vs_best_baseline",
+        "oom_over_gib",
+    ] {
+        assert!(header.contains(&k), "{header:?}");
+    }
+    // 256 GPUs: the table reads in 200 columns.
+    let big = run(&[
+        "compare",
+        "--nodes",
+        "32",
+        "--gpus-per-node",
+        "8",
+        "--gpu",
+        "a100-80gb",
+        "--add-gpu",
+        "l4:8",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "528",
+        "--planners",
+        "cephalo,fsdp",
+    ]);
+    assert_eq!(big.code, 0, "{}", big.stderr);
+    for l in big
+        .stdout
+        .lines()
+        .take_while(|l| !l.starts_with("sources:"))
+    {
+        assert!(
+            l.chars().count() <= 200,
+            "{} columns: {l}",
+            l.chars().count()
+        );
+    }
 }
