@@ -65,7 +65,9 @@ pub struct RunArgs {
     /// calibrated model, and the report says so).
     #[arg(long)]
     pub profiles: Option<PathBuf>,
-    /// Run part K of N (`2/4`): workloads whose index is K-1 modulo N.
+    /// Run part K of N (`2/4`): workloads whose index is K-1 modulo N;
+    /// `auto` takes K and N from a Slurm job array or a Kubernetes
+    /// Indexed Job (README: "Sweeps beyond one machine").
     #[arg(long)]
     pub shard: Option<String>,
 }
@@ -219,8 +221,74 @@ fn reference(profiles: Option<&Path>) -> Result<Option<(ProfileSet, String)>> {
     )))
 }
 
+/// `--shard auto`: K/N of this task of a Slurm job array
+/// (`SLURM_ARRAY_TASK_ID`, `SLURM_ARRAY_TASK_COUNT`, with the array's
+/// `SLURM_ARRAY_TASK_MIN` and `SLURM_ARRAY_TASK_STEP` when set: `--array
+/// 1-8` and `--array 0-14:2` both number their tasks 1..=8) or of a
+/// Kubernetes Indexed Job (`JOB_COMPLETION_INDEX`, 0-based, and
+/// `JOB_COMPLETIONS`, which the manifest sets to the Job's `completions`:
+/// Kubernetes itself passes only the index). `var` reads a variable.
+fn shard_from_env(var: &dyn Fn(&str) -> Option<String>) -> Result<(usize, usize)> {
+    let num = |name: &str| -> Result<Option<i64>> {
+        match var(name) {
+            None => Ok(None),
+            Some(v) => v.trim().parse::<i64>().map(Some).map_err(|_| {
+                UserError(format!(
+                    "--shard auto: {name} is `{v}`, expected a whole number"
+                ))
+                .into()
+            }),
+        }
+    };
+    let (k0, n, from) = if let Some(id) = num("SLURM_ARRAY_TASK_ID")? {
+        let n = num("SLURM_ARRAY_TASK_COUNT")?.ok_or_else(|| {
+            UserError(
+                "--shard auto: SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not".into(),
+            )
+        })?;
+        let min = num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+        let step = num("SLURM_ARRAY_TASK_STEP")?.unwrap_or(1).max(1);
+        if (id - min) % step != 0 {
+            return Err(UserError(format!(
+                "--shard auto: SLURM_ARRAY_TASK_ID {id} is not on the array's steps ({min} + k x {step})"
+            ))
+            .into());
+        }
+        (
+            (id - min) / step,
+            n,
+            "SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT",
+        )
+    } else if let Some(idx) = num("JOB_COMPLETION_INDEX")? {
+        let n = num("JOB_COMPLETIONS")?.ok_or_else(|| {
+            UserError("--shard auto: JOB_COMPLETION_INDEX is set but JOB_COMPLETIONS is not (set it to the Job's completions in the manifest)".into())
+        })?;
+        (idx, n, "JOB_COMPLETION_INDEX / JOB_COMPLETIONS")
+    } else {
+        return Err(UserError(
+            "--shard auto: expected a Slurm job array (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) or a Kubernetes Indexed Job (JOB_COMPLETION_INDEX, JOB_COMPLETIONS); neither is set".into(),
+        )
+        .into());
+    };
+    if n < 1 || k0 < 0 || k0 >= n {
+        return Err(UserError(format!(
+            "--shard auto: {from} give task {} of {n}, expected 1 <= task <= count",
+            k0 + 1
+        ))
+        .into());
+    }
+    Ok((k0 as usize + 1, n as usize))
+}
+
 fn parse_shard(s: &str) -> Result<(usize, usize)> {
-    let bad = || UserError(format!("--shard: expected K/N with 1 <= K <= N, got `{s}`"));
+    if s.trim() == "auto" {
+        return shard_from_env(&|name| std::env::var(name).ok());
+    }
+    let bad = || {
+        UserError(format!(
+            "--shard: expected K/N with 1 <= K <= N, or auto, got `{s}`"
+        ))
+    };
     let (k, n) = s.split_once('/').ok_or_else(bad)?;
     let (k, n): (usize, usize) = (
         k.trim().parse().map_err(|_| bad())?,
@@ -529,4 +597,65 @@ fn write_report(d: &Dirs) -> Result<()> {
     }
     out::write_text(&d.results.join("REPORT.md"), &s, "the report")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    /// `--shard auto` under a Slurm array (0-based, 1-based and stepped)
+    /// and a Kubernetes Indexed Job, and the errors when neither is set or
+    /// a value is out of range.
+    #[test]
+    fn shard_auto_reads_slurm_and_kubernetes() {
+        let ok = |vars: &[(&str, &str)]| shard_from_env(&env(vars)).unwrap();
+        let slurm0 = [
+            ("SLURM_ARRAY_TASK_ID", "0"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+        ];
+        assert_eq!(ok(&slurm0), (1, 4));
+        let slurm1 = [
+            ("SLURM_ARRAY_TASK_ID", "4"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+            ("SLURM_ARRAY_TASK_MIN", "1"),
+        ];
+        assert_eq!(ok(&slurm1), (4, 4));
+        let stepped = [
+            ("SLURM_ARRAY_TASK_ID", "6"),
+            ("SLURM_ARRAY_TASK_COUNT", "8"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_STEP", "2"),
+        ];
+        assert_eq!(ok(&stepped), (4, 8));
+        let k8s = [("JOB_COMPLETION_INDEX", "2"), ("JOB_COMPLETIONS", "3")];
+        assert_eq!(ok(&k8s), (3, 3));
+        let err = |vars: &[(&str, &str)]| shard_from_env(&env(vars)).unwrap_err().to_string();
+        assert!(err(&[]).contains("neither is set"));
+        assert!(
+            err(&[("JOB_COMPLETION_INDEX", "3"), ("JOB_COMPLETIONS", "3")]).contains("task 4 of 3")
+        );
+        assert!(err(&[("JOB_COMPLETION_INDEX", "1")]).contains("JOB_COMPLETIONS is not"));
+        assert!(err(&[
+            ("SLURM_ARRAY_TASK_ID", "x"),
+            ("SLURM_ARRAY_TASK_COUNT", "2")
+        ])
+        .contains("SLURM_ARRAY_TASK_ID is `x`"));
+        assert!(err(&[
+            ("SLURM_ARRAY_TASK_ID", "1"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+            ("SLURM_ARRAY_TASK_STEP", "2")
+        ])
+        .contains("steps"));
+        assert_eq!(parse_shard("2/5").unwrap(), (2, 5));
+        assert!(parse_shard("0/5").is_err());
+    }
 }

@@ -39,8 +39,21 @@ pub fn run_command(command: &str, args: &[&str]) -> Out {
 
 /// Runs the `cephalo` binary with `args`, killed after `timeout`.
 pub fn run_limited<S: AsRef<std::ffi::OsStr>>(args: &[S], timeout: Duration) -> Out {
+    run_with_env(args, &[], timeout)
+}
+
+/// Runs the `cephalo` binary with `args` and the environment variables
+/// `env` set, killed after `timeout`.
+pub fn run_with_env<S: AsRef<std::ffi::OsStr>>(
+    args: &[S],
+    env: &[(&str, &str)],
+    timeout: Duration,
+) -> Out {
     let mut cmd = Command::cargo_bin("cephalo").unwrap();
     cmd.args(args).timeout(timeout);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     let o = cmd.output().unwrap();
     let text = |bytes: Vec<u8>, stream: &str| {
         String::from_utf8(bytes).unwrap_or_else(|e| {

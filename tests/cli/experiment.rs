@@ -3,7 +3,7 @@
 //! merged equal one run byte for byte, and malformed specs are refused
 //! before any work, naming the field.
 
-use crate::common::{run, scratch, write, Out};
+use crate::common::{run, run_with_env, scratch, write, Out, HANG_LIMIT};
 use std::path::Path;
 
 const SPEC: &str = r#"
@@ -186,6 +186,58 @@ fn a_small_experiment_runs_end_to_end() {
         let b = std::fs::read(parts.join("small").join(f)).unwrap();
         assert!(a == b, "{f} differs between one run and merged shards");
     }
+    // `--shard auto` takes K/N from a Slurm job array or a Kubernetes
+    // Indexed Job: the same parts, merged to the same bytes; off a terminal
+    // progress goes to stderr as lines (every step with a period of 0).
+    let auto = scratch("exp-auto");
+    let arg = |k: &str| -> Vec<String> {
+        let mut a: Vec<String> = ["experiment", "run", "small", "--dir"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.push(specs.to_str().unwrap().into());
+        a.push("--results".into());
+        a.push(auto.to_str().unwrap().into());
+        a.push("--shard".into());
+        a.push(k.into());
+        a
+    };
+    let slurm = [
+        ("SLURM_ARRAY_TASK_ID", "1"),
+        ("SLURM_ARRAY_TASK_MIN", "1"),
+        ("SLURM_ARRAY_TASK_COUNT", "2"),
+        ("CEPHALO_PROGRESS_S", "0"),
+    ];
+    let o = run_with_env(&arg("auto"), &slurm, HANG_LIMIT);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(auto.join("small/shard-1-of-2").is_dir(), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("small: 1/1 workloads (100%)"),
+        "{}",
+        o.stderr
+    );
+    let k8s = [("JOB_COMPLETION_INDEX", "1"), ("JOB_COMPLETIONS", "2")];
+    let o = run_with_env(&arg("auto"), &k8s, HANG_LIMIT);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(auto.join("small/shard-2-of-2").is_dir());
+    let o = run_with_env(&arg("auto"), &[], HANG_LIMIT);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("neither is set"), "{}", o.stderr);
+    let m = run(&[
+        "experiment",
+        "merge",
+        "small",
+        "--dir",
+        specs.to_str().unwrap(),
+        "--results",
+        auto.to_str().unwrap(),
+    ]);
+    assert_eq!(m.code, 0, "{}", m.stderr);
+    assert!(
+        std::fs::read(out.join("results.csv")).unwrap()
+            == std::fs::read(auto.join("small/results.csv")).unwrap(),
+        "shards by --shard auto differ from one run"
+    );
     // And a second run gives the same bytes.
     let again = scratch("exp-again");
     assert_eq!(run_in(&specs, &again, &[]).code, 0);
