@@ -38,6 +38,7 @@ fn main() {
         repetitions: 7,
         threads: Some(1),
         flush_bytes: 0,
+        optimizer_samples: None,
     })
     .expect("profile");
     for t in &prof.block {

@@ -306,6 +306,7 @@ impl Job {
             repetitions: p.repetitions,
             threads: self.threads,
             flush_bytes: p.flush_bytes,
+            optimizer_samples: Some(self.global_batch()),
         })
     }
 }
@@ -630,4 +631,14 @@ pub struct ProfileConfig {
     /// gradient buffer come from memory, as in training.
     #[serde(default)]
     pub flush_bytes: usize,
+    /// Samples of the training step whose tokens the embedding's gradient
+    /// holds when the Adam step is timed: rows of the token embedding that
+    /// no token of samples `0..n` touches get exact-zero gradients, as in
+    /// training (where the batch's gradient is reduced over every rank,
+    /// the global batch). On a CPU, Adam over exact-zero gradients ran 2x
+    /// as long as over dense ones (this project's probe, libtorch 2.11,
+    /// one thread), and a small run's embedding gradient is mostly zeros.
+    /// `None`: dense gradients.
+    #[serde(default)]
+    pub optimizer_samples: Option<usize>,
 }

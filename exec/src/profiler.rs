@@ -378,6 +378,23 @@ impl ProfileRun {
     }
 }
 
+/// Rows of the token embedding no input token of samples
+/// `0..samples` lands on (the trainer's data, iteration 0, seed 0): their
+/// gradient is exactly zero in training. Empty for `None`.
+fn untouched_rows(cfg: &crate::config::BlockConfig, samples: Option<usize>) -> Vec<usize> {
+    let Some(n) = samples else {
+        return vec![];
+    };
+    let mut hit = vec![false; cfg.vocab];
+    for g in 0..n as u64 {
+        let t = crate::layout::sample_tokens(cfg, 0, 0, g);
+        for &tok in &t[..cfg.seq_len] {
+            hit[tok as usize] = true;
+        }
+    }
+    (0..cfg.vocab).filter(|&r| !hit[r]).collect()
+}
+
 /// Adam's ms per block, timed as the trainer runs it: one step per unit,
 /// over the model's units in order (embedding, blocks, head; the last one cut
 /// where [`OPT_MAX_PARAMS`] is reached), each with its own
@@ -401,11 +418,30 @@ fn time_optimizer(model: &Model, device: Device, cfg: &ProfileConfig) -> Result<
     let mut params = Vec::with_capacity(sizes.len());
     let mut grads = Vec::with_capacity(sizes.len());
     let mut states = Vec::with_capacity(sizes.len());
-    for &k in &sizes {
+    let untouched = untouched_rows(&model.cfg, cfg.optimizer_samples);
+    for (u, &k) in sizes.iter().enumerate() {
         let p = Tensor::f_randn([k as i64], (Kind::Float, device))
             .and_then(|t| t.f_mul_scalar(0.02))
             .map_err(terr)?;
-        grads.push(p.f_mul_scalar(1e-3).map_err(terr)?);
+        let g = p.f_mul_scalar(1e-3).map_err(terr)?;
+        if u == 0 && !untouched.is_empty() {
+            // The token embedding (the embedding unit's first segment,
+            // `[vocab, hidden]`): zero where no token of the step lands.
+            let h = model.cfg.hidden;
+            let mut mask = vec![false; k];
+            for &r in &untouched {
+                let (a, b) = (r * h, (r + 1) * h);
+                if b <= k {
+                    mask[a..b].iter_mut().for_each(|x| *x = true);
+                }
+            }
+            let mask = Tensor::from_slice(&mask)
+                .f_to_device(device)
+                .map_err(terr)?;
+            grads.push(g.f_masked_fill(&mask, 0.0).map_err(terr)?);
+        } else {
+            grads.push(g);
+        }
         states.push(AdamState::zeros_like(&p)?);
         params.push(p);
     }

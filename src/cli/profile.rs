@@ -155,6 +155,10 @@ pub struct Request {
     pub timeout: Duration,
     /// Scratch bytes rewritten before each collective run (cold caches).
     pub flush_bytes: usize,
+    /// Samples of a training step whose tokens the embedding's gradient
+    /// holds when Adam is timed (`ProfileConfig::optimizer_samples`;
+    /// `None`: dense gradients).
+    pub optimizer_samples: Option<usize>,
     /// How the ranks start.
     pub launch: LaunchArgs,
 }
@@ -337,6 +341,7 @@ impl Args {
             repetitions: self.repetitions,
             timeout: Duration::from_secs(self.timeout_s.max(1)),
             flush_bytes: flush_bytes(self.device),
+            optimizer_samples: None,
             launch: self.launch.clone(),
         })
     }
@@ -444,6 +449,7 @@ pub fn compute_config(r: &Request) -> Result<ProfileConfig> {
         repetitions: r.repetitions,
         threads: r.threads,
         flush_bytes: r.flush_bytes,
+        optimizer_samples: r.optimizer_samples,
     })
 }
 

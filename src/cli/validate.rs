@@ -826,6 +826,7 @@ fn measure_before(args: &Args, s: &Setup) -> Result<Before> {
         repetitions: args.profile_repetitions.max(1),
         timeout: s.timeout,
         flush_bytes: profile::flush_bytes(args.device),
+        optimizer_samples: Some(args.global_batch as usize),
         launch: args.launch.clone(),
     };
     let compute_now = !in_run(args) || s.fixed.is_none();

@@ -612,6 +612,7 @@ fn compute_profile_is_sane() {
         repetitions: 3,
         threads: Some(1),
         flush_bytes: 0,
+        optimizer_samples: None,
     })
     .unwrap();
     assert_eq!(p.block.len(), 2);
@@ -636,6 +637,7 @@ fn compute_is_profiled_on_concurrent_ranks() {
         repetitions: 3,
         threads: Some(1),
         flush_bytes: 0,
+        optimizer_samples: None,
     };
     let p = exec::launch_compute(2, &cfg, &opts()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(p.concurrent_ranks, 2);

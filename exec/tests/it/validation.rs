@@ -94,6 +94,7 @@ fn stub_or_real_api_is_consistent() {
         repetitions: 1,
         threads: Some(1),
         flush_bytes: 0,
+        optimizer_samples: None,
     });
     if cfg!(feature = "torch") {
         assert!(r.is_ok(), "{r:?}");
