@@ -47,3 +47,4 @@ pub mod symmetry;
 pub mod tensor;
 pub mod trace;
 pub mod units;
+pub mod whatif;

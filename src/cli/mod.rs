@@ -15,6 +15,7 @@ pub mod progress;
 pub mod simulate;
 #[cfg(feature = "exec")]
 pub mod validate;
+pub mod whatif;
 pub mod workload;
 
 use crate::error::UserError;
@@ -54,6 +55,8 @@ pub enum Command {
     Predict(predict::Args),
     /// The nccl-tests of a cluster spec: time, algbw and busbw per buffer size.
     Comm(comm::Args),
+    /// What-if questions: train-cost --tokens N | min-gpus.
+    Whatif(whatif::Args),
     /// Studies one command away: list, run NAME | --all, merge shards.
     Experiment(experiment::Args),
     /// What names this build understands: gpus | models | planners | strategies.
@@ -141,6 +144,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Comm(a) => comm::run(a),
         Command::Plan(a) => plan::run(a),
         Command::Compare(a) => compare::run(a),
+        Command::Whatif(a) => whatif::run(a),
         Command::Experiment(a) => experiment::run(a),
         #[cfg(feature = "exec")]
         Command::Profile(a) => profile::run(a),

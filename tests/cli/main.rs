@@ -14,6 +14,7 @@ mod plan;
 mod predict;
 mod simulate;
 mod strategy;
+mod whatif;
 // Real execution: compiled with `--features exec` only (the feature-less
 // build has no `validate` / `profile` subcommands); there, a missing
 // mpirun fails the tests under CI=true.

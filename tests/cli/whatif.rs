@@ -1,0 +1,154 @@
+//! `cephalo whatif`: train-cost against the plan it comes from, prices that
+//! are missing named, and min-gpus at the edge of what fits.
+
+use crate::common::run;
+use serde_json::Value;
+
+fn json(args: &[&str]) -> Value {
+    let o = run(args);
+    assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
+    serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", o.stdout))
+}
+
+/// Days and dollars follow from the plan's simulated throughput and the
+/// catalog's prices; a GPU without a price is named, exit 2.
+#[test]
+fn train_cost_follows_from_the_plan() {
+    let w = [
+        "--gpus",
+        "a100-80gb,a100-80gb",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "16",
+    ];
+    let c = json(
+        &[
+            &["whatif", "train-cost"][..],
+            &w,
+            &[
+                "--tokens",
+                "1e9",
+                "--planner",
+                "cephalo",
+                "--format",
+                "json",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(c["format"], "cephalo-whatif/1");
+    let p = json(
+        &[
+            &["plan", "--planner", "cephalo"][..],
+            &w,
+            &["--format", "json"],
+        ]
+        .concat(),
+    );
+    let tps = p["simulated"]["tokens_per_s"].as_f64().unwrap();
+    assert!((c["tokens_per_s"].as_f64().unwrap() - tps).abs() < 1e-9 * tps);
+    let days = 1e9 / tps / 86400.0;
+    assert!((c["days"].as_f64().unwrap() - days).abs() < 1e-9 * days);
+    let price = c["price_per_hour_usd"].as_f64().unwrap();
+    assert!(price > 0.0);
+    let usd = days * 24.0 * price;
+    assert!((c["usd"].as_f64().unwrap() - usd).abs() < 1e-9 * usd);
+    assert!((c["gpu_hours"].as_f64().unwrap() - days * 48.0).abs() < 1e-9 * days * 48.0);
+    let t = run(&[&["whatif", "train-cost"][..], &w, &["--tokens", "1e9"]].concat());
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    assert!(
+        t.stdout.contains("USD") && t.stdout.contains("days"),
+        "{}",
+        t.stdout
+    );
+
+    let o = run(&[
+        "whatif",
+        "train-cost",
+        "--gpus",
+        "p40,p40",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "8",
+        "--tokens",
+        "1e9",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("p40") && o.stderr.contains("price"),
+        "{}",
+        o.stderr
+    );
+    let o = run(&[&["whatif", "train-cost"][..], &w, &["--tokens", "-5"]].concat());
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--tokens"), "{}", o.stderr);
+}
+
+/// The count min-gpus gives fits (plan exits 0 without running out of
+/// memory) and the candidate below it does not; without the node flags it
+/// says what it needs.
+#[test]
+fn min_gpus_is_the_edge_of_what_fits() {
+    let m = ["--model", "gpt-6.7b", "--global-batch", "32"];
+    let v = json(
+        &[
+            &[
+                "whatif",
+                "min-gpus",
+                "--nodes",
+                "4",
+                "--gpus-per-node",
+                "4",
+                "--gpu",
+                "t4",
+            ][..],
+            &m,
+            &["--format", "json"],
+        ]
+        .concat(),
+    );
+    let n = v["min_gpus"].as_u64().expect("some count of T4s fits 6.7B") as u32;
+    let tried = v["tried"].as_array().unwrap();
+    assert!(tried.iter().any(|t| t["gpus"] == n && t["fits"] == true));
+    let fits = |k: u32| -> bool {
+        let (nodes, per) = (k.div_ceil(4).to_string(), k.min(4).to_string());
+        let o = run(&[
+            &[
+                "plan",
+                "--planner",
+                "cephalo",
+                "--nodes",
+                &nodes,
+                "--gpus-per-node",
+                &per,
+                "--gpu",
+                "t4",
+            ][..],
+            &m,
+            &["--format", "json"],
+        ]
+        .concat());
+        if o.code != 0 {
+            return false;
+        }
+        let p: Value = serde_json::from_str(&o.stdout).unwrap();
+        p["simulated"]["oom"] == false
+    };
+    assert!(fits(n), "{n} T4s said to fit");
+    let below = sim::whatif::candidate_counts(4, 16)
+        .into_iter()
+        .filter(|&k| k < n)
+        .max();
+    if let Some(b) = below {
+        assert!(!fits(b), "{b} T4s fit too: {n} is not the smallest");
+    }
+    let o = run(&[&["whatif", "min-gpus", "--gpus", "t4,t4"][..], &m].concat());
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("--nodes N --gpus-per-node G --gpu TYPE"),
+        "{}",
+        o.stderr
+    );
+}
