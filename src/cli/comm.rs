@@ -67,7 +67,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             );
             out!("{}", comm_table(&rows));
         }
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Json => out!(
+            "{}",
+            crate::cli::format::json_rows("cephalo-comm/1", &rows)?
+        ),
         Format::Csv => out!("{}", crate::cli::format::csv_of(&rows)?),
     }
     Ok(ExitCode::SUCCESS)

@@ -117,7 +117,27 @@ fn spec_names(dir: &Path) -> Result<Vec<String>> {
     Ok(v)
 }
 
+/// A study given by name (in `dir`) or as the path of its spec
+/// (`my/study.toml`): the directory its relative paths start from and its
+/// name.
+fn spec_location(dir: &Path, name: &str) -> (PathBuf, String) {
+    let p = Path::new(name);
+    if p.extension().is_some_and(|e| e == "toml") {
+        let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
+        let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned());
+        if let Some(stem) = stem {
+            return (
+                parent.map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+                stem,
+            );
+        }
+    }
+    (dir.to_path_buf(), name.to_string())
+}
+
 fn load_spec(dir: &Path, name: &str) -> Result<Loaded> {
+    let (dir, name) = spec_location(dir, name);
+    let (dir, name) = (dir.as_path(), name.as_str());
     let path = dir.join(format!("{name}.toml"));
     if !path.is_file() {
         let known = spec_names(dir).unwrap_or_default();
@@ -191,13 +211,16 @@ fn list(d: &Dirs) -> Result<ExitCode> {
     for n in spec_names(&d.dir)? {
         let l = load_spec(&d.dir, &n)?;
         let w = l.spec.workloads(&l.clusters)?.len();
-        s.push_str(&format!(
-            "{:<24} {:>5} workloads x {:>2} planners  {}\n",
-            n,
-            w,
-            l.spec.planner_names().len(),
-            l.spec.title
-        ));
+        // A study of measurements simulates nothing: it lists its runs.
+        let size = if w == 0 && !l.validation.is_empty() {
+            format!("{:>5} measured runs{:10}", l.validation.len(), "")
+        } else {
+            format!(
+                "{w:>5} workloads x {:>2} planners",
+                l.spec.planner_names().len()
+            )
+        };
+        s.push_str(&format!("{n:<24} {size}  {}\n", l.spec.title));
     }
     out::emit(&s)?;
     Ok(ExitCode::SUCCESS)
@@ -473,9 +496,60 @@ fn finish(d: &Dirs, l: &Loaded, spec: &ExperimentSpec, res: &Results, used: &str
     Ok(())
 }
 
+/// The `(K, N)` of a `shard-K-of-N` directory name.
+fn shard_of(name: &str) -> Option<(usize, usize)> {
+    let rest = name.strip_prefix("shard-")?;
+    let (k, n) = rest.split_once("-of-")?;
+    Some((k.parse().ok()?, n.parse().ok()?))
+}
+
+/// Refuses shards of different splits, and names every missing shard with
+/// the command that makes it.
+fn check_shards(dir: &Path, name: &str, shards: &[PathBuf]) -> Result<()> {
+    let parsed: Vec<(usize, usize)> = shards
+        .iter()
+        .filter_map(|p| p.file_name().and_then(|n| n.to_str()).and_then(shard_of))
+        .collect();
+    let mut splits: Vec<usize> = parsed.iter().map(|&(_, n)| n).collect();
+    splits.sort_unstable();
+    splits.dedup();
+    if splits.len() != 1 {
+        return Err(UserError(format!(
+            "{}: shards of different splits ({}): remove the stale ones",
+            dir.display(),
+            splits
+                .iter()
+                .map(|n| format!("of {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .into());
+    }
+    let n = splits[0];
+    let missing: Vec<usize> = (1..=n).filter(|k| !parsed.contains(&(*k, n))).collect();
+    if !missing.is_empty() {
+        return Err(UserError(format!(
+            "{}: missing {}: run {}",
+            dir.display(),
+            missing
+                .iter()
+                .map(|k| format!("shard-{k}-of-{n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            missing
+                .iter()
+                .map(|k| format!("`cephalo experiment run {name} --shard {k}/{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .into());
+    }
+    Ok(())
+}
+
 fn merge(m: &MergeArgs) -> Result<ExitCode> {
     let l = load_spec(&m.dirs.dir, &m.name)?;
-    let dir = m.dirs.results.join(&m.name);
+    let dir = m.dirs.results.join(&l.spec.name);
     let mut parts = Vec::new();
     let mut used = String::new();
     let mut shards: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -496,6 +570,7 @@ fn merge(m: &MergeArgs) -> Result<ExitCode> {
         ))
         .into());
     }
+    check_shards(&dir, &l.spec.name, &shards)?;
     for s in &shards {
         parts.push(read_results(s)?);
         if used.is_empty() {

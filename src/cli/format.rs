@@ -15,6 +15,20 @@ pub enum Format {
     Csv,
 }
 
+/// The JSON of a command whose output is a list of rows: `{"format":
+/// "<tag>", "rows": [...]}`, pretty, newline-terminated, so every JSON
+/// output carries its schema version (`tag`, e.g. `cephalo-list/1`).
+pub fn json_rows<T: Serialize>(tag: &str, rows: &[T]) -> anyhow::Result<String> {
+    #[derive(Serialize)]
+    struct Rows<'a, T> {
+        format: &'a str,
+        rows: &'a [T],
+    }
+    let mut s = serde_json::to_string_pretty(&Rows { format: tag, rows })?;
+    s.push('\n');
+    Ok(s)
+}
+
 /// CSV of `rows` (flat records: numbers, strings, booleans, options): a
 /// header of the field names in declaration order, then one line per row
 /// (the `csv` crate quotes where needed).

@@ -93,7 +93,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
 fn emit<T: Serialize>(format: Format, rows: &[T], table: fn(&[T]) -> String) -> Result<ExitCode> {
     match format {
         Format::Table => out!("{}", table(rows)),
-        Format::Json => outln!("{}", serde_json::to_string_pretty(rows)?),
+        Format::Json => out!("{}", crate::cli::format::json_rows("cephalo-list/1", rows)?),
         Format::Csv => out!("{}", csv_of(rows)?),
     }
     Ok(ExitCode::SUCCESS)

@@ -353,24 +353,53 @@ pub fn output(res: &Resolved, planned: &Planned, report: &Report) -> PlanOutput 
 
 /// Prints the search counts and speed on stderr (timing never reaches stdout).
 pub fn log_search(name: &str, s: &SearchStats, elapsed_s: f64) {
+    eprintln!("{}", search_line(name, s, elapsed_s));
+}
+
+/// One line of search statistics that cannot contradict itself: a planner
+/// that follows a rule says so; a search gives only the counts it kept
+/// (strategies, candidate evaluations, plans checked against memory and
+/// how many fit, sub-problems, plans evaluated fast and simulated).
+pub fn search_line(name: &str, s: &SearchStats, elapsed_s: f64) -> String {
+    let ms = elapsed_s * 1e3;
+    if s.candidates == 0 && s.simulated == 0 && s.fast_evaluated == 0 {
+        return format!("planner {name}: follows its framework's rule (no search), {ms:.3} ms");
+    }
+    let mut parts = Vec::new();
+    if s.strategies > 0 {
+        parts.push(format!("{} strategies", s.strategies));
+    }
     let rate = if elapsed_s > 0.0 {
-        s.candidates as f64 / elapsed_s
+        format!(" ({:.3e}/s)", s.candidates as f64 / elapsed_s)
     } else {
-        0.0
+        String::new()
     };
-    eprintln!(
-        "planner {name}: {} strategies, {} candidates ({} fit, {} do not), {} sub-problems, {} fast-evaluated, {} simulated, {:.3} ms ({:.3e} candidates/s){}",
-        s.strategies,
-        s.candidates,
-        s.feasible,
-        s.infeasible,
-        s.subproblems,
-        s.fast_evaluated,
-        s.simulated,
-        elapsed_s * 1e3,
-        rate,
-        if s.proven_optimal { ", proven optimal" } else { "" }
-    );
+    parts.push(format!("{} candidate evaluations{rate}", s.candidates));
+    let checked = s.feasible + s.infeasible;
+    if checked > 0 {
+        parts.push(format!(
+            "{} of {checked} plans checked against memory fit",
+            s.feasible
+        ));
+    }
+    for (n, what) in [
+        (s.subproblems, "sub-problems"),
+        (s.fast_evaluated, "fast-evaluated"),
+        (s.simulated, "simulated"),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    format!(
+        "planner {name}: {}, {ms:.3} ms{}",
+        parts.join(", "),
+        if s.proven_optimal {
+            ", proven optimal"
+        } else {
+            ""
+        }
+    )
 }
 
 fn table(o: &PlanOutput, summary: &str) -> String {
@@ -572,4 +601,36 @@ fn planner_help() -> String {
         "Planner: `best` (the default: the fastest plan of every family's planners, `cephalo` for data-parallel plans and every pipeline and 3D planner, each confirmed by the simulator; says which family won and by how much) | {} (`cephalo list planners` says what each does)",
         sim::planner::registry::names(|_| true).join(" | ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn search_lines_do_not_contradict_themselves() {
+        let rule = SearchStats::default();
+        assert_eq!(
+            search_line("fsdp", &rule, 0.0001),
+            "planner fsdp: follows its framework's rule (no search), 0.100 ms"
+        );
+        let s = SearchStats {
+            candidates: 312_240,
+            feasible: 61,
+            infeasible: 0,
+            simulated: 9,
+            ..SearchStats::default()
+        };
+        let l = search_line("cephalo", &s, 1.0);
+        assert!(
+            !l.contains("0 strategies") && !l.contains("0 do not"),
+            "{l}"
+        );
+        assert!(
+            l.contains("312240 candidate evaluations")
+                && l.contains("61 of 61 plans checked against memory fit")
+                && l.contains("9 simulated"),
+            "{l}"
+        );
+    }
 }

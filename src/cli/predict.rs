@@ -158,11 +158,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
         });
     }
     match a.format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Json => out!(
+            "{}",
+            crate::cli::format::json_rows("cephalo-predict/1", &rows)?
+        ),
         Format::Csv => out!("{}", crate::cli::format::csv_of(&rows)?),
         Format::Table => {
             outln!(
-                "{} on {}, {} tokens/sample, {}; ms per block",
+                "{} on {}, {} tokens/sample, {}: one block per micro-batch size (times in ms, activation memory in GiB)",
                 model.name,
                 gpu.name,
                 seq,
@@ -171,15 +174,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
             outln!("time source: {}", rows[0].time_source);
             outln!("memory source: {}", rows[0].mem_source);
             outln!(
-                "{:>6} {:>12} {:>12} {:>14}",
+                "{:>6} {:>12} {:>12} {:>16}",
                 "batch",
-                "fwd_ms",
-                "bwd_ms",
-                "act_mem_gib"
+                "forward ms",
+                "backward ms",
+                "activations GiB"
             );
             for r in &rows {
                 outln!(
-                    "{:>6} {:>12.3} {:>12.3} {:>14.3}",
+                    "{:>6} {:>12.3} {:>12.3} {:>16.3}",
                     r.batch,
                     r.fwd_ms,
                     r.bwd_ms,

@@ -5,11 +5,9 @@ use serde_json::Value;
 
 fn rows(o: &Out) -> Vec<Value> {
     assert_eq!(o.code, 0, "{}", o.stderr);
-    serde_json::from_str::<Value>(&o.stdout)
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .clone()
+    let v = serde_json::from_str::<Value>(&o.stdout).unwrap();
+    assert_eq!(v["format"], "cephalo-comm/1");
+    v["rows"].as_array().unwrap().clone()
 }
 
 /// Two 8-GPU NVSwitch nodes with `nics` NICs of 200 Gbit/s each.

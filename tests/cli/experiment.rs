@@ -238,6 +238,36 @@ fn a_small_experiment_runs_end_to_end() {
             == std::fs::read(auto.join("small/results.csv")).unwrap(),
         "shards by --shard auto differ from one run"
     );
+    // A merge with a shard missing names it and the command that makes it;
+    // a study runs from the path of its spec too.
+    let half = scratch("exp-half");
+    let spec_path = specs.join("small.toml");
+    let o = run(&[
+        "experiment",
+        "run",
+        spec_path.to_str().unwrap(),
+        "--results",
+        half.to_str().unwrap(),
+        "--shard",
+        "1/2",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(half.join("small/shard-1-of-2").is_dir());
+    let m = run(&[
+        "experiment",
+        "merge",
+        spec_path.to_str().unwrap(),
+        "--results",
+        half.to_str().unwrap(),
+    ]);
+    assert_eq!(m.code, 2, "{}", m.stderr);
+    assert!(
+        m.stderr.contains("missing shard-2-of-2")
+            && m.stderr
+                .contains("cephalo experiment run small --shard 2/2"),
+        "{}",
+        m.stderr
+    );
     // And a second run gives the same bytes.
     let again = scratch("exp-again");
     assert_eq!(run_in(&specs, &again, &[]).code, 0);

@@ -15,8 +15,10 @@ fn list_names_every_catalog_entry_with_its_numbers() {
     }
     let o = run(&["list", "models", "--format", "json"]);
     let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["format"], "cephalo-list/1");
     let find = |name: &str| {
-        v.as_array()
+        v["rows"]
+            .as_array()
             .unwrap()
             .iter()
             .find(|m| m["name"] == name)

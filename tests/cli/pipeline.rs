@@ -69,7 +69,9 @@ fn pipeline_plan_round_trips_through_simulate() {
 fn compare_shows_pipeline_rows_with_their_shape() {
     let o = run(&with("compare", &["--format", "json"]));
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let rows: Vec<Value> = serde_json::from_str(&o.stdout).unwrap();
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["format"], "cephalo-compare/2");
+    let rows: Vec<Value> = v["rows"].as_array().unwrap().clone();
     for name in ["pipeline", "pipeline-hetero"] {
         let r = rows.iter().find(|r| r["planner"] == name).unwrap();
         let label = r["strategy"].as_str().unwrap();

@@ -75,7 +75,9 @@ fn compare_rows_contract_and_ours_wins() {
     let d = d.to_str().unwrap();
     let o = run(&paper("compare", d, &["--format", "json"]));
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let rows: Vec<Value> = serde_json::from_str(&o.stdout).unwrap();
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["format"], "cephalo-compare/2");
+    let rows: Vec<Value> = v["rows"].as_array().unwrap().clone();
     let names: Vec<&str> = rows
         .iter()
         .map(|r| r["planner"].as_str().unwrap())
@@ -459,7 +461,12 @@ fn compare_names_the_best_baseline_and_fits_200_columns() {
     ];
     let j = run(&[&args[..], &["--format", "json"]].concat());
     assert_eq!(j.code, 0, "{}", j.stderr);
-    let rows: Vec<Value> = serde_json::from_str(&j.stdout).unwrap();
+    let v: Value = serde_json::from_str(&j.stdout).unwrap();
+    assert!(
+        v["headline"].as_str().unwrap().starts_with("cephalo: "),
+        "{v}"
+    );
+    let rows: Vec<Value> = v["rows"].as_array().unwrap().clone();
     for r in &rows {
         for k in [
             "tokens_per_s",

@@ -28,7 +28,8 @@ fn analytic_json_for_an_unmeasured_gpu() {
     let (code, out, err) = (o.code, o.stdout, o.stderr);
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
-    let rows = v.as_array().unwrap();
+    assert_eq!(v["format"], "cephalo-predict/1");
+    let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 5);
     let mut last = 0.0;
     for (r, b) in rows.iter().zip([1, 2, 4, 8, 16]) {
@@ -73,7 +74,7 @@ fn best_source_prefers_imported_profiles_and_says_so() {
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert!(
-        v[0]["time_source"]
+        v["rows"][0]["time_source"]
             .as_str()
             .unwrap()
             .starts_with("imported"),
@@ -86,11 +87,14 @@ fn best_source_prefers_imported_profiles_and_says_so() {
     let (code, out) = (o.code, o.stdout);
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(&out).unwrap();
-    assert!(v[0]["time_source"]
+    assert!(v["rows"][0]["time_source"]
         .as_str()
         .unwrap()
         .starts_with("analytic"));
-    assert!(v[0]["mem_source"].as_str().unwrap().starts_with("analytic"));
+    assert!(v["rows"][0]["mem_source"]
+        .as_str()
+        .unwrap()
+        .starts_with("analytic"));
 }
 
 #[test]

@@ -226,7 +226,8 @@ fn native_planner_reports_every_strategy_it_considered() {
 fn compare_shows_each_rows_strategy() {
     let o = on_two_nodes("compare", &["--format", "json"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let rows: Vec<Value> = serde_json::from_str(&o.stdout).unwrap();
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    let rows: Vec<Value> = v["rows"].as_array().unwrap().clone();
     let strategy = |name: &str| {
         rows.iter().find(|r| r["planner"] == name).unwrap()["strategy"]
             .as_str()
