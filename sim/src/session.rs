@@ -667,10 +667,25 @@ pub fn compare(
 }
 
 impl Comparison {
-    /// The rows as pretty JSON (an array of [`Row`]), newline-terminated.
+    /// The comparison as pretty JSON, newline-terminated: `{"format":
+    /// "cephalo-compare/2", "title", "headline" ([`Self::headline`]),
+    /// "rows": [`Row`]...}`.
     pub fn to_json(&self) -> String {
-        let mut s = serde_json::to_string_pretty(&self.rows)
-            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+        #[derive(Serialize)]
+        struct Out<'a> {
+            format: &'static str,
+            title: &'a str,
+            headline: String,
+            rows: &'a [Row],
+        }
+        let out = Out {
+            format: "cephalo-compare/2",
+            title: &self.title,
+            headline: self.headline().trim_end().to_string(),
+            rows: &self.rows,
+        };
+        let mut s =
+            serde_json::to_string_pretty(&out).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
         s.push('\n');
         s
     }
