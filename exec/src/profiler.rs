@@ -128,7 +128,11 @@ fn profile_unit(
     Ok(PassTiming {
         micro_batch_size: m,
         forward_ms,
-        backward_ms: (fb_ms - fwd_graph_ms).max(0.0),
+        // The backward does about twice the forward's FLOPs: a difference
+        // below the forward alone is noise (a burst of other load during
+        // the forward-with-graph runs, seen with one repetition on a
+        // loaded host giving 0), so the forward bounds it from below.
+        backward_ms: (fb_ms - fwd_graph_ms).max(forward_ms),
         recompute_backward_ms: fb_ms,
         peak_mem_bytes: match (mem0, mem1) {
             (Some(a), Some(b)) => Some(a.max(b)),

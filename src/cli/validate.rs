@@ -788,8 +788,10 @@ fn max_microbatch(plan: &Plan) -> u32 {
 
 /// Step 2: the profile read from `--profile`, or what is measured before
 /// the run: the collectives, and compute unless the run profiles it
-/// itself (`--compute-profile in-run` of a given plan).
-fn measure_before(args: &Args, s: &Setup) -> Result<Before> {
+/// itself (`--compute-profile in-run` once the plan is known). `plan`:
+/// the plan when known (its micro-batch sizes and state split set the
+/// sizes measured; `None` before a planner plans).
+fn measure_before(args: &Args, s: &Setup, plan: Option<&Plan>) -> Result<Before> {
     if let Some(path) = &args.profile {
         return Ok(Before {
             req: None,
@@ -799,18 +801,18 @@ fn measure_before(args: &Args, s: &Setup) -> Result<Before> {
             busy: None,
         });
     }
-    let max_m = match &s.fixed {
-        Some((p, _)) => max_microbatch(p),
+    let max_m = match plan {
+        Some(p) => max_microbatch(p),
         None => args.global_batch.min(8),
     };
     let mut splits = profile::default_splits(args.ranks);
-    if let Some((p, _)) = &s.fixed {
+    if let Some(p) = plan {
         let fr = p.state_fractions();
         if !splits.contains(&fr) && args.ranks >= 2 {
             splits.insert(0, fr);
         }
     }
-    let cfg_elems = collective_sizes(&s.cfg, s.fixed.as_ref().map(|f| &f.0), max_m);
+    let cfg_elems = collective_sizes(&s.cfg, plan, max_m);
     let req = profile::Request {
         model: s.spec.clone(),
         seq_len: s.seq_len,
@@ -829,7 +831,7 @@ fn measure_before(args: &Args, s: &Setup) -> Result<Before> {
         optimizer_samples: Some(args.global_batch as usize),
         launch: args.launch.clone(),
     };
-    let compute_now = !in_run(args) || s.fixed.is_none();
+    let compute_now = !in_run(args) || plan.is_none();
     eprintln!(
         "validate: profiling {} on {} ({}{})",
         s.spec.name,
@@ -1102,7 +1104,7 @@ pub struct Attempt {
 /// comparison of the last.
 pub fn run(args: Args) -> Result<ExitCode> {
     let mut s = setup(&args)?;
-    let mut before = measure_before(&args, &s)?;
+    let mut before = measure_before(&args, &s, s.fixed.as_ref().map(|f| &f.0))?;
     let (plan, plan_source) = choose_plan(&args, &mut s, &before)?;
     let max_runs = args.attempts;
     let mut attempts = Vec::new();
@@ -1125,7 +1127,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         // What was measured before the run under other processes' load
         // (collectives on shared cores above all) is measured again.
         if before.busy.is_some_and(|p| p > BUSY_PCT) {
-            before = measure_before(&args, &s)?;
+            before = measure_before(&args, &s, Some(&plan))?;
         }
         r = run_once(&args, &s, &plan, &before)?;
     }

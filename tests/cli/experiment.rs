@@ -48,6 +48,19 @@ file = "gantt"
 "#;
 
 /// `experiment run NAME` with specs in `specs` and results in `results`.
+/// `experiment merge small` of the specs in `specs` into `results`.
+fn merge_in(specs: &Path, results: &Path) -> Out {
+    run(&[
+        "experiment",
+        "merge",
+        "small",
+        "--dir",
+        specs.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+    ])
+}
+
 fn run_in(specs: &Path, results: &Path, extra: &[&str]) -> Out {
     let mut a = vec![
         "experiment",
@@ -171,15 +184,7 @@ fn a_small_experiment_runs_end_to_end() {
         !parts.join("small/results.csv").exists(),
         "a shard writes only its part"
     );
-    let m = run(&[
-        "experiment",
-        "merge",
-        "small",
-        "--dir",
-        specs.to_str().unwrap(),
-        "--results",
-        parts.to_str().unwrap(),
-    ]);
+    let m = merge_in(&specs, &parts);
     assert_eq!(m.code, 0, "{}", m.stderr);
     for f in ["results.csv", "gpus.csv", "timeline.csv"] {
         let a = std::fs::read(out.join(f)).unwrap();
@@ -223,15 +228,7 @@ fn a_small_experiment_runs_end_to_end() {
     let o = run_with_env(&arg("auto"), &[], HANG_LIMIT);
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("neither is set"), "{}", o.stderr);
-    let m = run(&[
-        "experiment",
-        "merge",
-        "small",
-        "--dir",
-        specs.to_str().unwrap(),
-        "--results",
-        auto.to_str().unwrap(),
-    ]);
+    let m = merge_in(&specs, &auto);
     assert_eq!(m.code, 0, "{}", m.stderr);
     assert!(
         std::fs::read(out.join("results.csv")).unwrap()
