@@ -549,16 +549,17 @@ fn resolve_gpus(
     Ok(node_specs)
 }
 
-/// Node `ni` with GPUs `node_specs`: its intra-node links (with the file's
-/// overrides), its network (`net` the `[network]` defaults) and its host.
+/// Node `name`, the file's node `ni`, with GPUs `node_specs`: its
+/// intra-node links (with the file's overrides), its network (`net` the
+/// `[network]` defaults) and its host.
 fn resolve_node(
     origin: &str,
     ni: usize,
+    name: String,
     node: &NodeFile,
     net: &NetworkFile,
     node_specs: &[GpuSpec],
 ) -> Result<Node, SpecError> {
-    let name = node.name.clone().unwrap_or_else(|| format!("node{ni}"));
     let intra = resolve_intra(origin, ni, node.intra_link.as_deref(), node_specs)?;
     let mut fabric_bw = intra.nvlink_gbps.unwrap_or(intra.pcie_gbps);
     if let Some(bw) = node.intra_bw_gbps {
@@ -753,13 +754,12 @@ impl Cluster {
             for k in 0..copies {
                 let index = nodes.len();
                 let node_specs = resolve_gpus(origin, ni, index, node, catalog, &mut gpus)?;
-                let mut n = resolve_node(origin, ni, node, &net, &node_specs)?;
-                n.name = match &node.name {
+                let name = match &node.name {
                     Some(name) if copies > 1 => format!("{name}-{k}"),
                     Some(name) => name.clone(),
                     None => format!("node{index}"),
                 };
-                nodes.push(n);
+                nodes.push(resolve_node(origin, ni, name, node, &net, &node_specs)?);
             }
         }
         Ok(Cluster {

@@ -39,24 +39,32 @@ pub enum Question {
     MinGpus(MinGpusArgs),
 }
 
-/// Flags of `whatif train-cost`.
+/// The workload, strategy and planner flags every question takes, and
+/// its output format.
 #[derive(Debug, Clone, ClapArgs)]
-pub struct TrainCostArgs {
+pub struct Query {
     #[command(flatten)]
     pub workload: WorkloadArgs,
     #[command(flatten)]
     pub strategy: StrategyArgs,
     #[command(flatten)]
     pub flags: PlannerFlags,
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// Flags of `whatif train-cost`.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct TrainCostArgs {
+    #[command(flatten)]
+    pub query: Query,
     /// Tokens to train on (`3e11` = 300 billion).
     #[arg(long)]
     pub tokens: f64,
     /// Planner (default `best`: the fastest plan of every family).
     #[arg(long, default_value = BEST)]
     pub planner: String,
-    /// Output format on stdout.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
 }
 
 /// Flags of `whatif min-gpus`: the cluster flags `--nodes N
@@ -65,14 +73,7 @@ pub struct TrainCostArgs {
 #[derive(Debug, Clone, ClapArgs)]
 pub struct MinGpusArgs {
     #[command(flatten)]
-    pub workload: WorkloadArgs,
-    #[command(flatten)]
-    pub strategy: StrategyArgs,
-    #[command(flatten)]
-    pub flags: PlannerFlags,
-    /// Output format on stdout.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    pub query: Query,
 }
 
 /// Runs the command.
@@ -96,26 +97,27 @@ struct TrainCostOut {
     cost: sim::whatif::TrainCost,
 }
 
-fn train_cost(a: TrainCostArgs) -> Result<ExitCode> {
+fn train_cost(t: TrainCostArgs) -> Result<ExitCode> {
+    let a = &t.query;
     let opts = a.flags.options(&a.workload.model)?;
     let spec = a.strategy.spec()?;
     let res = a.workload.resolve()?;
     crate::cli::notes::eprint("warning", &res.costs.warnings);
-    let (run, ran) = if a.planner.eq_ignore_ascii_case(BEST) {
+    let (run, ran) = if t.planner.eq_ignore_ascii_case(BEST) {
         let all = sim::session::plan_best(&res.costs, &res.profiles, &opts, &spec);
         let ran = all
             .winner()
             .map_or("cephalo", |w| all.contenders[w].planner);
         (all.into_winner()?, ran.to_string())
     } else {
-        let pl = planner::registry::by_name(&a.planner, "--planner")?;
+        let pl = planner::registry::by_name(&t.planner, "--planner")?;
         let run =
             sim::session::plan_and_simulate(&res.costs, &res.profiles, pl.as_ref(), &opts, &spec)?;
         log_search(pl.name(), &run.planned.stats, run.elapsed_s);
         (run, pl.name().to_string())
     };
     let cluster = &res.costs.workload.cluster;
-    let cost = sim::whatif::train_cost(&run.report, cluster, a.tokens)
+    let cost = sim::whatif::train_cost(&run.report, cluster, t.tokens)
         .map_err(|e| UserError(e.to_string()))?;
     let out = TrainCostOut {
         format: "cephalo-whatif/1",
@@ -167,7 +169,8 @@ struct MinGpusOut {
     tried: Vec<sim::whatif::Tried>,
 }
 
-fn min_gpus(a: MinGpusArgs) -> Result<ExitCode> {
+fn min_gpus(m: MinGpusArgs) -> Result<ExitCode> {
+    let a = &m.query;
     let c = &a.workload.cluster;
     let (Some(nodes), Some(per), Some(gpu)) = (c.nodes, c.gpus_per_node, c.gpu.clone()) else {
         return Err(UserError(
