@@ -687,6 +687,41 @@ impl ClusterFile {
         }
     }
 
+    /// `copies` more nodes like node block `block`, holding only its GPUs
+    /// of type `gpu` (the same fabric, host and NICs; named
+    /// `<name>-added`), after every other node: how a cluster grows by
+    /// renting more of the servers it has. The number of GPUs each added
+    /// node holds, 0 when the block has none of `gpu` (nothing is added).
+    pub fn add_copies(&mut self, block: usize, gpu: &str, copies: u32) -> u32 {
+        let Some(node) = self.nodes.get(block) else {
+            return 0;
+        };
+        let groups: Vec<GpuGroupFile> = node
+            .gpus
+            .iter()
+            .filter(|g| g.gpu_type == gpu)
+            .cloned()
+            .collect();
+        let per_node: u32 = groups.iter().map(|g| g.count.unwrap_or(1)).sum();
+        if per_node == 0 || copies == 0 {
+            return per_node;
+        }
+        let name = format!(
+            "{}-added",
+            node.name.clone().unwrap_or_else(|| format!("node{block}"))
+        );
+        self.nodes.push(NodeFile {
+            name: Some(name),
+            count: Some(copies),
+            gpus: groups,
+            ..node.clone()
+        });
+        if let Some(n) = &mut self.name {
+            n.push_str(&format!(" + {} {gpu}", copies * per_node));
+        }
+        per_node
+    }
+
     /// Every node's network replaced by one link of `gbit_s` per node (the
     /// `[network]` table's `bw_gbit_s`; NIC counts and rates dropped).
     pub fn set_network_gbit_s(&mut self, gbit_s: f64) {
@@ -1032,6 +1067,29 @@ mod tests {
     /// `count = N` on a node block is N identical nodes, ranks and nodes
     /// in order, the same as N blocks written out; a zero or absurd count
     /// is refused with its field named.
+    #[test]
+    fn added_copies_keep_the_fabric_and_one_gpu_type() {
+        let text = r#"
+            [[nodes]]
+            name = "dgx"
+            intra_link = "pcie4"
+            gpus = [ { type = "h100", count = 8 }, { type = "l4", count = 1 } ]
+        "#;
+        let mut f = ClusterFile::parse(text, "c.toml").unwrap();
+        assert_eq!(f.add_copies(0, "h100", 0), 8);
+        assert_eq!(f.nodes.len(), 1);
+        assert_eq!(f.add_copies(0, "a100", 2), 0);
+        assert_eq!(f.add_copies(0, "h100", 2), 8);
+        let c = Cluster::from_file(&f, "c.toml", cat()).unwrap();
+        assert_eq!(c.len(), 9 + 16);
+        assert!(c.gpus[9..].iter().all(|g| g.spec.name == "h100-sxm"));
+        assert_eq!(c.nodes[1].name, "dgx-added-0");
+        assert_eq!(
+            format!("{:?}", c.nodes[1].intra_link),
+            format!("{:?}", c.nodes[0].intra_link)
+        );
+    }
+
     #[test]
     fn node_count_stands_for_identical_nodes() {
         let one = r#"

@@ -322,6 +322,33 @@ pub fn plan_best(
     BestOfFamilies { contenders }
 }
 
+/// The planner name that stands for every family's planners
+/// ([`plan_best`]), `--planner`'s default.
+pub const BEST: &str = "best";
+
+/// Plans with the planner named `planner` (case-insensitive; [`BEST`]:
+/// [`plan_best`]'s winner) and simulates the plan: the run and the name of
+/// the planner that made it. An unknown name is an error naming `origin`.
+pub fn plan_named(
+    costs: &CostModel,
+    profiles: &ProfileSet,
+    planner: &str,
+    origin: &str,
+    options: &PlannerOptions,
+    strategy: &StrategySpec,
+) -> Result<(PlannedRun, &'static str), PlanError> {
+    if planner.eq_ignore_ascii_case(BEST) {
+        let all = plan_best(costs, profiles, options, strategy);
+        let ran = all
+            .winner()
+            .map_or("cephalo", |w| all.contenders[w].planner);
+        return Ok((all.into_winner()?, ran));
+    }
+    let pl = crate::planner::registry::by_name(planner, origin)?;
+    let run = plan_and_simulate(costs, profiles, pl.as_ref(), options, strategy)?;
+    Ok((run, pl.name()))
+}
+
 /// Why a planner that fixes `fixed` cannot honour the user's pins `user`
 /// (so [`plan_best`] leaves it out instead of returning a plan that
 /// ignores them), `None` when it can.

@@ -1,14 +1,23 @@
 //! What-if questions answered from a simulated plan: how long and how much
-//! a token budget costs ([`train_cost`]), and the smallest GPU count that
+//! a token budget costs ([`train_cost`]), the smallest GPU count that
 //! fits and trains ([`min_gpus`], a search over counts with the caller's
-//! judgement of each). Thin layers over the planners and the simulator the
+//! judgement of each), and what must change for a workload to fit
+//! ([`fit`]: each change a user can make, planned and simulated, the
+//! cheapest named). Thin layers over the planners and the simulator the
 //! `cephalo whatif` subcommands and the studies share.
 //!
 //! Units: tokens, seconds, days, GPU-hours, USD.
 
-use crate::cluster::Cluster;
-use crate::error::SpecError;
+use crate::cluster::{Cluster, ClusterFile};
+use crate::cost::MemPolicy;
+use crate::error::{PlanError, SpecError};
+use crate::gpu::GpuCatalog;
+use crate::perfmodel::Predictor;
+use crate::planner::PlannerOptions;
+use crate::profile::ProfileSet;
 use crate::report::Report;
+use crate::session::{build_workload, plan_named, WorkloadSpec, BEST};
+use crate::strategy::{Attention, Checkpointing, Offload, Sharding, Strategy, StrategySpec};
 use serde::Serialize;
 
 /// Time and money to train on a token budget at a plan's throughput.
@@ -158,9 +167,434 @@ pub fn min_gpus<E>(
     Ok((Some(counts[hi]), tried))
 }
 
+/// What [`fit`] plans and simulates: the workload as asked, how to grow
+/// its cluster, and the planner with the user's strategy pins.
+#[derive(Debug)]
+pub struct FitQuery<'a> {
+    /// The workload as asked.
+    pub workload: &'a WorkloadSpec,
+    /// The cluster file it was built from (grown by whole nodes for
+    /// "more GPUs").
+    pub cluster_file: &'a ClusterFile,
+    /// Where the cluster came from (for errors about the grown one).
+    pub cluster_origin: &'a str,
+    /// The GPU catalog the cluster resolves against.
+    pub catalog: &'a GpuCatalog,
+    /// Profiles the costs come from.
+    pub profiles: &'a ProfileSet,
+    /// The predictor for GPUs and models without a profile.
+    pub predictor: &'a dyn Predictor,
+    /// Planner name (`best`: every family's planners).
+    pub planner: &'a str,
+    /// Planner options.
+    pub options: &'a PlannerOptions,
+    /// The user's strategy pins.
+    pub pins: &'a StrategySpec,
+    /// The largest cluster "more GPUs" may grow to, GPUs.
+    pub max_gpus: u32,
+}
+
+/// One change [`fit`] tried, planned and simulated.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FitRow {
+    /// What changed, in words (`as asked` for the workload itself).
+    pub change: String,
+    /// The command-line flags that make the change (empty: none).
+    pub flags: String,
+    /// GPUs of the cluster.
+    pub gpus: u32,
+    /// Nodes added to the cluster (0 but for "more GPUs").
+    pub added_nodes: u32,
+    /// Whether a plan fits in memory and trains.
+    pub fits: bool,
+    /// The planner whose plan it is (when one planned).
+    pub planner: Option<String>,
+    /// The plan's strategy (when one planned).
+    pub strategy: Option<String>,
+    /// Simulated iteration time, ms.
+    pub iteration_ms: Option<f64>,
+    /// Simulated throughput, tokens/s.
+    pub tokens_per_s: Option<f64>,
+    /// Throughput per GPU, tokens/s.
+    pub tokens_per_s_per_gpu: Option<f64>,
+    /// Model FLOPs utilisation of the plan (0-1).
+    pub mfu: Option<f64>,
+    /// Highest peak memory over usable memory of any GPU, % (over 100: out of memory).
+    pub peak_usable_pct: Option<f64>,
+    /// The cluster's price per hour, USD (when every GPU has one).
+    pub usd_per_hour: Option<f64>,
+    /// USD per million tokens trained (when priced and it trains).
+    pub usd_per_mtokens: Option<f64>,
+    /// Why it does not fit (the planner's answer, first line).
+    pub why: Option<String>,
+}
+
+/// [`fit`]'s answer: every change tried and the cheapest that fits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fit {
+    /// `as asked` first, then each change.
+    pub rows: Vec<FitRow>,
+    /// Index in `rows` of the cheapest row that fits (0: as asked is
+    /// already the cheapest): the least USD per token where every fitting
+    /// row is priced, else the most tokens/s per GPU; ties to fewer GPUs,
+    /// then the earlier row (fewer changes).
+    pub cheapest: Option<usize>,
+    /// How "cheapest" was judged: `usd_per_mtokens` or `tokens_per_s_per_gpu`.
+    pub judged_by: &'static str,
+}
+
+impl Fit {
+    /// Whether the workload fits as asked.
+    pub fn fits_as_asked(&self) -> bool {
+        self.rows.first().is_some_and(|r| r.fits)
+    }
+}
+
+/// A strategy pin [`fit`] tries: the flag, the change in words, and how
+/// it sets the pins. Tried when the user pinned that axis otherwise (an
+/// axis left free the planner already chooses; attention, which planners
+/// take from the profile when free, by what it resolves to).
+struct Knob {
+    flag: &'static str,
+    what: &'static str,
+    set: fn(&mut StrategySpec),
+    is_set: fn(&StrategySpec, Option<&Strategy>) -> bool,
+}
+
+/// The knobs of one GPU's memory, cheapest first as frameworks document
+/// them: a fused attention kernel costs nothing, checkpointing a
+/// recompute, offload host traffic, sharding more collectives.
+const KNOBS: [Knob; 4] = [
+    Knob {
+        flag: "--attention flash",
+        what: "flash attention",
+        set: |s| s.attention = Some(Attention::Flash),
+        is_set: |s, resolved| match (s.attention, resolved) {
+            (Some(a), _) => a == Attention::Flash,
+            (None, Some(r)) => r.attention == Attention::Flash,
+            (None, None) => false,
+        },
+    },
+    Knob {
+        flag: "--checkpointing full",
+        what: "full checkpointing",
+        set: |s| s.checkpointing = Some(Checkpointing::Full),
+        is_set: |s, _| s.checkpointing.is_none_or(|c| c == Checkpointing::Full),
+    },
+    Knob {
+        flag: "--offload optimizer",
+        what: "optimizer offload",
+        set: |s| s.offload = Some(Offload::Optimizer),
+        is_set: |s, _| s.offload == Some(Offload::Optimizer),
+    },
+    Knob {
+        flag: "--sharding full",
+        what: "full sharding",
+        set: |s| {
+            s.sharding = Some(Sharding::Full);
+            s.shard_group = None;
+        },
+        is_set: |s, _| s.sharding.is_none_or(|x| x == Sharding::Full),
+    },
+];
+
+/// Plans and simulates `workload` with the query's planner and `pins`
+/// into a row named `change` (a planner's infeasible answer is a row that
+/// does not fit, with why; a bad workload is an error).
+fn try_row(
+    q: &FitQuery,
+    change: &str,
+    flags: &str,
+    workload: &WorkloadSpec,
+    pins: &StrategySpec,
+    planner: &str,
+) -> Result<FitRow, PlanError> {
+    let costs = build_workload(workload, q.profiles, q.predictor)?;
+    let cluster = &costs.workload.cluster;
+    let gpus = cluster.len() as u32;
+    let usd_per_hour = cluster
+        .gpus
+        .iter()
+        .map(|g| g.price_per_hour_usd)
+        .sum::<Option<f64>>();
+    let mut row = FitRow {
+        change: change.to_string(),
+        flags: flags.to_string(),
+        gpus,
+        added_nodes: 0,
+        fits: false,
+        planner: None,
+        strategy: None,
+        iteration_ms: None,
+        tokens_per_s: None,
+        tokens_per_s_per_gpu: None,
+        mfu: None,
+        peak_usable_pct: None,
+        usd_per_hour,
+        usd_per_mtokens: None,
+        why: None,
+    };
+    match plan_named(&costs, q.profiles, planner, "--planner", q.options, pins) {
+        Ok((run, name)) => {
+            let r = &run.report;
+            let trains = !r.oom && r.tokens_per_s.is_finite() && r.tokens_per_s > 0.0;
+            row.fits = trains;
+            row.planner = Some(name.to_string());
+            row.strategy = Some(run.planned.plan.label());
+            row.iteration_ms = Some(r.iteration_ms);
+            row.tokens_per_s = Some(r.tokens_per_s);
+            row.tokens_per_s_per_gpu = Some(r.tokens_per_s / gpus.max(1) as f64);
+            row.mfu = Some(r.mfu);
+            row.peak_usable_pct = r.gpus.iter().map(|g| g.usable_pct).reduce(f64::max);
+            if trains {
+                row.usd_per_mtokens = usd_per_hour.map(|p| p / (r.tokens_per_s * 3600.0) * 1e6);
+            } else {
+                let worst = r
+                    .gpus
+                    .iter()
+                    .max_by(|a, b| a.usable_pct.total_cmp(&b.usable_pct));
+                row.why = Some(worst.map_or("the plan trains nothing".into(), |g| {
+                    format!(
+                        "out of memory: GPU {} ({}) peaks at {:.2} GiB of {:.2} GiB usable",
+                        g.rank, g.gpu, g.peak_mem_gib, g.usable_gib
+                    )
+                }));
+            }
+        }
+        Err(PlanError::Spec(e)) => return Err(PlanError::Spec(e)),
+        Err(e) => {
+            let text = e.to_string();
+            row.why = Some(text.lines().next().unwrap_or("no plan").to_string());
+        }
+    }
+    Ok(row)
+}
+
+/// The node block whose GPUs have the most memory (the first of equals)
+/// and that GPU type as the file spells it: what "more GPUs" rents.
+fn roomiest(q: &FitQuery) -> Option<(usize, String)> {
+    let mut best: Option<(usize, String, f64)> = None;
+    for (i, n) in q.cluster_file.nodes.iter().enumerate() {
+        for g in &n.gpus {
+            let Ok(spec) = q.catalog.lookup(&g.gpu_type, q.cluster_origin) else {
+                continue;
+            };
+            if best.as_ref().is_none_or(|b| spec.mem_gib > b.2) {
+                best = Some((i, g.gpu_type.clone(), spec.mem_gib));
+            }
+        }
+    }
+    best.map(|(i, g, _)| (i, g))
+}
+
+/// The row of the smallest number of nodes like the roomiest one that,
+/// added to the cluster, lets the workload fit as pinned (`None`: no
+/// node to copy; a row that does not fit: not even at `max_gpus`).
+fn more_gpus(q: &FitQuery) -> Result<Option<FitRow>, PlanError> {
+    let Some((block, gpu)) = roomiest(q) else {
+        return Ok(None);
+    };
+    let per_node = q.cluster_file.clone().add_copies(block, &gpu, 0).max(1);
+    let node = q.cluster_file.nodes[block]
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("node{block}"));
+    let now = q.workload.cluster.len() as u32;
+    let max_nodes = q.max_gpus.saturating_sub(now) / per_node;
+    if max_nodes == 0 {
+        return Ok(None);
+    }
+    let grown = |k: u32| -> Result<WorkloadSpec, PlanError> {
+        let mut f = q.cluster_file.clone();
+        f.add_copies(block, &gpu, k);
+        let cluster = Cluster::from_file(&f, q.cluster_origin, q.catalog)?;
+        Ok(WorkloadSpec {
+            cluster,
+            ..q.workload.clone()
+        })
+    };
+    let mut rows = std::collections::BTreeMap::new();
+    let (found, _) = min_gpus(1, max_nodes, |k| -> Result<bool, PlanError> {
+        let what = format!("{} more {gpu} ({k} node(s) like `{node}`)", k * per_node);
+        let flags = format!("+{k} node(s)");
+        let mut row = try_row(q, &what, &flags, &grown(k)?, q.pins, q.planner)?;
+        row.added_nodes = k;
+        let fits = row.fits;
+        rows.insert(k, row);
+        Ok(fits)
+    })?;
+    let k = found.unwrap_or(max_nodes);
+    Ok(rows.remove(&k).or_else(|| rows.into_values().last()))
+}
+
+/// What must change for the query's workload to fit and train: the
+/// workload as asked, then each strategy knob the user pinned otherwise
+/// (and all of them together), any planner instead of the one named, the
+/// physical memory limit instead of a `--mem-fraction`, and the fewest
+/// more GPUs (whole nodes like the cluster's roomiest), each planned and
+/// simulated; the cheapest that fits named. When the workload fits as
+/// asked only the other changes that also fit are worth reading (they
+/// may be faster).
+pub fn fit(q: &FitQuery) -> Result<Fit, PlanError> {
+    let mut rows = vec![try_row(q, "as asked", "", q.workload, q.pins, q.planner)?];
+    let base = build_workload(q.workload, q.profiles, q.predictor)?;
+    let resolved = q.pins.resolve(&base.strategy_context()).ok();
+    let knobs: Vec<&Knob> = KNOBS
+        .iter()
+        .filter(|k| !(k.is_set)(q.pins, resolved.as_ref()))
+        .collect();
+    // Every combination of the knobs, singles first: the cheapest may
+    // need two (flash attention and checkpointing) but not a third.
+    for size in 1..=knobs.len() {
+        for set in combinations(knobs.len(), size) {
+            let mut pins = *q.pins;
+            set.iter().for_each(|&i| (knobs[i].set)(&mut pins));
+            let what: Vec<&str> = set.iter().map(|&i| knobs[i].what).collect();
+            let flags: Vec<&str> = set.iter().map(|&i| knobs[i].flag).collect();
+            rows.push(try_row(
+                q,
+                &what.join(" + "),
+                &flags.join(" "),
+                q.workload,
+                &pins,
+                q.planner,
+            )?);
+        }
+    }
+    if !q.planner.eq_ignore_ascii_case(BEST) {
+        rows.push(try_row(
+            q,
+            "any planner (data-parallel, pipeline, 3D)",
+            "--planner best",
+            q.workload,
+            q.pins,
+            BEST,
+        )?);
+    }
+    if let Some(f) = q.workload.options.mem_policy.fraction() {
+        let mut w = q.workload.clone();
+        w.options.mem_policy = MemPolicy::Physical;
+        rows.push(try_row(
+            q,
+            &format!("the physical memory limit instead of {f} of each GPU"),
+            "(drop --mem-fraction)",
+            &w,
+            q.pins,
+            q.planner,
+        )?);
+    }
+    if !rows[0].fits {
+        rows.extend(more_gpus(q)?);
+    }
+    let (cheapest, judged_by) = cheapest(&rows);
+    Ok(Fit {
+        rows,
+        cheapest,
+        judged_by,
+    })
+}
+
+/// Every `size`-element subset of `0..n` as sorted indices, in
+/// lexicographic order.
+fn combinations(n: usize, size: usize) -> Vec<Vec<usize>> {
+    if size == 0 {
+        return vec![Vec::new()];
+    }
+    (0..n)
+        .flat_map(|first| {
+            combinations(n, size - 1)
+                .into_iter()
+                .filter(move |rest| rest.first().is_none_or(|&r| r > first))
+                .map(move |rest| {
+                    let mut v = vec![first];
+                    v.extend(rest);
+                    v
+                })
+        })
+        .collect()
+}
+
+/// The cheapest fitting row (see [`Fit::cheapest`]) and the measure it
+/// was judged by.
+fn cheapest(rows: &[FitRow]) -> (Option<usize>, &'static str) {
+    let fitting: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].fits).collect();
+    let priced = !fitting.is_empty() && fitting.iter().all(|&i| rows[i].usd_per_mtokens.is_some());
+    // Lower is better on both measures' keys.
+    let key = |i: usize| -> f64 {
+        if priced {
+            rows[i].usd_per_mtokens.unwrap_or(f64::INFINITY)
+        } else {
+            -rows[i].tokens_per_s_per_gpu.unwrap_or(0.0)
+        }
+    };
+    let best = fitting.into_iter().min_by(|&a, &b| {
+        key(a)
+            .total_cmp(&key(b))
+            .then(rows[a].gpus.cmp(&rows[b].gpus))
+            .then(a.cmp(&b))
+    });
+    (
+        best,
+        if priced {
+            "usd_per_mtokens"
+        } else {
+            "tokens_per_s_per_gpu"
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn combinations_are_every_subset_once() {
+        assert_eq!(combinations(3, 1), [[0], [1], [2]]);
+        assert_eq!(combinations(3, 2), [[0, 1], [0, 2], [1, 2]]);
+        assert_eq!(combinations(4, 4), [[0, 1, 2, 3]]);
+        assert_eq!((1..=4).map(|k| combinations(4, k).len()).sum::<usize>(), 15);
+    }
+
+    fn row(fits: bool, gpus: u32, tps_per_gpu: f64, usd: Option<f64>) -> FitRow {
+        FitRow {
+            change: String::new(),
+            flags: String::new(),
+            gpus,
+            added_nodes: 0,
+            fits,
+            planner: None,
+            strategy: None,
+            iteration_ms: None,
+            tokens_per_s: Some(tps_per_gpu * gpus as f64),
+            tokens_per_s_per_gpu: Some(tps_per_gpu),
+            mfu: None,
+            peak_usable_pct: None,
+            usd_per_hour: None,
+            usd_per_mtokens: usd,
+            why: None,
+        }
+    }
+
+    /// Cheapest by price where every fitting row has one, else by
+    /// throughput per GPU; rows that do not fit never win.
+    #[test]
+    fn cheapest_judges_by_price_then_throughput_per_gpu() {
+        let rows = [
+            row(false, 2, 900.0, Some(0.1)),
+            row(true, 2, 100.0, Some(2.0)),
+            row(true, 8, 90.0, Some(1.5)),
+        ];
+        assert_eq!(cheapest(&rows), (Some(2), "usd_per_mtokens"));
+        let rows = [
+            row(false, 2, 900.0, None),
+            row(true, 2, 100.0, Some(2.0)),
+            row(true, 8, 90.0, None),
+        ];
+        assert_eq!(cheapest(&rows), (Some(1), "tokens_per_s_per_gpu"));
+        let rows = [row(true, 4, 50.0, None), row(true, 2, 50.0, None)];
+        assert_eq!(cheapest(&rows).0, Some(1));
+        assert_eq!(cheapest(&[row(false, 1, 1.0, None)]).0, None);
+    }
 
     #[test]
     fn counts_are_powers_of_two_then_whole_nodes() {

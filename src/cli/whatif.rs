@@ -7,7 +7,10 @@
 //!   with the best plan (or `--planner`'s) on the cluster;
 //! * `min-gpus`: the smallest count of one GPU type (`--gpu`, in nodes of
 //!   `--gpus-per-node`, at most `--nodes` of them) on which Cephalo's
-//!   planner finds a plan that fits and trains.
+//!   planner finds a plan that fits and trains;
+//! * `fit`: what must change for the workload to fit ([`sim::whatif::fit`]:
+//!   each strategy knob pinned otherwise, any planner, the physical memory
+//!   limit, more GPUs), each planned and simulated, the cheapest named.
 //!
 //! Exit codes: 0 with an answer (also "none fits" for `min-gpus`), 2 for
 //! bad input (a GPU without a price for `train-cost`, named).
@@ -37,6 +40,9 @@ pub enum Question {
     TrainCost(TrainCostArgs),
     /// The smallest number of GPUs of one type that fits and trains the model.
     MinGpus(MinGpusArgs),
+    /// What must change for the workload to fit: each change planned and
+    /// simulated, the cheapest named.
+    Fit(FitArgs),
 }
 
 /// The workload, strategy and planner flags every question takes, and
@@ -76,11 +82,25 @@ pub struct MinGpusArgs {
     pub query: Query,
 }
 
+/// Flags of `whatif fit`.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct FitArgs {
+    #[command(flatten)]
+    pub query: Query,
+    /// Planner (default `best`: the fastest plan of every family).
+    #[arg(long, default_value = BEST)]
+    pub planner: String,
+    /// The largest cluster "more GPUs" may grow to, GPUs.
+    #[arg(long, default_value_t = 1024)]
+    pub max_gpus: u32,
+}
+
 /// Runs the command.
 pub fn run(args: Args) -> Result<ExitCode> {
     match args.question {
         Question::TrainCost(a) => train_cost(a),
         Question::MinGpus(a) => min_gpus(a),
+        Question::Fit(a) => fit(a),
     }
 }
 
@@ -103,19 +123,17 @@ fn train_cost(t: TrainCostArgs) -> Result<ExitCode> {
     let spec = a.strategy.spec()?;
     let res = a.workload.resolve()?;
     crate::cli::notes::eprint("warning", &res.costs.warnings);
-    let (run, ran) = if t.planner.eq_ignore_ascii_case(BEST) {
-        let all = sim::session::plan_best(&res.costs, &res.profiles, &opts, &spec);
-        let ran = all
-            .winner()
-            .map_or("cephalo", |w| all.contenders[w].planner);
-        (all.into_winner()?, ran.to_string())
-    } else {
-        let pl = planner::registry::by_name(&t.planner, "--planner")?;
-        let run =
-            sim::session::plan_and_simulate(&res.costs, &res.profiles, pl.as_ref(), &opts, &spec)?;
-        log_search(pl.name(), &run.planned.stats, run.elapsed_s);
-        (run, pl.name().to_string())
-    };
+    let (run, ran) = sim::session::plan_named(
+        &res.costs,
+        &res.profiles,
+        &t.planner,
+        "--planner",
+        &opts,
+        &spec,
+    )?;
+    if !t.planner.eq_ignore_ascii_case(BEST) {
+        log_search(ran, &run.planned.stats, run.elapsed_s);
+    }
     let cluster = &res.costs.workload.cluster;
     let cost = sim::whatif::train_cost(&run.report, cluster, t.tokens)
         .map_err(|e| UserError(e.to_string()))?;
@@ -124,7 +142,7 @@ fn train_cost(t: TrainCostArgs) -> Result<ExitCode> {
         question: "train-cost",
         model: res.costs.workload.model.name.clone(),
         gpus: sim::lists::name_runs(&cluster.gpu_names()),
-        planner: ran,
+        planner: ran.to_string(),
         strategy: run.planned.plan.label(),
         cost,
     };
@@ -251,4 +269,158 @@ fn min_gpus(m: MinGpusArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `whatif fit`'s answer.
+#[derive(Debug, Serialize)]
+struct FitOut {
+    format: &'static str,
+    question: &'static str,
+    model: String,
+    gpus: String,
+    planner: String,
+    fits_as_asked: bool,
+    #[serde(flatten)]
+    fit: sim::whatif::Fit,
+}
+
+fn fit(f: FitArgs) -> Result<ExitCode> {
+    let a = &f.query;
+    let opts = a.flags.options(&a.workload.model)?;
+    let pins = a.strategy.spec()?;
+    let (workload, profiles, predictor) = a.workload.parts()?;
+    let (file, origin) = a.workload.cluster.file()?;
+    crate::cli::notes::eprint("warning", &profiles.warnings);
+    if f.max_gpus == 0 || f.max_gpus as usize > sim::limits::MAX_GPUS {
+        return Err(UserError(format!(
+            "--max-gpus: expected 1..={}, got {}",
+            sim::limits::MAX_GPUS,
+            f.max_gpus
+        ))
+        .into());
+    }
+    let bar = crate::cli::progress::spinner("planning each change");
+    let fit = sim::whatif::fit(&sim::whatif::FitQuery {
+        workload: &workload,
+        cluster_file: &file,
+        cluster_origin: &origin,
+        catalog: crate::load::gpus(),
+        profiles: &profiles,
+        predictor: &predictor,
+        planner: &f.planner,
+        options: &opts,
+        pins: &pins,
+        max_gpus: f.max_gpus,
+    })?;
+    bar.finish_and_clear();
+    let mut fit = fit;
+    // Clusters given as identical nodes grow by --nodes.
+    if let Some(n) = a.workload.cluster.nodes {
+        for r in fit.rows.iter_mut().filter(|r| r.added_nodes > 0) {
+            r.flags = format!("--nodes {}", n + r.added_nodes);
+        }
+    }
+    let out = FitOut {
+        format: "cephalo-whatif/1",
+        question: "fit",
+        model: workload.model.name.clone(),
+        gpus: sim::lists::name_runs(&workload.cluster.gpu_names()),
+        planner: f.planner.clone(),
+        fits_as_asked: fit.fits_as_asked(),
+        fit,
+    };
+    match a.format {
+        Format::Json => out!("{}", serde_json::to_string_pretty(&out)? + "\n"),
+        Format::Csv => out!("{}", crate::cli::format::csv_of(&out.fit.rows)?),
+        Format::Table => print_fit(&out)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `whatif fit` as a table: the verdict, the cheapest change, one row per
+/// change, then why each that does not fit falls short.
+fn print_fit(out: &FitOut) -> Result<()> {
+    let rows = &out.fit.rows;
+    let opt = |x: Option<f64>, p: usize| x.map_or("-".to_string(), |v| format!("{v:.p$}"));
+    outln!(
+        "{} on [{}] with --planner {}: {}",
+        out.model,
+        out.gpus,
+        out.planner,
+        if out.fits_as_asked {
+            "fits as asked; other changes that fit are listed for comparison"
+        } else {
+            "does not fit as asked"
+        }
+    );
+    match out.fit.cheapest {
+        Some(0) => outln!(
+            "as asked is the cheapest of what was tried ({})",
+            out.fit.judged_by
+        ),
+        Some(i) => {
+            let r = &rows[i];
+            outln!(
+                "{}: {} ({}): {} tokens/s on {} GPUs{} (judged by {})",
+                if out.fits_as_asked {
+                    "cheaper than as asked"
+                } else {
+                    "cheapest change that fits"
+                },
+                r.change,
+                if r.flags.is_empty() {
+                    "no flag"
+                } else {
+                    &r.flags
+                },
+                opt(r.tokens_per_s, 0),
+                r.gpus,
+                r.usd_per_mtokens.map_or(String::new(), |u| format!(
+                    ", {u:.2} USD per million tokens"
+                )),
+                out.fit.judged_by
+            )
+        }
+        None => outln!("no change tried fits"),
+    }
+    let w = rows
+        .iter()
+        .map(|r| r.change.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    outln!(
+        "{:<w$} {:>5} {:>4} {:>10} {:>9} {:>6} {:>8} {:>9}  {:<14} {}",
+        "change",
+        "gpus",
+        "fits",
+        "tokens/s",
+        "tok/s/GPU",
+        "MFU%",
+        "peak%use",
+        "USD/Mtok",
+        "planner",
+        "flags"
+    );
+    for r in rows {
+        outln!(
+            "{:<w$} {:>5} {:>4} {:>10} {:>9} {:>6} {:>8} {:>9}  {:<14} {}",
+            r.change,
+            r.gpus,
+            if r.fits { "yes" } else { "no" },
+            opt(r.tokens_per_s.filter(|_| r.fits), 0),
+            opt(r.tokens_per_s_per_gpu.filter(|_| r.fits), 1),
+            opt(r.mfu.filter(|_| r.fits).map(|m| m * 100.0), 1),
+            opt(r.peak_usable_pct, 1),
+            opt(r.usd_per_mtokens, 2),
+            r.planner.as_deref().unwrap_or("-"),
+            r.flags
+        );
+    }
+    for r in rows.iter().filter(|r| !r.fits) {
+        if let Some(why) = &r.why {
+            outln!("  {}: {why}", r.change);
+        }
+    }
+    Ok(())
 }

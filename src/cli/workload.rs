@@ -11,6 +11,7 @@ use sim::choice;
 use sim::cost::{CostModel, CostOptions, MemPolicy};
 use sim::dtype::Dtype;
 use sim::error::SpecError;
+use sim::perfmodel::Calibrated;
 use sim::profile::ProfileSet;
 use sim::session::{build_workload, WorkloadSpec};
 use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding, StrategySpec};
@@ -194,7 +195,18 @@ impl ClusterArgs {
     /// The cluster these flags describe, checked (errors name the flag or
     /// the file's field).
     pub fn load(&self) -> Result<sim::cluster::Cluster> {
-        use sim::cluster::{Cluster, ClusterFile};
+        let (file, origin) = self.file()?;
+        Ok(sim::cluster::Cluster::from_file(
+            &file,
+            &origin,
+            load::gpus(),
+        )?)
+    }
+
+    /// The cluster file these flags describe (what-if edits applied, not
+    /// yet checked) and where it came from, for errors.
+    pub fn file(&self) -> Result<(sim::cluster::ClusterFile, String)> {
+        use sim::cluster::ClusterFile;
         let catalog = load::gpus();
         let (mut file, mut origin) = match (&self.gpus, &self.cluster, self.nodes) {
             (Some(list), None, None) => {
@@ -258,7 +270,7 @@ impl ClusterArgs {
         if !self.add_gpu.is_empty() {
             origin.push_str(" with --add-gpu");
         }
-        Ok(Cluster::from_file(&file, &origin, catalog)?)
+        Ok((file, origin))
     }
 }
 
@@ -379,6 +391,20 @@ pub struct Resolved {
 impl WorkloadArgs {
     /// Validates the flags, loads the cluster and profiles and builds the cost model.
     pub fn resolve(&self) -> Result<Resolved> {
+        let (spec, profiles, predictor) = self.parts()?;
+        let costs: CostModel = build_workload(&spec, &profiles, &predictor)?;
+        let mut warnings = profiles.warnings.clone();
+        warnings.extend(costs.warnings.iter().cloned());
+        Ok(Resolved {
+            costs,
+            profiles,
+            warnings,
+        })
+    }
+
+    /// What the cost model is built from: the workload (cluster loaded and
+    /// checked), the profiles and the predictor.
+    pub fn parts(&self) -> Result<(WorkloadSpec, ProfileSet, Calibrated)> {
         let cluster = self.cluster.load()?;
         let dtype = Dtype::parse(&self.dtype).ok_or_else(|| {
             UserError(format!(
@@ -407,13 +433,6 @@ impl WorkloadArgs {
             dtype,
             options,
         };
-        let costs: CostModel = build_workload(&spec, &profiles, &predictor)?;
-        let mut warnings = profiles.warnings.clone();
-        warnings.extend(costs.warnings.iter().cloned());
-        Ok(Resolved {
-            costs,
-            profiles,
-            warnings,
-        })
+        Ok((spec, profiles, predictor))
     }
 }

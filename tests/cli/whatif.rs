@@ -152,3 +152,91 @@ fn min_gpus_is_the_edge_of_what_fits() {
         o.stderr
     );
 }
+
+/// `whatif fit` on a workload that does not fit: every row says why or
+/// fits, the cheapest row fits, and replaying its flags with `plan` gives
+/// the same plan that fits at the same throughput (the answer is what the
+/// user then runs); a workload that fits says so.
+#[test]
+fn fit_names_a_change_that_plan_confirms() {
+    let w = ["--model", "gpt-6.7b", "--global-batch", "32"];
+    let cluster = ["--nodes", "1", "--gpus-per-node", "2", "--gpu", "t4"];
+    let v = json(
+        &[
+            &["whatif", "fit", "--planner", "fsdp"][..],
+            &cluster,
+            &w,
+            &["--format", "json"],
+        ]
+        .concat(),
+    );
+    assert_eq!(v["format"], "cephalo-whatif/1");
+    assert_eq!(v["fits_as_asked"], false);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows[0]["change"], "as asked");
+    for r in rows {
+        assert!(
+            r["fits"] == true || r["why"].as_str().is_some_and(|s| !s.is_empty()),
+            "{r}"
+        );
+    }
+    let i = v["cheapest"].as_u64().expect("some change fits") as usize;
+    let best = &rows[i];
+    assert_eq!(best["fits"], true);
+    // Every fitting row costs at least as much per token as the cheapest.
+    let usd = |r: &Value| r["usd_per_mtokens"].as_f64().unwrap();
+    for r in rows.iter().filter(|r| r["fits"] == true) {
+        assert!(usd(r) >= usd(best) - 1e-12, "{r} is cheaper than {best}");
+    }
+    // Replay: the row's flags with `plan`.
+    let flags: Vec<&str> = best["flags"].as_str().unwrap().split_whitespace().collect();
+    let mut args: Vec<&str> = vec!["plan", "--planner", "fsdp"];
+    let mut cl: Vec<&str> = cluster.to_vec();
+    if flags.first() == Some(&"--nodes") {
+        cl[1] = flags[1];
+    } else {
+        args.extend(&flags);
+    }
+    args.extend(&cl);
+    args.extend(&w);
+    args.extend(["--format", "json"]);
+    let p = json(&args);
+    assert_eq!(p["simulated"]["oom"], false, "{args:?}");
+    let tps = p["simulated"]["tokens_per_s"].as_f64().unwrap();
+    let row_tps = best["tokens_per_s"].as_f64().unwrap();
+    assert!((tps - row_tps).abs() < 1e-9 * tps, "{tps} vs {row_tps}");
+    // As asked, the same plan runs out of memory.
+    let o = run(&[
+        &["plan", "--planner", "fsdp"][..],
+        &cluster,
+        &w,
+        &["--format", "json"],
+    ]
+    .concat());
+    if o.code == 0 {
+        let p: Value = serde_json::from_str(&o.stdout).unwrap();
+        assert_eq!(p["simulated"]["oom"], true);
+    } else {
+        assert_eq!(o.code, 2, "{}", o.stderr);
+    }
+
+    // Fits as asked: said in the table, no "cheapest change" needed.
+    let o = run(&[
+        &[
+            "whatif",
+            "fit",
+            "--planner",
+            "fsdp",
+            "--gpus",
+            "a100-80gb,a100-80gb",
+        ][..],
+        &["--model", "gpt-1.3b", "--global-batch", "8"],
+    ]
+    .concat());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("fits as asked"), "{}", o.stdout);
+    assert!(o.stdout.lines().all(|l| l.len() <= 200), "{}", o.stdout);
+    let o = run(&[&["whatif", "fit", "--max-gpus", "0"][..], &cluster, &w].concat());
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--max-gpus"), "{}", o.stderr);
+}
