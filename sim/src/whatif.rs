@@ -543,6 +543,134 @@ fn cheapest(rows: &[FitRow]) -> (Option<usize>, &'static str) {
     )
 }
 
+/// What [`memory`] answers for: a model on `N` GPUs of one (host) type
+/// under a strategy, one micro-batch size.
+#[derive(Debug)]
+pub struct MemoryQuery<'a> {
+    /// The workload: the model, sequence length and precision on a
+    /// cluster of the data-parallel group's GPUs (their type sets only
+    /// the kernels assumed; the fit is judged on every catalog GPU).
+    pub workload: &'a WorkloadSpec,
+    /// Profiles the costs come from.
+    pub profiles: &'a ProfileSet,
+    /// The predictor for GPUs and models without a profile.
+    pub predictor: &'a dyn Predictor,
+    /// The user's strategy pins.
+    pub pins: &'a StrategySpec,
+    /// Samples per micro-batch.
+    pub micro_batch_size: u32,
+    /// Micro-batches per iteration on every GPU.
+    pub microbatches: u32,
+}
+
+/// Whether one catalog GPU type holds the peak.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuFit {
+    /// Catalog name.
+    pub gpu: String,
+    /// Memory capacity, GiB.
+    pub capacity_gib: f64,
+    /// What the memory policy lets a plan use, GiB.
+    pub usable_gib: f64,
+    /// Whether the peak fits under the policy limit (false also when
+    /// the GPU does not run the precision).
+    pub fits: bool,
+    /// `usable_gib - peak` (negative: short by that much).
+    pub headroom_gib: f64,
+    /// Why it cannot run at all (a precision it lacks).
+    pub note: Option<String>,
+}
+
+/// [`memory`]'s answer: one GPU's memory at its peak and which GPUs hold it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryAnswer {
+    /// GPUs in the data-parallel group.
+    pub gpus: u32,
+    /// Samples per micro-batch.
+    pub micro_batch_size: u32,
+    /// Micro-batches per iteration.
+    pub microbatches: u32,
+    /// The strategy the pins resolve to.
+    pub strategy: String,
+    /// Model parameters.
+    pub params: u64,
+    /// Training state per parameter under the strategy, bytes
+    /// (parameters, gradients and optimizer moments kept on the GPU).
+    pub state_bytes_per_param: f64,
+    /// The whole training state, GiB (before sharding).
+    pub state_total_gib: f64,
+    /// What GPU 0's peak holds, GiB (the simulated iteration's peak).
+    pub per_gpu: crate::report::MemoryBreakdown,
+    /// Every catalog GPU type and whether it holds the peak.
+    pub fits: Vec<GpuFit>,
+}
+
+/// The per-GPU memory of the query's model and strategy: an even
+/// data-parallel plan (every GPU `microbatches` micro-batches of
+/// `micro_batch_size`, state split evenly as the strategy shards it)
+/// simulated on the query's GPUs, GPU 0's peak broken down, and every
+/// GPU type of `catalog` judged against it under the workload's memory
+/// policy (the framework overhead is the same on every type). What
+/// `accelerate estimate-memory` answers, with activations, buffers and
+/// the allocator counted.
+pub fn memory(q: &MemoryQuery, catalog: &GpuCatalog) -> Result<MemoryAnswer, PlanError> {
+    let costs = build_workload(q.workload, q.profiles, q.predictor)?;
+    let n = costs.ranks();
+    let strategy = q.pins.resolve(&costs.strategy_context())?;
+    let m = q.micro_batch_size.max(1);
+    let k = q.microbatches.max(1);
+    let batch = vec![m * k; n];
+    let micro = vec![k; n];
+    let plan = crate::session::user_plan(
+        crate::session::PlanInput::Lists {
+            batch: &batch,
+            microbatches: &micro,
+            state_fractions: None,
+            origin: "whatif memory",
+        },
+        q.pins,
+        &costs.strategy_context(),
+        &crate::plan::file::PlanWorkload::of(&costs),
+    )?;
+    let report = crate::simulate::simulate(&costs, &plan, &Default::default())?;
+    let per_gpu = report.gpus[0].memory.clone();
+    let overhead = costs.overhead_gib();
+    let policy = costs.options.mem_policy;
+    let dtype = costs.workload.dtype;
+    let fits = catalog
+        .all()
+        .iter()
+        .filter(|g| g.name != "cpu")
+        .map(|g| {
+            let usable = policy.usable_gib(g.mem_gib, overhead);
+            let headroom = usable - per_gpu.peak_gib;
+            let note =
+                (!g.supports(dtype)).then(|| format!("no {dtype} ({})", g.supported_dtypes()));
+            GpuFit {
+                gpu: g.name.clone(),
+                capacity_gib: g.mem_gib,
+                usable_gib: usable,
+                fits: headroom >= 0.0 && note.is_none(),
+                headroom_gib: headroom,
+                note,
+            }
+        })
+        .collect();
+    let params = costs.workload.model.total_params();
+    let per_param = strategy.gpu_state_bytes_per_param();
+    Ok(MemoryAnswer {
+        gpus: n as u32,
+        micro_batch_size: m,
+        microbatches: k,
+        strategy: strategy.label(),
+        params,
+        state_bytes_per_param: per_param,
+        state_total_gib: per_param * params as f64 / crate::units::GIB,
+        per_gpu,
+        fits,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,10 @@
 //!   planner finds a plan that fits and trains;
 //! * `fit`: what must change for the workload to fit ([`sim::whatif::fit`]:
 //!   each strategy knob pinned otherwise, any planner, the physical memory
-//!   limit, more GPUs), each planned and simulated, the cheapest named.
+//!   limit, more GPUs), each planned and simulated, the cheapest named;
+//! * `memory`: one GPU's memory at its peak for a model and strategy on
+//!   `--world-size` data-parallel GPUs, per micro-batch size, and which
+//!   catalog GPUs hold it ([`sim::whatif::memory`]).
 //!
 //! Exit codes: 0 with an answer (also "none fits" for `min-gpus`), 2 for
 //! bad input (a GPU without a price for `train-cost`, named).
@@ -43,6 +46,9 @@ pub enum Question {
     /// What must change for the workload to fit: each change planned and
     /// simulated, the cheapest named.
     Fit(FitArgs),
+    /// Per-GPU memory of a model and strategy, and which GPUs hold it (no
+    /// cluster needed).
+    Memory(MemoryArgs),
 }
 
 /// The workload, strategy and planner flags every question takes, and
@@ -101,6 +107,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Question::TrainCost(a) => train_cost(a),
         Question::MinGpus(a) => min_gpus(a),
         Question::Fit(a) => fit(a),
+        Question::Memory(a) => memory(a),
     }
 }
 
@@ -422,5 +429,253 @@ fn print_fit(out: &FitOut) -> Result<()> {
             outln!("  {}: {why}", r.change);
         }
     }
+    Ok(())
+}
+
+/// Flags of `whatif memory`: the model and strategy, no cluster.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct MemoryArgs {
+    /// Model name or alias (e.g. `llama2-7b`).
+    #[arg(long)]
+    pub model: String,
+    /// Tokens per sample (default: the model's).
+    #[arg(long)]
+    pub seq_len: Option<u32>,
+    /// Precision: fp16 | bf16 | fp32 (fp16/bf16 = mixed precision).
+    #[arg(long, default_value = "fp16")]
+    pub dtype: String,
+    #[command(flatten)]
+    pub strategy: StrategyArgs,
+    /// GPUs the state is sharded over (the data-parallel group).
+    #[arg(long, default_value_t = 8)]
+    pub world_size: u32,
+    /// Samples per micro-batch; a list gives one row per size.
+    #[arg(long, default_value = "1")]
+    pub microbatch_size: String,
+    /// Micro-batches per iteration on every GPU (gradient accumulation;
+    /// synchronous unless `--accumulation` says otherwise).
+    #[arg(long, default_value_t = 1)]
+    pub microbatches: u32,
+    /// GPU type whose kernels are assumed (flash attention, compute); the
+    /// fit is judged on every catalog GPU.
+    #[arg(long, default_value = "h100-sxm")]
+    pub gpu: String,
+    /// Let a plan use only this fraction of each GPU's memory (default:
+    /// the physical limit, as `plan`).
+    #[arg(long)]
+    pub mem_fraction: Option<f64>,
+    /// Memory outside the allocator per GPU, GiB (default as `plan`).
+    #[arg(long)]
+    pub overhead_gib: Option<f64>,
+    /// Calibration file instead of the shipped one.
+    #[arg(long)]
+    pub calibration: Option<std::path::PathBuf>,
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// `whatif memory`'s answer.
+#[derive(Debug, Serialize)]
+struct MemoryOut {
+    format: &'static str,
+    question: &'static str,
+    model: String,
+    seq_len: u32,
+    dtype: String,
+    rows: Vec<sim::whatif::MemoryAnswer>,
+}
+
+/// One CSV row of `whatif memory`: a micro-batch size and a GPU type.
+#[derive(Debug, Serialize)]
+struct MemoryCsv<'a> {
+    micro_batch_size: u32,
+    strategy: &'a str,
+    peak_gib: f64,
+    state_gib: f64,
+    activations_gib: f64,
+    gpu: &'a str,
+    usable_gib: f64,
+    fits: bool,
+}
+
+fn memory(m: MemoryArgs) -> Result<ExitCode> {
+    use crate::cli::workload::{ClusterArgs, CommArgs};
+    let sizes = sim::lists::items(&m.microbatch_size, "--microbatch-size")?
+        .iter()
+        .map(|x| {
+            x.parse::<u32>().ok().filter(|&v| v >= 1).ok_or_else(|| {
+                UserError(format!(
+                    "--microbatch-size: expected sample counts >= 1, got `{x}`"
+                ))
+            })
+        })
+        .collect::<Result<Vec<u32>, UserError>>()?;
+    let n = m.world_size;
+    let mut pins = m.strategy.spec()?;
+    // What frameworks run when nothing is pinned: synchronous accumulation
+    // (PyTorch FSDP / DeepSpeed), not Cephalo's layered one.
+    pins.accumulation
+        .get_or_insert(sim::strategy::Accumulation::Sync);
+    if n == 0 || n as usize > sim::limits::MAX_GPUS || m.microbatches == 0 {
+        return Err(UserError(format!(
+            "--world-size / --microbatches: expected 1..={} GPUs and at least 1 micro-batch, got {n} and {}",
+            sim::limits::MAX_GPUS,
+            m.microbatches
+        ))
+        .into());
+    }
+    let per = n.min(8);
+    let bar = crate::cli::progress::spinner("simulating each micro-batch size");
+    let mut rows = Vec::new();
+    let mut seq = 0;
+    for &size in &sizes {
+        let global = (n as u64) * (size as u64) * (m.microbatches as u64);
+        let global = u32::try_from(global).map_err(|_| {
+            UserError(format!(
+                "--world-size x --microbatch-size x --microbatches: {global} samples per iteration is more than a u32 holds"
+            ))
+        })?;
+        let w = crate::cli::workload::WorkloadArgs {
+            cluster: ClusterArgs {
+                nodes: Some(n.div_ceil(per)),
+                gpus_per_node: Some(per),
+                gpu: Some(m.gpu.clone()),
+                ..Default::default()
+            },
+            model: m.model.clone(),
+            global_batch: global,
+            seq_len: m.seq_len,
+            dtype: m.dtype.clone(),
+            profiles: Vec::new(),
+            calibration: m.calibration.clone(),
+            memory_cluster: None,
+            mem_fraction: m.mem_fraction,
+            overhead_gib: m.overhead_gib,
+            comm: CommArgs {
+                comm_algo: "auto".into(),
+                ..Default::default()
+            },
+        };
+        let (workload, profiles, predictor) = w.parts()?;
+        seq = workload.seq_len.unwrap_or(workload.model.seq_len);
+        rows.push(sim::whatif::memory(
+            &sim::whatif::MemoryQuery {
+                workload: &workload,
+                profiles: &profiles,
+                predictor: &predictor,
+                pins: &pins,
+                micro_batch_size: size,
+                microbatches: m.microbatches,
+            },
+            crate::load::gpus(),
+        )?);
+    }
+    bar.finish_and_clear();
+    let out = MemoryOut {
+        format: "cephalo-whatif/1",
+        question: "memory",
+        model: m.model.clone(),
+        seq_len: seq,
+        dtype: m.dtype.clone(),
+        rows,
+    };
+    match m.format {
+        Format::Json => out!("{}", serde_json::to_string_pretty(&out)? + "\n"),
+        Format::Csv => {
+            let flat: Vec<MemoryCsv> = out
+                .rows
+                .iter()
+                .flat_map(|r| {
+                    r.fits.iter().map(move |f| MemoryCsv {
+                        micro_batch_size: r.micro_batch_size,
+                        strategy: &r.strategy,
+                        peak_gib: r.per_gpu.peak_gib,
+                        state_gib: r.per_gpu.state_gib,
+                        activations_gib: r.per_gpu.activations_gib,
+                        gpu: &f.gpu,
+                        usable_gib: f.usable_gib,
+                        fits: f.fits,
+                    })
+                })
+                .collect();
+            out!("{}", crate::cli::format::csv_of(&flat)?)
+        }
+        Format::Table => print_memory(&out)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `whatif memory` as a table: the state, then per micro-batch size what
+/// the peak holds and which GPUs hold it.
+fn print_memory(out: &MemoryOut) -> Result<()> {
+    let Some(first) = out.rows.first() else {
+        return Ok(());
+    };
+    outln!(
+        "{}: {:.3e} parameters, seq {}, {}; {} over {} GPUs, {} micro-batch(es) per iteration",
+        out.model,
+        first.params as f64,
+        out.seq_len,
+        out.dtype,
+        first.strategy,
+        first.gpus,
+        first.microbatches
+    );
+    outln!(
+        "training state: {:.1} B/param, {:.2} GiB in all",
+        first.state_bytes_per_param,
+        first.state_total_gib
+    );
+    outln!(
+        "{:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "micro",
+        "state",
+        "params",
+        "grads",
+        "activ.",
+        "framewk",
+        "peak",
+        "reserved"
+    );
+    for r in &out.rows {
+        let b = &r.per_gpu;
+        outln!(
+            "{:>5} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+            r.micro_batch_size,
+            b.state_gib,
+            b.unsharded_params_gib,
+            b.gradients_gib,
+            b.activations_gib,
+            b.overhead_gib,
+            b.peak_gib,
+            b.reserved_gib
+        );
+    }
+    outln!();
+    // Which GPUs hold it: headroom per micro-batch size (negative: short).
+    let mut head = format!("{:<16} {:>8}", "gpu", "usable");
+    for r in &out.rows {
+        head.push_str(&format!(" {:>9}", format!("micro={}", r.micro_batch_size)));
+    }
+    outln!("{head}");
+    for (i, f) in first.fits.iter().enumerate() {
+        let mut line = format!("{:<16} {:>8.2}", f.gpu, f.usable_gib);
+        for r in &out.rows {
+            let g = &r.fits[i];
+            line.push_str(&match &g.note {
+                Some(_) => format!(" {:>9}", "-"),
+                None => format!(" {:>+9.2}", g.headroom_gib),
+            });
+        }
+        if let Some(n) = &f.note {
+            line.push_str(&format!("  {n}"));
+        }
+        outln!("{line}");
+    }
+    outln!("(GiB per GPU at its simulated peak: state = its shard of parameters, gradients and optimizer moments;");
+    outln!(" params / grads = unsharded buffers alive at the peak; framewk = CUDA context, NCCL and workspaces;");
+    outln!(" reserved = what the caching allocator holds (torchtitan's `memory`), without the CUDA context;");
+    outln!(" the GPU table: usable memory less the peak, negative = short by that much)");
     Ok(())
 }

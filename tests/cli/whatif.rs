@@ -240,3 +240,111 @@ fn fit_names_a_change_that_plan_confirms() {
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("--max-gpus"), "{}", o.stderr);
 }
+
+/// `whatif memory`: the state is the model's parameters times the
+/// strategy's bytes per parameter, split over the GPUs as the sharding
+/// says; the peak is the one `simulate` gives for the same even plan; a
+/// larger micro-batch needs more; a GPU "fits" exactly when its usable
+/// memory covers the peak.
+#[test]
+fn memory_is_the_simulated_peak_of_an_even_plan() {
+    let v = json(&[
+        "whatif",
+        "memory",
+        "--model",
+        "gpt-1.3b",
+        "--seq-len",
+        "2048",
+        "--world-size",
+        "4",
+        "--microbatch-size",
+        "1,4",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["question"], "memory");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    let f = |r: &Value, k: &str| r["per_gpu"][k].as_f64().unwrap();
+    let total = rows[0]["state_total_gib"].as_f64().unwrap();
+    let per_param = rows[0]["state_bytes_per_param"].as_f64().unwrap();
+    let params = rows[0]["params"].as_f64().unwrap();
+    assert!((total - params * per_param / (1u64 << 30) as f64).abs() < 1e-9 * total);
+    assert!((f(&rows[0], "state_gib") - total / 4.0).abs() < 1e-3 * total);
+    assert!(f(&rows[1], "activations_gib") > 2.0 * f(&rows[0], "activations_gib"));
+    assert!(f(&rows[1], "peak_gib") > f(&rows[0], "peak_gib"));
+    for r in rows {
+        let peak = f(r, "peak_gib");
+        for g in r["fits"].as_array().unwrap() {
+            let usable = g["usable_gib"].as_f64().unwrap();
+            let ok = g["note"].is_null() && usable >= peak;
+            assert_eq!(g["fits"], ok, "{g}");
+        }
+    }
+    // The same even plan through `simulate` peaks at the same memory.
+    let s = json(&[
+        "simulate",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "4",
+        "--gpu",
+        "h100-sxm",
+        "--model",
+        "gpt-1.3b",
+        "--seq-len",
+        "2048",
+        "--global-batch",
+        "16",
+        "--batch",
+        "4,4,4,4",
+        "--microbatches",
+        "1,1,1,1",
+        "--accumulation",
+        "sync",
+        "--format",
+        "json",
+    ]);
+    let peak = s["gpus"][0]["peak_mem_gib"].as_f64().unwrap();
+    assert!(
+        (peak - f(&rows[1], "peak_gib")).abs() < 1e-6,
+        "simulate {peak} vs memory {}",
+        f(&rows[1], "peak_gib")
+    );
+    // No sharding: the whole state on every GPU, and DDP's gradient
+    // buffer next to it.
+    let d = json(&[
+        "whatif",
+        "memory",
+        "--model",
+        "gpt-1.3b",
+        "--sharding",
+        "none",
+        "--format",
+        "json",
+    ]);
+    let r = &d["rows"][0];
+    let whole = r["state_total_gib"].as_f64().unwrap();
+    assert!(
+        f(r, "state_gib") >= whole && f(r, "state_gib") <= 1.5 * whole,
+        "{r}"
+    );
+    let t = run(&["whatif", "memory", "--model", "gpt-1.3b"]);
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    assert!(
+        t.stdout.contains("a100-80gb") && t.stdout.contains("B/param"),
+        "{}",
+        t.stdout
+    );
+    assert!(t.stdout.lines().all(|l| l.len() <= 200), "{}", t.stdout);
+    let o = run(&[
+        "whatif",
+        "memory",
+        "--model",
+        "gpt-1.3b",
+        "--microbatch-size",
+        "0",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--microbatch-size"), "{}", o.stderr);
+}
