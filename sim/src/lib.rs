@@ -37,6 +37,7 @@ pub mod physical;
 pub mod pipeline;
 pub mod plan;
 pub mod planner;
+pub mod pool;
 pub mod profile;
 pub mod report;
 pub mod schedule;

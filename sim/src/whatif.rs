@@ -14,6 +14,7 @@ use crate::error::{PlanError, SpecError};
 use crate::gpu::GpuCatalog;
 use crate::perfmodel::Predictor;
 use crate::planner::PlannerOptions;
+use crate::pool::Pool;
 use crate::profile::ProfileSet;
 use crate::report::Report;
 use crate::session::{build_workload, plan_named, WorkloadSpec, BEST};
@@ -167,8 +168,25 @@ pub fn min_gpus<E>(
     Ok((Some(counts[hi]), tried))
 }
 
+/// How every what-if plans one workload: the profiles and predictor its
+/// costs come from, the planner (`best`: every family's), its options and
+/// the user's strategy pins.
+#[derive(Debug, Clone, Copy)]
+pub struct Planning<'a> {
+    /// Profiles the costs come from.
+    pub profiles: &'a ProfileSet,
+    /// The predictor for GPUs and models without a profile.
+    pub predictor: &'a dyn Predictor,
+    /// Planner name (`best`: every family's planners).
+    pub planner: &'a str,
+    /// Planner options.
+    pub options: &'a PlannerOptions,
+    /// The user's strategy pins.
+    pub pins: &'a StrategySpec,
+}
+
 /// What [`fit`] plans and simulates: the workload as asked, how to grow
-/// its cluster, and the planner with the user's strategy pins.
+/// its cluster, and how to plan.
 #[derive(Debug)]
 pub struct FitQuery<'a> {
     /// The workload as asked.
@@ -180,16 +198,8 @@ pub struct FitQuery<'a> {
     pub cluster_origin: &'a str,
     /// The GPU catalog the cluster resolves against.
     pub catalog: &'a GpuCatalog,
-    /// Profiles the costs come from.
-    pub profiles: &'a ProfileSet,
-    /// The predictor for GPUs and models without a profile.
-    pub predictor: &'a dyn Predictor,
-    /// Planner name (`best`: every family's planners).
-    pub planner: &'a str,
-    /// Planner options.
-    pub options: &'a PlannerOptions,
-    /// The user's strategy pins.
-    pub pins: &'a StrategySpec,
+    /// How to plan.
+    pub planning: Planning<'a>,
     /// The largest cluster "more GPUs" may grow to, GPUs.
     pub max_gpus: u32,
 }
@@ -302,7 +312,7 @@ const KNOBS: [Knob; 4] = [
 /// into a row named `change` (a planner's infeasible answer is a row that
 /// does not fit, with why; a bad workload is an error).
 fn try_row(
-    q: &FitQuery,
+    q: &Planning,
     change: &str,
     flags: &str,
     workload: &WorkloadSpec,
@@ -417,7 +427,14 @@ fn more_gpus(q: &FitQuery) -> Result<Option<FitRow>, PlanError> {
     let (found, _) = min_gpus(1, max_nodes, |k| -> Result<bool, PlanError> {
         let what = format!("{} more {gpu} ({k} node(s) like `{node}`)", k * per_node);
         let flags = format!("+{k} node(s)");
-        let mut row = try_row(q, &what, &flags, &grown(k)?, q.pins, q.planner)?;
+        let mut row = try_row(
+            &q.planning,
+            &what,
+            &flags,
+            &grown(k)?,
+            q.planning.pins,
+            q.planning.planner,
+        )?;
         row.added_nodes = k;
         let fits = row.fits;
         rows.insert(k, row);
@@ -436,38 +453,45 @@ fn more_gpus(q: &FitQuery) -> Result<Option<FitRow>, PlanError> {
 /// asked only the other changes that also fit are worth reading (they
 /// may be faster).
 pub fn fit(q: &FitQuery) -> Result<Fit, PlanError> {
-    let mut rows = vec![try_row(q, "as asked", "", q.workload, q.pins, q.planner)?];
-    let base = build_workload(q.workload, q.profiles, q.predictor)?;
-    let resolved = q.pins.resolve(&base.strategy_context()).ok();
+    let mut rows = vec![try_row(
+        &q.planning,
+        "as asked",
+        "",
+        q.workload,
+        q.planning.pins,
+        q.planning.planner,
+    )?];
+    let base = build_workload(q.workload, q.planning.profiles, q.planning.predictor)?;
+    let resolved = q.planning.pins.resolve(&base.strategy_context()).ok();
     let knobs: Vec<&Knob> = KNOBS
         .iter()
-        .filter(|k| !(k.is_set)(q.pins, resolved.as_ref()))
+        .filter(|k| !(k.is_set)(q.planning.pins, resolved.as_ref()))
         .collect();
     // Every combination of the knobs, singles first: the cheapest may
     // need two (flash attention and checkpointing) but not a third.
     for size in 1..=knobs.len() {
         for set in combinations(knobs.len(), size) {
-            let mut pins = *q.pins;
+            let mut pins = *q.planning.pins;
             set.iter().for_each(|&i| (knobs[i].set)(&mut pins));
             let what: Vec<&str> = set.iter().map(|&i| knobs[i].what).collect();
             let flags: Vec<&str> = set.iter().map(|&i| knobs[i].flag).collect();
             rows.push(try_row(
-                q,
+                &q.planning,
                 &what.join(" + "),
                 &flags.join(" "),
                 q.workload,
                 &pins,
-                q.planner,
+                q.planning.planner,
             )?);
         }
     }
-    if !q.planner.eq_ignore_ascii_case(BEST) {
+    if !q.planning.planner.eq_ignore_ascii_case(BEST) {
         rows.push(try_row(
-            q,
+            &q.planning,
             "any planner (data-parallel, pipeline, 3D)",
             "--planner best",
             q.workload,
-            q.pins,
+            q.planning.pins,
             BEST,
         )?);
     }
@@ -475,18 +499,18 @@ pub fn fit(q: &FitQuery) -> Result<Fit, PlanError> {
         let mut w = q.workload.clone();
         w.options.mem_policy = MemPolicy::Physical;
         rows.push(try_row(
-            q,
+            &q.planning,
             &format!("the physical memory limit instead of {f} of each GPU"),
             "(drop --mem-fraction)",
             &w,
-            q.pins,
-            q.planner,
+            q.planning.pins,
+            q.planning.planner,
         )?);
     }
     if !rows[0].fits {
         rows.extend(more_gpus(q)?);
     }
-    let (cheapest, judged_by) = cheapest(&rows);
+    let (cheapest, judged_by) = cheapest_row(&rows);
     Ok(Fit {
         rows,
         cheapest,
@@ -516,7 +540,7 @@ fn combinations(n: usize, size: usize) -> Vec<Vec<usize>> {
 
 /// The cheapest fitting row (see [`Fit::cheapest`]) and the measure it
 /// was judged by.
-fn cheapest(rows: &[FitRow]) -> (Option<usize>, &'static str) {
+fn cheapest_row(rows: &[FitRow]) -> (Option<usize>, &'static str) {
     let fitting: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].fits).collect();
     let priced = !fitting.is_empty() && fitting.iter().all(|&i| rows[i].usd_per_mtokens.is_some());
     // Lower is better on both measures' keys.
@@ -671,6 +695,217 @@ pub fn memory(q: &MemoryQuery, catalog: &GpuCatalog) -> Result<MemoryAnswer, Pla
     })
 }
 
+/// What [`cheapest`] searches: a rental pool, the workload to train on
+/// what is rented (its cluster is replaced), how to plan, and the
+/// throughput to reach.
+#[derive(Debug)]
+pub struct RentQuery<'a> {
+    /// The servers for rent.
+    pub pool: &'a Pool,
+    /// The GPU catalog the pool's types resolve against.
+    pub catalog: &'a GpuCatalog,
+    /// The workload (model, global batch, sequence, precision, memory options).
+    pub workload: &'a WorkloadSpec,
+    /// How to plan.
+    pub planning: Planning<'a>,
+    /// Tokens/s the rental must reach.
+    pub target_tokens_per_s: f64,
+}
+
+/// One selection of servers [`cheapest`] planned.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RentRow {
+    /// Servers of each offer, in the pool's order.
+    pub nodes: Vec<u32>,
+    /// `4x8 h100-sxm + 2x8 a100-80gb`.
+    pub cluster: String,
+    /// GPUs.
+    pub gpus: u32,
+    /// Price of the selection, USD per hour.
+    pub usd_per_hour: f64,
+    /// Simulated throughput of the best plan, tokens/s (`None`: no plan fits).
+    pub tokens_per_s: Option<f64>,
+    /// Whether it fits and reaches the target.
+    pub reaches: bool,
+    /// USD per million tokens (when a plan fits).
+    pub usd_per_mtokens: Option<f64>,
+    /// The planner whose plan it is.
+    pub planner: Option<String>,
+    /// The plan's strategy.
+    pub strategy: Option<String>,
+    /// Why no plan fits.
+    pub why: Option<String>,
+}
+
+/// [`cheapest`]'s answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rental {
+    /// The throughput asked for, tokens/s.
+    pub target_tokens_per_s: f64,
+    /// Every selection planned, in the order tried.
+    pub tried: Vec<RentRow>,
+    /// Index in `tried` of the cheapest per hour that reaches the target
+    /// (ties: the faster).
+    pub cheapest: Option<usize>,
+}
+
+/// The selections [`cheapest`] planned, each once.
+struct Tries<'q, 'a> {
+    q: &'q RentQuery<'a>,
+    rows: Vec<RentRow>,
+}
+
+impl Tries<'_, '_> {
+    /// Plans `nodes` (once; again gives the row it had).
+    fn row(&mut self, nodes: &[u32]) -> Result<RentRow, PlanError> {
+        if let Some(r) = self.rows.iter().find(|r| r.nodes == nodes) {
+            return Ok(r.clone());
+        }
+        let q = self.q;
+        let Some(file) = q.pool.cluster(nodes, q.catalog) else {
+            return Err(PlanError::invalid(
+                "the pool",
+                "offer",
+                "an empty selection",
+            ));
+        };
+        let name = q.pool.describe(nodes);
+        let cluster = Cluster::from_file(&file, &name, q.catalog)?;
+        let w = WorkloadSpec {
+            cluster,
+            ..q.workload.clone()
+        };
+        let f = try_row(
+            &q.planning,
+            &name,
+            "",
+            &w,
+            q.planning.pins,
+            q.planning.planner,
+        )?;
+        let usd = q.pool.usd_per_hour(nodes);
+        let tps = f.tokens_per_s.filter(|_| f.fits);
+        let row = RentRow {
+            nodes: nodes.to_vec(),
+            cluster: name,
+            gpus: f.gpus,
+            usd_per_hour: usd,
+            tokens_per_s: tps,
+            reaches: tps.is_some_and(|t| t >= q.target_tokens_per_s),
+            usd_per_mtokens: tps.map(|t| usd / (t * 3600.0) * 1e6),
+            planner: f.planner,
+            strategy: f.strategy,
+            why: f.why,
+        };
+        self.rows.push(row.clone());
+        Ok(row)
+    }
+
+    /// The fewest servers of offer `i` that, next to `base`, reach the
+    /// target (doubling then bisection; throughput taken as growing with
+    /// servers), `None` when not even all of them do.
+    fn fewest(&mut self, base: &[u32], i: usize) -> Result<Option<u32>, PlanError> {
+        let max = self.q.pool.offer[i].max_nodes;
+        let (found, _) = min_gpus(1, max, |k| -> Result<bool, PlanError> {
+            let mut nodes = base.to_vec();
+            nodes[i] = k;
+            Ok(self.row(&nodes)?.reaches)
+        })?;
+        Ok(found)
+    }
+}
+
+/// The cheapest servers to rent from a pool that train the workload at
+/// the target throughput or more (Sailor's question), by search over
+/// what is planned and simulated:
+///
+/// 1. each offer alone: its fewest servers that reach the target;
+/// 2. offers ranked by the USD per token of their best row so far;
+/// 3. greedy fill in that order: every server of the better offers, then
+///    the fewest of the next that reach the target (what a user limited by
+///    availability does);
+/// 4. the two best offers mixed: the best at a half, a quarter, ... of
+///    what it needs alone, the fewest of the second next to it.
+///
+/// Throughput is taken as growing with servers (it does until the global
+/// batch leaves a GPU too few samples; the rows say what was tried).
+pub fn cheapest(q: &RentQuery) -> Result<Rental, PlanError> {
+    let target = q.target_tokens_per_s;
+    if !(target.is_finite() && target > 0.0) {
+        return Err(PlanError::invalid(
+            "--target-tokens-per-s",
+            "target",
+            format!("expected a positive throughput in tokens/s, got {target}"),
+        ));
+    }
+    let n = q.pool.offer.len();
+    let mut t = Tries {
+        q,
+        rows: Vec::new(),
+    };
+    let zero = vec![0u32; n];
+    let mut alone = vec![None; n];
+    for (i, a) in alone.iter_mut().enumerate() {
+        *a = t.fewest(&zero, i)?;
+    }
+    // Offers ranked by their best USD per token among rows of them alone.
+    let best_usd = |rows: &[RentRow], i: usize| -> f64 {
+        rows.iter()
+            .filter(|r| {
+                r.nodes
+                    .iter()
+                    .enumerate()
+                    .all(|(j, &k)| (j == i) == (k > 0))
+            })
+            .filter_map(|r| r.usd_per_mtokens)
+            .fold(f64::INFINITY, f64::min)
+    };
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| {
+        best_usd(&t.rows, a)
+            .total_cmp(&best_usd(&t.rows, b))
+            .then(a.cmp(&b))
+    });
+    // Greedy fill.
+    let mut base = zero.clone();
+    for &i in &order {
+        match t.fewest(&base, i)? {
+            Some(k) => {
+                base[i] = k;
+                break;
+            }
+            None => base[i] = q.pool.offer[i].max_nodes,
+        }
+    }
+    // The two best offers mixed.
+    if let [a, b, ..] = order[..] {
+        let need = alone[a].unwrap_or(q.pool.offer[a].max_nodes + 1);
+        let mut k = need / 2;
+        while k >= 1 {
+            let mut nodes = zero.clone();
+            nodes[a] = k.min(q.pool.offer[a].max_nodes);
+            t.fewest(&nodes, b)?;
+            k /= 2;
+        }
+    }
+    let rows = t.rows;
+    let cheapest = (0..rows.len())
+        .filter(|&i| rows[i].reaches)
+        .min_by(|&x, &y| {
+            rows[x].usd_per_hour.total_cmp(&rows[y].usd_per_hour).then(
+                rows[y]
+                    .tokens_per_s
+                    .unwrap_or(0.0)
+                    .total_cmp(&rows[x].tokens_per_s.unwrap_or(0.0)),
+            )
+        });
+    Ok(Rental {
+        target_tokens_per_s: target,
+        tried: rows,
+        cheapest,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -712,16 +947,16 @@ mod tests {
             row(true, 2, 100.0, Some(2.0)),
             row(true, 8, 90.0, Some(1.5)),
         ];
-        assert_eq!(cheapest(&rows), (Some(2), "usd_per_mtokens"));
+        assert_eq!(cheapest_row(&rows), (Some(2), "usd_per_mtokens"));
         let rows = [
             row(false, 2, 900.0, None),
             row(true, 2, 100.0, Some(2.0)),
             row(true, 8, 90.0, None),
         ];
-        assert_eq!(cheapest(&rows), (Some(1), "tokens_per_s_per_gpu"));
+        assert_eq!(cheapest_row(&rows), (Some(1), "tokens_per_s_per_gpu"));
         let rows = [row(true, 4, 50.0, None), row(true, 2, 50.0, None)];
-        assert_eq!(cheapest(&rows).0, Some(1));
-        assert_eq!(cheapest(&[row(false, 1, 1.0, None)]).0, None);
+        assert_eq!(cheapest_row(&rows).0, Some(1));
+        assert_eq!(cheapest_row(&[row(false, 1, 1.0, None)]).0, None);
     }
 
     #[test]

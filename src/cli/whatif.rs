@@ -13,7 +13,10 @@
 //!   limit, more GPUs), each planned and simulated, the cheapest named;
 //! * `memory`: one GPU's memory at its peak for a model and strategy on
 //!   `--world-size` data-parallel GPUs, per micro-batch size, and which
-//!   catalog GPUs hold it ([`sim::whatif::memory`]).
+//!   catalog GPUs hold it ([`sim::whatif::memory`]);
+//! * `cheapest --pool POOL.toml --target-tokens-per-s T`: which servers to
+//!   rent from a pool of offers (counts and prices) to reach T tokens/s at
+//!   the least cost per hour ([`sim::whatif::cheapest`], [`sim::pool`]).
 //!
 //! Exit codes: 0 with an answer (also "none fits" for `min-gpus`), 2 for
 //! bad input (a GPU without a price for `train-cost`, named).
@@ -49,6 +52,9 @@ pub enum Question {
     /// Per-GPU memory of a model and strategy, and which GPUs hold it (no
     /// cluster needed).
     Memory(MemoryArgs),
+    /// The cheapest servers to rent from a pool (TOML: offers with counts
+    /// and prices) that reach a throughput.
+    Cheapest(CheapestArgs),
 }
 
 /// The workload, strategy and planner flags every question takes, and
@@ -108,6 +114,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Question::MinGpus(a) => min_gpus(a),
         Question::Fit(a) => fit(a),
         Question::Memory(a) => memory(a),
+        Question::Cheapest(a) => cheapest(a),
     }
 }
 
@@ -312,11 +319,13 @@ fn fit(f: FitArgs) -> Result<ExitCode> {
         cluster_file: &file,
         cluster_origin: &origin,
         catalog: crate::load::gpus(),
-        profiles: &profiles,
-        predictor: &predictor,
-        planner: &f.planner,
-        options: &opts,
-        pins: &pins,
+        planning: sim::whatif::Planning {
+            profiles: &profiles,
+            predictor: &predictor,
+            planner: &f.planner,
+            options: &opts,
+            pins: &pins,
+        },
         max_gpus: f.max_gpus,
     })?;
     bar.finish_and_clear();
@@ -677,5 +686,153 @@ fn print_memory(out: &MemoryOut) -> Result<()> {
     outln!(" params / grads = unsharded buffers alive at the peak; framewk = CUDA context, NCCL and workspaces;");
     outln!(" reserved = what the caching allocator holds (torchtitan's `memory`), without the CUDA context;");
     outln!(" the GPU table: usable memory less the peak, negative = short by that much)");
+    Ok(())
+}
+
+/// Flags of `whatif cheapest`: the workload without a cluster (the pool
+/// gives it), the pool and the throughput to reach.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct CheapestArgs {
+    #[command(flatten)]
+    pub query: Query,
+    /// The rental pool (TOML: `[[offer]]` gpu, gpus_per_node, max_nodes,
+    /// price_per_hour_usd; `[network]`); see `sim::pool`.
+    #[arg(long)]
+    pub pool: std::path::PathBuf,
+    /// Tokens/s the rental must reach.
+    #[arg(long)]
+    pub target_tokens_per_s: f64,
+    /// Planner (default `best`: the fastest plan of every family).
+    #[arg(long, default_value = BEST)]
+    pub planner: String,
+}
+
+/// `whatif cheapest`'s answer.
+#[derive(Debug, Serialize)]
+struct CheapestOut {
+    format: &'static str,
+    question: &'static str,
+    model: String,
+    pool: String,
+    planner: String,
+    #[serde(flatten)]
+    rental: sim::whatif::Rental,
+}
+
+fn cheapest(c: CheapestArgs) -> Result<ExitCode> {
+    let a = &c.query;
+    let cl = &a.workload.cluster;
+    if cl.gpus.is_some() || cl.cluster.is_some() || cl.nodes.is_some() || !cl.add_gpu.is_empty() {
+        return Err(UserError(
+            "whatif cheapest: the pool gives the GPUs; --gpus, --cluster, --nodes and --add-gpu do not apply".into(),
+        )
+        .into());
+    }
+    let origin = c.pool.display().to_string();
+    let catalog = crate::load::gpus();
+    let mut pool = sim::pool::Pool::parse(&crate::load::read_text(&c.pool)?, &origin, catalog)?;
+    if let Some(bw) = cl.network_gbit_s {
+        let mut f = sim::cluster::ClusterFile {
+            name: None,
+            network: pool.network.take(),
+            nodes: Vec::new(),
+        };
+        f.set_network_gbit_s(bw);
+        pool.network = f.network;
+    }
+    let one: Vec<u32> = (0..pool.offer.len()).map(|i| u32::from(i == 0)).collect();
+    let first = pool
+        .cluster(&one, catalog)
+        .ok_or_else(|| UserError(format!("{origin}: expected at least one [[offer]]")))?;
+    let (workload, profiles, predictor) = a
+        .workload
+        .parts_on(sim::cluster::Cluster::from_file(&first, &origin, catalog)?)?;
+    crate::cli::notes::eprint("warning", &profiles.warnings);
+    let opts = a.flags.options(&a.workload.model)?;
+    let pins = a.strategy.spec()?;
+    let bar = crate::cli::progress::spinner("planning selections of the pool");
+    let rental = sim::whatif::cheapest(&sim::whatif::RentQuery {
+        pool: &pool,
+        catalog,
+        workload: &workload,
+        planning: sim::whatif::Planning {
+            profiles: &profiles,
+            predictor: &predictor,
+            planner: &c.planner,
+            options: &opts,
+            pins: &pins,
+        },
+        target_tokens_per_s: c.target_tokens_per_s,
+    })?;
+    bar.finish_and_clear();
+    let out = CheapestOut {
+        format: "cephalo-whatif/1",
+        question: "cheapest",
+        model: workload.model.name.clone(),
+        pool: pool.name.clone().unwrap_or(origin),
+        planner: c.planner.clone(),
+        rental,
+    };
+    match a.format {
+        Format::Json => out!("{}", serde_json::to_string_pretty(&out)? + "\n"),
+        Format::Csv => out!("{}", crate::cli::format::csv_of(&out.rental.tried)?),
+        Format::Table => print_cheapest(&out)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `whatif cheapest` as a table: the answer, then every selection tried,
+/// cheapest per hour first.
+fn print_cheapest(out: &CheapestOut) -> Result<()> {
+    let r = &out.rental;
+    match r.cheapest.map(|i| &r.tried[i]) {
+        Some(b) => outln!(
+            "{}: rent {} ({} GPUs) for {:.2} USD/hour: {:.0} tokens/s, {:.3} USD per million tokens (target {:.0} tokens/s; {})",
+            out.model,
+            b.cluster,
+            b.gpus,
+            b.usd_per_hour,
+            b.tokens_per_s.unwrap_or(f64::NAN),
+            b.usd_per_mtokens.unwrap_or(f64::NAN),
+            r.target_tokens_per_s,
+            b.planner.as_deref().unwrap_or("-")
+        ),
+        None => outln!(
+            "{}: nothing in the pool reaches {:.0} tokens/s (every selection tried is listed)",
+            out.model,
+            r.target_tokens_per_s
+        ),
+    }
+    let mut order: Vec<&sim::whatif::RentRow> = r.tried.iter().collect();
+    order.sort_by(|a, b| a.usd_per_hour.total_cmp(&b.usd_per_hour));
+    let w = order
+        .iter()
+        .map(|x| x.cluster.len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
+    outln!(
+        "{:<w$} {:>5} {:>10} {:>11} {:>9} {:>8}  {}",
+        "servers",
+        "gpus",
+        "USD/hour",
+        "tokens/s",
+        "USD/Mtok",
+        "reaches",
+        "planner"
+    );
+    for x in order {
+        outln!(
+            "{:<w$} {:>5} {:>10.2} {:>11} {:>9} {:>8}  {}",
+            x.cluster,
+            x.gpus,
+            x.usd_per_hour,
+            x.tokens_per_s
+                .map_or("no fit".into(), |t| format!("{t:.0}")),
+            x.usd_per_mtokens.map_or("-".into(), |u| format!("{u:.3}")),
+            if x.reaches { "yes" } else { "no" },
+            x.planner.as_deref().unwrap_or("-")
+        );
+    }
     Ok(())
 }

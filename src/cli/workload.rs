@@ -405,7 +405,14 @@ impl WorkloadArgs {
     /// What the cost model is built from: the workload (cluster loaded and
     /// checked), the profiles and the predictor.
     pub fn parts(&self) -> Result<(WorkloadSpec, ProfileSet, Calibrated)> {
-        let cluster = self.cluster.load()?;
+        self.parts_on(self.cluster.load()?)
+    }
+
+    /// [`WorkloadArgs::parts`] on `cluster` instead of the cluster flags'.
+    pub fn parts_on(
+        &self,
+        cluster: sim::cluster::Cluster,
+    ) -> Result<(WorkloadSpec, ProfileSet, Calibrated)> {
         let dtype = Dtype::parse(&self.dtype).ok_or_else(|| {
             UserError(format!(
                 "--dtype: expected fp16, bf16 or fp32, got `{}`",

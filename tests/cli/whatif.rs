@@ -348,3 +348,148 @@ fn memory_is_the_simulated_peak_of_an_even_plan() {
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("--microbatch-size"), "{}", o.stderr);
 }
+
+/// `whatif cheapest`: the answer reaches the target, nothing tried that
+/// reaches it costs less per hour, its price is its servers' prices, and
+/// `plan` on the same servers gives the same throughput; a target nothing
+/// reaches says so; a bad pool names the field, exit 2.
+#[test]
+fn cheapest_rental_reaches_the_target_for_the_least() {
+    let pool = crate::common::scratch("whatif-cheapest").join("pool.toml");
+    std::fs::write(
+        &pool,
+        "[network]\nbw_gbit_s = 100\n\
+         [[offer]]\ngpu = \"a100-80gb\"\ngpus_per_node = 2\nmax_nodes = 4\nprice_per_hour_usd = 2.0\n\
+         [[offer]]\ngpu = \"l4\"\ngpus_per_node = 2\nmax_nodes = 8\nprice_per_hour_usd = 0.5\n",
+    )
+    .unwrap();
+    let p = pool.to_str().unwrap();
+    let w = ["--model", "gpt-1.3b", "--global-batch", "64"];
+    // One A100 server's throughput, to set a target two offers compete for.
+    let one = json(
+        &[
+            &[
+                "plan",
+                "--nodes",
+                "1",
+                "--gpus-per-node",
+                "2",
+                "--gpu",
+                "a100-80gb",
+            ][..],
+            &["--network-gbit-s", "100"],
+            &w,
+            &["--format", "json"],
+        ]
+        .concat(),
+    );
+    let target = 1.5 * one["simulated"]["tokens_per_s"].as_f64().unwrap();
+    let ts = format!("{target}");
+    let v = json(
+        &[
+            &[
+                "whatif",
+                "cheapest",
+                "--pool",
+                p,
+                "--target-tokens-per-s",
+                &ts,
+            ][..],
+            &w,
+            &["--format", "json"],
+        ]
+        .concat(),
+    );
+    assert_eq!(v["question"], "cheapest");
+    let tried = v["tried"].as_array().unwrap();
+    let i = v["cheapest"].as_u64().expect("some selection reaches") as usize;
+    let best = &tried[i];
+    assert_eq!(best["reaches"], true);
+    assert!(best["tokens_per_s"].as_f64().unwrap() >= target);
+    let usd = best["usd_per_hour"].as_f64().unwrap();
+    for r in tried {
+        let n = r["nodes"].as_array().unwrap();
+        let price = 2.0 * (2.0 * n[0].as_f64().unwrap() + 0.5 * n[1].as_f64().unwrap());
+        assert!(
+            (r["usd_per_hour"].as_f64().unwrap() - price).abs() < 1e-9,
+            "{r}"
+        );
+        if r["reaches"] == true {
+            assert!(
+                r["usd_per_hour"].as_f64().unwrap() >= usd - 1e-9,
+                "{r} is cheaper"
+            );
+        }
+    }
+    // The same servers through `plan`, when they are of one type.
+    let n = best["nodes"].as_array().unwrap();
+    let (k, gpu) = if n[1] == 0 {
+        (&n[0], "a100-80gb")
+    } else {
+        (&n[1], "l4")
+    };
+    if n[0] == 0 || n[1] == 0 {
+        let nodes = k.to_string();
+        let plan = json(
+            &[
+                &[
+                    "plan",
+                    "--nodes",
+                    &nodes,
+                    "--gpus-per-node",
+                    "2",
+                    "--gpu",
+                    gpu,
+                ][..],
+                &["--network-gbit-s", "100"],
+                &w,
+                &["--format", "json"],
+            ]
+            .concat(),
+        );
+        let tps = plan["simulated"]["tokens_per_s"].as_f64().unwrap();
+        let row = best["tokens_per_s"].as_f64().unwrap();
+        assert!((tps - row).abs() < 1e-6 * tps, "{tps} vs {row}");
+    }
+    let o = run(&[
+        &[
+            "whatif",
+            "cheapest",
+            "--pool",
+            p,
+            "--target-tokens-per-s",
+            "1e12",
+        ][..],
+        &w,
+    ]
+    .concat());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("nothing in the pool reaches"),
+        "{}",
+        o.stdout
+    );
+    std::fs::write(
+        &pool,
+        "[[offer]]\ngpu = \"l4\"\ngpus_per_node = 2\nmax_nodes = 0\n",
+    )
+    .unwrap();
+    let o = run(&[
+        &[
+            "whatif",
+            "cheapest",
+            "--pool",
+            p,
+            "--target-tokens-per-s",
+            "1000",
+        ][..],
+        &w,
+    ]
+    .concat());
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("offer[0].max_nodes") && o.stderr.contains("pool.toml"),
+        "{}",
+        o.stderr
+    );
+}
