@@ -46,6 +46,19 @@ pub fn eprint(prefix: &str, notes: &[String]) {
     }
 }
 
+/// The report's own warnings (those the simulation added, such as
+/// measured collectives that served no group), not the cost model's
+/// already printed, to stderr.
+pub fn eprint_report_warnings(report: &sim::report::Report, printed: &[String]) {
+    let new: Vec<String> = report
+        .warnings
+        .iter()
+        .filter(|w| !printed.contains(w))
+        .cloned()
+        .collect();
+    eprint("warning", &new);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -246,6 +246,10 @@ pub struct PlanOutput {
     pub considered: Vec<ConsideredOut>,
     /// Where each GPU type's numbers came from.
     pub sources: Vec<sim::report::SourceLine>,
+    /// With measured collectives: which of the plan's collectives were
+    /// timed from them (per kind and group shape).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub comm_sources: Vec<sim::report::CommSourceStat>,
     /// Remarks (state-only GPUs, fallbacks).
     pub notes: Vec<String>,
     /// The plan in file form.
@@ -344,6 +348,7 @@ pub fn output(res: &Resolved, planned: &Planned, report: &Report) -> PlanOutput 
         search: SearchSummary::from(&planned.stats),
         considered,
         sources: report.sources(),
+        comm_sources: report.comm_sources.clone(),
         notes: planned.notes.clone(),
         pipeline: report.pipeline.clone(),
         plan: p.clone(),
@@ -509,6 +514,7 @@ fn table(o: &PlanOutput, summary: &str) -> String {
         }
     }
     s.push_str(&sim::report::sources_text(&o.sources));
+    s.push_str(&sim::report::comm_sources_text(&o.comm_sources));
     s
 }
 
@@ -574,6 +580,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         run
     };
     crate::cli::notes::eprint("note", &run.planned.notes);
+    crate::cli::notes::eprint_report_warnings(&run.report, &res.costs.warnings);
     let (planned, report) = (run.planned, run.report);
     let mut out = output(&res, &planned, &report);
     out.families = families;

@@ -207,6 +207,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // Warnings about the entries this workload uses come from the cost
     // model; the loader also flags every other entry of the files read.
     crate::cli::notes::eprint("warning", &costs.warnings);
+    crate::cli::notes::eprint_report_warnings(&report, &costs.warnings);
     let others = resolved.warnings.len().saturating_sub(costs.warnings.len());
     if args.verbose {
         for w in resolved

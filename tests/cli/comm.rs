@@ -287,3 +287,91 @@ fn bad_input_names_the_field() {
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("line 1"), "{}", o.stderr);
 }
+
+/// A measured table is named per group in `sources:` (table and JSON):
+/// the 16-rank all-gathers it measured say `measured`, the reduce-scatters
+/// it has no curve for say `analytic`; a table that serves no collective
+/// of the plan (all-reduce measured, a fully sharded plan) is warned about
+/// with the groups on both sides.
+#[test]
+fn measured_collectives_are_named_per_group_and_a_useless_table_is_warned() {
+    let c = two_nodes(1);
+    let log = write(tmp("cli-comm-src-ag16.log"), &nccl_log(16, 17.5));
+    let ones = vec!["1"; 16].join(",");
+    let sim = |profile: &str, format: &str| {
+        run(&[
+            "simulate",
+            "--cluster",
+            &c,
+            "--model",
+            "gpt-1.3b",
+            "--global-batch",
+            "16",
+            "--batch",
+            &ones,
+            "--sharding",
+            "full",
+            "--comm-profile",
+            profile,
+            "--format",
+            format,
+        ])
+    };
+    let o = sim(&log, "json");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let src = v["comm_sources"]
+        .as_array()
+        .expect("comm_sources with a measured table");
+    let of = |kind: &str| -> Vec<&serde_json::Value> {
+        src.iter().filter(|s| s["kind"] == kind).collect()
+    };
+    assert!(
+        of("all_gather")
+            .iter()
+            .all(|s| s["source"] == "measured" && s["group_ranks"] == 16 && s["group_nodes"] == 2),
+        "{src:?}"
+    );
+    assert!(!of("all_gather").is_empty());
+    assert!(
+        of("reduce_scatter")
+            .iter()
+            .all(|s| s["source"] == "analytic"),
+        "{src:?}"
+    );
+    assert!(!o.stderr.contains("serve no collective"), "{}", o.stderr);
+    let t = sim(&log, "table");
+    assert!(
+        t.stdout
+            .contains("collectives over 16 ranks on 2 node(s): all_gather measured x"),
+        "{}",
+        t.stdout
+    );
+    // Measured all-reduces, a plan without any: warned, naming both.
+    let ar = format!("all-reduce={log}");
+    let o = sim(&ar, "table");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("serve no collective of this plan")
+            && o.stderr.contains("all_reduce over 16 ranks")
+            && o.stderr.contains("all_gather over 16 ranks on 2 node(s)"),
+        "{}",
+        o.stderr
+    );
+    // Without a table: no such lines, no such field.
+    let o = run(&[
+        "simulate",
+        "--cluster",
+        &c,
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "16",
+        "--batch",
+        &ones,
+        "--format",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert!(v.get("comm_sources").is_none());
+}

@@ -88,13 +88,19 @@ pub fn scratch(name: &str) -> PathBuf {
 }
 
 /// Writes `text` to `path`, creating its directory; returns the path as
-/// a command-line argument.
+/// a command-line argument. Atomic (a sibling file renamed over it): tests
+/// running in parallel that write the same fixture never let a command
+/// read it half written.
 pub fn write(path: impl AsRef<Path>, text: &str) -> String {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let p = path.as_ref();
     if let Some(parent) = p.parent() {
         std::fs::create_dir_all(parent).unwrap();
     }
-    std::fs::write(p, text).unwrap();
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let part = p.with_extension(format!("part{}-{n}", std::process::id()));
+    std::fs::write(&part, text).unwrap();
+    std::fs::rename(&part, p).unwrap();
     p.display().to_string()
 }
 

@@ -127,6 +127,25 @@ pub trait CommModel: Send + Sync + std::fmt::Debug {
     fn error_pct(&self) -> (f64, f64) {
         (0.0, 0.0)
     }
+    /// Whether the model answers from measurements (a measured table):
+    /// only then do [`CommModel::source`] and [`CommModel::measured_groups`] say anything.
+    fn is_measured(&self) -> bool {
+        false
+    }
+    /// Where the time of `kind` over `ranks` comes from, for a model with
+    /// measurements (`None`: purely analytic).
+    fn source(
+        &self,
+        _kind: CollectiveKind,
+        _ranks: &[CollectiveRank],
+    ) -> Option<super::CommSource> {
+        None
+    }
+    /// The groups it holds measurements for (`all_gather over 8 ranks on
+    /// 1 node`), for a warning when none serves a plan.
+    fn measured_groups(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The analytic NCCL model's expected error against nccl-tests, (median,

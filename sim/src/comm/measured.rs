@@ -44,6 +44,18 @@ pub enum CommSource {
     Analytic,
 }
 
+impl CommSource {
+    /// How reports name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CommSource::Measured => "measured",
+            CommSource::Extrapolated => "extrapolated from measurements",
+            CommSource::Rescaled => "rescaled from another group size",
+            CommSource::Analytic => "analytic (no measurement for this group)",
+        }
+    }
+}
+
 /// A measured curve: points sorted by bytes, times non-decreasing.
 #[derive(Debug, Clone)]
 struct Curve {
@@ -255,6 +267,24 @@ impl CommModel for MeasuredTable {
         } else {
             "measured".into()
         }
+    }
+
+    fn is_measured(&self) -> bool {
+        true
+    }
+
+    fn source(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> Option<CommSource> {
+        Some(self.time_with_source(kind, ranks).1)
+    }
+
+    fn measured_groups(&self) -> Vec<String> {
+        self.curves
+            .keys()
+            .map(|(kind, p, nodes)| match nodes {
+                Some(n) => format!("{} over {p} ranks on {n} node(s)", kind.name()),
+                None => format!("{} over {p} ranks", kind.name()),
+            })
+            .collect()
     }
 
     fn describe(&self) -> String {

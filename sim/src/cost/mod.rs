@@ -532,6 +532,30 @@ impl CostModel {
             .time_ms(kind, &self.collective_ranks(ranks, pieces))
     }
 
+    /// Where the time of a `kind` collective over `ranks` with `pieces`
+    /// (bytes per rank) comes from, with the group's size and nodes;
+    /// `None` (and no work) when the communication model is purely
+    /// analytic.
+    pub fn comm_source(
+        &self,
+        kind: CollectiveKind,
+        ranks: &[usize],
+        pieces: &[f64],
+    ) -> Option<crate::comm::GroupSource> {
+        if !self.comm.is_measured() || ranks.len() < 2 {
+            return None;
+        }
+        let cr = self.collective_ranks(ranks, pieces);
+        let mut nodes: Vec<usize> = cr.iter().map(|r| r.node).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        Some(crate::comm::GroupSource {
+            source: self.comm.source(kind, &cr)?,
+            ranks: ranks.len() as u32,
+            nodes: nodes.len() as u32,
+        })
+    }
+
     fn collective_ranks(&self, ranks: &[usize], pieces: &[f64]) -> Vec<CollectiveRank> {
         collective_ranks(&self.workload.cluster, ranks, pieces)
     }

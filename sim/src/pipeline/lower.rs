@@ -966,6 +966,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             count: 1,
             buffer_bytes: kind.buffer_bytes(&ranks),
             dur: t,
+            source: costs.comm_source(kind, group, &pieces),
         });
         id
     }

@@ -5,8 +5,10 @@ use super::breakdown::Breakdown;
 use super::intervals::{Intervals, Share};
 use super::memory::{Limits, MemoryBreakdown};
 use super::schema::{
-    CollectiveStat, GpuReport, HostReport, KindSummary, OomGpu, PipelineReport, Report, StageReport,
+    CollectiveStat, CommSourceStat, GpuReport, HostReport, KindSummary, OomGpu, PipelineReport,
+    Report, StageReport,
 };
+use crate::comm::GroupSource;
 use crate::cost::CostModel;
 use crate::engine::RunStats;
 use crate::memory::MemoryTracker;
@@ -244,6 +246,9 @@ pub(crate) fn assemble(
         PipelineReport::of(p, &gpus, iteration_ms, &tp)
     });
     let intervals = intervals_of(costs, &gpus, iteration_ms, &rate);
+    let comm_sources = comm_sources(a.collectives);
+    let mut warnings = costs.warnings.clone();
+    warnings.extend(unmatched_measurements(costs, &comm_sources));
     Report {
         planner: plan.planner.clone(),
         model: w.model.name.clone(),
@@ -273,9 +278,10 @@ pub(crate) fn assemble(
         collective_summary,
         collectives,
         comm_model: costs.comm.describe(),
+        comm_sources,
         gpus,
         intervals,
-        warnings: costs.warnings.clone(),
+        warnings,
         ops: stats.ops,
         events: stats.events,
         simulated_gpus: a.classes.simulated_ranks(),
@@ -283,6 +289,51 @@ pub(crate) fn assemble(
         pipeline,
         trace,
     }
+}
+
+/// The collectives per (kind, group shape, source), counted (empty with
+/// the analytic model: nothing to say).
+fn comm_sources(records: &[CollectiveRecord]) -> Vec<CommSourceStat> {
+    let mut by: std::collections::BTreeMap<(&'static str, GroupSource), u64> =
+        std::collections::BTreeMap::new();
+    for c in records {
+        if let Some(src) = c.source {
+            *by.entry((c.kind.name(), src)).or_default() += u64::from(c.count);
+        }
+    }
+    by.into_iter()
+        .map(|((kind, g), n)| CommSourceStat {
+            kind: kind.to_string(),
+            group_ranks: g.ranks,
+            group_nodes: g.nodes,
+            source: g.source,
+            collectives: n,
+        })
+        .collect()
+}
+
+/// A warning when measured collectives were given and none served this
+/// plan (every collective of it timed by the analytic model): which groups
+/// were measured and which the plan has.
+fn unmatched_measurements(costs: &CostModel, sources: &[CommSourceStat]) -> Option<String> {
+    use crate::comm::CommSource;
+    if !costs.comm.is_measured() || sources.iter().any(|s| s.source != CommSource::Analytic) {
+        return None;
+    }
+    let plan: Vec<String> = sources
+        .iter()
+        .map(|s| {
+            format!(
+                "{} over {} ranks on {} node(s)",
+                s.kind, s.group_ranks, s.group_nodes
+            )
+        })
+        .collect();
+    Some(format!(
+        "the measured collectives given ({}) serve no collective of this plan ({}): the analytic model timed every one; measure the plan's groups (nccl-tests with -g / -N for its ranks and nodes)",
+        costs.comm.measured_groups().join(", "),
+        if plan.is_empty() { "none".to_string() } else { plan.join(", ") }
+    ))
 }
 
 /// Rank `r`'s row: its plan entry, its time breakdown and memory (a rank

@@ -58,7 +58,7 @@ pub(crate) use breakdown::Breakdown;
 pub use intervals::{Interval, Intervals, Share};
 pub use memory::{Limits, MemoryBreakdown};
 pub use schema::{
-    CollectiveStat, GpuReport, HostReport, KindSummary, OomGpu, PipelineReport, Report, SourceLine,
-    StageReport, Timing, REPORT_FORMAT,
+    CollectiveStat, CommSourceStat, GpuReport, HostReport, KindSummary, OomGpu, PipelineReport,
+    Report, SourceLine, StageReport, Timing, REPORT_FORMAT,
 };
-pub use table::{group_rows, memory_table, sources_text, GROUP_ROWS_ABOVE};
+pub use table::{comm_sources_text, group_rows, memory_table, sources_text, GROUP_ROWS_ABOVE};

@@ -154,6 +154,23 @@ pub struct CollectiveStat {
     pub time_ms: f64,
 }
 
+/// Collectives of one kind over groups of one shape whose times came from
+/// one source (a measured table's provenance; reports have none with the
+/// analytic model).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CommSourceStat {
+    /// `all_gather`, `reduce_scatter` or `all_reduce`.
+    pub kind: String,
+    /// Ranks in each group.
+    pub group_ranks: u32,
+    /// Nodes each group spans.
+    pub group_nodes: u32,
+    /// Where their times came from.
+    pub source: crate::comm::CommSource,
+    /// Collectives of the iteration (every group's).
+    pub collectives: u64,
+}
+
 /// Iteration timing and throughput (what [`Report`] reports at top level).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Timing {
@@ -204,6 +221,9 @@ pub struct Timing {
 ///   "collective_summary": [{kind, count, buffer_gib, time_ms}],     -- per GPU and iteration
 ///   "collectives": [{kind, unit, count, buffer_bytes, time_ms}],    -- per unit, likewise
 ///   "comm_model": str,
+///   "comm_sources": [{kind, group_ranks, group_nodes, source: "measured"|"extrapolated"|
+///                     "rescaled"|"analytic", collectives}]
+///                                                   -- present only with measured collectives
 ///   "gpus": [{rank, gpu, node, batch, microbatches, microbatch_size, state_fraction,
 ///             compute_ms, exposed_comm_ms, copy_ms, host_ms, idle_ms,   -- sum = iteration time
 ///             forward_ms, recompute_ms, backward_ms, optimizer_ms,       -- sum = compute_ms
@@ -301,6 +321,9 @@ pub struct Report {
     pub collectives: Vec<CollectiveStat>,
     /// Communication model description.
     pub comm_model: String,
+    /// With measured collectives: which of the plan's collectives (kind,
+    /// group shape) were timed from measurements and which analytically.
+    pub comm_sources: Vec<CommSourceStat>,
     /// Per-GPU details in rank order.
     pub gpus: Vec<GpuReport>,
     /// How sure the iteration time and throughput are: intervals from the
@@ -422,6 +445,8 @@ struct ReportJson<'a> {
     collective_summary: &'a [KindSummary],
     collectives: &'a [CollectiveStat],
     comm_model: &'a str,
+    #[serde(skip_serializing_if = "<[CommSourceStat]>::is_empty")]
+    comm_sources: &'a [CommSourceStat],
     gpus: &'a [GpuReport],
     #[serde(skip_serializing_if = "Option::is_none")]
     pipeline: Option<&'a PipelineReport>,
@@ -498,6 +523,7 @@ impl Report {
             collective_summary: &self.collective_summary,
             collectives: &self.collectives,
             comm_model: &self.comm_model,
+            comm_sources: &self.comm_sources,
             gpus: &self.gpus,
             pipeline: self.pipeline.as_ref(),
             intervals: (!self.oom).then_some(&self.intervals),

@@ -2,7 +2,7 @@
 //! and the row grouping and alignment the plan tables share.
 
 use super::memory::MemoryBreakdown;
-use super::schema::{GpuReport, HostReport, PipelineReport, Report, SourceLine};
+use super::schema::{CommSourceStat, GpuReport, HostReport, PipelineReport, Report, SourceLine};
 use std::fmt::Write as _;
 
 /// GPU (and host) count above which the table prints consecutive identical
@@ -126,6 +126,32 @@ pub fn sources_text(src: &[SourceLine]) -> String {
     s
 }
 
+/// Where the collectives' times came from, one line per group shape
+/// (`  collectives over 8 ranks on 1 node(s): all_gather measured x24,
+/// ...`), to follow [`sources_text`]; empty with the analytic model.
+pub fn comm_sources_text(stats: &[CommSourceStat]) -> String {
+    let mut shapes: Vec<(u32, u32)> = stats
+        .iter()
+        .map(|c| (c.group_ranks, c.group_nodes))
+        .collect();
+    shapes.sort_unstable();
+    shapes.dedup();
+    let mut s = String::new();
+    for (ranks, nodes) in shapes {
+        let parts: Vec<String> = stats
+            .iter()
+            .filter(|c| (c.group_ranks, c.group_nodes) == (ranks, nodes))
+            .map(|c| format!("{} {} x{}", c.kind, c.source.name(), c.collectives))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  collectives over {ranks} ranks on {nodes} node(s): {}",
+            parts.join(", ")
+        );
+    }
+    s
+}
+
 impl Report {
     /// A human-readable table: one row per GPU, then the summary (or an
     /// OUT OF MEMORY block naming each GPU with its peak and capacity).
@@ -153,6 +179,7 @@ impl Report {
             self.write_throughput(&mut s);
         }
         s.push_str(&sources_text(&self.sources()));
+        s.push_str(&comm_sources_text(&self.comm_sources));
         s
     }
 

@@ -73,6 +73,9 @@ pub struct CollectiveRecord {
     pub buffer_bytes: f64,
     /// Duration.
     pub dur: SimTime,
+    /// Where its time came from and its group's shape (`None`: the
+    /// analytic model, nothing measured).
+    pub source: Option<crate::comm::GroupSource>,
 }
 
 /// What receives the lowered ops (an engine [`Graph`], or the fast model's
@@ -190,7 +193,7 @@ pub(crate) fn at(l: OpLabel, unit: u32, micro: u32) -> OpLabel {
 }
 
 /// A costed collective: duration (ms) and link busy times (resource, ms).
-type Costed = (f64, Rc<[(u32, f64)]>);
+type Costed = (f64, Rc<[(u32, f64)]>, Option<crate::comm::GroupSource>);
 
 struct Builder<'d, 'a, 's, S: Sink> {
     d: &'d Description<'a>,
@@ -206,6 +209,9 @@ struct Builder<'d, 'a, 's, S: Sink> {
     contention: bool,
     /// Link busy times of the collectives costed since the last one emitted.
     pending: Vec<(u32, f64)>,
+    /// Where the last collective costed got its time (taken by the next
+    /// one emitted).
+    pending_source: Option<crate::comm::GroupSource>,
     /// Per rank: whether its ops are emitted (`None`: every rank's).
     simulated: Option<&'d [bool]>,
     /// Collectives block their ranks' next compute op.
@@ -238,12 +244,13 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
         let costs = self.d.costs;
         let contention = self.contention;
         let simulated = self.simulated;
-        let (ms, busy) = self
+        let (ms, busy, source) = self
             .durs
             .entry((kind, group, bytes.to_bits()))
             .or_insert_with(|| {
                 let pieces = pieces();
                 let ms = costs.group_collective_ms(kind, ranks, &pieces);
+                let source = costs.comm_source(kind, ranks, &pieces);
                 let busy: Rc<[(u32, f64)]> = if contention {
                     costs
                         .group_collective_shares(kind, ranks, &pieces, ms)
@@ -255,9 +262,11 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
                 } else {
                     Rc::from(Vec::new())
                 };
-                (ms, busy)
+                (ms, busy, source)
             });
         self.pending.extend(busy.iter().copied());
+        // The next collective op recorded is this one's.
+        self.pending_source = *source;
         *ms
     }
 
@@ -357,6 +366,7 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
             count,
             buffer_bytes,
             dur,
+            source: self.pending_source.take(),
         });
         op
     }
@@ -548,6 +558,7 @@ impl<'d, 'a, 's, S: Sink> Builder<'d, 'a, 's, S> {
             durs: HashMap::new(),
             contention: how.contention,
             pending: Vec::new(),
+            pending_source: None,
             simulated: how.classes.map(|c| &c.simulated[..]),
             blocking: how.blocking_collectives || !d.costs.comm_overlaps_compute(),
             blocked_by: vec![None; d.ranks()],
