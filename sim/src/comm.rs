@@ -88,21 +88,10 @@ mod topology;
 
 pub use analytic::{ring_ms, RingModel};
 pub use collective::{
-    CollectiveKind, CommModel, LinkKind, LinkRef, ANALYTIC_COMM_ERROR_PCT, MEASURED_COMM_ERROR_PCT,
+    CollectiveKind, CommModel, CommSource, GroupSource, LinkKind, LinkRef, ANALYTIC_COMM_ERROR_PCT,
+    MEASURED_COMM_ERROR_PCT,
 };
-pub use measured::{CommSource, MeasuredPoint, MeasuredTable};
-
-/// Where one collective's time came from, and its group's shape (what a
-/// report's `sources:` names per group).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-pub struct GroupSource {
-    /// Measured, extrapolated, rescaled or analytic.
-    pub source: CommSource,
-    /// Ranks in the group.
-    pub ranks: u32,
-    /// Nodes the group spans.
-    pub nodes: u32,
-}
+pub use measured::{MeasuredPoint, MeasuredTable};
 pub use protocol::{
     ring_plateau, HopKind, NcclGen, Protocol, NVLS_CHANNELS, NVLS_EFFICIENCY, NVLS_NVLINK_US,
     NVLS_TREE_NET_US, SIMPLE_NET_HOP_US, SIMPLE_NVLINK_HOP_US, TREE_BW_FACTOR,

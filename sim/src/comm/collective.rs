@@ -97,6 +97,44 @@ pub enum LinkKind {
     Nic,
 }
 
+/// Where a collective time came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommSource {
+    /// Interpolated between measured points.
+    Measured,
+    /// Outside the measured byte range: analytic model scaled to the nearest point.
+    Extrapolated,
+    /// A curve measured on another number of ranks, rescaled to equal bus bandwidth.
+    Rescaled,
+    /// No measurement for this kind and group size: analytic model.
+    Analytic,
+}
+
+impl CommSource {
+    /// How reports name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CommSource::Measured => "measured",
+            CommSource::Extrapolated => "extrapolated from measurements",
+            CommSource::Rescaled => "rescaled from another group size",
+            CommSource::Analytic => "analytic (no measurement for this group)",
+        }
+    }
+}
+
+/// Where one collective's time came from, and its group's shape (what a
+/// report's `sources:` names per group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct GroupSource {
+    /// Measured, extrapolated, rescaled or analytic.
+    pub source: CommSource,
+    /// Ranks in the group.
+    pub ranks: u32,
+    /// Nodes the group spans.
+    pub nodes: u32,
+}
+
 /// A communication cost model: time of one collective over given ranks.
 pub trait CommModel: Send + Sync + std::fmt::Debug {
     /// Time in ms of collective `kind` over `ranks` (one entry per rank, in
@@ -134,11 +172,7 @@ pub trait CommModel: Send + Sync + std::fmt::Debug {
     }
     /// Where the time of `kind` over `ranks` comes from, for a model with
     /// measurements (`None`: purely analytic).
-    fn source(
-        &self,
-        _kind: CollectiveKind,
-        _ranks: &[CollectiveRank],
-    ) -> Option<super::CommSource> {
+    fn source(&self, _kind: CollectiveKind, _ranks: &[CollectiveRank]) -> Option<CommSource> {
         None
     }
     /// The groups it holds measurements for (`all_gather over 8 ranks on

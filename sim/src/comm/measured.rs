@@ -2,7 +2,7 @@
 //! rescaled across group sizes, the analytic model outside them.
 
 use super::analytic::RingModel;
-use super::collective::{CollectiveKind, CommModel, LinkRef};
+use super::collective::{CollectiveKind, CommModel, CommSource, LinkRef};
 use super::topology::CollectiveRank;
 use crate::error::SpecError;
 use serde::{Deserialize, Serialize};
@@ -28,32 +28,6 @@ pub struct MeasuredPoint {
     /// rescaled to equal bus bandwidth (imported nccl-tests logs).
     #[serde(default)]
     pub rescalable: bool,
-}
-
-/// Where a collective time came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CommSource {
-    /// Interpolated between measured points.
-    Measured,
-    /// Outside the measured byte range: analytic model scaled to the nearest point.
-    Extrapolated,
-    /// A curve measured on another number of ranks, rescaled to equal bus bandwidth.
-    Rescaled,
-    /// No measurement for this kind and group size: analytic model.
-    Analytic,
-}
-
-impl CommSource {
-    /// How reports name it.
-    pub fn name(self) -> &'static str {
-        match self {
-            CommSource::Measured => "measured",
-            CommSource::Extrapolated => "extrapolated from measurements",
-            CommSource::Rescaled => "rescaled from another group size",
-            CommSource::Analytic => "analytic (no measurement for this group)",
-        }
-    }
 }
 
 /// A measured curve: points sorted by bytes, times non-decreasing.
