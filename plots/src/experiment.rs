@@ -2,9 +2,9 @@
 //! to grouped bars, lines, stacked per-GPU bars and Gantt timelines, as
 //! its spec's `[[figure]]` tables say.
 
-use crate::bars::GroupedBars;
+use crate::bars::{Bar, GroupedBars};
 use crate::gantt::{Gantt, Span};
-use crate::lines::Lines;
+use crate::lines::{Lines, Point, Series};
 use crate::render::{render, DynErr, Rendered};
 use crate::stacked::StackedBars;
 use sim::experiment::{Axis, ExperimentSpec, FigureKind, FigureSpec, Results};
@@ -77,17 +77,26 @@ fn bars(
 ) -> Result<(Vec<Rendered>, String), DynErr> {
     let xs = results.axis_values(f.x, &f.planners);
     let ss = results.axis_values(f.series, &f.planners);
-    let series: Vec<(String, Vec<Option<f64>>)> = ss
+    let series: Vec<(String, Vec<Bar>)> = ss
         .iter()
         .map(|s| {
             let vals = xs
                 .iter()
                 .map(|x| {
-                    results
+                    match results
                         .rows
                         .iter()
                         .find(|r| &f.x.of(r) == x && &f.series.of(r) == s)
-                        .and_then(|r| f.y.of(r))
+                    {
+                        None => Bar::Absent,
+                        Some(r) => match f.y.of(r) {
+                            Some(v) => Bar::Value {
+                                v,
+                                band: f.y.band(r),
+                            },
+                            None => Bar::Failed,
+                        },
+                    }
                 })
                 .collect();
             (short(s), vals)
@@ -103,7 +112,7 @@ fn bars(
     };
     Ok((
         render(&fig, base)?,
-        format!("{t} (a missing bar: out of memory or infeasible)"),
+        format!("{t} (x: out of memory or infeasible; error bars: the prediction's interval at its sources' median errors)"),
     ))
 }
 
@@ -114,19 +123,26 @@ fn lines(
     base: &Path,
 ) -> Result<(Vec<Rendered>, String), DynErr> {
     let ss = results.axis_values(f.series, &f.planners);
-    let series: Vec<(String, Vec<(f64, f64)>)> = ss
+    let series: Vec<Series> = ss
         .iter()
         .map(|s| {
-            let pts = results
+            let points = results
                 .rows
                 .iter()
                 .filter(|r| &f.series.of(r) == s)
                 .filter_map(|r| {
                     let x: f64 = f.x.of(r).parse().ok()?;
-                    Some((x, f.y.of(r)?))
+                    Some(Point {
+                        x,
+                        y: f.y.of(r),
+                        band: f.y.band(r),
+                    })
                 })
                 .collect();
-            (short(s), pts)
+            Series {
+                name: short(s),
+                points,
+            }
         })
         .collect();
     let t = title(spec, f, String::new());
@@ -138,7 +154,10 @@ fn lines(
         log_x: f.log_x,
         log_y: f.log_y,
     };
-    Ok((render(&fig, base)?, t))
+    Ok((
+        render(&fig, base)?,
+        format!("{t} (x on the axis: out of memory or infeasible; bands: the prediction's interval at its sources' median errors)"),
+    ))
 }
 
 fn stacked(

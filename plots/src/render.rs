@@ -100,12 +100,51 @@ pub fn err<E: std::fmt::Display>(e: E) -> DynErr {
     e.to_string().into()
 }
 
-/// Legend entries for `names`, coloured in order.
+/// Legend entries for `names`: a planner of the registry in its own
+/// colour (its place in the registry, so one planner has one colour in
+/// every figure), any other series in order.
 pub fn entries<'a>(names: impl Iterator<Item = &'a String>) -> Vec<(String, RGBColor)> {
+    let planners = sim::planner::registry::names(|_| true);
     names
         .enumerate()
-        .map(|(i, n)| (n.clone(), color(i)))
+        .map(|(i, n)| {
+            let c = match planners.iter().position(|p| p == n) {
+                Some(k) => color(k),
+                None => color(i),
+            };
+            (n.clone(), c)
+        })
         .collect()
+}
+
+/// A tick label: integers as integers (`1024`), large values with a
+/// suffix (`12.5k`, `3M`), others to three significant digits (`0.25`),
+/// never `100.0`.
+pub fn compact(v: f64) -> String {
+    fn trim(x: f64, digits: usize) -> String {
+        let s = format!("{x:.digits$}");
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    }
+    if !v.is_finite() {
+        return String::new();
+    }
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{}M", trim(v / 1e6, 2))
+    } else if a >= 1e4 {
+        format!("{}k", trim(v / 1e3, 1))
+    } else if (v - v.round()).abs() < 1e-9 * a.max(1.0) {
+        format!("{}", v.round() as i64)
+    } else if a >= 1.0 {
+        trim(v, 2)
+    } else {
+        let digits = (2.0 - a.log10().floor()).clamp(1.0, 12.0) as usize;
+        trim(v, digits)
+    }
 }
 
 /// Splits `root` into the plot (left) and a legend panel (right, `legend_px`
@@ -144,4 +183,27 @@ where
             .map_err(err)?;
     }
     Ok(plot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_labels_read_as_the_values() {
+        assert_eq!(compact(100.0), "100");
+        assert_eq!(compact(1024.0), "1024");
+        assert_eq!(compact(12500.0), "12.5k");
+        assert_eq!(compact(3e6), "3M");
+        assert_eq!(compact(0.25), "0.25");
+        assert_eq!(compact(2.5), "2.5");
+        assert_eq!(compact(0.0125), "0.0125");
+    }
+
+    #[test]
+    fn a_planner_has_one_colour_whatever_else_is_drawn() {
+        let a = entries(["gpu-a".to_string(), "fsdp".to_string()].iter());
+        let b = entries(["fsdp".to_string()].iter());
+        assert_eq!(a[1].1, b[0].1);
+    }
 }

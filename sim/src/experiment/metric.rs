@@ -97,6 +97,33 @@ impl Metric {
     }
 }
 
+impl Metric {
+    /// The interval of this metric in row `r` from its iteration-time
+    /// interval (`interval_rel`, at the sources' median errors): times and
+    /// costs scale with the iteration time, rates inversely; `None` for a
+    /// metric the interval says nothing about (memory, search counts, a
+    /// ratio of two predictions) or a row without one.
+    pub fn band(self, r: &ResultRow) -> Option<(f64, f64)> {
+        let v = self.of(r)?;
+        let e = r
+            .interval_rel
+            .filter(|e| e.is_finite() && (0.0..1.0).contains(e))?;
+        match self {
+            Metric::IterationMs | Metric::UsdPerMillionTokens => {
+                Some((v * (1.0 - e), v * (1.0 + e)))
+            }
+            Metric::SamplesPerS
+            | Metric::TokensPerS
+            | Metric::Mfu
+            | Metric::SamplesPerSPerUsdHour => Some((v / (1.0 + e), v / (1.0 - e))),
+            Metric::PeakUsablePct
+            | Metric::SpeedupVsFsdp
+            | Metric::SearchCandidates
+            | Metric::SearchSimulations => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +154,30 @@ mod tests {
         assert_eq!(Metric::IterationMs.of(&r), None);
         let fits = ResultRow { oom: false, ..r };
         assert_eq!(Metric::IterationMs.of(&fits), Some(5.0));
+    }
+
+    /// Bands hold the value, times widen up and down by the relative
+    /// error, rates inversely; memory has none.
+    #[test]
+    fn bands_follow_the_iteration_time_interval() {
+        let r = ResultRow {
+            iteration_ms: Some(100.0),
+            samples_per_s: Some(10.0),
+            peak_usable_pct: Some(50.0),
+            interval_rel: Some(0.1),
+            ..ResultRow::default()
+        };
+        let (lo, hi) = Metric::IterationMs.band(&r).unwrap();
+        assert!((lo - 90.0).abs() < 1e-9 && (hi - 110.0).abs() < 1e-9);
+        let (lo, hi) = Metric::SamplesPerS.band(&r).unwrap();
+        assert!((lo - 10.0 / 1.1).abs() < 1e-9 && (hi - 10.0 / 0.9).abs() < 1e-9);
+        assert_eq!(Metric::PeakUsablePct.band(&r), None);
+        assert_eq!(
+            Metric::IterationMs.band(&ResultRow {
+                interval_rel: None,
+                ..r
+            }),
+            None
+        );
     }
 }

@@ -62,6 +62,11 @@ pub struct ResultRow {
     pub search_simulations: Option<u64>,
     /// Where the compute numbers came from (per GPU type, `;`-joined).
     pub sources: String,
+    /// How sure the iteration time is: the relative half-width of its
+    /// interval at the sources' median errors (fraction; empty when out
+    /// of memory or without a plan). Figures draw it as bands / error bars.
+    #[serde(default)]
+    pub interval_rel: Option<f64>,
 }
 
 /// One GPU of one run (the per-GPU CSV).

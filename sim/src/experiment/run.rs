@@ -174,6 +174,7 @@ fn fill_row(row: &mut ResultRow, r: &PlannedRun) {
     row.peak_usable_pct = rep.gpus.iter().map(|g| g.usable_pct).reduce(f64::max);
     row.price_per_hour_usd = rep.price_per_hour_usd;
     row.usd_per_million_tokens = rep.usd_per_million_tokens();
+    row.interval_rel = fits.then_some(rep.intervals.median.rel);
     row.samples_per_s_per_usd_hour = match (fits, rep.price_per_hour_usd) {
         (true, Some(p)) if p > 0.0 => Some(rep.samples_per_s / p),
         _ => None,
