@@ -22,6 +22,7 @@ pub mod dtype;
 pub mod engine;
 pub mod error;
 pub mod experiment;
+pub mod export;
 pub mod fast;
 pub mod fold;
 pub mod gpu;

@@ -1,0 +1,668 @@
+//! A plan as a real framework runs it: the framework's own config file,
+//! what of the plan the framework cannot express, and the plan it would
+//! actually run (the *approximation*), simulated beside the plan.
+//!
+//! Frameworks run one local batch and a `1/N` state shard on every rank and
+//! accumulate micro-batch by micro-batch; a Cephalo plan may give every GPU
+//! its own batch, micro-batch count and state fraction and accumulate layer
+//! by layer. [`export`] builds the approximation (same world size, the
+//! global batch split evenly, even shards, the framework's accumulation
+//! style, the micro-batch size of the plan's tightest GPU), simulates it
+//! with [`crate::simulate::simulate`] and renders the config with the notes
+//! and both predictions as comments.
+//!
+//! One module per framework ([`torchtitan`], [`deepspeed`], [`accelerate`]),
+//! each a [`Target`]; [`TARGETS`] is the registry: a new framework is one
+//! module plus a registry line. No I/O: configs are returned as text.
+//! Units: samples, ms, tokens/s, GiB.
+
+pub mod accelerate;
+pub mod deepspeed;
+pub mod torchtitan;
+
+use crate::cost::{CostModel, Workload};
+use crate::error::PlanError;
+use crate::iteration::SimOptions;
+use crate::plan::pipeline::Pipeline;
+use crate::plan::Plan;
+use crate::report::Report;
+use crate::simulate::simulate;
+use crate::strategy::{Accumulation, Sharding, Strategy};
+use serde::Serialize;
+
+/// A framework a plan can be exported to.
+pub trait Target: Sync {
+    /// Its name on the command line (`torchtitan`).
+    fn name(&self) -> &'static str;
+    /// The file it writes, in words (`job-config TOML`).
+    fn file_kind(&self) -> &'static str;
+    /// How it accumulates gradients over micro-batches, in the simulator's
+    /// terms, for a plan under `sharding`.
+    fn accumulation(&self, sharding: Sharding) -> Accumulation;
+    /// The strategy it runs for `s` (what it cannot express replaced by its
+    /// nearest), with a note per replacement.
+    fn strategy(&self, s: &Strategy) -> (Strategy, Vec<String>);
+    /// Whether it can run pipeline plans (from its config or its API).
+    fn pipelines(&self) -> bool;
+    /// The pipeline it runs for `p` (its schedules only), with a note per
+    /// change.
+    fn pipeline(&self, _p: &mut Pipeline) -> Vec<String> {
+        Vec::new()
+    }
+    /// The config text of `e.shape`, with `e`'s notes and figures as
+    /// comments (or, for JSON, a `_cephalo` object).
+    fn render(&self, e: &Exported) -> String;
+}
+
+/// Every framework, in the order `--help` lists them.
+pub const TARGETS: &[&dyn Target] = &[
+    &torchtitan::Torchtitan,
+    &deepspeed::DeepSpeed,
+    &accelerate::Accelerate,
+];
+
+/// The names of [`TARGETS`].
+pub fn names() -> Vec<&'static str> {
+    TARGETS.iter().map(|t| t.name()).collect()
+}
+
+/// The target named `name` (case-insensitive).
+pub fn by_name(name: &str) -> Option<&'static dyn Target> {
+    TARGETS
+        .iter()
+        .copied()
+        .find(|t| t.name().eq_ignore_ascii_case(name.trim()))
+}
+
+/// The degrees and batch sizes a framework config carries (of the plan the
+/// framework runs, [`Exported::approximation`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Shape {
+    /// GPUs (ranks).
+    pub world: u32,
+    /// Nodes.
+    pub nodes: u32,
+    /// Data-parallel replicas (1 under full sharding).
+    pub dp_replicate: u32,
+    /// Data-parallel shard degree (1 without sharding).
+    pub dp_shard: u32,
+    /// Tensor-parallel degree.
+    pub tp: u32,
+    /// Pipeline stages.
+    pub pp: u32,
+    /// Micro-batch size per data-parallel rank, samples.
+    pub micro_batch: u32,
+    /// Gradient-accumulation steps (pipelines: micro-batches per iteration).
+    pub accumulation_steps: u32,
+    /// Global batch the config states, samples: a multiple of
+    /// `micro_batch x accumulation_steps x dp` (the plan's own when it is
+    /// one; see [`Shape::global_batch_exact`]).
+    pub global_batch: u32,
+    /// Whether `global_batch` is the workload's global batch.
+    pub global_batch_exact: bool,
+    /// Tokens per sample.
+    pub seq_len: u32,
+}
+
+impl Shape {
+    /// Data-parallel degree: replicas x shards.
+    pub fn dp(&self) -> u32 {
+        self.dp_replicate * self.dp_shard
+    }
+}
+
+/// A simulated plan's headline figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Figures {
+    /// Iteration time, ms.
+    pub iteration_ms: f64,
+    /// Tokens per second, all GPUs.
+    pub tokens_per_s: f64,
+    /// Samples per second, all GPUs.
+    pub samples_per_s: f64,
+    /// Model FLOPs utilisation (0..1).
+    pub mfu: f64,
+    /// Largest peak memory of any GPU, GiB.
+    pub max_peak_mem_gib: f64,
+    /// Whether some GPU runs out of memory.
+    pub oom: bool,
+    /// The GPUs out of memory, one line each (rank, type, peak and usable GiB).
+    pub oom_gpus: Vec<String>,
+}
+
+impl Figures {
+    /// The figures of a report.
+    pub fn of(r: &Report) -> Figures {
+        Figures {
+            iteration_ms: r.iteration_ms,
+            tokens_per_s: r.tokens_per_s,
+            samples_per_s: r.samples_per_s,
+            mfu: r.mfu,
+            max_peak_mem_gib: r.gpus.iter().map(|g| g.peak_mem_gib).fold(0.0, f64::max),
+            oom: r.oom,
+            oom_gpus: r
+                .oom_gpus
+                .iter()
+                .map(|o| {
+                    format!(
+                        "rank {} ({}): peak {:.2} GiB > usable {:.2} GiB",
+                        o.rank, o.gpu, o.peak_mem_gib, o.usable_gib
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// One line: `1234.5 ms, 5678 tokens/s` or the out-of-memory verdict.
+    pub fn line(&self) -> String {
+        if self.oom {
+            format!(
+                "runs out of memory ({})",
+                self.oom_gpus.first().map_or("", String::as_str)
+            )
+        } else {
+            format!(
+                "{:.1} ms per iteration, {:.0} tokens/s, MFU {:.1}%, peak {:.2} GiB",
+                self.iteration_ms,
+                self.tokens_per_s,
+                self.mfu * 100.0,
+                self.max_peak_mem_gib
+            )
+        }
+    }
+}
+
+/// A plan exported to a framework: the config, what is lost, and both
+/// simulations side by side.
+#[derive(Debug, Clone, Serialize)]
+pub struct Exported {
+    /// The framework's name.
+    pub framework: &'static str,
+    /// The planner of the exported plan.
+    pub planner: String,
+    /// The workload's model (catalog name).
+    pub model: String,
+    /// The training dtype of the workload (`bf16`, `fp16`, `fp32`).
+    pub dtype: String,
+    /// The degrees and batch sizes the config states.
+    pub shape: Shape,
+    /// The strategy the framework runs.
+    pub strategy: Strategy,
+    /// The plan's own strategy.
+    pub planned_strategy: Strategy,
+    /// The plan the framework would run (same world, even batches and
+    /// shards, its accumulation style).
+    pub approximation: Plan,
+    /// What of the plan the framework cannot express, and what the
+    /// approximation loses, one sentence each.
+    pub notes: Vec<String>,
+    /// The plan's simulated figures.
+    pub planned: Figures,
+    /// The approximation's simulated figures (`None`: it could not be
+    /// simulated, a note says why).
+    pub approximated: Option<Figures>,
+    /// The approximation's iteration time over the plan's (above 1: the
+    /// framework is slower; `None` when either runs out of memory).
+    pub slowdown: Option<f64>,
+    /// The config file's text.
+    pub config: String,
+}
+
+impl Exported {
+    /// The side-by-side lines every config carries and the CLI prints.
+    pub fn comparison_lines(&self) -> Vec<String> {
+        let mut v = vec![
+            format!(
+                "the plan ({}, simulated): {}",
+                self.planner,
+                self.planned.line()
+            ),
+            match &self.approximated {
+                Some(f) => format!("as {} runs it (simulated): {}", self.framework, f.line()),
+                None => format!(
+                    "as {} runs it: not simulated (see the notes)",
+                    self.framework
+                ),
+            },
+        ];
+        if let Some(s) = self.slowdown {
+            if (s - 1.0).abs() < 0.005 {
+                v.push(format!(
+                    "{} runs the exported config as fast as the plan (within 0.5%)",
+                    self.framework
+                ));
+                return v;
+            }
+            v.push(format!(
+                "{} runs the exported config {:.2}x {} than the plan",
+                self.framework,
+                if s >= 1.0 { s } else { 1.0 / s },
+                if s >= 1.0 { "slower" } else { "faster" }
+            ));
+        }
+        v
+    }
+}
+
+/// Exports `plan` (simulated as `report`) on the workload of `costs` to
+/// `target`: builds and simulates the approximation and renders the config.
+/// Errors when the target cannot run the plan's kind at all (a pipeline
+/// where it has none).
+pub fn export(
+    costs: &CostModel,
+    plan: &Plan,
+    report: &Report,
+    target: &dyn Target,
+) -> Result<Exported, PlanError> {
+    let w = &costs.workload;
+    if plan.pipeline.is_some() && !target.pipelines() {
+        return Err(PlanError::invalid(
+            "--export",
+            target.name(),
+            format!(
+                "{} cannot run a pipeline plan ({}); export it to {} or choose a data-parallel planner",
+                target.name(),
+                plan.label(),
+                TARGETS
+                    .iter()
+                    .filter(|t| t.pipelines())
+                    .map(|t| t.name())
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ),
+        ));
+    }
+    let mut notes = lost(plan);
+    let (mut strategy, mut snotes) = target.strategy(&plan.strategy);
+    strategy.accumulation = target.accumulation(strategy.sharding);
+    notes.append(&mut snotes);
+    let (approximation, shape, mut anotes) = approximate(w, plan, strategy, target);
+    notes.append(&mut anotes);
+    if plan.strategy.accumulation == Accumulation::Layered
+        && plan.gpus.iter().any(|g| g.microbatches > 1)
+    {
+        notes.push(format!(
+            "layered gradient accumulation (one gather and one reduce per unit for all micro-batches) is Cephalo's own: no framework runs it; {} accumulates {}",
+            target.name(),
+            accumulation_words(strategy.accumulation)
+        ));
+    }
+    let approximated = match approximation.validate(w.cluster.len(), w.global_batch, "export") {
+        Err(e) => {
+            notes.push(format!("the approximation is not a valid plan here: {e}"));
+            None
+        }
+        Ok(()) => match simulate(costs, &approximation, &SimOptions::default()) {
+            Ok(r) => Some(Figures::of(&r)),
+            Err(e) => {
+                notes.push(format!("the approximation could not be simulated: {e}"));
+                None
+            }
+        },
+    };
+    let planned = Figures::of(report);
+    if let Some(a) = &approximated {
+        if a.oom {
+            notes.push(format!(
+                "the approximation runs out of memory: {}",
+                a.oom_gpus.join("; ")
+            ));
+        }
+    }
+    let slowdown = approximated
+        .as_ref()
+        .filter(|a| !a.oom && !planned.oom && planned.iteration_ms > 0.0)
+        .map(|a| a.iteration_ms / planned.iteration_ms);
+    let mut e = Exported {
+        framework: target.name(),
+        planner: plan.planner.clone(),
+        model: w.model.name.clone(),
+        dtype: w.dtype.to_string(),
+        shape,
+        strategy,
+        planned_strategy: plan.strategy,
+        approximation,
+        notes,
+        planned,
+        approximated,
+        slowdown,
+        config: String::new(),
+    };
+    e.config = target.render(&e);
+    Ok(e)
+}
+
+/// How an accumulation style reads in a note.
+fn accumulation_words(a: Accumulation) -> &'static str {
+    match a {
+        Accumulation::Layered => "layer by layer",
+        Accumulation::NoSync => {
+            "micro-batch by micro-batch under no_sync() (one reduction after the last)"
+        }
+        Accumulation::Sync => {
+            "micro-batch by micro-batch, reducing gradients after every micro-batch"
+        }
+    }
+}
+
+/// What of `plan` no framework config expresses (batches, shards and
+/// micro-batch counts that differ per GPU, state-only GPUs, pipeline stages
+/// that differ), one sentence each.
+pub fn lost(plan: &Plan) -> Vec<String> {
+    let mut v = Vec::new();
+    let batches: Vec<u32> = plan.gpus.iter().map(|g| g.batch).collect();
+    let (bmin, bmax) = min_max(&batches);
+    if plan.pipeline.is_none() && bmin != bmax {
+        v.push(format!(
+            "uneven per-GPU batches ({}): frameworks run one local batch on every rank",
+            crate::lists::runs(&batches)
+        ));
+    }
+    if plan.pipeline.is_none() && bmin == 0 {
+        v.push(
+            "state-only GPUs (batch 0, holding state and joining collectives): frameworks give every rank samples"
+                .into(),
+        );
+    }
+    let fr = plan.state_fractions();
+    let (fmin, fmax) = fr
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(a, b), &x| (a.min(x), b.max(x)));
+    if plan.strategy.sharding.shards_params() && plan.pipeline.is_none() && fmax - fmin > 1e-9 {
+        v.push(format!(
+            "uneven state shards ({:.2}% to {:.2}% of the state per GPU): frameworks shard 1/N",
+            fmin * 100.0,
+            fmax * 100.0
+        ));
+    }
+    let micro: Vec<u32> = plan
+        .gpus
+        .iter()
+        .filter(|g| g.batch > 0)
+        .map(|g| g.microbatches)
+        .collect();
+    let (nmin, nmax) = min_max(&micro);
+    if plan.pipeline.is_none() && nmin != nmax {
+        v.push(format!(
+            "per-GPU micro-batch counts ({}): frameworks run one count on every rank",
+            crate::lists::runs(&micro)
+        ));
+    }
+    if let Some(p) = &plan.pipeline {
+        if !homogeneous(p) {
+            v.push(format!(
+                "heterogeneous pipeline stages ({}): frameworks split blocks evenly over equal stages with equal replica shares",
+                p.label()
+            ));
+        }
+    }
+    v
+}
+
+fn min_max(v: &[u32]) -> (u32, u32) {
+    (
+        v.iter().copied().min().unwrap_or(0),
+        v.iter().copied().max().unwrap_or(0),
+    )
+}
+
+/// Whether every stage has the same width, TP degree, block count (within
+/// one) and equal replica shares.
+fn homogeneous(p: &Pipeline) -> bool {
+    let Some(s0) = p.stages.first() else {
+        return true;
+    };
+    let (bmin, bmax) = min_max(&p.stages.iter().map(|s| s.blocks).collect::<Vec<_>>());
+    p.stages.iter().all(|s| {
+        s.gpus.len() == s0.gpus.len() && s.tp == s0.tp && s.shares.windows(2).all(|w| w[0] == w[1])
+    }) && bmax - bmin <= 1
+}
+
+/// The plan `target` would run for `plan` under `strategy`, its shape, and
+/// notes on what changed.
+fn approximate(
+    w: &Workload,
+    plan: &Plan,
+    strategy: Strategy,
+    target: &dyn Target,
+) -> (Plan, Shape, Vec<String>) {
+    match &plan.pipeline {
+        Some(p) => approximate_pipeline(w, plan, p, strategy, target),
+        None => approximate_data_parallel(w, plan, strategy, target.name()),
+    }
+}
+
+/// The largest divisor of `b` not above `m` (at least 1).
+fn divisor_at_most(b: u32, m: u32) -> u32 {
+    (1..=m.min(b).max(1))
+        .rev()
+        .find(|d| b % d == 0)
+        .unwrap_or(1)
+}
+
+/// `b` rounded to the nearest multiple of `unit` (at least `unit`).
+fn nearest_multiple(b: u32, unit: u32) -> u32 {
+    let unit = unit.max(1);
+    (((b as f64 / unit as f64).round() as u32).max(1)) * unit
+}
+
+fn approximate_data_parallel(
+    w: &Workload,
+    plan: &Plan,
+    strategy: Strategy,
+    name: &str,
+) -> (Plan, Shape, Vec<String>) {
+    let g = plan.gpus.len().max(1) as u32;
+    let big_b = w.global_batch;
+    let mut notes = Vec::new();
+    let batch = crate::planner::standard::even_split(big_b, g as usize);
+    // The micro-batch size of the plan's tightest GPU fits there; the
+    // framework runs it everywhere.
+    let m_plan = plan
+        .gpus
+        .iter()
+        .filter(|r| r.batch > 0)
+        .map(|r| r.microbatch_size)
+        .min()
+        .unwrap_or(1)
+        .max(1);
+    let even = big_b % g == 0;
+    let b = big_b / g;
+    let m = if even {
+        divisor_at_most(b, m_plan)
+    } else {
+        m_plan.min(b.max(1))
+    };
+    let n = batch[0].div_ceil(m).max(1);
+    if m != m_plan {
+        notes.push(format!(
+            "micro-batch size {m} (the plan's smallest is {m_plan}): {name} needs the local batch {b} to be a whole number of micro-batches"
+        ));
+    }
+    let (dp_replicate, dp_shard) = match strategy.sharding {
+        Sharding::Full | Sharding::GradOp => (1, g),
+        Sharding::NoShard => (g, 1),
+        Sharding::Hybrid => {
+            let k = strategy.shard_group.clamp(1, g);
+            (g / k, k)
+        }
+    };
+    let unit = m * n * g;
+    let global = if even && big_b == unit {
+        big_b
+    } else {
+        nearest_multiple(big_b, m * g)
+    };
+    if !even {
+        notes.push(format!(
+            "the global batch {big_b} is not a multiple of the {g} GPUs: {name} needs global = micro-batch x accumulation steps x {g}; the config states {global}, and the side-by-side simulation keeps {big_b} with the first {} GPUs taking one sample more (which {name} cannot run)",
+            big_b % g
+        ));
+    }
+    let fractions = crate::planner::standard::even_fractions(&strategy, g as usize);
+    let pairs: Vec<(u32, u32)> = batch.iter().map(|&bi| (bi, bi.div_ceil(m))).collect();
+    let approx = crate::planner::standard::plan_from(
+        &format!("{name} (export approximation)"),
+        strategy,
+        &pairs,
+        &fractions,
+    );
+    let shape = Shape {
+        world: g,
+        nodes: w.cluster.nodes.len() as u32,
+        dp_replicate,
+        dp_shard,
+        tp: 1,
+        pp: 1,
+        micro_batch: m,
+        accumulation_steps: n,
+        global_batch: global,
+        global_batch_exact: global == big_b,
+        seq_len: w.seq_len,
+    };
+    (approx, shape, notes)
+}
+
+fn approximate_pipeline(
+    w: &Workload,
+    plan: &Plan,
+    p: &Pipeline,
+    strategy: Strategy,
+    target: &dyn Target,
+) -> (Plan, Shape, Vec<String>) {
+    let name = target.name();
+    let mut notes = Vec::new();
+    let pp = p.stages.len().max(1) as u32;
+    let tp = p.stages.first().map_or(1, |s| s.tp).max(1);
+    let width = p.stages.first().map_or(1, |s| s.gpus.len() as u32).max(1);
+    let dp = (width / tp).max(1);
+    let mut pipe = p.clone();
+    notes.extend(target.pipeline(&mut pipe));
+    if homogeneous(p) {
+        // Even blocks (the first stages one more) and equal shares.
+        let total: u32 = p.stages.iter().map(|s| s.blocks).sum();
+        let blocks = crate::planner::standard::even_split(total, pp as usize);
+        for (s, b) in pipe.stages.iter_mut().zip(blocks) {
+            s.blocks = b;
+            s.shares.clear();
+        }
+    } else {
+        notes.push(format!(
+            "{name} runs stages of one width and TP degree; the side-by-side simulation keeps the plan's stages (the figures below understate what {name} loses)"
+        ));
+    }
+    let approx = Plan::pipelined(
+        &format!("{name} (export approximation)"),
+        strategy,
+        pipe,
+        plan.gpus.len(),
+        w.global_batch,
+    );
+    let m = p.microbatches.max(1);
+    let per_micro = w.global_batch.div_ceil(m);
+    let micro = per_micro.div_ceil(dp).max(1);
+    let global = micro * m * dp;
+    if global != w.global_batch {
+        notes.push(format!(
+            "the global batch {} does not split into {m} micro-batches over {dp} replicas evenly: the config states {global}",
+            w.global_batch
+        ));
+    }
+    let (dp_replicate, dp_shard) = match strategy.sharding {
+        Sharding::Full | Sharding::GradOp => (1, dp),
+        Sharding::NoShard => (dp, 1),
+        Sharding::Hybrid => {
+            let k = strategy.shard_group.clamp(1, dp);
+            (dp / k, k)
+        }
+    };
+    let shape = Shape {
+        world: plan.gpus.len() as u32,
+        nodes: w.cluster.nodes.len() as u32,
+        dp_replicate,
+        dp_shard,
+        tp,
+        pp,
+        micro_batch: micro,
+        accumulation_steps: m,
+        global_batch: global,
+        global_batch_exact: global == w.global_batch,
+        seq_len: w.seq_len,
+    };
+    (approx, shape, notes)
+}
+
+/// A string as a TOML basic string, YAML double-quoted scalar or JSON
+/// string (JSON's escapes are valid in all three).
+pub fn quoted(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// `lines` as `#` comment lines (for TOML and YAML), each line of a
+/// multi-line entry commented.
+pub fn comment_block(lines: &[String]) -> String {
+    let mut s = String::new();
+    for l in lines {
+        for part in l.lines() {
+            s.push_str("# ");
+            s.push_str(part);
+            s.push('\n');
+        }
+    }
+    s
+}
+
+/// The header lines every config starts with: what it is, the
+/// side-by-side figures and the notes.
+pub fn header_lines(e: &Exported, kind: &str) -> Vec<String> {
+    let mut v = vec![
+        format!(
+            "{} {kind} written by `cephalo plan --export {}` for {} on {} GPUs ({} node{}).",
+            e.framework,
+            e.framework,
+            e.model,
+            e.shape.world,
+            e.shape.nodes,
+            if e.shape.nodes == 1 { "" } else { "s" }
+        ),
+        format!(
+            "It states the plan {} can run (the approximation of the {} plan), simulated beside the plan:",
+            e.framework, e.planner
+        ),
+    ];
+    v.extend(e.comparison_lines());
+    if !e.notes.is_empty() {
+        v.push("What the export cannot express or changes:".into());
+        v.extend(e.notes.iter().map(|n| format!("  - {n}")));
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn divisors_and_multiples() {
+        assert_eq!(divisor_at_most(12, 5), 4);
+        assert_eq!(divisor_at_most(7, 3), 1);
+        assert_eq!(divisor_at_most(8, 8), 8);
+        assert_eq!(nearest_multiple(10, 4), 12);
+        assert_eq!(nearest_multiple(1, 4), 4);
+    }
+
+    #[test]
+    fn registry_names_are_unique_and_found() {
+        let n = names();
+        for (i, a) in n.iter().enumerate() {
+            assert!(!n[i + 1..].contains(a), "{a} twice");
+            assert_eq!(by_name(&a.to_uppercase()).map(|t| t.name()), Some(*a));
+        }
+        assert!(by_name("megatron-lm").is_none());
+    }
+
+    #[test]
+    fn quoted_escapes() {
+        assert_eq!(quoted("a\"b\n"), "\"a\\\"b\\n\"");
+    }
+}
