@@ -40,6 +40,7 @@ pub mod plan;
 pub mod planner;
 pub mod profile;
 pub mod report;
+pub mod runlog;
 pub mod schedule;
 pub mod session;
 pub mod simulate;
