@@ -258,7 +258,7 @@ pub fn export(
     if plan.pipeline.is_some() && !target.pipelines() {
         return Err(PlanError::invalid(
             "--export",
-            target.name(),
+            "pipeline",
             format!(
                 "{} cannot run a pipeline plan ({}); export it to {} or choose a data-parallel planner",
                 target.name(),

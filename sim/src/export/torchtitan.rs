@@ -197,6 +197,14 @@ impl Target for Torchtitan {
                 quoted(schedule_name(p.schedule))
             );
             let _ = writeln!(o, "pipeline_parallel_microbatch_size = {}", sh.micro_batch);
+            let v = p.virtual_stages.max(1);
+            if v > 1 {
+                let per_stage = p.stages.first().map_or(1, |s| s.blocks / v).max(1);
+                let _ = writeln!(
+                    o,
+                    "pipeline_parallel_layers_per_stage = {per_stage}  # {v} stages per rank (looped schedule)"
+                );
+            }
         }
         o.push('\n');
         let _ = writeln!(o, "[activation_checkpoint]");
