@@ -10,7 +10,7 @@
 //! but the last (`no_sync`), the simulator's `no-sync`. No pipelines.
 //! Units: samples.
 
-use super::{comment_block, header_lines, Exported, Target};
+use super::target::{comment_block, header_lines, Exported, Target};
 use crate::dtype::Dtype;
 use crate::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy};
 use std::fmt::Write;

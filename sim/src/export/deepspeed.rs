@@ -13,7 +13,7 @@
 //! checkpointing and the pipeline degree are set in the model's code, not
 //! here. Units: samples.
 
-use super::{header_lines, Exported, Target};
+use super::target::{header_lines, Exported, Target};
 use crate::dtype::Dtype;
 use crate::plan::pipeline::{PipeSchedule, Pipeline};
 use crate::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy};

@@ -10,7 +10,7 @@
 //! FSDP2 reduce-scatter after each one (no `no_sync`): the simulator's
 //! `sync` accumulation. Units: samples, tokens.
 
-use super::{comment_block, header_lines, quoted, Exported, Target};
+use super::target::{comment_block, header_lines, quoted, Exported, Target};
 use crate::dtype::Dtype;
 use crate::plan::pipeline::PipeSchedule;
 use crate::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy};

@@ -8,7 +8,7 @@
 //! `Train memory/peak_allocated_mem` (GB, 10^9 bytes). Blocks with none of
 //! them (the speed monitor's window still filling) are not steps.
 
-use super::{clean, number, step_number, Record, GIB_PER_GB};
+use super::record::{clean, number, step_number, Record, GIB_PER_GB};
 use crate::error::SpecError;
 use crate::physical::{MEM_GIB, MFU, THROUGHPUT_PER_S};
 

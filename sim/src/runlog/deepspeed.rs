@@ -6,7 +6,7 @@
 //! MaxMemAllocated=6.5GB` (`utils/timer.py`; the memory is bytes / 1024^3,
 //! GiB despite the label). Lines of one step merge.
 
-use super::{after, after_ws, clean, number, step_number, Record};
+use super::record::{after, after_ws, clean, number, step_number, Record};
 use crate::error::SpecError;
 use crate::physical::{MEM_GIB, OP_MS, THROUGHPUT_PER_S};
 
@@ -82,7 +82,7 @@ mod tests {
         assert_eq!(r.len(), 2);
         assert_eq!(r[0].peak_mem_gib, Some(6.5));
         assert_eq!(r[1].iteration_ms, Some(1234.0));
-        let (_, merged) = super::super::parse(t, None, "f").unwrap();
+        let (_, merged) = crate::runlog::parse(t, None, "f").unwrap();
         assert_eq!(merged.len(), 1);
         assert_eq!(merged[0].iteration_ms, Some(1234.0));
         assert_eq!(merged[0].samples_per_s, Some(26.1));

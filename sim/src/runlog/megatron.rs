@@ -5,7 +5,7 @@
 //! iterations) memory (MB) | allocated: ... | max allocated: 2345.6 | ...`
 //! (MiB: bytes / 1024 / 1024), attached to the step printed before it.
 
-use super::{after_ws, clean, number, step_number, Record};
+use super::record::{after_ws, clean, number, step_number, Record};
 use crate::error::SpecError;
 use crate::physical::{MEM_GIB, OP_MS, THROUGHPUT_PER_S};
 

@@ -6,7 +6,7 @@
 //! parallel degree too), `mfu` a percentage. Validation lines (`validate
 //! step:`) are skipped. The step time is not printed.
 
-use super::{after_ws, clean, number, step_number, Record};
+use super::record::{after_ws, clean, number, step_number, Record};
 use crate::error::SpecError;
 use crate::physical::{MEM_GIB, THROUGHPUT_PER_S};
 
@@ -44,7 +44,13 @@ pub fn parse(text: &str, origin: &str) -> Result<Vec<Record>, SpecError> {
             r.peak_mem_gib = Some(number(v, origin, n, "memory", &MEM_GIB)?);
         }
         if let Some(m) = after_ws(&line, "mfu:") {
-            let pct = number(m.trim_end_matches('%'), origin, n, "mfu", &super::PERCENT)?;
+            let pct = number(
+                m.trim_end_matches('%'),
+                origin,
+                n,
+                "mfu",
+                &super::record::PERCENT,
+            )?;
             r.mfu = Some(pct / 100.0);
         }
         out.push(r);
