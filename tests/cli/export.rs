@@ -561,3 +561,53 @@ fn bad_export_requests_exit_2() {
         o.stderr
     );
 }
+
+#[test]
+fn a_heterogeneous_pipeline_is_approximated_by_equal_stages() {
+    let path = tmp("export-hetero3d.toml");
+    let p = path.to_str().unwrap();
+    let o = run(&[
+        &[
+            "plan",
+            "--model",
+            "llama2-7b",
+            "--planner",
+            "hetero-3d",
+            "--global-batch",
+            "14",
+        ][..],
+        UNEVEN,
+        &[
+            "--export",
+            "torchtitan",
+            "--export-out",
+            p,
+            "--format",
+            "json",
+        ],
+    ]
+    .concat());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    let e = &v["export"];
+    let notes = e["notes"].to_string();
+    if v["pipeline"].is_null() {
+        return; // the planner found no pipeline here: nothing to approximate
+    }
+    assert!(notes.contains("runs equal stages"), "{notes}");
+    // A pipeline reduces once per iteration: the approximation keeps no-sync.
+    assert_eq!(e["strategy"]["accumulation"], "no-sync");
+    assert!(e["approximated"].is_object(), "simulated: {notes}");
+    let t = check_torchtitan(&std::fs::read_to_string(&path).unwrap());
+    let s = &e["shape"];
+    assert_eq!(
+        int(&t, "parallelism", "pipeline_parallel_degree"),
+        s["pp"].as_i64().unwrap()
+    );
+    let (pp, tp, dp) = (
+        s["pp"].as_u64().unwrap(),
+        s["tp"].as_u64().unwrap(),
+        s["dp_replicate"].as_u64().unwrap() * s["dp_shard"].as_u64().unwrap(),
+    );
+    assert_eq!(pp * tp * dp, 4, "{s}");
+}

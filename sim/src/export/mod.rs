@@ -24,7 +24,8 @@ pub mod torchtitan;
 use crate::cost::{CostModel, Workload};
 use crate::error::PlanError;
 use crate::iteration::SimOptions;
-use crate::plan::pipeline::Pipeline;
+use crate::plan::pipeline::{PipeSchedule, Pipeline};
+use crate::plan::shape::Shape3d;
 use crate::plan::Plan;
 use crate::report::Report;
 use crate::simulate::simulate;
@@ -81,7 +82,10 @@ pub fn export(
     }
     let mut notes = lost(plan);
     let (mut strategy, mut snotes) = target.strategy(&plan.strategy);
-    strategy.accumulation = target.accumulation(strategy.sharding);
+    if plan.pipeline.is_none() {
+        // A pipeline accumulates over its micro-batches and reduces once.
+        strategy.accumulation = target.accumulation(strategy.sharding);
+    }
     notes.append(&mut snotes);
     let (approximation, shape, mut anotes) = approximate(w, plan, strategy, target);
     notes.append(&mut anotes);
@@ -243,7 +247,7 @@ fn approximate(
 fn divisor_at_most(b: u32, m: u32) -> u32 {
     (1..=m.min(b).max(1))
         .rev()
-        .find(|d| b % d == 0)
+        .find(|d| b.is_multiple_of(*d))
         .unwrap_or(1)
 }
 
@@ -273,7 +277,7 @@ fn approximate_data_parallel(
         .min()
         .unwrap_or(1)
         .max(1);
-    let even = big_b % g == 0;
+    let even = big_b.is_multiple_of(g);
     let b = big_b / g;
     let m = if even {
         divisor_at_most(b, m_plan)
@@ -330,6 +334,54 @@ fn approximate_data_parallel(
     (approx, shape, notes)
 }
 
+/// The equal-stage pipeline a framework runs on `world` GPUs in place of
+/// the heterogeneous `p` (TP the plan's smallest where it divides the GPUs,
+/// as many stages as the plan's that divide the TP groups, even blocks,
+/// the largest micro-batch up to the plan's that divides the batch), and a
+/// note saying so (`None`: no such shape; the plan's stages are kept).
+fn even_pipeline(w: &Workload, world: u32, p: &Pipeline, name: &str) -> (Option<Pipeline>, String) {
+    let tp = p.stages.iter().map(|s| s.tp).min().unwrap_or(1).max(1);
+    let tp = if world.is_multiple_of(tp) { tp } else { 1 };
+    let groups = (world / tp).max(1);
+    let pp = divisor_at_most(groups, p.stages.len() as u32);
+    let dp = groups / pp;
+    let want = w
+        .global_batch
+        .div_ceil(p.microbatches.max(1))
+        .div_ceil(dp)
+        .max(1);
+    let b = (1..=want)
+        .rev()
+        .find(|b| w.global_batch.is_multiple_of(dp * b))
+        .unwrap_or(1);
+    let schedule = match p.schedule {
+        PipeSchedule::Interleaved => PipeSchedule::OneFOneB,
+        s => s,
+    };
+    let shape = Shape3d {
+        tp,
+        pp,
+        sequence_parallel: p.sequence_parallel,
+        schedule,
+        microbatch_size: b,
+        ..Shape3d::default()
+    };
+    match shape.pipeline(world as usize, w.model.layers, w.global_batch) {
+        Ok(e) => (
+            Some(e),
+            format!(
+                "{name} runs equal stages: approximated as TP {tp} x PP {pp} x DP {dp}, {b}-sample micro-batches, blocks split evenly, {schedule}"
+            ),
+        ),
+        Err(e) => (
+            None,
+            format!(
+                "{name} runs equal stages but no TP x PP x DP shape near the plan's fits this workload ({e}); the side-by-side simulation keeps the plan's stages (its figures understate what {name} loses)"
+            ),
+        ),
+    }
+}
+
 fn approximate_pipeline(
     w: &Workload,
     plan: &Plan,
@@ -339,25 +391,32 @@ fn approximate_pipeline(
 ) -> (Plan, Shape, Vec<String>) {
     let name = target.name();
     let mut notes = Vec::new();
-    let pp = p.stages.len().max(1) as u32;
-    let tp = p.stages.first().map_or(1, |s| s.tp).max(1);
-    let width = p.stages.first().map_or(1, |s| s.gpus.len() as u32).max(1);
-    let dp = (width / tp).max(1);
     let mut pipe = p.clone();
     notes.extend(target.pipeline(&mut pipe));
     if homogeneous(p) {
         // Even blocks (the first stages one more) and equal shares.
         let total: u32 = p.stages.iter().map(|s| s.blocks).sum();
-        let blocks = crate::planner::standard::even_split(total, pp as usize);
+        let blocks = crate::planner::standard::even_split(total, p.stages.len());
         for (s, b) in pipe.stages.iter_mut().zip(blocks) {
             s.blocks = b;
             s.shares.clear();
         }
     } else {
-        notes.push(format!(
-            "{name} runs stages of one width and TP degree; the side-by-side simulation keeps the plan's stages (the figures below understate what {name} loses)"
-        ));
+        let (even, note) = even_pipeline(w, plan.gpus.len() as u32, &pipe, name);
+        notes.push(note);
+        if let Some(e) = even {
+            pipe = e;
+        }
     }
+    let pp = pipe.stages.len().max(1) as u32;
+    let tp = pipe.stages.first().map_or(1, |s| s.tp).max(1);
+    let width = pipe
+        .stages
+        .first()
+        .map_or(1, |s| s.gpus.len() as u32)
+        .max(1);
+    let dp = (width / tp).max(1);
+    let m = pipe.microbatches.max(1);
     let approx = Plan::pipelined(
         &format!("{name} (export approximation)"),
         strategy,
@@ -365,7 +424,6 @@ fn approximate_pipeline(
         plan.gpus.len(),
         w.global_batch,
     );
-    let m = p.microbatches.max(1);
     let per_micro = w.global_batch.div_ceil(m);
     let micro = per_micro.div_ceil(dp).max(1);
     let global = micro * m * dp;
