@@ -611,3 +611,37 @@ fn a_heterogeneous_pipeline_is_approximated_by_equal_stages() {
     );
     assert_eq!(pp * tp * dp, 4, "{s}");
 }
+
+#[test]
+fn hybrid_sharding_is_replicas_of_shard_groups() {
+    let nodes = [
+        "--planner",
+        "hsdp",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--gpu",
+        "a100-80gb",
+        "--model",
+        "llama2-3b",
+        "--global-batch",
+        "8",
+    ];
+    let (_, text) = export("torchtitan", "export-hsdp.toml", &nodes);
+    let t = check_torchtitan(&text);
+    assert_eq!(int(&t, "parallelism", "data_parallel_replicate_degree"), 2);
+    assert_eq!(int(&t, "parallelism", "data_parallel_shard_degree"), 2);
+    let (o, text) = export("deepspeed", "export-hsdp.json", &nodes);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["zero_optimization"]["stage"], 3);
+    assert_eq!(v["zero_optimization"]["zero_hpz_partition_size"], 2);
+    assert!(o.stderr.contains("hpZ"), "{}", o.stderr);
+    let (_, text) = export("accelerate", "export-hsdp.yaml", &nodes);
+    let y: serde_norway::Value = serde_norway::from_str(&text).unwrap();
+    assert_eq!(
+        y["fsdp_config"]["fsdp_sharding_strategy"].as_str(),
+        Some("HYBRID_SHARD")
+    );
+    assert_eq!(y["num_machines"].as_u64(), Some(2));
+}

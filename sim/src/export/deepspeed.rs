@@ -80,7 +80,6 @@ impl Target for DeepSpeed {
         let mut notes = Vec::new();
         if s.sharding == Sharding::Hybrid {
             t.sharding = Sharding::Full;
-            t.shard_group = 0;
             notes.push(format!(
                 "hybrid sharding (groups of {}) has no exact DeepSpeed form (MiCS was removed in 0.19): exported as ZeRO-3 with ZeRO++ hpZ (`zero_hpz_partition_size`, a secondary parameter copy per group; gradients and optimizer state sharded over every GPU) and simulated as full sharding",
                 s.shard_group

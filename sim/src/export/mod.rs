@@ -82,6 +82,10 @@ pub fn export(
     }
     let mut notes = lost(plan);
     let (mut strategy, mut snotes) = target.strategy(&plan.strategy);
+    if strategy.sharding != Sharding::Hybrid {
+        // Without hybrid sharding the shard group is every GPU.
+        strategy.shard_group = w.cluster.len() as u32;
+    }
     if plan.pipeline.is_none() {
         // A pipeline accumulates over its micro-batches and reduces once.
         strategy.accumulation = target.accumulation(strategy.sharding);
