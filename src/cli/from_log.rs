@@ -151,7 +151,12 @@ fn real(rest: Vec<String>) -> Result<ExitCode> {
 }
 
 #[cfg(not(feature = "exec"))]
-fn real(_rest: Vec<String>) -> Result<ExitCode> {
+fn real(rest: Vec<String>) -> Result<ExitCode> {
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        // The part of `validate` this build has.
+        eprintln!("note: this build has `validate --from-log` only (real execution needs --features exec)");
+        Args::try_parse_from(["cephalo validate", "--help"]).unwrap_or_else(|e| e.exit());
+    }
     Err(UserError(
         "`cephalo validate` runs training for real (libtorch + MPI) and this binary was built without it. \
          Build it with: `. scripts/exec-env.sh && cargo build --release --features exec` \

@@ -7,7 +7,10 @@
 //! its own batch, micro-batch count and state fraction and accumulate layer
 //! by layer. [`export`] builds the approximation (same world size, the
 //! global batch split evenly, even shards, the framework's accumulation
-//! style, the micro-batch size of the plan's tightest GPU), simulates it
+//! style, the micro-batch size of the plan's tightest GPU, the plan's
+//! recompute, offload and dtypes where the framework has them; a pipeline
+//! keeps its reduction once per iteration and, when its stages differ,
+//! becomes the equal-stage TP x PP x DP shape nearest to it), simulates it
 //! with [`crate::simulate::simulate`] and renders the config with the notes
 //! and both predictions as comments.
 //!
