@@ -645,3 +645,55 @@ fn hybrid_sharding_is_replicas_of_shard_groups() {
     );
     assert_eq!(y["num_machines"].as_u64(), Some(2));
 }
+
+#[test]
+fn a_layered_plan_names_every_loss_and_the_framework_accumulation() {
+    let o = run(&[
+        &[
+            "plan",
+            "--model",
+            "llama2-7b",
+            "--planner",
+            "cephalo",
+            "--accumulation",
+            "layered",
+            "--global-batch",
+            "64",
+        ][..],
+        UNEVEN,
+        &[
+            "--export",
+            "accelerate",
+            "--export-out",
+            tmp("export-layered.yaml").to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+    ]
+    .concat());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["strategy"]["accumulation"], "layered");
+    let notes = v["export"]["notes"].to_string();
+    let micro: Vec<u64> = v["microbatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    if micro.iter().any(|&n| n > 1) {
+        assert!(notes.contains("layered gradient accumulation"), "{notes}");
+        assert!(notes.contains("under no_sync()"), "{notes}");
+    }
+    if micro.iter().min() != micro.iter().max() {
+        assert!(notes.contains("per-GPU micro-batch counts"), "{notes}");
+    }
+    assert_eq!(v["export"]["strategy"]["accumulation"], "no-sync");
+    let ab: Vec<u64> = v["export"]["approximation_batch_sizes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_u64().unwrap())
+        .collect();
+    assert_eq!(ab, [16, 16, 16, 16]);
+}
