@@ -85,6 +85,15 @@ pub fn read_text(path: &Path) -> Result<String> {
         .map_err(|e| UserError(format!("{}: cannot read: {e}", path.display())).into())
 }
 
+/// A training log's text (`validate --from-log`): bytes that are not
+/// UTF-8 (binary junk, a torn write) become U+FFFD, so the parsers name the
+/// line they fail on instead of the read failing as a whole.
+pub fn read_log(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| UserError(format!("{}: cannot read: {e}", path.display())))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// The calibrated performance model: from `path` (`cephalo calibrate --out`)
 /// when given, else the shipped `profiles/calibration.json`.
 pub fn calibration(path: Option<&Path>) -> Result<Calibrated> {

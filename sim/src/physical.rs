@@ -83,6 +83,27 @@ pub const MEM_GIB: Range = Range {
     why: "no device or host holds 100 TiB",
 };
 
+/// A measured training throughput, per GPU or in all, tokens/s (or
+/// samples/s, batches/s): above 0 and at most 10^12 (a million H100s at
+/// 10^6 tokens/s each).
+pub const THROUGHPUT_PER_S: Range = Range {
+    lo: 0.0,
+    lo_inclusive: false,
+    hi: 1e12,
+    unit: "per s",
+    why: "a logged training step makes progress, and no cluster trains 10^12 tokens a second",
+};
+
+/// A model FLOPs utilisation, fraction: 0 to 1 (a log's percentage is
+/// divided by 100 first).
+pub const MFU: Range = Range {
+    lo: 0.0,
+    lo_inclusive: true,
+    hi: 1.0,
+    unit: "(fraction)",
+    why: "no GPU runs above its peak",
+};
+
 /// The non-state memory of one training step of at least one sample, GiB
 /// (a memory profile's entries): above 0 (a step holds its activations)
 /// and at most [`MEM_GIB`]'s bound.

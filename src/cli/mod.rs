@@ -5,6 +5,7 @@ pub mod comm;
 pub mod compare;
 pub mod experiment;
 pub mod format;
+pub mod from_log;
 pub mod list;
 pub mod notes;
 pub mod plan;
@@ -70,9 +71,11 @@ pub enum Command {
     /// Measure a device (compute, memory, collectives) into a cephalo-profile/1 file.
     #[cfg(feature = "exec")]
     Profile(profile::Args),
-    /// Profile, plan, simulate, train for real and compare predicted vs measured.
-    #[cfg(feature = "exec")]
-    Validate(validate::Args),
+    /// Compare predicted vs measured: train for real (exec builds), or read
+    /// a torchtitan / llm-foundry / DeepSpeed / Megatron-LM log
+    /// (`--from-log FILE`, every build; `validate --from-log x --help`).
+    #[command(disable_help_flag = true)]
+    Validate(from_log::ValidateArgs),
     /// One MPI rank of a real run (started by `validate` / `profile`).
     #[cfg(feature = "exec")]
     #[command(name = "exec-rank", hide = true)]
@@ -81,11 +84,6 @@ pub enum Command {
     #[cfg(not(feature = "exec"))]
     #[command(disable_help_flag = true)]
     Profile(NoExec),
-    /// Train for real and compare with the prediction (needs a build with
-    /// `--features exec`; this one has none).
-    #[cfg(not(feature = "exec"))]
-    #[command(disable_help_flag = true)]
-    Validate(NoExec),
 }
 
 /// The arguments of a real-execution subcommand in a build without it:
@@ -136,8 +134,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         #[cfg(not(feature = "exec"))]
         Command::Profile(_) => no_exec("profile"),
-        #[cfg(not(feature = "exec"))]
-        Command::Validate(_) => no_exec("validate"),
+        Command::Validate(a) => from_log::dispatch(a),
         Command::Simulate(a) => simulate::run(a),
         Command::Calibrate(a) => calibrate::run(a),
         Command::Predict(a) => predict::run(a),
@@ -148,8 +145,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Experiment(a) => experiment::run(a),
         #[cfg(feature = "exec")]
         Command::Profile(a) => profile::run(a),
-        #[cfg(feature = "exec")]
-        Command::Validate(a) => validate::run(a),
         #[cfg(feature = "exec")]
         Command::ExecRank(a) => validate::run_rank(a),
     }

@@ -80,6 +80,49 @@ pub struct Args {
     /// Write the plan (the form `cephalo simulate --plan` reads) to this file.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    // The framework to export to (its help lists the export registry).
+    #[arg(long, value_name = "FRAMEWORK", requires = "export_out", help = export_help())]
+    pub export: Option<String>,
+    /// Where `--export` writes the framework's config (`-`: stdout, in place
+    /// of the plan's table / JSON / CSV). The side-by-side figures of the
+    /// plan and of the framework's approximation go to stderr, and into
+    /// `--format json` as `export`.
+    #[arg(long, value_name = "FILE", requires = "export")]
+    pub export_out: Option<PathBuf>,
+}
+
+/// `--export`'s help: every framework of the registry.
+fn export_help() -> String {
+    format!(
+        "Write the chosen plan as a real framework runs it: {} (needs --export-out). The config states what the framework can run (even batches and shards, its own accumulation); its comments (deepspeed: a `_cephalo` object) say what of the plan it cannot express, and the framework's approximation is simulated beside the plan",
+        sim::export::names().join(" | ")
+    )
+}
+
+/// `plan --format json`'s `export` field: the exported framework's figures
+/// beside the plan's (see [`sim::export::Exported`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct ExportOut {
+    /// The framework.
+    pub framework: &'static str,
+    /// The file written.
+    pub path: String,
+    /// The degrees and batch sizes the config states.
+    pub shape: sim::export::Shape,
+    /// The strategy the framework runs.
+    pub strategy: Strategy,
+    /// What the framework cannot express or changes.
+    pub notes: Vec<String>,
+    /// The plan's simulated figures.
+    pub planned: sim::export::Figures,
+    /// The approximation's simulated figures (`null`: not simulated).
+    pub approximated: Option<sim::export::Figures>,
+    /// Approximation's iteration time over the plan's.
+    pub slowdown: Option<f64>,
+    /// The approximation's local batch per rank.
+    pub approximation_batch_sizes: Vec<u32>,
+    /// The approximation's micro-batch count per rank.
+    pub approximation_microbatches: Vec<u32>,
 }
 
 /// Summary of the simulated outcome of a plan.
@@ -260,6 +303,9 @@ pub struct PlanOutput {
     /// `--planner best`: each family's best plan (absent with one planner).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub families: Vec<FamilyOut>,
+    /// `--export`: the framework's approximation beside the plan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub export: Option<ExportOut>,
 }
 
 /// One family's best plan in `plan`'s default search.
@@ -353,6 +399,7 @@ pub fn output(res: &Resolved, planned: &Planned, report: &Report) -> PlanOutput 
         pipeline: report.pipeline.clone(),
         plan: p.clone(),
         families: Vec::new(),
+        export: None,
     }
 }
 
@@ -523,6 +570,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(p) = &args.out {
         crate::out::check_writable(p, "the plan (--out)")?;
     }
+    let target = match &args.export {
+        Some(f) => Some(sim::export::by_name(f).ok_or_else(|| {
+            UserError(format!(
+                "--export: expected one of {}, got `{f}`",
+                sim::export::names().join(", ")
+            ))
+        })?),
+        None => None,
+    };
+    if let Some(p) = &args.export_out {
+        crate::out::check_writable(p, "the exported config (--export-out)")?;
+    }
     let name = if args.compat {
         "cephalo-compat"
     } else {
@@ -589,6 +648,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let w = sim::plan::file::PlanWorkload::of(&res.costs);
         crate::out::write_text(path, &planned.plan.to_file_json(&w), "the plan (--out)")?;
     }
+    if let (Some(t), Some(path)) = (target, &args.export_out) {
+        out.export = Some(export(&res, &planned, &report, t, path)?);
+        if path.as_os_str() == "-" {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     match args.format {
         Format::Json => {
             let mut s = serde_json::to_string_pretty(&out)?;
@@ -600,6 +665,46 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Format::Csv => out!("{}", report.to_csv()),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Exports the plan to `target`, writes its config to `path` and prints
+/// the side-by-side figures and notes on stderr.
+fn export(
+    res: &Resolved,
+    planned: &Planned,
+    report: &Report,
+    target: &dyn sim::export::Target,
+    path: &std::path::Path,
+) -> Result<ExportOut> {
+    let e = sim::export::export(&res.costs, &planned.plan, report, target)?;
+    crate::out::write_text(path, &e.config, "the exported config (--export-out)")?;
+    eprintln!(
+        "export: {} {} written to {}",
+        e.framework,
+        target.file_kind(),
+        path.display()
+    );
+    for l in e.comparison_lines() {
+        eprintln!("export: {l}");
+    }
+    crate::cli::notes::eprint("export note", &e.notes);
+    Ok(ExportOut {
+        framework: e.framework,
+        path: path.display().to_string(),
+        shape: e.shape.clone(),
+        strategy: e.strategy,
+        notes: e.notes.clone(),
+        planned: e.planned.clone(),
+        approximated: e.approximated.clone(),
+        slowdown: e.slowdown,
+        approximation_batch_sizes: e.approximation.gpus.iter().map(|g| g.batch).collect(),
+        approximation_microbatches: e
+            .approximation
+            .gpus
+            .iter()
+            .map(|g| g.microbatches)
+            .collect(),
+    })
 }
 
 /// `--planner`'s help: every planner of the registry.

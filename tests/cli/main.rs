@@ -4,6 +4,8 @@ mod comm;
 mod common;
 mod experiment;
 mod explain;
+mod export;
+mod from_log;
 mod fuzz;
 mod fuzz_surfaces;
 mod golden;

@@ -1,0 +1,367 @@
+//! `cephalo validate --from-log FILE`: a run made with torchtitan,
+//! llm-foundry (Composer), DeepSpeed or Megatron-LM, its log read by
+//! `sim::runlog`, compared with the simulator's prediction for the same
+//! workload (`simulate` / `plan`'s workload, cluster and strategy flags,
+//! and `--plan FILE` or `--planner NAME`). Needs no torch: it works in
+//! builds with and without the `exec` feature.
+//!
+//! `validate` parses its arguments here first (`ValidateArgs`, anything): with
+//! `--from-log` they are this command's; otherwise they are the real-
+//! execution `validate`'s (exec builds) or the build hint (others).
+//!
+//! Exit codes: 0 with a comparison, 2 for bad input (an empty or
+//! unrecognisable log, a number that is not one: the file and line named).
+
+use crate::cli::format::{csv_of, Format};
+use crate::cli::workload::{StrategyArgs, WorkloadArgs};
+use crate::error::UserError;
+use anyhow::Result;
+use clap::Parser;
+use serde::Serialize;
+use sim::runlog::{self, LogFormat, RunShape};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// `validate`'s arguments as the subcommand receives them (parsed in
+/// [`dispatch`]).
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    /// Everything after `validate`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    pub rest: Vec<String>,
+}
+
+/// Flags of `cephalo validate --from-log`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cephalo validate --from-log",
+    about = "Compare a real run's log (torchtitan, llm-foundry / Composer, DeepSpeed, Megatron-LM) with the simulator's prediction for its workload"
+)]
+pub struct Args {
+    /// The training log (stdout / stderr of the run; ANSI colours and
+    /// prefixes such as `[rank0]:` are fine).
+    #[arg(long, value_name = "FILE")]
+    pub from_log: PathBuf,
+    /// The log's format: torchtitan | composer (llm-foundry) | deepspeed |
+    /// megatron (default: detected, the format with the most step lines).
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+    /// Logged steps skipped as warm-up before the medians (compilation,
+    /// allocator growth, the first collectives' setup).
+    #[arg(long, default_value_t = 2)]
+    pub warmup_steps: usize,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[command(flatten)]
+    pub strategy: StrategyArgs,
+    /// The plan the run used (`cephalo plan --out`).
+    #[arg(long, conflicts_with = "planner")]
+    pub plan: Option<PathBuf>,
+    /// The planner whose plan the run used (default: the log's framework's
+    /// rule: `megatron` for Megatron-LM logs, `fsdp` for the others).
+    #[arg(long)]
+    pub planner: Option<String>,
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// One compared figure.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// The figure (`iteration_ms`, `tokens_per_s`, `tokens_per_s_per_gpu`,
+    /// `peak_mem_gib`, `mfu`).
+    pub metric: &'static str,
+    /// The simulator's prediction (`null`: out of memory).
+    pub predicted: Option<f64>,
+    /// The log's median (`null`: the log has nothing it follows from).
+    pub measured: Option<f64>,
+    /// (predicted - measured) / measured, %.
+    pub error_pct: Option<f64>,
+}
+
+/// `validate --from-log --format json` (`cephalo-fromlog/1`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Output {
+    /// Schema tag.
+    pub format: &'static str,
+    /// The log's path.
+    pub log: String,
+    /// Its format.
+    pub log_format: LogFormat,
+    /// Steps found, skipped as warm-up, and used.
+    pub steps_logged: usize,
+    /// Steps skipped as warm-up.
+    pub warmup_skipped: usize,
+    /// Steps the medians are over.
+    pub steps_used: usize,
+    /// The plan's planner (or `manual` for a plan file).
+    pub planner: String,
+    /// The plan's label.
+    pub plan: String,
+    /// Model.
+    pub model: String,
+    /// GPUs.
+    pub gpus: Vec<String>,
+    /// Global batch, samples.
+    pub global_batch: u32,
+    /// Tokens per sample.
+    pub seq_len: u32,
+    /// Whether the prediction runs out of memory.
+    pub predicted_oom: bool,
+    /// What the log prints and what was derived, and which memory is
+    /// compared.
+    pub provenance: Vec<String>,
+    /// The compared figures.
+    pub rows: Vec<Row>,
+}
+
+/// Runs `validate` with `a.rest`: `--from-log` here, anything else in the
+/// real-execution command (or the build hint).
+pub fn dispatch(a: ValidateArgs) -> Result<ExitCode> {
+    let from_log = a
+        .rest
+        .iter()
+        .any(|s| s == "--from-log" || s.starts_with("--from-log="));
+    if from_log {
+        let args = Args::try_parse_from(
+            std::iter::once("cephalo validate".to_string()).chain(a.rest.iter().cloned()),
+        )
+        .unwrap_or_else(|e| e.exit());
+        return run(args);
+    }
+    real(a.rest)
+}
+
+#[cfg(feature = "exec")]
+fn real(rest: Vec<String>) -> Result<ExitCode> {
+    /// `cephalo validate` (real execution).
+    #[derive(Debug, Parser)]
+    #[command(
+        name = "cephalo validate",
+        about = "Profile, plan, simulate, train for real and compare predicted vs measured (`--from-log FILE` compares a log of torchtitan, llm-foundry, DeepSpeed or Megatron-LM instead: `cephalo validate --from-log x --help`)"
+    )]
+    struct Real {
+        #[command(flatten)]
+        args: crate::cli::validate::Args,
+    }
+    let r = Real::try_parse_from(std::iter::once("cephalo validate".to_string()).chain(rest))
+        .unwrap_or_else(|e| e.exit());
+    crate::cli::validate::run(r.args)
+}
+
+#[cfg(not(feature = "exec"))]
+fn real(rest: Vec<String>) -> Result<ExitCode> {
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        // The part of `validate` this build has.
+        eprintln!("note: this build has `validate --from-log` only (real execution needs --features exec)");
+        Args::try_parse_from(["cephalo validate", "--help"]).unwrap_or_else(|e| e.exit());
+    }
+    Err(UserError(
+        "`cephalo validate` runs training for real (libtorch + MPI) and this binary was built without it. \
+         Build it with: `. scripts/exec-env.sh && cargo build --release --features exec` \
+         (add `cuda` for GPUs: --features cuda); exec/README.md says more. \
+         `cephalo validate --from-log FILE` (a torchtitan, llm-foundry, DeepSpeed or Megatron-LM log against the prediction) works in this build"
+            .into(),
+    )
+    .into())
+}
+
+fn pct(p: Option<f64>, m: Option<f64>) -> Option<f64> {
+    match (p, m) {
+        (Some(p), Some(m)) if m != 0.0 => Some((p - m) / m * 100.0),
+        _ => None,
+    }
+}
+
+/// Runs `validate --from-log`.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let format = match &args.log_format {
+        Some(f) => Some(LogFormat::parse(f).ok_or_else(|| {
+            UserError(format!(
+                "--log-format: expected one of {}, got `{f}`",
+                LogFormat::ALL.map(|f| f.name()).join(", ")
+            ))
+        })?),
+        None => None,
+    };
+    let origin = args.from_log.display().to_string();
+    let text = crate::load::read_log(&args.from_log)?;
+    let (format, records) = runlog::parse(&text, format, &origin)?;
+    let res = args.workload.resolve()?;
+    crate::cli::notes::eprint("warning", &res.costs.warnings);
+    let costs = &res.costs;
+    let w = &costs.workload;
+    let shape = RunShape {
+        gpus: w.cluster.len() as u32,
+        global_batch: w.global_batch,
+        seq_len: w.seq_len,
+    };
+    let m = runlog::summarize(format, &records, args.warmup_steps, shape, &origin)?;
+    let spec = args.strategy.spec()?;
+    let report = match &args.plan {
+        Some(path) => {
+            let text = crate::load::read_text(path)?;
+            let o = path.display().to_string();
+            let plan = sim::session::user_plan(
+                sim::session::PlanInput::File {
+                    text: &text,
+                    origin: &o,
+                },
+                &spec,
+                &sim::session::strategy_context(costs),
+                &sim::plan::file::PlanWorkload::of(costs),
+            )?;
+            sim::simulate::simulate(costs, &plan, &sim::iteration::SimOptions::default())?
+        }
+        None => {
+            let name = args.planner.clone().unwrap_or_else(|| {
+                match format {
+                    LogFormat::Megatron => "megatron",
+                    _ => "fsdp",
+                }
+                .to_string()
+            });
+            let pl = sim::planner::registry::by_name(&name, "--planner")?;
+            let opts = sim::planner::PlannerOptions {
+                model_key: Some(args.workload.model.clone()),
+                compat_ag_ms: 0.0,
+                compat_rs_ms: 0.0,
+                confirm_candidates: 8,
+                seed_with_baselines: true,
+            };
+            sim::session::plan_and_simulate(costs, &res.profiles, pl.as_ref(), &opts, &spec)?.report
+        }
+    };
+    let out = output(&args, &m, &report, w);
+    match args.format {
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(&out)?;
+            s.push('\n');
+            out!("{s}");
+        }
+        Format::Csv => out!("{}", csv_of(&out.rows)?),
+        Format::Table => out!("{}", table(&out)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn output(
+    args: &Args,
+    m: &runlog::Measured,
+    report: &sim::report::Report,
+    w: &sim::cost::Workload,
+) -> Output {
+    let ok = |v: f64| (!report.oom).then_some(v);
+    let rank0 = report.gpus.first();
+    let (mem, which) = match m.format {
+        LogFormat::Torchtitan => (
+            rank0.map(|g| g.memory.reserved_gib),
+            "rank 0's reserved peak (the allocator's segments: what torchtitan logs)",
+        ),
+        _ => (
+            rank0.map(|g| g.memory.allocated_gib),
+            "rank 0's allocated peak (what the log prints)",
+        ),
+    };
+    let gpus = w.cluster.len().max(1) as f64;
+    let rows = vec![
+        ("iteration_ms", ok(report.iteration_ms), m.iteration_ms),
+        ("tokens_per_s", ok(report.tokens_per_s), m.tokens_per_s),
+        (
+            "tokens_per_s_per_gpu",
+            ok(report.tokens_per_s / gpus),
+            m.tokens_per_s_per_gpu,
+        ),
+        ("peak_mem_gib", mem, m.peak_mem_gib),
+        ("mfu", ok(report.mfu), m.mfu),
+    ]
+    .into_iter()
+    .map(|(metric, predicted, measured)| Row {
+        metric,
+        predicted,
+        measured,
+        error_pct: pct(predicted, measured),
+    })
+    .collect();
+    let mut provenance = m.provenance.clone();
+    provenance.push(format!("predicted memory: {which}"));
+    Output {
+        format: "cephalo-fromlog/1",
+        log: args.from_log.display().to_string(),
+        log_format: m.format,
+        steps_logged: m.steps_logged,
+        warmup_skipped: m.warmup_skipped,
+        steps_used: m.steps_used,
+        planner: report.planner.clone(),
+        plan: report.strategy.label(),
+        model: w.model.name.clone(),
+        gpus: w.cluster.gpu_names(),
+        global_batch: w.global_batch,
+        seq_len: w.seq_len,
+        predicted_oom: report.oom,
+        provenance,
+        rows,
+    }
+}
+
+fn table(o: &Output) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "log: {} ({} format): {} steps logged, {} skipped as warm-up, medians over {}",
+        o.log,
+        o.log_format_name(),
+        o.steps_logged,
+        o.warmup_skipped,
+        o.steps_used
+    );
+    let _ = writeln!(
+        s,
+        "prediction: {} x {} on [{}], global batch {}, seq {}, planner {} ({}){}",
+        o.model,
+        o.gpus.len(),
+        sim::lists::name_runs(&o.gpus),
+        o.global_batch,
+        o.seq_len,
+        o.planner,
+        o.plan,
+        if o.predicted_oom {
+            ": runs out of memory"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        s,
+        "{:<22} {:>14} {:>14} {:>9}",
+        "metric", "predicted", "measured", "error"
+    );
+    let f = |v: Option<f64>, metric: &str| match v {
+        None => "-".to_string(),
+        Some(v) if metric == "mfu" => format!("{:.1}%", v * 100.0),
+        Some(v) if metric.starts_with("tokens") => format!("{v:.0}"),
+        Some(v) => format!("{v:.2}"),
+    };
+    for r in &o.rows {
+        let _ = writeln!(
+            s,
+            "{:<22} {:>14} {:>14} {:>9}",
+            r.metric,
+            f(r.predicted, r.metric),
+            f(r.measured, r.metric),
+            r.error_pct.map_or("-".into(), |e| format!("{e:+.1}%"))
+        );
+    }
+    for p in &o.provenance {
+        let _ = writeln!(s, "  {p}");
+    }
+    s
+}
+
+impl Output {
+    fn log_format_name(&self) -> &'static str {
+        self.log_format.name()
+    }
+}
