@@ -146,26 +146,13 @@ impl Lines {
         mesh.draw().map_err(err)?;
         let root = area.strip_coord_spec();
         if log_x {
-            let skip = label_stride(xs.len());
-            for (i, &v) in xs.iter().enumerate() {
-                let (px, py) = chart.backend_coord(&(v, y0));
-                let (_, top) = chart.backend_coord(&(v, y_top));
-                root.draw(&PathElement::new(
-                    vec![(px, top), (px, py)],
-                    RGBColor(225, 225, 225),
-                ))
-                .map_err(err)?;
-                root.draw(&PathElement::new(vec![(px, py), (px, py + 5)], BLACK))
-                    .map_err(err)?;
-                if i % skip == 0 {
-                    let style = ("sans-serif", 15)
-                        .into_font()
-                        .color(&BLACK)
-                        .pos(Pos::new(HPos::Center, VPos::Top));
-                    root.draw(&Text::new(compact(v), (px, py + 8), style))
-                        .map_err(err)?;
-                }
-            }
+            let at = |v: f64| {
+                (
+                    chart.backend_coord(&(v, y0)),
+                    chart.backend_coord(&(v, y_top)).1,
+                )
+            };
+            swept_ticks(&root, &xs, at)?;
         }
         let colours = entries(self.series.iter().map(|s| &s.name));
         for (d, (_, c)) in ds.iter().zip(&colours) {
@@ -183,29 +170,76 @@ impl Lines {
                 .draw_series(d.line.iter().map(|&q| Circle::new(q, 4, c.filled())))
                 .map_err(err)?;
         }
-        // Crosses of runs without a value, stacked upwards where several
-        // series fail at one x so every colour shows.
-        let mut stacked: Vec<(f64, i32)> = Vec::new();
-        for (d, (_, c)) in ds.iter().zip(&colours) {
-            for &x in &d.failed {
-                let k = match stacked.iter_mut().find(|s| s.0 == x) {
-                    Some(s) => {
-                        s.1 += 1;
-                        s.1
-                    }
-                    None => {
-                        stacked.push((x, 0));
-                        0
-                    }
-                };
-                let (px, py) = chart.backend_coord(&(x, y0));
-                root.draw(&Cross::new((px, py - 14 * k), 7, c.stroke_width(3)))
-                    .map_err(err)?;
-            }
-        }
+        let at = |x: f64| chart.backend_coord(&(x, y0));
+        failed_crosses(&root, ds, &colours, at)?;
         area.present().map_err(err)?;
         Ok(())
     }
+}
+
+/// Ticks, light grid lines and labels at the swept values of a log x
+/// axis (`at(v)`: the pixel of `(v, bottom)` and the top's pixel row).
+fn swept_ticks<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    xs: &[f64],
+    at: impl Fn(f64) -> ((i32, i32), i32),
+) -> Result<(), DynErr>
+where
+    DB::ErrorType: 'static,
+{
+    let skip = label_stride(xs.len());
+    for (i, &v) in xs.iter().enumerate() {
+        let ((px, py), top) = at(v);
+        root.draw(&PathElement::new(
+            vec![(px, top), (px, py)],
+            RGBColor(225, 225, 225),
+        ))
+        .map_err(err)?;
+        root.draw(&PathElement::new(vec![(px, py), (px, py + 5)], BLACK))
+            .map_err(err)?;
+        if i % skip == 0 {
+            let style = ("sans-serif", 15)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Center, VPos::Top));
+            root.draw(&Text::new(compact(v), (px, py + 8), style))
+                .map_err(err)?;
+        }
+    }
+    Ok(())
+}
+
+/// Crosses on the x axis (`at(x)`: its pixel) for runs without a value,
+/// stacked upwards where several series fail at one x so every colour
+/// shows.
+fn failed_crosses<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    ds: &[Drawable],
+    colours: &[(String, RGBColor)],
+    at: impl Fn(f64) -> (i32, i32),
+) -> Result<(), DynErr>
+where
+    DB::ErrorType: 'static,
+{
+    let mut stacked: Vec<(f64, i32)> = Vec::new();
+    for (d, (_, c)) in ds.iter().zip(colours) {
+        for &x in &d.failed {
+            let k = match stacked.iter_mut().find(|s| s.0 == x) {
+                Some(s) => {
+                    s.1 += 1;
+                    s.1
+                }
+                None => {
+                    stacked.push((x, 0));
+                    0
+                }
+            };
+            let (px, py) = at(x);
+            root.draw(&Cross::new((px, py - 14 * k), 7, c.stroke_width(3)))
+                .map_err(err)?;
+        }
+    }
+    Ok(())
 }
 
 /// Every how many swept values a log axis labels (the ticks are all

@@ -509,7 +509,6 @@ struct MemoryCsv<'a> {
 }
 
 fn memory(m: MemoryArgs) -> Result<ExitCode> {
-    use crate::cli::workload::{ClusterArgs, CommArgs};
     let sizes = sim::lists::items(&m.microbatch_size, "--microbatch-size")?
         .iter()
         .map(|x| {
@@ -534,7 +533,6 @@ fn memory(m: MemoryArgs) -> Result<ExitCode> {
         ))
         .into());
     }
-    let per = n.min(8);
     let bar = crate::cli::progress::spinner("simulating each micro-batch size");
     let mut rows = Vec::new();
     let mut seq = 0;
@@ -545,27 +543,7 @@ fn memory(m: MemoryArgs) -> Result<ExitCode> {
                 "--world-size x --microbatch-size x --microbatches: {global} samples per iteration is more than a u32 holds"
             ))
         })?;
-        let w = crate::cli::workload::WorkloadArgs {
-            cluster: ClusterArgs {
-                nodes: Some(n.div_ceil(per)),
-                gpus_per_node: Some(per),
-                gpu: Some(m.gpu.clone()),
-                ..Default::default()
-            },
-            model: m.model.clone(),
-            global_batch: global,
-            seq_len: m.seq_len,
-            dtype: m.dtype.clone(),
-            profiles: Vec::new(),
-            calibration: m.calibration.clone(),
-            memory_cluster: None,
-            mem_fraction: m.mem_fraction,
-            overhead_gib: m.overhead_gib,
-            comm: CommArgs {
-                comm_algo: "auto".into(),
-                ..Default::default()
-            },
-        };
+        let w = memory_workload(&m, n, global);
         let (workload, profiles, predictor) = w.parts()?;
         seq = workload.seq_len.unwrap_or(workload.model.seq_len);
         rows.push(sim::whatif::memory(
@@ -591,25 +569,7 @@ fn memory(m: MemoryArgs) -> Result<ExitCode> {
     };
     match m.format {
         Format::Json => out!("{}", serde_json::to_string_pretty(&out)? + "\n"),
-        Format::Csv => {
-            let flat: Vec<MemoryCsv> = out
-                .rows
-                .iter()
-                .flat_map(|r| {
-                    r.fits.iter().map(move |f| MemoryCsv {
-                        micro_batch_size: r.micro_batch_size,
-                        strategy: &r.strategy,
-                        peak_gib: r.per_gpu.peak_gib,
-                        state_gib: r.per_gpu.state_gib,
-                        activations_gib: r.per_gpu.activations_gib,
-                        gpu: &f.gpu,
-                        usable_gib: f.usable_gib,
-                        fits: f.fits,
-                    })
-                })
-                .collect();
-            out!("{}", crate::cli::format::csv_of(&flat)?)
-        }
+        Format::Csv => out!("{}", memory_csv(&out)?),
         Format::Table => print_memory(&out)?,
     }
     Ok(ExitCode::SUCCESS)
@@ -835,4 +795,53 @@ fn print_cheapest(out: &CheapestOut) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The workload `whatif memory` simulates: the model on `n` GPUs of the
+/// host type (nodes of at most 8), `global` samples per iteration.
+fn memory_workload(m: &MemoryArgs, n: u32, global: u32) -> crate::cli::workload::WorkloadArgs {
+    use crate::cli::workload::{ClusterArgs, CommArgs};
+    let per = n.min(8);
+    crate::cli::workload::WorkloadArgs {
+        cluster: ClusterArgs {
+            nodes: Some(n.div_ceil(per)),
+            gpus_per_node: Some(per),
+            gpu: Some(m.gpu.clone()),
+            ..Default::default()
+        },
+        model: m.model.clone(),
+        global_batch: global,
+        seq_len: m.seq_len,
+        dtype: m.dtype.clone(),
+        profiles: Vec::new(),
+        calibration: m.calibration.clone(),
+        memory_cluster: None,
+        mem_fraction: m.mem_fraction,
+        overhead_gib: m.overhead_gib,
+        comm: CommArgs {
+            comm_algo: "auto".into(),
+            ..Default::default()
+        },
+    }
+}
+
+/// `whatif memory`'s CSV: one row per micro-batch size and GPU type.
+fn memory_csv(out: &MemoryOut) -> Result<String> {
+    let flat: Vec<MemoryCsv> = out
+        .rows
+        .iter()
+        .flat_map(|r| {
+            r.fits.iter().map(move |f| MemoryCsv {
+                micro_batch_size: r.micro_batch_size,
+                strategy: &r.strategy,
+                peak_gib: r.per_gpu.peak_gib,
+                state_gib: r.per_gpu.state_gib,
+                activations_gib: r.per_gpu.activations_gib,
+                gpu: &f.gpu,
+                usable_gib: f.usable_gib,
+                fits: f.fits,
+            })
+        })
+        .collect();
+    Ok(crate::cli::format::csv_of(&flat)?)
 }

@@ -103,129 +103,152 @@ impl Target for Torchtitan {
 
     fn render(&self, e: &Exported) -> String {
         let sh = &e.shape;
-        let s = &e.strategy;
         let mut o = comment_block(&header_lines(e, self.file_kind()));
         let _ = writeln!(o, "# Run: torchrun --nproc_per_node=<GPUs per node> --nnodes={} -m torchtitan.train --job.config_file <this file>", sh.nodes);
         o.push('\n');
-        let _ = writeln!(o, "[job]");
-        let _ = writeln!(o, "dump_folder = \"./outputs\"");
-        let _ = writeln!(
-            o,
-            "description = {}",
-            quoted(&format!("cephalo export: {}", e.model))
-        );
-        o.push('\n');
-        let _ = writeln!(o, "[metrics]");
-        let _ = writeln!(
-            o,
-            "log_freq = 1  # one line per step: what `cephalo validate --from-log` reads"
-        );
-        o.push('\n');
-        let _ = writeln!(o, "[model]");
-        match model_flavor(&e.model) {
-            Some((name, flavor)) => {
-                if name == "llama2" {
-                    let _ = writeln!(o, "# torchtitan 0.2.2 registers llama3 (8B, 70B, 405B) but no llama2; register this flavor with llama2's shapes or use an older torchtitan");
-                }
-                let _ = writeln!(o, "name = {}", quoted(name));
-                let _ = writeln!(o, "flavor = {}", quoted(&flavor));
+        job_and_model(&mut o, e);
+        training(&mut o, e);
+        let overlap = parallelism(&mut o, e);
+        activation_checkpoint(&mut o, e, overlap);
+        o
+    }
+}
+
+/// The `[job]`, `[metrics]` and `[model]` tables.
+fn job_and_model(o: &mut String, e: &Exported) {
+    let _ = writeln!(o, "[job]");
+    let _ = writeln!(o, "dump_folder = \"./outputs\"");
+    let _ = writeln!(
+        o,
+        "description = {}",
+        quoted(&format!("cephalo export: {}", e.model))
+    );
+    o.push('\n');
+    let _ = writeln!(o, "[metrics]");
+    let _ = writeln!(
+        o,
+        "log_freq = 1  # one line per step: what `cephalo validate --from-log` reads"
+    );
+    o.push('\n');
+    let _ = writeln!(o, "[model]");
+    match model_flavor(&e.model) {
+        Some((name, flavor)) => {
+            if name == "llama2" {
+                let _ = writeln!(o, "# torchtitan 0.2.2 registers llama3 (8B, 70B, 405B) but no llama2; register this flavor with llama2's shapes or use an older torchtitan");
             }
-            None => {
-                let _ = writeln!(
-                    o,
-                    "# torchtitan has no flavor of {}: register its model args, then set the flavor",
-                    e.model
-                );
-                let _ = writeln!(o, "name = {}", quoted(&e.model));
-            }
+            let _ = writeln!(o, "name = {}", quoted(name));
+            let _ = writeln!(o, "flavor = {}", quoted(&flavor));
         }
-        o.push('\n');
-        let _ = writeln!(o, "[training]");
-        let _ = writeln!(o, "# local_batch_size is the micro-batch per data-parallel rank (torchtitan before 0.2 called it batch_size); accumulation steps = global_batch_size / (local_batch_size x {})", sh.dp());
-        let local = if sh.pp > 1 {
-            sh.micro_batch * sh.accumulation_steps
-        } else {
-            sh.micro_batch
-        };
-        let _ = writeln!(o, "local_batch_size = {local}");
-        let _ = writeln!(o, "global_batch_size = {}", sh.global_batch);
-        let _ = writeln!(o, "seq_len = {}", sh.seq_len);
-        let _ = writeln!(o, "steps = 100");
-        let _ = writeln!(o, "max_norm = 1.0");
-        let _ = writeln!(
-            o,
-            "mixed_precision_param = {}",
-            quoted(dtype_name(s.param_dtype))
-        );
-        let _ = writeln!(
-            o,
-            "mixed_precision_reduce = {}",
-            quoted(dtype_name(s.reduce_dtype))
-        );
-        let _ = writeln!(
-            o,
-            "enable_cpu_offload = {}",
-            s.offload == Offload::Optimizer
-        );
-        o.push('\n');
-        let _ = writeln!(o, "[parallelism]");
-        let _ = writeln!(o, "data_parallel_replicate_degree = {}", sh.dp_replicate);
-        let _ = writeln!(o, "data_parallel_shard_degree = {}", sh.dp_shard);
-        let _ = writeln!(
-            o,
-            "fsdp_reshard_after_forward = {}",
-            quoted(match s.sharding {
-                Sharding::GradOp => "never",
-                _ => "default",
-            })
-        );
-        let _ = writeln!(o, "tensor_parallel_degree = {}", sh.tp);
-        let overlap = e
-            .approximation
-            .pipeline
-            .as_ref()
-            .is_some_and(|p| p.tp_comm_overlap && sh.tp > 1);
-        let _ = writeln!(o, "enable_async_tensor_parallel = {overlap}");
-        let _ = writeln!(o, "pipeline_parallel_degree = {}", sh.pp);
-        if let Some(p) = &e.approximation.pipeline {
-            if p.schedule == PipeSchedule::ZbH1 {
-                let _ = writeln!(o, "# ZB-H1 runs in PyTorch as InterleavedZeroBubble, a looped schedule: give every rank two or more stages (pipeline_parallel_layers_per_stage)");
-            }
+        None => {
             let _ = writeln!(
                 o,
-                "pipeline_parallel_schedule = {}",
-                quoted(schedule_name(p.schedule))
+                "# torchtitan has no flavor of {}: register its model args, then set the flavor",
+                e.model
             );
-            let _ = writeln!(o, "pipeline_parallel_microbatch_size = {}", sh.micro_batch);
-            let v = p.virtual_stages.max(1);
-            if v > 1 {
-                let per_stage = p.stages.first().map_or(1, |s| s.blocks / v).max(1);
-                let _ = writeln!(
-                    o,
-                    "pipeline_parallel_layers_per_stage = {per_stage}  # {v} stages per rank (looped schedule)"
-                );
-            }
+            let _ = writeln!(o, "name = {}", quoted(&e.model));
         }
+    }
+    o.push('\n');
+}
+
+/// The `[training]` table.
+fn training(o: &mut String, e: &Exported) {
+    let (sh, s) = (&e.shape, &e.strategy);
+    let _ = writeln!(o, "[training]");
+    let _ = writeln!(o, "# local_batch_size is the micro-batch per data-parallel rank (torchtitan before 0.2 called it batch_size); accumulation steps = global_batch_size / (local_batch_size x {})", sh.dp());
+    let local = if sh.pp > 1 {
+        sh.micro_batch * sh.accumulation_steps
+    } else {
+        sh.micro_batch
+    };
+    let _ = writeln!(o, "local_batch_size = {local}");
+    let _ = writeln!(o, "global_batch_size = {}", sh.global_batch);
+    let _ = writeln!(o, "seq_len = {}", sh.seq_len);
+    let _ = writeln!(o, "steps = 100");
+    let _ = writeln!(o, "max_norm = 1.0");
+    let _ = writeln!(
+        o,
+        "mixed_precision_param = {}",
+        quoted(dtype_name(s.param_dtype))
+    );
+    let _ = writeln!(
+        o,
+        "mixed_precision_reduce = {}",
+        quoted(dtype_name(s.reduce_dtype))
+    );
+    let _ = writeln!(
+        o,
+        "enable_cpu_offload = {}",
+        s.offload == Offload::Optimizer
+    );
+    o.push('\n');
+}
+
+/// The `[parallelism]` table; whether async TP is on.
+fn parallelism(o: &mut String, e: &Exported) -> bool {
+    let (sh, s) = (&e.shape, &e.strategy);
+    let _ = writeln!(o, "[parallelism]");
+    let _ = writeln!(o, "data_parallel_replicate_degree = {}", sh.dp_replicate);
+    let _ = writeln!(o, "data_parallel_shard_degree = {}", sh.dp_shard);
+    let _ = writeln!(
+        o,
+        "fsdp_reshard_after_forward = {}",
+        quoted(match s.sharding {
+            Sharding::GradOp => "never",
+            _ => "default",
+        })
+    );
+    let _ = writeln!(o, "tensor_parallel_degree = {}", sh.tp);
+    let overlap = e
+        .approximation
+        .pipeline
+        .as_ref()
+        .is_some_and(|p| p.tp_comm_overlap && sh.tp > 1);
+    let _ = writeln!(o, "enable_async_tensor_parallel = {overlap}");
+    let _ = writeln!(o, "pipeline_parallel_degree = {}", sh.pp);
+    if let Some(p) = &e.approximation.pipeline {
+        if p.schedule == PipeSchedule::ZbH1 {
+            let _ = writeln!(o, "# ZB-H1 runs in PyTorch as InterleavedZeroBubble, a looped schedule: give every rank two or more stages (pipeline_parallel_layers_per_stage)");
+        }
+        let _ = writeln!(
+            o,
+            "pipeline_parallel_schedule = {}",
+            quoted(schedule_name(p.schedule))
+        );
+        let _ = writeln!(o, "pipeline_parallel_microbatch_size = {}", sh.micro_batch);
+        let v = p.virtual_stages.max(1);
+        if v > 1 {
+            let per_stage = p.stages.first().map_or(1, |s| s.blocks / v).max(1);
+            let _ = writeln!(
+                o,
+                "pipeline_parallel_layers_per_stage = {per_stage}  # {v} stages per rank (looped schedule)"
+            );
+        }
+    }
+    o.push('\n');
+    overlap
+}
+
+/// The `[activation_checkpoint]` table (and `[compile]` for async TP).
+fn activation_checkpoint(o: &mut String, e: &Exported, overlap: bool) {
+    let s = &e.strategy;
+    let _ = writeln!(o, "[activation_checkpoint]");
+    let (mode, option) = match s.checkpointing {
+        Checkpointing::None => ("none", None),
+        Checkpointing::Full | Checkpointing::Every(1) => ("full", None),
+        Checkpointing::Selective | Checkpointing::SelectiveAttention => {
+            ("selective", Some("op".to_string()))
+        }
+        Checkpointing::Every(k) => ("selective", Some(k.to_string())),
+    };
+    let _ = writeln!(o, "mode = {}", quoted(mode));
+    if let Some(opt) = option {
+        let _ = writeln!(o, "selective_ac_option = {}", quoted(&opt));
+    }
+    if overlap {
         o.push('\n');
-        let _ = writeln!(o, "[activation_checkpoint]");
-        let (mode, option) = match s.checkpointing {
-            Checkpointing::None => ("none", None),
-            Checkpointing::Full | Checkpointing::Every(1) => ("full", None),
-            Checkpointing::Selective | Checkpointing::SelectiveAttention => {
-                ("selective", Some("op".to_string()))
-            }
-            Checkpointing::Every(k) => ("selective", Some(k.to_string())),
-        };
-        let _ = writeln!(o, "mode = {}", quoted(mode));
-        if let Some(opt) = option {
-            let _ = writeln!(o, "selective_ac_option = {}", quoted(&opt));
-        }
-        if overlap {
-            o.push('\n');
-            let _ = writeln!(o, "[compile]  # async TP needs torch.compile");
-            let _ = writeln!(o, "enable = true");
-        }
-        o
+        let _ = writeln!(o, "[compile]  # async TP needs torch.compile");
+        let _ = writeln!(o, "enable = true");
     }
 }
 
