@@ -317,6 +317,32 @@ fn malformed_specs_are_refused_before_any_work() {
     }
 }
 
+/// A cost figure over a cluster with an unpriced GPU is refused naming
+/// the figure and the GPU, instead of a figure silently empty.
+#[test]
+fn a_cost_figure_needs_every_price() {
+    let specs = scratch("exp-unpriced");
+    let spec = SPEC
+        .replace("gpus = [\"a100-80gb,l4\"]", "gpus = [\"a100-80gb,p40\"]")
+        .replace("y = \"samples_per_s\"", "y = \"usd_per_million_tokens\"");
+    write(specs.join("small.toml"), &spec);
+    let results = scratch("exp-unpriced-out");
+    let o = run_in(&specs, &results, &[]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("figure[0].y") && o.stderr.contains("p40") && o.stderr.contains("price"),
+        "{}",
+        o.stderr
+    );
+    // The same study with every GPU priced runs.
+    write(
+        specs.join("small.toml"),
+        &SPEC.replace("y = \"samples_per_s\"", "y = \"usd_per_million_tokens\""),
+    );
+    let o = run_in(&specs, &results, &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}
+
 /// A `validate --format json` output with the fields a study reads.
 fn validate_json(pred: f64, meas: f64) -> String {
     format!(

@@ -98,6 +98,14 @@ impl Metric {
 }
 
 impl Metric {
+    /// Whether the metric is a cost (it needs every GPU's price).
+    pub fn needs_price(self) -> bool {
+        matches!(
+            self,
+            Metric::UsdPerMillionTokens | Metric::SamplesPerSPerUsdHour
+        )
+    }
+
     /// The interval of this metric in row `r` from its iteration-time
     /// interval (`interval_rel`, at the sources' median errors): times and
     /// costs scale with the iteration time, rates inversely; `None` for a

@@ -69,6 +69,7 @@ fn run_one(
     inputs: Inputs<'_>,
 ) -> Result<Results, SpecError> {
     let costs = costs_of(spec, w, inputs)?;
+    check_prices(spec, w, &costs)?;
     let popts = PlannerOptions {
         model_key: Some(w.model.clone()),
         ..PlannerOptions::default()
@@ -99,6 +100,42 @@ fn run_one(
     }
     set_speedups_vs_fsdp(&mut out.rows);
     Ok(out)
+}
+
+/// A figure of cost (USD per token, throughput per USD) needs a price for
+/// every GPU of every cluster it draws: an error naming the figure, the
+/// workload and the unpriced GPUs, instead of a figure silently empty.
+fn check_prices(spec: &ExperimentSpec, w: &Workload, costs: &CostModel) -> Result<(), SpecError> {
+    let Some((i, f)) = spec
+        .figures
+        .iter()
+        .enumerate()
+        .find(|(_, f)| f.y.needs_price())
+    else {
+        return Ok(());
+    };
+    let unpriced: Vec<String> = costs
+        .workload
+        .cluster
+        .gpus
+        .iter()
+        .filter(|g| g.price_per_hour_usd.is_none())
+        .map(|g| g.spec.name.clone())
+        .collect();
+    if unpriced.is_empty() {
+        return Ok(());
+    }
+    Err(SpecError::invalid(
+        "experiment",
+        format!("figure[{i}].y"),
+        format!(
+            "`{}` needs a price for every GPU, and workload {} ({}) has {} without one (no public list price in the catalog): give price_per_hour_usd in the cluster file's GPU group",
+            f.y.name(),
+            w.index,
+            w.cluster,
+            crate::lists::name_runs(&unpriced)
+        ),
+    ))
 }
 
 /// The cost model of workload `w`; an error naming the workload when it
