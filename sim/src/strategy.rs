@@ -673,6 +673,120 @@ impl StrategySpec {
         }
     }
 
+    /// The axis names [`StrategySpec::set`] takes (the flags without
+    /// their dashes).
+    pub const AXES: [&'static str; 8] = [
+        "sharding",
+        "shard_group",
+        "accumulation",
+        "checkpointing",
+        "offload",
+        "param_dtype",
+        "reduce_dtype",
+        "attention",
+    ];
+
+    /// Pins `axis` (a name of [`StrategySpec::AXES`], `-` or `_`) to the
+    /// value `value` spells; an unknown axis or value is an error naming
+    /// `origin` and `field` with what was expected.
+    pub fn set(
+        &mut self,
+        axis: &str,
+        value: &str,
+        origin: &str,
+        field: &str,
+    ) -> Result<(), SpecError> {
+        let bad = |msg: String| SpecError::invalid(origin, field, msg);
+        let expected = |choices: &str| bad(format!("expected {choices}, got `{value}`"));
+        let dtype = || Dtype::parse(value).ok_or_else(|| expected("fp32, bf16 or fp16"));
+        match axis.replace('-', "_").as_str() {
+            "sharding" => {
+                self.sharding = Some(
+                    Sharding::parse(value)
+                        .ok_or_else(|| expected(&crate::choice::expected(Sharding::CHOICES)))?,
+                )
+            }
+            "shard_group" => {
+                self.shard_group = Some(
+                    value
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|&g| g >= 1)
+                        .ok_or_else(|| expected("a group size >= 1"))?,
+                )
+            }
+            "accumulation" => {
+                self.accumulation = Some(
+                    Accumulation::parse(value)
+                        .ok_or_else(|| expected(&crate::choice::expected(Accumulation::CHOICES)))?,
+                )
+            }
+            "checkpointing" => self.checkpointing = Some(Checkpointing::parse(value).map_err(bad)?),
+            "offload" => {
+                self.offload = Some(
+                    Offload::parse(value)
+                        .ok_or_else(|| expected(&crate::choice::expected(Offload::CHOICES)))?,
+                )
+            }
+            "param_dtype" => self.param_dtype = Some(dtype()?),
+            "reduce_dtype" => self.reduce_dtype = Some(dtype()?),
+            "attention" => {
+                self.attention = Some(
+                    Attention::parse(value)
+                        .ok_or_else(|| expected(&crate::choice::expected(Attention::CHOICES)))?,
+                )
+            }
+            _ => {
+                return Err(bad(format!(
+                    "unknown strategy axis `{axis}` (known: {})",
+                    StrategySpec::AXES.join(", ")
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Pins written as `axis=value` pairs separated by spaces or commas
+    /// (`"sharding=full checkpointing=selective"`; empty: nothing
+    /// pinned), as a study's `strategies` list spells them.
+    pub fn parse_pins(text: &str, origin: &str, field: &str) -> Result<StrategySpec, SpecError> {
+        let mut spec = StrategySpec::NONE;
+        for pair in text.split([' ', ',']).filter(|p| !p.is_empty()) {
+            let Some((axis, value)) = pair.split_once('=') else {
+                return Err(SpecError::invalid(
+                    origin,
+                    field,
+                    format!("expected axis=value pairs (e.g. `sharding=full checkpointing=selective`), got `{pair}`"),
+                ));
+            };
+            spec.set(axis.trim(), value.trim(), origin, field)?;
+        }
+        Ok(spec)
+    }
+
+    /// The pins as [`StrategySpec::parse_pins`] reads them back (`""`
+    /// when nothing is pinned), axes in [`StrategySpec::AXES`] order.
+    pub fn pins_text(&self) -> String {
+        let mut out: Vec<String> = Vec::new();
+        let mut put = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                out.push(format!("{k}={v}"));
+            }
+        };
+        put("sharding", self.sharding.map(|x| x.name().to_string()));
+        put("shard_group", self.shard_group.map(|x| x.to_string()));
+        put(
+            "accumulation",
+            self.accumulation.map(|x| x.name().to_string()),
+        );
+        put("checkpointing", self.checkpointing.map(|x| x.name()));
+        put("offload", self.offload.map(|x| x.name().to_string()));
+        put("param_dtype", self.param_dtype.map(|x| x.to_string()));
+        put("reduce_dtype", self.reduce_dtype.map(|x| x.to_string()));
+        put("attention", self.attention.map(|x| x.name().to_string()));
+        out.join(" ")
+    }
+
     /// True when no axis is pinned.
     pub fn is_empty(&self) -> bool {
         *self == StrategySpec::default()
@@ -871,6 +985,40 @@ mod tests {
             cluster: c,
             dtype: Dtype::Bf16,
             profile_attention: Attention::Eager,
+        }
+    }
+
+    #[test]
+    fn pins_read_back_what_they_print() {
+        let s = StrategySpec::parse_pins(
+            "sharding=full, checkpointing=every:2 attention=flash",
+            "t",
+            "f",
+        )
+        .unwrap();
+        assert_eq!(s.sharding, Some(Sharding::Full));
+        assert_eq!(s.checkpointing, Some(Checkpointing::Every(2)));
+        assert_eq!(
+            StrategySpec::parse_pins(&s.pins_text(), "t", "f").unwrap(),
+            s
+        );
+        assert_eq!(
+            StrategySpec::parse_pins("", "t", "f").unwrap(),
+            StrategySpec::NONE
+        );
+        for bad in [
+            "sharding",
+            "colour=red",
+            "sharding=diagonal",
+            "shard_group=0",
+        ] {
+            let e = StrategySpec::parse_pins(bad, "t", "f")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("`f`") || e.contains("f:") || e.contains(" f"),
+                "{bad}: {e}"
+            );
         }
     }
 

@@ -843,5 +843,5 @@ fn memory_csv(out: &MemoryOut) -> Result<String> {
             })
         })
         .collect();
-    Ok(crate::cli::format::csv_of(&flat)?)
+    crate::cli::format::csv_of(&flat)
 }

@@ -71,89 +71,28 @@ fn bad(flag: &str, msg: String) -> SpecError {
 }
 
 impl StrategyArgs {
-    /// The pinned axes; a malformed value is an error naming its flag.
+    /// The pinned axes; a malformed value is an error naming its flag
+    /// (parsed by [`StrategySpec::set`], as studies' `strategies` are).
     pub fn spec(&self) -> Result<StrategySpec, SpecError> {
-        let dtype = |flag: &str, v: &Option<String>| -> Result<Option<Dtype>, SpecError> {
-            v.as_deref()
-                .map(|x| {
-                    Dtype::parse(x)
-                        .ok_or_else(|| bad(flag, format!("expected fp32, bf16 or fp16, got `{x}`")))
-                })
-                .transpose()
-        };
-        if self.shard_group == Some(0) {
-            return Err(bad(
-                "--shard-group",
-                "expected a group size >= 1, got 0".into(),
-            ));
+        let mut spec = StrategySpec::NONE;
+        let group = self.shard_group.map(|g| g.to_string());
+        let flags: [(&str, &Option<String>); 8] = [
+            ("sharding", &self.sharding),
+            ("shard_group", &group),
+            ("accumulation", &self.accumulation),
+            ("checkpointing", &self.checkpointing),
+            ("offload", &self.offload),
+            ("param_dtype", &self.param_dtype),
+            ("reduce_dtype", &self.reduce_dtype),
+            ("attention", &self.attention),
+        ];
+        for (axis, value) in flags {
+            if let Some(v) = value {
+                let flag = format!("--{}", axis.replace('_', "-"));
+                spec.set(axis, v, &flag, axis)?;
+            }
         }
-        Ok(StrategySpec {
-            sharding: self
-                .sharding
-                .as_deref()
-                .map(|x| {
-                    Sharding::parse(x).ok_or_else(|| {
-                        bad(
-                            "--sharding",
-                            format!(
-                                "expected {}, got `{x}`",
-                                choice::expected(Sharding::CHOICES)
-                            ),
-                        )
-                    })
-                })
-                .transpose()?,
-            shard_group: self.shard_group,
-            accumulation: self
-                .accumulation
-                .as_deref()
-                .map(|x| {
-                    Accumulation::parse(x).ok_or_else(|| {
-                        bad(
-                            "--accumulation",
-                            format!(
-                                "expected {}, got `{x}`",
-                                choice::expected(Accumulation::CHOICES)
-                            ),
-                        )
-                    })
-                })
-                .transpose()?,
-            checkpointing: self
-                .checkpointing
-                .as_deref()
-                .map(|x| Checkpointing::parse(x).map_err(|e| bad("--checkpointing", e)))
-                .transpose()?,
-            offload: self
-                .offload
-                .as_deref()
-                .map(|x| {
-                    Offload::parse(x).ok_or_else(|| {
-                        bad(
-                            "--offload",
-                            format!("expected {}, got `{x}`", choice::expected(Offload::CHOICES)),
-                        )
-                    })
-                })
-                .transpose()?,
-            param_dtype: dtype("--param-dtype", &self.param_dtype)?,
-            reduce_dtype: dtype("--reduce-dtype", &self.reduce_dtype)?,
-            attention: self
-                .attention
-                .as_deref()
-                .map(|x| {
-                    Attention::parse(x).ok_or_else(|| {
-                        bad(
-                            "--attention",
-                            format!(
-                                "expected {}, got `{x}`",
-                                choice::expected(Attention::CHOICES)
-                            ),
-                        )
-                    })
-                })
-                .transpose()?,
-        })
+        Ok(spec)
     }
 }
 

@@ -3,7 +3,7 @@
 //! merged equal one run byte for byte, and malformed specs are refused
 //! before any work, naming the field.
 
-use crate::common::{run, run_with_env, scratch, write, Out, HANG_LIMIT};
+use crate::common::{json_of, run, run_with_env, scratch, write, Out, HANG_LIMIT};
 use std::path::Path;
 
 const SPEC: &str = r#"
@@ -315,6 +315,85 @@ fn malformed_specs_are_refused_before_any_work() {
         assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
         assert!(!results.join("small").exists(), "{field}: work started");
     }
+}
+
+/// A study sweeps strategy pins and memory policies like any other axis:
+/// every case a row with its pins and policy, each row the plan `plan`
+/// gives with the same flags, and a figure split by strategy; a malformed
+/// pin is refused naming its entry before any work.
+#[test]
+fn a_study_sweeps_strategies_and_memory_policies() {
+    let specs = scratch("exp-strategies");
+    let spec = SPEC
+        .replace(
+            "planners = [\"cephalo\", \"fsdp\", \"pipeline-hetero\"]",
+            "planners = [\"fsdp\"]\nstrategies = [\"\", \"checkpointing=full attention=eager\"]\nmem_policies = [\"physical\", \"0.5\"]",
+        )
+        .replace("global_batches = [8, 16]", "global_batches = [8]")
+        .replace("kind = \"lines\"\nx = \"global_batch\"", "kind = \"bars\"\nx = \"mem_policy\"\nseries = \"strategy\"");
+    write(specs.join("small.toml"), &spec);
+    let out = scratch("exp-strategies-out");
+    let o = run_in(&specs, &out, &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let csv = std::fs::read_to_string(out.join("small/results.csv")).unwrap();
+    let mut r = csv::Reader::from_reader(csv.as_bytes());
+    let rows: Vec<sim::experiment::ResultRow> = r.deserialize().map(|x| x.unwrap()).collect();
+    assert_eq!(rows.len(), 4, "two strategies x two memory policies");
+    let cases: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.pins.as_str(), r.mem_policy.as_str()))
+        .collect();
+    assert_eq!(
+        cases,
+        [
+            ("", "physical"),
+            ("", "0.5"),
+            ("checkpointing=full attention=eager", "physical"),
+            ("checkpointing=full attention=eager", "0.5")
+        ]
+    );
+    for row in &rows {
+        let mut args = vec![
+            "--planner",
+            "fsdp",
+            "--gpus",
+            "a100-80gb,l4",
+            "--model",
+            "gpt-1.3b",
+            "--global-batch",
+            "8",
+        ];
+        if !row.pins.is_empty() {
+            args.extend(["--checkpointing", "full", "--attention", "eager"]);
+        }
+        if row.mem_policy != "physical" {
+            args.extend(["--mem-fraction", "0.5"]);
+        }
+        let p = json_of("plan", &args);
+        assert!(
+            row.strategy
+                .contains(p["strategy"]["checkpointing"].as_str().unwrap()),
+            "{row:?}"
+        );
+        assert_eq!(p["simulated"]["oom"], row.oom, "{row:?}");
+        if !row.oom {
+            let b = p["simulated"]["samples_per_s"].as_f64().unwrap();
+            let a = row.samples_per_s.unwrap();
+            assert!((a - b).abs() < 1e-9 * b, "{row:?}: {a} vs {b}");
+        }
+    }
+    assert!(out.join("small/lines.png").exists());
+    write(
+        specs.join("small.toml"),
+        &spec.replace(
+            "checkpointing=full attention=eager",
+            "checkpointing=sometimes",
+        ),
+    );
+    let bad = scratch("exp-strategies-bad");
+    let o = run_in(&specs, &bad, &[]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("sweep.strategies[1]"), "{}", o.stderr);
 }
 
 /// A cost figure over a cluster with an unpriced GPU is refused naming

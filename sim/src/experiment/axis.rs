@@ -26,6 +26,10 @@ spelled! {
         AddGpu = "add_gpu",
         /// The planner.
         Planner = "planner",
+        /// The strategy pins of the case.
+        Strategy = "strategy",
+        /// The memory policy.
+        MemPolicy = "mem_policy",
     }
 }
 
@@ -42,6 +46,8 @@ impl Axis {
             Axis::Gpus => "GPUs in the cluster",
             Axis::AddGpu => "GPU added to the cluster",
             Axis::Planner => "planner",
+            Axis::Strategy => "strategy pinned",
+            Axis::MemPolicy => "memory policy (physical or fraction of capacity)",
         }
     }
 
@@ -68,6 +74,14 @@ impl Axis {
                 }
             }
             Axis::Planner => r.planner.clone(),
+            Axis::Strategy => {
+                if r.pins.is_empty() {
+                    "(planner's choice)".into()
+                } else {
+                    r.pins.clone()
+                }
+            }
+            Axis::MemPolicy => r.mem_policy.clone(),
         }
     }
 }

@@ -67,6 +67,13 @@ pub struct ResultRow {
     /// of memory or without a plan). Figures draw it as bands / error bars.
     #[serde(default)]
     pub interval_rel: Option<f64>,
+    /// The strategy pins of the case (`axis=value` pairs; empty: the
+    /// planner chose every axis).
+    #[serde(default)]
+    pub pins: String,
+    /// The memory policy: `physical` or the fraction of each GPU's memory.
+    #[serde(default)]
+    pub mem_policy: String,
 }
 
 /// One GPU of one run (the per-GPU CSV).

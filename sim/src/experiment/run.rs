@@ -18,7 +18,6 @@ use crate::profile::ProfileSet;
 use crate::report::Report;
 use crate::session::{build_workload, plan_and_simulate, PlannedRun, WorkloadSpec};
 use crate::simulate::simulate;
-use crate::strategy::StrategySpec;
 use rayon::prelude::*;
 
 /// Everything a run needs besides the spec.
@@ -79,13 +78,7 @@ fn run_one(
         let pl = planner::registry::by_name(name, "sweep.planners")
             .map_err(|e| SpecError::invalid("experiment", "sweep.planners", e.to_string()))?;
         let mut row = workload_row(w, &costs, pi, pl.name());
-        match plan_and_simulate(
-            &costs,
-            inputs.profiles,
-            pl.as_ref(),
-            &popts,
-            &StrategySpec::NONE,
-        ) {
+        match plan_and_simulate(&costs, inputs.profiles, pl.as_ref(), &popts, &w.strategy) {
             Ok(r) => {
                 fill_row(&mut row, &r);
                 out.gpus.extend(gpu_rows(&row, &r.report));
@@ -148,7 +141,9 @@ fn costs_of(
     let cluster = cluster_of(w)?;
     let options = crate::cost::CostOptions {
         memory_cluster: spec.memory_cluster.clone(),
-        mem_policy: crate::cost::MemPolicy::from_fraction(spec.mem_fraction),
+        mem_policy: w
+            .mem_policy
+            .unwrap_or(crate::cost::MemPolicy::from_fraction(spec.mem_fraction)),
         ..crate::cost::CostOptions::default()
     };
     let ws = WorkloadSpec {
@@ -190,6 +185,11 @@ fn workload_row(w: &Workload, costs: &CostModel, pi: usize, planner: &str) -> Re
         network_gbit_s: w.network_gbit_s,
         add_gpu: w.add_gpu.clone(),
         planner: planner.to_string(),
+        pins: w.strategy.pins_text(),
+        mem_policy: match costs.options.mem_policy.fraction() {
+            Some(f) => f.to_string(),
+            None => "physical".into(),
+        },
         ..ResultRow::default()
     }
 }

@@ -4,11 +4,13 @@
 
 use super::cluster_source::{ClusterSource, ClusterText};
 use crate::cluster::Cluster;
+use crate::cost::MemPolicy;
 use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuCatalog;
 use crate::model::ModelCatalog;
 use crate::planner;
+use crate::strategy::StrategySpec;
 use serde::{Deserialize, Serialize};
 
 /// The axes of a sweep; every combination is one workload.
@@ -48,9 +50,41 @@ pub struct Sweep {
     /// "which GPU should I add next?".
     #[serde(default)]
     pub add_gpu: Vec<String>,
+    /// Strategy pins, each `axis=value` pairs as the strategy flags spell
+    /// them (`"sharding=full checkpointing=selective"`; `""`: the
+    /// planners choose), each a case of every workload.
+    #[serde(default)]
+    pub strategies: Vec<String>,
+    /// Memory policies: `physical` or a fraction of each GPU's memory
+    /// (`"0.75"`, the paper's rule), each a case (default: the spec's
+    /// `mem_fraction`).
+    #[serde(default)]
+    pub mem_policies: Vec<String>,
     /// Record every run's timeline (for Gantt figures; slower).
     #[serde(default)]
     pub timeline: bool,
+}
+
+/// A study's memory-policy spelling (`physical`, or a fraction in (0, 1]).
+pub(super) fn parse_mem_policy(
+    text: &str,
+    origin: &str,
+    field: &str,
+) -> Result<MemPolicy, SpecError> {
+    let p = if text.trim().eq_ignore_ascii_case("physical") {
+        MemPolicy::Physical
+    } else {
+        let f = text.trim().parse::<f64>().map_err(|_| {
+            SpecError::invalid(
+                origin,
+                field,
+                format!("expected `physical` or a fraction in (0, 1], got `{text}`"),
+            )
+        })?;
+        MemPolicy::Fraction(f)
+    };
+    p.check(origin, field)?;
+    Ok(p)
 }
 
 /// One workload of a sweep.
@@ -76,6 +110,10 @@ pub struct Workload {
     pub replicate: u32,
     /// Added GPU type (`""`: none).
     pub add_gpu: String,
+    /// The strategy pins of this case (nothing pinned: the planners choose).
+    pub strategy: StrategySpec,
+    /// The memory policy of this case (`None`: the spec's).
+    pub mem_policy: Option<MemPolicy>,
 }
 
 impl Sweep {
@@ -168,6 +206,12 @@ impl Sweep {
                 GpuCatalog::builtin().lookup(g, &format!("{origin}: sweep.add_gpu[{i}]"))?;
             }
         }
+        for (i, t) in w.strategies.iter().enumerate() {
+            StrategySpec::parse_pins(t, origin, &format!("sweep.strategies[{i}]"))?;
+        }
+        for (i, t) in w.mem_policies.iter().enumerate() {
+            parse_mem_policy(t, origin, &format!("sweep.mem_policies[{i}]"))?;
+        }
         for (i, l) in w.gpus.iter().enumerate() {
             Cluster::from_gpu_list(
                 l,
@@ -180,7 +224,7 @@ impl Sweep {
 
     /// The sweep's workloads in order: clusters (files, then lists) x
     /// replicate x added GPU x network x model x sequence length x dtype x
-    /// global batch. `clusters` holds the text of every file the spec names.
+    /// global batch x strategy pins x memory policy. `clusters` holds the text of every file the spec names.
     pub fn workloads(&self, clusters: &[ClusterText]) -> Result<Vec<Workload>, SpecError> {
         let w = self;
         let copies = if w.replicate.is_empty() {
@@ -296,22 +340,44 @@ fn push_cases(w: &Sweep, v: &Variant, out: &mut Vec<Workload>) -> Result<(), Spe
     } else {
         w.dtypes.iter().filter_map(|d| Dtype::parse(d)).collect()
     };
+    let strategies: Vec<StrategySpec> = if w.strategies.is_empty() {
+        vec![StrategySpec::NONE]
+    } else {
+        w.strategies
+            .iter()
+            .map(|t| StrategySpec::parse_pins(t, "experiment", "sweep.strategies"))
+            .collect::<Result<_, _>>()?
+    };
+    let policies: Vec<Option<MemPolicy>> = if w.mem_policies.is_empty() {
+        vec![None]
+    } else {
+        w.mem_policies
+            .iter()
+            .map(|t| parse_mem_policy(t, "experiment", "sweep.mem_policies").map(Some))
+            .collect::<Result<_, _>>()?
+    };
     for m in &w.models {
         for &seq_len in &seqs {
             for &dtype in &dtypes {
                 for &global_batch in &batches {
-                    out.push(Workload {
-                        index: out.len(),
-                        cluster: v.cluster.clone(),
-                        cluster_source: v.source.clone(),
-                        model: m.clone(),
-                        global_batch,
-                        seq_len,
-                        dtype,
-                        network_gbit_s: v.network_gbit_s,
-                        replicate: v.replicate,
-                        add_gpu: v.add_gpu.clone(),
-                    });
+                    for &strategy in &strategies {
+                        for &mem_policy in &policies {
+                            out.push(Workload {
+                                index: out.len(),
+                                cluster: v.cluster.clone(),
+                                cluster_source: v.source.clone(),
+                                model: m.clone(),
+                                global_batch,
+                                seq_len,
+                                dtype,
+                                network_gbit_s: v.network_gbit_s,
+                                replicate: v.replicate,
+                                add_gpu: v.add_gpu.clone(),
+                                strategy,
+                                mem_policy,
+                            });
+                        }
+                    }
                 }
             }
         }
