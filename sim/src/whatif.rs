@@ -698,7 +698,7 @@ pub fn memory(q: &MemoryQuery, catalog: &GpuCatalog) -> Result<MemoryAnswer, Pla
 /// What [`cheapest`] searches: a rental pool, the workload to train on
 /// what is rented (its cluster is replaced), how to plan, and the
 /// throughput to reach.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct RentQuery<'a> {
     /// The servers for rent.
     pub pool: &'a Pool,
@@ -904,6 +904,63 @@ pub fn cheapest(q: &RentQuery) -> Result<Rental, PlanError> {
         tried: rows,
         cheapest,
     })
+}
+
+/// One offer of a pool and its fewest servers that fit and train.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OfferMin {
+    /// GPU type.
+    pub gpu: String,
+    /// GPUs per server.
+    pub gpus_per_node: u32,
+    /// Servers available.
+    pub max_nodes: u32,
+    /// The fewest servers of it alone that fit and train (`None`: not even all).
+    pub min_nodes: Option<u32>,
+    /// Their GPUs.
+    pub min_gpus: Option<u32>,
+    /// Simulated throughput of the best plan on them, tokens/s.
+    pub tokens_per_s: Option<f64>,
+    /// Their price, USD per hour.
+    pub usd_per_hour: Option<f64>,
+}
+
+/// `min-gpus` for every offer of a pool: each offer alone, the fewest of
+/// its servers on which the query's planner finds a plan that fits and
+/// trains (the query's target is ignored: any throughput counts).
+pub fn min_per_offer(q: &RentQuery) -> Result<Vec<OfferMin>, PlanError> {
+    let any = RentQuery {
+        target_tokens_per_s: f64::MIN_POSITIVE,
+        ..*q
+    };
+    let n = q.pool.offer.len();
+    let mut t = Tries {
+        q: &any,
+        rows: Vec::new(),
+    };
+    let zero = vec![0u32; n];
+    let mut out = Vec::with_capacity(n);
+    for (i, o) in q.pool.offer.iter().enumerate() {
+        let found = t.fewest(&zero, i)?;
+        let row = match found {
+            Some(k) => {
+                let mut v = zero.clone();
+                v[i] = k;
+                Some(t.row(&v)?)
+            }
+            None => None,
+        };
+        out.push(OfferMin {
+            gpu: o.gpu.clone(),
+            gpus_per_node: o.gpus_per_node,
+            max_nodes: o.max_nodes,
+            min_nodes: found,
+            min_gpus: found.map(|k| k * o.gpus_per_node),
+            tokens_per_s: row.as_ref().and_then(|r| r.tokens_per_s),
+            usd_per_hour: row.as_ref().map(|r| r.usd_per_hour),
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

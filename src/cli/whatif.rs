@@ -87,11 +87,15 @@ pub struct TrainCostArgs {
 
 /// Flags of `whatif min-gpus`: the cluster flags `--nodes N
 /// --gpus-per-node G --gpu TYPE` give the GPU type, the node size and the
-/// largest cluster to try (N nodes).
+/// largest cluster to try (N nodes); or `--pool` asks it of every offer.
 #[derive(Debug, Clone, ClapArgs)]
 pub struct MinGpusArgs {
     #[command(flatten)]
     pub query: Query,
+    /// Ask of every offer of a rental pool (TOML, as `whatif cheapest`):
+    /// the fewest of its servers, alone, that fit and train.
+    #[arg(long)]
+    pub pool: Option<std::path::PathBuf>,
 }
 
 /// Flags of `whatif fit`.
@@ -202,6 +206,9 @@ struct MinGpusOut {
 }
 
 fn min_gpus(m: MinGpusArgs) -> Result<ExitCode> {
+    if let Some(pool) = &m.pool {
+        return min_gpus_pool(&m.query, pool);
+    }
     let a = &m.query;
     let c = &a.workload.cluster;
     let (Some(nodes), Some(per), Some(gpu)) = (c.nodes, c.gpus_per_node, c.gpu.clone()) else {
@@ -679,18 +686,22 @@ struct CheapestOut {
     rental: sim::whatif::Rental,
 }
 
-fn cheapest(c: CheapestArgs) -> Result<ExitCode> {
-    let a = &c.query;
-    let cl = &a.workload.cluster;
+/// A rental pool read and checked, `--network-gbit-s` applied; the
+/// cluster flags refused (the pool gives the GPUs). Returns it and its path.
+fn load_pool(
+    path: &std::path::Path,
+    cl: &crate::cli::workload::ClusterArgs,
+) -> Result<(sim::pool::Pool, String)> {
     if cl.gpus.is_some() || cl.cluster.is_some() || cl.nodes.is_some() || !cl.add_gpu.is_empty() {
         return Err(UserError(
-            "whatif cheapest: the pool gives the GPUs; --gpus, --cluster, --nodes and --add-gpu do not apply".into(),
+            "--pool: the pool gives the GPUs; --gpus, --cluster, --nodes and --add-gpu do not apply"
+                .into(),
         )
         .into());
     }
-    let origin = c.pool.display().to_string();
+    let origin = path.display().to_string();
     let catalog = crate::load::gpus();
-    let mut pool = sim::pool::Pool::parse(&crate::load::read_text(&c.pool)?, &origin, catalog)?;
+    let mut pool = sim::pool::Pool::parse(&crate::load::read_text(path)?, &origin, catalog)?;
     if let Some(bw) = cl.network_gbit_s {
         let mut f = sim::cluster::ClusterFile {
             name: None,
@@ -700,14 +711,110 @@ fn cheapest(c: CheapestArgs) -> Result<ExitCode> {
         f.set_network_gbit_s(bw);
         pool.network = f.network;
     }
+    Ok((pool, origin))
+}
+
+/// The workload of a pool question (on the pool's first server, replaced
+/// per selection), its profiles and predictor.
+fn pool_parts(
+    pool: &sim::pool::Pool,
+    origin: &str,
+    a: &Query,
+) -> Result<(
+    sim::session::WorkloadSpec,
+    sim::profile::ProfileSet,
+    sim::perfmodel::Calibrated,
+)> {
+    let catalog = crate::load::gpus();
     let one: Vec<u32> = (0..pool.offer.len()).map(|i| u32::from(i == 0)).collect();
     let first = pool
         .cluster(&one, catalog)
         .ok_or_else(|| UserError(format!("{origin}: expected at least one [[offer]]")))?;
-    let (workload, profiles, predictor) = a
+    let parts = a
         .workload
-        .parts_on(sim::cluster::Cluster::from_file(&first, &origin, catalog)?)?;
-    crate::cli::notes::eprint("warning", &profiles.warnings);
+        .parts_on(sim::cluster::Cluster::from_file(&first, origin, catalog)?)?;
+    crate::cli::notes::eprint("warning", &parts.1.warnings);
+    Ok(parts)
+}
+
+/// `whatif min-gpus --pool`: every offer's fewest servers that fit and train.
+fn min_gpus_pool(a: &Query, path: &std::path::Path) -> Result<ExitCode> {
+    let (pool, origin) = load_pool(path, &a.workload.cluster)?;
+    let (workload, profiles, predictor) = pool_parts(&pool, &origin, a)?;
+    let opts = a.flags.options(&a.workload.model)?;
+    let pins = a.strategy.spec()?;
+    let bar = crate::cli::progress::spinner("searching each offer's server count");
+    let offers = sim::whatif::min_per_offer(&sim::whatif::RentQuery {
+        pool: &pool,
+        catalog: crate::load::gpus(),
+        workload: &workload,
+        planning: sim::whatif::Planning {
+            profiles: &profiles,
+            predictor: &predictor,
+            planner: "cephalo",
+            options: &opts,
+            pins: &pins,
+        },
+        target_tokens_per_s: f64::MIN_POSITIVE,
+    })?;
+    bar.finish_and_clear();
+    #[derive(Serialize)]
+    struct Out<'a> {
+        format: &'static str,
+        question: &'static str,
+        model: &'a str,
+        pool: String,
+        offers: &'a [sim::whatif::OfferMin],
+    }
+    let out = Out {
+        format: "cephalo-whatif/1",
+        question: "min-gpus",
+        model: &workload.model.name,
+        pool: pool.name.clone().unwrap_or(origin),
+        offers: &offers,
+    };
+    match a.format {
+        Format::Json => out!("{}", serde_json::to_string_pretty(&out)? + "\n"),
+        Format::Csv => out!("{}", crate::cli::format::csv_of(&offers)?),
+        Format::Table => {
+            outln!(
+                "{}: the fewest servers of each offer that fit and train (Cephalo's planner)",
+                out.model
+            );
+            outln!(
+                "{:<16} {:>9} {:>9} {:>9} {:>11} {:>10}",
+                "gpu",
+                "per node",
+                "nodes",
+                "gpus",
+                "tokens/s",
+                "USD/hour"
+            );
+            for o in &offers {
+                let f =
+                    |x: Option<f64>, d: usize| x.map_or("-".to_string(), |v| format!("{v:.d$}"));
+                outln!(
+                    "{:<16} {:>9} {:>9} {:>9} {:>11} {:>10}",
+                    o.gpu,
+                    o.gpus_per_node,
+                    o.min_nodes
+                        .map_or(format!("none of {}", o.max_nodes), |k| k.to_string()),
+                    o.min_gpus.map_or("-".into(), |g| g.to_string()),
+                    f(o.tokens_per_s, 0),
+                    f(o.usd_per_hour, 2)
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cheapest(c: CheapestArgs) -> Result<ExitCode> {
+    let a = &c.query;
+    let cl = &a.workload.cluster;
+    let (pool, origin) = load_pool(&c.pool, cl)?;
+    let catalog = crate::load::gpus();
+    let (workload, profiles, predictor) = pool_parts(&pool, &origin, a)?;
     let opts = a.flags.options(&a.workload.model)?;
     let pins = a.strategy.spec()?;
     let bar = crate::cli::progress::spinner("planning selections of the pool");

@@ -493,3 +493,70 @@ fn cheapest_rental_reaches_the_target_for_the_least() {
         o.stderr
     );
 }
+
+/// `whatif min-gpus --pool`: every offer's fewest servers that fit and
+/// train, each confirmed by `plan` on those servers (and one fewer runs
+/// out of memory or has no plan).
+#[test]
+fn min_gpus_of_each_offer_in_a_pool() {
+    let pool = crate::common::scratch("whatif-min-pool").join("pool.toml");
+    std::fs::write(
+        &pool,
+        "[network]\nbw_gbit_s = 100\n\
+         [[offer]]\ngpu = \"a100-80gb\"\ngpus_per_node = 2\nmax_nodes = 4\n\
+         [[offer]]\ngpu = \"l4\"\ngpus_per_node = 2\nmax_nodes = 8\n",
+    )
+    .unwrap();
+    let p = pool.to_str().unwrap();
+    let w = ["--model", "gpt-6.7b", "--global-batch", "32"];
+    let v = json(
+        &[
+            &["whatif", "min-gpus", "--pool", p][..],
+            &w,
+            &["--format", "json"],
+        ]
+        .concat(),
+    );
+    let offers = v["offers"].as_array().unwrap();
+    assert_eq!(offers.len(), 2);
+    for o in offers {
+        let gpu = o["gpu"].as_str().unwrap();
+        let k = o["min_nodes"]
+            .as_u64()
+            .expect("each offer fits 6.7B somewhere");
+        let fits = |n: u64| -> bool {
+            let nodes = n.to_string();
+            let r = run(&[
+                &[
+                    "plan",
+                    "--planner",
+                    "cephalo",
+                    "--nodes",
+                    &nodes,
+                    "--gpus-per-node",
+                    "2",
+                    "--gpu",
+                    gpu,
+                ][..],
+                &["--network-gbit-s", "100"],
+                &w,
+                &["--format", "json"],
+            ]
+            .concat());
+            r.code == 0
+                && serde_json::from_str::<Value>(&r.stdout).unwrap()["simulated"]["oom"] == false
+        };
+        assert!(fits(k), "{gpu}: {k} nodes said to fit");
+        if k > 1 {
+            assert!(!fits(k - 1), "{gpu}: {} nodes fit too", k - 1);
+        }
+        assert_eq!(o["min_gpus"].as_u64(), Some(2 * k));
+    }
+    let o = run(&[
+        &["whatif", "min-gpus", "--pool", p, "--gpus", "l4,l4"][..],
+        &w,
+    ]
+    .concat());
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--pool"), "{}", o.stderr);
+}
