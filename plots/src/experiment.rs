@@ -334,7 +334,7 @@ fn gantt(
     };
     Ok((
         render(&fig, base)?,
-        format!("{t} (empty compute time is waiting)"),
+        format!("{t} (an empty compute lane is idle; waiting in the note counts exposed communication, transfers and copies too)"),
     ))
 }
 

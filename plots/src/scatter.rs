@@ -80,6 +80,8 @@ where
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
+        .x_label_formatter(&|v| crate::render::compact(*v))
+        .y_label_formatter(&|v| crate::render::compact(*v))
         .x_desc(&spec.x_label)
         .y_desc(&spec.y_label)
         .label_style(("sans-serif", 16))

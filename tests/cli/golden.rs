@@ -98,3 +98,46 @@ fn small_committed_studies_regenerate_byte_for_byte() {
 fn every_committed_study_regenerates_byte_for_byte() {
     regenerates(&["--all"], "", "cli-golden-all");
 }
+
+/// The README's validation claim is the committed `validate-cpu` study's,
+/// computed here from its `validation.csv` (median iteration error over
+/// the undisturbed runs, the worst point of any run): a re-measurement
+/// that moves the numbers fails until the README says what it measured.
+#[test]
+fn readme_validation_claim_is_the_committed_studys() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let csv = std::fs::read_to_string(root.join("results/validate-cpu/validation.csv")).unwrap();
+    let mut r = csv::Reader::from_reader(csv.as_bytes());
+    let (mut its, mut worst) = (Vec::new(), 0.0f64);
+    let mut runs = 0;
+    for row in r.records() {
+        let row = row.unwrap();
+        let (p, m): (f64, f64) = (row[3].parse().unwrap(), row[4].parse().unwrap());
+        let e = (p - m) / m;
+        if e.abs() > worst.abs() {
+            worst = e;
+        }
+        if &row[2] == "iteration" {
+            runs += 1;
+            if &row[5] == "false" {
+                its.push(e.abs());
+            }
+        }
+    }
+    its.sort_by(f64::total_cmp);
+    let n = its.len();
+    assert!(n > 0, "no undisturbed run in the committed study");
+    let med = if n % 2 == 1 {
+        its[n / 2]
+    } else {
+        (its[n / 2 - 1] + its[n / 2]) / 2.0
+    };
+    let claim = format!(
+        "{n} of its {runs} runs undisturbed, iteration predicted within {:.1}% median, worst point of any run {:+.1}%",
+        100.0 * med,
+        100.0 * worst
+    );
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let flat = readme.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat.contains(&claim), "README.md should say: {claim}");
+}

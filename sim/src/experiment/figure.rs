@@ -226,9 +226,12 @@ fn per_gpu(
     format!("{}.", parts.join("; "))
 }
 
-/// A time figure's part: how much of the GPUs' time went to waiting and
-/// to recompute.
-fn time_shares(p: &str, gs: &[&GpuRow]) -> Option<String> {
+/// The one definition of waiting every caption uses: the share of the
+/// GPUs' time (their iteration, summed over GPUs) in which a GPU does no
+/// work of its own: exposed communication (point-to-point transfers
+/// included), exposed host copies and idle. `gpus.csv` holds the parts
+/// (`exposed_comm_ms + copy_ms + idle_ms` over the row's total).
+pub(super) fn waiting_share(gs: &[&GpuRow]) -> f64 {
     let total: f64 = gs
         .iter()
         .map(|g| g.compute_ms + g.exposed_comm_ms + g.copy_ms + g.host_ms + g.idle_ms)
@@ -237,10 +240,20 @@ fn time_shares(p: &str, gs: &[&GpuRow]) -> Option<String> {
         .iter()
         .map(|g| g.exposed_comm_ms + g.idle_ms + g.copy_ms)
         .sum();
+    wait / total.max(1e-9)
+}
+
+/// A time figure's part: how much of the GPUs' time went to waiting and
+/// to recompute.
+fn time_shares(p: &str, gs: &[&GpuRow]) -> Option<String> {
+    let total: f64 = gs
+        .iter()
+        .map(|g| g.compute_ms + g.exposed_comm_ms + g.copy_ms + g.host_ms + g.idle_ms)
+        .sum();
     let rec: f64 = gs.iter().map(|g| g.recompute_ms).sum();
     Some(format!(
         "{p}: {:.0}% of the GPUs' time waiting, {:.0}% recomputing",
-        100.0 * wait / total.max(1e-9),
+        100.0 * waiting_share(gs),
         100.0 * rec / total.max(1e-9)
     ))
 }
@@ -274,10 +287,17 @@ fn prediction_errors(points: &[ValidationPoint]) -> String {
         .filter(|p| p.measured_ms > 0.0)
         .map(|p| ((p.predicted_ms - p.measured_ms) / p.measured_ms, p))
         .collect();
+    // A run that flagged its own measurement as disturbed is the host's
+    // noise, not the model's error: listed, never in the median.
     let its: Vec<f64> = errs
         .iter()
-        .filter(|e| e.1.quantity == "iteration")
+        .filter(|e| e.1.quantity == "iteration" && !e.1.disturbed)
         .map(|e| e.0)
+        .collect();
+    let disturbed: Vec<String> = errs
+        .iter()
+        .filter(|e| e.1.quantity == "iteration" && e.1.disturbed)
+        .map(|e| format!("{} {:+.1}%", e.1.run, 100.0 * e.0))
         .collect();
     let worst = errs.iter().max_by(|a, b| a.0.abs().total_cmp(&b.0.abs()));
     let mut abs: Vec<f64> = its.iter().map(|e| e.abs()).collect();
@@ -290,8 +310,16 @@ fn prediction_errors(points: &[ValidationPoint]) -> String {
     let (Some(med), Some((w, p))) = (med, worst) else {
         return String::new();
     };
+    let aside = if disturbed.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " Disturbed runs, not in the median: {}.",
+            disturbed.join(", ")
+        )
+    };
     format!(
-        "{} runs: iteration predicted within {:.1}% median ({}); the largest error of any point is {:+.1}% ({} of {}, {}).",
+        "{} undisturbed runs: iteration predicted within {:.1}% median ({}); the largest error of any point is {:+.1}% ({} of {}, {}).{aside}",
         its.len(),
         100.0 * med,
         its.iter().map(|e| format!("{:+.1}%", 100.0 * e)).collect::<Vec<_>>().join(", "),
@@ -302,8 +330,8 @@ fn prediction_errors(points: &[ValidationPoint]) -> String {
     )
 }
 
-/// A Gantt figure: every planner's iteration and how long its compute
-/// streams wait.
+/// A Gantt figure: every planner's iteration and how long its GPUs wait
+/// ([`waiting_share`], the definition every caption uses).
 fn waiting_in_timeline(f: &FigureSpec, results: &Results) -> String {
     let mut planners: Vec<&str> = Vec::new();
     for sp in results
@@ -323,21 +351,14 @@ fn waiting_in_timeline(f: &FigureSpec, results: &Results) -> String {
             .find(|r| r.case == f.workload && r.planner == p)
             .and_then(|r| r.iteration_ms)
             .unwrap_or(0.0);
-        let idle: f64 = results
-            .spans
-            .iter()
-            .filter(|x| x.case == f.workload && x.planner == p && x.category == "idle")
-            .map(|x| x.end_ms - x.start_ms)
-            .sum();
-        let gpus = results
+        let gs: Vec<&GpuRow> = results
             .gpus
             .iter()
             .filter(|g| g.case == f.workload && g.planner == p)
-            .count()
-            .max(1);
+            .collect();
         parts.push(format!(
-            "{p}: iteration {end:.0} ms, compute streams waiting {:.0}% of it",
-            100.0 * idle / (end * gpus as f64).max(1e-9)
+            "{p}: iteration {end:.0} ms, GPUs waiting {:.0}% of it (exposed communication and copies, idle)",
+            100.0 * waiting_share(&gs)
         ));
     }
     format!("{}.", parts.join("; "))

@@ -43,6 +43,7 @@
 //! Units: ms, samples/s, GiB, Gbit/s, USD.
 
 mod axis;
+mod claim;
 mod cluster_source;
 mod figure;
 mod metric;
@@ -56,6 +57,7 @@ mod sweep;
 mod validation;
 
 pub use axis::Axis;
+pub use claim::Claim;
 pub use cluster_source::{ClusterSource, ClusterText};
 pub use figure::{FigureKind, FigureSpec};
 pub use metric::Metric;

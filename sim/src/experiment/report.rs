@@ -84,6 +84,15 @@ pub fn report_section(
         let _ = writeln!(s, "{}\n", spec.description.trim());
     }
     s.push_str(&what_ran(spec, results, profiles_used));
+    s.push_str(&provenance(results));
+    if let Some(c) = spec.claim {
+        let _ = writeln!(
+            s,
+            "**The paper's claim:** {}. **Here:** {}\n",
+            c.text(),
+            c.verdict(results)
+        );
+    }
     for f in figures {
         let _ = writeln!(s, "![{}]({})\n", f.caption, f.path);
         let _ = writeln!(s, "*{}.* {}\n", f.caption, f.spec.key_numbers(results));
@@ -129,6 +138,79 @@ fn what_ran(spec: &ExperimentSpec, results: &Results, profiles_used: &str) -> St
             spec.name
         )
     }
+}
+
+/// Where this study's numbers came from, counted from its rows' sources
+/// (so a description cannot claim more measurement than there was): the
+/// (model, GPU type) pairs whose compute the reference measurements gave,
+/// the pairs the calibrated model predicted, and the memory's source.
+fn provenance(results: &Results) -> String {
+    use std::collections::BTreeSet;
+    let (mut measured, mut modelled) = (BTreeSet::new(), BTreeSet::new());
+    let mut memory = BTreeSet::new();
+    for r in &results.rows {
+        for part in r.sources.split("; ") {
+            if let Some(m) = part.strip_prefix("memory: ") {
+                let kind = if m.starts_with("analytic") || m.contains("calibrated") {
+                    "modelled (the calibrated activation model)"
+                } else {
+                    "measured (the reference memory profile)"
+                };
+                memory.insert(kind);
+                continue;
+            }
+            // `COUNTx GPU: how`; a `;` inside a source's own text starts
+            // no new GPU.
+            let Some((head, how)) = part.split_once(": ") else {
+                continue;
+            };
+            let Some((count, gpu)) = head.split_once("x ") else {
+                continue;
+            };
+            if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            let pair = format!("{} on {gpu}", r.model);
+            if how.starts_with("imported") || how.starts_with("measured") {
+                measured.insert(pair);
+            } else {
+                modelled.insert(pair);
+            }
+        }
+    }
+    let total = measured.len() + modelled.len();
+    if total == 0 {
+        return String::new();
+    }
+    let list = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
+    let mut out = format!(
+        "Where the numbers come from: compute measured for {} of {total} (model, GPU) pairs{}",
+        measured.len(),
+        if measured.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", list(&measured))
+        }
+    );
+    if !modelled.is_empty() {
+        let _ = write!(
+            out,
+            ", predicted by the calibrated model for {}",
+            modelled.len()
+        );
+        if modelled.len() <= 8 {
+            let _ = write!(out, " ({})", list(&modelled));
+        }
+    }
+    if !memory.is_empty() {
+        let _ = write!(
+            out,
+            "; memory {}",
+            memory.into_iter().collect::<Vec<_>>().join(" and ")
+        );
+    }
+    out.push_str(".\n\n");
+    out
 }
 
 /// Cephalo's speed-up ranges over the data-parallel baselines and the

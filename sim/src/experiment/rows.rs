@@ -60,7 +60,8 @@ pub struct ResultRow {
     pub search_candidates: Option<u64>,
     /// The planner's search: plans it simulated or fast-evaluated.
     pub search_simulations: Option<u64>,
-    /// Where the compute numbers came from (per GPU type, `;`-joined).
+    /// Where the numbers came from: the compute per GPU type, then the
+    /// memory (`memory: ...`), `;`-joined.
     pub sources: String,
     /// How sure the iteration time is: the relative half-width of its
     /// interval at the sources' median errors (fraction; empty when out

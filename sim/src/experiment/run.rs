@@ -216,12 +216,15 @@ fn fill_row(row: &mut ResultRow, r: &PlannedRun) {
         (true, Some(p)) if p > 0.0 => Some(rep.samples_per_s / p),
         _ => None,
     };
-    row.sources = rep
-        .sources()
+    let src = rep.sources();
+    let mut parts: Vec<String> = src
         .iter()
         .map(|s| format!("{}x {}: {}", s.count, s.gpu, s.compute))
-        .collect::<Vec<_>>()
-        .join("; ");
+        .collect();
+    if let Some(first) = src.first() {
+        parts.push(format!("memory: {}", first.memory));
+    }
+    row.sources = parts.join("; ");
 }
 
 /// One row per GPU of the run behind `row`.

@@ -61,6 +61,10 @@ pub struct ExperimentSpec<F = FigureSpec> {
     /// Where the study sits in the report (smaller first; ties by name).
     #[serde(default = "default_order")]
     pub order: u32,
+    /// The paper's claim the study tests (`compute-balancing`,
+    /// `memory-balancing`, `ablation`); none for a what-if beyond the paper.
+    #[serde(default)]
+    pub claim: Option<super::claim::Claim>,
     /// Figures to draw.
     #[serde(default, rename = "figure")]
     pub figures: Vec<F>,
@@ -165,6 +169,7 @@ impl<F> ExperimentSpec<F> {
             validations: self.validations,
             target_tokens_per_s: self.target_tokens_per_s,
             order: self.order,
+            claim: self.claim,
             figures,
         }
     }
