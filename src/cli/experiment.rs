@@ -150,7 +150,7 @@ fn load_spec(dir: &Path, name: &str) -> Result<Loaded> {
     }
     let text = load::read_text(&path)?;
     let origin = path.display().to_string();
-    let spec = ExperimentSpec::from_toml(&text, &origin)?;
+    let mut spec = ExperimentSpec::from_toml(&text, &origin)?;
     if spec.name != name {
         return Err(UserError(format!(
             "{origin}: field `name`: expected `{name}` (the file's name), got `{}`",
@@ -177,6 +177,18 @@ fn load_spec(dir: &Path, name: &str) -> Result<Loaded> {
             name: c.clone(),
             text: t,
         });
+    }
+    if let Some(c) = &spec.sweep.cases {
+        let p = dir.join(c);
+        let t = std::fs::read_to_string(&p).map_err(|e| {
+            UserError(format!(
+                "{origin}: field `sweep.cases`: cannot read {}: {e}",
+                p.display()
+            ))
+        })?;
+        // Every case is checked here, before any work (file and line named).
+        sim::experiment::parse_cases(&t, &p.display().to_string())?;
+        spec.sweep.cases_text = Some(t);
     }
     // Every workload's variant must build too (a replicated or edited cluster).
     for w in spec.workloads(&clusters)? {

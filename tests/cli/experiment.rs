@@ -396,6 +396,114 @@ fn a_study_sweeps_strategies_and_memory_policies() {
     assert!(o.stderr.contains("sweep.strategies[1]"), "{}", o.stderr);
 }
 
+/// A study whose workloads are a list of cases (CSV or JSONL, a sampled
+/// design space) runs exactly those cases on every cluster, each row with
+/// its case's model, batch, strategy and memory policy; the two formats
+/// give the same results; a bad case names its file and line before any
+/// work; a cases list next to a product list is refused.
+#[test]
+fn a_study_runs_a_list_of_cases() {
+    let specs = scratch("exp-cases");
+    let spec = SPEC
+        .replace(
+            "models = [\"gpt-1.3b\"]\nglobal_batches = [8, 16]",
+            "cases = \"cases.csv\"",
+        )
+        .replace(
+            "planners = [\"cephalo\", \"fsdp\", \"pipeline-hetero\"]",
+            "planners = [\"fsdp\"]",
+        );
+    assert!(spec.contains("cases = "), "{spec}");
+    write(specs.join("small.toml"), &spec);
+    write(
+        specs.join("cases.csv"),
+        "model,global_batch,seq_len,dtype,strategy,mem_policy\n\
+         gpt-1.3b,8,,,,\n\
+         gpt-1.3b,16,1024,bf16,checkpointing=full,0.75\n\
+         llama2-7b,8,,,sharding=full attention=flash,\n",
+    );
+    let out = scratch("exp-cases-out");
+    let o = run_in(&specs, &out, &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let read = |dir: &Path| -> Vec<sim::experiment::ResultRow> {
+        let csv = std::fs::read_to_string(dir.join("small/results.csv")).unwrap();
+        csv::Reader::from_reader(csv.as_bytes())
+            .deserialize()
+            .map(|x| x.unwrap())
+            .collect()
+    };
+    let rows = read(&out);
+    let got: Vec<(&str, u32, u32, &str, &str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.model.as_str(),
+                r.global_batch,
+                r.seq_len,
+                r.dtype.as_str(),
+                r.pins.as_str(),
+                r.mem_policy.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("gpt-1.3b", 8, 512, "fp16", "", "physical"),
+            ("gpt-1.3b", 16, 1024, "bf16", "checkpointing=full", "0.75"),
+            (
+                "llama2-7b",
+                8,
+                4096,
+                "fp16",
+                "sharding=full attention=flash",
+                "physical"
+            ),
+        ]
+    );
+    // The same cases as JSONL: the same results.
+    write(
+        specs.join("small.toml"),
+        &spec.replace("cases.csv", "cases.jsonl"),
+    );
+    write(
+        specs.join("cases.jsonl"),
+        "{\"model\": \"gpt-1.3b\", \"global_batch\": 8}\n\
+         {\"model\": \"gpt-1.3b\", \"global_batch\": 16, \"seq_len\": 1024, \"dtype\": \"bf16\", \"strategy\": \"checkpointing=full\", \"mem_policy\": \"0.75\"}\n\
+         \n\
+         {\"model\": \"llama2-7b\", \"global_batch\": 8, \"strategy\": \"sharding=full attention=flash\"}\n",
+    );
+    let out2 = scratch("exp-cases-out2");
+    let o = run_in(&specs, &out2, &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(read(&out2), rows);
+    // A bad case: file and line named, nothing run.
+    write(
+        specs.join("cases.jsonl"),
+        "{\"model\": \"gpt-1.3b\", \"global_batch\": 8}\n{\"model\": \"gpt-9t\", \"global_batch\": 8}\n",
+    );
+    let bad = scratch("exp-cases-bad");
+    let o = run_in(&specs, &bad, &[]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("cases.jsonl") && o.stderr.contains("line 2"),
+        "{}",
+        o.stderr
+    );
+    assert!(!bad.join("small").exists());
+    // Cases next to a product list.
+    write(
+        specs.join("small.toml"),
+        &spec.replace(
+            "cases = \"cases.csv\"",
+            "cases = \"cases.csv\"\nmodels = [\"gpt-1.3b\"]",
+        ),
+    );
+    let o = run_in(&specs, &bad, &[]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("sweep.models"), "{}", o.stderr);
+}
+
 /// A cost figure over a cluster with an unpriced GPU is refused naming
 /// the figure and the GPU, instead of a figure silently empty.
 #[test]

@@ -66,5 +66,5 @@ pub use results::Results;
 pub use rows::{GpuRow, ResultRow, SpanRow};
 pub use run::{run, Inputs};
 pub use spec::{ExperimentSpec, ProfilesUse};
-pub use sweep::{cluster_of, Sweep, Workload};
+pub use sweep::{cluster_of, parse_cases, Case, Sweep, Workload, MAX_CASES};
 pub use validation::ValidationPoint;

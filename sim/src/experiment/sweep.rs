@@ -60,9 +60,107 @@ pub struct Sweep {
     /// `mem_fraction`).
     #[serde(default)]
     pub mem_policies: Vec<String>,
+    /// A list of cases instead of the model x sequence x dtype x batch x
+    /// strategy x memory-policy product (a sampled design space): a CSV
+    /// file with a header row, or JSONL (`.jsonl`), relative to the
+    /// experiments directory, one workload per line on every cluster
+    /// variant ([`Case`]'s fields).
+    #[serde(default)]
+    pub cases: Option<String>,
+    /// The cases file's text, as the caller read it (`cases`).
+    #[serde(skip)]
+    pub cases_text: Option<String>,
     /// Record every run's timeline (for Gantt figures; slower).
     #[serde(default)]
     pub timeline: bool,
+}
+
+/// One case of a `cases` list: a workload's model and batch, and
+/// optionally its sequence length, dtype, strategy pins and memory policy
+/// (as the sweep's lists spell them).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    /// Model (catalog name or alias).
+    pub model: String,
+    /// Global batch, samples.
+    pub global_batch: u32,
+    /// Tokens per sample (empty: the model's).
+    #[serde(default)]
+    pub seq_len: Option<u32>,
+    /// `fp16`, `bf16` or `fp32` (empty: fp16).
+    #[serde(default)]
+    pub dtype: Option<String>,
+    /// Strategy pins, `axis=value` pairs (empty: the planners choose).
+    #[serde(default)]
+    pub strategy: Option<String>,
+    /// `physical` or a fraction (empty: the spec's).
+    #[serde(default)]
+    pub mem_policy: Option<String>,
+}
+
+/// Most cases one list may hold (a sampled design space, not a dump).
+pub const MAX_CASES: usize = 100_000;
+
+/// The cases of a `cases` file's `text` (`origin` its name: `.jsonl` is
+/// one JSON object per line, anything else CSV with a header row), each
+/// checked as the sweep's lists are; errors name the file and the line.
+pub fn parse_cases(text: &str, origin: &str) -> Result<Vec<Case>, SpecError> {
+    let line_err =
+        |line: usize, msg: String| SpecError::invalid(origin, format!("line {line}"), msg);
+    let mut cases: Vec<(usize, Case)> = Vec::new();
+    if origin.ends_with(".jsonl") {
+        for (i, l) in text.lines().enumerate() {
+            if l.trim().is_empty() {
+                continue;
+            }
+            let c: Case = serde_json::from_str(l).map_err(|e| line_err(i + 1, e.to_string()))?;
+            cases.push((i + 1, c));
+        }
+    } else {
+        let mut r = csv::ReaderBuilder::new()
+            .trim(csv::Trim::All)
+            .from_reader(text.as_bytes());
+        for (i, rec) in r.deserialize::<Case>().enumerate() {
+            // Line i + 2: the header is line 1.
+            let c = rec.map_err(|e| line_err(i + 2, e.to_string()))?;
+            cases.push((i + 2, c));
+        }
+    }
+    if cases.is_empty() || cases.len() > MAX_CASES {
+        return Err(SpecError::invalid(
+            origin,
+            "cases",
+            format!("expected 1..={MAX_CASES} cases, got {}", cases.len()),
+        ));
+    }
+    for (line, c) in &cases {
+        let at = format!("line {line}");
+        ModelCatalog::builtin().lookup(&c.model, &format!("{origin}: {at}: model"))?;
+        if c.global_batch == 0 || c.global_batch > crate::limits::MAX_GLOBAL_BATCH {
+            return Err(line_err(
+                *line,
+                format!(
+                    "global_batch: expected 1..={} samples, got {}",
+                    crate::limits::MAX_GLOBAL_BATCH,
+                    c.global_batch
+                ),
+            ));
+        }
+        if let Some(d) = c.dtype.as_deref().filter(|d| !d.is_empty()) {
+            if Dtype::parse(d).is_none() {
+                return Err(line_err(
+                    *line,
+                    format!("dtype: expected fp16, bf16 or fp32, got `{d}`"),
+                ));
+            }
+        }
+        StrategySpec::parse_pins(c.strategy.as_deref().unwrap_or(""), origin, &at)?;
+        if let Some(m) = c.mem_policy.as_deref().filter(|m| !m.is_empty()) {
+            parse_mem_policy(m, origin, &at)?;
+        }
+    }
+    Ok(cases.into_iter().map(|x| x.1).collect())
 }
 
 /// A study's memory-policy spelling (`physical`, or a fraction in (0, 1]).
@@ -133,6 +231,24 @@ impl Sweep {
                 "sweep.clusters",
                 "the sweep names no cluster (clusters or gpus)".into(),
             );
+        }
+        if w.cases.is_some() {
+            let product = [
+                ("models", w.models.is_empty()),
+                ("global_batches", w.global_batches.is_empty()),
+                ("batch_per_gpu", w.batch_per_gpu.is_empty()),
+                ("seq_lens", w.seq_lens.is_empty()),
+                ("dtypes", w.dtypes.is_empty()),
+                ("strategies", w.strategies.is_empty()),
+                ("mem_policies", w.mem_policies.is_empty()),
+            ];
+            if let Some((name, _)) = product.iter().find(|x| !x.1) {
+                return bad(
+                    &format!("sweep.{name}"),
+                    "`cases` lists whole workloads (model, batch, sequence, dtype, strategy, memory policy): drop this list or the cases".into(),
+                );
+            }
+            return Ok(());
         }
         if w.models.is_empty() {
             return bad("sweep.models", "the sweep names no model".into());
@@ -321,6 +437,43 @@ struct Variant {
 /// Appends to `out` the workloads on cluster variant `v`: model x
 /// sequence length x dtype x global batch, indexed in order.
 fn push_cases(w: &Sweep, v: &Variant, out: &mut Vec<Workload>) -> Result<(), SpecError> {
+    if let Some(name) = &w.cases {
+        let text = w.cases_text.as_deref().ok_or_else(|| {
+            SpecError::invalid(
+                "experiment",
+                "sweep.cases",
+                format!("cases file `{name}` was not read"),
+            )
+        })?;
+        for c in parse_cases(text, name)? {
+            let policy = c.mem_policy.as_deref().filter(|m| !m.is_empty());
+            out.push(Workload {
+                index: out.len(),
+                cluster: v.cluster.clone(),
+                cluster_source: v.source.clone(),
+                model: c.model.clone(),
+                global_batch: c.global_batch,
+                seq_len: c.seq_len,
+                dtype: c
+                    .dtype
+                    .as_deref()
+                    .and_then(Dtype::parse)
+                    .unwrap_or(Dtype::Fp16),
+                network_gbit_s: v.network_gbit_s,
+                replicate: v.replicate,
+                add_gpu: v.add_gpu.clone(),
+                strategy: StrategySpec::parse_pins(
+                    c.strategy.as_deref().unwrap_or(""),
+                    name,
+                    "strategy",
+                )?,
+                mem_policy: policy
+                    .map(|m| parse_mem_policy(m, name, "mem_policy"))
+                    .transpose()?,
+            });
+        }
+        return Ok(());
+    }
     let gpus = v.source.build()?.len();
     let batches: Vec<u32> = if w.batch_per_gpu.is_empty() {
         w.global_batches.clone()
