@@ -23,7 +23,8 @@ pub struct Sweep {
     /// Clusters as `--gpus` lists.
     #[serde(default)]
     pub gpus: Vec<String>,
-    /// Models (catalog names or aliases).
+    /// Models (catalog names or aliases; none with `cases`).
+    #[serde(default)]
     pub models: Vec<String>,
     /// Global batches, samples.
     #[serde(default)]
