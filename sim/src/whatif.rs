@@ -9,7 +9,7 @@
 //! Units: tokens, seconds, days, GPU-hours, USD.
 
 use crate::cluster::{Cluster, ClusterFile};
-use crate::cost::MemPolicy;
+use crate::cost::{CostModel, MemPolicy};
 use crate::error::{PlanError, SpecError};
 use crate::gpu::GpuCatalog;
 use crate::perfmodel::Predictor;
@@ -320,6 +320,19 @@ fn try_row(
     planner: &str,
 ) -> Result<FitRow, PlanError> {
     let costs = build_workload(workload, q.profiles, q.predictor)?;
+    row_on(q, change, flags, &costs, pins, planner)
+}
+
+/// [`try_row`] on a cost model already built (the rows of one workload
+/// share it).
+fn row_on(
+    q: &Planning,
+    change: &str,
+    flags: &str,
+    costs: &CostModel,
+    pins: &StrategySpec,
+    planner: &str,
+) -> Result<FitRow, PlanError> {
     let cluster = &costs.workload.cluster;
     let gpus = cluster.len() as u32;
     let usd_per_hour = cluster
@@ -344,7 +357,7 @@ fn try_row(
         usd_per_mtokens: None,
         why: None,
     };
-    match plan_named(&costs, q.profiles, planner, "--planner", q.options, pins) {
+    match plan_named(costs, q.profiles, planner, "--planner", q.options, pins) {
         Ok((run, name)) => {
             let r = &run.report;
             let trains = !r.oom && r.tokens_per_s.is_finite() && r.tokens_per_s > 0.0;
@@ -357,7 +370,7 @@ fn try_row(
             row.mfu = Some(r.mfu);
             row.peak_usable_pct = r.gpus.iter().map(|g| g.usable_pct).reduce(f64::max);
             if trains {
-                row.usd_per_mtokens = usd_per_hour.map(|p| p / (r.tokens_per_s * 3600.0) * 1e6);
+                row.usd_per_mtokens = r.usd_per_million_tokens();
             } else {
                 let worst = r
                     .gpus
@@ -453,15 +466,17 @@ fn more_gpus(q: &FitQuery) -> Result<Option<FitRow>, PlanError> {
 /// asked only the other changes that also fit are worth reading (they
 /// may be faster).
 pub fn fit(q: &FitQuery) -> Result<Fit, PlanError> {
-    let mut rows = vec![try_row(
+    // One cost model for every row of the workload as asked (the
+    // strategy knobs and the planner change the plan, not the costs).
+    let base = build_workload(q.workload, q.planning.profiles, q.planning.predictor)?;
+    let mut rows = vec![row_on(
         &q.planning,
         "as asked",
         "",
-        q.workload,
+        &base,
         q.planning.pins,
         q.planning.planner,
     )?];
-    let base = build_workload(q.workload, q.planning.profiles, q.planning.predictor)?;
     let resolved = q.planning.pins.resolve(&base.strategy_context()).ok();
     let knobs: Vec<&Knob> = KNOBS
         .iter()
@@ -475,22 +490,22 @@ pub fn fit(q: &FitQuery) -> Result<Fit, PlanError> {
             set.iter().for_each(|&i| (knobs[i].set)(&mut pins));
             let what: Vec<&str> = set.iter().map(|&i| knobs[i].what).collect();
             let flags: Vec<&str> = set.iter().map(|&i| knobs[i].flag).collect();
-            rows.push(try_row(
+            rows.push(row_on(
                 &q.planning,
                 &what.join(" + "),
                 &flags.join(" "),
-                q.workload,
+                &base,
                 &pins,
                 q.planning.planner,
             )?);
         }
     }
     if !q.planning.planner.eq_ignore_ascii_case(BEST) {
-        rows.push(try_row(
+        rows.push(row_on(
             &q.planning,
             "any planner (data-parallel, pipeline, 3D)",
             "--planner best",
-            q.workload,
+            &base,
             q.planning.pins,
             BEST,
         )?);
@@ -792,7 +807,7 @@ impl Tries<'_, '_> {
             usd_per_hour: usd,
             tokens_per_s: tps,
             reaches: tps.is_some_and(|t| t >= q.target_tokens_per_s),
-            usd_per_mtokens: tps.map(|t| usd / (t * 3600.0) * 1e6),
+            usd_per_mtokens: f.usd_per_mtokens,
             planner: f.planner,
             strategy: f.strategy,
             why: f.why,

@@ -309,8 +309,10 @@ fn fit(f: FitArgs) -> Result<ExitCode> {
     let a = &f.query;
     let opts = a.flags.options(&a.workload.model)?;
     let pins = a.strategy.spec()?;
-    let (workload, profiles, predictor) = a.workload.parts()?;
+    // The cluster file is read once: fit grows it, the workload runs on it.
     let (file, origin) = a.workload.cluster.file()?;
+    let cluster = sim::cluster::Cluster::from_file(&file, &origin, crate::load::gpus())?;
+    let (workload, profiles, predictor) = a.workload.parts_on(cluster)?;
     crate::cli::notes::eprint("warning", &profiles.warnings);
     if f.max_gpus == 0 || f.max_gpus as usize > sim::limits::MAX_GPUS {
         return Err(UserError(format!(
@@ -540,19 +542,28 @@ fn memory(m: MemoryArgs) -> Result<ExitCode> {
         ))
         .into());
     }
+    let globals = sizes
+        .iter()
+        .map(|&size| {
+            let global = (n as u64) * (size as u64) * (m.microbatches as u64);
+            u32::try_from(global).map_err(|_| {
+                UserError(format!(
+                    "--world-size x --microbatch-size x --microbatches: {global} samples per iteration is more than a u32 holds"
+                ))
+            })
+        })
+        .collect::<Result<Vec<u32>, UserError>>()?;
+    // Catalogs, calibration and the cluster are read once; each size only
+    // changes the global batch.
+    let (workload, profiles, predictor) = memory_workload(&m, n, globals[0]).parts()?;
+    let seq = workload.seq_len.unwrap_or(workload.model.seq_len);
     let bar = crate::cli::progress::spinner("simulating each micro-batch size");
     let mut rows = Vec::new();
-    let mut seq = 0;
-    for &size in &sizes {
-        let global = (n as u64) * (size as u64) * (m.microbatches as u64);
-        let global = u32::try_from(global).map_err(|_| {
-            UserError(format!(
-                "--world-size x --microbatch-size x --microbatches: {global} samples per iteration is more than a u32 holds"
-            ))
-        })?;
-        let w = memory_workload(&m, n, global);
-        let (workload, profiles, predictor) = w.parts()?;
-        seq = workload.seq_len.unwrap_or(workload.model.seq_len);
+    for (&size, &global) in sizes.iter().zip(&globals) {
+        let workload = sim::session::WorkloadSpec {
+            global_batch: global,
+            ..workload.clone()
+        };
         rows.push(sim::whatif::memory(
             &sim::whatif::MemoryQuery {
                 workload: &workload,

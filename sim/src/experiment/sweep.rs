@@ -359,6 +359,7 @@ impl Sweep {
         } else {
             w.network_gbit_s.iter().map(|&x| Some(x)).collect()
         };
+        let cases = cases_of(w)?;
         let mut out = Vec::new();
         for (label, src) in cluster_bases(w, clusters)? {
             for &replicate in &copies {
@@ -378,7 +379,7 @@ impl Sweep {
                             add_gpu: add_gpu.clone(),
                             network_gbit_s,
                         };
-                        push_cases(w, &v, &mut out)?;
+                        push_cases(&v, &cases, &mut out)?;
                     }
                 }
             }
@@ -435,9 +436,30 @@ struct Variant {
     network_gbit_s: Option<f64>,
 }
 
-/// Appends to `out` the workloads on cluster variant `v`: model x
-/// sequence length x dtype x global batch, indexed in order.
-fn push_cases(w: &Sweep, v: &Variant, out: &mut Vec<Workload>) -> Result<(), SpecError> {
+/// A global batch as the sweep gives it: fixed, or per GPU (times the
+/// variant's GPUs, at most [`crate::limits::MAX_GLOBAL_BATCH`]).
+#[derive(Debug, Clone, Copy)]
+enum Batch {
+    Global(u32),
+    PerGpu(u32),
+}
+
+/// What a workload holds besides its cluster: one case of the cases list
+/// or of the model x sequence x dtype x batch x strategy x memory-policy
+/// product, parsed once per sweep.
+#[derive(Debug, Clone)]
+struct CaseOf {
+    model: String,
+    batch: Batch,
+    seq_len: Option<u32>,
+    dtype: Dtype,
+    strategy: StrategySpec,
+    mem_policy: Option<MemPolicy>,
+}
+
+/// The sweep's cases, in order: its `cases` list (read by the caller), or
+/// the product of its lists (models outermost, memory policies innermost).
+fn cases_of(w: &Sweep) -> Result<Vec<CaseOf>, SpecError> {
     if let Some(name) = &w.cases {
         let text = w.cases_text.as_deref().ok_or_else(|| {
             SpecError::invalid(
@@ -446,43 +468,35 @@ fn push_cases(w: &Sweep, v: &Variant, out: &mut Vec<Workload>) -> Result<(), Spe
                 format!("cases file `{name}` was not read"),
             )
         })?;
-        for c in parse_cases(text, name)? {
-            let policy = c.mem_policy.as_deref().filter(|m| !m.is_empty());
-            out.push(Workload {
-                index: out.len(),
-                cluster: v.cluster.clone(),
-                cluster_source: v.source.clone(),
-                model: c.model.clone(),
-                global_batch: c.global_batch,
-                seq_len: c.seq_len,
-                dtype: c
-                    .dtype
-                    .as_deref()
-                    .and_then(Dtype::parse)
-                    .unwrap_or(Dtype::Fp16),
-                network_gbit_s: v.network_gbit_s,
-                replicate: v.replicate,
-                add_gpu: v.add_gpu.clone(),
-                strategy: StrategySpec::parse_pins(
-                    c.strategy.as_deref().unwrap_or(""),
-                    name,
-                    "strategy",
-                )?,
-                mem_policy: policy
-                    .map(|m| parse_mem_policy(m, name, "mem_policy"))
-                    .transpose()?,
-            });
-        }
-        return Ok(());
+        return parse_cases(text, name)?
+            .into_iter()
+            .map(|c| {
+                let policy = c.mem_policy.as_deref().filter(|m| !m.is_empty());
+                Ok(CaseOf {
+                    batch: Batch::Global(c.global_batch),
+                    seq_len: c.seq_len,
+                    dtype: c
+                        .dtype
+                        .as_deref()
+                        .and_then(Dtype::parse)
+                        .unwrap_or(Dtype::Fp16),
+                    strategy: StrategySpec::parse_pins(
+                        c.strategy.as_deref().unwrap_or(""),
+                        name,
+                        "strategy",
+                    )?,
+                    mem_policy: policy
+                        .map(|m| parse_mem_policy(m, name, "mem_policy"))
+                        .transpose()?,
+                    model: c.model,
+                })
+            })
+            .collect();
     }
-    let gpus = v.source.build()?.len();
-    let batches: Vec<u32> = if w.batch_per_gpu.is_empty() {
-        w.global_batches.clone()
+    let batches: Vec<Batch> = if w.batch_per_gpu.is_empty() {
+        w.global_batches.iter().map(|&b| Batch::Global(b)).collect()
     } else {
-        w.batch_per_gpu
-            .iter()
-            .map(|&b| (b as u64 * gpus as u64).min(crate::limits::MAX_GLOBAL_BATCH as u64) as u32)
-            .collect()
+        w.batch_per_gpu.iter().map(|&b| Batch::PerGpu(b)).collect()
     };
     let seqs: Vec<Option<u32>> = if w.seq_lens.is_empty() {
         vec![None]
@@ -510,23 +524,18 @@ fn push_cases(w: &Sweep, v: &Variant, out: &mut Vec<Workload>) -> Result<(), Spe
             .map(|t| parse_mem_policy(t, "experiment", "sweep.mem_policies").map(Some))
             .collect::<Result<_, _>>()?
     };
+    let mut out = Vec::new();
     for m in &w.models {
         for &seq_len in &seqs {
             for &dtype in &dtypes {
-                for &global_batch in &batches {
+                for &batch in &batches {
                     for &strategy in &strategies {
                         for &mem_policy in &policies {
-                            out.push(Workload {
-                                index: out.len(),
-                                cluster: v.cluster.clone(),
-                                cluster_source: v.source.clone(),
+                            out.push(CaseOf {
                                 model: m.clone(),
-                                global_batch,
+                                batch,
                                 seq_len,
                                 dtype,
-                                network_gbit_s: v.network_gbit_s,
-                                replicate: v.replicate,
-                                add_gpu: v.add_gpu.clone(),
                                 strategy,
                                 mem_policy,
                             });
@@ -535,6 +544,35 @@ fn push_cases(w: &Sweep, v: &Variant, out: &mut Vec<Workload>) -> Result<(), Spe
                 }
             }
         }
+    }
+    Ok(out)
+}
+
+/// Appends to `out` the workloads on cluster variant `v`: every case,
+/// indexed in order.
+fn push_cases(v: &Variant, cases: &[CaseOf], out: &mut Vec<Workload>) -> Result<(), SpecError> {
+    let gpus = v.source.build()?.len();
+    for c in cases {
+        let global_batch = match c.batch {
+            Batch::Global(b) => b,
+            Batch::PerGpu(b) => {
+                (b as u64 * gpus as u64).min(crate::limits::MAX_GLOBAL_BATCH as u64) as u32
+            }
+        };
+        out.push(Workload {
+            index: out.len(),
+            cluster: v.cluster.clone(),
+            cluster_source: v.source.clone(),
+            model: c.model.clone(),
+            global_batch,
+            seq_len: c.seq_len,
+            dtype: c.dtype,
+            network_gbit_s: v.network_gbit_s,
+            replicate: v.replicate,
+            add_gpu: v.add_gpu.clone(),
+            strategy: c.strategy,
+            mem_policy: c.mem_policy,
+        });
     }
     Ok(())
 }
