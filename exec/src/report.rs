@@ -115,19 +115,9 @@ impl TrainReport {
     }
 }
 
-/// Median of `xs` (mean of the middle two for even lengths); 0 for empty.
+/// Median of `xs` ([`sim::stats::median`]); 0 for empty.
 pub fn median(xs: &[f64]) -> f64 {
-    if xs.is_empty() {
-        return 0.0;
-    }
-    let mut v = xs.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
+    sim::stats::median(xs.iter().copied()).unwrap_or(0.0)
 }
 
 /// Timing of one unit kind at one micro-batch size.

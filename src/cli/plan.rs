@@ -323,8 +323,8 @@ pub struct FamilyOut {
     pub won: bool,
 }
 
-/// `--planner`'s default: the best plan of every family.
-pub const BEST: &str = "best";
+/// `--planner`'s default: the best plan of every family (the library's name).
+pub use sim::session::BEST;
 
 /// A named objective value.
 #[derive(Debug, Clone, Serialize)]

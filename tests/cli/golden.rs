@@ -124,14 +124,8 @@ fn readme_validation_claim_is_the_committed_studys() {
             }
         }
     }
-    its.sort_by(f64::total_cmp);
     let n = its.len();
-    assert!(n > 0, "no undisturbed run in the committed study");
-    let med = if n % 2 == 1 {
-        its[n / 2]
-    } else {
-        (its[n / 2 - 1] + its[n / 2]) / 2.0
-    };
+    let med = sim::stats::median(its).expect("an undisturbed run in the committed study");
     let claim = format!(
         "{n} of its {runs} runs undisturbed, iteration predicted within {:.1}% median, worst point of any run {:+.1}%",
         100.0 * med,

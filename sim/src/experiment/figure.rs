@@ -300,13 +300,7 @@ fn prediction_errors(points: &[ValidationPoint]) -> String {
         .map(|e| format!("{} {:+.1}%", e.1.run, 100.0 * e.0))
         .collect();
     let worst = errs.iter().max_by(|a, b| a.0.abs().total_cmp(&b.0.abs()));
-    let mut abs: Vec<f64> = its.iter().map(|e| e.abs()).collect();
-    abs.sort_by(f64::total_cmp);
-    let med = match abs.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(abs[n / 2]),
-        n => Some((abs[n / 2 - 1] + abs[n / 2]) / 2.0),
-    };
+    let med = crate::stats::median(its.iter().map(|e| e.abs()));
     let (Some(med), Some((w, p))) = (med, worst) else {
         return String::new();
     };

@@ -219,19 +219,6 @@ fn merge_steps(recs: Vec<Record>) -> Vec<Record> {
     out
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
 /// The measured figures of `records` (from [`parse`]) after skipping the
 /// first `warmup` steps, derived for a run of `shape`. Errors when no step
 /// is left.
@@ -302,7 +289,7 @@ pub fn summarize(
                 .to_string()
         });
     }
-    let col = |f: &dyn Fn(&Record) -> Option<f64>| median(used.iter().filter_map(f).collect());
+    let col = |f: &dyn Fn(&Record) -> Option<f64>| crate::stats::median(used.iter().filter_map(f));
     let tokens_per_s = col(&total);
     let per_gpu = col(&|r: &Record| r.tokens_per_s_per_gpu.or(total(r).map(|t| t / gpus)));
     let peak = used
