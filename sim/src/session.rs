@@ -225,6 +225,13 @@ pub fn plan_and_simulate(
     options: &PlannerOptions,
     strategy: &StrategySpec,
 ) -> Result<PlannedRun, PlanError> {
+    if let Some(why) = shape_conflict(planner, &options.shape) {
+        return Err(PlanError::invalid(
+            format!("the 3D shape pins ({})", options.shape.text()),
+            "planner",
+            why,
+        ));
+    }
     let judge = SimJudge::new(costs);
     let problem = Problem {
         costs,
@@ -310,6 +317,8 @@ pub fn plan_best(
 ) -> BestOfFamilies {
     let contenders: Vec<Contender> = crate::planner::registry::contenders()
         .into_iter()
+        // Pinned 3D shapes: the planners that take them.
+        .filter(|(_, pl)| shape_conflict(pl.as_ref(), &options.shape).is_none())
         .map(|(family, pl)| Contender {
             planner: pl.name(),
             family,
@@ -352,6 +361,26 @@ pub fn plan_named(
 /// Why a planner that fixes `fixed` cannot honour the user's pins `user`
 /// (so [`plan_best`] leaves it out instead of returning a plan that
 /// ignores them), `None` when it can.
+/// Why `planner` cannot run under the shape pins `pins` (`None`: it can):
+/// a planner that does not [`Planner::takes_shape`] makes plans of one
+/// GPU per model copy (data-parallel: `tp=1 pp=1` pins are what it does)
+/// or its own pipeline shapes.
+fn shape_conflict(planner: &dyn Planner, pins: &crate::plan::shape::ShapePins) -> Option<String> {
+    use crate::planner::registry::{entry, Family};
+    if pins.is_empty() || planner.takes_shape() {
+        return None;
+    }
+    let family = entry(planner.name()).map_or(Family::DataParallel, |e| e.family);
+    if family == Family::DataParallel && !pins.needs_model_parallel() {
+        return None;
+    }
+    Some(format!(
+        "`{}` makes {} plans of its own shape and does not search pinned 3D shapes; `megatron` searches the shapes that match",
+        planner.name(),
+        family.name(),
+    ))
+}
+
 fn pin_conflict(fixed: &StrategySpec, user: &StrategySpec) -> Option<String> {
     let differ = |a: Option<String>, b: Option<String>, flag: &str| match (a, b) {
         (Some(a), Some(b)) if a != b => Some(format!(
@@ -401,12 +430,14 @@ impl BestOfFamilies {
     }
 
     /// Each family's fastest fitting contender (`None`: none of its
-    /// planners has a plan that fits), in [`Family::ALL`] order.
+    /// planners has a plan that fits), in [`Family::ALL`] order; a family
+    /// none of whose planners ran (pinned 3D shapes) is left out.
     ///
     /// [`Family::ALL`]: crate::planner::registry::Family::ALL
     pub fn family_best(&self) -> Vec<(crate::planner::registry::Family, Option<usize>)> {
         crate::planner::registry::Family::ALL
             .iter()
+            .filter(|&&f| self.contenders.iter().any(|c| c.family == f))
             .map(|&f| (f, self.fastest(|c| c.family == f)))
             .collect()
     }
@@ -592,7 +623,11 @@ pub fn compare(
 ) -> Comparison {
     let mut rows = Vec::with_capacity(planners.len());
     let mut native_error = None;
-    for pl in planners {
+    // Pinned 3D shapes compare the planners that take them.
+    for pl in planners
+        .iter()
+        .filter(|pl| shape_conflict(pl.as_ref(), &options.shape).is_none())
+    {
         match plan_and_simulate(costs, profiles, pl.as_ref(), options, strategy) {
             Ok(run) => {
                 let p = &run.planned.plan;

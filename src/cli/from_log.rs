@@ -225,10 +225,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             let pl = sim::planner::registry::by_name(&name, "--planner")?;
             let opts = sim::planner::PlannerOptions {
                 model_key: Some(args.workload.model.clone()),
-                compat_ag_ms: 0.0,
-                compat_rs_ms: 0.0,
-                confirm_candidates: 8,
-                seed_with_baselines: true,
+                ..sim::planner::PlannerOptions::default()
             };
             sim::session::plan_and_simulate(costs, &res.profiles, pl.as_ref(), &opts, &spec)?.report
         }

@@ -37,6 +37,42 @@ pub struct PlannerFlags {
     /// as seeds (by default the native plan is never worse than them).
     #[arg(long)]
     pub no_seeds: bool,
+    /// Pin the 3D planner's tensor-parallel degree (GPUs per TP group).
+    #[arg(
+        long,
+        help_heading = "3D shape pins (the megatron planner searches within them)"
+    )]
+    pub tp: Option<u32>,
+    /// Pin the 3D planner's pipeline depth (stages).
+    #[arg(
+        long,
+        help_heading = "3D shape pins (the megatron planner searches within them)"
+    )]
+    pub pp: Option<u32>,
+    /// Pin the pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
+    #[arg(
+        long,
+        help_heading = "3D shape pins (the megatron planner searches within them)"
+    )]
+    pub pp_schedule: Option<String>,
+    /// Pin the interleaved schedule's model chunks per GPU.
+    #[arg(
+        long,
+        help_heading = "3D shape pins (the megatron planner searches within them)"
+    )]
+    pub virtual_stages: Option<u32>,
+    /// Pin the samples per micro-batch of one replica.
+    #[arg(
+        long,
+        help_heading = "3D shape pins (the megatron planner searches within them)"
+    )]
+    pub microbatch_size: Option<u32>,
+    /// Pin sequence parallelism inside the TP groups: on or off.
+    #[arg(
+        long,
+        help_heading = "3D shape pins (the megatron planner searches within them)"
+    )]
+    pub sequence_parallel: Option<String>,
 }
 
 impl PlannerFlags {
@@ -55,7 +91,45 @@ impl PlannerFlags {
             compat_rs_ms: self.rs_ms,
             confirm_candidates: self.candidates.max(1),
             seed_with_baselines: !self.no_seeds,
+            shape: self.shape_pins()?,
         })
+    }
+
+    /// The 3D shape pins, each flag checked as a study's `shapes` entry is
+    /// (one parser, [`sim::plan::shape::ShapePins::parse`]).
+    pub fn shape_pins(&self) -> Result<sim::plan::shape::ShapePins> {
+        let mut pins = sim::plan::shape::ShapePins::default();
+        let flags: [(&str, &str, Option<String>); 6] = [
+            ("--tp", "tp", self.tp.map(|x| x.to_string())),
+            ("--pp", "pp", self.pp.map(|x| x.to_string())),
+            ("--pp-schedule", "schedule", self.pp_schedule.clone()),
+            (
+                "--virtual-stages",
+                "virtual_stages",
+                self.virtual_stages.map(|x| x.to_string()),
+            ),
+            (
+                "--microbatch-size",
+                "microbatch_size",
+                self.microbatch_size.map(|x| x.to_string()),
+            ),
+            (
+                "--sequence-parallel",
+                "sequence_parallel",
+                self.sequence_parallel.clone(),
+            ),
+        ];
+        for (flag, name, value) in flags {
+            if let Some(v) = value {
+                let one = sim::plan::shape::ShapePins::parse(
+                    &format!("{name}={v}"),
+                    "the 3D shape pins",
+                    flag,
+                )?;
+                pins = pins.with(&one);
+            }
+        }
+        Ok(pins)
     }
 }
 

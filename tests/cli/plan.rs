@@ -572,3 +572,99 @@ fn compare_names_the_best_baseline_and_fits_200_columns() {
         );
     }
 }
+
+/// `plan --tp/--pp/...` pins the 3D planner's shape: fully pinned, its
+/// plan is the one `simulate` runs with the same shape flags (same
+/// iteration); partly pinned, every plan has the pins; `best` and
+/// `compare` run only the planners that search pinned shapes; a planner
+/// that does not is refused (exit 2) and a pin no shape matches is
+/// infeasible with what the search allows.
+#[test]
+fn shape_pins_narrow_the_3d_search() {
+    let c = [
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "4",
+        "--gpu",
+        "a100-80gb",
+        "--model",
+        "gpt-1.3b",
+        "--global-batch",
+        "16",
+    ];
+    let shape = [
+        "--tp",
+        "4",
+        "--pp",
+        "2",
+        "--pp-schedule",
+        "1f1b",
+        "--microbatch-size",
+        "2",
+        "--checkpointing",
+        "full",
+        "--sharding",
+        "none",
+    ];
+    let with = |extra: &[&str]| -> Vec<String> {
+        c.iter()
+            .chain(shape.iter())
+            .chain(extra.iter())
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let p = with(&["--planner", "megatron", "--sequence-parallel", "on"]);
+    let p: Vec<&str> = p.iter().map(|s| s.as_str()).collect();
+    let planned = crate::common::json_of("plan", &p);
+    let s = with(&["--sequence-parallel"]);
+    let s: Vec<&str> = s.iter().map(|s| s.as_str()).collect();
+    let simulated = crate::common::json_of("simulate", &s);
+    let (a, b) = (
+        planned["simulated"]["iteration_ms"].as_f64().unwrap(),
+        simulated["iteration_ms"].as_f64().unwrap(),
+    );
+    assert!((a - b).abs() <= 1e-9 * b, "plan {a} vs simulate {b}");
+    // Partly pinned, through `best`: a megatron plan of TP 4.
+    let mut best: Vec<&str> = c.to_vec();
+    best.extend(["--tp", "4"]);
+    let v = crate::common::json_of("plan", &best);
+    assert_eq!(v["planner"], "megatron", "{v}");
+    let text = run(&[&["plan"][..], &best[..]].concat());
+    assert!(text.stdout.contains("3d tp4"), "{}", text.stdout);
+    // compare: only the planners that take the pins.
+    let cmp = crate::common::json_of("compare", &best);
+    let names: Vec<&str> = cmp["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["planner"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["megatron"], "{cmp}");
+    // A planner that does not search shapes: refused, naming it.
+    let mut fsdp: Vec<&str> = best.clone();
+    fsdp.extend(["--planner", "fsdp"]);
+    let o = run(&[&["plan"][..], &fsdp[..]].concat());
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("`fsdp` makes data-parallel plans") && o.stderr.contains("tp=4"),
+        "{}",
+        o.stderr
+    );
+    // No shape matches TP 3: infeasible, with the degrees the model allows.
+    let mut three: Vec<&str> = c.to_vec();
+    three.extend(["--planner", "megatron", "--tp", "3"]);
+    let o = run(&[&["plan"][..], &three[..]].concat());
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr.contains("matches the pinned tp=3") && o.stderr.contains("it allows"),
+        "{}",
+        o.stderr
+    );
+    // A bad pin names its flag before any work.
+    let mut bad: Vec<&str> = c.to_vec();
+    bad.extend(["--pp-schedule", "zigzag"]);
+    let o = run(&[&["plan"][..], &bad[..]].concat());
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--pp-schedule"), "{}", o.stderr);
+}

@@ -158,6 +158,168 @@ impl Shape3d {
     }
 }
 
+/// The parts of a 3D shape a user pinned (`plan --tp 2 --pp 4`, a study's
+/// `shapes` list); `None` = the planner chooses. The 3D planner searches
+/// only the shapes that match; a planner of another family takes only
+/// the trivial pins (`tp=1`, `pp=1`) its plans already have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShapePins {
+    /// GPUs per TP group.
+    pub tp: Option<u32>,
+    /// Pipeline stages.
+    pub pp: Option<u32>,
+    /// The pipeline schedule.
+    pub schedule: Option<PipeSchedule>,
+    /// Model chunks per GPU (interleaved).
+    pub virtual_stages: Option<u32>,
+    /// Samples per micro-batch of one replica.
+    pub microbatch_size: Option<u32>,
+    /// Sequence parallelism inside the TP groups.
+    pub sequence_parallel: Option<bool>,
+}
+
+impl ShapePins {
+    /// The pin names [`ShapePins::parse`] takes (the flags without their
+    /// dashes; `schedule` is `--pp-schedule`).
+    pub const AXES: [&'static str; 6] = [
+        "tp",
+        "pp",
+        "schedule",
+        "virtual_stages",
+        "microbatch_size",
+        "sequence_parallel",
+    ];
+
+    /// True when nothing is pinned.
+    pub fn is_empty(&self) -> bool {
+        *self == ShapePins::default()
+    }
+
+    /// True when the pins ask for more than one GPU per model copy or
+    /// anything only a pipeline has: what a data-parallel plan cannot be.
+    pub fn needs_model_parallel(&self) -> bool {
+        self.tp.is_some_and(|t| t > 1)
+            || self.pp.is_some_and(|p| p > 1)
+            || self.schedule.is_some()
+            || self.virtual_stages.is_some_and(|v| v > 1)
+            || self.microbatch_size.is_some()
+            || self.sequence_parallel == Some(true)
+    }
+
+    /// `self` with every pin `other` sets overriding it.
+    pub fn with(&self, other: &ShapePins) -> ShapePins {
+        ShapePins {
+            tp: other.tp.or(self.tp),
+            pp: other.pp.or(self.pp),
+            schedule: other.schedule.or(self.schedule),
+            virtual_stages: other.virtual_stages.or(self.virtual_stages),
+            microbatch_size: other.microbatch_size.or(self.microbatch_size),
+            sequence_parallel: other.sequence_parallel.or(self.sequence_parallel),
+        }
+    }
+
+    /// Whether `s` has every pinned value.
+    pub fn matches(&self, s: &Shape3d) -> bool {
+        self.tp.is_none_or(|x| x == s.tp)
+            && self.pp.is_none_or(|x| x == s.pp)
+            && self.schedule.is_none_or(|x| x == s.schedule)
+            && self.virtual_stages.is_none_or(|x| x == s.virtual_stages)
+            && self.microbatch_size.is_none_or(|x| x == s.microbatch_size)
+            && self
+                .sequence_parallel
+                .is_none_or(|x| x == s.sequence_parallel)
+    }
+
+    /// Pins written as `name=value` pairs separated by spaces or commas
+    /// (`"tp=2 pp=4 schedule=interleaved"`; empty: nothing pinned), as a
+    /// study's `shapes` list spells them; errors name `origin` and `field`
+    /// with what was expected.
+    pub fn parse(
+        text: &str,
+        origin: &str,
+        field: &str,
+    ) -> Result<ShapePins, crate::error::SpecError> {
+        let bad = |msg: String| crate::error::SpecError::invalid(origin, field, msg);
+        let mut pins = ShapePins::default();
+        for pair in text.split([' ', ',']).filter(|p| !p.is_empty()) {
+            let Some((name, value)) = pair.split_once('=') else {
+                return Err(bad(format!(
+                    "expected name=value pairs (e.g. `tp=2 pp=4 schedule=1f1b`), got `{pair}`"
+                )));
+            };
+            let value = value.trim();
+            let count = |what: &str| -> Result<u32, crate::error::SpecError> {
+                value
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&x| (1..=crate::limits::MAX_GPUS as u32).contains(&x))
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "{name}: expected {what} from 1 to {}, got `{value}`",
+                            crate::limits::MAX_GPUS
+                        ))
+                    })
+            };
+            match name.trim().replace('-', "_").as_str() {
+                "tp" => pins.tp = Some(count("a TP degree")?),
+                "pp" => pins.pp = Some(count("a pipeline depth")?),
+                "schedule" | "pp_schedule" => {
+                    pins.schedule = Some(PipeSchedule::parse(value).ok_or_else(|| {
+                        bad(format!(
+                            "schedule: expected one of {}, got `{value}`",
+                            PipeSchedule::ALL.map(|x| x.name()).join(", ")
+                        ))
+                    })?)
+                }
+                "virtual_stages" => pins.virtual_stages = Some(count("model chunks per GPU")?),
+                "microbatch_size" => pins.microbatch_size = Some(count("samples per micro-batch")?),
+                "sequence_parallel" => {
+                    pins.sequence_parallel = Some(match value {
+                        "true" | "on" | "yes" => true,
+                        "false" | "off" | "no" => false,
+                        _ => {
+                            return Err(bad(format!(
+                                "sequence_parallel: expected true or false, got `{value}`"
+                            )))
+                        }
+                    })
+                }
+                other => {
+                    return Err(bad(format!(
+                        "unknown shape pin `{other}` (known: {})",
+                        ShapePins::AXES.join(", ")
+                    )))
+                }
+            }
+        }
+        Ok(pins)
+    }
+
+    /// The pins as [`ShapePins::parse`] reads them back (`""` when nothing
+    /// is pinned), in [`ShapePins::AXES`] order.
+    pub fn text(&self) -> String {
+        let mut out: Vec<String> = Vec::new();
+        let mut put = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                out.push(format!("{k}={v}"));
+            }
+        };
+        put("tp", self.tp.map(|x| x.to_string()));
+        put("pp", self.pp.map(|x| x.to_string()));
+        put("schedule", self.schedule.map(|x| x.name().to_string()));
+        put("virtual_stages", self.virtual_stages.map(|x| x.to_string()));
+        put(
+            "microbatch_size",
+            self.microbatch_size.map(|x| x.to_string()),
+        );
+        put(
+            "sequence_parallel",
+            self.sequence_parallel.map(|x| x.to_string()),
+        );
+        out.join(" ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +365,43 @@ mod tests {
             ..Shape3d::default()
         };
         assert!(bad(mb, 16, 32, 64).contains("--microbatch-size"));
+    }
+
+    #[test]
+    fn shape_pins_read_back_what_they_write_and_match_their_shapes() {
+        let p = ShapePins::parse(
+            "tp=2, pp=4 schedule=interleaved virtual-stages=2 microbatch_size=1 sequence_parallel=true",
+            "t",
+            "f",
+        )
+        .unwrap();
+        assert_eq!(ShapePins::parse(&p.text(), "t", "f").unwrap(), p);
+        let s = Shape3d {
+            tp: 2,
+            pp: 4,
+            schedule: PipeSchedule::Interleaved,
+            virtual_stages: 2,
+            sequence_parallel: true,
+            ..Shape3d::default()
+        };
+        assert!(p.matches(&s));
+        assert!(!p.matches(&Shape3d { tp: 4, ..s }));
+        assert!(ShapePins::default().matches(&s) && ShapePins::default().text().is_empty());
+        assert!(p.needs_model_parallel());
+        let trivial = ShapePins::parse("tp=1 pp=1", "t", "f").unwrap();
+        assert!(!trivial.needs_model_parallel() && !trivial.is_empty());
+        for (bad, want) in [
+            ("tp=0", "tp: expected a TP degree"),
+            ("pp=x", "pp: expected a pipeline depth"),
+            ("schedule=zigzag", "schedule: expected one of"),
+            ("sequence_parallel=maybe", "expected true or false"),
+            ("dp=2", "unknown shape pin `dp`"),
+            ("tp", "expected name=value"),
+        ] {
+            let e = ShapePins::parse(bad, "t.toml", "shapes[0]")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want) && e.contains("shapes[0]"), "{bad}: {e}");
+        }
     }
 }

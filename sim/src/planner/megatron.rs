@@ -22,7 +22,8 @@
 //! * distributed optimizer (ZeRO-1 over the DP group, `grad-op`) off / on
 //!   (with `d > 1`).
 //!
-//! User pins narrow the space (checkpointing, sharding `none` / `grad-op`,
+//! User pins narrow the space (the 3D shape's [`ShapePins`]: TP, PP,
+//! schedule, chunks, micro-batch size, SP; checkpointing, sharding `none` / `grad-op`,
 //! attention). Pruning: a shape whose constant memory (its state share)
 //! alone exceeds the smallest GPU is dropped before its estimate; the
 //! estimate's per-stage peaks drop the rest that do not fit. The
@@ -34,7 +35,7 @@ use super::{Judge, Planned, Planner, Problem, SearchStats};
 use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::plan::pipeline::PipeSchedule;
-use crate::plan::shape::Shape3d;
+use crate::plan::shape::{Shape3d, ShapePins};
 use crate::plan::Plan;
 use crate::strategy::{Checkpointing, Sharding, Strategy, StrategySpec};
 use crate::units::GIB;
@@ -65,8 +66,10 @@ pub struct Candidate {
 }
 
 /// The shapes of the search space for `costs` (module docs), before the
-/// strategy axes.
-pub fn shapes(costs: &CostModel) -> Vec<Shape3d> {
+/// strategy axes, narrowed to those matching `pins` (a pinned schedule
+/// outside the search's, GPipe or ZB-H1, replaces 1F1B; a pinned chunk
+/// count replaces 2 and 4).
+pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
     let w = &costs.workload;
     let n = costs.ranks();
     let (layers, batch) = (w.model.layers as usize, w.global_batch as u64);
@@ -78,6 +81,18 @@ pub fn shapes(costs: &CostModel) -> Vec<Shape3d> {
         .min()
         .unwrap_or(1)
         .max(1);
+    let sizes: Vec<u32> = match pins.microbatch_size {
+        Some(b) => vec![b],
+        None => MICRO_SIZES.to_vec(),
+    };
+    let chunks: Vec<u32> = match pins.virtual_stages {
+        Some(v) => vec![v],
+        None => CHUNKS.to_vec(),
+    };
+    let plain = match pins.schedule {
+        Some(s) if s != PipeSchedule::Interleaved => s,
+        _ => PipeSchedule::OneFOneB,
+    };
     let mut out = Vec::new();
     for t in crate::tensor::degrees(&w.model) {
         let t = t as usize;
@@ -88,7 +103,7 @@ pub fn shapes(costs: &CostModel) -> Vec<Shape3d> {
             .filter(|&p| (n / t).is_multiple_of(p) && layers.is_multiple_of(p))
         {
             let d = (n / (t * p)) as u64;
-            for b in MICRO_SIZES {
+            for &b in &sizes {
                 if !batch.is_multiple_of(d * b as u64) {
                     continue;
                 }
@@ -99,10 +114,13 @@ pub fn shapes(costs: &CostModel) -> Vec<Shape3d> {
                     microbatch_size: b,
                     ..Shape3d::default()
                 };
-                let mut scheds = vec![(PipeSchedule::OneFOneB, 1)];
+                let mut scheds = vec![(plain, 1)];
                 if p > 1 {
-                    for v in CHUNKS {
-                        if (layers / p).is_multiple_of(v as usize) && m.is_multiple_of(p as u32) {
+                    for &v in &chunks {
+                        if v > 1
+                            && (layers / p).is_multiple_of(v as usize)
+                            && m.is_multiple_of(p as u32)
+                        {
                             scheds.push((PipeSchedule::Interleaved, v));
                         }
                     }
@@ -112,12 +130,15 @@ pub fn shapes(costs: &CostModel) -> Vec<Shape3d> {
                         if sp && t == 1 {
                             continue;
                         }
-                        out.push(Shape3d {
+                        let shape = Shape3d {
                             schedule,
                             virtual_stages: v,
                             sequence_parallel: sp,
                             ..base
-                        });
+                        };
+                        if pins.matches(&shape) {
+                            out.push(shape);
+                        }
                     }
                 }
             }
@@ -164,7 +185,7 @@ pub fn search(problem: &Problem<'_>) -> Result<(Vec<Candidate>, SearchStats, f64
         .map(|r| costs.usable_gib(r))
         .fold(f64::INFINITY, f64::min)
         * GIB;
-    let all = shapes(costs);
+    let all = shapes(costs, &problem.options.shape);
     let mut by_d: std::collections::BTreeMap<usize, Vec<Strategy>> = Default::default();
     for shape in &all {
         let d = shape.dp(n);
@@ -315,9 +336,31 @@ impl Planner for Megatron {
         PIPELINE_AXES
     }
 
+    fn takes_shape(&self) -> bool {
+        true
+    }
+
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
         let n = problem.costs.ranks();
         let (cands, mut stats, shortfall) = search(problem)?;
+        let pins = &problem.options.shape;
+        if stats.candidates == 0 && !pins.is_empty() {
+            return Err(PlanError::Infeasible {
+                message: format!(
+                    "no Megatron shape of the {n} GPUs matches the pinned {}: TP must divide the smallest node and the model's heads (it allows {}), PP the TP groups and the {} blocks, DP x micro-batch size the global batch {}, interleaving's chunks the blocks per stage",
+                    pins.text(),
+                    crate::tensor::degrees(&problem.costs.workload.model)
+                        .iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    problem.costs.workload.model.layers,
+                    problem.costs.workload.global_batch
+                ),
+                shortfall_gib: 0.0,
+                rank: None,
+            });
+        }
         if stats.candidates == 0 {
             let w = &problem.costs.workload;
             return Err(PlanError::Infeasible {

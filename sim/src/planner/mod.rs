@@ -214,6 +214,10 @@ pub struct PlannerOptions {
     /// Whether the native planner also confirms the baselines' and the
     /// compat planner's plans as seeds (so it is never worse than them).
     pub seed_with_baselines: bool,
+    /// The 3D shape the user pinned (`--tp`, `--pp`, ..., a study's
+    /// `shapes`): only planners that [`Planner::takes_shape`] search
+    /// within it; the others refuse pins their plans cannot have.
+    pub shape: crate::plan::shape::ShapePins,
 }
 
 impl Default for PlannerOptions {
@@ -224,6 +228,7 @@ impl Default for PlannerOptions {
             compat_rs_ms: 0.0,
             confirm_candidates: 8,
             seed_with_baselines: true,
+            shape: crate::plan::shape::ShapePins::default(),
         }
     }
 }
@@ -343,5 +348,11 @@ pub trait Planner: Send + Sync + std::fmt::Debug {
     /// user pins ([`StrategySpec::NONE`]: it lets every axis be chosen).
     fn fixed_axes(&self) -> StrategySpec {
         StrategySpec::NONE
+    }
+    /// Whether it searches within [`PlannerOptions::shape`] (a 3D planner
+    /// over homogeneous shapes); false: it refuses pins beyond the
+    /// trivial `tp=1 pp=1` of data-parallel plans.
+    fn takes_shape(&self) -> bool {
+        false
     }
 }
