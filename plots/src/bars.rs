@@ -72,6 +72,16 @@ impl Figure for GroupedBars {
             .fold(0.0f64, f64::max);
         let top = if top > 0.0 { top * 1.08 } else { 1.0 };
         let cats = self.categories.clone();
+        // Category labels shrink (to 10 px at least) when the longest would
+        // overrun its slot (about 0.55 em per character).
+        let slot_px = plot.dim_in_pixel().0 as f64 * 0.85 / n as f64;
+        let longest = cats
+            .iter()
+            .map(|c| c.chars().count())
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let label_px = (slot_px / (longest as f64 * 0.55)).clamp(10.0, 15.0);
         let mut chart = ChartBuilder::on(&plot)
             .caption(&self.title, ("sans-serif", 24))
             .margin(15)
@@ -95,6 +105,7 @@ impl Figure for GroupedBars {
             .x_desc(&self.x_label)
             .y_desc(&self.y_label)
             .label_style(("sans-serif", 15))
+            .x_label_style(("sans-serif", label_px))
             .axis_desc_style(("sans-serif", 18))
             .draw()
             .map_err(err)?;

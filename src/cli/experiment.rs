@@ -190,6 +190,13 @@ fn load_spec(dir: &Path, name: &str) -> Result<Loaded> {
         sim::experiment::parse_cases(&t, &p.display().to_string())?;
         spec.sweep.cases_text = Some(t);
     }
+    for (i, entry) in spec.sweep.comm_profiles.iter().enumerate() {
+        spec.sweep.comm_sets.push(
+            read_comm_entry(dir, entry).map_err(|e| {
+                UserError(format!("{origin}: field `sweep.comm_profiles[{i}]`: {e}"))
+            })?,
+        );
+    }
     // Every workload's variant must build too (a replicated or edited cluster).
     for w in spec.workloads(&clusters)? {
         sim::experiment::cluster_of(&w)?;
@@ -216,6 +223,21 @@ fn load_spec(dir: &Path, name: &str) -> Result<Loaded> {
         clusters,
         validation,
     })
+}
+
+/// The measured collectives of one `comm_profiles` entry: its
+/// `--comm-profile` values (`[KIND=]PATH`, separated by spaces), paths
+/// relative to the experiments directory `dir`.
+fn read_comm_entry(dir: &Path, entry: &str) -> Result<ProfileSet> {
+    let mut set = ProfileSet::new();
+    for spec in entry.split_whitespace() {
+        let joined = match spec.split_once('=') {
+            Some((kind, path)) => format!("{kind}={}", dir.join(path).display()),
+            None => dir.join(spec).display().to_string(),
+        };
+        set.merge(load::load_comm_profile(&joined)?);
+    }
+    Ok(set)
 }
 
 fn list(d: &Dirs) -> Result<ExitCode> {

@@ -139,7 +139,7 @@ fn four_bridged_gpus_are_paced_by_pcie() {
 
 /// A synthetic all-gather log in nccl-tests' layout on `ranks` ranks (two
 /// hosts); `busbw` GB/s at every size.
-fn nccl_log(ranks: usize, busbw: f64) -> String {
+pub fn nccl_log(ranks: usize, busbw: f64) -> String {
     let mut s = String::from("# Collective test starting: all_gather_perf\n# nThread 1 nGpus 1 minBytes 1048576 maxBytes 1073741824 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n#\n# Using devices\n");
     for r in 0..ranks {
         let host = if r < ranks / 2 { "hosta" } else { "hostb" };

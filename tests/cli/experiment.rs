@@ -582,3 +582,145 @@ file = "scatter"
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("validations[1]"), "{}", o.stderr);
 }
+
+/// A study sweeps 3D shape pins, collective algorithms and measured
+/// collective tables like any other axis: every combination a row with
+/// its values; a pinned shape runs on `megatron` (its plan has the shape)
+/// and the data-parallel planner's row says why it did not run; each
+/// row equals `plan` with the same flags (`--tp`, `--comm-algo`,
+/// `--comm-profile`); a bad shape or algorithm is refused naming its
+/// entry before any work.
+#[test]
+fn a_study_sweeps_shapes_and_communication() {
+    let specs = scratch("exp-shapes");
+    let node =
+        "[[nodes]]\nintra_link = \"nvswitch\"\ngpus = [{ type = \"a100-80gb\", count = 4 }]\n";
+    write(
+        specs.join("two.toml"),
+        &format!("[network]\nnic_gbit_s = 25\n{node}{node}"),
+    );
+    write(specs.join("ag.log"), &crate::comm::nccl_log(8, 1.5));
+    let spec = SPEC
+        .replace("gpus = [\"a100-80gb,l4\"]", "clusters = [\"two.toml\"]")
+        .replace(
+            "planners = [\"cephalo\", \"fsdp\", \"pipeline-hetero\"]",
+            "planners = [\"fsdp\", \"megatron\"]\nshapes = [\"\", \"tp=4 schedule=1f1b\"]\ncomm_algos = [\"auto\", \"ring\"]\ncomm_profiles = [\"\", \"all-gather=ag.log\"]",
+        )
+        .replace("global_batches = [8, 16]", "global_batches = [16]")
+        .replace("timeline = true", "")
+        .replace(
+            "kind = \"lines\"\nx = \"global_batch\"",
+            "kind = \"bars\"\nx = \"comm_profile\"\nseries = \"shape\"",
+        );
+    let spec = spec[..spec.find("[[figure]]\nkind = \"time\"").unwrap()].to_string();
+    write(specs.join("small.toml"), &spec);
+    let out = scratch("exp-shapes-out");
+    let o = run_in(&specs, &out, &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let csv = std::fs::read_to_string(out.join("small/results.csv")).unwrap();
+    let rows: Vec<sim::experiment::ResultRow> = csv::Reader::from_reader(csv.as_bytes())
+        .deserialize()
+        .map(|x| x.unwrap())
+        .collect();
+    assert_eq!(
+        rows.len(),
+        2 * 2 * 2 * 2,
+        "algos x tables x shapes x planners"
+    );
+    let combos: std::collections::BTreeSet<(&str, &str, &str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.comm_algo.as_str(),
+                r.comm_profile.as_str(),
+                r.shape.as_str(),
+                r.planner.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(combos.len(), 16, "{combos:?}");
+    for row in &rows {
+        let pinned = !row.shape.is_empty();
+        if pinned && row.planner == "fsdp" {
+            assert!(
+                row.error.contains("does not search pinned 3D shapes"),
+                "{row:?}"
+            );
+            continue;
+        }
+        if pinned {
+            // The pinned shape, not the one megatron picks unpinned here
+            // (TP 2, interleaved).
+            assert!(
+                row.strategy.contains("3d tp4") && row.strategy.contains("1f1b"),
+                "{row:?}"
+            );
+        }
+        let mut args = vec![
+            "--planner".to_string(),
+            row.planner.clone(),
+            "--cluster".into(),
+            specs.join("two.toml").display().to_string(),
+            "--model".into(),
+            "gpt-1.3b".into(),
+            "--global-batch".into(),
+            "16".into(),
+            "--comm-algo".into(),
+            row.comm_algo.clone(),
+        ];
+        if pinned {
+            args.extend(["--tp", "4", "--pp-schedule", "1f1b"].map(String::from));
+        }
+        if !row.comm_profile.is_empty() {
+            args.push("--comm-profile".into());
+            args.push(format!("all-gather={}", specs.join("ag.log").display()));
+        }
+        let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let p = json_of("plan", &a);
+        assert_eq!(p["simulated"]["oom"], row.oom, "{row:?}");
+        let b = p["simulated"]["iteration_ms"].as_f64().unwrap();
+        let got = row.iteration_ms.unwrap();
+        assert!((got - b).abs() < 1e-9 * b, "{row:?}: {got} vs {b}");
+    }
+    // The measured table changes the FSDP rows (slow all-gathers).
+    let fsdp = |table: &str| {
+        rows.iter()
+            .find(|r| {
+                r.planner == "fsdp"
+                    && r.shape.is_empty()
+                    && r.comm_algo == "auto"
+                    && r.comm_profile == table
+            })
+            .and_then(|r| r.iteration_ms)
+            .unwrap()
+    };
+    assert!(
+        rows.iter().any(|r| r.planner == "megatron"
+            && r.shape.is_empty()
+            && !r.strategy.contains("3d tp4")),
+        "unpinned megatron picks another shape"
+    );
+    assert!(
+        fsdp("all-gather=ag.log") > fsdp(""),
+        "{} vs {}",
+        fsdp("all-gather=ag.log"),
+        fsdp("")
+    );
+    assert!(out.join("small/lines.png").exists());
+    for (from, to, field) in [
+        ("\"tp=4 schedule=1f1b\"", "\"tp=2 dp=2\"", "sweep.shapes[1]"),
+        ("\"ring\"", "\"star\"", "sweep.comm_algos[1]"),
+        (
+            "all-gather=ag.log",
+            "all-gather=missing.log",
+            "sweep.comm_profiles[1]",
+        ),
+    ] {
+        write(specs.join("small.toml"), &spec.replace(from, to));
+        let bad = scratch("exp-shapes-bad");
+        let o = run_in(&specs, &bad, &[]);
+        assert_eq!(o.code, 2, "{field}: {}", o.stderr);
+        assert!(o.stderr.contains(field), "{field}: {}", o.stderr);
+        assert!(!bad.join("small").exists(), "{field}: work started");
+    }
+}

@@ -30,6 +30,12 @@ spelled! {
         Strategy = "strategy",
         /// The memory policy.
         MemPolicy = "mem_policy",
+        /// The 3D shape pins of the case.
+        Shape = "shape",
+        /// The collective algorithm.
+        CommAlgo = "comm_algo",
+        /// The measured collective tables.
+        CommProfile = "comm_profile",
     }
 }
 
@@ -48,6 +54,9 @@ impl Axis {
             Axis::Planner => "planner",
             Axis::Strategy => "strategy pinned",
             Axis::MemPolicy => "memory policy (physical or fraction of capacity)",
+            Axis::Shape => "3D shape pinned",
+            Axis::CommAlgo => "collective algorithm",
+            Axis::CommProfile => "measured collectives",
         }
     }
 
@@ -82,8 +91,40 @@ impl Axis {
                 }
             }
             Axis::MemPolicy => r.mem_policy.clone(),
+            Axis::Shape => {
+                if r.shape.is_empty() {
+                    "(search)".into()
+                } else {
+                    short_shape(&r.shape)
+                }
+            }
+            Axis::CommAlgo => r.comm_algo.clone(),
+            Axis::CommProfile => {
+                if r.comm_profile.is_empty() {
+                    "(analytic)".into()
+                } else {
+                    r.comm_profile.clone()
+                }
+            }
         }
     }
+}
+
+/// Shape pins as a figure labels them: `tp=8 pp=4 schedule=zb-h1` reads
+/// `tp8 pp4 zb-h1` (chunks `v2`, micro-batch size `mb1`, `sp` / `no-sp`).
+fn short_shape(pins: &str) -> String {
+    pins.split_whitespace()
+        .map(|pair| match pair.split_once('=') {
+            Some(("schedule", v)) => v.to_string(),
+            Some(("virtual_stages", v)) => format!("v{v}"),
+            Some(("microbatch_size", v)) => format!("mb{v}"),
+            Some(("sequence_parallel", "true")) => "sp".into(),
+            Some(("sequence_parallel", _)) => "no-sp".into(),
+            Some((k, v)) => format!("{k}{v}"),
+            None => pair.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]
@@ -104,5 +145,13 @@ mod tests {
         }
         assert_eq!(Axis::names().split(", ").count(), Axis::ALL.len());
         assert_eq!(Axis::from_name("colour"), None);
+    }
+
+    #[test]
+    fn shape_labels_are_short() {
+        assert_eq!(
+            short_shape("tp=8 pp=4 schedule=zb-h1 virtual_stages=2 microbatch_size=1 sequence_parallel=false"),
+            "tp8 pp4 zb-h1 v2 mb1 no-sp"
+        );
     }
 }

@@ -75,6 +75,17 @@ pub struct ResultRow {
     /// The memory policy: `physical` or the fraction of each GPU's memory.
     #[serde(default)]
     pub mem_policy: String,
+    /// The 3D shape pins of the case (`name=value` pairs; empty: the
+    /// planner chose the shape).
+    #[serde(default)]
+    pub shape: String,
+    /// The collective algorithm (`auto`, `ring`, ...).
+    #[serde(default)]
+    pub comm_algo: String,
+    /// The measured collective tables, as the sweep's `comm_profiles`
+    /// entry names them (empty: the analytic model).
+    #[serde(default)]
+    pub comm_profile: String,
 }
 
 /// One GPU of one run (the per-GPU CSV).

@@ -67,17 +67,34 @@ fn run_one(
     planners: &[String],
     inputs: Inputs<'_>,
 ) -> Result<Results, SpecError> {
+    // The measured tables of this variant join the study's profiles.
+    let merged;
+    let profiles = match w.comm_profile {
+        Some(i) => {
+            let mut p = inputs.profiles.clone();
+            p.merge(spec.sweep.comm_sets[i].clone());
+            merged = p;
+            &merged
+        }
+        None => inputs.profiles,
+    };
+    let inputs = Inputs { profiles, ..inputs };
     let costs = costs_of(spec, w, inputs)?;
     check_prices(spec, w, &costs)?;
     let popts = PlannerOptions {
         model_key: Some(w.model.clone()),
+        shape: w.shape,
         ..PlannerOptions::default()
     };
+    let comm_profile = w
+        .comm_profile
+        .map_or(String::new(), |i| spec.sweep.comm_profiles[i].clone());
     let mut out = Results::default();
     for (pi, name) in planners.iter().enumerate() {
         let pl = planner::registry::by_name(name, "sweep.planners")
             .map_err(|e| SpecError::invalid("experiment", "sweep.planners", e.to_string()))?;
         let mut row = workload_row(w, &costs, pi, pl.name());
+        row.comm_profile = comm_profile.clone();
         match plan_and_simulate(&costs, inputs.profiles, pl.as_ref(), &popts, &w.strategy) {
             Ok(r) => {
                 fill_row(&mut row, &r);
@@ -144,6 +161,7 @@ fn costs_of(
         mem_policy: w
             .mem_policy
             .unwrap_or(crate::cost::MemPolicy::from_fraction(spec.mem_fraction)),
+        comm_algo: w.comm_algo.unwrap_or_default(),
         ..crate::cost::CostOptions::default()
     };
     let ws = WorkloadSpec {
@@ -186,6 +204,8 @@ fn workload_row(w: &Workload, costs: &CostModel, pi: usize, planner: &str) -> Re
         add_gpu: w.add_gpu.clone(),
         planner: planner.to_string(),
         pins: w.strategy.pins_text(),
+        shape: w.shape.text(),
+        comm_algo: costs.options.comm_algo.name().to_string(),
         mem_policy: match costs.options.mem_policy.fraction() {
             Some(f) => f.to_string(),
             None => "physical".into(),

@@ -4,12 +4,15 @@
 
 use super::cluster_source::{ClusterSource, ClusterText};
 use crate::cluster::Cluster;
+use crate::comm::CommAlgo;
 use crate::cost::MemPolicy;
 use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuCatalog;
 use crate::model::ModelCatalog;
+use crate::plan::shape::ShapePins;
 use crate::planner;
+use crate::profile::ProfileSet;
 use crate::strategy::StrategySpec;
 use serde::{Deserialize, Serialize};
 
@@ -61,6 +64,26 @@ pub struct Sweep {
     /// `mem_fraction`).
     #[serde(default)]
     pub mem_policies: Vec<String>,
+    /// 3D shape pins, `name=value` pairs as `plan --tp/--pp/...` spell
+    /// them (`"tp=2 pp=4 schedule=interleaved"`; `""`: the planners
+    /// choose), each a case of every workload; only planners that search
+    /// pinned shapes (`megatron`) run a pinned case, the others' rows say
+    /// why they did not.
+    #[serde(default)]
+    pub shapes: Vec<String>,
+    /// Collective algorithms (`auto`, `ring`, `tree`, `hierarchical`, as
+    /// `--comm-algo`), each a variant of every cluster (default: auto).
+    #[serde(default)]
+    pub comm_algos: Vec<String>,
+    /// Measured collective tables, each entry the `--comm-profile` values
+    /// of one variant separated by spaces (`"all-gather=nccl/ag.log
+    /// nccl/rs.log"`, paths relative to the experiments directory; `""`:
+    /// the analytic model), each a variant of every cluster.
+    #[serde(default)]
+    pub comm_profiles: Vec<String>,
+    /// The tables of every `comm_profiles` entry, as the caller read them.
+    #[serde(skip)]
+    pub comm_sets: Vec<ProfileSet>,
     /// A list of cases instead of the model x sequence x dtype x batch x
     /// strategy x memory-policy product (a sampled design space): a CSV
     /// file with a header row, or JSONL (`.jsonl`), relative to the
@@ -98,6 +121,9 @@ pub struct Case {
     /// `physical` or a fraction (empty: the spec's).
     #[serde(default)]
     pub mem_policy: Option<String>,
+    /// 3D shape pins, `name=value` pairs (empty: the planners choose).
+    #[serde(default)]
+    pub shape: Option<String>,
 }
 
 /// Most cases one list may hold (a sampled design space, not a dump).
@@ -157,6 +183,7 @@ pub fn parse_cases(text: &str, origin: &str) -> Result<Vec<Case>, SpecError> {
             }
         }
         StrategySpec::parse_pins(c.strategy.as_deref().unwrap_or(""), origin, &at)?;
+        ShapePins::parse(c.shape.as_deref().unwrap_or(""), origin, &at)?;
         if let Some(m) = c.mem_policy.as_deref().filter(|m| !m.is_empty()) {
             parse_mem_policy(m, origin, &at)?;
         }
@@ -213,6 +240,13 @@ pub struct Workload {
     pub strategy: StrategySpec,
     /// The memory policy of this case (`None`: the spec's).
     pub mem_policy: Option<MemPolicy>,
+    /// The 3D shape pins of this case (nothing pinned: the planners choose).
+    pub shape: ShapePins,
+    /// The collective algorithm (`None`: auto).
+    pub comm_algo: Option<CommAlgo>,
+    /// The index of the measured tables in the sweep's `comm_profiles`
+    /// (`None`: the analytic model).
+    pub comm_profile: Option<usize>,
 }
 
 impl Sweep {
@@ -242,11 +276,12 @@ impl Sweep {
                 ("dtypes", w.dtypes.is_empty()),
                 ("strategies", w.strategies.is_empty()),
                 ("mem_policies", w.mem_policies.is_empty()),
+                ("shapes", w.shapes.is_empty()),
             ];
             if let Some((name, _)) = product.iter().find(|x| !x.1) {
                 return bad(
                     &format!("sweep.{name}"),
-                    "`cases` lists whole workloads (model, batch, sequence, dtype, strategy, memory policy): drop this list or the cases".into(),
+                    "`cases` lists whole workloads (model, batch, sequence, dtype, strategy, memory policy, shape): drop this list or the cases".into(),
                 );
             }
             return Ok(());
@@ -329,6 +364,12 @@ impl Sweep {
         for (i, t) in w.mem_policies.iter().enumerate() {
             parse_mem_policy(t, origin, &format!("sweep.mem_policies[{i}]"))?;
         }
+        for (i, t) in w.shapes.iter().enumerate() {
+            ShapePins::parse(t, origin, &format!("sweep.shapes[{i}]"))?;
+        }
+        for (i, t) in w.comm_algos.iter().enumerate() {
+            parse_comm_algo(t, origin, &format!("sweep.comm_algos[{i}]"))?;
+        }
         for (i, l) in w.gpus.iter().enumerate() {
             Cluster::from_gpu_list(
                 l,
@@ -340,8 +381,10 @@ impl Sweep {
     }
 
     /// The sweep's workloads in order: clusters (files, then lists) x
-    /// replicate x added GPU x network x model x sequence length x dtype x
-    /// global batch x strategy pins x memory policy. `clusters` holds the text of every file the spec names.
+    /// replicate x added GPU x network x collective algorithm x measured
+    /// tables x model x sequence length x dtype x global batch x strategy
+    /// pins x shape pins x memory policy. `clusters` holds the text of
+    /// every file the spec names.
     pub fn workloads(&self, clusters: &[ClusterText]) -> Result<Vec<Workload>, SpecError> {
         let w = self;
         let copies = if w.replicate.is_empty() {
@@ -359,6 +402,7 @@ impl Sweep {
         } else {
             w.network_gbit_s.iter().map(|&x| Some(x)).collect()
         };
+        let comms = comm_variants(w)?;
         let cases = cases_of(w)?;
         let mut out = Vec::new();
         for (label, src) in cluster_bases(w, clusters)? {
@@ -372,14 +416,19 @@ impl Sweep {
                         if !add_gpu.is_empty() {
                             cluster.push_str(&format!(" +{add_gpu}"));
                         }
-                        let v = Variant {
-                            source: src.edited(replicate, add_gpu, network_gbit_s)?,
-                            cluster,
-                            replicate,
-                            add_gpu: add_gpu.clone(),
-                            network_gbit_s,
-                        };
-                        push_cases(&v, &cases, &mut out)?;
+                        let source = src.edited(replicate, add_gpu, network_gbit_s)?;
+                        for &(comm_algo, comm_profile) in &comms {
+                            let v = Variant {
+                                source: source.clone(),
+                                cluster: cluster.clone(),
+                                replicate,
+                                add_gpu: add_gpu.clone(),
+                                network_gbit_s,
+                                comm_algo,
+                                comm_profile,
+                            };
+                            push_cases(&v, &cases, &mut out)?;
+                        }
                     }
                 }
             }
@@ -434,6 +483,62 @@ struct Variant {
     add_gpu: String,
     /// Network bandwidth override, Gbit/s.
     network_gbit_s: Option<f64>,
+    /// Collective algorithm (`None`: auto).
+    comm_algo: Option<CommAlgo>,
+    /// Index of the measured tables in `comm_profiles` (`None`: analytic).
+    comm_profile: Option<usize>,
+}
+
+/// A communication variant: the algorithm (`None`: auto) and the index
+/// of the measured tables in `comm_profiles` (`None`: analytic).
+type CommVariant = (Option<CommAlgo>, Option<usize>);
+
+/// The sweep's communication variants, algorithms outermost: (algorithm,
+/// index of the measured tables); one `(None, None)` when it sweeps
+/// neither. Every `comm_profiles` entry must have been read.
+fn comm_variants(w: &Sweep) -> Result<Vec<CommVariant>, SpecError> {
+    if w.comm_sets.len() != w.comm_profiles.len() {
+        return Err(SpecError::invalid(
+            "experiment",
+            "sweep.comm_profiles",
+            format!(
+                "{} entries but {} read: the caller reads each entry's tables",
+                w.comm_profiles.len(),
+                w.comm_sets.len()
+            ),
+        ));
+    }
+    let algos: Vec<Option<CommAlgo>> = if w.comm_algos.is_empty() {
+        vec![None]
+    } else {
+        w.comm_algos
+            .iter()
+            .map(|t| parse_comm_algo(t, "experiment", "sweep.comm_algos").map(Some))
+            .collect::<Result<_, _>>()?
+    };
+    let tables: Vec<Option<usize>> = if w.comm_profiles.is_empty() {
+        vec![None]
+    } else {
+        // An empty entry is the analytic model.
+        (0..w.comm_profiles.len())
+            .map(|i| (!w.comm_profiles[i].trim().is_empty()).then_some(i))
+            .collect()
+    };
+    Ok(algos
+        .iter()
+        .flat_map(|&a| tables.iter().map(move |&t| (a, t)))
+        .collect())
+}
+
+/// A study's collective algorithm spelling (as `--comm-algo`).
+fn parse_comm_algo(text: &str, origin: &str, field: &str) -> Result<CommAlgo, SpecError> {
+    CommAlgo::parse(text).ok_or_else(|| {
+        SpecError::invalid(
+            origin,
+            field,
+            format!("expected auto, ring, tree or hierarchical, got `{text}`"),
+        )
+    })
 }
 
 /// A global batch as the sweep gives it: fixed, or per GPU (times the
@@ -455,6 +560,7 @@ struct CaseOf {
     dtype: Dtype,
     strategy: StrategySpec,
     mem_policy: Option<MemPolicy>,
+    shape: ShapePins,
 }
 
 /// The sweep's cases, in order: its `cases` list (read by the caller), or
@@ -488,6 +594,7 @@ fn cases_of(w: &Sweep) -> Result<Vec<CaseOf>, SpecError> {
                     mem_policy: policy
                         .map(|m| parse_mem_policy(m, name, "mem_policy"))
                         .transpose()?,
+                    shape: ShapePins::parse(c.shape.as_deref().unwrap_or(""), name, "shape")?,
                     model: c.model,
                 })
             })
@@ -524,21 +631,32 @@ fn cases_of(w: &Sweep) -> Result<Vec<CaseOf>, SpecError> {
             .map(|t| parse_mem_policy(t, "experiment", "sweep.mem_policies").map(Some))
             .collect::<Result<_, _>>()?
     };
+    let shapes: Vec<ShapePins> = if w.shapes.is_empty() {
+        vec![ShapePins::default()]
+    } else {
+        w.shapes
+            .iter()
+            .map(|t| ShapePins::parse(t, "experiment", "sweep.shapes"))
+            .collect::<Result<_, _>>()?
+    };
     let mut out = Vec::new();
     for m in &w.models {
         for &seq_len in &seqs {
             for &dtype in &dtypes {
                 for &batch in &batches {
                     for &strategy in &strategies {
-                        for &mem_policy in &policies {
-                            out.push(CaseOf {
-                                model: m.clone(),
-                                batch,
-                                seq_len,
-                                dtype,
-                                strategy,
-                                mem_policy,
-                            });
+                        for &shape in &shapes {
+                            for &mem_policy in &policies {
+                                out.push(CaseOf {
+                                    model: m.clone(),
+                                    batch,
+                                    seq_len,
+                                    dtype,
+                                    strategy,
+                                    mem_policy,
+                                    shape,
+                                });
+                            }
                         }
                     }
                 }
@@ -572,6 +690,9 @@ fn push_cases(v: &Variant, cases: &[CaseOf], out: &mut Vec<Workload>) -> Result<
             add_gpu: v.add_gpu.clone(),
             strategy: c.strategy,
             mem_policy: c.mem_policy,
+            shape: c.shape,
+            comm_algo: v.comm_algo,
+            comm_profile: v.comm_profile,
         });
     }
     Ok(())
@@ -647,5 +768,36 @@ network_gbit_s = [10, 100]
             .unwrap_err()
             .to_string();
         assert!(e.contains("cluster file `c.toml` was not read"), "{e}");
+    }
+
+    #[test]
+    fn cases_and_lists_carry_shape_pins_and_communication_variants() {
+        let text = "model,global_batch,shape\ngpt-1.3b,16,tp=2 pp=2\ngpt-1.3b,16,\n";
+        let mut s = sweep(
+            "gpus = [\"a100-80gb,l4\"]\ncases = \"c.csv\"\ncomm_algos = [\"auto\", \"ring\"]",
+        )
+        .unwrap();
+        s.cases_text = Some(text.into());
+        let w = s.workloads(&[]).unwrap();
+        assert_eq!(w.len(), 2 * 2, "two algorithms x two cases");
+        assert_eq!(w[0].shape.text(), "tp=2 pp=2");
+        assert!(w[1].shape.is_empty());
+        assert_eq!(
+            (w[0].comm_algo, w[2].comm_algo),
+            (Some(CommAlgo::Auto), Some(CommAlgo::Ring))
+        );
+        let e = parse_cases("model,global_batch,shape\ngpt-1.3b,16,tp=two\n", "c.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("c.csv") && e.contains("line 2") && e.contains("tp"),
+            "{e}"
+        );
+        // Tables named but not read by the caller: an error, not analytic rows.
+        let t = sweep("gpus = [\"l4\"]\nmodels = [\"gpt-1.3b\"]\nglobal_batches = [8]\ncomm_profiles = [\"\", \"ag.log\"]").unwrap();
+        let e = t.workloads(&[]).unwrap_err().to_string();
+        assert!(e.contains("sweep.comm_profiles"), "{e}");
+        let shapes = sweep("gpus = [\"l4\"]\nmodels = [\"gpt-1.3b\"]\nglobal_batches = [8]\nshapes = [\"\", \"pp=2\"]\ncases = \"c.csv\"");
+        assert!(shapes.unwrap_err().to_string().contains("sweep.models"));
     }
 }
