@@ -133,6 +133,40 @@ pub fn dispatch(a: ValidateArgs) -> Result<ExitCode> {
     real(a.rest)
 }
 
+/// `validate` as shell completions should see it: every flag of
+/// `--from-log` and, in exec builds, of the real run (the subcommand
+/// itself takes them as one pass-through list, parsed in [`dispatch`]).
+pub fn completion_command() -> clap::Command {
+    use clap::CommandFactory;
+    #[allow(unused_mut)]
+    let mut cmd = Args::command()
+        .name("validate")
+        .about("Compare predicted vs measured: train for real (exec builds), or read a training log (--from-log FILE)");
+    #[cfg(feature = "exec")]
+    {
+        #[derive(Debug, Parser)]
+        struct Real {
+            #[command(flatten)]
+            args: crate::cli::validate::Args,
+        }
+        let known: Vec<(String, Option<String>)> = cmd
+            .get_arguments()
+            .map(|a| (a.get_id().to_string(), a.get_long().map(String::from)))
+            .collect();
+        let extra: Vec<clap::Arg> = Real::command()
+            .get_arguments()
+            .filter(|a| {
+                !known.iter().any(|(id, long)| {
+                    id == a.get_id().as_str() || (long.is_some() && long.as_deref() == a.get_long())
+                })
+            })
+            .cloned()
+            .collect();
+        cmd = cmd.args(extra);
+    }
+    cmd
+}
+
 #[cfg(feature = "exec")]
 fn real(rest: Vec<String>) -> Result<ExitCode> {
     /// `cephalo validate` (real execution).

@@ -128,7 +128,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::List(a) => list::run(a),
         Command::Completions { shell } => {
             let mut buf = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "cephalo", &mut buf);
+            // `validate` passes its flags through to one of two parsers:
+            // complete the flags of both.
+            let mut cmd =
+                Cli::command().mut_subcommand("validate", |_| from_log::completion_command());
+            clap_complete::generate(shell, &mut cmd, "cephalo", &mut buf);
             out!("{}", String::from_utf8_lossy(&buf));
             Ok(ExitCode::SUCCESS)
         }

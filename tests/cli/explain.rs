@@ -54,6 +54,25 @@ fn completions_cover_every_shell_and_subcommand() {
             assert!(o.stdout.contains(word), "{shell} lacks {word}");
         }
     }
+    // `validate` passes its flags through to its parsers: completions
+    // still offer them (--from-log's in every build).
+    let bash = run(&["completions", "bash"]).stdout;
+    let at = bash
+        .find("cephalo__subcmd__validate)")
+        .expect("a validate section");
+    let opts = bash[at..].lines().nth(1).unwrap_or_default();
+    for flag in [
+        "--from-log",
+        "--log-format",
+        "--warmup-steps",
+        "--model",
+        "--planner",
+    ] {
+        assert!(
+            opts.contains(flag),
+            "validate completions lack {flag}: {opts}"
+        );
+    }
     assert_eq!(run(&["completions", "tcsh"]).code, 2);
 }
 
