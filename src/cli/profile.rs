@@ -576,8 +576,14 @@ fn own_jiffies() -> Option<u64> {
 }
 
 impl LoadProbe {
-    /// Starts a probe (`None` where /proc is not readable).
-    pub fn start() -> Option<LoadProbe> {
+    /// Starts a probe for ranks started by `launcher` (`None` where /proc
+    /// is not readable, or under `srun`: its ranks are slurmstepd's
+    /// children, not this process's, so their CPU time cannot be told
+    /// from other processes').
+    pub fn start(launcher: exec::Launcher) -> Option<LoadProbe> {
+        if launcher == exec::Launcher::Srun {
+            return None;
+        }
         let (busy, total) = host_jiffies()?;
         Some(LoadProbe {
             busy,

@@ -583,6 +583,7 @@ fn table(o: &ValidateOutput) -> String {
         let _ = writeln!(s, "runs (predicted / measured): {}", runs.join("; "));
     }
     let bg = |x: Option<f64>| x.map_or("-".to_string(), |p| format!("{p:.1}%"));
+
     let _ = writeln!(
         s,
         "other processes' CPU use: {} while profiling, {} while training",
@@ -847,7 +848,7 @@ fn measure_before(args: &Args, s: &Setup, plan: Option<&Plan>) -> Result<Before>
             String::new()
         }
     );
-    let probe = profile::LoadProbe::start();
+    let probe = profile::LoadProbe::start(args.launch.launcher);
     let compute = if compute_now {
         Some(profile::measure_compute(&req)?)
     } else {
@@ -991,7 +992,7 @@ fn train(
             ""
         }
     );
-    let probe = profile::LoadProbe::start();
+    let probe = profile::LoadProbe::start(args.launch.launcher);
     let report = exec::launch(
         &job,
         &profile::launch_options(args.ranks, s.timeout, &args.launch)?,
@@ -1176,7 +1177,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         measurement_disturbed: !r.why.is_empty(),
         iteration_spread: r.spread,
         attempts,
-        notes: s.notes,
+        notes: {
+            let mut n = s.notes;
+            if args.launch.launcher == exec::Launcher::Srun {
+                n.push("other processes' CPU use is not measured under srun: the ranks are slurmstepd's children, not this process's, so their CPU time cannot be told from others'".into());
+            }
+            n
+        },
     };
     print(&out, args.format)
 }

@@ -6,7 +6,7 @@
 use crate::common::{json_of, run, run_with_env, scratch, write, Out, HANG_LIMIT};
 use std::path::Path;
 
-const SPEC: &str = r#"
+pub const SPEC: &str = r#"
 name = "small"
 title = "A small study"
 description = "Two GPUs, two batches, three planners."

@@ -15,6 +15,7 @@ mod pipeline;
 mod plan;
 mod predict;
 mod simulate;
+mod slurm;
 mod strategy;
 mod whatif;
 // Real execution: compiled with `--features exec` only (the feature-less

@@ -579,6 +579,46 @@ fn validate_runs_across_the_hosts_of_a_hostfile() {
     assert_eq!(called, ["cephalo-a", "cephalo-b"]);
 }
 
+/// `validate --launcher srun` inside an allocation of a real single-host
+/// Slurm (started by the test, [`crate::slurm::Slurm`]): srun starts both
+/// ranks with PMIx, the comparison completes, and the output says the
+/// background load is not measured there (the ranks are slurmstepd's
+/// children) instead of calling the run disturbed.
+#[test]
+fn validate_runs_under_srun_in_a_slurm_allocation() {
+    if !exec_ready() {
+        return;
+    }
+    let Some(slurm) = crate::slurm::Slurm::start("slurm-validate") else {
+        return;
+    };
+    let prof = tiny_profile();
+    let mut salloc = slurm.command("salloc");
+    salloc
+        .args(["-n", "2", "--"])
+        .arg(assert_cmd::cargo::cargo_bin("cephalo"))
+        .args(["validate", "--model", "gpt-tiny", "--global-batch", "8"])
+        .args(["--ranks", "2", "--iterations", "2", "--attempts", "1"])
+        .arg("--profile")
+        .arg(&prof)
+        .args(["--launcher", "srun", "--format", "json"]);
+    let out = slurm.run(salloc, "salloc ... validate --launcher srun");
+    // salloc's own lines (granted, relinquishing) and the JSON report.
+    let json = &out[out
+        .find("{\n")
+        .unwrap_or_else(|| panic!("no report: {out}"))..];
+    let json = &json[..=json.rfind("\n}").map_or(json.len() - 1, |i| i + 1)];
+    let v: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {out}"));
+    check_comparison(&v, 2);
+    assert!(
+        v["background_cpu_pct"]["run"].is_null(),
+        "{}",
+        v["background_cpu_pct"]
+    );
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("not measured under srun"), "{notes}");
+}
+
 /// A hostfile that does not exist, or one given to srun, exits 2 naming
 /// `--hostfile` before any rank starts.
 #[test]
