@@ -612,6 +612,27 @@ fn ok(r: &Row) -> Option<f64> {
     }
 }
 
+/// Widest line of [`Comparison::to_table`], characters.
+pub const TABLE_WIDTH: usize = 200;
+
+/// `text` with every line wider than [`TABLE_WIDTH`] broken at spaces, the
+/// continuation lines indented two more than the line's own indent.
+fn wrapped(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let lead = &line[..line.len() - line.trim_start().len()];
+        let more = format!("{lead}  ");
+        let opts = textwrap::Options::new(TABLE_WIDTH)
+            .initial_indent(lead)
+            .subsequent_indent(&more);
+        for l in textwrap::wrap(line.trim_start(), opts) {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// Runs every planner of `planners` on the workload and simulates each
 /// plan; speed-ups are against the `fsdp` and `cephalo` rows when present.
 pub fn compare(
@@ -794,7 +815,8 @@ impl Comparison {
 
     /// A human-readable table, one row per planner, at most about 200
     /// columns at any cluster size (per-GPU lists as runs of equal values,
-    /// cut with `...`; the JSON has them in full), then a line with
+    /// cut with `...`; the JSON has them in full), then why each planner
+    /// without a plan has none (wrapped to [`TABLE_WIDTH`]), then a line with
     /// Cephalo's speed-up over the best baseline that fits and over plain
     /// FSDP, each named, and the sources.
     pub fn to_table(&self) -> String {
@@ -832,7 +854,7 @@ impl Comparison {
                 }
             };
             let plan = if r.batch_sizes.is_empty() {
-                r.error.clone().unwrap_or_default()
+                "no plan (why: below)".to_string()
             } else {
                 clip(
                     &format!(
@@ -867,10 +889,17 @@ impl Comparison {
                 plan
             );
         }
-        s.push_str(&self.headline());
+        // Why a planner has no plan, each line wrapped to the table's width.
+        for r in self.rows.iter().filter(|r| r.batch_sizes.is_empty()) {
+            let why = r.error.as_deref().unwrap_or("no plan");
+            let _ = writeln!(s, "{}:", r.planner);
+            let indented: String = why.lines().map(|l| format!("  {l}\n")).collect();
+            s.push_str(&wrapped(&indented));
+        }
+        s.push_str(&wrapped(&self.headline()));
         // The sources are the workload's, the same under every planner.
         if let Some(r) = self.rows.iter().find(|r| !r.sources.is_empty()) {
-            s.push_str(&crate::report::sources_text(&r.sources));
+            s.push_str(&wrapped(&crate::report::sources_text(&r.sources)));
         }
         s
     }
@@ -893,7 +922,11 @@ impl Comparison {
                 let _ = writeln!(
                     s,
                     "no plan ({})",
-                    ours.error.as_deref().unwrap_or("runs out of host memory")
+                    // The first line: the rest is the planner's own listing.
+                    ours.error
+                        .as_deref()
+                        .and_then(|e| e.lines().next())
+                        .unwrap_or("runs out of host memory")
                 );
                 return s;
             }
@@ -936,7 +969,10 @@ impl Comparison {
                 let _ = writeln!(
                     s,
                     "; plain FSDP has no plan ({})",
-                    f.error.as_deref().unwrap_or("-")
+                    f.error
+                        .as_deref()
+                        .and_then(|e| e.lines().next())
+                        .unwrap_or("-")
                 );
             }
             (None, None) => s.push('\n'),

@@ -560,11 +560,26 @@ fn compare_names_the_best_baseline_and_fits_200_columns() {
         "cephalo,fsdp",
     ]);
     assert_eq!(big.code, 0, "{}", big.stderr);
-    for l in big
-        .stdout
-        .lines()
-        .take_while(|l| !l.starts_with("sources:"))
-    {
+    // ... and so does one whose planners have no plan: each says why
+    // below the table, wrapped, the sources too.
+    let none = run(&[
+        "compare",
+        "--gpus",
+        "l4,l4,l4,l4",
+        "--model",
+        "llama2-13b",
+        "--global-batch",
+        "16",
+    ]);
+    // (Cephalo itself has none: the table, then exit 2 with why.)
+    assert_eq!(none.code, 2, "{}", none.stderr);
+    assert!(
+        none.stdout.contains("no plan (why: below)")
+            && none.stdout.contains("\npipeline:\n  infeasible:"),
+        "{}",
+        none.stdout
+    );
+    for l in big.stdout.lines().chain(none.stdout.lines()) {
         assert!(
             l.chars().count() <= 200,
             "{} columns: {l}",
