@@ -49,6 +49,7 @@ pub mod stats;
 pub mod strategy;
 pub mod symmetry;
 pub mod tensor;
+pub mod text;
 pub mod trace;
 pub mod units;
 pub mod whatif;

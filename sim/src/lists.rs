@@ -189,9 +189,36 @@ pub fn run_cells<T: PartialEq + std::fmt::Display>(v: &[T]) -> Vec<String> {
         .collect()
 }
 
-/// GPU names as runs: `256x a100-80gb, 256x h100-sxm`.
+/// Most runs [`name_runs`] lists before it counts per type instead.
+pub const MAX_NAME_RUNS: usize = 8;
+
+/// GPU names as runs: `256x a100-80gb, 256x h100-sxm`; beyond
+/// [`MAX_NAME_RUNS`] runs (nodes of several types repeated), the count of
+/// each type in order of first appearance, so a 1,024-GPU cluster stays
+/// one short line.
 pub fn name_runs(names: &[String]) -> String {
-    run_cells(names).join(", ")
+    let cells = run_cells(names);
+    if cells.len() <= MAX_NAME_RUNS {
+        return cells.join(", ");
+    }
+    let mut types: Vec<(&String, usize)> = Vec::new();
+    for n in names {
+        match types.iter_mut().find(|(t, _)| *t == n) {
+            Some((_, k)) => *k += 1,
+            None => types.push((n, 1)),
+        }
+    }
+    types
+        .iter()
+        .map(|(t, k)| {
+            if *k == 1 {
+                t.to_string()
+            } else {
+                format!("{k}x {t}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A long list as runs of equal values, `[8x 64, 4x 40, 2]`, so a
@@ -258,5 +285,17 @@ mod tests {
         for bad in ["3-1", "-1", "0-", "a", "1,,2", "0-9999999"] {
             assert!(ranks(bad, "--ranks", 1000).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn many_runs_count_per_type() {
+        let names: Vec<String> = ["a", "a", "b", "c"]
+            .iter()
+            .cycle()
+            .take(4 * 5)
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(name_runs(&names), "10x a, 5x b, 5x c");
+        assert_eq!(name_runs(&names[..8]), "2x a, b, c, 2x a, b, c");
     }
 }

@@ -612,27 +612,6 @@ fn ok(r: &Row) -> Option<f64> {
     }
 }
 
-/// Widest line of [`Comparison::to_table`], characters.
-pub const TABLE_WIDTH: usize = 200;
-
-/// `text` with every line wider than [`TABLE_WIDTH`] broken at spaces, the
-/// continuation lines indented two more than the line's own indent.
-fn wrapped(text: &str) -> String {
-    let mut out = String::new();
-    for line in text.lines() {
-        let lead = &line[..line.len() - line.trim_start().len()];
-        let more = format!("{lead}  ");
-        let opts = textwrap::Options::new(TABLE_WIDTH)
-            .initial_indent(lead)
-            .subsequent_indent(&more);
-        for l in textwrap::wrap(line.trim_start(), opts) {
-            out.push_str(&l);
-            out.push('\n');
-        }
-    }
-    out
-}
-
 /// Runs every planner of `planners` on the workload and simulates each
 /// plan; speed-ups are against the `fsdp` and `cephalo` rows when present.
 pub fn compare(
@@ -816,7 +795,7 @@ impl Comparison {
     /// A human-readable table, one row per planner, at most about 200
     /// columns at any cluster size (per-GPU lists as runs of equal values,
     /// cut with `...`; the JSON has them in full), then why each planner
-    /// without a plan has none (wrapped to [`TABLE_WIDTH`]), then a line with
+    /// without a plan has none (wrapped to [`crate::text::WIDTH`]), then a line with
     /// Cephalo's speed-up over the best baseline that fits and over plain
     /// FSDP, each named, and the sources.
     pub fn to_table(&self) -> String {
@@ -894,12 +873,12 @@ impl Comparison {
             let why = r.error.as_deref().unwrap_or("no plan");
             let _ = writeln!(s, "{}:", r.planner);
             let indented: String = why.lines().map(|l| format!("  {l}\n")).collect();
-            s.push_str(&wrapped(&indented));
+            s.push_str(&crate::text::wrap(&indented));
         }
-        s.push_str(&wrapped(&self.headline()));
+        s.push_str(&crate::text::wrap(&self.headline()));
         // The sources are the workload's, the same under every planner.
         if let Some(r) = self.rows.iter().find(|r| !r.sources.is_empty()) {
-            s.push_str(&wrapped(&crate::report::sources_text(&r.sources)));
+            s.push_str(&crate::text::wrap(&crate::report::sources_text(&r.sources)));
         }
         s
     }

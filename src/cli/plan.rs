@@ -734,7 +734,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             s.push('\n');
             out!("{s}");
         }
-        Format::Table => out!("{}", table(&out, pl.summary())),
+        Format::Table => out!("{}", sim::text::wrap(&table(&out, pl.summary()))),
         // The plan per GPU with its simulated breakdown.
         Format::Csv => out!("{}", report.to_csv()),
     }

@@ -683,3 +683,40 @@ fn shape_pins_narrow_the_3d_search() {
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("--pp-schedule"), "{}", o.stderr);
 }
+
+/// `plan`'s table reads in 200 columns on 1,024 GPUs of five types (the
+/// GPU list counted per type, the sources wrapped).
+#[test]
+fn plan_reads_in_200_columns_at_1024_gpus() {
+    let cluster = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/experiments/clusters/mixed-1024gpu-5types.toml"
+    );
+    let o = run(&[
+        "plan",
+        "--cluster",
+        cluster,
+        "--model",
+        "llama2-13b",
+        "--seq-len",
+        "4096",
+        "--global-batch",
+        "2048",
+        "--planner",
+        "fsdp",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout
+            .contains("on [256x h100-sxm, 256x a100-40gb, 128x v100-16gb, 256x l4, 128x t4]"),
+        "{}",
+        o.stdout
+    );
+    for l in o.stdout.lines() {
+        assert!(
+            l.chars().count() <= 200,
+            "{} columns: {l}",
+            l.chars().count()
+        );
+    }
+}
