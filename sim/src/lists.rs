@@ -189,6 +189,31 @@ pub fn run_cells<T: PartialEq + std::fmt::Display>(v: &[T]) -> Vec<String> {
         .collect()
 }
 
+/// `name=value` pairs separated by spaces or commas (`"tp=2 pp=4"`, empty:
+/// none), each trimmed; an item without `=` is an error naming `origin`
+/// and `field`, with `example` as what was expected.
+pub fn pairs<'a>(
+    text: &'a str,
+    origin: &str,
+    field: &str,
+    example: &str,
+) -> Result<Vec<(&'a str, &'a str)>, SpecError> {
+    text.split([' ', ','])
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.trim(), v.trim()))
+                .ok_or_else(|| {
+                    SpecError::invalid(
+                        origin,
+                        field,
+                        format!("expected name=value pairs (e.g. `{example}`), got `{pair}`"),
+                    )
+                })
+        })
+        .collect()
+}
+
 /// Most runs [`name_runs`] lists before it counts per type instead.
 pub const MAX_NAME_RUNS: usize = 8;
 

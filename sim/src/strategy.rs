@@ -751,15 +751,9 @@ impl StrategySpec {
     /// pinned), as a study's `strategies` list spells them.
     pub fn parse_pins(text: &str, origin: &str, field: &str) -> Result<StrategySpec, SpecError> {
         let mut spec = StrategySpec::NONE;
-        for pair in text.split([' ', ',']).filter(|p| !p.is_empty()) {
-            let Some((axis, value)) = pair.split_once('=') else {
-                return Err(SpecError::invalid(
-                    origin,
-                    field,
-                    format!("expected axis=value pairs (e.g. `sharding=full checkpointing=selective`), got `{pair}`"),
-                ));
-            };
-            spec.set(axis.trim(), value.trim(), origin, field)?;
+        let example = "sharding=full checkpointing=selective";
+        for (axis, value) in crate::lists::pairs(text, origin, field, example)? {
+            spec.set(axis, value, origin, field)?;
         }
         Ok(spec)
     }

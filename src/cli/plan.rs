@@ -20,6 +20,9 @@ use std::process::ExitCode;
 
 pub use crate::cli::format::Format;
 
+/// The help heading of the 3D shape pins.
+const SHAPE_PINS: &str = "3D shape pins (the megatron planner searches within them)";
+
 /// Planner flags shared by `plan` and `compare`.
 #[derive(Debug, Clone, ClapArgs)]
 pub struct PlannerFlags {
@@ -40,37 +43,37 @@ pub struct PlannerFlags {
     /// Pin the 3D planner's tensor-parallel degree (GPUs per TP group).
     #[arg(
         long,
-        help_heading = "3D shape pins (the megatron planner searches within them)"
+        help_heading = SHAPE_PINS
     )]
     pub tp: Option<u32>,
     /// Pin the 3D planner's pipeline depth (stages).
     #[arg(
         long,
-        help_heading = "3D shape pins (the megatron planner searches within them)"
+        help_heading = SHAPE_PINS
     )]
     pub pp: Option<u32>,
     /// Pin the pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
     #[arg(
         long,
-        help_heading = "3D shape pins (the megatron planner searches within them)"
+        help_heading = SHAPE_PINS
     )]
     pub pp_schedule: Option<String>,
     /// Pin the interleaved schedule's model chunks per GPU.
     #[arg(
         long,
-        help_heading = "3D shape pins (the megatron planner searches within them)"
+        help_heading = SHAPE_PINS
     )]
     pub virtual_stages: Option<u32>,
     /// Pin the samples per micro-batch of one replica.
     #[arg(
         long,
-        help_heading = "3D shape pins (the megatron planner searches within them)"
+        help_heading = SHAPE_PINS
     )]
     pub microbatch_size: Option<u32>,
     /// Pin sequence parallelism inside the TP groups: on or off.
     #[arg(
         long,
-        help_heading = "3D shape pins (the megatron planner searches within them)"
+        help_heading = SHAPE_PINS
     )]
     pub sequence_parallel: Option<String>,
 }

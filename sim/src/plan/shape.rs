@@ -241,13 +241,7 @@ impl ShapePins {
     ) -> Result<ShapePins, crate::error::SpecError> {
         let bad = |msg: String| crate::error::SpecError::invalid(origin, field, msg);
         let mut pins = ShapePins::default();
-        for pair in text.split([' ', ',']).filter(|p| !p.is_empty()) {
-            let Some((name, value)) = pair.split_once('=') else {
-                return Err(bad(format!(
-                    "expected name=value pairs (e.g. `tp=2 pp=4 schedule=1f1b`), got `{pair}`"
-                )));
-            };
-            let value = value.trim();
+        for (name, value) in crate::lists::pairs(text, origin, field, "tp=2 pp=4 schedule=1f1b")? {
             let count = |what: &str| -> Result<u32, crate::error::SpecError> {
                 value
                     .parse::<u32>()
@@ -260,7 +254,7 @@ impl ShapePins {
                         ))
                     })
             };
-            match name.trim().replace('-', "_").as_str() {
+            match name.replace('-', "_").as_str() {
                 "tp" => pins.tp = Some(count("a TP degree")?),
                 "pp" => pins.pp = Some(count("a pipeline depth")?),
                 "schedule" | "pp_schedule" => {
