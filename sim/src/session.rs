@@ -362,12 +362,18 @@ pub fn plan_named(
 /// (so [`plan_best`] leaves it out instead of returning a plan that
 /// ignores them), `None` when it can.
 /// Why `planner` cannot run under the shape pins `pins` (`None`: it can):
-/// a planner that does not [`Planner::takes_shape`] makes plans of one
-/// GPU per model copy (data-parallel: `tp=1 pp=1` pins are what it does)
-/// or its own pipeline shapes.
+/// it searches within the parts it takes ([`Planner::shape_pins`]); a
+/// pin of another part refuses it, except the trivial `tp=1 pp=1` of a
+/// data-parallel planner's plans.
 fn shape_conflict(planner: &dyn Planner, pins: &crate::plan::shape::ShapePins) -> Option<String> {
     use crate::planner::registry::{entry, Family};
-    if pins.is_empty() || planner.takes_shape() {
+    let takes = planner.shape_pins();
+    let other: Vec<&str> = pins
+        .pinned()
+        .into_iter()
+        .filter(|p| !takes.contains(p))
+        .collect();
+    if other.is_empty() {
         return None;
     }
     let family = entry(planner.name()).map_or(Family::DataParallel, |e| e.family);
@@ -375,9 +381,10 @@ fn shape_conflict(planner: &dyn Planner, pins: &crate::plan::shape::ShapePins) -
         return None;
     }
     Some(format!(
-        "`{}` makes {} plans of its own shape and does not search pinned 3D shapes; `megatron` searches the shapes that match",
+        "`{}` makes {} plans and does not search a pinned {}; `megatron` searches every part of a pinned shape",
         planner.name(),
         family.name(),
+        other.join(", ")
     ))
 }
 

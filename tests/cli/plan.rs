@@ -591,7 +591,7 @@ fn compare_names_the_best_baseline_and_fits_200_columns() {
 /// `plan --tp/--pp/...` pins the 3D planner's shape: fully pinned, its
 /// plan is the one `simulate` runs with the same shape flags (same
 /// iteration); partly pinned, every plan has the pins; `best` and
-/// `compare` run only the planners that search pinned shapes; a planner
+/// `compare` run only the planners that search within the pins; a planner
 /// that does not is refused (exit 2) and a pin no shape matches is
 /// infeasible with what the search allows.
 #[test]
@@ -640,11 +640,16 @@ fn shape_pins_narrow_the_3d_search() {
         simulated["iteration_ms"].as_f64().unwrap(),
     );
     assert!((a - b).abs() <= 1e-9 * b, "plan {a} vs simulate {b}");
-    // Partly pinned, through `best`: a megatron plan of TP 4.
+    // Partly pinned, through `best`: a 3D plan of TP 4 from a planner
+    // that searches within the pin.
     let mut best: Vec<&str> = c.to_vec();
     best.extend(["--tp", "4"]);
     let v = crate::common::json_of("plan", &best);
-    assert_eq!(v["planner"], "megatron", "{v}");
+    assert!(
+        v["planner"] == "megatron" || v["planner"] == "hetero-3d",
+        "{}",
+        v["planner"]
+    );
     let text = run(&[&["plan"][..], &best[..]].concat());
     assert!(text.stdout.contains("3d tp4"), "{}", text.stdout);
     // compare: only the planners that take the pins.
@@ -655,7 +660,7 @@ fn shape_pins_narrow_the_3d_search() {
         .iter()
         .map(|r| r["planner"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["megatron"], "{cmp}");
+    assert_eq!(names, ["megatron", "hetero-3d"], "{cmp}");
     // A planner that does not search shapes: refused, naming it.
     let mut fsdp: Vec<&str> = best.clone();
     fsdp.extend(["--planner", "fsdp"]);
@@ -719,4 +724,62 @@ fn plan_reads_in_200_columns_at_1024_gpus() {
             l.chars().count()
         );
     }
+}
+
+/// `hetero-3d` searches within pinned TP degrees, stage counts and
+/// schedules (sized under the pinned schedule: a GPipe plan that fits),
+/// and refuses the parts of a shape it does not search, naming them.
+#[test]
+fn hetero_3d_searches_within_its_pins() {
+    let cluster = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/experiments/clusters/mixed-3node-25gbe.toml"
+    );
+    let plan = |extra: &[&str]| {
+        let mut a = vec![
+            "plan",
+            "--planner",
+            "hetero-3d",
+            "--cluster",
+            cluster,
+            "--model",
+            "gpt-1.3b",
+            "--global-batch",
+            "64",
+        ];
+        a.extend_from_slice(extra);
+        run(&a)
+    };
+    let strategy = |o: &crate::common::Out| -> String {
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let line = o
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("strategy: "))
+            .unwrap();
+        line.to_string()
+    };
+    let s = strategy(&plan(&["--pp", "3"]));
+    assert!(s.contains(" 3 stages "), "{s}");
+    let o = plan(&["--pp-schedule", "gpipe"]);
+    let s = strategy(&o);
+    assert!(s.contains(" gpipe "), "{s}");
+    assert!(o.stdout.contains("OOM: no"), "{}", o.stdout);
+    let o = plan(&["--microbatch-size", "2"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("`hetero-3d` makes 3d plans and does not search a pinned microbatch_size"),
+        "{}",
+        o.stderr
+    );
+    // TP 2 on the 3-GPU A100 node: no layout has it on every stage.
+    let o = plan(&["--tp", "2"]);
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr
+            .contains("no hetero-3d layout of the 15 GPUs has the pinned tp=2"),
+        "{}",
+        o.stderr
+    );
 }

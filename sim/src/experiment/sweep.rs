@@ -66,9 +66,9 @@ pub struct Sweep {
     pub mem_policies: Vec<String>,
     /// 3D shape pins, `name=value` pairs as `plan --tp/--pp/...` spell
     /// them (`"tp=2 pp=4 schedule=interleaved"`; `""`: the planners
-    /// choose), each a case of every workload; only planners that search
-    /// pinned shapes (`megatron`) run a pinned case, the others' rows say
-    /// why they did not.
+    /// choose), each a case of every workload; the planners that search
+    /// within the pins (`megatron`; `hetero-3d` for TP, PP and schedule)
+    /// run a pinned case, the others' rows say why they did not.
     #[serde(default)]
     pub shapes: Vec<String>,
     /// Collective algorithms (`auto`, `ring`, `tree`, `hierarchical`, as

@@ -159,9 +159,10 @@ impl Shape3d {
 }
 
 /// The parts of a 3D shape a user pinned (`plan --tp 2 --pp 4`, a study's
-/// `shapes` list); `None` = the planner chooses. The 3D planner searches
-/// only the shapes that match; a planner of another family takes only
-/// the trivial pins (`tp=1`, `pp=1`) its plans already have.
+/// `shapes` list); `None` = the planner chooses. The 3D planners search
+/// only the shapes that match the parts they take
+/// ([`crate::planner::Planner::shape_pins`]); a data-parallel planner
+/// takes only the trivial pins (`tp=1`, `pp=1`) its plans already have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ShapePins {
     /// GPUs per TP group.
@@ -204,6 +205,24 @@ impl ShapePins {
             || self.virtual_stages.is_some_and(|v| v > 1)
             || self.microbatch_size.is_some()
             || self.sequence_parallel == Some(true)
+    }
+
+    /// The names ([`ShapePins::AXES`]) of the parts pinned, in order.
+    pub fn pinned(&self) -> Vec<&'static str> {
+        let set = [
+            self.tp.is_some(),
+            self.pp.is_some(),
+            self.schedule.is_some(),
+            self.virtual_stages.is_some(),
+            self.microbatch_size.is_some(),
+            self.sequence_parallel.is_some(),
+        ];
+        ShapePins::AXES
+            .iter()
+            .zip(set)
+            .filter(|(_, on)| *on)
+            .map(|(n, _)| *n)
+            .collect()
     }
 
     /// `self` with every pin `other` sets overriding it.
@@ -382,6 +401,11 @@ mod tests {
         assert!(!p.matches(&Shape3d { tp: 4, ..s }));
         assert!(ShapePins::default().matches(&s) && ShapePins::default().text().is_empty());
         assert!(p.needs_model_parallel());
+        assert_eq!(p.pinned(), ShapePins::AXES);
+        assert_eq!(
+            ShapePins::parse("pp=2 tp=4", "t", "f").unwrap().pinned(),
+            ["tp", "pp"]
+        );
         let trivial = ShapePins::parse("tp=1 pp=1", "t", "f").unwrap();
         assert!(!trivial.needs_model_parallel() && !trivial.is_empty());
         for (bad, want) in [

@@ -52,6 +52,11 @@
 //!   ([`crate::pipeline::partition::min_max`]) minimising the slowest
 //!   stage's period within every stage's memory under 1F1B.
 //!
+//! Pins ([`crate::plan::shape::ShapePins`]): a pinned TP degree keeps the
+//! layouts whose every stage has it, a pinned depth those of that many
+//! stages, a pinned schedule runs every candidate under it (no other
+//! schedule tried).
+//!
 //! Ranking: the pipeline closed form ([`crate::pipeline::estimate`],
 //! held to the simulator by the property tests); the [`CONFIRM`] best are
 //! simulated and the fastest that fits is tried again under ZB-H1, GPipe
@@ -386,6 +391,7 @@ fn tensors(l: &Layout) -> Vec<TensorParallel> {
 fn search_layout(
     costs: &CostModel,
     strategy: &Strategy,
+    schedule: PipeSchedule,
     rows: &mut Rows<'_>,
     l: &Layout,
 ) -> Result<Searched, PlanError> {
@@ -406,7 +412,7 @@ fn search_layout(
         };
         let st = staged(costs, strategy, rows, &l.groups, &tps, &slices)?;
         let over = |s: usize, k: usize| -> Over {
-            let at = place(PipeSchedule::OneFOneB, p, s, m, 1);
+            let at = place(schedule, p, s, m, 1);
             let d = l.groups[s].len() / l.tps[s] as usize;
             let d = crate::plan::pipeline::shard_width(strategy, d, l.tps[s]);
             let prm = params(costs, k as u32, at, &tps[s]);
@@ -415,7 +421,7 @@ fn search_layout(
         let most = layers - (p - 1);
         let table: Vec<Vec<Option<f64>>> = (0..p)
             .map(|s| {
-                let at = place(PipeSchedule::OneFOneB, p, s, m, 1);
+                let at = place(schedule, p, s, m, 1);
                 (1..=most)
                     .map(|k| {
                         (over(s, k).over_bytes <= 0.0)
@@ -434,7 +440,7 @@ fn search_layout(
             continue;
         };
         let mut pipe = Pipeline::new(
-            PipeSchedule::OneFOneB,
+            schedule,
             m,
             l.groups
                 .iter()
@@ -461,7 +467,7 @@ fn search_layout(
             &st,
             &part.counts,
             m,
-            PipeSchedule::OneFOneB,
+            schedule,
             1,
         );
         let plan = Plan::pipelined("hetero-3d", *strategy, pipe, n, batch);
@@ -586,33 +592,46 @@ fn gpu_mix(costs: &CostModel, ranks: &[usize]) -> String {
 /// when every stage's blocks split in two and `p` divides `m`,
 /// interleaved 1F1B with two chunks per GPU.
 fn variants(plan: &Plan) -> Vec<Plan> {
-    let pipe = plan.pipeline.as_ref().expect("a pipeline plan");
-    let mut out = Vec::new();
-    let p = pipe.depth() as u32;
-    for schedule in [PipeSchedule::ZbH1, PipeSchedule::Gpipe] {
+    [
+        PipeSchedule::ZbH1,
+        PipeSchedule::Gpipe,
+        PipeSchedule::Interleaved,
+    ]
+    .into_iter()
+    .filter_map(|schedule| {
         let mut v = plan.clone();
-        v.pipeline.as_mut().expect("a pipeline").schedule = schedule;
-        out.push(v);
+        with_schedule(&mut v, schedule).then_some(v)
+    })
+    .collect()
+}
+
+/// Sets `plan`'s pipeline to run `schedule` (interleaved: two chunks per
+/// GPU, where every stage's blocks split in two and the stages divide the
+/// micro-batches); false when it cannot.
+fn with_schedule(plan: &mut Plan, schedule: PipeSchedule) -> bool {
+    let pipe = plan.pipeline.as_mut().expect("a pipeline plan");
+    if schedule == PipeSchedule::Interleaved {
+        let p = pipe.depth() as u32;
+        if !(p > 1
+            && pipe.microbatches.is_multiple_of(p)
+            && pipe.stages.iter().all(|s| s.blocks.is_multiple_of(2)))
+        {
+            return false;
+        }
+        pipe.virtual_stages = 2;
     }
-    if p > 1
-        && pipe.microbatches.is_multiple_of(p)
-        && pipe.stages.iter().all(|s| s.blocks.is_multiple_of(2))
-    {
-        let mut v = plan.clone();
-        let x = v.pipeline.as_mut().expect("a pipeline");
-        x.schedule = PipeSchedule::Interleaved;
-        x.virtual_stages = 2;
-        out.push(v);
-    }
-    out
+    pipe.schedule = schedule;
+    true
 }
 
 /// The plan of `cands` (sorted by estimate) the simulator confirms (module
-/// docs; `fsdp`: try FSDP inside the winner's stages), with a note saying
-/// what it tried.
+/// docs; `fsdp`: try FSDP inside the winner's stages; `schedules`: try
+/// the winner under the other schedules), with a note saying what it
+/// tried.
 fn confirm(
     judge: &dyn Judge,
     fsdp: bool,
+    schedules: bool,
     cands: &[Candidate],
     stats: &mut SearchStats,
     notes: &mut Vec<String>,
@@ -635,8 +654,10 @@ fn confirm(
         }
         Ok::<(), PlanError>(())
     };
-    let schedules = variants(&win.1);
-    better(&mut win, schedules, stats)?;
+    if schedules {
+        let others = variants(&win.1);
+        better(&mut win, others, stats)?;
+    }
     // With the distributed optimizer, FSDP inside the stages instead
     // (torchtitan's composition: the same memory, the parameter gathers
     // moved from the step's tail to its start).
@@ -694,10 +715,41 @@ impl Planner for Hetero3d {
         PIPELINE_AXES
     }
 
+    fn shape_pins(&self) -> &'static [&'static str] {
+        // Every stage's TP degree, the stage count and the schedule; its
+        // micro-batches split by speed and its SP follows TP.
+        &["tp", "pp", "schedule"]
+    }
+
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
         use rayon::prelude::*;
         let costs = problem.costs;
-        let all = layouts(costs);
+        let pins = &problem.options.shape;
+        let all: Vec<Layout> = layouts(costs)
+            .into_iter()
+            .filter(|l| {
+                pins.tp.is_none_or(|t| l.tps.iter().all(|&x| x == t))
+                    && pins.pp.is_none_or(|p| l.groups.len() == p as usize)
+            })
+            .collect();
+        if all.is_empty() {
+            return Err(PlanError::Infeasible {
+                message: format!(
+                    "no hetero-3d layout of the {} GPUs has the pinned {}: every stage's TP degree must divide its GPU type's nodes and the model's heads, and the stages must number at most the blocks",
+                    costs.ranks(),
+                    pins.text()
+                ),
+                shortfall_gib: 0.0,
+                rank: None,
+            });
+        }
+        // The schedule the layouts are sized and ranked under: a pinned
+        // one, else 1F1B (interleaving is tried on the winner, or on every
+        // candidate when pinned).
+        let searched = match pins.schedule {
+            Some(x) if x != PipeSchedule::Interleaved => x,
+            _ => PipeSchedule::OneFOneB,
+        };
         let mut stats = SearchStats::default();
         let mut notes = pipeline_shardings(problem, &[]).1;
         let mut cands: Vec<Candidate> = Vec::new();
@@ -710,7 +762,7 @@ impl Planner for Hetero3d {
                 .par_iter()
                 .map_init(
                     || Rows::new(costs, &strategy),
-                    |rows, l| search_layout(costs, &strategy, rows, l),
+                    |rows, l| search_layout(costs, &strategy, searched, rows, l),
                 )
                 .collect();
             for part in parts {
@@ -747,11 +799,26 @@ impl Planner for Hetero3d {
             });
         }
         cands.sort_by(|a, b| a.estimate_ms.total_cmp(&b.estimate_ms));
+        // A pinned schedule: every candidate under it (ranked by its 1F1B
+        // estimate, confirmed under the schedule by the simulator).
+        if let Some(schedule) = pins.schedule {
+            cands.retain_mut(|c| with_schedule(&mut c.plan, schedule));
+            if cands.is_empty() {
+                return Err(PlanError::Infeasible {
+                    message: format!(
+                        "no hetero-3d plan that fits can run the pinned schedule {schedule}: interleaving needs every stage's blocks to split in two and the micro-batches to be a multiple of the stages"
+                    ),
+                    shortfall_gib: 0.0,
+                    rank: None,
+                });
+            }
+        }
         let plan = match problem.judge {
             Some(judge) => {
                 // FSDP inside the stages is tried unless the user pinned a sharding.
                 let fsdp = problem.strategy.sharding.is_none();
-                confirm(judge, fsdp, &cands, &mut stats, &mut notes)?
+                let others = pins.schedule.is_none();
+                confirm(judge, fsdp, others, &cands, &mut stats, &mut notes)?
             }
             None => cands[0].plan.clone(),
         };

@@ -336,8 +336,8 @@ impl Planner for Megatron {
         PIPELINE_AXES
     }
 
-    fn takes_shape(&self) -> bool {
-        true
+    fn shape_pins(&self) -> &'static [&'static str] {
+        &ShapePins::AXES
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {

@@ -215,8 +215,8 @@ pub struct PlannerOptions {
     /// compat planner's plans as seeds (so it is never worse than them).
     pub seed_with_baselines: bool,
     /// The 3D shape the user pinned (`--tp`, `--pp`, ..., a study's
-    /// `shapes`): only planners that [`Planner::takes_shape`] search
-    /// within it; the others refuse pins their plans cannot have.
+    /// `shapes`): planners search within the parts they take
+    /// ([`Planner::shape_pins`]) and refuse pins of the others.
     pub shape: crate::plan::shape::ShapePins,
 }
 
@@ -349,10 +349,11 @@ pub trait Planner: Send + Sync + std::fmt::Debug {
     fn fixed_axes(&self) -> StrategySpec {
         StrategySpec::NONE
     }
-    /// Whether it searches within [`PlannerOptions::shape`] (a 3D planner
-    /// over homogeneous shapes); false: it refuses pins beyond the
-    /// trivial `tp=1 pp=1` of data-parallel plans.
-    fn takes_shape(&self) -> bool {
-        false
+    /// The parts of a 3D shape ([`crate::plan::shape::ShapePins::AXES`])
+    /// it searches within when [`PlannerOptions::shape`] pins them; a pin
+    /// of another part refuses it (beyond the trivial `tp=1 pp=1` of
+    /// data-parallel plans). Default: none.
+    fn shape_pins(&self) -> &'static [&'static str] {
+        &[]
     }
 }
