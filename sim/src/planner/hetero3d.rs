@@ -76,6 +76,7 @@ use crate::pipeline::estimate::{
 };
 use crate::pipeline::partition::min_max;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
+use crate::plan::shape::ShapePins;
 use crate::plan::Plan;
 use crate::strategy::{Checkpointing, Sharding, Strategy, StrategySpec};
 use crate::tensor::TensorParallel;
@@ -702,6 +703,47 @@ pub fn describe(costs: &CostModel, plan: &Plan) -> String {
     )
 }
 
+/// The layouts of the search with the pinned TP degree on every stage and
+/// the pinned stage count; an infeasible error when none has them.
+fn pinned_layouts(costs: &CostModel, pins: &ShapePins) -> Result<Vec<Layout>, PlanError> {
+    let all: Vec<Layout> = layouts(costs)
+        .into_iter()
+        .filter(|l| {
+            pins.tp.is_none_or(|t| l.tps.iter().all(|&x| x == t))
+                && pins.pp.is_none_or(|p| l.groups.len() == p as usize)
+        })
+        .collect();
+    if all.is_empty() {
+        return Err(PlanError::Infeasible {
+            message: format!(
+                "no hetero-3d layout of the {} GPUs has the pinned {}: every stage's TP degree must divide its GPU type's nodes and the model's heads, and the stages must number at most the blocks",
+                costs.ranks(),
+                pins.text()
+            ),
+            shortfall_gib: 0.0,
+            rank: None,
+        });
+    }
+    Ok(all)
+}
+
+/// A pinned schedule: every candidate under it (ranked by the estimate of
+/// its search, confirmed under the schedule by the simulator); an
+/// infeasible error when none can run it.
+fn under_schedule(cands: &mut Vec<Candidate>, schedule: PipeSchedule) -> Result<(), PlanError> {
+    cands.retain_mut(|c| with_schedule(&mut c.plan, schedule));
+    if cands.is_empty() {
+        return Err(PlanError::Infeasible {
+            message: format!(
+                "no hetero-3d plan that fits can run the pinned schedule {schedule}: interleaving needs every stage's blocks to split in two and the micro-batches to be a multiple of the stages"
+            ),
+            shortfall_gib: 0.0,
+            rank: None,
+        });
+    }
+    Ok(())
+}
+
 impl Planner for Hetero3d {
     fn name(&self) -> &'static str {
         "hetero-3d"
@@ -725,24 +767,7 @@ impl Planner for Hetero3d {
         use rayon::prelude::*;
         let costs = problem.costs;
         let pins = &problem.options.shape;
-        let all: Vec<Layout> = layouts(costs)
-            .into_iter()
-            .filter(|l| {
-                pins.tp.is_none_or(|t| l.tps.iter().all(|&x| x == t))
-                    && pins.pp.is_none_or(|p| l.groups.len() == p as usize)
-            })
-            .collect();
-        if all.is_empty() {
-            return Err(PlanError::Infeasible {
-                message: format!(
-                    "no hetero-3d layout of the {} GPUs has the pinned {}: every stage's TP degree must divide its GPU type's nodes and the model's heads, and the stages must number at most the blocks",
-                    costs.ranks(),
-                    pins.text()
-                ),
-                shortfall_gib: 0.0,
-                rank: None,
-            });
-        }
+        let all = pinned_layouts(costs, pins)?;
         // The schedule the layouts are sized and ranked under: a pinned
         // one, else 1F1B (interleaving is tried on the winner, or on every
         // candidate when pinned).
@@ -799,19 +824,8 @@ impl Planner for Hetero3d {
             });
         }
         cands.sort_by(|a, b| a.estimate_ms.total_cmp(&b.estimate_ms));
-        // A pinned schedule: every candidate under it (ranked by its 1F1B
-        // estimate, confirmed under the schedule by the simulator).
         if let Some(schedule) = pins.schedule {
-            cands.retain_mut(|c| with_schedule(&mut c.plan, schedule));
-            if cands.is_empty() {
-                return Err(PlanError::Infeasible {
-                    message: format!(
-                        "no hetero-3d plan that fits can run the pinned schedule {schedule}: interleaving needs every stage's blocks to split in two and the micro-batches to be a multiple of the stages"
-                    ),
-                    shortfall_gib: 0.0,
-                    rank: None,
-                });
-            }
+            under_schedule(&mut cands, schedule)?;
         }
         let plan = match problem.judge {
             Some(judge) => {
