@@ -154,6 +154,12 @@ pub fn load_profile_file(path: &Path) -> Result<ProfileSet> {
 /// not say) or a cephalo-profile/1 JSON, of which only the measured
 /// collectives are kept.
 pub fn load_comm_profile(spec: &str) -> Result<ProfileSet> {
+    load_comm_profile_in(Path::new(""), spec)
+}
+
+/// [`load_comm_profile`] with a relative path taken from `base` (a
+/// study's directory).
+pub fn load_comm_profile_in(base: &Path, spec: &str) -> Result<ProfileSet> {
     let (kind, path) = match spec.split_once('=') {
         Some((k, p)) => {
             let kind = sim::comm::CollectiveKind::parse(&k.replace('-', "_")).ok_or_else(|| {
@@ -161,10 +167,11 @@ pub fn load_comm_profile(spec: &str) -> Result<ProfileSet> {
                     "--comm-profile {spec}: expected all-gather=, reduce-scatter= or all-reduce= before the path, got `{k}=`"
                 ))
             })?;
-            (Some(kind), Path::new(p))
+            (Some(kind), base.join(p))
         }
-        None => (None, Path::new(spec)),
+        None => (None, base.join(spec)),
     };
+    let path = path.as_path();
     let text = read_text(path)?;
     let origin = path.display().to_string();
     let mut set = ProfileSet::new();

@@ -231,11 +231,7 @@ fn load_spec(dir: &Path, name: &str) -> Result<Loaded> {
 fn read_comm_entry(dir: &Path, entry: &str) -> Result<ProfileSet> {
     let mut set = ProfileSet::new();
     for spec in entry.split_whitespace() {
-        let joined = match spec.split_once('=') {
-            Some((kind, path)) => format!("{kind}={}", dir.join(path).display()),
-            None => dir.join(spec).display().to_string(),
-        };
-        set.merge(load::load_comm_profile(&joined)?);
+        set.merge(load::load_comm_profile_in(dir, spec)?);
     }
     Ok(set)
 }

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 pub use crate::cli::format::Format;
 
 /// The help heading of the 3D shape pins.
-const SHAPE_PINS: &str = "3D shape pins (the megatron planner searches within them)";
+const SHAPE_PINS: &str = "3D shape pins (the 3D planners search within them)";
 
 /// Planner flags shared by `plan` and `compare`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -40,42 +40,8 @@ pub struct PlannerFlags {
     /// as seeds (by default the native plan is never worse than them).
     #[arg(long)]
     pub no_seeds: bool,
-    /// Pin the 3D planner's tensor-parallel degree (GPUs per TP group).
-    #[arg(
-        long,
-        help_heading = SHAPE_PINS
-    )]
-    pub tp: Option<u32>,
-    /// Pin the 3D planner's pipeline depth (stages).
-    #[arg(
-        long,
-        help_heading = SHAPE_PINS
-    )]
-    pub pp: Option<u32>,
-    /// Pin the pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
-    #[arg(
-        long,
-        help_heading = SHAPE_PINS
-    )]
-    pub pp_schedule: Option<String>,
-    /// Pin the interleaved schedule's model chunks per GPU.
-    #[arg(
-        long,
-        help_heading = SHAPE_PINS
-    )]
-    pub virtual_stages: Option<u32>,
-    /// Pin the samples per micro-batch of one replica.
-    #[arg(
-        long,
-        help_heading = SHAPE_PINS
-    )]
-    pub microbatch_size: Option<u32>,
-    /// Pin sequence parallelism inside the TP groups: on or off.
-    #[arg(
-        long,
-        help_heading = SHAPE_PINS
-    )]
-    pub sequence_parallel: Option<String>,
+    #[command(flatten)]
+    pub shape: ShapePinArgs,
 }
 
 impl PlannerFlags {
@@ -94,13 +60,39 @@ impl PlannerFlags {
             compat_rs_ms: self.rs_ms,
             confirm_candidates: self.candidates.max(1),
             seed_with_baselines: !self.no_seeds,
-            shape: self.shape_pins()?,
+            shape: self.shape.pins()?,
         })
     }
+}
 
+/// The 3D shape pins of `plan`, `compare` and `whatif`: the parts of a
+/// shape the 3D planners search within.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct ShapePinArgs {
+    /// Pin the 3D planner's tensor-parallel degree (GPUs per TP group).
+    #[arg(long, help_heading = SHAPE_PINS)]
+    pub tp: Option<u32>,
+    /// Pin the 3D planner's pipeline depth (stages).
+    #[arg(long, help_heading = SHAPE_PINS)]
+    pub pp: Option<u32>,
+    /// Pin the pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
+    #[arg(long, help_heading = SHAPE_PINS)]
+    pub pp_schedule: Option<String>,
+    /// Pin the interleaved schedule's model chunks per GPU.
+    #[arg(long, help_heading = SHAPE_PINS)]
+    pub virtual_stages: Option<u32>,
+    /// Pin the samples per micro-batch of one replica.
+    #[arg(long, help_heading = SHAPE_PINS)]
+    pub microbatch_size: Option<u32>,
+    /// Pin sequence parallelism inside the TP groups: on or off.
+    #[arg(long, help_heading = SHAPE_PINS)]
+    pub sequence_parallel: Option<String>,
+}
+
+impl ShapePinArgs {
     /// The 3D shape pins, each flag checked as a study's `shapes` entry is
     /// (one parser, [`sim::plan::shape::ShapePins::parse`]).
-    pub fn shape_pins(&self) -> Result<sim::plan::shape::ShapePins> {
+    pub fn pins(&self) -> Result<sim::plan::shape::ShapePins> {
         let mut pins = sim::plan::shape::ShapePins::default();
         let flags: [(&str, &str, Option<String>); 6] = [
             ("--tp", "tp", self.tp.map(|x| x.to_string())),

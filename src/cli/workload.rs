@@ -278,15 +278,7 @@ pub struct CommArgs {
 impl CommArgs {
     /// The algorithm flag, parsed.
     pub fn algo(&self) -> Result<sim::comm::CommAlgo, SpecError> {
-        sim::comm::CommAlgo::parse(&self.comm_algo).ok_or_else(|| {
-            bad(
-                "--comm-algo",
-                format!(
-                    "expected auto, ring, tree or hierarchical, got `{}`",
-                    self.comm_algo
-                ),
-            )
-        })
+        sim::comm::CommAlgo::parse_field(&self.comm_algo, "--comm-algo", "comm_algo")
     }
 
     /// The interference flag, checked (default [`sim::cost::DEFAULT_COMM_INTERFERENCE`]).

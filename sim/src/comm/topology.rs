@@ -112,6 +112,18 @@ impl CommAlgo {
         }
     }
 
+    /// [`CommAlgo::parse`], or an error naming `origin` and `field` with
+    /// the names it takes (`--comm-algo`, a study's `comm_algos`).
+    pub fn parse_field(s: &str, origin: &str, field: &str) -> Result<CommAlgo, SpecError> {
+        CommAlgo::parse(s).ok_or_else(|| {
+            SpecError::invalid(
+                origin,
+                field,
+                format!("expected auto, ring, tree or hierarchical, got `{s}`"),
+            )
+        })
+    }
+
     /// The name [`CommAlgo::parse`] reads.
     pub fn name(self) -> &'static str {
         match self {

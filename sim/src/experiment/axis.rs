@@ -75,39 +75,20 @@ impl Axis {
             Axis::Dtype => r.dtype.clone(),
             Axis::NetworkGbitS => r.network_gbit_s.map_or(String::new(), |x| x.to_string()),
             Axis::Gpus => r.gpus.to_string(),
-            Axis::AddGpu => {
-                if r.add_gpu.is_empty() {
-                    "(none)".into()
-                } else {
-                    r.add_gpu.clone()
-                }
-            }
+            Axis::AddGpu => or(&r.add_gpu, "(none)"),
             Axis::Planner => r.planner.clone(),
-            Axis::Strategy => {
-                if r.pins.is_empty() {
-                    "(planner's choice)".into()
-                } else {
-                    r.pins.clone()
-                }
-            }
+            Axis::Strategy => or(&r.pins, "(planner's choice)"),
             Axis::MemPolicy => r.mem_policy.clone(),
-            Axis::Shape => {
-                if r.shape.is_empty() {
-                    "(search)".into()
-                } else {
-                    short_shape(&r.shape)
-                }
-            }
+            Axis::Shape => or(&short_shape(&r.shape), "(search)"),
             Axis::CommAlgo => r.comm_algo.clone(),
-            Axis::CommProfile => {
-                if r.comm_profile.is_empty() {
-                    "(analytic)".into()
-                } else {
-                    r.comm_profile.clone()
-                }
-            }
+            Axis::CommProfile => or(&r.comm_profile, "(analytic)"),
         }
     }
+}
+
+/// `value`, or `none` where it is empty (an axis left at its default).
+fn or(value: &str, none: &str) -> String {
+    if value.is_empty() { none } else { value }.to_string()
 }
 
 /// Shape pins as a figure labels them: `tp=8 pp=4 schedule=zb-h1` reads

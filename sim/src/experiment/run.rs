@@ -45,9 +45,23 @@ pub fn run(
         .iter()
         .filter(|w| shard.is_none_or(|(k, n)| w.index % n == k - 1))
         .collect();
+    // The study's profiles with each `comm_profiles` entry's tables, once
+    // per entry (not per workload).
+    let with_tables: Vec<ProfileSet> = spec
+        .sweep
+        .comm_sets
+        .iter()
+        .map(|tables| {
+            let mut p = inputs.profiles.clone();
+            p.merge(tables.clone());
+            p
+        })
+        .collect();
     let parts: Vec<Result<Results, SpecError>> = picked
         .par_iter()
         .map(|w| {
+            let profiles = w.comm_profile.map_or(inputs.profiles, |i| &with_tables[i]);
+            let inputs = Inputs { profiles, ..inputs };
             let r = run_one(spec, w, &planners, inputs);
             progress();
             r
@@ -60,25 +74,13 @@ pub fn run(
     Ok(Results::merge(ok))
 }
 
-/// Every planner on one workload.
+/// Every planner on one workload (`inputs`: with its measured tables).
 fn run_one(
     spec: &ExperimentSpec,
     w: &Workload,
     planners: &[String],
     inputs: Inputs<'_>,
 ) -> Result<Results, SpecError> {
-    // The measured tables of this variant join the study's profiles.
-    let merged;
-    let profiles = match w.comm_profile {
-        Some(i) => {
-            let mut p = inputs.profiles.clone();
-            p.merge(spec.sweep.comm_sets[i].clone());
-            merged = p;
-            &merged
-        }
-        None => inputs.profiles,
-    };
-    let inputs = Inputs { profiles, ..inputs };
     let costs = costs_of(spec, w, inputs)?;
     check_prices(spec, w, &costs)?;
     let popts = PlannerOptions {

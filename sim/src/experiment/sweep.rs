@@ -368,7 +368,7 @@ impl Sweep {
             ShapePins::parse(t, origin, &format!("sweep.shapes[{i}]"))?;
         }
         for (i, t) in w.comm_algos.iter().enumerate() {
-            parse_comm_algo(t, origin, &format!("sweep.comm_algos[{i}]"))?;
+            CommAlgo::parse_field(t, origin, &format!("sweep.comm_algos[{i}]"))?;
         }
         for (i, l) in w.gpus.iter().enumerate() {
             Cluster::from_gpu_list(
@@ -513,7 +513,7 @@ fn comm_variants(w: &Sweep) -> Result<Vec<CommVariant>, SpecError> {
     } else {
         w.comm_algos
             .iter()
-            .map(|t| parse_comm_algo(t, "experiment", "sweep.comm_algos").map(Some))
+            .map(|t| CommAlgo::parse_field(t, "experiment", "sweep.comm_algos").map(Some))
             .collect::<Result<_, _>>()?
     };
     let tables: Vec<Option<usize>> = if w.comm_profiles.is_empty() {
@@ -528,17 +528,6 @@ fn comm_variants(w: &Sweep) -> Result<Vec<CommVariant>, SpecError> {
         .iter()
         .flat_map(|&a| tables.iter().map(move |&t| (a, t)))
         .collect())
-}
-
-/// A study's collective algorithm spelling (as `--comm-algo`).
-fn parse_comm_algo(text: &str, origin: &str, field: &str) -> Result<CommAlgo, SpecError> {
-    CommAlgo::parse(text).ok_or_else(|| {
-        SpecError::invalid(
-            origin,
-            field,
-            format!("expected auto, ring, tree or hierarchical, got `{text}`"),
-        )
-    })
 }
 
 /// A global batch as the sweep gives it: fixed, or per GPU (times the
