@@ -76,6 +76,10 @@ pub struct GpuSpec {
     /// (`peak = FLOP per cycle x boost clock`).
     #[serde(default)]
     pub boost_clock_mhz: Option<f64>,
+    /// Streaming multiprocessors (what GEMM tiles fill); `None` = estimated
+    /// ([`GpuSpec::sms`]).
+    #[serde(default)]
+    pub sm_count: Option<u32>,
 }
 
 /// PCIe connection between a GPU and its host.
@@ -139,6 +143,24 @@ pub enum PeerLink {
 }
 
 impl GpuSpec {
+    /// Streaming multiprocessors: the catalog's `sm_count`, else an
+    /// estimate from the FP32 peak and the boost clock (1.5 GHz when the
+    /// catalog has none) at the architecture's FP32 lanes per SM (64 on
+    /// Volta, Turing and GA100; 128 on Pascal GP102, GA10x, Ada and Hopper:
+    /// the architecture whitepapers).
+    pub fn sms(&self) -> f64 {
+        if let Some(n) = self.sm_count {
+            return n as f64;
+        }
+        let lanes = match self.arch.to_ascii_lowercase().as_str() {
+            "volta" | "turing" => 64.0,
+            "ampere" if self.fp32_tflops / self.fp16_tflops.max(1e-9) <= 0.15 => 64.0,
+            _ => 128.0,
+        };
+        let clock_hz = self.boost_clock_mhz.unwrap_or(1500.0) * 1e6;
+        (self.fp32_tflops * 1e12 / (2.0 * clock_hz * lanes)).max(1.0)
+    }
+
     /// Dense peak TFLOPS for a training dtype: fp16 -> `fp16_tflops`,
     /// bf16 -> `bf16_tflops` (`None` if unsupported), fp32 -> `fp32_tflops`
     /// (TF32 off, as in the reference profiles).
@@ -280,6 +302,15 @@ impl GpuSpec {
         }
         if let Some(v) = self.boost_clock_mhz {
             positive("boost_clock_mhz", v, "MHz")?;
+        }
+        if let Some(v) = self.sm_count {
+            if !(1..=10_000).contains(&v) {
+                return Err(SpecError::invalid(
+                    origin,
+                    format!("{field}.sm_count"),
+                    format!("{who}: expected 1..=10000 streaming multiprocessors, got {v}"),
+                ));
+            }
         }
         if HostLink::lane_raw_gbps(self.host_link.pcie_gen).is_none() {
             return Err(SpecError::invalid(

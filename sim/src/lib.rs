@@ -45,6 +45,7 @@ pub mod runlog;
 pub mod schedule;
 pub mod session;
 pub mod simulate;
+pub mod stack;
 pub mod stats;
 pub mod strategy;
 pub mod symmetry;

@@ -183,12 +183,16 @@ pub fn user_plan(
             // A pipeline accumulates without sync and offloads nothing;
             // the stage's replicas keep full state unless `--sharding
             // grad-op` (Megatron's distributed optimizer) says otherwise.
+            let sharding = spec.sharding.unwrap_or(crate::strategy::Sharding::NoShard);
             let spec = StrategySpec {
-                sharding: spec.sharding.or(Some(crate::strategy::Sharding::NoShard)),
+                sharding: Some(sharding),
                 accumulation: spec
                     .accumulation
                     .or(Some(crate::strategy::Accumulation::NoSync)),
                 offload: spec.offload.or(Some(crate::strategy::Offload::None)),
+                stack: spec
+                    .stack
+                    .or(Some(crate::strategy::default_3d_stack(sharding))),
                 ..*spec
             };
             let strategy = spec.resolve(ctx)?;

@@ -39,6 +39,7 @@ use crate::choice::{self, Choice};
 use crate::cluster::Cluster;
 use crate::dtype::Dtype;
 use crate::error::SpecError;
+pub use crate::stack::Stack;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -487,6 +488,13 @@ pub struct Strategy {
     pub reduce_dtype: Dtype,
     /// Attention kernel.
     pub attention: Attention,
+    /// The training stack that runs the blocks ([`Stack`]; files written
+    /// before it existed read as `pytorch`).
+    #[serde(default)]
+    pub stack: Stack,
+    /// `torch.compile` on the blocks (PyTorch stacks only).
+    #[serde(default)]
+    pub compile: bool,
 }
 
 impl Strategy {
@@ -503,24 +511,29 @@ impl Strategy {
             param_dtype: Dtype::Fp32,
             reduce_dtype: Dtype::Fp32,
             attention,
+            stack: Stack::PyTorch,
+            compile: false,
         }
     }
 
     /// One line for tables: `full layered ckpt=full offload=activations
-    /// p=fp32 r=fp32 eager` (hybrid shows its group: `hybrid:8`).
+    /// p=fp32 r=fp32 eager pytorch` (hybrid shows its group: `hybrid:8`;
+    /// a compiled PyTorch stack `pytorch+compile`).
     pub fn label(&self) -> String {
         let sharding = match self.sharding {
             Sharding::Hybrid => format!("hybrid:{}", self.shard_group),
             s => s.name().to_string(),
         };
         format!(
-            "{sharding} {} ckpt={} offload={} p={} r={} {}",
+            "{sharding} {} ckpt={} offload={} p={} r={} {} {}{}",
             self.accumulation.name(),
             self.checkpointing.name(),
             self.offload.name(),
             self.param_dtype,
             self.reduce_dtype,
-            self.attention.name()
+            self.attention.name(),
+            self.stack.name(),
+            if self.compile { "+compile" } else { "" }
         )
     }
 
@@ -569,6 +582,17 @@ impl Strategy {
 impl fmt::Display for Strategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.label())
+    }
+}
+
+/// The stack a TP / PP plan runs unless the user names one: Megatron-Core
+/// when its stages keep replicated or ZeRO-1 state (how Megatron-LM and
+/// NeMo run TP x PP x DP), PyTorch when they shard with FSDP (torchtitan's
+/// FSDP2 x TP x PP).
+pub fn default_3d_stack(sharding: Sharding) -> Stack {
+    match sharding {
+        Sharding::Full | Sharding::Hybrid => Stack::PyTorch,
+        Sharding::GradOp | Sharding::NoShard => Stack::Megatron,
     }
 }
 
@@ -633,6 +657,12 @@ pub struct StrategySpec {
     pub reduce_dtype: Option<Dtype>,
     /// `--attention`.
     pub attention: Option<Attention>,
+    /// `--stack`.
+    #[serde(default)]
+    pub stack: Option<Stack>,
+    /// `--compile`.
+    #[serde(default)]
+    pub compile: Option<bool>,
 }
 
 /// What [`StrategySpec::resolve`] needs to know about the workload.
@@ -657,6 +687,8 @@ impl StrategySpec {
         param_dtype: None,
         reduce_dtype: None,
         attention: None,
+        stack: None,
+        compile: None,
     };
 
     /// A spec pinning every axis of `s`.
@@ -670,12 +702,14 @@ impl StrategySpec {
             param_dtype: Some(s.param_dtype),
             reduce_dtype: Some(s.reduce_dtype),
             attention: Some(s.attention),
+            stack: Some(s.stack),
+            compile: Some(s.compile),
         }
     }
 
     /// The axis names [`StrategySpec::set`] takes (the flags without
     /// their dashes).
-    pub const AXES: [&'static str; 8] = [
+    pub const AXES: [&'static str; 10] = [
         "sharding",
         "shard_group",
         "accumulation",
@@ -684,6 +718,8 @@ impl StrategySpec {
         "param_dtype",
         "reduce_dtype",
         "attention",
+        "stack",
+        "compile",
     ];
 
     /// Pins `axis` (a name of [`StrategySpec::AXES`], `-` or `_`) to the
@@ -736,6 +772,19 @@ impl StrategySpec {
                         .ok_or_else(|| expected(&crate::choice::expected(Attention::CHOICES)))?,
                 )
             }
+            "stack" => {
+                self.stack = Some(
+                    Stack::parse(value)
+                        .ok_or_else(|| expected(&crate::choice::expected(Stack::CHOICES)))?,
+                )
+            }
+            "compile" => {
+                self.compile = Some(match value.trim().to_ascii_lowercase().as_str() {
+                    "on" | "true" | "yes" | "1" => true,
+                    "off" | "false" | "no" | "0" => false,
+                    _ => return Err(expected("on or off")),
+                })
+            }
             _ => {
                 return Err(bad(format!(
                     "unknown strategy axis `{axis}` (known: {})",
@@ -778,6 +827,11 @@ impl StrategySpec {
         put("param_dtype", self.param_dtype.map(|x| x.to_string()));
         put("reduce_dtype", self.reduce_dtype.map(|x| x.to_string()));
         put("attention", self.attention.map(|x| x.name().to_string()));
+        put("stack", self.stack.map(|x| x.name().to_string()));
+        put(
+            "compile",
+            self.compile.map(|x| if x { "on" } else { "off" }.to_string()),
+        );
         out.join(" ")
     }
 
@@ -797,6 +851,8 @@ impl StrategySpec {
             param_dtype: other.param_dtype.or(self.param_dtype),
             reduce_dtype: other.reduce_dtype.or(self.reduce_dtype),
             attention: other.attention.or(self.attention),
+            stack: other.stack.or(self.stack),
+            compile: other.compile.or(self.compile),
         }
     }
 
@@ -867,6 +923,8 @@ impl StrategySpec {
                 .unwrap_or(if layered { Dtype::Fp32 } else { ctx.dtype }),
             reduce_dtype: self.reduce_dtype.unwrap_or(Dtype::Fp32),
             attention: self.attention.unwrap_or(ctx.profile_attention),
+            stack: self.stack.unwrap_or(Stack::PyTorch),
+            compile: self.compile.unwrap_or(false),
         };
         validate(&s, cluster)?;
         Ok(s)
@@ -914,6 +972,12 @@ impl StrategySpec {
         if let Some(v) = self.attention {
             differ("attention", v.name().into(), s.attention.name().into())?;
         }
+        if let Some(v) = self.stack {
+            differ("stack", v.name().into(), s.stack.name().into())?;
+        }
+        if let Some(v) = self.compile {
+            differ("compile", v.to_string(), s.compile.to_string())?;
+        }
         Ok(())
     }
 }
@@ -922,6 +986,16 @@ impl StrategySpec {
 /// the GPUs, and an offloaded optimizer has host memory on every node.
 pub fn validate(s: &Strategy, cluster: &Cluster) -> Result<(), SpecError> {
     let ranks = cluster.len() as u32;
+    if s.compile && !s.stack.compiles() {
+        return Err(SpecError::invalid(
+            crate::error::STRATEGY,
+            "compile",
+            format!(
+                "the {} stack does not run torch.compile on its blocks (its memory-bound kernels are fused already); drop --compile or use --stack pytorch",
+                s.stack.name()
+            ),
+        ));
+    }
     if s.shard_group == 0 || !ranks.is_multiple_of(s.shard_group) {
         return Err(SpecError::invalid(
             crate::error::STRATEGY,

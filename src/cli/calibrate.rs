@@ -124,6 +124,14 @@ pub fn markdown(report: &CvReport, reference: &str) -> String {
         let _ = writeln!(s, "| {} | {} |", g.group, stats_cells(&g.stats));
     }
     let _ = writeln!(s, "| all | {} |", stats_cells(&h.overall));
+    let _ = writeln!(s, "\n### Coefficients not fitted ({})\n", report.pinned.len());
+    let _ = writeln!(
+        s,
+        "Fixed by a published measurement or pinned to the physical per-op count where the data cannot identify them (the fit refuses them):\n"
+    );
+    for p in &report.pinned {
+        let _ = writeln!(s, "- `{}` = {}: {}", p.coefficient, p.value, p.why);
+    }
     let _ = writeln!(s, "\n### Excluded entries ({})\n", report.excluded.len());
     for e in &report.excluded {
         let _ = writeln!(s, "- `{}`: {}", e.entry, e.reason);

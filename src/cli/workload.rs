@@ -14,7 +14,9 @@ use sim::error::SpecError;
 use sim::perfmodel::Calibrated;
 use sim::profile::ProfileSet;
 use sim::session::{build_workload, WorkloadSpec};
-use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding, StrategySpec};
+use sim::strategy::{
+    Accumulation, Attention, Checkpointing, Offload, Sharding, Stack, StrategySpec,
+};
 use std::path::PathBuf;
 
 /// The training strategy flags (every one optional; defaults in
@@ -41,6 +43,11 @@ pub struct StrategyArgs {
     pub reduce_dtype: Option<String>,
     #[arg(long, help_heading = "Strategy", help = format!("{} (default: what the profile measured)", choice::help("Attention kernel", Attention::CHOICES)))]
     pub attention: Option<String>,
+    #[arg(long, help_heading = "Strategy", help = format!("{} (default: megatron for TP / PP plans with replicated or ZeRO-1 stages, pytorch otherwise)", choice::help("Training stack", Stack::CHOICES)))]
+    pub stack: Option<String>,
+    /// torch.compile on every block (PyTorch stack): fused memory-bound ops, fewer saved intermediates.
+    #[arg(long, help_heading = "Strategy")]
+    pub compile: bool,
 }
 
 /// The `--batch`, `--microbatches` and `--state-fractions` lists of a
@@ -76,7 +83,8 @@ impl StrategyArgs {
     pub fn spec(&self) -> Result<StrategySpec, SpecError> {
         let mut spec = StrategySpec::NONE;
         let group = self.shard_group.map(|g| g.to_string());
-        let flags: [(&str, &Option<String>); 8] = [
+        let compile = self.compile.then(|| "on".to_string());
+        let flags: [(&str, &Option<String>); 10] = [
             ("sharding", &self.sharding),
             ("shard_group", &group),
             ("accumulation", &self.accumulation),
@@ -85,6 +93,8 @@ impl StrategyArgs {
             ("param_dtype", &self.param_dtype),
             ("reduce_dtype", &self.reduce_dtype),
             ("attention", &self.attention),
+            ("stack", &self.stack),
+            ("compile", &compile),
         ];
         for (axis, value) in flags {
             if let Some(v) = value {

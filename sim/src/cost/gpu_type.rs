@@ -8,7 +8,7 @@ use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuSpec;
 use crate::model::ModelSpec;
-use crate::perfmodel::Predictor;
+use crate::perfmodel::{BlockImpl, Predictor};
 use crate::profile::{ComputeCurve, ProfileSet, Source, UnitProfile};
 use crate::strategy::Attention;
 
@@ -24,21 +24,26 @@ pub struct GpuTypeCost {
     /// Block forward/backward curve as profiled (or predicted), with the
     /// kernel of [`GpuTypeCost::measured_attention`]; carries its source.
     pub block: ComputeCurve,
-    /// The attention kernel `block` was measured (or predicted) with.
+    /// The attention kernel `block` was measured (or predicted) with, on
+    /// the PyTorch stack (what profiles measure).
     pub measured_attention: Attention,
-    /// Block curve per attention kernel ([`Attention::index`]); the
-    /// measured kernel's entry is `block`, the other one scaled from it by
-    /// the predictor's kernel ratio (`None` when the predictor cannot run
-    /// this GPU and dtype).
-    pub kernels: [Option<ComputeCurve>; 2],
-    /// Per selective policy (op-level, core attention) and attention
-    /// kernel: the fraction of the forward the recompute reruns, at
-    /// micro-batch sizes 1..=N (the last value beyond).
-    pub selective_fraction: [[Vec<f64>; 2]; 2],
+    /// Block curve per implementation ([`BlockImpl::index`]); the measured
+    /// one's entry is `block`, the others scaled from it by the
+    /// predictor's ratio of the two implementations (`None` when the
+    /// predictor cannot run this GPU and dtype).
+    pub kernels: [Option<ComputeCurve>; 6],
+    /// Per selective policy (op-level, core attention) and implementation:
+    /// the fraction of the forward the recompute reruns, at micro-batch
+    /// sizes 1..=N (the last value beyond).
+    pub selective_fraction: [[Vec<f64>; 6]; 2],
     /// Per TP configuration the model allows (degree, sequence
-    /// parallelism) and attention kernel: how one rank's block times
-    /// compare with the whole block's ([`TpTable`]).
+    /// parallelism) and implementation: how one rank's block and unit
+    /// times compare with the whole block's and units' ([`TpTable`]).
     pub tp: Vec<TpTable>,
+    /// The predictor's embedding and head curves per implementation
+    /// (whole units, micro-batch sizes 1..=N; `None` when it cannot run
+    /// this GPU and dtype).
+    pub unit_curves: [Option<UnitCurves>; 6],
     /// Data-quality flags of the block profile used.
     pub block_flags: Vec<String>,
     /// Measured unit costs, if any.
@@ -65,26 +70,47 @@ pub const MEASURED_TIME_ERROR_PCT: (f64, f64) = (2.0, 6.0);
 /// (order of magnitude; an estimate).
 pub const UNKNOWN_TIME_ERROR_PCT: (f64, f64) = (30.0, 60.0);
 
+/// The predictor's curves of the units around the blocks, whole (no TP).
+#[derive(Debug, Clone)]
+pub struct UnitCurves {
+    /// Embedding forward and backward.
+    pub embed: ComputeCurve,
+    /// Head (final norm, output layer, loss) forward and backward.
+    pub head: ComputeCurve,
+}
+
 impl GpuTypeCost {
-    /// The block curve of `attention`, if this GPU has one.
-    pub fn curve(&self, attention: Attention) -> Option<&ComputeCurve> {
-        self.kernels[attention.index()].as_ref()
+    /// The block curve of implementation `imp`, if this GPU has one.
+    pub fn curve(&self, imp: BlockImpl) -> Option<&ComputeCurve> {
+        self.kernels[imp.index()].as_ref()
     }
 
-    /// Where the block times of `attention` come from, for reports.
-    pub fn curve_source(&self, attention: Attention) -> String {
+    /// The implementation `block` was measured (or predicted) with.
+    pub fn measured_impl(&self) -> BlockImpl {
+        BlockImpl::pytorch(self.measured_attention)
+    }
+
+    /// Where the block times of `imp` come from, for reports.
+    pub fn curve_source(&self, imp: BlockImpl) -> String {
         let band = match &self.analytic_error_band {
             Some(b) => format!(", {b}"),
             None => String::new(),
         };
-        if attention == self.measured_attention {
+        if imp == self.measured_impl() {
             format!("{}{band}", self.block.source)
         } else {
+            let class = crate::perfmodel::arch::ArchClass::of(&self.gpu);
+            let fused = match imp.attention {
+                Attention::Flash => format!(
+                    " (fused attention: {})",
+                    crate::perfmodel::kernels::borrowed_from(class, imp.fused_kernel(class))
+                ),
+                Attention::Eager => String::new(),
+            };
             format!(
-                "{}{band}, scaled to {} attention by the predictor's kernel ratio (fused kernel: {})",
+                "{}{band}, scaled to {} by the predictor's ratio of the two implementations{fused}",
                 self.block.source,
-                attention.name(),
-                crate::perfmodel::kernels::borrowed_from(crate::perfmodel::arch::ArchClass::of(&self.gpu))
+                imp.label(),
             )
         }
     }
@@ -153,23 +179,14 @@ impl GpuTypeCost {
             });
         }
         let units = profiles.unit(&gpu.name, &model.name, seq, dtype).cloned();
-        let other = match measured_attention {
-            Attention::Eager => Attention::Flash,
-            Attention::Flash => Attention::Eager,
-        };
-        let derived = kernel_curve(
-            predictor,
-            gpu,
-            model,
-            seq,
-            dtype,
-            &block,
-            measured_attention,
-            other,
-        );
-        let mut kernels = [None, None];
-        kernels[measured_attention.index()] = Some(block.clone());
-        kernels[other.index()] = derived;
+        let measured = BlockImpl::pytorch(measured_attention);
+        let kernels = BlockImpl::ALL.map(|imp| {
+            if imp == measured {
+                Some(block.clone())
+            } else {
+                kernel_curve(predictor, gpu, model, seq, dtype, &block, measured, imp)
+            }
+        });
         // A long prediction is an answer, said once: the fastest kernel's
         // smallest micro-batch.
         let fastest = kernels
@@ -192,10 +209,12 @@ impl GpuTypeCost {
             ));
         }
         let selective_fraction = [false, true].map(|core| {
-            [Attention::Eager, Attention::Flash]
-                .map(|a| selective_fractions(predictor, gpu, model, seq, dtype, a, core))
+            BlockImpl::ALL
+                .map(|imp| selective_fractions(predictor, gpu, model, seq, dtype, imp, core))
         });
         let tp = tp_tables(predictor, gpu, model, seq, dtype);
+        let unit_curves =
+            BlockImpl::ALL.map(|imp| unit_curves(predictor, gpu, model, seq, dtype, imp));
         let (analytic_error_band, time_error_pct) = error_bands(predictor, gpu, &block);
         Ok(GpuTypeCost {
             gpu: gpu.clone(),
@@ -204,6 +223,7 @@ impl GpuTypeCost {
             kernels,
             selective_fraction,
             tp,
+            unit_curves,
             analytic_error_band,
             time_error_pct,
             block_flags: flags,
@@ -270,9 +290,9 @@ fn with_tail_fit(mut c: ComputeCurve) -> ComputeCurve {
     c
 }
 
-/// The curve of the attention kernel `to`, from `measured` (taken with
-/// `from`) scaled at every micro-batch size 1..=N by the predictor's ratio
-/// of the two kernels on `gpu`; beyond N the line through the last two
+/// The curve of implementation `to`, from `measured` (taken with `from`)
+/// scaled at every micro-batch size 1..=N by the predictor's ratio of the
+/// two implementations on `gpu`; beyond N the line through the last two
 /// points. `None` when the predictor cannot run this GPU and dtype.
 #[allow(clippy::too_many_arguments)]
 fn kernel_curve(
@@ -282,8 +302,8 @@ fn kernel_curve(
     seq: u32,
     dtype: Dtype,
     measured: &ComputeCurve,
-    from: Attention,
-    to: Attention,
+    from: BlockImpl,
+    to: BlockImpl,
 ) -> Option<ComputeCurve> {
     let sizes: Vec<u32> = (1..=ANALYTIC_TABLE_MAX_BATCH).collect();
     let mut f = Vec::with_capacity(sizes.len());
@@ -311,28 +331,31 @@ fn kernel_curve(
 /// between, the last beyond): the ratios change slowly with the size.
 pub const TP_TABLE_SIZES: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
 
-/// One TP configuration's block times on a GPU type, relative to the whole
-/// block's: a rank's forward and backward over the unsplit block's (the
-/// predictor's ratio, applied to the GPU's profiled or predicted curve,
-/// so a measured GPU keeps its measured speed), and the fractions of the
-/// rank's forward each selective recompute reruns (op-level, core
-/// attention), at [`TP_TABLE_SIZES`].
+/// One TP configuration's times on a GPU type, relative to the whole
+/// block's and units': a rank's block forward and backward over the
+/// unsplit block's (the predictor's ratio, applied to the GPU's profiled or
+/// predicted curve, so a measured GPU keeps its measured speed), the
+/// fractions of the rank's forward each selective recompute reruns
+/// (op-level, core attention), and the rank's head and embedding forward
+/// and backward over the whole units', at [`TP_TABLE_SIZES`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct TpTable {
     /// TP degree.
     pub degree: u32,
     /// Sequence parallelism.
     pub sequence_parallel: bool,
-    /// Attention kernel.
-    pub attention: Attention,
-    /// Per size: (forward ratio, backward ratio, op-level selective
-    /// fraction, core-attention fraction).
-    pub points: Vec<[f64; 4]>,
+    /// How the block is implemented.
+    pub imp: BlockImpl,
+    /// Per size: (block forward ratio, block backward ratio, op-level
+    /// selective fraction, core-attention fraction, head forward ratio,
+    /// head backward ratio, embedding forward ratio, embedding backward
+    /// ratio).
+    pub points: Vec<[f64; 8]>,
 }
 
 impl TpTable {
-    /// The four values at micro-batch `m` (linear between tabulated sizes).
-    pub fn at(&self, m: u32) -> [f64; 4] {
+    /// The eight values at micro-batch `m` (linear between tabulated sizes).
+    pub fn at(&self, m: u32) -> [f64; 8] {
         let m = m.max(1) as f64;
         let sizes = TP_TABLE_SIZES.map(|x| x as f64);
         let last = self.points.len().min(sizes.len()) - 1;
@@ -358,24 +381,30 @@ fn tp_tables(
 ) -> Vec<TpTable> {
     use crate::tensor::{degrees, TensorParallel};
     let mut out = Vec::new();
-    for attention in [Attention::Eager, Attention::Flash] {
+    for imp in BlockImpl::ALL {
         let whole: Option<Vec<_>> = TP_TABLE_SIZES
             .iter()
             .map(|&m| {
-                pred.block_prediction(gpu, model, seq, dtype, m, attention)
-                    .ok()
+                let b = pred.block_prediction(gpu, model, seq, dtype, m, imp).ok()?;
+                let u = pred
+                    .unit_prediction(gpu, model, seq, dtype, m, imp, &TensorParallel::NONE)
+                    .ok()?;
+                Some((b, u))
             })
             .collect();
         let Some(whole) = whole else { continue };
         for t in degrees(model).into_iter().filter(|&t| t > 1) {
             for sp in [false, true] {
                 let tp = TensorParallel::new(t, sp);
-                let points: Option<Vec<[f64; 4]>> = TP_TABLE_SIZES
+                let points: Option<Vec<[f64; 8]>> = TP_TABLE_SIZES
                     .iter()
                     .zip(&whole)
-                    .map(|(&m, w)| {
+                    .map(|(&m, (w, wu))| {
                         let p = pred
-                            .block_prediction_tp(gpu, model, seq, dtype, m, attention, &tp)
+                            .block_prediction_tp(gpu, model, seq, dtype, m, imp, &tp)
+                            .ok()?;
+                        let u = pred
+                            .unit_prediction(gpu, model, seq, dtype, m, imp, &tp)
                             .ok()?;
                         let frac = |x: f64| {
                             if p.fwd_ms > 0.0 {
@@ -384,12 +413,17 @@ fn tp_tables(
                                 0.0
                             }
                         };
+                        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 1.0 / t as f64 };
                         (w.fwd_ms > 0.0 && w.bwd_ms > 0.0).then(|| {
                             [
                                 p.fwd_ms / w.fwd_ms,
                                 p.bwd_ms / w.bwd_ms,
                                 frac(p.selective_recompute_ms),
                                 frac(p.attention_recompute_ms),
+                                ratio(u.head_fwd_ms, wu.head_fwd_ms),
+                                ratio(u.head_bwd_ms, wu.head_bwd_ms),
+                                ratio(u.embed_fwd_ms, wu.embed_fwd_ms),
+                                ratio(u.embed_bwd_ms, wu.embed_bwd_ms),
                             ]
                         })
                     })
@@ -398,7 +432,7 @@ fn tp_tables(
                     out.push(TpTable {
                         degree: t,
                         sequence_parallel: sp,
-                        attention,
+                        imp,
                         points,
                     });
                 }
@@ -406,6 +440,37 @@ fn tp_tables(
         }
     }
     out
+}
+
+/// The predictor's embedding and head curves of `imp` at micro-batch sizes
+/// 1..=N (whole units); `None` where it cannot predict.
+fn unit_curves(
+    pred: &dyn Predictor,
+    gpu: &GpuSpec,
+    model: &ModelSpec,
+    seq: u32,
+    dtype: Dtype,
+    imp: BlockImpl,
+) -> Option<UnitCurves> {
+    let sizes: Vec<u32> = (1..=ANALYTIC_TABLE_MAX_BATCH).collect();
+    let none = crate::tensor::TensorParallel::NONE;
+    let u: Vec<_> = sizes
+        .iter()
+        .map(|&m| pred.unit_prediction(gpu, model, seq, dtype, m, imp, &none).ok())
+        .collect::<Option<_>>()?;
+    let curve = |f: fn(&crate::perfmodel::UnitPrediction) -> (f64, f64)| {
+        let (fw, bw): (Vec<f64>, Vec<f64>) = u.iter().map(f).unzip();
+        with_tail_fit(ComputeCurve::from_points(
+            sizes.clone(),
+            fw,
+            bw,
+            Source::Analytic { model: pred.name() },
+        ))
+    };
+    Some(UnitCurves {
+        embed: curve(|p| (p.embed_fwd_ms, p.embed_bwd_ms)),
+        head: curve(|p| (p.head_fwd_ms, p.head_bwd_ms)),
+    })
 }
 
 /// Per micro-batch size 1..=N, the predictor's fraction of the forward a
@@ -417,12 +482,12 @@ fn selective_fractions(
     model: &ModelSpec,
     seq: u32,
     dtype: Dtype,
-    attention: Attention,
+    imp: BlockImpl,
     core: bool,
 ) -> Vec<f64> {
     (1..=ANALYTIC_TABLE_MAX_BATCH)
         .map(
-            |m| match pred.block_prediction(gpu, model, seq, dtype, m, attention) {
+            |m| match pred.block_prediction(gpu, model, seq, dtype, m, imp) {
                 Ok(p) if p.fwd_ms > 0.0 => {
                     let rerun = if core {
                         p.attention_recompute_ms

@@ -63,16 +63,13 @@ pub use workload::{CostOptions, Workload, DEFAULT_COMM_INTERFERENCE, MAX_COMM_IN
 use crate::comm::{CollectiveKind, CollectiveRank, CommModel};
 use crate::error::SpecError;
 use crate::gpu::GpuSpec;
-use crate::perfmodel::Predictor;
+use crate::perfmodel::{BlockImpl, Predictor};
 use crate::profile::{ComputeCurve, ProfileSet, UnitProfile};
 use crate::strategy::{Attention, STATE_BYTES_PER_PARAM};
 use crate::units::GIB;
 use links::rescale_warnings;
 use memory::activation_memory;
 use std::sync::Arc;
-
-/// Fraction of peak FLOPS reached by the head matmul in estimates.
-pub const UNIT_COMPUTE_EFFICIENCY: f64 = 0.5;
 
 /// Fraction of HBM bandwidth reached by memory-bound unit kernels.
 pub const UNIT_BANDWIDTH_EFFICIENCY: f64 = 0.7;
@@ -208,19 +205,14 @@ impl CostModel {
     }
 
     /// Forward and backward ms of one block at micro-batch `m` on `rank`
-    /// with `attention`; `Err` naming the GPU when it has no such curve.
-    pub fn block_ms_with(
-        &self,
-        rank: usize,
-        m: u32,
-        attention: Attention,
-    ) -> Result<(f64, f64), String> {
+    /// implemented as `imp`; `Err` naming the GPU when it has no such curve.
+    pub fn block_ms_with(&self, rank: usize, m: u32, imp: BlockImpl) -> Result<(f64, f64), String> {
         let t = self.gpu_type(rank);
-        match t.curve(attention) {
+        match t.curve(imp) {
             Some(c) => Ok((c.fwd_ms(m), c.bwd_ms(m))),
             None => Err(format!(
-                "no {} attention times for {}: the profile was measured with {} attention and the predictor cannot run {} {}",
-                attention.name(),
+                "no {} times for {}: the profile was measured with {} attention on the pytorch stack and the predictor cannot run {} {}",
+                imp.label(),
                 t.gpu.name,
                 t.measured_attention.name(),
                 t.gpu.name,
@@ -230,7 +222,7 @@ impl CostModel {
     }
 
     /// Forward and backward ms of one rank's share of a block at
-    /// micro-batch `m` on `rank` with `attention` in the TP group `tp`:
+    /// micro-batch `m` on `rank` implemented as `imp` in the TP group `tp`:
     /// the GPU's curve times the predictor's TP ratio
     /// ([`gpu_type::TpTable`]); the whole block's at `t = 1`. `Err` naming
     /// the GPU when it has no such curve or the predictor cannot split it.
@@ -238,37 +230,35 @@ impl CostModel {
         &self,
         rank: usize,
         m: u32,
-        attention: Attention,
+        imp: BlockImpl,
         tp: &crate::tensor::TensorParallel,
     ) -> Result<(f64, f64), String> {
-        let (f, b) = self.block_ms_with(rank, m, attention)?;
+        let (f, b) = self.block_ms_with(rank, m, imp)?;
         if !tp.is_on() {
             return Ok((f, b));
         }
-        let r = self.tp_table(rank, attention, tp)?.at(m);
+        let r = self.tp_table(rank, imp, tp)?.at(m);
         Ok((f * r[0], b * r[1]))
     }
 
-    /// The [`gpu_type::TpTable`] of `rank`'s GPU type for `tp` and `attention`.
+    /// The [`gpu_type::TpTable`] of `rank`'s GPU type for `tp` and `imp`.
     fn tp_table(
         &self,
         rank: usize,
-        attention: Attention,
+        imp: BlockImpl,
         tp: &crate::tensor::TensorParallel,
     ) -> Result<&gpu_type::TpTable, String> {
         let t = self.gpu_type(rank);
         t.tp.iter()
             .find(|x| {
-                x.degree == tp.degree
-                    && x.sequence_parallel == tp.sequence_parallel
-                    && x.attention == attention
+                x.degree == tp.degree && x.sequence_parallel == tp.sequence_parallel && x.imp == imp
             })
             .ok_or_else(|| {
                 format!(
-                    "no TP {} prediction for {} with {} attention: the degree must divide the heads, KV heads and MLP width of {} and the predictor must run {} {}",
+                    "no TP {} prediction for {} with {}: the degree must divide the heads, KV heads and MLP width of {} and the predictor must run {} {}",
                     tp.degree,
                     t.gpu.name,
-                    attention.name(),
+                    imp.label(),
                     self.workload.model.name,
                     t.gpu.name,
                     self.workload.dtype
@@ -282,15 +272,15 @@ impl CostModel {
         &self,
         rank: usize,
         m: u32,
-        attention: Attention,
+        imp: BlockImpl,
         core: bool,
         fwd_ms: f64,
         tp: &crate::tensor::TensorParallel,
     ) -> f64 {
         if !tp.is_on() {
-            return self.selective_recompute_ms(rank, m, attention, core, fwd_ms);
+            return self.selective_recompute_ms(rank, m, imp, core, fwd_ms);
         }
-        match self.tp_table(rank, attention, tp) {
+        match self.tp_table(rank, imp, tp) {
             Ok(t) if m > 0 => t.at(m)[2 + usize::from(core)] * fwd_ms,
             _ => 0.0,
         }
@@ -313,46 +303,15 @@ impl CostModel {
         &self,
         rank: usize,
         m: u32,
-        attention: Attention,
+        imp: BlockImpl,
         core: bool,
         fwd_ms: f64,
     ) -> f64 {
-        let v = &self.gpu_type(rank).selective_fraction[usize::from(core)][attention.index()];
+        let v = &self.gpu_type(rank).selective_fraction[usize::from(core)][imp.index()];
         if m == 0 || v.is_empty() {
             return 0.0;
         }
         v[(m as usize - 1).min(v.len() - 1)] * fwd_ms
-    }
-
-    fn unit_ms(
-        &self,
-        rank: usize,
-        m: u32,
-        pick: fn(&UnitProfile) -> &Vec<f64>,
-        estimate: f64,
-    ) -> f64 {
-        match &self.gpu_type(rank).units {
-            Some(u) => {
-                let c = ComputeCurve::from_points(
-                    u.batch_sizes.clone(),
-                    pick(u).clone(),
-                    pick(u).clone(),
-                    u.source.clone(),
-                );
-                c.fwd_ms(m)
-            }
-            None => estimate,
-        }
-    }
-
-    fn roofline_ms(&self, rank: usize, flops: f64, bytes: f64) -> f64 {
-        let gpu = self.gpu(rank);
-        let peak = gpu
-            .peak_tflops(self.workload.dtype)
-            .unwrap_or(gpu.fp32_tflops);
-        let c = flops / (peak * 1e12 * UNIT_COMPUTE_EFFICIENCY) * 1e3;
-        let b = bytes / (gpu.mem_bw_gbps * 1e9 * UNIT_BANDWIDTH_EFFICIENCY) * 1e3;
-        c.max(b)
     }
 
     fn act_bytes(&self, m: u32) -> f64 {
@@ -363,51 +322,108 @@ impl CostModel {
             * w.dtype.bytes()
     }
 
-    /// Embedding forward ms for `m` samples.
-    pub fn embed_fwd_ms(&self, rank: usize, m: u32) -> f64 {
-        let w = &self.workload;
-        let est = self.roofline_ms(
-            rank,
-            w.model.embedding_flops_fwd(w.seq_len) * m as f64,
-            2.0 * self.act_bytes(m),
-        );
-        self.unit_ms(rank, m, |u| &u.embed_fwd_ms, est)
+    /// The predictor's unit time `pick` (embedding or head, forward or
+    /// backward) for `m` samples on one rank of `tp` implemented as `imp`:
+    /// the whole unit's curve times the TP table's ratio `col`. A GPU the
+    /// predictor cannot run takes its block curve's scale: 0.
+    fn predicted_unit_ms(
+        &self,
+        rank: usize,
+        m: u32,
+        imp: BlockImpl,
+        tp: &crate::tensor::TensorParallel,
+        pick: fn(&gpu_type::UnitCurves, u32) -> f64,
+        col: usize,
+    ) -> f64 {
+        let Some(u) = &self.gpu_type(rank).unit_curves[imp.index()] else {
+            return 0.0;
+        };
+        let whole = pick(u, m);
+        if !tp.is_on() {
+            return whole;
+        }
+        match self.tp_table(rank, imp, tp) {
+            Ok(t) => whole * t.at(m)[col],
+            Err(_) => whole / tp.degree.max(1) as f64,
+        }
     }
 
-    /// Embedding backward ms for `m` samples (dense gradient of the table).
-    pub fn embed_bwd_ms(&self, rank: usize, m: u32) -> f64 {
-        let w = &self.workload;
-        let table = w.model.embedding_params() as f64 * 4.0;
-        let est = self.roofline_ms(
-            rank,
-            2.0 * w.model.embedding_flops_fwd(w.seq_len) * m as f64,
-            table + self.act_bytes(m),
+    /// A measured unit time `pick` for `m` samples on `rank`, split over
+    /// `tp` (the vocabulary- and sequence-parallel units divide by `t`), or
+    /// `None` when no unit profile was measured.
+    fn measured_unit_ms(
+        &self,
+        rank: usize,
+        m: u32,
+        tp: &crate::tensor::TensorParallel,
+        pick: fn(&UnitProfile) -> &Vec<f64>,
+    ) -> Option<f64> {
+        let u = self.gpu_type(rank).units.as_ref()?;
+        let c = ComputeCurve::from_points(
+            u.batch_sizes.clone(),
+            pick(u).clone(),
+            pick(u).clone(),
+            u.source.clone(),
         );
-        self.unit_ms(rank, m, |u| &u.embed_bwd_ms, est)
+        Some(c.fwd_ms(m) / tp.degree.max(1) as f64)
     }
 
-    /// Head (final norm, LM head / classifier, loss) forward ms for `m` samples.
-    pub fn head_fwd_ms(&self, rank: usize, m: u32) -> f64 {
-        let w = &self.workload;
-        let logits = m as f64 * w.model.fp32_logits_bytes(w.seq_len);
-        let est = self.roofline_ms(
-            rank,
-            w.model.head_flops_fwd(w.seq_len) * m as f64,
-            2.0 * logits,
-        );
-        self.unit_ms(rank, m, |u| &u.head_fwd_ms, est)
+    /// Embedding forward ms for `m` samples on one rank of `tp`.
+    pub fn embed_fwd_ms(
+        &self,
+        rank: usize,
+        m: u32,
+        imp: BlockImpl,
+        tp: &crate::tensor::TensorParallel,
+    ) -> f64 {
+        self.measured_unit_ms(rank, m, tp, |u| &u.embed_fwd_ms)
+            .unwrap_or_else(|| {
+                self.predicted_unit_ms(rank, m, imp, tp, |u, m| u.embed.fwd_ms(m), 6)
+            })
     }
 
-    /// Head backward ms for `m` samples.
-    pub fn head_bwd_ms(&self, rank: usize, m: u32) -> f64 {
-        let w = &self.workload;
-        let logits = m as f64 * w.model.fp32_logits_bytes(w.seq_len);
-        let est = self.roofline_ms(
-            rank,
-            2.0 * w.model.head_flops_fwd(w.seq_len) * m as f64,
-            2.0 * logits,
-        );
-        self.unit_ms(rank, m, |u| &u.head_bwd_ms, est)
+    /// Embedding backward ms for `m` samples on one rank of `tp` (the dense
+    /// gradient of the table).
+    pub fn embed_bwd_ms(
+        &self,
+        rank: usize,
+        m: u32,
+        imp: BlockImpl,
+        tp: &crate::tensor::TensorParallel,
+    ) -> f64 {
+        self.measured_unit_ms(rank, m, tp, |u| &u.embed_bwd_ms)
+            .unwrap_or_else(|| {
+                self.predicted_unit_ms(rank, m, imp, tp, |u, m| u.embed.bwd_ms(m), 7)
+            })
+    }
+
+    /// Head (final norm, LM head / classifier, loss) forward ms for `m`
+    /// samples on one rank of `tp`.
+    pub fn head_fwd_ms(
+        &self,
+        rank: usize,
+        m: u32,
+        imp: BlockImpl,
+        tp: &crate::tensor::TensorParallel,
+    ) -> f64 {
+        self.measured_unit_ms(rank, m, tp, |u| &u.head_fwd_ms)
+            .unwrap_or_else(|| {
+                self.predicted_unit_ms(rank, m, imp, tp, |u, m| u.head.fwd_ms(m), 4)
+            })
+    }
+
+    /// Head backward ms for `m` samples on one rank of `tp`.
+    pub fn head_bwd_ms(
+        &self,
+        rank: usize,
+        m: u32,
+        imp: BlockImpl,
+        tp: &crate::tensor::TensorParallel,
+    ) -> f64 {
+        self.measured_unit_ms(rank, m, tp, |u| &u.head_bwd_ms)
+            .unwrap_or_else(|| {
+                self.predicted_unit_ms(rank, m, imp, tp, |u, m| u.head.bwd_ms(m), 5)
+            })
     }
 
     /// Optimizer step ms on `rank` for `local_params` parameters.
@@ -645,35 +661,47 @@ mod tests {
     struct Flat;
 
     impl Predictor for Flat {
-        fn block_ms(
+        fn block_prediction_tp(
             &self,
             _: &GpuSpec,
             _: &ModelSpec,
             _: u32,
             _: Dtype,
             m: u32,
-        ) -> Result<(f64, f64), String> {
-            Ok((100.0 * m as f64, 200.0 * m as f64))
-        }
-        fn block_prediction(
-            &self,
-            _: &GpuSpec,
-            _: &ModelSpec,
-            _: u32,
-            _: Dtype,
-            m: u32,
-            attention: Attention,
+            imp: BlockImpl,
+            tp: &crate::tensor::TensorParallel,
         ) -> Result<crate::perfmodel::BlockPrediction, String> {
-            let k = if attention == Attention::Flash {
+            let k = if imp.attention == Attention::Flash {
                 50.0
             } else {
                 100.0
-            };
+            } / tp.degree.max(1) as f64;
+            let parts = crate::perfmodel::PassTime::default();
             Ok(crate::perfmodel::BlockPrediction {
                 fwd_ms: k * m as f64,
                 bwd_ms: 2.0 * k * m as f64,
                 selective_recompute_ms: 0.25 * k * m as f64,
                 attention_recompute_ms: 0.1 * k * m as f64,
+                fwd_parts: parts,
+                bwd_parts: parts,
+            })
+        }
+        fn unit_prediction(
+            &self,
+            _: &GpuSpec,
+            _: &ModelSpec,
+            _: u32,
+            _: Dtype,
+            m: u32,
+            _: BlockImpl,
+            tp: &crate::tensor::TensorParallel,
+        ) -> Result<crate::perfmodel::UnitPrediction, String> {
+            let k = m as f64 / tp.degree.max(1) as f64;
+            Ok(crate::perfmodel::UnitPrediction {
+                embed_fwd_ms: k,
+                embed_bwd_ms: 2.0 * k,
+                head_fwd_ms: 3.0 * k,
+                head_bwd_ms: 6.0 * k,
             })
         }
         fn act_mem_gib(&self, _: &ModelSpec, _: u32, _: Dtype, m: u32) -> f64 {
@@ -710,12 +738,13 @@ mod tests {
     fn both_kernels_and_the_activation_anchor() {
         let c = costs("l4,l4", &ProfileSet::new());
         // The flat predictor makes flash half as long as eager.
-        let (fe, be) = c.block_ms_with(0, 4, Attention::Eager).unwrap();
-        let (ff, bf) = c.block_ms_with(0, 4, Attention::Flash).unwrap();
+        let eager = BlockImpl::pytorch(Attention::Eager);
+        let (fe, be) = c.block_ms_with(0, 4, eager).unwrap();
+        let (ff, bf) = c
+            .block_ms_with(0, 4, BlockImpl::pytorch(Attention::Flash))
+            .unwrap();
         assert!((ff - 0.5 * fe).abs() < 1e-9 && (bf - 0.5 * be).abs() < 1e-9);
-        assert!(
-            (c.selective_recompute_ms(0, 4, Attention::Eager, false, fe) - 0.25 * fe).abs() < 1e-9
-        );
+        assert!((c.selective_recompute_ms(0, 4, eager, false, fe) - 0.25 * fe).abs() < 1e-9);
         // Without a memory measurement the analytic sizes stand (s = 1).
         assert!(!c.activations.anchored());
         assert_eq!(c.activations.scale_at(7), 1.0);

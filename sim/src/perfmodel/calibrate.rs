@@ -14,13 +14,15 @@
 //! errors are absolute percentage errors of forward+backward ms per point.
 //! Everything is deterministic (folds in sorted order, no randomness).
 
-use super::bound::roofline_bound_ms;
+use super::arch::{ArchClass, MathPath};
 use super::coeffs::{
-    pwf, Calibration, MemTheta, Provenance, TimeTheta, CALIBRATION_FORMAT, N_MEM, N_TIME,
+    eff, pwf, Calibration, MemTheta, PinnedCoefficient, Provenance, TimeTheta,
+    CALIBRATION_FORMAT, CHAIN, K0, K0_BASE, N_MEM, N_TIME, PTOK, PTOK_BASE,
 };
 pub use super::errors::{ErrorStats, GroupErrors};
-use super::features::{MemFeat, TimeFeat};
+use super::features::{MemFeat, TimeFeat, FAMILIES};
 use super::lm::{minimize, LmOptions};
+use super::price::roofline_ms;
 use crate::dtype::Dtype;
 use crate::gpu::{GpuCatalog, GpuSpec};
 use crate::model::{ModelCatalog, ModelSpec};
@@ -156,8 +158,9 @@ impl TimeEntry {
         let mut feats = Vec::new();
         let mut bounds = Vec::new();
         for &m in &batches {
-            feats.push(TimeFeat::new(gpu, model, seq_len, dtype, m)?);
-            bounds.push(roofline_bound_ms(gpu, model, seq_len, dtype, m)?);
+            let f = TimeFeat::reference(gpu, model, seq_len, dtype, m)?;
+            bounds.push(roofline_ms(&f.work, f.gpu.peak_flops, f.gpu.bw_bps));
+            feats.push(f);
         }
         Some(TimeEntry {
             gpu: gpu.name.clone(),
@@ -388,32 +391,141 @@ const PRIOR_MEM: f64 = 0.02;
 /// class can inherit (leave-one-GPU-out p90 26% vs 21.5%).
 const PRIOR_CLASS_EFFICIENCY: f64 = 1.0;
 
-/// Fits the time parameters to the entries.
+/// Which time parameters the entries can identify, and the pinned ones
+/// with their values and reasons.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Identified {
+    /// `free[i]`: parameter `i` is fitted.
+    pub free: Vec<bool>,
+    /// The internal values of pinned parameters that differ from their
+    /// base: (index, value).
+    pub values: Vec<(usize, f64)>,
+    /// Every coefficient not fitted, with its value and why.
+    pub pinned: Vec<PinnedCoefficient>,
+}
+
+/// The distinct values of `key` over the entries of family `fam`.
+fn distinct_in_family(entries: &[&TimeEntry], fam: usize, key: impl Fn(&TimeEntry) -> u64) -> usize {
+    let mut v: Vec<u64> = entries
+        .iter()
+        .filter(|e| e.feats.first().is_some_and(|f| f.work.family == fam))
+        .map(|e| key(e))
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v.len()
+}
+
+/// What the entries can identify (module docs of [`super::coeffs`]):
+/// tensor-core GEMM ceilings of generations with a published maximum
+/// achievable matmul rate are pinned to it; a family's score-chain factor
+/// needs two sequence lengths (with one, its `s^2` cost cannot be told
+/// from a per-token cost) and its element-wise factor two widths (with
+/// one, a per-token cost cannot be told from the GEMMs' rate); the rest is
+/// fitted.
+pub fn identify(entries: &[&TimeEntry]) -> Identified {
+    let mut free = vec![true; N_TIME];
+    let mut values = Vec::new();
+    let mut pinned = Vec::new();
+    for class in ArchClass::ALL {
+        if let Some(a) = super::kernels::gemm_anchor(class) {
+            free[eff(class.index(), MathPath::Tensor.index())] = false;
+            pinned.push(PinnedCoefficient {
+                coefficient: format!("time.gemm_efficiency.{}.tensor", class.as_str()),
+                value: a.fraction(),
+                why: format!(
+                    "published: {} TFLOPS of {} on {} ({})",
+                    a.tflops, a.peak_tflops, a.gpu, a.source
+                ),
+            });
+        }
+    }
+    // The reduction term: a block's GEMMs have K = its width, which moves
+    // every other term too; the published square-GEMM sweeps (one shape
+    // varied alone, REAL-SYSTEMS-2 §5.1) put an epilogue half exposed.
+    for (p, path) in ["tensor", "simt"].iter().enumerate() {
+        free[K0 + p] = false;
+        pinned.push(PinnedCoefficient {
+            coefficient: format!("time.gemm_reduction_half.{path}"),
+            value: K0_BASE,
+            why: "cannot be identified by whole blocks (their reduction length is the model width, which moves every other term); pinned to an epilogue half exposed, which reproduces the published H100 square-GEMM rates at 2048^3 and 8192^3".into(),
+        });
+    }
+    for (fam, name) in FAMILIES.iter().enumerate() {
+        let seqs = distinct_in_family(entries, fam, |e| u64::from(e.seq_len));
+        if seqs < 2 {
+            free[CHAIN + fam] = false;
+            pinned.push(PinnedCoefficient {
+                coefficient: format!("time.score_chain_factor.{name}"),
+                value: 1.0,
+                why: format!(
+                    "cannot be identified: {name} is measured at {seqs} sequence length{} (an s^2 cost needs two to be told from a per-token one); pinned to the per-op count of the eager chain",
+                    if seqs == 1 { "" } else { "s" }
+                ),
+            });
+        }
+        let widths = distinct_in_family(entries, fam, |e| e.feats[0].work.params as u64);
+        if widths < 2 {
+            free[PTOK + fam] = false;
+            values.push((PTOK + fam, (NO_TOKEN_OVERHEAD / PTOK_BASE).ln()));
+            pinned.push(PinnedCoefficient {
+                coefficient: format!("time.token_overhead_elements.{name}"),
+                value: NO_TOKEN_OVERHEAD,
+                why: format!(
+                    "cannot be identified: {name} is measured at {widths} model width{} (a per-token cost needs two to be told from the GEMMs' rate); pinned to the per-op count (nothing)",
+                    if widths == 1 { "" } else { "s" }
+                ),
+            });
+        }
+    }
+    Identified {
+        free,
+        values,
+        pinned,
+    }
+}
+
+/// The per-token overhead a family is pinned to when its data cannot
+/// identify one: nothing (a value the file's range accepts).
+const NO_TOKEN_OVERHEAD: f64 = 1e-6;
+
+/// Fits the time parameters to the entries: the ones [`identify`] frees,
+/// the others at their pinned values.
 pub fn fit_time(entries: &[&TimeEntry]) -> TimeTheta {
     let mut th = TimeTheta::default();
     for e in entries {
         for f in &e.feats {
-            th.fitted[f.class.index()][f.path.index()] = true;
+            th.fitted[f.gpu.class.index()][f.gpu.path.index()] = true;
         }
     }
     let fitted = th.fitted;
-    let x0 = th.v.clone();
+    let id = identify(entries);
+    let mut base = th.v.clone();
+    for &(i, x) in &id.values {
+        base[i] = x;
+    }
+    let index: Vec<usize> = (0..N_TIME).filter(|&i| id.free[i]).collect();
+    let x0: Vec<f64> = index.iter().map(|&i| base[i]).collect();
+    let full = |x: &[f64]| {
+        let mut v = base.clone();
+        for (k, &i) in index.iter().enumerate() {
+            v[i] = x[k];
+        }
+        v
+    };
     let x = minimize(
-        |v, r| {
+        |x, r| {
             r.clear();
-            let t = TimeTheta {
-                v: v.to_vec(),
-                fitted,
-            };
+            let t = TimeTheta { v: full(x), fitted };
             for e in entries {
                 let w = 1.0 / (e.feats.len() as f64).sqrt();
                 for (i, f) in e.feats.iter().enumerate() {
-                    let (pf, pb) = clamp_to_bound(t.time_ms(f), e.bounds[i]);
+                    let (pf, pb) = clamp_to_bound(t.time_ms(&f.gpu, &f.work), e.bounds[i]);
                     r.push(w * (pf / e.fwd_ms[i]).ln());
                     r.push(w * (pb / e.bwd_ms[i]).ln());
                 }
             }
-            for (i, (x, x0)) in v.iter().zip(&x0).enumerate() {
+            for (k, &i) in index.iter().enumerate() {
                 let lam = if (pwf(0)..pwf(0) + 7).contains(&i) {
                     PRIOR_POWER_CLASS
                 } else if i < pwf(0) {
@@ -422,7 +534,7 @@ pub fn fit_time(entries: &[&TimeEntry]) -> TimeTheta {
                     PRIOR_TIME
                 };
                 // Parameters of pairs without data only feel the prior.
-                r.push(lam * (x - x0));
+                r.push(lam * (x[k] - x0[k]));
             }
         },
         &x0,
@@ -432,8 +544,10 @@ pub fn fit_time(entries: &[&TimeEntry]) -> TimeTheta {
             ..LmOptions::default()
         },
     );
-    debug_assert_eq!(x.len(), N_TIME);
-    TimeTheta { v: x, fitted }
+    TimeTheta {
+        v: full(&x),
+        fitted,
+    }
 }
 
 /// Fits the memory parameters to the entries.
@@ -538,6 +652,9 @@ pub struct CvReport {
     /// Timing of the fit-only entries (never fitted) against their own
     /// linear fits, predicted by the in-sample calibration.
     pub time_fit_only_holdout: CvMode,
+    /// Coefficients not fitted (published anchors, and the ones the data
+    /// cannot identify), with their values and why.
+    pub pinned: Vec<PinnedCoefficient>,
     /// Entries left out and why.
     pub excluded: Vec<Excluded>,
 }
@@ -555,7 +672,7 @@ fn predict_points(th: &TimeTheta, entries: &[&TimeEntry]) -> Vec<CvPoint> {
     let mut out = Vec::new();
     for e in entries {
         for (i, f) in e.feats.iter().enumerate() {
-            let (pf, pb) = clamp_to_bound(th.time_ms(f), e.bounds[i]);
+            let (pf, pb) = clamp_to_bound(th.time_ms(&f.gpu, &f.work), e.bounds[i]);
             out.push(CvPoint {
                 gpu: e.gpu.clone(),
                 model: e.model.clone(),
@@ -716,11 +833,12 @@ pub fn calibrate_observed(
             "fit-only hold-out",
             predict_points(&th, &ds.holdout.iter().collect::<Vec<_>>()),
         ),
+        pinned: identify(&all).pinned,
         excluded: ds.excluded.clone(),
     };
     let calibration = Calibration {
         format: CALIBRATION_FORMAT.to_string(),
-        time: th.to_coefficients(),
+        time: th.to_coefficients(identify(&all).pinned),
         memory: mem.to_coefficients(),
         provenance: Provenance {
             reference: reference.to_string(),

@@ -1,28 +1,22 @@
-//! The calibrated performance model: its parameters, its formulas and the
-//! calibration file that stores them (`profiles/calibration.json`,
-//! format `cephalo-calibration/1`).
+//! The calibrated performance model: its parameters, how they price a
+//! block's work, and the calibration file that stores them
+//! (`profiles/calibration.json`, format `cephalo-calibration/2`).
 //!
-//! Per block pass (times in ms, `F` = forward matmul FLOPs of the
-//! micro-batch, `E` = elementwise bytes, `P` = block parameters):
-//!
-//! ```text
-//! rate  = smoothmin(eff[class,path] * peak, u * f_sus)
-//!         * h / (h + h_half[path]) * T / (T + T_half[path])        (T = m*s tokens)
-//! f_sus = f0[path] * k[class] * (node_nm / 8)^-beta * (W / u / W_ref[path])^gamma
-//!         (u = peak / boost clock, FLOP per cycle; W = board power)
-//! E     = m*(A - S) + k_s[half|fp32] * m*S + act_bytes * c_m[fam] * m*s^2
-//!         (A = ModelSpec::block_activation_io_bytes_fwd, S its score-shaped
-//!          part, features::score_io_bytes_per_sample)
-//! fwd   = F / rate + (E + w_fwd*P) / (bw * bw_eff) + fixed_fwd
-//! bwd   = r_gemm * 2F / rate + (r_elem*E + w_bwd*P) / (bw * bw_eff) + fixed_bwd
-//! ```
-//!
-//! and both are clamped from below by the roofline bound (peak FLOPs and full
-//! bandwidth, see [`super::roofline_bound_ms`]). Non-state memory (GiB):
+//! A block pass is priced kernel by kernel ([`super::price`]): every GEMM
+//! of the block's work ([`super::work`]) at its shape, the attention core,
+//! the element-wise and per-parameter traffic and the kernel launches.
+//! The parameters fix the GPU's rates:
 //!
 //! ```text
-//! act(m) = fixed + (act_bytes/4 * (w_block*P + w_edge*P_edge)
-//!          + m*(act_bytes*(b_h*s*h + b_f*s*ffn + b_s*a*s^2) + b_v*4*logits)) / 2^30
+//! C      = MAMF fraction * peak * min(1, (W/u / (W/u)_anchor)^gamma)   anchored generations (tensor cores)
+//!        = smoothmin(eff[class,path] * peak, u * f_sus)                  the others
+//! f_sus  = f0[path] * k[class] * (node_nm / 8)^-beta * (W / u / W_ref[path])^gamma
+//!          (u = peak / boost clock, FLOP per cycle; W = board power)
+//! eta    = M/(M + n0[path]) * N/(N + n0[path]) * K/(K + k0[path])
+//! bw     = HBM bandwidth * bw_eff          (Hopper: the published 0.83)
+//! PyTorch eager: element-wise bytes * elem[family], score chain * chain[family],
+//!                per-parameter passes w_fwd / w_bwd bytes per parameter
+//! fixed  = kernels * floor
 //! ```
 //!
 //! `f_sus` is the clock a card can hold under dense GEMMs within its board
@@ -31,18 +25,39 @@
 //! of the watts per unit (1/3 is the ideal DVFS cube law); a newer process
 //! node spends less energy per FLOP. This is what lets a 70 W T4 or a 72 W
 //! L4 be predicted from the other cards' data: their slowness is power, not
-//! a property of their generation.
+//! a property of their generation. A generation with a published maximum
+//! achievable matmul rate ([`super::kernels::gemm_anchor`]: A100, H100)
+//! takes it as its ceiling instead of a fitted one, derated by the same
+//! power law for parts with less power per unit than the anchor's GPU.
+//!
+//! What the reference profiles measured is the `pytorch` stack run op by
+//! op; the factors on its element-wise and score-chain bytes and its
+//! per-parameter bytes describe that implementation (autocast's fp32 norms
+//! and softmax, the wrapper's casts and gradient copies). A factor the data
+//! cannot identify is pinned to 1, the per-op count, and the calibration
+//! says so ([`TimeCoefficients::pinned`]): the score chain of a family
+//! measured at one sequence length (its `s^2` cost cannot be told from a
+//! per-token one), the element-wise factor of a family measured at one
+//! width. Fused stacks (Megatron, `torch.compile`) take the counts as they
+//! are.
 //!
 //! Internally the parameters are an unconstrained vector ([`TimeTheta`],
 //! [`MemTheta`]): positive quantities are `base * exp(x)`, fractions are
-//! logistic. The file stores the physical values.
+//! logistic. The file stores the physical values. Non-state memory (GiB):
+//!
+//! ```text
+//! act(m) = fixed + (act_bytes/4 * (w_block*P + w_edge*P_edge)
+//!          + m*(act_bytes*(b_h*s*h + b_f*s*ffn + b_s*a*s^2) + b_v*4*logits)) / 2^30
+//! ```
 
 use super::arch::{ArchClass, MathPath};
 use super::errors::{ErrorStats, GroupErrors};
-use super::features::{MemFeat, TimeFeat, FAMILIES};
+use super::features::{GpuFacts, MemFeat, FAMILIES};
 use super::kernels;
+use super::price::Prices;
+use super::work::BlockWork;
 use crate::error::SpecError;
-use crate::strategy::Attention;
+use crate::stack::Stack;
 use crate::units::GIB;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -58,27 +73,31 @@ pub(crate) const fn pwf(c: usize) -> usize {
 }
 /// Index of the sustained-clock factor of a path (tensor, then CUDA cores).
 pub(crate) const CLK: usize = 21;
-pub(crate) const H0: usize = 23;
-pub(crate) const T0: usize = 25;
-pub(crate) const EBW: usize = 27;
-pub(crate) const CM: usize = 28;
-pub(crate) const WB: usize = 32;
-pub(crate) const RMM: usize = 36;
-pub(crate) const REL: usize = 37;
-pub(crate) const T0F: usize = 38;
-pub(crate) const T0B: usize = 39;
+/// Index of the GEMM reduction half length of a path (a multiple of the
+/// machine balance).
+pub(crate) const K0: usize = 23;
+/// Index of the bandwidth-efficiency logit.
+pub(crate) const EBW: usize = 25;
+/// Index of the PyTorch element-wise factor (one for every family).
+pub(crate) const ELEM: usize = 26;
+/// Index of the PyTorch per-parameter bytes (fwd half, bwd half, fwd fp32, bwd fp32).
+pub(crate) const WB: usize = 27;
+/// Index of the PyTorch score-chain factor of a family.
+pub(crate) const CHAIN: usize = 31;
+/// Index of the kernel floor.
+pub(crate) const FLOOR: usize = 35;
 /// Index of the global efficiency logit of a path.
-pub(crate) const EG: usize = 40;
+pub(crate) const EG: usize = 36;
 /// Index of the dual-issue FP32 factor.
-pub(crate) const DUAL: usize = 42;
+pub(crate) const DUAL: usize = 38;
 /// Index of the process-node exponent of the power cap.
-pub(crate) const NODE: usize = 43;
-/// Index of the score-traffic factor of 16-bit (then fp32) training.
-pub(crate) const SCR: usize = 44;
+pub(crate) const NODE: usize = 39;
 /// Index of the power exponent `gamma` of the sustained clock.
-pub(crate) const GAM: usize = 46;
+pub(crate) const GAM: usize = 40;
+/// Index of the PyTorch per-token overhead of a family.
+pub(crate) const PTOK: usize = 41;
 /// Number of time parameters.
-pub(crate) const N_TIME: usize = 47;
+pub(crate) const N_TIME: usize = 45;
 /// Process node (nm) at which `power_clock_ghz` applies as is.
 const NODE_REF_NM: f64 = 8.0;
 const DUAL_BASE: f64 = 0.6;
@@ -89,26 +108,20 @@ const CLOCK_BASE_HZ: f64 = 1.5e9;
 /// (tensor, CUDA cores): about a V100's.
 const W_PER_CYCLE_FLOP_REF: [f64; 2] = [0.003, 0.02];
 const GAM_BASE: f64 = 0.5;
-const H0_BASE: f64 = 1000.0;
-const T0_BASE: f64 = 500.0;
-const CM_BASE: f64 = 4.0;
+/// Base of the GEMM reduction term (the prior of the fit): an epilogue
+/// half exposed. A tile's main loop does `2 K` FLOPs per output against
+/// one output write of `e` bytes, so a reduction of `K0 = kappa * e * C /
+/// bw` (the GPU's machine balance) spends as long writing its tile as
+/// computing it.
+pub(crate) const K0_BASE: f64 = 0.5;
 const W_BASE: [f64; 4] = [2.0, 12.0, 4.0, 12.0];
-const RMM_BASE: f64 = 1.0;
-const REL_BASE: f64 = 1.5;
-const FIXED_BASE_MS: f64 = 0.05;
-
-/// One block pass's predicted times for one attention kernel.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TimeParts {
-    /// Forward, ms.
-    pub fwd_ms: f64,
-    /// Backward, ms.
-    pub bwd_ms: f64,
-    /// The part of the forward op-level selective recompute reruns, ms.
-    pub selective_ms: f64,
-    /// The part of the forward core-attention recompute reruns, ms.
-    pub attention_ms: f64,
-}
+/// Base per-token overhead, elements per token: the fit's starting point
+/// and weak prior (a few hidden widths' worth, large enough for the fit to
+/// feel it); a family that cannot identify it is pinned to nothing.
+pub(crate) const PTOK_BASE: f64 = 1e4;
+/// Base kernel floor, ms: a few microseconds per launch (REAL-SYSTEMS-2
+/// §5.4 estimates 4-8 us on H100 with eager PyTorch).
+const FLOOR_BASE_MS: f64 = 0.005;
 
 fn logistic(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
@@ -179,9 +192,10 @@ impl TimeTheta {
         class
     }
 
-    /// Asymptotic fraction of peak of (class, path): the global value of the
-    /// path shifted by the class's own deviation when the class was fitted,
-    /// times the dual-issue factor for CUDA-core math on GA10x / Ada.
+    /// Asymptotic fraction of peak of (class, path) where no published
+    /// anchor sets it: the global value of the path shifted by the class's
+    /// own deviation when the class was fitted, times the dual-issue factor
+    /// for CUDA-core math on GA10x / Ada.
     pub fn efficiency(&self, class: ArchClass, path: MathPath) -> f64 {
         let p = path.index();
         let dev = match self.fitted_along_chain(class, p) {
@@ -205,108 +219,84 @@ impl TimeTheta {
         }
     }
 
-    /// Sustained matmul rate (FLOP/s) for these features.
-    pub fn rate(&self, f: &TimeFeat) -> f64 {
-        let p = f.path.index();
-        let top = self.efficiency(f.class, f.path) * f.peak_flops;
-        let pc = self.power_class(f.class).index();
-        let gamma = GAM_BASE * self.v[GAM].exp();
+    /// The exponent `gamma` of the sustained clock in the watts per unit.
+    fn gamma(&self) -> f64 {
+        GAM_BASE * self.v[GAM].exp()
+    }
+
+    /// The reduction half length of path `p` on a GPU whose large-GEMM
+    /// rate over its achieved bandwidth is `balance` FLOP/B, for `e`-byte
+    /// outputs.
+    fn k_half(&self, p: usize, balance: f64, e: f64) -> f64 {
+        K0_BASE * self.v[K0 + p].exp() * e * balance
+    }
+
+    /// The large-GEMM rate (FLOP/s) of a GPU (module docs' `C`).
+    pub fn ceiling(&self, g: &GpuFacts) -> f64 {
+        if let (MathPath::Tensor, Some(a)) = (g.path, kernels::gemm_anchor(g.class)) {
+            // The anchor's rate at its shape, divided by what the shape
+            // terms take there, is its generation's large-GEMM fraction
+            // (bf16 outputs; the balance of the anchor's GPU at its
+            // measured rate).
+            let balance = a.tflops * 1e12 / (a.mem_bw_gbps * 1e9 * self.bw_efficiency(g.class));
+            let (m, n, k) = a.best_shape;
+            let eta = super::price::gemm_efficiency(m, n, k, 1.0, a.sms, self.k_half(0, balance, 2.0));
+            let fraction = (a.fraction() / eta).min(1.0);
+            let anchor_wu = a.board_power_w / (a.peak_tflops * 1e12 / (a.boost_clock_mhz * 1e6));
+            let derate = (g.power_w / g.cycle_flops / anchor_wu)
+                .powf(self.gamma())
+                .min(1.0);
+            return fraction * g.peak_flops * derate;
+        }
+        let p = g.path.index();
+        let top = self.efficiency(g.class, g.path) * g.peak_flops;
+        let pc = self.power_class(g.class).index();
         let clock_hz = CLOCK_BASE_HZ
             * self.v[CLK + p].exp()
             * self.v[pwf(pc)].exp()
-            * (f.node_nm / NODE_REF_NM).powf(-self.v[NODE])
-            * (f.power_w / f.cycle_flops / W_PER_CYCLE_FLOP_REF[p]).powf(gamma);
-        let cap = f.cycle_flops * clock_hz;
-        let h0 = H0_BASE * self.v[H0 + p].exp();
-        let t0 = T0_BASE * self.v[T0 + p].exp();
-        smooth_min(top, cap) * f.hidden / (f.hidden + h0) * f.tokens / (f.tokens + t0)
+            * (g.node_nm / NODE_REF_NM).powf(-self.v[NODE])
+            * (g.power_w / g.cycle_flops / W_PER_CYCLE_FLOP_REF[p]).powf(self.gamma());
+        smooth_min(top, g.cycle_flops * clock_hz)
     }
 
-    /// Forward and backward ms of one block (before the roofline clamp).
-    pub fn time_ms(&self, f: &TimeFeat) -> (f64, f64) {
+    /// The rates this calibration gives `work` on `g` ([`Prices`]): the
+    /// PyTorch eager factors and per-parameter bytes apply to PyTorch
+    /// stacks that do not compile.
+    pub fn prices(&self, g: &GpuFacts, work: &BlockWork) -> Prices {
         let v = &self.v;
-        let rate = self.rate(f);
-        let bw = f.bw_bps * self.bw_efficiency(f.class);
-        let score = if f.half { v[SCR] } else { v[SCR + 1] }.exp();
-        let elem = f.act_io_bytes - f.score_io_bytes
-            + score * f.score_io_bytes
-            + f.act_bytes * CM_BASE * v[CM + f.family].exp() * f.elem_mask;
-        let (wf, wb) = if f.half {
-            (W_BASE[0] * v[WB].exp(), W_BASE[1] * v[WB + 1].exp())
+        let p = g.path.index();
+        let eager_pytorch = work.imp.stack == Stack::PyTorch && !work.imp.fused();
+        let (elem_factor, chain_factor, token_elems) = if eager_pytorch {
+            (
+                v[ELEM].exp(),
+                v[CHAIN + work.family].exp(),
+                PTOK_BASE * v[PTOK + work.family].exp(),
+            )
         } else {
-            (W_BASE[2] * v[WB + 2].exp(), W_BASE[3] * v[WB + 3].exp())
+            (1.0, 1.0, 0.0)
         };
-        let gemm = f.flops / rate * 1e3;
-        let fwd = gemm + (elem + wf * f.params) / bw * 1e3 + FIXED_BASE_MS * v[T0F].exp();
-        let bwd = RMM_BASE * v[RMM].exp() * 2.0 * gemm
-            + (REL_BASE * v[REL].exp() * elem + wb * f.params) / bw * 1e3
-            + FIXED_BASE_MS * v[T0B].exp();
-        (fwd, bwd)
+        let w = if work.half { 0 } else { 2 };
+        let gemm_flops = self.ceiling(g);
+        let bw_bps = g.bw_bps * self.bw_efficiency(g.class);
+        Prices {
+            class: g.class,
+            gemm_flops,
+            sms: g.sms,
+            k_half: self.k_half(p, gemm_flops / bw_bps, work.e),
+            bw_bps,
+            elem_factor,
+            chain_factor,
+            token_bytes: token_elems * work.e,
+            weight_fwd_bytes: W_BASE[w] * v[WB + w].exp(),
+            weight_bwd_bytes: W_BASE[w + 1] * v[WB + w + 1].exp(),
+            kernel_floor_ms: FLOOR_BASE_MS * v[FLOOR].exp(),
+        }
     }
 
-    /// [`TimeTheta::time_ms`] for either attention kernel, with the part of
-    /// the forward a selective recompute reruns (before the roofline clamp).
-    ///
-    /// Eager: `time_ms` unchanged; the selective part is the score chain
-    /// (its FLOPs at the matmul rate, its traffic and mask elements at the
-    /// bandwidth) plus the element-wise traffic.
-    ///
-    /// Flash: the score FLOPs (halved for causal models, which skip the
-    /// masked half) run at the published fused-kernel rate of the GPU's
-    /// generation relative to its matmul rate ([`super::kernels`]), the backward does 2.5x the forward's attention FLOPs (it
-    /// recomputes the probabilities: FlashAttention's own benchmark count),
-    /// and no score-shaped tensor or mask touches memory; the selective part
-    /// is the element-wise traffic alone.
-    pub fn time_parts(&self, f: &TimeFeat, attention: Attention) -> TimeParts {
-        let v = &self.v;
-        let rate = self.rate(f);
-        let bw = f.bw_bps * self.bw_efficiency(f.class);
-        let pointwise = f.pointwise_io_bytes / bw * 1e3;
-        match attention {
-            Attention::Eager => {
-                let (fwd, bwd) = self.time_ms(f);
-                let score = if f.half { v[SCR] } else { v[SCR + 1] }.exp();
-                let chain = f.score_flops / rate * 1e3
-                    + (score * f.score_io_bytes
-                        + f.act_bytes * CM_BASE * v[CM + f.family].exp() * f.elem_mask)
-                        / bw
-                        * 1e3;
-                let rerun_mm = f.rerun_matmul_fraction * (f.flops - f.score_flops) / rate * 1e3;
-                TimeParts {
-                    fwd_ms: fwd,
-                    bwd_ms: bwd,
-                    selective_ms: (chain + pointwise + rerun_mm).min(fwd),
-                    attention_ms: chain.min(fwd),
-                }
-            }
-            Attention::Flash => {
-                let (fwd_rel, bwd_rel) =
-                    kernels::fused_attention_rel(f.class, f.head_dim, f.seq_tokens, f.causal);
-                let linear = f.flops - f.score_flops;
-                let attn = f.score_flops * if f.causal { 0.5 } else { 1.0 };
-                let elem = f.act_io_bytes - f.score_io_bytes;
-                let (wf, wb) = if f.half {
-                    (W_BASE[0] * v[WB].exp(), W_BASE[1] * v[WB + 1].exp())
-                } else {
-                    (W_BASE[2] * v[WB + 2].exp(), W_BASE[3] * v[WB + 3].exp())
-                };
-                let fwd = linear / rate * 1e3
-                    + attn / (rate * fwd_rel) * 1e3
-                    + (elem + wf * f.params) / bw * 1e3
-                    + FIXED_BASE_MS * v[T0F].exp();
-                let bwd = RMM_BASE * v[RMM].exp() * 2.0 * linear / rate * 1e3
-                    + 2.5 * attn / (rate * bwd_rel) * 1e3
-                    + (REL_BASE * v[REL].exp() * elem + wb * f.params) / bw * 1e3
-                    + FIXED_BASE_MS * v[T0B].exp();
-                let rerun_mm = f.rerun_matmul_fraction * linear / rate * 1e3;
-                TimeParts {
-                    fwd_ms: fwd,
-                    bwd_ms: bwd,
-                    selective_ms: (pointwise + rerun_mm).min(fwd),
-                    attention_ms: (attn / (rate * fwd_rel) * 1e3).min(fwd),
-                }
-            }
-        }
+    /// Forward and backward ms of a block (before the roofline clamp).
+    pub fn time_ms(&self, g: &GpuFacts, work: &BlockWork) -> (f64, f64) {
+        let t = self.prices(g, work).block(work);
+        (t.fwd.total_ms(), t.bwd.total_ms())
     }
 }
 
@@ -391,12 +381,14 @@ pub struct WeightBytes {
     pub bwd_fp32: f64,
 }
 
-/// Physical time coefficients (see the module doc for the formula).
+/// Physical time coefficients (see the module doc for the formulas).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TimeCoefficients {
-    /// Asymptotic fraction of dense peak reached by block matmuls, per arch
-    /// class and math path (only pairs with measurements).
+    /// Asymptotic fraction of dense peak reached by large matmuls, per arch
+    /// class and math path (only pairs with measurements; a generation
+    /// with a published anchor uses it on tensor cores instead, see
+    /// `pinned`).
     pub gemm_efficiency: BTreeMap<ArchClass, PerPathOpt>,
     /// The efficiency of classes (or paths) without measurements.
     pub gemm_efficiency_default: PerPath,
@@ -416,32 +408,45 @@ pub struct TimeCoefficients {
     /// Exponent `beta` of the process-node scaling of the sustained clock:
     /// it is multiplied by `(node_nm / 8)^-beta` (dimensionless; 0 = no node
     /// effect).
-    #[serde(default)]
     pub power_node_exponent: f64,
-    /// Model width at which matmul efficiency is half its maximum.
-    pub hidden_half: PerPath,
-    /// Tokens per micro-batch at which matmul efficiency is half its maximum.
-    pub tokens_half: PerPath,
-    /// Fraction of HBM bandwidth reached by elementwise kernels.
+    /// The reduction length at which a GEMM runs at half its rate, per
+    /// path, as a multiple of the GPU's machine balance times the output
+    /// bytes (`K0 = this * e * C / bw`; dimensionless: 1 = the epilogue's
+    /// write fully exposed).
+    pub gemm_reduction_half: PerPath,
+    /// Fraction of HBM bandwidth reached by memory-bound kernels.
     pub bw_efficiency: f64,
-    /// Extra memory passes over `s x s` mask-shaped tensors per sample, per
-    /// family, on top of the catalog's activation traffic.
-    pub passes_mask: BTreeMap<String, f64>,
-    /// Weight traffic per parameter.
+    /// PyTorch eager: factor on the per-op count of element-wise bytes
+    /// (dimensionless; 1 = the count): what autocast's fp32 norms and
+    /// casts add, the same for every family.
+    pub elementwise_factor: f64,
+    /// PyTorch eager: factor on the per-op count of the eager score chain's
+    /// bytes, per family (dimensionless; 1 = the count).
+    pub score_chain_factor: BTreeMap<String, f64>,
+    /// PyTorch eager: a cost per token of a family's implementation that
+    /// none of its ops accounts for, elements (of the compute dtype) moved
+    /// per token each pass, on every rank of a TP group (split with SP).
+    pub token_overhead_elements: BTreeMap<String, f64>,
+    /// PyTorch: per-parameter passes outside the GEMMs, bytes per parameter.
     pub weight_bytes_per_param: WeightBytes,
-    /// Factor on the catalog's score-shaped (`heads x s x s`) traffic of
-    /// eager attention: `tensor` applies to 16-bit training, `simt` to fp32
-    /// (dimensionless; 1 = the catalog's count, absent in older files).
-    #[serde(default = "unit_per_path")]
-    pub score_traffic_factor: PerPath,
-    /// Backward matmul time over twice the forward's.
-    pub bwd_gemm_ratio: f64,
-    /// Backward elementwise traffic over the forward's.
-    pub bwd_elem_ratio: f64,
-    /// Fixed forward cost per block (kernel floor), ms.
-    pub fixed_fwd_ms: f64,
-    /// Fixed backward cost per block, ms.
-    pub fixed_bwd_ms: f64,
+    /// Time of one kernel launch's floor on the GPU, microseconds.
+    pub kernel_floor_us: f64,
+    /// Coefficients fixed by physics or a published measurement rather
+    /// than fitted, each with its value and why.
+    #[serde(default)]
+    pub pinned: Vec<PinnedCoefficient>,
+}
+
+/// A coefficient the calibration did not fit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinnedCoefficient {
+    /// Its field, as the file names it (`time.score_chain_factor.gpt`).
+    pub coefficient: String,
+    /// The value it is pinned to.
+    pub value: f64,
+    /// Why it is not fitted, and where the value comes from.
+    pub why: String,
 }
 
 /// Physical memory coefficients (see the module doc).
@@ -586,14 +591,7 @@ impl ErrorBand {
 }
 
 /// The format tag of calibration files.
-pub const CALIBRATION_FORMAT: &str = "cephalo-calibration/1";
-
-fn unit_per_path() -> PerPath {
-    PerPath {
-        tensor: 1.0,
-        simt: 1.0,
-    }
-}
+pub const CALIBRATION_FORMAT: &str = "cephalo-calibration/2";
 
 fn fam_map(v: &[f64], base: f64) -> BTreeMap<String, f64> {
     FAMILIES
@@ -604,8 +602,9 @@ fn fam_map(v: &[f64], base: f64) -> BTreeMap<String, f64> {
 }
 
 impl TimeTheta {
-    /// Physical coefficients of this parameter vector.
-    pub fn to_coefficients(&self) -> TimeCoefficients {
+    /// Physical coefficients of this parameter vector, with the pinned
+    /// ones listed (`pinned`).
+    pub fn to_coefficients(&self, pinned: Vec<PinnedCoefficient>) -> TimeCoefficients {
         let v = &self.v;
         let mut gemm_efficiency = BTreeMap::new();
         let mut power_class_factor = BTreeMap::new();
@@ -623,9 +622,9 @@ impl TimeTheta {
                 power_class_factor.insert(c, v[pwf(i)].exp());
             }
         }
-        let pp = |i: usize, base: [f64; 2]| PerPath {
-            tensor: base[0] * v[i].exp(),
-            simt: base[1] * v[i + 1].exp(),
+        let pp = |i: usize, base: f64| PerPath {
+            tensor: base * v[i].exp(),
+            simt: base * v[i + 1].exp(),
         };
         TimeCoefficients {
             gemm_efficiency,
@@ -634,34 +633,23 @@ impl TimeTheta {
                 simt: logistic(v[EG + 1]),
             },
             dual_issue_simt_factor: DUAL_BASE * v[DUAL].exp(),
-            power_clock_ghz: {
-                let p = pp(CLK, [CLOCK_BASE_HZ; 2]);
-                PerPath {
-                    tensor: p.tensor / 1e9,
-                    simt: p.simt / 1e9,
-                }
-            },
-            power_clock_exponent: GAM_BASE * v[GAM].exp(),
+            power_clock_ghz: pp(CLK, CLOCK_BASE_HZ / 1e9),
+            power_clock_exponent: self.gamma(),
             power_class_factor,
             power_node_exponent: v[NODE],
-            hidden_half: pp(H0, [H0_BASE; 2]),
-            tokens_half: pp(T0, [T0_BASE; 2]),
+            gemm_reduction_half: pp(K0, K0_BASE),
             bw_efficiency: logistic(v[EBW]),
-            passes_mask: fam_map(&v[CM..CM + 4], CM_BASE),
+            elementwise_factor: v[ELEM].exp(),
+            score_chain_factor: fam_map(&v[CHAIN..CHAIN + 4], 1.0),
+            token_overhead_elements: fam_map(&v[PTOK..PTOK + 4], PTOK_BASE),
             weight_bytes_per_param: WeightBytes {
                 fwd_half: W_BASE[0] * v[WB].exp(),
                 bwd_half: W_BASE[1] * v[WB + 1].exp(),
                 fwd_fp32: W_BASE[2] * v[WB + 2].exp(),
                 bwd_fp32: W_BASE[3] * v[WB + 3].exp(),
             },
-            score_traffic_factor: PerPath {
-                tensor: v[SCR].exp(),
-                simt: v[SCR + 1].exp(),
-            },
-            bwd_gemm_ratio: RMM_BASE * v[RMM].exp(),
-            bwd_elem_ratio: REL_BASE * v[REL].exp(),
-            fixed_fwd_ms: FIXED_BASE_MS * v[T0F].exp(),
-            fixed_bwd_ms: FIXED_BASE_MS * v[T0B].exp(),
+            kernel_floor_us: FLOOR_BASE_MS * 1e3 * v[FLOOR].exp(),
+            pinned,
         }
     }
 
@@ -672,15 +660,21 @@ impl TimeTheta {
         let mut th = TimeTheta::default();
         th.read_gemm_efficiency(t, origin)?;
         th.read_power(t, origin)?;
-        th.read_saturation(t, origin)?;
-        th.read_traffic(t, origin)?;
-        th.read_backward_and_fixed(t, origin)?;
+        th.read_shapes_and_traffic(t, origin)?;
         if !th.fitted.iter().any(|c| c.iter().any(|f| *f)) {
             return Err(SpecError::invalid(
                 origin,
                 "time.gemm_efficiency",
                 "expected at least one fitted class",
             ));
+        }
+        for (i, p) in t.pinned.iter().enumerate() {
+            crate::physical::check(
+                origin,
+                &format!("time.pinned[{i}].value"),
+                p.value,
+                &ranges::PINNED,
+            )?;
         }
         Ok(th)
     }
@@ -714,23 +708,16 @@ impl TimeTheta {
         )?;
         for (c, pp) in &t.gemm_efficiency {
             let i = c.index();
-            if let Some(x) = pp.tensor {
-                self.v[eff(i, 0)] = logit_checked(
+            for (p, x) in [(0, pp.tensor), (1, pp.simt)] {
+                let Some(x) = x else { continue };
+                let name = ["tensor", "simt"][p];
+                self.v[eff(i, p)] = logit_checked(
                     x,
                     origin,
-                    &format!("time.gemm_efficiency.{}.tensor", c.as_str()),
+                    &format!("time.gemm_efficiency.{}.{name}", c.as_str()),
                     &EFFICIENCY,
-                )? - self.v[EG];
-                self.fitted[i][0] = true;
-            }
-            if let Some(x) = pp.simt {
-                self.v[eff(i, 1)] = logit_checked(
-                    x,
-                    origin,
-                    &format!("time.gemm_efficiency.{}.simt", c.as_str()),
-                    &EFFICIENCY,
-                )? - self.v[EG + 1];
-                self.fitted[i][1] = true;
+                )? - self.v[EG + p];
+                self.fitted[i][p] = true;
             }
         }
         Ok(())
@@ -756,20 +743,15 @@ impl TimeTheta {
             t.power_node_exponent,
             &NODE_EXPONENT,
         )?;
-        v[CLK] = ln_checked(
-            t.power_clock_ghz.tensor,
-            CLOCK_BASE_HZ / 1e9,
-            origin,
-            "time.power_clock_ghz.tensor",
-            &CLOCK_GHZ,
-        )?;
-        v[CLK + 1] = ln_checked(
-            t.power_clock_ghz.simt,
-            CLOCK_BASE_HZ / 1e9,
-            origin,
-            "time.power_clock_ghz.simt",
-            &CLOCK_GHZ,
-        )?;
+        for (p, x) in [(0, t.power_clock_ghz.tensor), (1, t.power_clock_ghz.simt)] {
+            v[CLK + p] = ln_checked(
+                x,
+                CLOCK_BASE_HZ / 1e9,
+                origin,
+                &format!("time.power_clock_ghz.{}", ["tensor", "simt"][p]),
+                &CLOCK_GHZ,
+            )?;
+        }
         v[GAM] = ln_checked(
             t.power_clock_exponent,
             GAM_BASE,
@@ -780,144 +762,73 @@ impl TimeTheta {
         Ok(())
     }
 
-    /// The widths and token counts at which GEMM efficiency reaches half
-    /// its peak.
-    fn read_saturation(&mut self, t: &TimeCoefficients, origin: &str) -> Result<(), SpecError> {
-        use ranges::*;
-        let v = &mut self.v;
-        v[H0] = ln_checked(
-            t.hidden_half.tensor,
-            H0_BASE,
-            origin,
-            "time.hidden_half.tensor",
-            &HIDDEN_HALF,
-        )?;
-        v[H0 + 1] = ln_checked(
-            t.hidden_half.simt,
-            H0_BASE,
-            origin,
-            "time.hidden_half.simt",
-            &HIDDEN_HALF,
-        )?;
-        v[T0] = ln_checked(
-            t.tokens_half.tensor,
-            T0_BASE,
-            origin,
-            "time.tokens_half.tensor",
-            &TOKENS_HALF,
-        )?;
-        v[T0 + 1] = ln_checked(
-            t.tokens_half.simt,
-            T0_BASE,
-            origin,
-            "time.tokens_half.simt",
-            &TOKENS_HALF,
-        )?;
-        Ok(())
-    }
-
-    /// Memory traffic of `t`: bandwidth efficiency, passes over the mask
-    /// per family, weight bytes per parameter, score traffic.
-    fn read_traffic(&mut self, t: &TimeCoefficients, origin: &str) -> Result<(), SpecError> {
-        use ranges::*;
-        let v = &mut self.v;
-        v[EBW] = logit_checked(t.bw_efficiency, origin, "time.bw_efficiency", &EFFICIENCY)?;
-        for (i, fam) in FAMILIES.iter().enumerate() {
-            let get = |m: &BTreeMap<String, f64>, field: &str| {
-                m.get(*fam).copied().ok_or_else(|| {
-                    SpecError::invalid(origin, format!("time.{field}.{fam}"), "missing family")
-                })
-            };
-            v[CM + i] = ln_checked(
-                get(&t.passes_mask, "passes_mask")?,
-                CM_BASE,
-                origin,
-                &format!("time.passes_mask.{fam}"),
-                &MASK_PASSES,
-            )?;
-        }
-        let w = &t.weight_bytes_per_param;
-        v[WB] = ln_checked(
-            w.fwd_half,
-            W_BASE[0],
-            origin,
-            "time.weight_bytes_per_param.fwd_half",
-            &BYTES_PER_PARAM,
-        )?;
-        v[WB + 1] = ln_checked(
-            w.bwd_half,
-            W_BASE[1],
-            origin,
-            "time.weight_bytes_per_param.bwd_half",
-            &BYTES_PER_PARAM,
-        )?;
-        v[WB + 2] = ln_checked(
-            w.fwd_fp32,
-            W_BASE[2],
-            origin,
-            "time.weight_bytes_per_param.fwd_fp32",
-            &BYTES_PER_PARAM,
-        )?;
-        v[WB + 3] = ln_checked(
-            w.bwd_fp32,
-            W_BASE[3],
-            origin,
-            "time.weight_bytes_per_param.bwd_fp32",
-            &BYTES_PER_PARAM,
-        )?;
-        v[SCR] = ln_checked(
-            t.score_traffic_factor.tensor,
-            1.0,
-            origin,
-            "time.score_traffic_factor.tensor",
-            &TRAFFIC_FACTOR,
-        )?;
-        v[SCR + 1] = ln_checked(
-            t.score_traffic_factor.simt,
-            1.0,
-            origin,
-            "time.score_traffic_factor.simt",
-            &TRAFFIC_FACTOR,
-        )?;
-        Ok(())
-    }
-
-    /// Backward-to-forward ratios (GEMM, element-wise) and the fixed
-    /// forward and backward times of `t`.
-    fn read_backward_and_fixed(
+    /// GEMM shape lengths, bandwidth, the PyTorch factors and per-parameter
+    /// bytes, and the kernel floor of `t`.
+    fn read_shapes_and_traffic(
         &mut self,
         t: &TimeCoefficients,
         origin: &str,
     ) -> Result<(), SpecError> {
         use ranges::*;
         let v = &mut self.v;
-        v[RMM] = ln_checked(
-            t.bwd_gemm_ratio,
-            RMM_BASE,
+        for (p, name) in ["tensor", "simt"].iter().enumerate() {
+            let k = if p == 0 {
+                t.gemm_reduction_half.tensor
+            } else {
+                t.gemm_reduction_half.simt
+            };
+            let field = format!("time.gemm_reduction_half.{name}");
+            v[K0 + p] = ln_checked(k, K0_BASE, origin, &field, &EPILOGUE)?;
+        }
+        v[EBW] = logit_checked(t.bw_efficiency, origin, "time.bw_efficiency", &EFFICIENCY)?;
+        v[ELEM] = ln_checked(
+            t.elementwise_factor,
+            1.0,
             origin,
-            "time.bwd_gemm_ratio",
-            &BWD_GEMM_RATIO,
+            "time.elementwise_factor",
+            &TRAFFIC_FACTOR,
         )?;
-        v[REL] = ln_checked(
-            t.bwd_elem_ratio,
-            REL_BASE,
+        for (i, fam) in FAMILIES.iter().enumerate() {
+            for (base, unit, map, field, range) in [
+                (CHAIN, 1.0, &t.score_chain_factor, "score_chain_factor", &TRAFFIC_FACTOR),
+                (
+                    PTOK,
+                    PTOK_BASE,
+                    &t.token_overhead_elements,
+                    "token_overhead_elements",
+                    &TOKEN_ELEMENTS,
+                ),
+            ] {
+                let x = map.get(*fam).copied().ok_or_else(|| {
+                    SpecError::invalid(origin, format!("time.{field}.{fam}"), "missing family")
+                })?;
+                v[base + i] = ln_checked(x, unit, origin, &format!("time.{field}.{fam}"), range)?;
+            }
+        }
+        let w = &t.weight_bytes_per_param;
+        for (i, (x, name)) in [
+            (w.fwd_half, "fwd_half"),
+            (w.bwd_half, "bwd_half"),
+            (w.fwd_fp32, "fwd_fp32"),
+            (w.bwd_fp32, "bwd_fp32"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            v[WB + i] = ln_checked(
+                x,
+                W_BASE[i],
+                origin,
+                &format!("time.weight_bytes_per_param.{name}"),
+                &BYTES_PER_PARAM,
+            )?;
+        }
+        v[FLOOR] = ln_checked(
+            t.kernel_floor_us,
+            FLOOR_BASE_MS * 1e3,
             origin,
-            "time.bwd_elem_ratio",
-            &BWD_ELEM_RATIO,
-        )?;
-        v[T0F] = ln_checked(
-            t.fixed_fwd_ms,
-            FIXED_BASE_MS,
-            origin,
-            "time.fixed_fwd_ms",
-            &FIXED_MS,
-        )?;
-        v[T0B] = ln_checked(
-            t.fixed_bwd_ms,
-            FIXED_BASE_MS,
-            origin,
-            "time.fixed_bwd_ms",
-            &FIXED_MS,
+            "time.kernel_floor_us",
+            &FLOOR_US,
         )?;
         Ok(())
     }
@@ -1067,31 +978,6 @@ pub mod ranges {
         "",
         "process nodes from 4 to 16 nm change energy per FLOP by at most 2^4",
     );
-    /// Hidden size at which a matmul runs at half its asymptotic rate.
-    pub const HIDDEN_HALF: Range = r(
-        0.0,
-        false,
-        1e5,
-        "",
-        "a hidden size of 10^5 already fills every GPU",
-    );
-    /// Tokens per micro-batch at which a matmul runs at half its rate.
-    pub const TOKENS_HALF: Range = r(
-        0.0,
-        false,
-        1e6,
-        "tokens",
-        "10^6 tokens already fill every GPU",
-    );
-    /// Passes over a seq x seq score tensor per block (the eager softmax's
-    /// mask, dropout and casts; the shipped GPT fit takes 1,828).
-    pub const MASK_PASSES: Range = r(
-        0.0,
-        false,
-        1e4,
-        "passes",
-        "a block reads its score tensor at most thousands of times",
-    );
     /// Bytes read per block parameter in a pass (weights, their casts and
     /// gradients: a few to tens of bytes).
     pub const BYTES_PER_PARAM: Range = r(
@@ -1101,37 +987,48 @@ pub mod ranges {
         "bytes",
         "a pass reads each parameter's bytes a bounded number of times",
     );
-    /// Factor on the score-shaped traffic of a pass.
+    /// Factor on an implementation's per-op count of memory traffic.
     pub const TRAFFIC_FACTOR: Range = r(
         0.0,
         false,
         1e3,
         "x",
-        "score traffic is at most 1,000x its tensor's size",
+        "an implementation moves at most 1,000x its per-op count",
     );
-    /// Backward matmul FLOPs over twice the forward's (1 for a dense block).
-    pub const BWD_GEMM_RATIO: Range = r(
-        0.1,
-        true,
+    /// Elements moved per token by an implementation's unaccounted cost:
+    /// at most a few vocabularies' worth.
+    pub const TOKEN_ELEMENTS: Range = r(
+        0.0,
+        false,
+        1e8,
+        "elements",
+        "a block moves at most 10^8 elements per token outside its ops",
+    );
+    /// The exposed share of a GEMM tile's epilogue, as a multiple of the
+    /// machine balance: between nothing and ten full writes.
+    pub const EPILOGUE: Range = r(
+        0.0,
+        false,
         10.0,
-        "x",
-        "a backward's matmuls are about twice the forward's",
+        "",
+        "a tile's epilogue is exposed at most a few times over",
     );
-    /// Backward elementwise traffic over the forward's.
-    pub const BWD_ELEM_RATIO: Range = r(
-        0.1,
-        true,
-        100.0,
-        "x",
-        "a backward moves a small multiple of the forward's bytes",
-    );
-    /// A block pass's fixed time (launches, syncs), ms.
-    pub const FIXED_MS: Range = r(
+    /// The time floor of one kernel launch, microseconds: a launch takes
+    /// 1-10 us of GPU time at the least.
+    pub const FLOOR_US: Range = r(
         0.0,
         false,
         1e3,
-        "ms",
-        "a block's fixed cost is microseconds to milliseconds",
+        "us",
+        "a kernel's floor is microseconds, not milliseconds",
+    );
+    /// A pinned coefficient's value (a fraction, a factor, a length).
+    pub const PINNED: Range = r(
+        0.0,
+        true,
+        1e6,
+        "",
+        "a pinned coefficient is a finite, non-negative physical value",
     );
 
     /// Non-state memory that does not grow with the batch, GiB (CUDA
@@ -1187,7 +1084,7 @@ mod tests {
         }
         th.fitted[1] = [true, true];
         th.fitted[4][1] = true;
-        let c = th.to_coefficients();
+        let c = th.to_coefficients(Vec::new());
         let back = TimeTheta::from_coefficients(&c, "t").unwrap();
         for i in 0..N_TIME {
             let used = !(i < 21 && {

@@ -3,17 +3,23 @@
 //!
 //! The [`Predictor`] trait is what the cost model asks when no measured or
 //! imported profile exists. Two implementations:
-//! * [`Roofline`], the uncalibrated baseline:
-//!   `max(FLOPs / (peak x efficiency), bytes / bandwidth)` per block pass;
-//! * [`Calibrated`], the shipped model ([`builtin`]): matmul FLOPs at a
-//!   per-generation efficiency of peak (bounded by board power, growing with
-//!   model width and micro-batch tokens), elementwise and weight traffic at a
-//!   fraction of HBM bandwidth, and a fixed kernel floor; forward and
-//!   backward separately. Its coefficients are fitted by [`calibrate`] to
-//!   measured profiles and shipped in `profiles/calibration.json`.
+//! * [`Roofline`], the uncalibrated baseline: every kernel at a fixed
+//!   fraction of peak or of HBM bandwidth;
+//! * [`Calibrated`], the shipped model ([`builtin`]).
 //!
-//! Times are ms of ONE transformer block, memory GiB. Every prediction is at
-//! least the roofline bound ([`roofline_bound_ms`]).
+//! Both price the same work ([`work`]: the block's kernels on one TP rank,
+//! as the training stack runs them; [`units`]: the head and embedding)
+//! kernel by kernel ([`price`]): every GEMM at its shape against the GPU's
+//! large-GEMM rate (the published maximum achievable matmul rate of A100
+//! and H100, [`kernels::gemm_anchor`]; a calibrated, power-bounded ceiling
+//! elsewhere) with the small-GEMM loss, the attention core (eager score
+//! chain or fused kernel), element-wise and per-parameter traffic at the
+//! achieved HBM bandwidth, and a floor per kernel launch. The calibrated
+//! coefficients are fitted by [`calibrate`] to measured profiles and
+//! shipped in `profiles/calibration.json`.
+//!
+//! Times are ms of ONE transformer block (or unit) on one rank, memory GiB.
+//! Every prediction is at least the roofline bound ([`roofline_bound_ms`]).
 
 pub mod arch;
 mod bound;
@@ -23,19 +29,25 @@ mod errors;
 pub mod features;
 pub mod kernels;
 mod lm;
+pub mod price;
+pub mod units;
+pub mod work;
 
 pub use bound::{roofline_bound_ms, roofline_bound_ms_with};
+pub use price::{BlockTimes, PassTime};
+pub use work::BlockImpl;
 
 use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuSpec;
 use crate::model::ModelSpec;
-use crate::strategy::Attention;
+use crate::tensor::TensorParallel;
 use crate::units::GIB;
 use coeffs::{Calibration, MemTheta, TimeTheta, CALIBRATION_FORMAT};
-use features::{MemFeat, TimeFeat};
+use features::{GpuFacts, MemFeat, TimeFeat};
+use price::Prices;
 
-/// One block's predicted times for one attention kernel.
+/// One block's predicted times on one rank for one implementation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BlockPrediction {
     /// Forward ms.
@@ -49,35 +61,48 @@ pub struct BlockPrediction {
     /// The part of `fwd_ms` core-attention recompute reruns (Megatron's
     /// selective: the score chain, or the fused attention kernel), ms.
     pub attention_recompute_ms: f64,
+    /// The forward by part (GEMMs, attention, element-wise, per-parameter,
+    /// launches), ms.
+    pub fwd_parts: PassTime,
+    /// The backward by part, ms.
+    pub bwd_parts: PassTime,
+}
+
+impl BlockPrediction {
+    /// A prediction of `times` clamped from below by the roofline `bound`
+    /// (forward, backward ms).
+    fn of(times: &BlockTimes, bound: (f64, f64)) -> BlockPrediction {
+        let fwd_ms = times.fwd.total_ms().max(bound.0);
+        BlockPrediction {
+            fwd_ms,
+            bwd_ms: times.bwd.total_ms().max(bound.1),
+            selective_recompute_ms: times.selective_ms.min(fwd_ms),
+            attention_recompute_ms: times.attention_ms.min(fwd_ms),
+            fwd_parts: times.fwd,
+            bwd_parts: times.bwd,
+        }
+    }
+}
+
+/// The units around the blocks, forward and backward ms on one rank.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UnitPrediction {
+    /// Embedding forward ms.
+    pub embed_fwd_ms: f64,
+    /// Embedding backward ms.
+    pub embed_bwd_ms: f64,
+    /// Head (final norm, output layer, loss) forward ms.
+    pub head_fwd_ms: f64,
+    /// Head backward ms.
+    pub head_bwd_ms: f64,
 }
 
 /// Predicts block costs where no profile exists.
 pub trait Predictor: Send + Sync + std::fmt::Debug {
-    /// Forward and backward ms of ONE block for a micro-batch of `m` samples.
-    /// `Err` with a reason when this GPU cannot run the dtype.
-    fn block_ms(
-        &self,
-        gpu: &GpuSpec,
-        model: &ModelSpec,
-        seq_len: u32,
-        dtype: Dtype,
-        m: u32,
-    ) -> Result<(f64, f64), String>;
-    /// Forward, backward and selective-recompute ms of ONE block with the
-    /// given attention kernel (eager: the same forward and backward as
-    /// [`Predictor::block_ms`]). `Err` when this GPU cannot run the dtype.
-    fn block_prediction(
-        &self,
-        gpu: &GpuSpec,
-        model: &ModelSpec,
-        seq_len: u32,
-        dtype: Dtype,
-        m: u32,
-        attention: Attention,
-    ) -> Result<BlockPrediction, String>;
-    /// [`Predictor::block_prediction`] for one rank of the TP group `tp`
-    /// (its share of the block, [`crate::tensor`]). A predictor without a
-    /// model of the split divides the whole block's times by the degree.
+    /// Forward, backward and recompute ms of one rank of the TP group `tp`
+    /// running ONE block of `model` on a micro-batch of `m` samples,
+    /// implemented as `imp` (the whole block at `t = 1`). `Err` with a
+    /// reason when this GPU cannot run the dtype.
     #[allow(clippy::too_many_arguments)]
     fn block_prediction_tp(
         &self,
@@ -86,17 +111,45 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
         seq_len: u32,
         dtype: Dtype,
         m: u32,
-        attention: Attention,
-        tp: &crate::tensor::TensorParallel,
+        imp: BlockImpl,
+        tp: &TensorParallel,
+    ) -> Result<BlockPrediction, String>;
+    /// The embedding and head on one rank of `tp` for `m` samples.
+    #[allow(clippy::too_many_arguments)]
+    fn unit_prediction(
+        &self,
+        gpu: &GpuSpec,
+        model: &ModelSpec,
+        seq_len: u32,
+        dtype: Dtype,
+        m: u32,
+        imp: BlockImpl,
+        tp: &TensorParallel,
+    ) -> Result<UnitPrediction, String>;
+    /// [`Predictor::block_prediction_tp`] of the whole block.
+    fn block_prediction(
+        &self,
+        gpu: &GpuSpec,
+        model: &ModelSpec,
+        seq_len: u32,
+        dtype: Dtype,
+        m: u32,
+        imp: BlockImpl,
     ) -> Result<BlockPrediction, String> {
-        let p = self.block_prediction(gpu, model, seq_len, dtype, m, attention)?;
-        let t = tp.degree.max(1) as f64;
-        Ok(BlockPrediction {
-            fwd_ms: p.fwd_ms / t,
-            bwd_ms: p.bwd_ms / t,
-            selective_recompute_ms: p.selective_recompute_ms / t,
-            attention_recompute_ms: p.attention_recompute_ms / t,
-        })
+        self.block_prediction_tp(gpu, model, seq_len, dtype, m, imp, &TensorParallel::NONE)
+    }
+    /// Forward and backward ms of ONE whole block as the reference profiles
+    /// run it ([`BlockImpl::REFERENCE`]: PyTorch eager, eager attention).
+    fn block_ms(
+        &self,
+        gpu: &GpuSpec,
+        model: &ModelSpec,
+        seq_len: u32,
+        dtype: Dtype,
+        m: u32,
+    ) -> Result<(f64, f64), String> {
+        let p = self.block_prediction(gpu, model, seq_len, dtype, m, BlockImpl::REFERENCE)?;
+        Ok((p.fwd_ms, p.bwd_ms))
     }
     /// Non-state GPU memory of one training step at micro-batch size `m`
     /// (activations of one micro-batch, unsharded unit buffers, logits), GiB.
@@ -130,8 +183,31 @@ fn unsupported(gpu: &GpuSpec, dtype: Dtype) -> String {
     )
 }
 
+/// The units' times of `model` on one rank, priced at `prices`.
+#[allow(clippy::too_many_arguments)]
+fn price_units(
+    prices: &Prices,
+    model: &ModelSpec,
+    seq_len: u32,
+    dtype: Dtype,
+    m: u32,
+    imp: BlockImpl,
+    tp: &TensorParallel,
+) -> UnitPrediction {
+    let e = dtype.bytes();
+    let (ef, eb) = units::embedding_work(model, seq_len, dtype, m, tp);
+    let (hf, hb) = units::head_work(model, seq_len, dtype, m, tp, imp);
+    UnitPrediction {
+        embed_fwd_ms: prices.unit(&ef, e).total_ms(),
+        embed_bwd_ms: prices.unit(&eb, e).total_ms(),
+        head_fwd_ms: prices.unit(&hf, e).total_ms(),
+        head_bwd_ms: prices.unit(&hb, e).total_ms(),
+    }
+}
+
 /// Uncalibrated roofline: compute at a fixed fraction of peak, memory-bound
-/// terms at a fixed fraction of HBM bandwidth.
+/// terms at a fixed fraction of HBM bandwidth, the per-op counts as they
+/// are, no launch floors.
 #[derive(Debug, Clone)]
 pub struct Roofline {
     /// Fraction of dense peak FLOPS reached by block matmuls (0..1].
@@ -149,83 +225,56 @@ impl Default for Roofline {
     }
 }
 
+impl Roofline {
+    fn prices(&self, g: &GpuFacts) -> Prices {
+        Prices {
+            class: g.class,
+            gemm_flops: g.peak_flops * self.compute_efficiency,
+            sms: g.sms,
+            k_half: 0.0,
+            bw_bps: g.bw_bps * self.bandwidth_efficiency,
+            elem_factor: 1.0,
+            chain_factor: 1.0,
+            token_bytes: 0.0,
+            // Autocast reads the fp32 master and writes the half copy; the
+            // backward's cast and accumulation about twice that.
+            weight_fwd_bytes: 6.0,
+            weight_bwd_bytes: 18.0,
+            kernel_floor_ms: 0.0,
+        }
+    }
+}
+
 impl Predictor for Roofline {
-    fn block_ms(
+    fn block_prediction_tp(
         &self,
         gpu: &GpuSpec,
         model: &ModelSpec,
         seq_len: u32,
         dtype: Dtype,
         m: u32,
-    ) -> Result<(f64, f64), String> {
-        let peak = gpu
-            .peak_tflops(dtype)
+        imp: BlockImpl,
+        tp: &TensorParallel,
+    ) -> Result<BlockPrediction, String> {
+        let f = TimeFeat::new(gpu, model, seq_len, dtype, m, tp, imp)
             .ok_or_else(|| unsupported(gpu, dtype))?;
-        let m = m as f64;
-        let flops_f = model.block_flops_fwd(seq_len) * m;
-        let bytes_f = model.block_bytes_fwd(seq_len, dtype) * m;
-        let t = |flops: f64, bytes: f64| {
-            let c = flops / (peak * 1e12 * self.compute_efficiency) * 1e3;
-            let b = bytes / (gpu.mem_bw_gbps * 1e9 * self.bandwidth_efficiency) * 1e3;
-            c.max(b)
-        };
-        Ok((t(flops_f, bytes_f), t(2.0 * flops_f, 2.0 * bytes_f)))
+        let times = self.prices(&f.gpu).block(&f.work);
+        let bound = price::roofline_ms(&f.work, f.gpu.peak_flops, f.gpu.bw_bps);
+        Ok(BlockPrediction::of(&times, bound))
     }
 
-    fn block_prediction(
+    fn unit_prediction(
         &self,
         gpu: &GpuSpec,
         model: &ModelSpec,
         seq_len: u32,
         dtype: Dtype,
         m: u32,
-        attention: Attention,
-    ) -> Result<BlockPrediction, String> {
-        let peak = gpu
-            .peak_tflops(dtype)
-            .ok_or_else(|| unsupported(gpu, dtype))?
-            * 1e12
-            * self.compute_efficiency;
-        let bw = gpu.mem_bw_gbps * 1e9 * self.bandwidth_efficiency;
-        let mf = m as f64;
-        let s = model.tokens_per_sample(seq_len) as f64;
-        let score_flops = 4.0 * s * s * model.hidden as f64 * mf;
-        let score_io = features::score_io_bytes_per_sample(model, seq_len, dtype) * mf;
-        let pointwise = model.block_pointwise_io_bytes_fwd(seq_len, dtype) * mf;
-        let t = |flops: f64, bytes: f64| (flops / peak * 1e3).max(bytes / bw * 1e3);
-        let linear = model.block_flops_fwd(seq_len) * mf - score_flops;
-        let rerun_mm = crate::activation::recomputed_matmul_fraction(model) * linear / peak * 1e3;
-        match attention {
-            Attention::Eager => {
-                let (fwd, bwd) = self.block_ms(gpu, model, seq_len, dtype, m)?;
-                let chain = score_flops / peak * 1e3 + score_io / bw * 1e3;
-                Ok(BlockPrediction {
-                    fwd_ms: fwd,
-                    bwd_ms: bwd,
-                    selective_recompute_ms: (chain + pointwise / bw * 1e3 + rerun_mm).min(fwd),
-                    attention_recompute_ms: chain.min(fwd),
-                })
-            }
-            Attention::Flash => {
-                let causal = model.family.is_causal();
-                let attn = score_flops * if causal { 0.5 } else { 1.0 };
-                let bytes = model.block_bytes_fwd(seq_len, dtype) * mf - score_io;
-                let (fwd_rel, bwd_rel) = kernels::fused_attention_rel(
-                    arch::ArchClass::of(gpu),
-                    model.head_dim() as f64,
-                    s,
-                    causal,
-                );
-                let fwd = t(linear + attn / fwd_rel, bytes);
-                let bwd = t(2.0 * linear + 2.5 * attn / bwd_rel, 2.0 * bytes);
-                Ok(BlockPrediction {
-                    fwd_ms: fwd,
-                    bwd_ms: bwd,
-                    selective_recompute_ms: (pointwise / bw * 1e3 + rerun_mm).min(fwd),
-                    attention_recompute_ms: (attn / fwd_rel / peak * 1e3).min(fwd),
-                })
-            }
-        }
+        imp: BlockImpl,
+        tp: &TensorParallel,
+    ) -> Result<UnitPrediction, String> {
+        let g = GpuFacts::new(gpu, dtype).ok_or_else(|| unsupported(gpu, dtype))?;
+        Ok(price_units(&self.prices(&g), model, seq_len, dtype, m, imp, tp))
     }
 
     fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: Dtype, m: u32) -> f64 {
@@ -300,36 +349,6 @@ impl Calibrated {
 }
 
 impl Predictor for Calibrated {
-    fn block_ms(
-        &self,
-        gpu: &GpuSpec,
-        model: &ModelSpec,
-        seq_len: u32,
-        dtype: Dtype,
-        m: u32,
-    ) -> Result<(f64, f64), String> {
-        let f = TimeFeat::new(gpu, model, seq_len, dtype, m.max(1))
-            .ok_or_else(|| unsupported(gpu, dtype))?;
-        let bound = roofline_bound_ms(gpu, model, seq_len, dtype, m.max(1))
-            .ok_or_else(|| unsupported(gpu, dtype))?;
-        Ok(calibrate::clamp_to_bound(self.time.time_ms(&f), bound))
-    }
-
-    fn block_prediction(
-        &self,
-        gpu: &GpuSpec,
-        model: &ModelSpec,
-        seq_len: u32,
-        dtype: Dtype,
-        m: u32,
-        attention: Attention,
-    ) -> Result<BlockPrediction, String> {
-        let whole = crate::tensor::TensorParallel::NONE;
-        self.block_prediction_tp(gpu, model, seq_len, dtype, m, attention, &whole)
-    }
-
-    /// One rank's share of the block (the whole block at `t = 1`, where
-    /// the sliced features and the bound are the block's own).
     fn block_prediction_tp(
         &self,
         gpu: &GpuSpec,
@@ -337,24 +356,30 @@ impl Predictor for Calibrated {
         seq_len: u32,
         dtype: Dtype,
         m: u32,
-        attention: Attention,
-        tp: &crate::tensor::TensorParallel,
+        imp: BlockImpl,
+        tp: &TensorParallel,
     ) -> Result<BlockPrediction, String> {
-        let f = TimeFeat::new(gpu, model, seq_len, dtype, m.max(1))
-            .ok_or_else(|| unsupported(gpu, dtype))?
-            .tensor_sliced(tp.degree, tp.sequence_parallel);
-        // The rank's share of the whole block's roofline bound.
-        let (bf, bb) = roofline_bound_ms_with(gpu, model, seq_len, dtype, m.max(1), attention)
+        let f = TimeFeat::new(gpu, model, seq_len, dtype, m, tp, imp)
             .ok_or_else(|| unsupported(gpu, dtype))?;
-        let t = tp.degree.max(1) as f64;
-        let p = self.time.time_parts(&f, attention);
-        let (fwd, bwd) = calibrate::clamp_to_bound((p.fwd_ms, p.bwd_ms), (bf / t, bb / t));
-        Ok(BlockPrediction {
-            fwd_ms: fwd,
-            bwd_ms: bwd,
-            selective_recompute_ms: p.selective_ms.min(fwd),
-            attention_recompute_ms: p.attention_ms.min(fwd),
-        })
+        let times = self.time.prices(&f.gpu, &f.work).block(&f.work);
+        let bound = price::roofline_ms(&f.work, f.gpu.peak_flops, f.gpu.bw_bps);
+        Ok(BlockPrediction::of(&times, bound))
+    }
+
+    fn unit_prediction(
+        &self,
+        gpu: &GpuSpec,
+        model: &ModelSpec,
+        seq_len: u32,
+        dtype: Dtype,
+        m: u32,
+        imp: BlockImpl,
+        tp: &TensorParallel,
+    ) -> Result<UnitPrediction, String> {
+        let f = TimeFeat::new(gpu, model, seq_len, dtype, m, tp, imp)
+            .ok_or_else(|| unsupported(gpu, dtype))?;
+        let prices = self.time.prices(&f.gpu, &f.work);
+        Ok(price_units(&prices, model, seq_len, dtype, m, imp, tp))
     }
 
     fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: Dtype, m: u32) -> f64 {
@@ -368,7 +393,18 @@ impl Predictor for Calibrated {
     fn error_band(&self, gpu: &GpuSpec) -> Option<String> {
         let band = self.calibration.error_band.as_ref()?.time_for(&gpu.name);
         let class = arch::ArchClass::of(gpu);
+        let anchor = kernels::gemm_anchor(class);
         Some(match self.time.borrowed_class(class) {
+            Some(_) if anchor.is_some() => {
+                let a = anchor.expect("checked");
+                format!(
+                    "{band}; no {} GPU in the data: tensor-core GEMMs at the published maximum achievable matmul rate ({:.1} of {:.0} TFLOPS on {}), memory-bound kernels at its published HBM fraction",
+                    class.as_str(),
+                    a.tflops,
+                    a.peak_tflops,
+                    a.gpu
+                )
+            }
             Some(from) => format!(
                 "{band}; no {} GPU in the data: matmuls borrow the {} fit (its efficiency and power model, with a {:.0} nm process credit against {:.0} nm)",
                 class.as_str(),

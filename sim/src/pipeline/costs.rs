@@ -20,6 +20,7 @@ use crate::error::PlanError;
 use crate::plan::pipeline::{overlaps, Pipeline};
 use crate::plan::Plan;
 use crate::schedule::{dur, micro_costs_tp, Micro};
+use crate::perfmodel::BlockImpl;
 use crate::strategy::Attention;
 use crate::tensor::{Pass, TensorParallel};
 use crate::units::SimTime;
@@ -31,7 +32,7 @@ use std::collections::HashMap;
 #[derive(Debug, Clone)]
 pub struct Rows<'a> {
     costs: &'a CostModel,
-    attention: Attention,
+    imp: BlockImpl,
     core: bool,
     index: HashMap<(usize, u32, TensorParallel), usize>,
     rows: Vec<Micro>,
@@ -43,7 +44,7 @@ impl<'a> Rows<'a> {
     pub fn new(costs: &'a CostModel, strategy: &crate::strategy::Strategy) -> Rows<'a> {
         Rows {
             costs,
-            attention: strategy.attention,
+            imp: crate::perfmodel::BlockImpl::of(&strategy),
             core: strategy.checkpointing.attention_core(),
             index: HashMap::new(),
             rows: Vec::new(),
@@ -52,7 +53,7 @@ impl<'a> Rows<'a> {
 
     /// The attention kernel the rows are priced with.
     pub fn attention(&self) -> Attention {
-        self.attention
+        self.imp.attention
     }
 
     /// The row of a slice of `n` samples on `rank`'s GPU type as one rank
@@ -64,7 +65,7 @@ impl<'a> Rows<'a> {
         if let Some(&i) = self.index.get(&key) {
             return Ok(self.rows[i]);
         }
-        let row = micro_costs_tp(self.costs, rank, n, self.attention, self.core, tp)?;
+        let row = micro_costs_tp(self.costs, rank, n, self.imp, self.core, tp)?;
         self.index.insert(key, self.rows.len());
         self.rows.push(row);
         Ok(row)

@@ -37,7 +37,7 @@ use crate::error::PlanError;
 use crate::plan::pipeline::PipeSchedule;
 use crate::plan::shape::{Shape3d, ShapePins};
 use crate::plan::Plan;
-use crate::strategy::{Checkpointing, Sharding, Strategy, StrategySpec};
+use crate::strategy::{default_3d_stack, Checkpointing, Sharding, Strategy, StrategySpec};
 use crate::units::GIB;
 
 /// Candidates the simulator confirms (the best estimates).
@@ -168,7 +168,7 @@ fn strategies(problem: &Problem<'_>, d: usize) -> Result<Vec<Strategy>, PlanErro
     let mut out = Vec::new();
     for &ck in &cks {
         for &sh in &shardings {
-            out.push(pipeline_strategy(problem, sh, ck)?.0);
+            out.push(pipeline_strategy(problem, sh, ck, default_3d_stack(sh))?.0);
         }
     }
     Ok(out)

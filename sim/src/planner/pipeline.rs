@@ -19,7 +19,7 @@ use crate::fast::evaluate;
 use crate::iteration::SimOptions;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use crate::plan::Plan;
-use crate::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy, StrategySpec};
+use crate::strategy::{Accumulation, Checkpointing, Offload, Sharding, Stack, Strategy, StrategySpec};
 
 /// Uniform-partition 1F1B pipeline.
 #[derive(Debug, Clone, Copy, Default)]
@@ -49,15 +49,18 @@ pub fn pipeline_shardings(
 }
 
 /// The strategy of a pipeline plan under the user's other pins: `sharding`
-/// inside a stage, local accumulation, no offload, checkpointing `ckpt`;
-/// notes for pins that cannot apply.
+/// inside a stage, local accumulation, no offload, checkpointing `ckpt`,
+/// the training stack `stack` unless the user names one; notes for pins
+/// that cannot apply.
 pub fn pipeline_strategy(
     problem: &Problem<'_>,
     sharding: Sharding,
     ckpt: Checkpointing,
+    stack: Stack,
 ) -> Result<(Strategy, Vec<String>), PlanError> {
     let base = StrategySpec {
         sharding: Some(sharding),
+        stack: Some(stack),
         ..StrategySpec::NONE
     };
     let forced = StrategySpec {
@@ -201,7 +204,8 @@ impl Planner for UniformPipeline {
         let (shardings, pin_notes) = pipeline_shardings(problem, &[Sharding::NoShard]);
         loop {
             for &ck in &pipeline_checkpointing(problem) {
-                let (strategy, mut notes) = pipeline_strategy(problem, shardings[0], ck)?;
+                let (strategy, mut notes) =
+                    pipeline_strategy(problem, shardings[0], ck, Stack::PyTorch)?;
                 notes.extend(pin_notes.iter().cloned());
                 let pipe = Pipeline::new(PipeSchedule::OneFOneB, m, stages.clone());
                 let plan = Plan::pipelined(self.name(), strategy, pipe, n, batch);

@@ -40,7 +40,7 @@ use crate::pipeline::estimate::{
 use crate::pipeline::partition::min_max;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use crate::plan::Plan;
-use crate::strategy::{Sharding, Strategy, StrategySpec};
+use crate::strategy::{Sharding, Stack, Strategy, StrategySpec};
 use crate::tensor::TensorParallel;
 use crate::units::GIB;
 use std::collections::BTreeSet;
@@ -197,7 +197,7 @@ impl Planner for HeteroPipeline {
             .flat_map(|&sh| levels.iter().map(move |&ck| (sh, ck)))
             .collect();
         for &(sh, ck) in &strategies {
-            let (strategy, more) = pipeline_strategy(problem, sh, ck)?;
+            let (strategy, more) = pipeline_strategy(problem, sh, ck, Stack::PyTorch)?;
             for x in more {
                 if !notes.contains(&x) {
                     notes.push(x);
@@ -343,7 +343,7 @@ impl HeteroPipeline {
         let (shardings, _) = pipeline_shardings(problem, &[Sharding::NoShard, Sharding::GradOp]);
         let mut best: Option<(f64, String, usize)> = None;
         for &sh in &shardings {
-            let Ok((strategy, _)) = pipeline_strategy(problem, sh, ck) else {
+            let Ok((strategy, _)) = pipeline_strategy(problem, sh, ck, Stack::PyTorch) else {
                 continue;
             };
             self.closest(problem, groups, &strategy, &mut best);

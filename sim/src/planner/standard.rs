@@ -89,8 +89,13 @@ pub fn checkpointing_by_recompute(problem: &Problem<'_>) -> Vec<Checkpointing> {
         .strategy
         .attention
         .unwrap_or_else(|| costs.profile_attention());
-    let (f, _) = costs.block_ms_with(0, 1, attention).unwrap_or((1.0, 2.0));
-    let sel = costs.selective_recompute_ms(0, 1, attention, false, f);
+    let imp = crate::perfmodel::BlockImpl {
+        stack: problem.strategy.stack.unwrap_or_default(),
+        compile: problem.strategy.compile.unwrap_or(false),
+        attention,
+    };
+    let (f, _) = costs.block_ms_with(0, 1, imp).unwrap_or((1.0, 2.0));
+    let sel = costs.selective_recompute_ms(0, 1, imp, false, f);
     let mut v = vec![
         (Checkpointing::Selective, sel),
         (Checkpointing::Every(2), 0.5 * f),

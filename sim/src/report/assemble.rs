@@ -412,23 +412,26 @@ fn gpu_report(
         oom: peak_gib > usable_gib,
         memory: memory_parts,
         activation_scale: costs.activations.scale_at(rp.microbatch_size),
-        compute_source: ty.curve_source(a.plan.strategy.attention),
+        compute_source: ty.curve_source(crate::perfmodel::BlockImpl::of(&a.plan.strategy)),
         memory_source: memory_source.to_string(),
         unit_source: unit_source(ty),
     }
 }
 
 /// Where a GPU type's embedding, head and optimizer times came from: its
-/// measured units, else the roofline estimate with its efficiencies.
+/// measured units, else the predictor's (the head's GEMM at its shape, the
+/// loss's traffic) and the optimizer's roofline.
 fn unit_source(ty: &crate::cost::GpuTypeCost) -> String {
-    use crate::cost::{
-        OPTIMIZER_BYTES_PER_PARAM, UNIT_BANDWIDTH_EFFICIENCY, UNIT_COMPUTE_EFFICIENCY,
-    };
+    use crate::cost::{OPTIMIZER_BYTES_PER_PARAM, UNIT_BANDWIDTH_EFFICIENCY};
     match &ty.units {
         Some(u) => u.source.to_string(),
         None => format!(
-            "estimated (roofline: embedding/head at {:.0}% of peak FLOPS, optimizer {} B/param at {:.0}% of HBM bandwidth)",
-            UNIT_COMPUTE_EFFICIENCY * 100.0,
+            "embedding/head: {} (output GEMM at its shape, loss traffic per logit); optimizer {} B/param at {:.0}% of HBM bandwidth",
+            ty.unit_curves
+                .iter()
+                .flatten()
+                .next()
+                .map_or("not predicted".to_string(), |c| c.head.source.to_string()),
             OPTIMIZER_BYTES_PER_PARAM,
             UNIT_BANDWIDTH_EFFICIENCY * 100.0
         ),

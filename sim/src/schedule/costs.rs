@@ -15,7 +15,8 @@ use super::phase::Rules;
 use crate::activation::BlockActivations;
 use crate::cost::CostModel;
 use crate::error::PlanError;
-use crate::strategy::{Attention, Recompute};
+use crate::perfmodel::BlockImpl;
+use crate::strategy::Recompute;
 use crate::tensor::TensorParallel;
 use crate::units::SimTime;
 
@@ -107,10 +108,10 @@ pub(crate) fn micro_costs(
     costs: &CostModel,
     rank: usize,
     m: u32,
-    attention: Attention,
+    imp: BlockImpl,
     core: bool,
 ) -> Result<Micro, PlanError> {
-    micro_costs_tp(costs, rank, m, attention, core, &TensorParallel::NONE)
+    micro_costs_tp(costs, rank, m, imp, core, &TensorParallel::NONE)
 }
 
 /// [`micro_costs`] of one rank of the TP group `tp` (pipelines and 3D
@@ -122,17 +123,17 @@ pub(crate) fn micro_costs_tp(
     costs: &CostModel,
     rank: usize,
     m: u32,
-    attention: Attention,
+    imp: BlockImpl,
     core: bool,
     tp: &TensorParallel,
 ) -> Result<Micro, PlanError> {
     let (f, b) = costs
-        .block_ms_tp(rank, m, attention, tp)
+        .block_ms_tp(rank, m, imp, tp)
         .map_err(|why| PlanError::invalid(crate::error::STRATEGY, "attention", why))?;
-    let sel = costs.selective_recompute_ms_tp(rank, m, attention, core, f, tp);
+    let sel = costs.selective_recompute_ms_tp(rank, m, imp, core, f, tp);
     let act = costs
         .activations
-        .micro_tp(m, attention, tp)
+        .micro_tp(m, imp.attention, tp)
         .for_selective(core);
     let t = tp.degree.max(1) as f64;
     let out_phys = costs.block_output_bytes(m) / if tp.sequence_parallel { t } else { 1.0 };
@@ -141,10 +142,10 @@ pub(crate) fn micro_costs_tp(
         b_blk: dur(b),
         re_full: dur(f),
         re_sel: dur(sel),
-        f_emb: dur(costs.embed_fwd_ms(rank, m) / t),
-        b_emb: dur(costs.embed_bwd_ms(rank, m) / t),
-        f_head: dur(costs.head_fwd_ms(rank, m) / t),
-        b_head: dur(costs.head_bwd_ms(rank, m) / t),
+        f_emb: dur(costs.embed_fwd_ms(rank, m, imp, tp)),
+        b_emb: dur(costs.embed_bwd_ms(rank, m, imp, tp)),
+        f_head: dur(costs.head_fwd_ms(rank, m, imp, tp)),
+        b_head: dur(costs.head_bwd_ms(rank, m, imp, tp)),
         act,
         out_phys,
         phys_per_byte: if act.checkpoint > 0.0 {
@@ -162,11 +163,11 @@ pub(crate) fn step_costs(
     costs: &CostModel,
     rank: usize,
     m: u32,
-    attention: Attention,
+    imp: BlockImpl,
     core: bool,
     rules: Rules,
 ) -> Result<Micro, PlanError> {
-    let mut mc = micro_costs(costs, rank, m, attention, core)?;
+    let mut mc = micro_costs(costs, rank, m, imp, core)?;
     let c = round(mc.act.checkpoint);
     let copy = |bytes: i64| dur(costs.host_copy_ms(rank, bytes as f64 * mc.phys_per_byte));
     let out = dur(costs.host_copy_ms(rank, mc.out_phys));

@@ -373,13 +373,13 @@ impl<'a> Schedule<'a> {
     /// type ([`costs::Micro`]: durations, activation bytes, and the host
     /// copies when the strategy offloads activations).
     pub fn micro(&self, rank: usize, m: u32) -> Result<Micro, PlanError> {
-        let attention = self.strategy.attention;
+        let imp = crate::perfmodel::BlockImpl::of(&self.strategy);
         let core = self.strategy.checkpointing.attention_core();
         // Only a schedule that offloads activations issues host copies.
         if self.strategy.offload == Offload::Activations {
-            costs::step_costs(self.costs, rank, m, attention, core, self.rules)
+            costs::step_costs(self.costs, rank, m, imp, core, self.rules)
         } else {
-            micro_costs(self.costs, rank, m, attention, core)
+            micro_costs(self.costs, rank, m, imp, core)
         }
     }
 

@@ -601,7 +601,7 @@ fn the_planner_table_is_the_registry() {
 #[test]
 fn the_strategy_table_is_the_choices() {
     use sim::choice::Choice;
-    use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding};
+    use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding, Stack};
     fn names<T>(t: &'static [Choice<T>]) -> String {
         t.iter().map(|c| c.name).collect::<Vec<_>>().join(", ")
     }
@@ -611,6 +611,7 @@ fn the_strategy_table_is_the_choices() {
         vec!["checkpointing".into(), names(Checkpointing::CHOICES)],
         vec!["offload".into(), names(Offload::CHOICES)],
         vec!["attention".into(), names(Attention::CHOICES)],
+        vec!["stack".into(), names(Stack::CHOICES)],
     ];
     assert_eq!(table(&architecture(), "strategies"), want);
 }
@@ -662,7 +663,7 @@ fn the_readme_names_only_planners_that_exist() {
 #[test]
 fn the_readme_strategy_table_spells_the_choices() {
     use sim::choice::Choice;
-    use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding};
+    use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding, Stack};
     fn row<T>(t: &'static [Choice<T>]) -> String {
         t.iter()
             .map(|c| format!("`{}`", c.name))
@@ -676,6 +677,7 @@ fn the_readme_strategy_table_spells_the_choices() {
         ("--checkpointing", row(Checkpointing::CHOICES)),
         ("--offload", row(Offload::CHOICES)),
         ("--attention", row(Attention::CHOICES)),
+        ("--stack", row(Stack::CHOICES)),
     ] {
         let line = format!("| `{flag}` | {values} |");
         assert!(

@@ -226,6 +226,8 @@ impl DpCase {
             param_dtype: dtype(self.param_fp32),
             reduce_dtype: dtype(self.reduce_fp32),
             attention: Attention::Eager,
+            stack: sim::strategy::Stack::PyTorch,
+            compile: false,
         }
     }
 
@@ -816,6 +818,8 @@ fn hybrid_no_sync_gap_on_the_1024_gpu_cluster_is_the_first_group_pricing() {
         param_dtype: Dtype::Fp16,
         reduce_dtype: Dtype::Fp32,
         attention: Attention::Eager,
+        stack: sim::strategy::Stack::PyTorch,
+        compile: false,
     };
     let cf = ClosedForm::new(&costs, s, 2).unwrap();
     let found = sim::planner::cephalo::search(&cf).unwrap();
@@ -1039,6 +1043,8 @@ impl PipeCase {
             param_dtype: Dtype::Fp16,
             reduce_dtype: Dtype::Fp16,
             attention: Attention::Eager,
+            stack: sim::strategy::Stack::PyTorch,
+            compile: false,
         };
         let plan = Plan::pipelined("test", strategy, pipe.clone(), ranks, batch);
         (costs, plan, pipe)

@@ -50,6 +50,8 @@ pub(crate) fn pipe_strategy(ranks: usize, sharding: Sharding, ckpt: Checkpointin
         param_dtype: Dtype::Fp16,
         reduce_dtype: Dtype::Fp16,
         attention: sim::strategy::Attention::Eager,
+        stack: sim::strategy::Stack::PyTorch,
+        compile: false,
     }
 }
 
@@ -180,7 +182,7 @@ fn interleaved_and_zero_bubble_bubbles_are_the_papers() {
         };
         // One micro-batch of 2 samples through one stage.
         let blocks = (layers / p as u32) as f64;
-        let (f, b) = c.block_ms_with(0, 2, Attention::Eager).unwrap();
+        let (f, b) = c.block_ms_with(0, 2, sim::perfmodel::BlockImpl::pytorch(Attention::Eager)).unwrap();
         let ws = sim::tensor::weight_grad_share(&c.workload.model, c.workload.seq_len);
         let (f, bi, w) = (blocks * f, blocks * b * (1.0 - ws), blocks * b * ws);
         assert!(w <= f, "ZB-H1's formula needs T_W <= T_F: {w} > {f}");
@@ -626,6 +628,8 @@ fn shape_plan(c: &CostModel, shape: sim::plan::shape::Shape3d) -> Plan {
         param_dtype: Dtype::Bf16,
         reduce_dtype: Dtype::Fp32,
         attention: Attention::Flash,
+        stack: sim::strategy::Stack::PyTorch,
+        compile: false,
     };
     Plan::pipelined("test", strategy, pipe, c.ranks(), c.workload.global_batch)
 }

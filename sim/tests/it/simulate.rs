@@ -289,16 +289,19 @@ fn state_only_gpu_does_only_its_optimizer_step() {
 /// `embed_fwd + L x block_fwd + head_fwd + head_bwd + L x (block_fwd +
 /// block_bwd) + embed_bwd + optimizer(all params)`, each rounded to ns.
 fn single_gpu_sum(c: &CostModel, m: u32) -> SimTime {
+    use sim::tensor::TensorParallel as Tp;
+    const NONE: Tp = Tp::NONE;
+    let imp = c.gpu_type(0).measured_impl();
     let l = c.workload.model.layers as u64;
     let ns = |ms: f64| SimTime::from_ms(ms).0;
     let total: f64 = c.unit_params().iter().map(|&p| p as f64).sum();
     SimTime(
-        ns(c.embed_fwd_ms(0, m))
+        ns(c.embed_fwd_ms(0, m, imp, &NONE))
             + l * ns(c.block_fwd_ms(0, m))
-            + ns(c.head_fwd_ms(0, m))
-            + ns(c.head_bwd_ms(0, m))
+            + ns(c.head_fwd_ms(0, m, imp, &NONE))
+            + ns(c.head_bwd_ms(0, m, imp, &NONE))
             + l * (ns(c.block_fwd_ms(0, m)) + ns(c.block_bwd_ms(0, m)))
-            + ns(c.embed_bwd_ms(0, m))
+            + ns(c.embed_bwd_ms(0, m, imp, &NONE))
             + ns(c.optimizer_ms(0, total)),
     )
 }
@@ -706,10 +709,12 @@ fn paper_plan_is_bounded_by_its_slowest_gpu_and_explained() {
     let g = &r.gpus[slow];
     let m = p.gpus[slow].microbatch_size;
     let total: f64 = c.unit_params().iter().map(|&x| x as f64).sum();
-    let non_block = c.embed_fwd_ms(slow, m)
-        + c.embed_bwd_ms(slow, m)
-        + c.head_fwd_ms(slow, m)
-        + c.head_bwd_ms(slow, m)
+    let imp = sim::perfmodel::BlockImpl::of(&p.strategy);
+    let none = sim::tensor::TensorParallel::NONE;
+    let non_block = c.embed_fwd_ms(slow, m, imp, &none)
+        + c.embed_bwd_ms(slow, m, imp, &none)
+        + c.head_fwd_ms(slow, m, imp, &none)
+        + c.head_bwd_ms(slow, m, imp, &none)
         + c.optimizer_ms(slow, 0.25 * total);
     assert!(
         (g.compute_ms - g.interference_ms - lower - non_block).abs() < 1e-3,
