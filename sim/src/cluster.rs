@@ -977,7 +977,10 @@ impl<'a> IntraRequest<'a> {
         let mut bw = f64::INFINITY;
         let mut fabric = None;
         for s in self.specs {
-            let PeerLink::Nvlink { bw_gbps, bridge } = s.peer_link else {
+            let PeerLink::Nvlink {
+                bw_gbps, bridge, ..
+            } = s.peer_link
+            else {
                 return Err(SpecError::invalid(
                     origin,
                     field,
@@ -1232,6 +1235,40 @@ mod tests {
         let t = "[[nodes]]\nintra_link = \"nvlink\"\ngpus = [{ type = \"rtx-3090\", count = 2 }]\n";
         let c = Cluster::from_toml(t, "c.toml", cat()).unwrap();
         assert_eq!(c.nodes[0].fabric, IntraFabric::NvlinkBridge);
+    }
+
+    #[test]
+    fn an_h100_pcie_pair_is_bridged_at_nvidias_600_gb_s() {
+        // NVIDIA's H100 PCIe product brief (profiles/gpus.toml): three
+        // bridges of four NVLink4 links, 25 GB/s per direction each, 600
+        // GB/s bidirectional between the pair; the A100 PCIe's layout.
+        let h = cat().get("h100-pcie").unwrap();
+        let b = h.peer_link.bridges().unwrap();
+        assert_eq!((b.count, b.links_per_bridge, b.links()), (3, 4, 12));
+        assert_eq!(b.link_gbps, 25.0);
+        assert_eq!(b.per_direction_gbps(), 300.0);
+        assert_eq!(h.nvlink_gbps(), Some(300.0));
+        assert_eq!(2.0 * h.nvlink_gbps().unwrap(), 600.0, "bidirectional");
+        // GA102 cards: one bridge of four x4 links, 112.5 GB/s bidirectional.
+        for g in ["rtx-a6000", "rtx-3090"] {
+            let b = cat().get(g).unwrap().peer_link.bridges().unwrap();
+            assert_eq!((b.count, b.links()), (1, 4), "{g}");
+            assert_eq!(2.0 * b.per_direction_gbps(), 112.5, "{g}");
+        }
+        // The pair as a cluster: bridged, at the line rate times the
+        // bridge class's achievable fraction (links.toml).
+        let t =
+            "[[nodes]]\nintra_link = \"nvlink\"\ngpus = [{ type = \"h100-pcie\", count = 2 }]\n";
+        let c = Cluster::from_toml(t, "c.toml", cat()).unwrap();
+        let n = &c.nodes[0];
+        assert_eq!(n.fabric, IntraFabric::NvlinkBridge);
+        assert!(n.pair_on_nvlink(0, 1));
+        let achievable = 300.0 * LinkClass::NvlinkBridge.efficiency();
+        assert!(
+            (n.pair_gbps(0, 1) - achievable).abs() < 1e-9,
+            "{}",
+            n.pair_gbps(0, 1)
+        );
     }
 
     #[test]

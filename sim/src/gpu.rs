@@ -139,7 +139,65 @@ pub enum PeerLink {
         /// True for bridge-only cards (`peer_link.bridge`, default false).
         #[serde(default)]
         bridge: bool,
+        /// Bridge cards: the NVLink bridges joining the pair, as the
+        /// card's documentation gives them ([`Bridges`]; with
+        /// `links_per_bridge` and `link_gbps`, all three or none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bridges: Option<u32>,
+        /// NVLink links each bridge carries.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        links_per_bridge: Option<u32>,
+        /// One NVLink link's rate per direction, GB/s.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        link_gbps: Option<f64>,
     },
+}
+
+impl PeerLink {
+    /// A bridge card's bridges (`None`: no NVLink, switched NVLink, or
+    /// bridges the catalog does not detail; see
+    /// [`GpuSpec::check_bridges`] for the partial forms it refuses).
+    pub fn bridges(&self) -> Option<Bridges> {
+        match *self {
+            PeerLink::Nvlink {
+                bridges: Some(count),
+                links_per_bridge: Some(links_per_bridge),
+                link_gbps: Some(link_gbps),
+                ..
+            } => Some(Bridges {
+                count,
+                links_per_bridge,
+                link_gbps,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// The NVLink bridges joining a pair of PCIe cards: `count` bridges of
+/// `links_per_bridge` links at `link_gbps` each, so `count x
+/// links_per_bridge x link_gbps` is the pair's rate per direction
+/// (`peer_link.bw_gbps`, checked equal).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bridges {
+    /// Bridges joining the pair (`peer_link.bridges`).
+    pub count: u32,
+    /// NVLink links each bridge carries.
+    pub links_per_bridge: u32,
+    /// One link's rate per direction, GB/s.
+    pub link_gbps: f64,
+}
+
+impl Bridges {
+    /// NVLink links joining the pair.
+    pub fn links(&self) -> u32 {
+        self.count * self.links_per_bridge
+    }
+
+    /// The pair's rate per direction, GB/s: links x rate per link.
+    pub fn per_direction_gbps(&self) -> f64 {
+        self.links() as f64 * self.link_gbps
+    }
 }
 
 impl GpuSpec {
@@ -225,6 +283,82 @@ impl GpuSpec {
         }
     }
 
+    /// A bridged card's bridges: on bridge cards only, counts of at least
+    /// one, a link rate in (0, 1e4] GB/s, and their product the card's
+    /// `bw_gbps`. Errors name `origin` and `field.peer_link.*`.
+    fn check_bridges(&self, origin: &str, field: &str) -> Result<(), SpecError> {
+        let PeerLink::Nvlink {
+            bw_gbps,
+            bridge,
+            bridges,
+            links_per_bridge,
+            link_gbps,
+        } = self.peer_link
+        else {
+            return Ok(());
+        };
+        let bad = |name: &str, message: String| {
+            Err(SpecError::invalid(
+                origin,
+                format!("{field}.peer_link.{name}"),
+                format!("{}: {message}", self.name),
+            ))
+        };
+        let given = [
+            ("bridges", bridges.is_some()),
+            ("links_per_bridge", links_per_bridge.is_some()),
+            ("link_gbps", link_gbps.is_some()),
+        ];
+        if given.iter().all(|g| !g.1) {
+            return Ok(());
+        }
+        if let Some((missing, _)) = given.iter().find(|g| !g.1) {
+            return bad(
+                missing,
+                "expected bridges, links_per_bridge and link_gbps together (or none)".into(),
+            );
+        }
+        let Some(b) = self.peer_link.bridges() else {
+            return Ok(());
+        };
+        if !bridge {
+            return bad(
+                "bridges",
+                "bridges are for bridge-only cards (`bridge = true`); switched NVLink has none"
+                    .into(),
+            );
+        }
+        if b.count == 0 || b.links_per_bridge == 0 {
+            return bad(
+                "bridges",
+                format!(
+                    "expected at least one bridge of at least one link, got {} x {}",
+                    b.count, b.links_per_bridge
+                ),
+            );
+        }
+        if !(b.link_gbps.is_finite() && b.link_gbps > 0.0 && b.link_gbps <= 1e4) {
+            return bad(
+                "link_gbps",
+                format!(
+                    "expected a positive rate per link up to 1e4 GB/s, got {}",
+                    b.link_gbps
+                ),
+            );
+        }
+        let sum = b.per_direction_gbps();
+        if (sum - bw_gbps).abs() > 1e-9 * bw_gbps {
+            return bad(
+                "bw_gbps",
+                format!(
+                    "expected the bridges' {} x {} links x {} GB/s = {sum} GB/s per direction, got {bw_gbps}",
+                    b.count, b.links_per_bridge, b.link_gbps
+                ),
+            );
+        }
+        Ok(())
+    }
+
     fn validate(&self, origin: &str, field: &str) -> Result<(), SpecError> {
         let who = if self.name.is_empty() {
             "?"
@@ -294,6 +428,7 @@ impl GpuSpec {
         if let PeerLink::Nvlink { bw_gbps, .. } = self.peer_link {
             positive("peer_link.bw_gbps", bw_gbps, "GB/s")?;
         }
+        self.check_bridges(origin, field)?;
         if let Some(v) = self.price_per_hour_usd {
             positive("price_per_hour_usd", v, "USD per GPU-hour")?;
         }
@@ -862,5 +997,37 @@ host_link = { pcie_gen = 4, lanes = 16 }
             GpuCatalog::from_toml("", "t.toml"),
             Err(SpecError::Invalid { .. })
         ));
+    }
+
+    #[test]
+    fn bridges_must_make_the_cards_nvlink_rate() {
+        let with = |link: &str| {
+            let t = ONE.replace("MEM", "8.0")
+                + &format!("peer_link = {{ kind = \"nvlink\", {link} }}\n");
+            GpuCatalog::from_toml(&t, "t.toml")
+        };
+        let field_of = |r: Result<GpuCatalog, SpecError>| match r {
+            Err(SpecError::Invalid { field, .. }) => field,
+            other => panic!("expected Invalid, got {other:?}"),
+        };
+        let ok = with(
+            "bw_gbps = 300.0, bridge = true, bridges = 3, links_per_bridge = 4, link_gbps = 25.0",
+        )
+        .unwrap();
+        let b = ok.get("x1").unwrap().peer_link.bridges().unwrap();
+        assert_eq!((b.links(), b.per_direction_gbps()), (12, 300.0));
+        for (link, field) in [
+            // 3 x 4 x 25 = 300, not 600 (a bidirectional figure).
+            ("bw_gbps = 600.0, bridge = true, bridges = 3, links_per_bridge = 4, link_gbps = 25.0", "bw_gbps"),
+            ("bw_gbps = 300.0, bridge = true, bridges = 3, link_gbps = 25.0", "links_per_bridge"),
+            ("bw_gbps = 300.0, bridges = 3, links_per_bridge = 4, link_gbps = 25.0", "bridges"),
+            ("bw_gbps = 300.0, bridge = true, bridges = 0, links_per_bridge = 4, link_gbps = 25.0", "bridges"),
+            ("bw_gbps = 300.0, bridge = true, bridges = 3, links_per_bridge = 4, link_gbps = -25.0", "link_gbps"),
+        ] {
+            assert_eq!(field_of(with(link)), format!("gpu[0].peer_link.{field}"), "{link}");
+        }
+        // Without the detail a bridge card is as before.
+        let plain = with("bw_gbps = 56.25, bridge = true").unwrap();
+        assert_eq!(plain.get("x1").unwrap().peer_link.bridges(), None);
     }
 }

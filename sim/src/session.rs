@@ -362,6 +362,58 @@ pub fn plan_named(
     Ok((run, pl.name()))
 }
 
+/// A planner's own memory rule, taken in place of the workload's default
+/// ([`planner_mem_default`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlannerMemDefault {
+    /// The planner whose rule it is.
+    pub planner: &'static str,
+    /// The rule ([`Planner::default_mem_policy`]).
+    pub policy: crate::cost::MemPolicy,
+}
+
+impl PlannerMemDefault {
+    /// What a report says about the rule on a `gpus`-GPU workload of
+    /// `options` (which took it): whose default it is, the fraction, and
+    /// the memory outside the allocator per GPU (the user's, else the
+    /// rule's own allowance, a default too).
+    pub fn note(&self, options: &CostOptions, gpus: usize) -> String {
+        let rule = self.policy.summary(options.overhead_gib_on(gpus));
+        if options.overhead_gib.is_some() {
+            format!(
+                "memory rule: {}'s default fraction, the rule of the method it follows ({rule}, that from --overhead-gib); --mem-fraction sets it",
+                self.planner
+            )
+        } else {
+            format!(
+                "memory rule: {}'s default, the rule of the method it follows ({rule}); --mem-fraction and --overhead-gib set it",
+                self.planner
+            )
+        }
+    }
+}
+
+/// The one place a planner's memory rule becomes a workload's: for a
+/// workload planned by the planner named `planner` alone (a `--planner`
+/// value, aliases included; [`BEST`] and unknown names have none of their
+/// own) when the user gave no fraction (`user_fraction`, `--mem-fraction`),
+/// the planner's rule ([`Planner::default_mem_policy`]: `cephalo-compat`
+/// takes the reference optimizer's, 0.75 of each GPU with 2 GiB outside
+/// it); `None` when the user's fraction or the workload's default
+/// (physical) holds. Commands that judge several planners' plans against
+/// each other (`compare`, [`plan_best`]) keep one rule for all and do not
+/// ask.
+pub fn planner_mem_default(planner: &str, user_fraction: Option<f64>) -> Option<PlannerMemDefault> {
+    if user_fraction.is_some() || planner.eq_ignore_ascii_case(BEST) {
+        return None;
+    }
+    let pl = crate::planner::registry::by_name(planner, "--planner").ok()?;
+    pl.default_mem_policy().map(|policy| PlannerMemDefault {
+        planner: pl.name(),
+        policy,
+    })
+}
+
 /// Why a planner that fixes `fixed` cannot honour the user's pins `user`
 /// (so [`plan_best`] leaves it out instead of returning a plan that
 /// ignores them), `None` when it can.

@@ -202,6 +202,12 @@ pub struct FitQuery<'a> {
     pub planning: Planning<'a>,
     /// The largest cluster "more GPUs" may grow to, GPUs.
     pub max_gpus: u32,
+    /// Whether the workload's memory rule is the planner's own default
+    /// ([`crate::session::planner_mem_default`]: `cephalo-compat`'s), not
+    /// the user's: then "any planner" is judged under the workload's
+    /// default rule, as `--planner best` would be, and no row drops a
+    /// `--mem-fraction` the user did not give.
+    pub planner_mem_default: bool,
 }
 
 /// One change [`fit`] tried, planned and simulated.
@@ -501,16 +507,31 @@ pub fn fit(q: &FitQuery) -> Result<Fit, PlanError> {
         }
     }
     if !q.planning.planner.eq_ignore_ascii_case(BEST) {
-        rows.push(row_on(
-            &q.planning,
-            "any planner (data-parallel, pipeline, 3D)",
-            "--planner best",
-            &base,
-            q.planning.pins,
-            BEST,
-        )?);
+        let any = "any planner (data-parallel, pipeline, 3D)";
+        rows.push(if q.planner_mem_default {
+            let mut w = q.workload.clone();
+            w.options.mem_policy = MemPolicy::default();
+            try_row(
+                &q.planning,
+                any,
+                "--planner best",
+                &w,
+                q.planning.pins,
+                BEST,
+            )?
+        } else {
+            row_on(
+                &q.planning,
+                any,
+                "--planner best",
+                &base,
+                q.planning.pins,
+                BEST,
+            )?
+        });
     }
-    if let Some(f) = q.workload.options.mem_policy.fraction() {
+    let fraction = q.workload.options.mem_policy.fraction();
+    if let Some(f) = fraction.filter(|_| !q.planner_mem_default) {
         let mut w = q.workload.clone();
         w.options.mem_policy = MemPolicy::Physical;
         rows.push(try_row(

@@ -138,7 +138,10 @@ pub struct Args {
     // The planner (its help lists the registry's names).
     #[arg(long, default_value = BEST, help = planner_help())]
     pub planner: String,
-    /// Use the reference optimizer's rules (same as `--planner cephalo-compat`).
+    /// Use the reference optimizer's rules (same as `--planner
+    /// cephalo-compat`), its memory rule included: 0.75 of each GPU's
+    /// memory with 2 GiB outside it, unless `--mem-fraction` /
+    /// `--overhead-gib` say otherwise (the notes say which were defaults).
     #[arg(long)]
     pub compat: bool,
     #[command(flatten)]
@@ -307,6 +310,9 @@ pub struct ConsideredOut {
 /// * `makespan_ms_per_block`, `max_bs_even_shard`, `max_bs`: the reference
 ///   optimizer's figures (compat planner only, else absent);
 /// * `objective`: the planner's own objective (name and ms), if it has one;
+/// * `mem_policy`, `mem_fraction`, `overhead_gib`: the memory rule the plan
+///   was made and judged under, as the simulator's report states it (the
+///   notes say when it was the planner's default);
 /// * `simulated`: the simulator's verdict on the plan;
 /// * `plan`: the plan file form (`--out`).
 #[derive(Debug, Clone, Serialize)]
@@ -349,6 +355,12 @@ pub struct PlanOutput {
     pub reference_state_fractions: Option<Vec<f64>>,
     /// The planner's objective, if any.
     pub objective: Option<ObjectiveOut>,
+    /// The memory rule: `physical` or `fraction`.
+    pub mem_policy: &'static str,
+    /// The fraction rule's fraction of capacity (`null`: physical).
+    pub mem_fraction: Option<f64>,
+    /// Memory outside the allocator per GPU, GiB.
+    pub overhead_gib: f64,
     /// Simulated outcome.
     pub simulated: SimulatedSummary,
     /// Search counts.
@@ -459,6 +471,9 @@ pub fn output(res: &Resolved, planned: &Planned, report: &Report) -> PlanOutput 
             name: o.name.to_string(),
             value_ms: o.value_ms,
         }),
+        mem_policy: report.mem_policy.name(),
+        mem_fraction: report.mem_policy.fraction(),
+        overhead_gib: report.overhead_gib,
         simulated: SimulatedSummary::of(report),
         search: SearchSummary::from(&planned.stats),
         considered,
@@ -538,6 +553,8 @@ fn table(o: &PlanOutput, summary: &str) -> String {
         o.seq_len
     );
     let _ = writeln!(s, "strategy: {}", o.plan.label());
+    let rule = sim::cost::MemPolicy::from_fraction(o.mem_fraction);
+    let _ = writeln!(s, "memory rule: {}", rule.summary(o.overhead_gib));
     if let Some(p) = &o.pipeline {
         p.write_table(&mut s);
     }
@@ -651,62 +668,28 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(p) = &args.export_out {
         crate::out::check_writable(p, "the exported config (--export-out)")?;
     }
-    let name = if args.compat {
-        "cephalo-compat"
-    } else {
-        args.planner.as_str()
-    };
-    if args.compat
-        && args.planner != BEST
-        && args.planner != "cephalo"
-        && planner::registry::by_name(&args.planner, "--planner")?.name() != "cephalo-compat"
-    {
-        return Err(UserError(format!(
-            "--compat conflicts with --planner {}",
-            args.planner
-        ))
-        .into());
-    }
+    let name = planner_name(&args)?;
     let best = name.eq_ignore_ascii_case(BEST);
     let pl = planner::registry::by_name(if best { "cephalo" } else { name }, "--planner")?;
     let opts = args.flags.options(&args.workload.model)?;
     let spec = args.strategy.spec()?;
-    let res = args.workload.resolve()?;
+    // A planner's own memory rule when the user sets none (compat: the
+    // reference optimizer's), said in the notes.
+    let (workload, mem_default) = args.workload.for_planner(name);
+    let res = workload.resolve()?;
+    let mem_note = mem_default.map(|d| d.note(&res.costs.options, res.costs.ranks()));
     crate::cli::notes::eprint("warning", &res.costs.warnings);
-    let mut families = Vec::new();
-    let mut ran = pl.name();
-    let run = if best {
-        let spin = crate::cli::progress::spinner("planning with every family's planners");
-        let all = sim::session::plan_best(&res.costs, &res.profiles, &opts, &spec);
-        spin.finish_and_clear();
-        for c in &all.contenders {
-            if let Ok(r) = &c.run {
-                log_search(c.planner, &r.planned.stats, r.elapsed_s);
-            }
-        }
-        let winner = all.winner();
-        families = all
-            .family_best()
-            .into_iter()
-            .map(|(f, i)| FamilyOut {
-                family: f.name(),
-                planner: i.map(|i| all.contenders[i].planner),
-                iteration_ms: i.and_then(|i| all.contenders[i].fitting_ms()),
-                won: i.is_some() && i == winner,
-            })
-            .collect();
-        if let Some(w) = winner {
-            ran = all.contenders[w].planner;
-        }
-        all.into_winner()?
+    let (mut run, ran, families) = if best {
+        plan_families(&res, &opts, &spec)?
     } else {
         let spin = crate::cli::progress::spinner(&format!("planning with {}", pl.name()));
         let run = plan_and_simulate(&res.costs, &res.profiles, pl.as_ref(), &opts, &spec);
         spin.finish_and_clear();
         let run = run?;
         log_search(pl.name(), &run.planned.stats, run.elapsed_s);
-        run
+        (run, pl.name(), Vec::new())
     };
+    run.planned.notes.splice(0..0, mem_note);
     crate::cli::notes::eprint("note", &run.planned.notes);
     crate::cli::notes::eprint_report_warnings(&run.report, &res.costs.warnings);
     let (planned, report) = (run.planned, run.report);
@@ -734,6 +717,55 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Format::Csv => out!("{}", report.to_csv()),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The planner `plan` runs: `cephalo-compat` with `--compat` (which
+/// conflicts with any other `--planner` but the defaults), else `--planner`.
+fn planner_name(args: &Args) -> Result<&str> {
+    if !args.compat {
+        return Ok(args.planner.as_str());
+    }
+    if args.planner != BEST
+        && args.planner != "cephalo"
+        && planner::registry::by_name(&args.planner, "--planner")?.name() != "cephalo-compat"
+    {
+        return Err(UserError(format!(
+            "--compat conflicts with --planner {}",
+            args.planner
+        ))
+        .into());
+    }
+    Ok("cephalo-compat")
+}
+
+/// `--planner best`: every family's planners, each plan simulated; the
+/// winner's run, its planner and each family's best.
+fn plan_families(
+    res: &Resolved,
+    opts: &PlannerOptions,
+    spec: &sim::strategy::StrategySpec,
+) -> Result<(sim::session::PlannedRun, &'static str, Vec<FamilyOut>)> {
+    let spin = crate::cli::progress::spinner("planning with every family's planners");
+    let all = sim::session::plan_best(&res.costs, &res.profiles, opts, spec);
+    spin.finish_and_clear();
+    for c in &all.contenders {
+        if let Ok(r) = &c.run {
+            log_search(c.planner, &r.planned.stats, r.elapsed_s);
+        }
+    }
+    let winner = all.winner();
+    let families = all
+        .family_best()
+        .into_iter()
+        .map(|(f, i)| FamilyOut {
+            family: f.name(),
+            planner: i.map(|i| all.contenders[i].planner),
+            iteration_ms: i.and_then(|i| all.contenders[i].fitting_ms()),
+            won: i.is_some() && i == winner,
+        })
+        .collect();
+    let ran = winner.map_or("cephalo", |w| all.contenders[w].planner);
+    Ok((all.into_winner()?, ran, families))
 }
 
 /// Exports the plan to `target`, writes its config to `path` and prints

@@ -139,8 +139,13 @@ fn train_cost(t: TrainCostArgs) -> Result<ExitCode> {
     let a = &t.query;
     let opts = a.flags.options(&a.workload.model)?;
     let spec = a.strategy.spec()?;
-    let res = a.workload.resolve()?;
+    let (workload, mem_default) = a.workload.for_planner(&t.planner);
+    let res = workload.resolve()?;
     crate::cli::notes::eprint("warning", &res.costs.warnings);
+    if let Some(d) = &mem_default {
+        let note = d.note(&res.costs.options, res.costs.ranks());
+        crate::cli::notes::eprint("note", &[note]);
+    }
     let (run, ran) = sim::session::plan_named(
         &res.costs,
         &res.profiles,
@@ -312,8 +317,13 @@ fn fit(f: FitArgs) -> Result<ExitCode> {
     // The cluster file is read once: fit grows it, the workload runs on it.
     let (file, origin) = a.workload.cluster.file()?;
     let cluster = sim::cluster::Cluster::from_file(&file, &origin, crate::load::gpus())?;
-    let (workload, profiles, predictor) = a.workload.parts_on(cluster)?;
+    let (args, mem_default) = a.workload.for_planner(&f.planner);
+    let (workload, profiles, predictor) = args.parts_on(cluster)?;
     crate::cli::notes::eprint("warning", &profiles.warnings);
+    if let Some(d) = &mem_default {
+        let note = d.note(&workload.options, workload.cluster.len());
+        crate::cli::notes::eprint("note", &[note]);
+    }
     if f.max_gpus == 0 || f.max_gpus as usize > sim::limits::MAX_GPUS {
         return Err(UserError(format!(
             "--max-gpus: expected 1..={}, got {}",
@@ -336,6 +346,7 @@ fn fit(f: FitArgs) -> Result<ExitCode> {
             pins: &pins,
         },
         max_gpus: f.max_gpus,
+        planner_mem_default: mem_default.is_some(),
     })?;
     bar.finish_and_clear();
     let mut fit = fit;

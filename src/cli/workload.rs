@@ -254,7 +254,8 @@ pub struct WorkloadArgs {
     /// paper's rule, 0.75 in its experiments; a flat 2 GiB framework
     /// allowance). Default: the physical limit, what fits the device as
     /// PyTorch uses it (CUDA context, NCCL buffers, allocator
-    /// fragmentation, a 1% margin).
+    /// fragmentation, a 1% margin); with `--compat` (`--planner
+    /// cephalo-compat`), the reference optimizer's 0.75.
     #[arg(long)]
     pub mem_fraction: Option<f64>,
     /// Memory outside the allocator per GPU (CUDA context, NCCL buffers),
@@ -330,6 +331,23 @@ pub struct Resolved {
 }
 
 impl WorkloadArgs {
+    /// These flags for a workload planned by the planner named `planner`
+    /// alone: without `--mem-fraction`, the planner's own memory rule where
+    /// it has one (`cephalo-compat`: the reference optimizer's), returned
+    /// too so the command can say it was that planner's default
+    /// ([`sim::session::planner_mem_default`], the one place it is decided).
+    pub fn for_planner(
+        &self,
+        planner: &str,
+    ) -> (WorkloadArgs, Option<sim::session::PlannerMemDefault>) {
+        let mut w = self.clone();
+        let default = sim::session::planner_mem_default(planner, self.mem_fraction);
+        if let Some(d) = &default {
+            w.mem_fraction = d.policy.fraction();
+        }
+        (w, default)
+    }
+
     /// Validates the flags, loads the cluster and profiles and builds the cost model.
     pub fn resolve(&self) -> Result<Resolved> {
         let (spec, profiles, predictor) = self.parts()?;

@@ -51,6 +51,135 @@ fn r3_compat_plan_matches_the_reference() {
     assert_eq!(again.stdout, o.stdout);
 }
 
+/// The arguments of `cephalo plan --compat` for one case of
+/// `reference_plans.json`, as the library test
+/// (`sim/tests/it/planner.rs`, `compat_reproduces_every_reference_plan`)
+/// builds it: the GPUs in rank order, the model key, global batch, dtype,
+/// sequence length, memory cluster and per-block collective times; the
+/// memory rule left to `--compat`'s default.
+fn reference_case_args(case: &Value, d: &str) -> Vec<String> {
+    let s = |k: &str| match &case[k] {
+        Value::String(x) => x.clone(),
+        Value::Array(xs) => xs
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        other => other.to_string(),
+    };
+    let mut v: Vec<String> = vec!["plan".into(), "--compat".into()];
+    for (flag, key) in [
+        ("--gpus", "gpus"),
+        ("--model", "model"),
+        ("--global-batch", "global_batch"),
+        ("--dtype", "dtype"),
+        ("--seq-len", "seq_len"),
+        ("--memory-cluster", "memory_cluster"),
+        ("--ag-ms", "ag_ms"),
+        ("--rs-ms", "rs_ms"),
+    ] {
+        v.extend([flag.to_string(), s(key)]);
+    }
+    v.extend(["--profiles", d, "--format", "json"].map(String::from));
+    v
+}
+
+#[test]
+fn compat_cli_reproduces_every_reference_plan() {
+    // See: issue 42, item 8 ("Must show"): `plan --compat` through the
+    // binary, the reference optimizer's memory rule by default.
+    let Some(dir) = shared_dir() else { return };
+    let text = std::fs::read_to_string(dir.join("reference_plans.json")).unwrap();
+    let cases: Vec<Value> = serde_json::from_str(&text).unwrap();
+    assert!(!cases.is_empty());
+    let d = dir.to_str().unwrap();
+    for case in &cases {
+        let id = case["id"].as_str().unwrap();
+        let o = run(&reference_case_args(case, d));
+        assert_eq!(o.code, 0, "{id}: {}", o.stderr);
+        let v: Value = serde_json::from_str(&o.stdout).unwrap();
+        for k in ["batch_sizes", "microbatches", "max_bs_even_shard", "max_bs"] {
+            assert_eq!(v[k], case[k], "{id}: {k}");
+        }
+        // The objective is a sum of the profile's floats, equal to the
+        // reference's but for the last bit or two of rounding (the
+        // library test allows 1e-6).
+        let (got, want) = (
+            v["makespan_ms_per_block"].as_f64().unwrap(),
+            case["makespan_ms_per_block"].as_f64().unwrap(),
+        );
+        assert!(
+            (got / want - 1.0).abs() < 1e-9,
+            "{id}: makespan {got} vs {want}"
+        );
+        assert_eq!(v["planner"], "cephalo-compat", "{id}");
+        // The rule was compat's default, and the output says so.
+        assert_eq!(v["mem_policy"], "fraction", "{id}");
+        assert_eq!(v["mem_fraction"], 0.75, "{id}");
+        assert_eq!(v["overhead_gib"], 2.0, "{id}");
+        let notes = v["notes"].to_string();
+        assert!(notes.contains("cephalo-compat's default"), "{id}: {notes}");
+        assert!(
+            o.stderr
+                .contains("note: memory rule: cephalo-compat's default"),
+            "{id}: {}",
+            o.stderr
+        );
+    }
+}
+
+#[test]
+fn compat_memory_rule_yields_to_the_users_flags() {
+    // An explicit --mem-fraction / --overhead-gib replaces compat's
+    // default; the notes say which part was still the default.
+    let Some(dir) = shared_dir() else { return };
+    let d = dir.to_str().unwrap();
+    let json = |extra: &[&str]| {
+        let o = run(&paper(
+            "plan",
+            d,
+            &[&["--compat", "--format", "json"], extra].concat(),
+        ));
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        serde_json::from_str::<Value>(&o.stdout).unwrap()
+    };
+    let user = json(&["--mem-fraction", "0.9"]);
+    assert_eq!(user["mem_fraction"], 0.9);
+    assert_eq!(user["overhead_gib"], 2.0);
+    assert!(
+        !user["notes"].to_string().contains("memory rule"),
+        "{}",
+        user["notes"]
+    );
+    assert_ne!(user["max_bs"], serde_json::json!([38, 38, 89, 38]));
+    let outside = json(&["--overhead-gib", "1.5"]);
+    assert_eq!(outside["mem_fraction"], 0.75);
+    assert_eq!(outside["overhead_gib"], 1.5);
+    let notes = outside["notes"].to_string();
+    assert!(
+        notes.contains("cephalo-compat's default fraction") && notes.contains("--overhead-gib"),
+        "{notes}"
+    );
+    // The planner named by --planner takes its rule the same way.
+    let named = run(&paper(
+        "plan",
+        d,
+        &["--planner", "reference", "--format", "json"],
+    ));
+    assert_eq!(named.code, 0, "{}", named.stderr);
+    let named: Value = serde_json::from_str(&named.stdout).unwrap();
+    assert_eq!(named["max_bs"], serde_json::json!([38, 38, 89, 38]));
+    // Other planners keep the physical default.
+    let native = run(&paper(
+        "plan",
+        d,
+        &["--planner", "cephalo", "--format", "json"],
+    ));
+    let native: Value = serde_json::from_str(&native.stdout).unwrap();
+    assert_eq!(native["mem_policy"], "physical");
+    assert_eq!(native["mem_fraction"], Value::Null);
+}
+
 #[test]
 fn plan_out_is_read_back_by_simulate() {
     let Some(d) = shared_dir() else { return };

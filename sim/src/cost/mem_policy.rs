@@ -21,7 +21,10 @@
 //! [`MemPolicy::Fraction`] is the Cephalo paper's rule (a plan may use a
 //! fraction of capacity, 0.75 in its experiments) with a flat allowance
 //! for the framework; `--mem-fraction` selects it for users who want that
-//! headroom, and the paper reproductions use it.
+//! headroom, and the paper reproductions use it. [`MemPolicy::REFERENCE`]
+//! is the reference optimizer's own setting of it, the default of the
+//! planner that follows that optimizer (`cephalo-compat`,
+//! [`crate::planner::Planner::default_mem_policy`]).
 
 use crate::error::SpecError;
 use crate::units::GIB;
@@ -58,6 +61,12 @@ pub const MARGIN_FRACTION: f64 = 0.01;
 /// The paper's flat framework allowance per GPU under [`MemPolicy::Fraction`], GiB.
 pub const FRACTION_OVERHEAD_GIB: f64 = 2.0;
 
+/// The fraction of each GPU's memory the reference optimizer lets a plan
+/// use (its `max_alloc_frac` default, 0.75; `reference_plans.json` was
+/// made with it, with the flat [`FRACTION_OVERHEAD_GIB`]: the reference
+/// profiles' README, DESIGN.md section 5).
+pub const REFERENCE_FRACTION: f64 = 0.75;
+
 /// When a plan's peak fits a GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum MemPolicy {
@@ -69,6 +78,11 @@ pub enum MemPolicy {
 }
 
 impl MemPolicy {
+    /// The reference optimizer's rule: [`REFERENCE_FRACTION`] of each
+    /// GPU's memory, with its flat [`FRACTION_OVERHEAD_GIB`] allowance
+    /// (the fraction rule's default overhead).
+    pub const REFERENCE: MemPolicy = MemPolicy::Fraction(REFERENCE_FRACTION);
+
     /// The policy a `--mem-fraction` (or a study's `mem_fraction`) asks
     /// for: the paper's rule with that fraction, physical without one.
     pub fn from_fraction(fraction: Option<f64>) -> MemPolicy {
@@ -158,6 +172,21 @@ impl MemPolicy {
             MemPolicy::Fraction(f) => {
                 format!("capacity {capacity_gib:.2} GiB x --mem-fraction {f}")
             }
+        }
+    }
+
+    /// The rule in one line for reports, with the memory outside the
+    /// allocator per GPU (`overhead_gib`, GiB).
+    pub fn summary(self, overhead_gib: f64) -> String {
+        match self {
+            MemPolicy::Physical => format!(
+                "physical: capacity less a {:.0}% margin and {:.0}% allocator fragmentation, {overhead_gib:.2} GiB per GPU outside the allocator",
+                MARGIN_FRACTION * 100.0,
+                FRAGMENTATION * 100.0
+            ),
+            MemPolicy::Fraction(f) => format!(
+                "fraction: {f} of each GPU's capacity, {overhead_gib:.2} GiB per GPU outside the allocator"
+            ),
         }
     }
 }

@@ -518,11 +518,7 @@ impl CostModel {
     /// buffers), GiB: the user's figure, else the policy's estimate for a
     /// cluster of this size.
     pub fn overhead_gib(&self) -> f64 {
-        self.options.overhead_gib.unwrap_or_else(|| {
-            self.options
-                .mem_policy
-                .default_overhead_gib(self.workload.cluster.len())
-        })
+        self.options.overhead_gib_on(self.workload.cluster.len())
     }
 
     /// Parameters of each FSDP unit in execution order: embedding, blocks, head.

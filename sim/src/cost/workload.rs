@@ -105,6 +105,16 @@ pub const DEFAULT_COMM_INTERFERENCE: f64 = 0.1;
 /// anything measured).
 pub const MAX_COMM_INTERFERENCE: f64 = 3.0;
 
+impl CostOptions {
+    /// Memory outside the allocator on every GPU of a `gpus`-GPU cluster
+    /// (CUDA context, NCCL buffers), GiB: the user's figure, else the
+    /// policy's estimate ([`MemPolicy::default_overhead_gib`]).
+    pub fn overhead_gib_on(&self, gpus: usize) -> f64 {
+        self.overhead_gib
+            .unwrap_or_else(|| self.mem_policy.default_overhead_gib(gpus))
+    }
+}
+
 impl Default for CostOptions {
     fn default() -> Self {
         CostOptions {

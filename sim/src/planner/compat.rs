@@ -592,6 +592,12 @@ impl Planner for Compat {
         s
     }
 
+    /// The reference optimizer's memory rule ([`crate::cost::MemPolicy::REFERENCE`]):
+    /// without it the bounds, and so the plans, are not the reference's.
+    fn default_mem_policy(&self) -> Option<crate::cost::MemPolicy> {
+        Some(crate::cost::MemPolicy::REFERENCE)
+    }
+
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
         let inp = CompatInputs::resolve(problem)?;
         let g = inp.hard_bound.len();

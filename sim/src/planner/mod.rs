@@ -356,4 +356,12 @@ pub trait Planner: Send + Sync + std::fmt::Debug {
     fn shape_pins(&self) -> &'static [&'static str] {
         &[]
     }
+    /// The memory rule this planner's method prescribes, taken when the
+    /// user sets none and the plan is this planner's alone (`plan
+    /// --planner`, `whatif ... --planner`;
+    /// [`crate::session::planner_mem_default`]). Default: `None`, the
+    /// workload's own default ([`crate::cost::MemPolicy::Physical`]).
+    fn default_mem_policy(&self) -> Option<crate::cost::MemPolicy> {
+        None
+    }
 }
