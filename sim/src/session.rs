@@ -180,14 +180,25 @@ pub fn user_plan(
         }
         PlanInput::Shape { shape, layers } => {
             let pipe = shape.pipeline(workload.gpus.len(), layers, workload.global_batch)?;
-            // A pipeline accumulates without sync and offloads nothing;
-            // the stage's replicas keep full state unless `--sharding
-            // grad-op` (Megatron's distributed optimizer) says otherwise.
+            // The stage's replicas keep full state unless `--sharding`
+            // (`grad-op`: Megatron's distributed optimizer) says otherwise.
+            // A pipeline accumulates without sync and offloads nothing
+            // unless pinned (a one-stage plan over every GPU without TP is
+            // the data-parallel plan and takes any accumulation and
+            // offload, FSDP at one stage `sync` too: the pipeline's
+            // validation says); FSDP / HSDP at one stage reduce-scatters
+            // every micro-batch's gradients by default, as torchtitan
+            // accumulates without a pipeline.
+            let sharding = spec.sharding.unwrap_or(crate::strategy::Sharding::NoShard);
+            let accumulation =
+                if crate::plan::pipeline::reshards_after_forward(sharding, pipe.depth()) {
+                    crate::strategy::Accumulation::Sync
+                } else {
+                    crate::strategy::Accumulation::NoSync
+                };
             let spec = StrategySpec {
-                sharding: spec.sharding.or(Some(crate::strategy::Sharding::NoShard)),
-                accumulation: spec
-                    .accumulation
-                    .or(Some(crate::strategy::Accumulation::NoSync)),
+                sharding: Some(sharding),
+                accumulation: spec.accumulation.or(Some(accumulation)),
                 offload: spec.offload.or(Some(crate::strategy::Offload::None)),
                 ..*spec
             };

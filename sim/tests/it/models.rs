@@ -1500,8 +1500,13 @@ fn measure_pipeline() {
         t0.elapsed().as_secs_f64()
     );
     let every = |c: &PipeCase| matches!(c.checkpointing, Checkpointing::Every(_));
-    let fams: [PipeFamily<'_>; 10] = [
+    let one = |c: &PipeCase| c.stage_gpus.len() == 1;
+    let fams: [PipeFamily<'_>; 12] = [
         ("all", &|_, _| true),
+        ("one stage", &|c, _| one(c)),
+        ("one stage, fsdp / hsdp", &|c, _| {
+            one(c) && matches!(c.sharding, Sharding::Full | Sharding::Hybrid)
+        }),
         ("split by shares", &|c, _| !c.shares.is_empty()),
         ("fsdp in stages", &|c, _| c.sharding == Sharding::Full),
         ("hsdp in stages", &|c, _| c.sharding == Sharding::Hybrid),
