@@ -479,6 +479,25 @@ impl Job {
                 "the trainer runs none (DDP), grad-op (ZeRO-1) and full (FSDP) inside a pipeline's stages, not hybrid".into(),
             );
         }
+        if pipe.reshards_after_forward(&self.strategy) {
+            return bad(
+                "strategy.sharding",
+                "at one stage FSDP reshards each unit after its forward and gathers it again for its backward (torchtitan without a pipeline, as the simulator lowers it); the stage trainer gathers a stage's parameters once per step, so it runs full inside the stages of a pipeline of two or more stages (a one-stage plan without TP runs as a data-parallel job)".into(),
+            );
+        }
+        let s = &self.strategy;
+        if s.accumulation != sim::strategy::Accumulation::NoSync
+            || s.offload != sim::strategy::Offload::None
+        {
+            return bad(
+                "strategy.accumulation",
+                format!(
+                    "the stage trainer accumulates without sync and offloads nothing, got {} and offload {} (a one-stage plan without TP runs as a data-parallel job)",
+                    s.accumulation.name(),
+                    s.offload.name()
+                ),
+            );
+        }
         let sp = pipe.sequence_parallel;
         let t0 = pipe.stages[0].tp;
         for (s, st) in pipe.stages.iter().enumerate() {

@@ -150,7 +150,18 @@ pub struct RunSettings {
 /// trainer's split of its batch; [`Job::validate`] checks the rest,
 /// including what of the strategy the trainer cannot run, and why.
 pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Result<Job, ExecError> {
-    let mut ranks = Vec::with_capacity(plan.gpus.len());
+    // A one-stage plan over every GPU without TP, micro-batch by
+    // micro-batch, is the data-parallel plan (the simulator lowers it so,
+    // `Pipeline::runs_data_parallel`): the data-parallel trainer runs it,
+    // each shard group's state split evenly.
+    let n = plan.gpus.len();
+    let data_parallel = plan
+        .pipeline
+        .as_ref()
+        .is_some_and(|p| p.runs_data_parallel(n));
+    let pipeline = plan.pipeline.clone().filter(|_| !data_parallel);
+    let even = sim::planner::standard::even_fractions(&plan.strategy, n);
+    let mut ranks = Vec::with_capacity(n);
     for (i, g) in plan.gpus.iter().enumerate() {
         if g.batch == 0 {
             return Err(invalid(
@@ -160,7 +171,7 @@ pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Resul
         }
         // A pipeline's entries are its replicas' slices, whose micro-batch
         // sizes need not be one split of the batch.
-        if plan.pipeline.is_none()
+        if pipeline.is_none()
             && (g.microbatches == 0 || g.microbatch_size != g.batch.div_ceil(g.microbatches))
         {
             return Err(invalid(
@@ -177,7 +188,11 @@ pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Resul
         ranks.push(RankPlan {
             batch: g.batch as usize,
             micro_batches: g.microbatches as usize,
-            state_fraction: g.state_fraction,
+            state_fraction: if data_parallel {
+                even[i]
+            } else {
+                g.state_fraction
+            },
         });
     }
     let job = Job {
@@ -195,7 +210,7 @@ pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Resul
         return_params: false,
         return_grads: false,
         fault: None,
-        pipeline: plan.pipeline.clone(),
+        pipeline,
         compute_profile: None,
     };
     job.validate(Some(plan.gpus.len()), None)?;

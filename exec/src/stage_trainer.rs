@@ -32,9 +32,11 @@
 //!   group reduces them once, as the plan's sharding says: `none` (DDP)
 //!   all-reduces and every replica steps its whole copy; `grad-op`
 //!   (ZeRO-1) reduce-scatters, steps its piece and all-gathers the
-//!   updated parameters; `full` (FSDP inside a stage, gathered once per
-//!   step as the simulator lowers it) reduce-scatters, steps its piece
-//!   and gathers the parameters at the next step's start.
+//!   updated parameters; `full` (FSDP inside the stages of a pipeline of
+//!   two or more stages, gathered once per step as the simulator lowers
+//!   it; at one stage the simulator reshards per unit and the job is
+//!   refused) reduce-scatters, steps its piece and gathers the parameters
+//!   at the next step's start.
 //!
 //! Units: times in ms, batches in samples; parameters, gradients and Adam
 //! moments f32.

@@ -6,9 +6,16 @@
 //! [`Sink`] (an engine graph, a timeline) and times what it receives.
 //!
 //! A data-parallel plan lowers through its [`Description`]
-//! ([`crate::schedule::lower`]); a pipeline plan through
-//! [`crate::pipeline::lower`], which emits the same kinds of ops into the
-//! same sinks.
+//! ([`crate::schedule::lower`]), and so does a one-stage plan without TP
+//! that runs micro-batch by micro-batch
+//! ([`crate::plan::pipeline::Pipeline::runs_data_parallel`]: it is that
+//! data-parallel plan, whatever flags built it); any other pipeline plan
+//! through [`crate::pipeline::lower`], which emits the same kinds of ops
+//! into the same sinks.
+//!
+//! The size limit ([`crate::limits::MAX_SIM_OPS`]) counts the ops built:
+//! those of the ranks simulated after identical nodes are merged, of the
+//! passes kept when runs fold.
 
 use crate::cost::CostModel;
 use crate::error::PlanError;
@@ -67,8 +74,10 @@ impl Default for SimOptions {
 pub fn node_classes(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> NodeClasses {
     if opts.merge_identical_nodes && !opts.trace {
         match &plan.pipeline {
-            None => NodeClasses::of(costs, plan),
-            Some(pipe) => NodeClasses::of_pipeline(costs, pipe),
+            Some(pipe) if !pipe.runs_data_parallel(costs.ranks()) => {
+                NodeClasses::of_pipeline(costs, pipe)
+            }
+            _ => NodeClasses::of(costs, plan),
         }
     } else {
         let c = &costs.workload.cluster;
@@ -76,9 +85,9 @@ pub fn node_classes(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> NodeCl
     }
 }
 
-/// Validates a pipeline plan against the workload (origin `plan`) and
-/// refuses one whose graph would exceed [`crate::limits::MAX_SIM_OPS`].
-pub fn check_pipeline(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<(), PlanError> {
+/// Validates a pipeline plan against the workload (origin `plan`): the
+/// plan, its pipeline against the model's blocks, its TP groups.
+pub fn validate_pipeline(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<(), PlanError> {
     let w = &costs.workload;
     plan.validate(costs.ranks(), w.global_batch, "plan")?;
     pipe.validate(
@@ -88,19 +97,54 @@ pub fn check_pipeline(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result
         &plan.strategy,
         "plan",
     )?;
-    check_tensor_groups(costs, pipe)?;
-    let ops = crate::pipeline::lower::ops_estimate(pipe);
+    check_tensor_groups(costs, pipe)
+}
+
+/// Refuses a pipeline plan whose graph would exceed
+/// [`crate::limits::MAX_SIM_OPS`] on the ranks `classes` simulates: the
+/// ops the lowering builds ([`crate::pipeline::lower::ops_estimate`]),
+/// not those of the replicas merged away.
+pub fn check_pipeline(
+    plan: &Plan,
+    pipe: &Pipeline,
+    classes: &NodeClasses,
+) -> Result<(), PlanError> {
+    let ops = crate::pipeline::lower::ops_estimate(pipe, &plan.strategy, &classes.simulated);
     if ops > crate::limits::MAX_SIM_OPS {
+        let sim = classes.simulated_ranks();
+        let merged = match classes.simulated.len() - sim {
+            0 => String::new(),
+            n => format!(", the other {n} taking an identical twin's timeline"),
+        };
         return Err(PlanError::invalid(
             "plan",
             "pipeline.microbatches",
             format!(
-                "one iteration would need about {ops} simulated ops, above the simulator's limit of {} ops: use fewer micro-batches",
+                "one iteration would need about {ops} simulated ops ({} micro-batches on {sim} simulated GPUs{merged}), above the simulator's limit of {} ops: use fewer micro-batches",
+                pipe.microbatches,
                 crate::limits::MAX_SIM_OPS
             ),
         ));
     }
     Ok(())
+}
+
+/// Whether the simulator builds a pipeline plan of `pipe` under
+/// `strategy` within its size limit with identical nodes merged (as the
+/// planners' judge simulates): what the pipeline planners filter their
+/// candidates by before simulating them. A data-parallel iteration
+/// ([`Pipeline::runs_data_parallel`]) is sized when simulated.
+pub fn pipeline_fits_simulator(
+    costs: &CostModel,
+    strategy: &crate::strategy::Strategy,
+    pipe: &Pipeline,
+) -> bool {
+    if pipe.runs_data_parallel(costs.ranks()) {
+        return true;
+    }
+    let classes = NodeClasses::of_pipeline(costs, pipe);
+    crate::pipeline::lower::ops_estimate(pipe, strategy, &classes.simulated)
+        <= crate::limits::MAX_SIM_OPS
 }
 
 /// A pipeline's TP groups against the model (the degree divides its
@@ -166,7 +210,7 @@ pub fn check_size(d: &Description<'_>, simulated: usize) -> Result<(), PlanError
 /// What an iteration lowers from.
 #[derive(Debug)]
 pub enum Iteration<'a> {
-    /// A pipeline plan (every GPU simulated, passes never folded).
+    /// A pipeline plan (passes never folded).
     Pipeline {
         /// The cost model.
         costs: &'a CostModel,
@@ -196,22 +240,37 @@ impl<'a> Iteration<'a> {
         opts: &SimOptions,
     ) -> Result<Iteration<'a>, PlanError> {
         if let Some(pipe) = &plan.pipeline {
-            check_pipeline(costs, plan, pipe)?;
-            let classes = node_classes(costs, plan, opts);
-            return Ok(Iteration::Pipeline {
-                costs,
-                plan,
-                pipe,
-                classes,
-            });
+            validate_pipeline(costs, plan, pipe)?;
+            if !pipe.runs_data_parallel(costs.ranks()) {
+                let classes = node_classes(costs, plan, opts);
+                check_pipeline(plan, pipe, &classes)?;
+                return Ok(Iteration::Pipeline {
+                    costs,
+                    plan,
+                    pipe,
+                    classes,
+                });
+            }
+            // One stage without TP, micro-batch by micro-batch: the
+            // data-parallel plan of its per-GPU entries.
         }
         let d = Description::new(costs, plan)?;
         let classes = node_classes(costs, plan, opts);
-        check_size(&d, classes.simulated_ranks())?;
-        Ok(Iteration::DataParallel {
+        let it = Iteration::DataParallel {
             d: Box::new(d),
             classes,
-        })
+        };
+        // What is built first: the coarsest folded run, else every pass
+        // (a finer one, or every pass when no run folds, is checked when
+        // lowered).
+        if let Iteration::DataParallel { d, classes } = &it {
+            let sim = classes.simulated_ranks();
+            match it.fold_layouts(opts).first() {
+                Some(l) => check_size(&d.with_passes(&l.kept), sim)?,
+                None => check_size(d, sim)?,
+            }
+        }
+        Ok(it)
     }
 
     /// The ranks simulated, and whose timeline the others take.
@@ -269,9 +328,17 @@ impl<'a> Iteration<'a> {
             } => crate::pipeline::lower::lower_into(costs, plan, pipe, contention, classes, sink),
             Iteration::DataParallel { d, classes } => {
                 let how = Self::lowering(opts, contention, classes);
+                let sim = classes.simulated_ranks();
                 Ok(match layout {
-                    Some(l) => lower_into(&d.with_passes(&l.kept), &how, sink),
-                    None => lower_into(d, &how, sink),
+                    Some(l) => {
+                        let reduced = d.with_passes(&l.kept);
+                        check_size(&reduced, sim)?;
+                        lower_into(&reduced, &how, sink)
+                    }
+                    None => {
+                        check_size(d, sim)?;
+                        lower_into(d, &how, sink)
+                    }
                 })
             }
         }
@@ -293,9 +360,17 @@ impl<'a> Iteration<'a> {
             } => crate::pipeline::lower::lower(costs, plan, pipe, opts.contention, classes),
             Iteration::DataParallel { d, classes } => {
                 let how = Self::lowering(opts, opts.contention, classes);
+                let sim = classes.simulated_ranks();
                 Ok(match layout {
-                    Some(l) => lower(&d.with_passes(&l.kept), &how),
-                    None => lower(d, &how),
+                    Some(l) => {
+                        let reduced = d.with_passes(&l.kept);
+                        check_size(&reduced, sim)?;
+                        lower(&reduced, &how)
+                    }
+                    None => {
+                        check_size(d, sim)?;
+                        lower(d, &how)
+                    }
                 })
             }
         }

@@ -180,19 +180,34 @@ pub fn user_plan(
         }
         PlanInput::Shape { shape, layers } => {
             let pipe = shape.pipeline(workload.gpus.len(), layers, workload.global_batch)?;
-            // A pipeline accumulates without sync and offloads nothing;
-            // the stage's replicas keep full state unless `--sharding
-            // grad-op` (Megatron's distributed optimizer) says otherwise.
+            // The stage's replicas keep full state unless `--sharding`
+            // (`grad-op`: Megatron's distributed optimizer) says otherwise.
+            // A pipeline accumulates without sync and offloads nothing
+            // unless pinned (a one-stage plan over every GPU without TP is
+            // the data-parallel plan and takes any accumulation and
+            // offload, FSDP at one stage `sync` too: the pipeline's
+            // validation says); FSDP / HSDP at one stage reduce-scatters
+            // every micro-batch's gradients by default, as torchtitan
+            // accumulates without a pipeline.
             let sharding = spec.sharding.unwrap_or(crate::strategy::Sharding::NoShard);
+            let accumulation =
+                if crate::plan::pipeline::reshards_after_forward(sharding, pipe.depth()) {
+                    crate::strategy::Accumulation::Sync
+                } else {
+                    crate::strategy::Accumulation::NoSync
+                };
             let spec = StrategySpec {
                 sharding: Some(sharding),
-                accumulation: spec
-                    .accumulation
-                    .or(Some(crate::strategy::Accumulation::NoSync)),
+                accumulation: spec.accumulation.or(Some(accumulation)),
                 offload: spec.offload.or(Some(crate::strategy::Offload::None)),
-                stack: spec
-                    .stack
-                    .or(Some(crate::strategy::default_3d_stack(sharding))),
+                // A TP / PP plan runs Megatron-Core unless it shards with
+                // FSDP; `--tp 1 --pp 1` is the data-parallel plan and runs
+                // what data-parallel plans run.
+                stack: spec.stack.or(Some(if shape.tp > 1 || shape.pp > 1 {
+                    crate::strategy::default_3d_stack(sharding)
+                } else {
+                    crate::strategy::Stack::PyTorch
+                })),
                 ..*spec
             };
             let strategy = spec.resolve(ctx)?;

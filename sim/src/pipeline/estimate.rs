@@ -26,8 +26,13 @@
 //!   `min(p - s, m)`) times its blocks' held activations (input plus what
 //!   the policy keeps, and on the last stage the head's logits), one
 //!   transfer buffer, and the largest transient of one op (a backward's
-//!   working gradients and regenerated activations). Held against the
-//!   simulator's peak by the tests.
+//!   working gradients and regenerated activations); at one stage the
+//!   unit buffers the data-parallel bound counts (under FSDP the running
+//!   and the next unit's parameters and gradients, [`super::reshard`]).
+//!   Held against the simulator's peak by the tests.
+//! * **One stage under FSDP / HSDP** (per unit): the data-parallel closed
+//!   form's sum over the micro-batches' phases ([`crate::planner::closed_form`]
+//!   module docs), every schedule alike (no bubble at one stage).
 
 use super::costs::Rows;
 use crate::comm::CollectiveKind;
@@ -74,6 +79,9 @@ pub struct GroupCost {
     pub usable_bytes: f64,
     /// Physical bytes of one slice's activations (what a transfer moves).
     pub transfer_bytes: f64,
+    /// Parameters one GPU holds of each FSDP unit: the embedding, a block
+    /// and the head (its TP share).
+    pub unit_params: [f64; 3],
 }
 
 impl GroupCost {
@@ -255,6 +263,7 @@ fn replica_cost<'c>(
                 } else {
                     1.0
                 },
+            unit_params: unit_params(costs, tp),
         };
         out = Some(match out {
             None => g,
@@ -281,6 +290,17 @@ fn replica_cost<'c>(
     Ok(g)
 }
 
+/// Parameters one GPU holds of each FSDP unit under `tp`: the embedding,
+/// a block, the head ([`GroupCost::unit_params`]).
+fn unit_params(costs: &CostModel, tp: &TensorParallel) -> [f64; 3] {
+    let m = &costs.workload.model;
+    [
+        tp.embedding_params(m),
+        tp.block_params(m),
+        tp.head_params(m),
+    ]
+}
+
 /// Where a stage sits: first, last, in-flight micro-batches.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Place {
@@ -298,6 +318,8 @@ pub struct Place {
     pub pending_w_max: f64,
     /// The schedule splits the backward (zero-bubble).
     pub zero_bubble: bool,
+    /// Micro-batches of the iteration.
+    pub microbatches: u32,
     /// The stage holds several model chunks (interleaved).
     pub chunked: bool,
 }
@@ -351,7 +373,50 @@ pub fn stage_peak_bytes(
         held += blocks as f64 * (pending * g.w_held_bytes + extra);
     }
     let work = g.block_work_bytes;
-    super::state_bytes(costs, strategy, params, d) + held + g.input_bytes + work
+    let one_stage = at.first && at.last;
+    let reshards = one_stage && crate::plan::pipeline::reshards_after_forward(strategy.sharding, 1);
+    let units = if one_stage {
+        unit_buffer_bytes(strategy, g, at.microbatches, params, reshards)
+    } else {
+        0.0
+    };
+    super::state_bytes(costs, strategy, params, d, reshards) + held + g.input_bytes + work + units
+}
+
+/// The unit buffers a one-stage plan holds beyond its constant memory at
+/// its peak, bytes, as the data-parallel memory bound counts them
+/// ([`crate::bounds::rank_peak`]): a sharded strategy's backward holds the
+/// parameter-dtype gradient of the unit it runs before casting it
+/// (`param_dtype` unlike `reduce_dtype`); FSDP resharding per unit
+/// (`reshards`) holds the running unit's gathered parameters and its
+/// gradient buffer (every unit's under `no-sync` with several
+/// micro-batches, `params` of them), plus the larger of the next unit's
+/// prefetched parameters and the previous unit's gradient still being
+/// reduced; units at their largest (embedding, block or head).
+fn unit_buffer_bytes(
+    strategy: &Strategy,
+    g: &GroupCost,
+    m: u32,
+    params: f64,
+    reshards: bool,
+) -> f64 {
+    let (pb, rb) = (strategy.param_dtype.bytes(), strategy.reduce_dtype.bytes());
+    let unit = g.unit_params.iter().copied().fold(0.0, f64::max);
+    let cast = if strategy.sharding.shards_params() && pb != rb {
+        pb * unit
+    } else {
+        0.0
+    };
+    if !reshards {
+        return cast;
+    }
+    let held_grads = strategy.accumulation == crate::strategy::Accumulation::NoSync && m > 1;
+    let (grads, next) = if held_grads {
+        (rb * params, pb * unit)
+    } else {
+        (rb * unit, pb.max(rb) * unit)
+    };
+    pb * unit + grads + next + cast
 }
 
 /// Per-stage inputs of the partition for one grouping, micro-batch count
@@ -516,6 +581,7 @@ pub fn place(schedule: PipeSchedule, p: usize, s: usize, m: u32, v: u32) -> Plac
             0.0
         },
         zero_bubble: schedule.splits_backward(),
+        microbatches: m,
         // (with m = p Megatron runs every forward first: no interleaving
         // of the head's passes)
         chunked: schedule == PipeSchedule::Interleaved && v > 1 && m as usize != p,
@@ -523,9 +589,31 @@ pub fn place(schedule: PipeSchedule, p: usize, s: usize, m: u32, v: u32) -> Plac
 }
 
 /// The closed-form iteration of stages `groups` holding `counts` blocks
-/// with `m` micro-batches (module docs), ms.
+/// with `m` micro-batches (module docs), ms: one stage under FSDP / HSDP
+/// per unit ([`per_unit_ms`]), else the pipeline's ([`pipelined_ms`]).
 #[allow(clippy::too_many_arguments)]
 pub fn estimate_ms(
+    costs: &CostModel,
+    strategy: &Strategy,
+    groups: &[Vec<usize>],
+    tps: &[TensorParallel],
+    st: &Staged,
+    counts: &[u32],
+    m: u32,
+    schedule: PipeSchedule,
+    v: u32,
+) -> f64 {
+    if crate::plan::pipeline::reshards_after_forward(strategy.sharding, groups.len()) {
+        let (g, tp) = (&groups[0], &tps[0]);
+        return per_unit_ms(costs, strategy, g, tp, &st.costs[0], counts[0], m);
+    }
+    pipelined_ms(costs, strategy, groups, tps, st, counts, m, schedule, v)
+}
+
+/// [`estimate_ms`] of a pipeline (or a stage whose data-parallel group
+/// synchronises once after its last backward), ms.
+#[allow(clippy::too_many_arguments)]
+fn pipelined_ms(
     costs: &CostModel,
     strategy: &Strategy,
     groups: &[Vec<usize>],
@@ -639,6 +727,100 @@ pub fn estimate_ms(
         earlier += t[s] - f[s] - w[s];
     }
     steady + fill + tail + start
+}
+
+/// A one-stage plan whose FSDP / HSDP reshards per unit
+/// ([`super::reshard`]) on the GPUs `stage` (TP groups of `tp`), costing
+/// `g` per micro-batch, with `blocks` blocks and `m` micro-batches, ms: the
+/// data-parallel closed form's sum ([`crate::planner::closed_form`]) over
+/// the micro-batches' phases (embedding, blocks and head forward, the
+/// head, blocks and embedding backward), each the longer of its compute
+/// and the communication under it (the previous phase's reduce-scatter,
+/// in the passes that reduce: every one under `sync`, the last under
+/// `no-sync`, and the next phase's prefetched all-gather), after the
+/// first all-gather and before the last reduction (and HSDP's all-reduce
+/// of it) and the optimizer step. The schedule does not matter at one
+/// stage: every order runs the same phases without a bubble.
+fn per_unit_ms(
+    costs: &CostModel,
+    strategy: &Strategy,
+    stage: &[usize],
+    tp: &TensorParallel,
+    g: &GroupCost,
+    blocks: u32,
+    m: u32,
+) -> f64 {
+    let t = tp.degree.max(1) as usize;
+    let all: Vec<usize> = stage.iter().step_by(t).copied().collect();
+    let h = crate::plan::pipeline::shard_width(strategy, all.len(), t as u32);
+    let shard = &all[..h.min(all.len())];
+    let share = nic_sharing(costs, stage, shard, t as u32);
+    let (pb, rb) = (strategy.param_dtype.bytes(), strategy.reduce_dtype.bytes());
+    let coll = |kind: CollectiveKind, bytes: f64| {
+        if h > 1 {
+            costs.group_collective_ms(kind, shard, &vec![bytes / h as f64; h]) * share
+        } else {
+            0.0
+        }
+    };
+    // Per unit class (embedding, block, head): all-gather, reduction.
+    let ag: Vec<f64> = g
+        .unit_params
+        .iter()
+        .map(|&u| coll(CollectiveKind::AllGather, pb * u))
+        .collect();
+    let rs: Vec<f64> = g
+        .unit_params
+        .iter()
+        .map(|&u| coll(CollectiveKind::ReduceScatter, rb * u))
+        .collect();
+    // Phases of a pass: (compute, unit class, reduces after it).
+    let l = blocks as usize;
+    let mut phases: Vec<(f64, usize, bool)> = Vec::with_capacity(2 * l + 3);
+    phases.push((g.embed_fwd_ms, 0, false));
+    phases.extend(std::iter::repeat_n((g.block_fwd_ms, 1, false), l));
+    phases.push((g.head_ms, 2, true));
+    phases.extend(std::iter::repeat_n(
+        (g.block_ms - g.block_fwd_ms, 1, true),
+        l,
+    ));
+    phases.push((g.embed_ms - g.embed_fwd_ms, 0, true));
+    let pass = |reduces: bool, last: bool| -> f64 {
+        (0..phases.len())
+            .map(|i| {
+                let prev = match i.checked_sub(1).map(|j| phases[j]) {
+                    Some((_, c, true)) if reduces => rs[c],
+                    _ => 0.0,
+                };
+                let next = match phases.get(i + 1) {
+                    Some(&(_, c, _)) => ag[c],
+                    None if !last => ag[0],
+                    None => 0.0,
+                };
+                phases[i].0.max(prev + next)
+            })
+            .sum()
+    };
+    let sync = strategy.accumulation == crate::strategy::Accumulation::Sync;
+    let reducing = if sync { m } else { 1 };
+    let quiet = m - reducing.min(m);
+    let steady = quiet as f64 * pass(false, false)
+        + reducing.saturating_sub(1) as f64 * pass(true, false)
+        + pass(true, true);
+    // HSDP: the last unit's shard all-reduced across the shard groups.
+    let reps: Vec<usize> = all.iter().step_by(h.max(1)).copied().collect();
+    let ar = if strategy.sharding == Sharding::Hybrid && reps.len() > 1 {
+        costs.group_collective_ms(
+            CollectiveKind::AllReduce,
+            &reps,
+            &vec![rb * g.unit_params[0] / h as f64; reps.len()],
+        ) * nic_sharing(costs, stage, &reps, (t * h) as u32)
+    } else {
+        0.0
+    };
+    let params = l as f64 * g.unit_params[1] + g.unit_params[0] + g.unit_params[2];
+    let (_, opt) = stage_sync_ms(costs, strategy, stage, t as u32, params);
+    ag[0] + steady + rs[0] + ar + opt
 }
 
 /// FSDP inside the stages ([`crate::pipeline::lower`]'s parameter

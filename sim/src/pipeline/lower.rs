@@ -23,6 +23,18 @@
 //!   its gradients (`none`: one all-reduce; `grad-op`: reduce-scatter,
 //!   the optimizer on the shard, all-gather of the updated parameters) on
 //!   the reduce stream, and every GPU steps its optimizer.
+//! * **FSDP / HSDP**: with a pipeline, each unit gathered once at the
+//!   step's start, reduce-scattered after the last backward. At one stage
+//!   per unit ([`super::reshard`]): the stage's order walked one use of a
+//!   unit at a time, each on every replica before the next (so a shard
+//!   group's collectives follow all its members); a use waits for its
+//!   all-gather (prefetched after the use two phases before, on the
+//!   communication stream, allocating the gathered parameters), its op
+//!   frees them when it reshards and holds the unsharded gradient (and the
+//!   parameter-dtype one it casts) as the data-parallel steps do; a
+//!   complete gradient is reduce-scattered (freed when it ends), under HSDP
+//!   then all-reduced across the shard groups on the reduce stream; each
+//!   GPU steps after its last reduction.
 //!
 //! Memory (anchored activation sizes of the slice, as the data-parallel
 //! schedules use, [`crate::cost::ActivationModel`]): a block's input `c`
@@ -37,10 +49,11 @@
 //! fixed workspace, the stage's state (see [`base_device_bytes`]).
 
 use super::costs::{PipeCosts, TpTimes};
+use super::reshard::{prefetch_after, Use};
 use super::schedule::{topological, Action};
 use crate::comm::CollectiveKind;
 use crate::cost::{collective_ranks, CostModel};
-use crate::engine::{Category, Graph, MemChange, OpId, OpLabel, Stream, NO_INDEX};
+use crate::engine::{Category, Graph, MemChange, MemKind, OpId, OpLabel, Stream, NO_INDEX};
 use crate::error::PlanError;
 use crate::plan::pipeline::{overlaps, Pipeline};
 use crate::plan::Plan;
@@ -54,9 +67,11 @@ use crate::units::SimTime;
 /// plan's strategy, bytes: framework overhead and fixed workspace, then
 /// per parameter of the stage: `none` the full mixed-precision Adam
 /// state (16 B) and a gradient buffer in `reduce_dtype` (DeepSpeed's
-/// all-reduce buckets, as DDP's); `grad-op` (ZeRO-1) the 16 B state over
-/// the group's `d` GPUs, plus the full parameters in `param_dtype` that
-/// compute reads and the full gradient in `reduce_dtype` it accumulates.
+/// all-reduce buckets, as DDP's); `grad-op` (ZeRO-1), and FSDP / HSDP with
+/// a pipeline, the 16 B state over the group's `d` GPUs, plus the full
+/// parameters in `param_dtype` that compute reads and the full gradient in
+/// `reduce_dtype` it accumulates; FSDP / HSDP at one stage only the state
+/// over `d` (its units come and go, [`super::reshard`]).
 pub fn base_device_bytes(costs: &CostModel, plan: &Plan, pipe: &Pipeline, s: usize) -> i64 {
     let params = pipe.rank_params(s, &costs.workload.model);
     round(super::state_bytes(
@@ -64,38 +79,76 @@ pub fn base_device_bytes(costs: &CostModel, plan: &Plan, pipe: &Pipeline, s: usi
         &plan.strategy,
         params,
         pipe.stages[s].shard_width(&plan.strategy),
+        pipe.reshards_after_forward(&plan.strategy),
     ))
 }
 
-/// Ops per (GPU, micro-batch) of a stage holding `blocks` blocks at most
-/// (forward, recompute and backward per block, embedding / head, sends),
-/// for the size check.
-pub fn ops_estimate(pipe: &Pipeline) -> u64 {
-    let per: u64 = pipe
-        .stages
-        .iter()
-        .map(|s| {
-            let tp_ops = if s.tp > 1 {
-                s.dp() as u64 * (3 * s.blocks as u64 + 6)
-            } else {
-                0
-            };
-            let per_block = if pipe.schedule.splits_backward() {
-                4
-            } else {
-                3
-            };
-            s.gpus.len() as u64 * (per_block * s.blocks as u64 + 8 * pipe.chunks() as u64) + tp_ops
-        })
-        .sum();
-    // FSDP inside the stages: one parameter gather per unit and TP rank.
-    let gathers: u64 = pipe
-        .stages
-        .iter()
-        .map(|s| s.tp.max(1) as u64 * (s.blocks as u64 + 2))
-        .sum();
-    per.saturating_mul(pipe.microbatches as u64)
-        .saturating_add(gathers)
+/// Ops the lowering of `pipe` emits for the ranks `simulated` (every
+/// other rank takes a twin's timeline and emits nothing,
+/// [`NodeClasses::simulated`]; empty: every rank), at most: per simulated
+/// GPU and micro-batch its compute (forward, recompute and backward per
+/// block, the weight-gradient parts of split backwards, embedding / head)
+/// and transfers; per simulated TP group its TP collectives; per shard
+/// group with a simulated member its parameter gathers (once per step, or
+/// per use and micro-batch with the reductions at one stage) and the
+/// gradient synchronisation; per simulated GPU its optimizer step. What
+/// the simulator's size limit counts ([`crate::iteration::check_pipeline`]).
+pub fn ops_estimate(
+    pipe: &Pipeline,
+    strategy: &crate::strategy::Strategy,
+    simulated: &[bool],
+) -> u64 {
+    let on = |r: u32| simulated.get(r as usize).copied().unwrap_or(true);
+    let m = pipe.microbatches as u64;
+    let per_block = if pipe.schedule.splits_backward() {
+        4
+    } else {
+        3
+    };
+    let per_unit = pipe.reshards_after_forward(strategy);
+    let mut ops = 0u64;
+    for st in &pipe.stages {
+        let (t, d) = (st.tp.max(1) as usize, st.dp());
+        let blocks = st.blocks as u64;
+        let gpus = st.gpus.iter().filter(|&&r| on(r)).count() as u64;
+        let replicas = (0..d)
+            .filter(|&j| st.group(j).iter().any(|&r| on(r)))
+            .count() as u64;
+        let h = st.shard_width(strategy).max(1);
+        let groups = (0..t)
+            .flat_map(|i| {
+                let g = st.dp_group(i);
+                g.chunks(h)
+                    .map(|c| c.iter().any(|&r| on(r as u32)))
+                    .collect::<Vec<_>>()
+            })
+            .filter(|&x| x)
+            .count() as u64;
+        let tp_ops = if t > 1 {
+            replicas * (3 * blocks + 6)
+        } else {
+            0
+        };
+        let units = blocks + 2;
+        // HSDP: per TP rank an all-reduce per place in the shard group.
+        let all_reduces = if strategy.sharding == crate::strategy::Sharding::Hybrid {
+            (t * h) as u64
+        } else {
+            0
+        };
+        // Per GPU: its blocks' ops, per chunk its sends both ways (a
+        // slice may meet two replicas of a neighbour), the embedding's or
+        // the head's two.
+        let per_micro = gpus * (per_block * blocks + 4 * pipe.chunks() as u64 + 2)
+            + tp_ops
+            // Per use a gather, per backward a reduction.
+            + if per_unit { (3 * groups + all_reduces) * units } else { 0 };
+        ops = ops
+            .saturating_add(per_micro.saturating_mul(m))
+            // Once per step: the gathers, the synchronisation, the optimizer.
+            .saturating_add(groups * (units + 3) + all_reduces + gpus);
+    }
+    ops
 }
 
 /// Labels of the ops, interned once.
@@ -117,6 +170,9 @@ struct Labels {
     tp_fwd: OpLabel,
     tp_bwd: OpLabel,
     wgrad: OpLabel,
+    unit_gather: OpLabel,
+    unit_reduce: OpLabel,
+    unit_all_reduce: OpLabel,
 }
 
 impl Labels {
@@ -140,6 +196,9 @@ impl Labels {
             tp_fwd: g.label(Category::AllReduce, "tp_forward"),
             tp_bwd: g.label(Category::AllReduce, "tp_backward"),
             wgrad: g.label(Category::Backward, "bwd_weight"),
+            unit_gather: g.label(Category::AllGather, "all_gather"),
+            unit_reduce: g.label(Category::ReduceScatter, "reduce_scatter"),
+            unit_all_reduce: g.label(Category::AllReduce, "all_reduce_replicas"),
         }
     }
 }
@@ -152,8 +211,8 @@ pub fn lower(
     contention: bool,
     classes: &NodeClasses,
 ) -> Result<Lowered, PlanError> {
-    let share = classes.simulated_ranks().max(1) as f64 / classes.simulated.len().max(1) as f64;
-    let ops = ((ops_estimate(pipe).min(crate::limits::MAX_SIM_OPS) as f64) * share) as usize;
+    let ops = ops_estimate(pipe, &plan.strategy, &classes.simulated).min(crate::limits::MAX_SIM_OPS)
+        as usize;
     let mut g = Graph::with_capacity(ops, 2 * ops);
     let parts = lower_into(costs, plan, pipe, contention, classes, &mut g)?;
     Ok(Lowered {
@@ -188,6 +247,12 @@ pub fn lower_into<S: Sink>(
     let table = PipeCosts::new(costs, plan, pipe)?;
     let mut walk = Walk::new(costs, plan, pipe, table, labels, contention, g);
     walk.simulated = classes.simulated.clone();
+    if pipe.reshards_after_forward(&plan.strategy) {
+        // FSDP / HSDP at one stage: unit by unit, every replica at once.
+        walk.per_unit_walk(&order);
+        walk.sync_and_step(0);
+        return Ok(walk.finish());
+    }
     if matches!(plan.strategy.sharding, Sharding::Full | Sharding::Hybrid) {
         walk.gather_params();
     }
@@ -199,11 +264,7 @@ pub fn lower_into<S: Sink>(
             if !walk.simulated[pipe.stages[x % p].group(j)[0] as usize] {
                 continue;
             }
-            match action {
-                Action::Fwd(k) => walk.forward(x, j, k),
-                Action::Bwd(k) => walk.backward(x, j, k),
-                Action::Wgt(k) => walk.weight(x, j, k),
-            }
+            walk.run_pass(x, j, action);
         }
     }
     // Gradient synchronisation inside each stage's group, then the optimizer.
@@ -260,6 +321,21 @@ struct Slice {
     tp: TpTimes,
 }
 
+/// One replica's pass (a forward, backward or weight-gradient part of a
+/// micro-batch) through a virtual stage, in progress: its slice, what its
+/// next op waits for per TP rank, and per TP rank the output gradient its
+/// next block consumes and the input that arrived (a backward frees them).
+struct Pass {
+    /// Its virtual stage.
+    v: usize,
+    /// Forward, backward or weight-gradient part, and its micro-batch.
+    action: Action,
+    x: Slice,
+    deps: Vec<Vec<OpId>>,
+    out_grad: Vec<i64>,
+    inputs: Vec<i64>,
+}
+
 /// A lowering in progress: what it reads (the plan, its cost table, the
 /// labels), what the ops emitted so far leave for later ones (transfers
 /// per slot, each GPU's last compute op, the collectives), and the sink.
@@ -290,8 +366,37 @@ struct Walk<'a, S: Sink> {
     collectives: Vec<CollectiveRecord>,
     /// Per rank: simulated event by event ([`NodeClasses::simulated`]).
     simulated: Vec<bool>,
+    /// FSDP / HSDP per unit at one stage (`None` otherwise).
+    per_unit: Option<PerUnit>,
+    /// Per rank: memory changes the next forward or backward op it runs
+    /// carries (a unit's buffers; empty unless per unit).
+    extra: Vec<Vec<MemChange>>,
     g: &'a mut S,
 }
+
+/// FSDP / HSDP per unit inside a one-stage plan, in progress
+/// ([`super::reshard`]).
+struct PerUnit {
+    /// Every use of a unit, in order.
+    uses: Vec<Use>,
+    /// Per use, the use whose all-gather follows it ([`prefetch_after`]).
+    after: Vec<Option<usize>>,
+    /// The shard groups (per TP rank, its data-parallel group in groups of
+    /// the shard width) with a simulated member.
+    groups: Vec<Vec<usize>>,
+    /// Per rank, its shard group's index in `groups` (`usize::MAX`: none).
+    group_of: Vec<usize>,
+    /// The all-gathers issued and not yet used: (use, per group its op).
+    gathers: Vec<(usize, Vec<OpId>)>,
+    /// Per rank, its latest reduction (what its optimizer step waits for).
+    last_reduce: Vec<Option<OpId>>,
+    /// Collective durations (ms) and link shares, by kind, ranks and
+    /// piece bytes.
+    priced: std::collections::HashMap<(CollectiveKind, Vec<usize>, u64), Priced>,
+}
+
+/// A collective's duration (ms) and the link shares it declares.
+type Priced = (f64, Vec<(u32, f32)>);
 
 impl<'a, S: Sink> Walk<'a, S> {
     fn new(
@@ -331,6 +436,8 @@ impl<'a, S: Sink> Walk<'a, S> {
             gathers: Vec::new(),
             collectives: Vec::new(),
             simulated: vec![true; costs.ranks()],
+            per_unit: None,
+            extra: Vec::new(),
             g,
         }
     }
@@ -385,7 +492,18 @@ impl<'a, S: Sink> Walk<'a, S> {
         label: OpLabel,
         mems: &[MemChange],
     ) -> OpId {
-        let id = self.g.op(rank, Stream::Compute, t, deps, label, mems);
+        // A unit's buffers ride on its forward or backward op, not on a
+        // recompute.
+        let extra = match self.extra.get_mut(rank as usize) {
+            Some(e) if !e.is_empty() && label.category != Category::Recompute => std::mem::take(e),
+            _ => Vec::new(),
+        };
+        let id = if extra.is_empty() {
+            self.g.op(rank, Stream::Compute, t, deps, label, mems)
+        } else {
+            let all: Vec<MemChange> = mems.iter().copied().chain(extra).collect();
+            self.g.op(rank, Stream::Compute, t, deps, label, &all)
+        };
         self.last_compute[rank as usize] = Some(id);
         id
     }
@@ -424,37 +542,122 @@ impl<'a, S: Sink> Walk<'a, S> {
         done
     }
 
-    /// The forward of replica `j` of stage `s` on micro-batch `k`: the
-    /// embedding (first stage), its blocks, then the head (last stage) or
-    /// the sends to the next stage; each step on every TP rank, then its
-    /// TP communication.
-    fn forward(&mut self, v: usize, j: usize, k: u32) {
+    /// Replica `j`'s pass `action` through virtual stage `x` (its forward,
+    /// backward or weight-gradient part of a micro-batch), unit by unit.
+    fn run_pass(&mut self, x: usize, j: usize, action: Action) {
+        let mut ps = self.open(x, j, action);
+        let layers = self.costs.workload.model.layers;
+        for u in super::reshard::units(self.pipe, layers, x, action) {
+            self.unit(&mut ps, u);
+        }
+        self.close(ps);
+    }
+
+    /// Replica `j`'s pass `action` through virtual stage `v`, begun: its
+    /// slice, and what its first op waits for (the transfers that bring its
+    /// input or its output gradient).
+    fn open(&mut self, v: usize, j: usize, action: Action) -> Pass {
+        let (Action::Fwd(k) | Action::Bwd(k) | Action::Wgt(k)) = action;
         let x = self.slice(v, j, k);
-        let (first, last) = self.blocks(v);
-        let mut deps: Vec<Vec<OpId>> = x
-            .here
+        let inbox = match action {
+            Action::Fwd(_) => Some(&mut self.act_in),
+            Action::Bwd(_) => Some(&mut self.grad_in),
+            Action::Wgt(_) => None,
+        };
+        let deps: Vec<Vec<OpId>> = match inbox {
+            None => vec![Vec::new(); x.ranks.len()],
+            Some(inbox) => x
+                .here
+                .iter()
+                .map(|&h| std::mem::take(&mut inbox.ops[h]))
+                .collect(),
+        };
+        // The output gradient its last block consumes, and what arrived as
+        // its input (a later stage's first block frees it).
+        let out_grad = x.here.iter().map(|&h| self.grad_in.bytes[h]).collect();
+        let inputs = x.here.iter().map(|&h| self.act_in.bytes[h]).collect();
+        Pass {
+            v,
+            action,
+            x,
+            deps,
+            out_grad,
+            inputs,
+        }
+    }
+
+    /// Unit `u`'s step of pass `ps`.
+    fn unit(&mut self, ps: &mut Pass, u: u32) {
+        match ps.action {
+            Action::Fwd(_) => self.fwd_unit(ps, u),
+            Action::Bwd(_) => self.bwd_unit(ps, u),
+            Action::Wgt(_) => self.wgt_unit(ps, u),
+        }
+    }
+
+    /// Pass `ps` ended: a forward that is not the last virtual stage's
+    /// sends its activations on, a backward that is not the first's its
+    /// input gradient back.
+    fn close(&mut self, ps: Pass) {
+        let x = &ps.x;
+        let done: Vec<OpId> = x
+            .ranks
             .iter()
-            .map(|&h| std::mem::take(&mut self.act_in.ops[h]))
+            .map(|&r| self.last_compute[r as usize].expect("a stage has at least one block"))
             .collect();
+        let (first, last) = self.blocks(ps.v);
+        match ps.action {
+            Action::Fwd(k) if !self.is_last(ps.v) => {
+                // Activations to the next stage's GPUs holding these samples.
+                let label = at(self.lb.send_act, last + 1, k);
+                self.send(x, Flow::Activations, label, &done);
+            }
+            Action::Bwd(k) if ps.v > 0 => {
+                // The input gradient to the previous stage's GPUs.
+                let label = at(self.lb.send_grad, first, k);
+                self.send(x, Flow::Gradients, label, &done);
+            }
+            _ => {}
+        }
+    }
+
+    /// Unit `u` of a forward: the embedding, a block (its forward adds what
+    /// its checkpointing policy keeps beyond its input, and a checkpointed
+    /// block holds its no-grad working set while it runs) or the head; on
+    /// every TP rank, then its TP communication.
+    fn fwd_unit(&mut self, ps: &mut Pass, u: u32) {
+        let x = &ps.x;
+        let k = x.k;
+        let t = x.ranks.len();
         let none = MemChange::end(0, 0);
-        // The first stage's input is the embedding's output; a later
-        // stage's arrived with the transfers.
-        if v == 0 {
-            self.gathered(&x.ranks, 0, k, &mut deps);
+        let head = self.costs.workload.model.layers + 1;
+        self.gathered(&x.ranks, u as usize, k, &mut ps.deps);
+        if u == 0 {
             let label = at(self.lb.embed_fwd, 0, k);
             let done = self.step(
-                &x,
-                &deps,
+                x,
+                &ps.deps,
                 label,
                 x.tp.embed_fwd,
                 self.lb.tp_fwd,
                 |m| m.f_emb,
                 |r, m| [MemChange::end(r, round(m.act.checkpoint)), none],
             );
-            deps = done.into_iter().map(|d| vec![d]).collect();
-        }
-        for b in first..=last {
-            let pol = self.plan.strategy.checkpointing.block(b);
+            ps.deps = done.into_iter().map(|d| vec![d]).collect();
+        } else if u == head {
+            let label = at(self.lb.head_fwd, head, k);
+            self.step(
+                x,
+                &ps.deps,
+                label,
+                x.tp.head_fwd,
+                self.lb.tp_fwd,
+                |m| m.f_head,
+                |r, m| [MemChange::start(r, round(m.act.head_work)), none],
+            );
+            ps.deps = vec![Vec::new(); t];
+        } else {
+            let pol = self.plan.strategy.checkpointing.block(u);
             let mems = |r: u32, m: &Micro| {
                 let a = m.act;
                 let c = round(a.checkpoint);
@@ -466,182 +669,143 @@ impl<'a, S: Sink> Walk<'a, S> {
                 let extra = round((a.kept(pol) - a.checkpoint).max(0.0));
                 [MemChange::start(r, wf), MemChange::end(r, extra + c - wf)]
             };
-            let label = at(self.lb.fwd, b, k);
-            self.gathered(&x.ranks, b as usize, k, &mut deps);
-            deps = self
-                .step(
-                    &x,
-                    &deps,
-                    label,
-                    x.tp.block_fwd,
-                    self.lb.tp_fwd,
-                    |m| m.f_blk,
-                    mems,
-                )
-                .into_iter()
-                .map(|_| Vec::new())
-                .collect();
-        }
-        let done: Vec<OpId> = x
-            .ranks
-            .iter()
-            .map(|&r| self.last_compute[r as usize].expect("a stage has at least one block"))
-            .collect();
-        if self.is_last(v) {
-            let head = self.costs.workload.model.layers + 1;
-            let label = at(self.lb.head_fwd, head, k);
-            let mut deps = vec![Vec::new(); x.ranks.len()];
-            self.gathered(&x.ranks, head as usize, k, &mut deps);
-            self.step(
-                &x,
-                &deps,
-                label,
-                x.tp.head_fwd,
-                self.lb.tp_fwd,
-                |m| m.f_head,
-                |r, m| [MemChange::start(r, round(m.act.head_work)), none],
-            );
-        } else {
-            // Activations to the next stage's GPUs holding these samples.
-            self.send(
-                &x,
-                Flow::Activations,
-                at(self.lb.send_act, last + 1, k),
-                &done,
-            );
+            let label = at(self.lb.fwd, u, k);
+            let comm = x.tp.block_fwd;
+            self.step(x, &ps.deps, label, comm, self.lb.tp_fwd, |m| m.f_blk, mems);
+            ps.deps = vec![Vec::new(); t];
         }
     }
 
-    /// The backward of replica `j` of stage `s` on micro-batch `k`: the
-    /// head (last stage), per block in reverse its recompute and backward,
-    /// then the embedding (first stage) or the sends to the previous
-    /// stage; each step on every TP rank, then its TP communication.
-    fn backward(&mut self, v: usize, j: usize, k: u32) {
-        let x = self.slice(v, j, k);
-        let (first, last) = self.blocks(v);
-        let is_first = v == 0;
+    /// Unit `u` of a backward: the head (it frees its working memory and
+    /// hands the last block its gradient), a block (its recompute if the
+    /// policy asks, then its backward, which allocates its working
+    /// gradients and the input gradient and frees the block's activations
+    /// and the output gradient it consumed) or the embedding; on every TP
+    /// rank, then its TP communication.
+    fn bwd_unit(&mut self, ps: &mut Pass, u: u32) {
+        let x = &ps.x;
+        let k = x.k;
         let t = x.ranks.len();
-        let mut deps: Vec<Vec<OpId>> = x
-            .here
-            .iter()
-            .map(|&h| std::mem::take(&mut self.grad_in.ops[h]))
-            .collect();
-        // The output gradient this stage's last block consumes, per TP rank.
-        let mut out_grad: Vec<i64> = x.here.iter().map(|&h| self.grad_in.bytes[h]).collect();
         let none = MemChange::end(0, 0);
-        if self.is_last(v) {
-            // The head frees its working memory and its input's stand-in,
-            // and hands the last block its gradient.
-            let label = at(self.lb.head_bwd, self.costs.workload.model.layers + 1, k);
+        let head = self.costs.workload.model.layers + 1;
+        if u == head {
+            let label = at(self.lb.head_bwd, head, k);
             self.step(
-                &x,
-                &deps,
+                x,
+                &ps.deps,
                 label,
                 x.tp.head_bwd,
                 self.lb.tp_bwd,
                 |m| m.b_head,
                 |r, m| [MemChange::end(r, -round(m.act.head_work)), none],
             );
-            deps = vec![Vec::new(); t];
-            out_grad = x.mc.iter().map(|m| round(m.act.checkpoint)).collect();
+            ps.deps = vec![Vec::new(); t];
+            ps.out_grad = x.mc.iter().map(|m| round(m.act.checkpoint)).collect();
+            return;
         }
-        let inputs: Vec<i64> = x.here.iter().map(|&h| self.act_in.bytes[h]).collect();
-        for b in (first..=last).rev() {
-            let pol = self.plan.strategy.checkpointing.block(b);
-            if pol != Recompute::None {
-                let label = at(self.lb.recompute, b, k);
-                let comm = if pol == Recompute::Full {
-                    x.tp.block_fwd
-                } else {
-                    SimTime::ZERO
-                };
-                let time = move |m: &Micro| match pol {
-                    Recompute::Full => m.re_full,
-                    _ => m.re_sel,
-                };
-                self.step(&x, &deps, label, comm, self.lb.tp_fwd, time, |r, m| {
-                    [MemChange::start(r, round(m.act.regenerated(pol))), none]
-                });
-                deps = vec![Vec::new(); t];
-            }
-            let rank_of: Vec<u32> = x.ranks.clone();
-            let grads = out_grad.clone();
-            let inputs = &inputs;
-            let split = self.w_share > 0.0;
-            let mems = |r: u32, m: &Micro| {
-                let i = rank_of.iter().position(|&q| q == r).unwrap_or(0);
-                let a = m.act;
-                let c = round(a.checkpoint);
-                let arrived = (b == first && !is_first).then(|| inputs[i]);
-                let (regen, extra, input) = block_held(&a, pol, arrived);
-                let gw = round(a.grad_work);
-                let held = if split {
-                    w_held(&a, extra + input + regen)
-                } else {
-                    0
-                };
-                [
-                    MemChange::start(r, gw + c),
-                    MemChange::end(r, -(gw + regen + extra + input + grads[i] - held)),
-                ]
-            };
-            let label = at(self.lb.bwd, b, k);
-            let ws = self.w_share;
-            let time = move |m: &Micro| dur(m.b_blk.as_ms() * (1.0 - ws));
-            self.step(&x, &deps, label, x.tp.block_bwd, self.lb.tp_bwd, time, mems);
-            deps = vec![Vec::new(); t];
-            out_grad = x.mc.iter().map(|m| round(m.act.checkpoint)).collect();
-        }
-        let done: Vec<OpId> = x
-            .ranks
-            .iter()
-            .map(|&r| self.last_compute[r as usize].expect("a stage has at least one block"))
-            .collect();
-        if is_first {
+        if u == 0 {
             let label = at(self.lb.embed_bwd, 0, k);
             self.step(
-                &x,
-                &[],
+                x,
+                &ps.deps,
                 label,
                 x.tp.embed_bwd,
                 self.lb.tp_bwd,
                 |m| m.b_emb,
                 |r, m| [MemChange::end(r, -round(m.act.checkpoint)), none],
             );
-        } else {
-            // The input gradient to the previous stage's GPUs.
-            self.send(&x, Flow::Gradients, at(self.lb.send_grad, first, k), &done);
+            ps.deps = vec![Vec::new(); t];
+            return;
         }
+        let b = u;
+        let pol = self.plan.strategy.checkpointing.block(b);
+        if pol != Recompute::None {
+            let label = at(self.lb.recompute, b, k);
+            let comm = if pol == Recompute::Full {
+                x.tp.block_fwd
+            } else {
+                SimTime::ZERO
+            };
+            let time = move |m: &Micro| match pol {
+                Recompute::Full => m.re_full,
+                _ => m.re_sel,
+            };
+            self.step(x, &ps.deps, label, comm, self.lb.tp_fwd, time, |r, m| {
+                [MemChange::start(r, round(m.act.regenerated(pol))), none]
+            });
+            ps.deps = vec![Vec::new(); t];
+        }
+        let (first, _) = self.blocks(ps.v);
+        let is_first = ps.v == 0;
+        let rank_of: Vec<u32> = x.ranks.clone();
+        let grads = &ps.out_grad;
+        let inputs = &ps.inputs;
+        let split = self.w_share > 0.0;
+        let mems = |r: u32, m: &Micro| {
+            let i = rank_of.iter().position(|&q| q == r).unwrap_or(0);
+            let a = m.act;
+            let c = round(a.checkpoint);
+            let arrived = (b == first && !is_first).then(|| inputs[i]);
+            let (regen, extra, input) = block_held(&a, pol, arrived);
+            let gw = round(a.grad_work);
+            let held = if split {
+                w_held(&a, extra + input + regen)
+            } else {
+                0
+            };
+            [
+                MemChange::start(r, gw + c),
+                MemChange::end(r, -(gw + regen + extra + input + grads[i] - held)),
+            ]
+        };
+        let label = at(self.lb.bwd, b, k);
+        let ws = self.w_share;
+        let time = move |m: &Micro| dur(m.b_blk.as_ms() * (1.0 - ws));
+        self.step(
+            x,
+            &ps.deps,
+            label,
+            x.tp.block_bwd,
+            self.lb.tp_bwd,
+            time,
+            mems,
+        );
+        ps.deps = vec![Vec::new(); t];
+        ps.out_grad = x.mc.iter().map(|m| round(m.act.checkpoint)).collect();
     }
 
-    /// The weight-gradient part of replica `j` of virtual stage `x`'s
-    /// backward on micro-batch `k` (zero-bubble schedules): per block in
-    /// reverse its share of the backward, freeing what the input-gradient
-    /// part left for it ([`w_held`]).
-    fn weight(&mut self, v: usize, j: usize, k: u32) {
-        let x = self.slice(v, j, k);
-        let (first, last) = self.blocks(v);
-        let is_first = v == 0;
-        let inputs: Vec<i64> = x.here.iter().map(|&h| self.act_in.bytes[h]).collect();
+    /// Block `b`'s weight-gradient part of a split backward (zero-bubble
+    /// schedules): its share of the backward, freeing what the
+    /// input-gradient part left for it ([`w_held`]).
+    fn wgt_unit(&mut self, ps: &mut Pass, b: u32) {
+        let x = &ps.x;
+        let (first, _) = self.blocks(ps.v);
+        let is_first = ps.v == 0;
+        let pol = self.plan.strategy.checkpointing.block(b);
+        let rank_of = x.ranks.clone();
+        let inputs = &ps.inputs;
+        let mems = |r: u32, m: &Micro| {
+            let i = rank_of.iter().position(|&q| q == r).unwrap_or(0);
+            let arrived = (b == first && !is_first).then(|| inputs[i]);
+            let (regen, extra, input) = block_held(&m.act, pol, arrived);
+            let a = m.act;
+            [
+                MemChange::end(r, -w_held(&a, extra + input + regen)),
+                MemChange::end(r, 0),
+            ]
+        };
+        let label = at(self.lb.wgrad, b, x.k);
         let ws = self.w_share;
-        for b in (first..=last).rev() {
-            let pol = self.plan.strategy.checkpointing.block(b);
-            let rank_of = x.ranks.clone();
-            let inputs = &inputs;
-            let mems = |r: u32, m: &Micro| {
-                let i = rank_of.iter().position(|&q| q == r).unwrap_or(0);
-                let arrived = (b == first && !is_first).then(|| inputs[i]);
-                let (regen, extra, input) = block_held(&m.act, pol, arrived);
-                let a = m.act;
-                [
-                    MemChange::end(r, -w_held(&a, extra + input + regen)),
-                    MemChange::end(r, 0),
-                ]
-            };
-            let label = at(self.lb.wgrad, b, k);
-            let time = move |m: &Micro| dur(m.b_blk.as_ms() * ws);
-            self.step(&x, &[], label, SimTime::ZERO, self.lb.tp_bwd, time, mems);
-        }
+        let time = move |m: &Micro| dur(m.b_blk.as_ms() * ws);
+        self.step(
+            x,
+            &ps.deps,
+            label,
+            SimTime::ZERO,
+            self.lb.tp_bwd,
+            time,
+            mems,
+        );
     }
 
     /// After `done` (per TP rank), slice `x`'s transfers of `flow` to every
@@ -710,6 +874,22 @@ impl<'a, S: Sink> Walk<'a, S> {
     /// shard, then all-gather of the updated parameters), and every GPU's
     /// optimizer step.
     fn sync_and_step(&mut self, s: usize) {
+        if let Some(pu) = &self.per_unit {
+            // Reduced unit by unit: each GPU steps after its last reduction.
+            let last = pu.last_reduce.clone();
+            for r in self.pipe.stages[s].gpus.clone() {
+                let r = r as usize;
+                if !self.simulated[r] {
+                    continue;
+                }
+                let deps: Vec<OpId> = last[r].into_iter().collect();
+                let time = self.table.optimizer[r];
+                let label = at(self.lb.optimizer, NO_INDEX, NO_INDEX);
+                self.g
+                    .op(r as u32, Stream::Compute, time, &deps, label, &[]);
+            }
+            return;
+        }
         let pipe = self.pipe;
         let strategy = self.plan.strategy;
         let st = &pipe.stages[s];
@@ -809,6 +989,321 @@ impl<'a, S: Sink> Walk<'a, S> {
                     .op(r as u32, Stream::Compute, time, &deps, label, &[]);
             }
         }
+    }
+
+    /// FSDP / HSDP inside a one-stage plan, unit by unit
+    /// ([`super::reshard`]): the stage's `order` walked one use at a time,
+    /// each use on every simulated replica before the next (so a shard
+    /// group's collectives follow all its members), its all-gather
+    /// prefetched two phases ahead, its reduction after it when its
+    /// gradient is complete.
+    fn per_unit_walk(&mut self, order: &[(usize, Action)]) {
+        let pipe = self.pipe;
+        let st = &pipe.stages[0];
+        let layers = self.costs.workload.model.layers;
+        let sync = self.plan.strategy.accumulation == crate::strategy::Accumulation::Sync;
+        let uses = super::reshard::uses(pipe, layers, order, sync);
+        let (after, first) = prefetch_after(&uses);
+        let (t, h) = (st.tp.max(1) as usize, st.shard_width(&self.plan.strategy));
+        let ranks = self.costs.ranks();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_of = vec![usize::MAX; ranks];
+        for i in 0..t {
+            for g in st.dp_group(i).chunks(h) {
+                if g.iter().any(|&r| self.simulated[r]) {
+                    g.iter().for_each(|&r| group_of[r] = groups.len());
+                    groups.push(g.to_vec());
+                }
+            }
+        }
+        self.extra = vec![Vec::new(); ranks];
+        self.per_unit = Some(PerUnit {
+            uses,
+            after,
+            groups,
+            group_of,
+            gathers: Vec::new(),
+            last_reduce: vec![None; ranks],
+            priced: std::collections::HashMap::new(),
+        });
+        for n in first {
+            self.unit_gather(n);
+        }
+        let replicas: Vec<usize> = (0..st.dp())
+            .filter(|&j| self.simulated[st.group(j)[0] as usize])
+            .collect();
+        let mut n = 0;
+        for &(x, action) in order {
+            let mut passes: Vec<Pass> = replicas.iter().map(|&j| self.open(x, j, action)).collect();
+            for u in super::reshard::units(pipe, layers, x, action) {
+                self.before_use(n, &mut passes);
+                for ps in &mut passes {
+                    self.unit(ps, u);
+                }
+                self.after_use(n);
+                n += 1;
+            }
+            for ps in passes {
+                self.close(ps);
+            }
+        }
+    }
+
+    /// Parameters one GPU holds of unit `u` (its TP share).
+    fn unit_params(&self, u: u32) -> f64 {
+        let model = &self.costs.workload.model;
+        let tp = self.pipe.tensor(0);
+        if u == 0 {
+            tp.embedding_params(model)
+        } else if u == model.layers + 1 {
+            tp.head_params(model)
+        } else {
+            tp.block_params(model)
+        }
+    }
+
+    /// Before use `n`: its all-gather (issued earlier, or now) is what each
+    /// pass's first op of the unit waits for, and the ops of the use carry
+    /// its buffers: the gathered parameters freed when it reshards, the
+    /// unsharded gradient allocated where the step's gradient of the unit
+    /// begins, and a sharded backward's parameter-dtype gradient while it
+    /// runs (as the data-parallel steps hold them, [`crate::schedule`]).
+    fn before_use(&mut self, n: usize, passes: &mut [Pass]) {
+        let pu = self.per_unit.as_ref().expect("per unit");
+        let u = pu.uses[n];
+        let gathered = if u.gathers {
+            if !pu.gathers.iter().any(|g| g.0 == n) {
+                self.unit_gather(n);
+            }
+            let pu = self.per_unit.as_mut().expect("per unit");
+            let at = pu
+                .gathers
+                .iter()
+                .position(|g| g.0 == n)
+                .expect("just gathered");
+            Some(pu.gathers.remove(at).1)
+        } else {
+            None
+        };
+        let s = self.plan.strategy;
+        let prm = self.unit_params(u.unit);
+        let (pb, gb) = (
+            round(s.param_dtype.bytes() * prm),
+            round(s.reduce_dtype.bytes() * prm),
+        );
+        let cast = (u.grads && s.param_dtype != s.reduce_dtype).then_some(pb);
+        let pu = self.per_unit.as_ref().expect("per unit");
+        for ps in passes.iter_mut() {
+            for (i, &r) in ps.x.ranks.iter().enumerate() {
+                if let Some(ops) = &gathered {
+                    ps.deps[i].push(ops[pu.group_of[r as usize]]);
+                }
+                let e = &mut self.extra[r as usize];
+                if u.grad_alloc {
+                    e.push(MemChange::start(r, gb).of(MemKind::Grads));
+                }
+                if let Some(c) = cast {
+                    e.push(MemChange::start(r, c).of(MemKind::Grads));
+                    e.push(MemChange::end(r, -c).of(MemKind::Grads));
+                }
+                if u.reshards {
+                    e.push(MemChange::end(r, -pb).of(MemKind::Params));
+                }
+            }
+        }
+    }
+
+    /// After use `n` on every replica: its reduction when the unit's
+    /// gradient is complete (per shard group a reduce-scatter freeing the
+    /// unsharded gradient, under HSDP then an all-reduce of the shard
+    /// across the groups on the reduce stream), then the all-gather it
+    /// prefetches.
+    fn after_use(&mut self, n: usize) {
+        let pu = self.per_unit.as_ref().expect("per unit");
+        let (u, next) = (pu.uses[n], pu.after[n]);
+        if u.reduces {
+            self.unit_reduce(u);
+        }
+        if let Some(next) = next {
+            self.unit_gather(next);
+        }
+    }
+
+    /// The all-gather of use `n`'s unit in every shard group, after the
+    /// group's simulated members' last compute, allocating the gathered
+    /// parameters on them.
+    fn unit_gather(&mut self, n: usize) {
+        let pu = self.per_unit.as_ref().expect("per unit");
+        let u = pu.uses[n];
+        let groups = pu.groups.clone();
+        let prm = self.unit_params(u.unit);
+        let bytes = self.plan.strategy.param_dtype.bytes() * prm;
+        let label = at(self.lb.unit_gather, u.unit, u.k);
+        let ops: Vec<OpId> = groups
+            .iter()
+            .map(|g| {
+                let deps: Vec<OpId> = g.iter().filter_map(|&r| self.last_compute[r]).collect();
+                let kind = CollectiveKind::AllGather;
+                let mem = (round(bytes), 0);
+                self.unit_collective(u.unit, g, (kind, label), bytes / g.len() as f64, &deps, mem)
+            })
+            .collect();
+        let pu = self.per_unit.as_mut().expect("per unit");
+        pu.gathers.push((n, ops));
+    }
+
+    /// Use `u`'s reduction (see [`Self::after_use`]).
+    fn unit_reduce(&mut self, u: Use) {
+        let pu = self.per_unit.as_ref().expect("per unit");
+        let groups = pu.groups.clone();
+        let s = self.plan.strategy;
+        let prm = self.unit_params(u.unit);
+        let bytes = s.reduce_dtype.bytes() * prm;
+        let free = -round(bytes);
+        let mut reduced: Vec<OpId> = Vec::with_capacity(groups.len());
+        for g in &groups {
+            let h = g.len();
+            let deps: Vec<OpId> = g.iter().filter_map(|&r| self.last_compute[r]).collect();
+            let op = if h > 1 {
+                let how = (
+                    CollectiveKind::ReduceScatter,
+                    at(self.lb.unit_reduce, u.unit, u.k),
+                );
+                self.unit_collective(u.unit, g, how, bytes / h as f64, &deps, (0, free))
+            } else {
+                // A shard group of one GPU reduces nothing; a zero-time op
+                // frees its gradient where a reduce-scatter would.
+                let how = (
+                    CollectiveKind::ReduceScatter,
+                    at(self.lb.unit_reduce, u.unit, u.k),
+                );
+                self.unit_collective(u.unit, g, how, 0.0, &deps, (0, free))
+            };
+            for &r in g {
+                self.per_unit.as_mut().expect("per unit").last_reduce[r] = Some(op);
+            }
+            reduced.push(op);
+        }
+        if s.sharding != Sharding::Hybrid {
+            return;
+        }
+        // HSDP: GPUs at the same place of every shard group of a TP rank
+        // all-reduce their shard.
+        let st = &self.pipe.stages[0];
+        let h = st.shard_width(&s);
+        let piece = bytes / h as f64;
+        for i in 0..st.tp.max(1) as usize {
+            let dp = st.dp_group(i);
+            if dp.len() <= h {
+                continue;
+            }
+            let deps: Vec<OpId> = groups
+                .iter()
+                .zip(&reduced)
+                .filter(|(g, _)| dp.contains(&g[0]))
+                .map(|(_, &op)| op)
+                .collect();
+            for q in 0..h {
+                let reps: Vec<usize> = dp.iter().skip(q).step_by(h).copied().collect();
+                if !reps.iter().any(|&r| self.simulated[r]) {
+                    continue;
+                }
+                let how = (
+                    CollectiveKind::AllReduce,
+                    at(self.lb.unit_all_reduce, u.unit, u.k),
+                );
+                let op = self.unit_collective(u.unit, &reps, how, piece, &deps, (0, 0));
+                for &r in &reps {
+                    self.per_unit.as_mut().expect("per unit").last_reduce[r] = Some(op);
+                }
+            }
+        }
+    }
+
+    /// A collective `how` (kind, label) of unit `unit` over `group`, each
+    /// GPU's piece `piece_bytes`, after `deps`: on the communication stream
+    /// (FSDP's all-gathers and reduce-scatters share one queue), an HSDP
+    /// all-reduce on the reduce stream; `mem` bytes allocated on the
+    /// simulated members when it starts and when it ends. Priced once per
+    /// kind, group and size; recorded.
+    fn unit_collective(
+        &mut self,
+        unit: u32,
+        group: &[usize],
+        how: (CollectiveKind, OpLabel),
+        piece_bytes: f64,
+        deps: &[OpId],
+        mem: (i64, i64),
+    ) -> OpId {
+        let (kind, label) = how;
+        let costs = self.costs;
+        let pieces = vec![piece_bytes; group.len()];
+        let contention = self.contention;
+        // A group of one GPU moves nothing.
+        let real = group.len() > 1 && piece_bytes > 0.0;
+        let key = (kind, group.to_vec(), piece_bytes.to_bits());
+        let pu = self.per_unit.as_mut().expect("per unit");
+        let (ms, shares) = pu
+            .priced
+            .entry(key)
+            .or_insert_with(|| {
+                let ms = if real {
+                    costs.group_collective_ms(kind, group, &pieces)
+                } else {
+                    0.0
+                };
+                let shares = if contention && ms > 0.0 {
+                    costs.group_collective_shares(kind, group, &pieces, ms)
+                } else {
+                    Vec::new()
+                };
+                (ms, shares)
+            })
+            .clone();
+        let members: Vec<u32> = group
+            .iter()
+            .filter(|&&r| self.simulated[r])
+            .map(|&r| r as u32)
+            .collect();
+        let mut mems: Vec<MemChange> = Vec::with_capacity(2 * members.len());
+        let kind_of = if kind == CollectiveKind::AllGather {
+            MemKind::Params
+        } else {
+            MemKind::Grads
+        };
+        for &r in &members {
+            if mem.0 != 0 {
+                mems.push(MemChange::start(r, mem.0).of(kind_of));
+            }
+            if mem.1 != 0 {
+                mems.push(MemChange::end(r, mem.1).of(kind_of));
+            }
+        }
+        let stream = if kind == CollectiveKind::AllReduce {
+            Stream::Reduce
+        } else {
+            Stream::Comm
+        };
+        let t = dur(ms);
+        let id = self.g.collective(&members, stream, t, deps, label, &mems);
+        if !shares.is_empty() {
+            self.g.shares(id, &shares);
+        }
+        if real {
+            let ranks = collective_ranks(&costs.workload.cluster, group, &pieces);
+            let view = usize::from(!group.contains(&0));
+            self.collectives.push(CollectiveRecord {
+                op: id,
+                kind,
+                unit,
+                group: Group::Shard(view),
+                count: 1,
+                buffer_bytes: kind.buffer_bytes(&ranks),
+                dur: t,
+                source: costs.comm_source(kind, group, &pieces),
+            });
+        }
+        id
     }
 
     /// FSDP inside the stages as torchtitan runs it with a pipeline

@@ -12,11 +12,16 @@
 //! full replicas, gradients all-reduced once after the last backward, as
 //! DeepSpeed's pipeline engine with ZeRO 0; `grad-op`: ZeRO-1 inside the
 //! group, the optimizer state sharded, gradients reduce-scattered and the
-//! updated parameters all-gathered; ZeRO-2/3 are refused, as DeepSpeed's
-//! `pipe/engine.py` asserts), which blocks recompute (activation
+//! updated parameters all-gathered; `full` / `hybrid`: FSDP / HSDP as
+//! torchtitan runs them, with a pipeline each unit gathered once per step
+//! and held, at one stage per unit, gathered for its forward and again for
+//! its backward, [`reshard`]), which blocks recompute (activation
 //! checkpointing), the dtypes and the attention kernel. Gradients
-//! accumulate locally over the micro-batches (`no-sync`); nothing is
-//! offloaded.
+//! accumulate locally over the micro-batches (`no-sync`; at one stage
+//! under FSDP / HSDP `sync` reduces every micro-batch's); nothing is
+//! offloaded. A one-stage plan over every GPU without TP that runs micro-batch
+//! by micro-batch is the data-parallel plan of its per-GPU entries and
+//! lowers as one ([`crate::iteration`]), with any data-parallel strategy.
 //!
 //! Samples: the global batch `B` is split into `m` micro-batches of
 //! near-equal size (largest first); inside a stage of `d` GPUs every
@@ -37,6 +42,8 @@
 //! Parts: [`schedule`] (each stage's order of forwards and backwards),
 //! [`partition`] (the exact contiguous partition the planners use),
 //! [`costs`] (the cost table of an iteration, built before lowering),
+//! [`reshard`] (FSDP / HSDP per unit inside a one-stage plan: which use
+//! gathers, reshards, reduces),
 //! [`lower`] (the ops: per block forward / recompute / backward, the
 //! point-to-point transfers on the cluster's links, the gradient
 //! synchronisation and the optimizer step), [`estimate`] (the planners'
@@ -46,6 +53,7 @@ pub mod costs;
 pub mod estimate;
 pub mod lower;
 pub mod partition;
+pub mod reshard;
 pub mod schedule;
 
 use crate::cost::CostModel;
@@ -113,14 +121,31 @@ pub fn tp_links(from_t: u32, to_t: u32, sequence_parallel: bool) -> Vec<TpLink> 
 }
 
 /// Constant GPU memory of a GPU holding `params` parameters (its share,
-/// under TP) of a stage with `d` data-parallel replicas, bytes (see [`lower::base_device_bytes`]): what the
-/// lowering holds constant and the planners' estimate counts.
-pub fn state_bytes(costs: &CostModel, strategy: &Strategy, params: f64, d: usize) -> f64 {
+/// under TP) of a stage with `d` data-parallel replicas, bytes (see
+/// [`lower::base_device_bytes`]): what the lowering holds constant and the
+/// planners' estimate counts. Framework overhead and the fixed workspace,
+/// then the training state: replicas (`none`) the whole mixed-precision
+/// state and a gradient buffer in `reduce_dtype`; sharded, the state over
+/// the `d` GPUs, plus, unless FSDP reshards per unit (`reshards`, one
+/// stage: [`crate::plan::pipeline::reshards_after_forward`], the gathered
+/// units and gradients then come and go with the ops), the full
+/// parameters in `param_dtype` compute reads and the full gradient in
+/// `reduce_dtype` it accumulates (ZeRO-1's, and FSDP2's with a pipeline,
+/// whose unsharded gradients accumulate in `reduce_dtype`, REAL-SYSTEMS
+/// section 2.7).
+pub fn state_bytes(
+    costs: &CostModel,
+    strategy: &Strategy,
+    params: f64,
+    d: usize,
+    reshards: bool,
+) -> f64 {
     let st = strategy;
     let d = d.max(1) as f64;
     let mut b = costs.overhead_gib() * GIB + costs.activations.fixed_bytes;
     b += match st.sharding {
         Sharding::NoShard => (st.gpu_state_bytes_per_param() + st.reduce_dtype.bytes()) * params,
+        _ if reshards => st.gpu_state_bytes_per_param() * params / d,
         _ => {
             st.gpu_state_bytes_per_param() * params / d
                 + (st.param_dtype.bytes() + st.reduce_dtype.bytes()) * params

@@ -200,6 +200,14 @@ pub fn shard_width(strategy: &Strategy, d: usize, t: u32) -> usize {
     }
 }
 
+/// Whether `sharding` inside the stages of a `depth`-stage pipeline
+/// reshards each unit after its forward
+/// ([`Pipeline::reshards_after_forward`]): FSDP / HSDP (`full`, `hybrid`)
+/// at one stage only.
+pub fn reshards_after_forward(sharding: Sharding, depth: usize) -> bool {
+    depth == 1 && matches!(sharding, Sharding::Full | Sharding::Hybrid)
+}
+
 fn is_one(x: &u32) -> bool {
     *x == 1
 }
@@ -305,6 +313,41 @@ impl Pipeline {
             sequence_parallel: self.sequence_parallel && self.stages[s].tp > 1,
             comm_overlap: self.tp_comm_overlap,
         }
+    }
+
+    /// Whether this pipeline on a cluster of `ranks` GPUs is a
+    /// data-parallel iteration: one stage of every GPU in rank order, one
+    /// model chunk, no TP, replicas splitting every micro-batch evenly,
+    /// each micro-batch's forward then its backward (1F1B or ZB-H1 at one
+    /// stage, any schedule with one micro-batch). Such a plan lowers as
+    /// the data-parallel plan of its per-GPU entries
+    /// ([`crate::iteration::Iteration`]): one description of the iteration,
+    /// whatever flags built it.
+    pub fn runs_data_parallel(&self, ranks: usize) -> bool {
+        let one_by_one = self.microbatches <= 1
+            || matches!(self.schedule, PipeSchedule::OneFOneB | PipeSchedule::ZbH1);
+        self.depth() == 1
+            && self.chunks() == 1
+            && self.stages[0].tp <= 1
+            && !self.stages[0].uneven()
+            && self.stages[0].gpus.len() == ranks
+            && self.stages[0]
+                .gpus
+                .iter()
+                .enumerate()
+                .all(|(i, &r)| r as usize == i)
+            && one_by_one
+    }
+
+    /// Whether FSDP / HSDP inside the stages reshards each unit after its
+    /// forward: at one stage, as torchtitan runs it without a pipeline
+    /// (`reshard_after_forward = not pp_enabled`, REAL-SYSTEMS-2 section
+    /// 2.1): each unit gathered before its forward and again before its
+    /// backward, its gradient reduce-scattered after its backward, the
+    /// rank holding its shard plus the units in flight. With several
+    /// stages the parameters are gathered once per step and held.
+    pub fn reshards_after_forward(&self, strategy: &Strategy) -> bool {
+        reshards_after_forward(strategy.sharding, self.depth())
     }
 
     /// Whether any stage splits its blocks over a TP group.
@@ -493,7 +536,7 @@ impl Pipeline {
         self.validate_stages(ranks, layers, origin)?;
         self.validate_microbatches(global_batch, origin)?;
         self.validate_schedule(origin)?;
-        validate_strategy(strategy, origin)?;
+        self.validate_strategy(ranks, strategy, origin)?;
         self.validate_shard_groups(strategy, origin)
     }
 
@@ -705,29 +748,63 @@ impl Pipeline {
     }
 }
 
-/// [`Pipeline::validate`]'s strategy: gradients accumulated without sync,
-/// nothing offloaded (every sharding runs inside a stage).
-fn validate_strategy(strategy: &Strategy, origin: &str) -> Result<(), PlanError> {
-    let bad = |field: String, msg: String| Err(PlanError::invalid(origin, field, msg));
-    if strategy.accumulation != Accumulation::NoSync {
-        return bad(
-            "strategy.accumulation".into(),
-            format!(
-                "a pipeline accumulates gradients over its micro-batches and reduces them once (`no-sync`), not `{}`",
-                strategy.accumulation.name()
-            ),
-        );
+impl Pipeline {
+    /// [`Pipeline::validate`]'s strategy. A data-parallel iteration
+    /// ([`Pipeline::runs_data_parallel`]) takes whatever a data-parallel
+    /// plan takes. Otherwise gradients accumulate without sync (`no-sync`:
+    /// reduced once, after the last micro-batch) or, where FSDP / HSDP
+    /// reshards per unit at one stage, with a reduce-scatter after every
+    /// micro-batch's backward (`sync`, as torchtitan accumulates without a
+    /// pipeline); nothing is offloaded.
+    fn validate_strategy(
+        &self,
+        ranks: usize,
+        strategy: &Strategy,
+        origin: &str,
+    ) -> Result<(), PlanError> {
+        if self.runs_data_parallel(ranks) {
+            return Ok(());
+        }
+        let bad = |field: String, msg: String| Err(PlanError::invalid(origin, field, msg));
+        let per_unit = self.reshards_after_forward(strategy);
+        match strategy.accumulation {
+            Accumulation::NoSync => {}
+            Accumulation::Sync if per_unit => {}
+            Accumulation::Sync if self.depth() == 1 => {
+                return bad(
+                    "strategy.accumulation".into(),
+                    format!(
+                        "`sync` inside a one-stage plan with TP needs FSDP or HSDP (`full`, `hybrid`: a reduce-scatter after each unit's backward); `{}` reduces once after the last micro-batch (`no-sync`)",
+                        strategy.sharding.name()
+                    ),
+                );
+            }
+            other => {
+                return bad(
+                    "strategy.accumulation".into(),
+                    format!(
+                        "a pipeline accumulates gradients over its micro-batches and reduces them once (`no-sync`), not `{}`{}",
+                        other.name(),
+                        if self.depth() == 1 {
+                            " (a one-stage plan takes `sync` under FSDP / HSDP, and any accumulation over every GPU without TP)"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+            }
+        }
+        if strategy.offload != Offload::None {
+            return bad(
+                "strategy.offload".into(),
+                format!(
+                    "pipeline and TP plans offload nothing, got `{}` (a one-stage plan over every GPU without TP is a data-parallel plan and may)",
+                    strategy.offload.name()
+                ),
+            );
+        }
+        Ok(())
     }
-    if strategy.offload != Offload::None {
-        return bad(
-            "strategy.offload".into(),
-            format!(
-                "pipeline plans offload nothing, got `{}`",
-                strategy.offload.name()
-            ),
-        );
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -457,7 +457,7 @@ fn search_layout(
                 .collect(),
         );
         pipe.sequence_parallel = pipe.has_tp();
-        if crate::pipeline::lower::ops_estimate(&pipe) > crate::limits::MAX_SIM_OPS {
+        if !crate::iteration::pipeline_fits_simulator(costs, strategy, &pipe) {
             continue;
         }
         let est = estimate_ms(

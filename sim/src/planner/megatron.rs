@@ -253,6 +253,7 @@ fn estimate_shape(
                     strategy,
                     pipe.rank_params(s, &w.model),
                     pipe.stages[s].shard_width(strategy),
+                    pipe.reshards_after_forward(strategy),
                 )
             })
             .fold(0.0, f64::max);

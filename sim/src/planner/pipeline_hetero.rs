@@ -306,7 +306,7 @@ impl HeteroPipeline {
                 })
                 .collect(),
         );
-        if crate::pipeline::lower::ops_estimate(&pipe) > crate::limits::MAX_SIM_OPS {
+        if !crate::iteration::pipeline_fits_simulator(costs, strategy, &pipe) {
             return None;
         }
         let schedule = PipeSchedule::OneFOneB;

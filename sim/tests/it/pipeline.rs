@@ -651,7 +651,14 @@ fn tensor_parallelism_splits_state_and_costs_communication() {
                 ..Shape3d::default()
             },
         );
-        simulate(&c, &plan, &SimOptions::default()).unwrap()
+        // (Every op alone: at TP 1 the plan is the data-parallel iteration,
+        // whose DDP buckets overlap the backward and slow it by
+        // interference; the compute compared here is the blocks'.)
+        let alone = SimOptions {
+            contention: false,
+            ..SimOptions::default()
+        };
+        simulate(&c, &plan, &alone).unwrap()
     };
     let (t1, t2, t4) = (run(1, false), run(2, false), run(4, false));
     let state = |r: &sim::report::Report| r.gpus[0].memory.state_gib;
@@ -686,20 +693,33 @@ fn tensor_parallelism_splits_state_and_costs_communication() {
     assert!(comp(&sp) < comp(&t4));
 }
 
-/// FSDP inside the stages as torchtitan runs it (2D FSDP x TP at PP 1,
-/// and FSDP x TP x PP): each unit's parameters gathered once per step at
-/// its start (one gather per unit and TP rank, none after the optimizer),
-/// gradients reduce-scattered once; the same peak memory as ZeRO-1 (the
-/// unsharded weights stay for the step) and no slower (the gathers leave
-/// the step's tail for its start, under the first forwards).
+/// FSDP inside the stages as torchtitan runs it. With a pipeline (FSDP x
+/// TP x PP, `reshard_after_forward = False`): each unit's parameters
+/// gathered once per step at its start (one gather per unit and TP rank,
+/// none after the optimizer), gradients reduce-scattered once; the same
+/// peak memory as ZeRO-1 (the unsharded weights stay for the step) and no
+/// slower (the gathers leave the step's tail for its start). At one stage
+/// (2D FSDP x TP, `reshard_after_forward = True`): every unit gathered
+/// before its forward and its backward in every micro-batch (the head kept
+/// from its forward to its backward), reduce-scattered after its last
+/// backward (`no-sync`) or every one (`sync`), the rank holding its shard
+/// and the units in flight: far below ZeRO-1's peak.
 #[test]
-fn fsdp_inside_stages_gathers_once_per_step_at_its_start() {
+fn fsdp_inside_stages_gathers_per_step_with_a_pipeline_and_per_unit_without() {
     use sim::plan::shape::Shape3d;
     let c = hgx("llama2-7b", 16);
     let blocks = c.workload.model.layers;
     for (tp, pp) in [(2u32, 1u32), (2, 2)] {
         let mut plans = Vec::new();
-        for sh in [Sharding::GradOp, Sharding::Full, Sharding::Hybrid] {
+        for (sh, acc) in [
+            (Sharding::GradOp, Accumulation::NoSync),
+            (Sharding::Full, Accumulation::NoSync),
+            (Sharding::Hybrid, Accumulation::NoSync),
+            (Sharding::Full, Accumulation::Sync),
+        ] {
+            if pp > 1 && acc == Accumulation::Sync {
+                continue;
+            }
             let mut plan = shape_plan(
                 &c,
                 Shape3d {
@@ -711,6 +731,7 @@ fn fsdp_inside_stages_gathers_once_per_step_at_its_start() {
                 },
             );
             plan.strategy.sharding = sh;
+            plan.strategy.accumulation = acc;
             if sh == Sharding::Hybrid {
                 // HSDP: shard groups of two TP groups (torchtitan's dp_shard 2).
                 plan.strategy.shard_group = 2 * tp;
@@ -727,18 +748,42 @@ fn fsdp_inside_stages_gathers_once_per_step_at_its_start() {
                 .map(|k| k.count)
                 .sum::<u32>()
         };
+        let peak =
+            |r: &sim::report::Report| r.gpus.iter().map(|g| g.peak_mem_gib).fold(0.0, f64::max);
+        let state = |r: &sim::report::Report| r.gpus[0].memory.state_gib;
         // The report counts GPU 0's collectives (stage 0). Its units: its
         // blocks and the embedding (and the head at PP 1); ZeRO-1 gathers
         // once after the optimizer.
         let units = blocks / pp + 1 + u32::from(pp == 1);
-        assert_eq!(count(fsdp, "all_gather"), units, "TP {tp} PP {pp}");
+        let d = 8 / (tp * pp);
         assert_eq!(count(zero1, "all_gather"), 1, "TP {tp} PP {pp}");
+        if pp == 1 {
+            let m = 16 / d;
+            let sync = &plans[3];
+            assert_eq!(count(fsdp, "all_gather"), m * (2 * units - 1));
+            assert_eq!(count(fsdp, "reduce_scatter"), units);
+            assert_eq!(count(sync, "all_gather"), m * (2 * units - 1));
+            assert_eq!(count(sync, "reduce_scatter"), m * units);
+            // HSDP per unit: every unit's shard all-reduced across the two
+            // shard groups once its gradient is complete.
+            assert_eq!(count(hsdp, "all_gather"), m * (2 * units - 1));
+            assert_eq!(count(hsdp, "all_reduce"), units);
+            // Only the shard stays: the full parameters and (under sync)
+            // gradients of ZeRO-1 do not.
+            assert!(
+                state(fsdp) < 0.5 * state(zero1),
+                "{} vs {}",
+                state(fsdp),
+                state(zero1)
+            );
+            assert!(peak(sync) < peak(fsdp) && peak(fsdp) < peak(zero1));
+            continue;
+        }
+        assert_eq!(count(fsdp, "all_gather"), units, "TP {tp} PP {pp}");
         assert_eq!(
             count(fsdp, "reduce_scatter"),
             count(zero1, "reduce_scatter")
         );
-        let peak =
-            |r: &sim::report::Report| r.gpus.iter().map(|g| g.peak_mem_gib).fold(0.0, f64::max);
         assert!(
             (peak(fsdp) - peak(zero1)).abs() < 1e-6,
             "{} vs {}",
@@ -754,14 +799,12 @@ fn fsdp_inside_stages_gathers_once_per_step_at_its_start() {
         // HSDP: a shard group of 2 replicas gathers its own copy, the shard
         // is all-reduced across the groups (when there are two or more),
         // and the state is split 2 ways instead of over every replica.
-        let d = 8 / (tp * pp);
         assert_eq!(count(hsdp, "all_gather"), units, "TP {tp} PP {pp}");
         assert_eq!(
             count(hsdp, "all_reduce"),
             u32::from(d > 2),
             "TP {tp} PP {pp}"
         );
-        let state = |r: &sim::report::Report| r.gpus[0].memory.state_gib;
         if d > 2 {
             assert!(state(hsdp) > state(fsdp), "TP {tp} PP {pp}");
         } else {

@@ -9,7 +9,7 @@ use sim::plan::Plan;
 use sim::planner::{self, Planner, PlannerOptions, Problem, SimJudge};
 use sim::profile::ProfileSet;
 use sim::simulate::simulate;
-use sim::strategy::{Checkpointing, Sharding, StrategySpec};
+use sim::strategy::{Accumulation, Checkpointing, Sharding, StrategySpec};
 
 /// `nodes` HGX nodes of 8 A100-80GB on NVSwitch, 8 NICs of 200 Gbit/s.
 fn hgx(nodes: usize, model: &str, seq: u32, batch: u32) -> CostModel {
@@ -26,7 +26,7 @@ fn manual(c: &CostModel, shape: Shape3d, ckpt: Checkpointing) -> Plan {
     let spec = StrategySpec {
         sharding: Some(Sharding::GradOp),
         checkpointing: Some(ckpt),
-        accumulation: Some(sim::strategy::Accumulation::NoSync),
+        accumulation: Some(Accumulation::NoSync),
         offload: Some(sim::strategy::Offload::None),
         ..StrategySpec::NONE
     };
@@ -167,7 +167,8 @@ fn megatron_says_when_nothing_fits() {
 
 /// Identical replicas of a 3D plan are simulated once per node class and
 /// the merged report equals the full simulation (every schedule, TP with
-/// and without SP, replicas or the distributed optimizer).
+/// and without SP, the distributed optimizer, FSDP and HSDP inside the
+/// stages, per unit at one stage).
 #[test]
 fn merging_identical_replicas_changes_nothing_in_3d() {
     let c = hgx(4, "llama2-7b", 2048, 64);
@@ -201,11 +202,33 @@ fn merging_identical_replicas_changes_nothing_in_3d() {
             },
             Checkpointing::SelectiveAttention,
         ),
+        // One stage: FSDP / HSDP per unit.
+        (
+            Shape3d {
+                tp: 4,
+                sequence_parallel: true,
+                microbatch_size: 2,
+                ..Shape3d::default()
+            },
+            Checkpointing::Full,
+        ),
     ] {
-        // ZeRO-1, FSDP and HSDP (shard groups of one node) inside the stages.
-        for sharding in [Sharding::GradOp, Sharding::Full, Sharding::Hybrid] {
+        // ZeRO-1, FSDP and HSDP (shard groups of one node) inside the
+        // stages; at one stage FSDP also reducing every micro-batch.
+        let one = shape.pp == 1;
+        for (sharding, acc) in [
+            (Sharding::GradOp, Accumulation::NoSync),
+            (Sharding::Full, Accumulation::NoSync),
+            (Sharding::Hybrid, Accumulation::NoSync),
+            (Sharding::Full, Accumulation::Sync),
+            (Sharding::Hybrid, Accumulation::Sync),
+        ] {
+            if acc == Accumulation::Sync && !one {
+                continue;
+            }
             let mut plan = manual(&c, shape, ck);
             plan.strategy.sharding = sharding;
+            plan.strategy.accumulation = acc;
             plan.strategy.shard_group = if sharding == Sharding::Hybrid {
                 8
             } else {
@@ -235,4 +258,355 @@ fn merging_identical_replicas_changes_nothing_in_3d() {
         }
     }
     assert!(hybrid > 0, "no HSDP case ran");
+}
+
+/// A data-parallel iteration drawn for [`one_stage_without_tp_is_the_data_parallel_plan`].
+#[derive(Debug, Clone)]
+struct DpShape {
+    /// Nodes, GPUs per node, and the GPU type of the odd nodes (the even
+    /// ones A100-80GB): mixed clusters too.
+    nodes: usize,
+    node_gpus: usize,
+    odd_gpu: &'static str,
+    /// A catalog model and its sequence length.
+    model: (&'static str, u32),
+    /// Samples per micro-batch and micro-batches per GPU.
+    microbatch_size: u32,
+    microbatches: u32,
+    sharding: Sharding,
+    accumulation: Accumulation,
+    checkpointing: Checkpointing,
+    offload: sim::strategy::Offload,
+}
+
+fn arb_dp_shape() -> impl proptest::strategy::Strategy<Value = DpShape> {
+    use proptest::prelude::*;
+    (
+        (1usize..=3, prop::sample::select(vec![1usize, 2, 4])),
+        prop::sample::select(vec!["a100-80gb", "a100-40gb", "l40s", "h100-sxm"]),
+        prop::sample::select(vec![("llama-tiny", 512u32), ("gpt-1.3b", 1024)]),
+        (1u32..=3, 1u32..=4),
+        prop::sample::select(Sharding::ALL.to_vec()),
+        prop::sample::select(vec![
+            Accumulation::NoSync,
+            Accumulation::Sync,
+            Accumulation::Layered,
+        ]),
+        prop::sample::select(vec![
+            Checkpointing::None,
+            Checkpointing::Full,
+            Checkpointing::Selective,
+            Checkpointing::SelectiveAttention,
+            Checkpointing::Every(2),
+        ]),
+        prop::sample::select(vec![
+            sim::strategy::Offload::None,
+            sim::strategy::Offload::Activations,
+            sim::strategy::Offload::Optimizer,
+        ]),
+    )
+        .prop_map(
+            |((nodes, node_gpus), odd_gpu, model, (b, m), sh, acc, ck, off)| DpShape {
+                nodes,
+                node_gpus,
+                odd_gpu,
+                model,
+                microbatch_size: b,
+                microbatches: m,
+                sharding: sh,
+                accumulation: acc,
+                checkpointing: ck,
+                offload: off,
+            },
+        )
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config {
+        cases: 96,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x3d11),
+        ..proptest::test_runner::Config::default()
+    })]
+    /// A one-stage plan without TP is the data-parallel plan: the 3D flags
+    /// `--tp 1 --pp 1 --microbatch-size M` and the data-parallel flags of
+    /// the same iteration (`--batch` even, `--microbatches`) give the same
+    /// report, time and memory to the byte, for every data-parallel
+    /// strategy (sharding full / grad-op / none / hybrid, every
+    /// accumulation, checkpointing and offload) on one to three nodes of
+    /// one or two GPU types. (One description of the iteration: the
+    /// pipeline plan lowers as the data-parallel one,
+    /// `Pipeline::runs_data_parallel`.)
+    #[test]
+    fn one_stage_without_tp_is_the_data_parallel_plan(case in arb_dp_shape()) {
+        use sim::plan::file::PlanWorkload;
+        use sim::session::{user_plan, PlanInput};
+        let mut toml = String::from("name = \"mix\"\n[network]\nbw_gbit_s = 100.0\n");
+        for n in 0..case.nodes {
+            let gpu = if n % 2 == 1 { case.odd_gpu } else { "a100-80gb" };
+            let link = if gpu == "l40s" { "pcie4" } else { "nvswitch" };
+            toml.push_str(&format!(
+                "[[nodes]]\nintra_link = \"{link}\"\ngpus = [ {{ type = \"{gpu}\", count = {} }} ]\n",
+                case.node_gpus
+            ));
+        }
+        let ranks = (case.nodes * case.node_gpus) as u32;
+        let per_gpu = case.microbatch_size * case.microbatches;
+        let batch = ranks * per_gpu;
+        let c = crate::common::calibrated_bf16(&toml, case.model.0, case.model.1, batch);
+        let spec = StrategySpec {
+            sharding: Some(case.sharding),
+            // HSDP: a shard group per node.
+            shard_group: (case.sharding == Sharding::Hybrid).then_some(case.node_gpus as u32),
+            accumulation: Some(case.accumulation),
+            checkpointing: Some(case.checkpointing),
+            offload: Some(case.offload),
+            ..StrategySpec::NONE
+        };
+        let ctx = c.strategy_context();
+        let workload = PlanWorkload::of(&c);
+        let shape = Shape3d {
+            microbatch_size: case.microbatch_size,
+            ..Shape3d::default()
+        };
+        let layers = c.workload.model.layers;
+        let three_d = user_plan(PlanInput::Shape { shape: &shape, layers }, &spec, &ctx, &workload);
+        let batches = vec![per_gpu; ranks as usize];
+        let micro = vec![case.microbatches; ranks as usize];
+        let lists = PlanInput::Lists {
+            batch: &batches,
+            microbatches: &micro,
+            state_fractions: None,
+            origin: "--batch",
+        };
+        let dp = user_plan(lists, &spec, &ctx, &workload);
+        let (three_d, dp) = match (three_d, dp) {
+            (Ok(a), Ok(b)) => (a, b),
+            // (A strategy the cluster cannot run is refused either way.)
+            (Err(a), Err(b)) => {
+                proptest::prop_assert_eq!(a.to_string().replace("the 3D shape", "--batch"), b.to_string());
+                return Ok(());
+            }
+            (a, b) => {
+                return Err(proptest::test_runner::TestCaseError::fail(format!("{a:?} vs {b:?}")));
+            }
+        };
+        proptest::prop_assert!(three_d.pipeline.is_some() && dp.pipeline.is_none());
+        let opts = SimOptions::default();
+        let (a, b) = (simulate(&c, &three_d, &opts).unwrap(), simulate(&c, &dp, &opts).unwrap());
+        proptest::prop_assert_eq!(a.iteration_ms, b.iteration_ms);
+        proptest::prop_assert_eq!(a.oom, b.oom);
+        for (x, y) in a.gpus.iter().zip(&b.gpus) {
+            proptest::prop_assert_eq!(x.peak_mem_gib, y.peak_mem_gib, "rank {}", x.rank);
+            proptest::prop_assert_eq!(&x.memory, &y.memory, "rank {}", x.rank);
+            proptest::prop_assert_eq!(x.compute_ms, y.compute_ms, "rank {}", x.rank);
+            proptest::prop_assert_eq!(x.exposed_comm_ms, y.exposed_comm_ms, "rank {}", x.rank);
+        }
+        proptest::prop_assert_eq!(a.hosts, b.hosts);
+        proptest::prop_assert_eq!(a.collective_summary, b.collective_summary);
+        // And the fast model agrees with itself both ways.
+        let (fa, fb) = (
+            sim::fast::evaluate(&c, &three_d, &opts).unwrap(),
+            sim::fast::evaluate(&c, &dp, &opts).unwrap(),
+        );
+        proptest::prop_assert_eq!(fa, fb);
+    }
+}
+
+/// A cost model of `model_toml`'s model on `nodes` HGX nodes of 8 `gpu`
+/// (NVSwitch) with `net_gbit_s` per node, as `simulate --nodes N
+/// --gpus-per-node 8 --gpu GPU --network-gbit-s X --model-catalog FILE`
+/// builds it.
+fn hgx_of(
+    nodes: u32,
+    gpu: &str,
+    net_gbit_s: f64,
+    model_toml: &str,
+    dtype: sim::dtype::Dtype,
+    seq: u32,
+    batch: u32,
+) -> CostModel {
+    let catalog = sim::gpu::GpuCatalog::builtin();
+    let spec = catalog.lookup(gpu, "test").unwrap();
+    let mut file = sim::cluster::ClusterFile::homogeneous(nodes, 8, spec, None);
+    file.set_network_gbit_s(net_gbit_s);
+    let cluster = sim::cluster::Cluster::from_file(&file, "test", catalog).unwrap();
+    let models = sim::model::ModelCatalog::from_toml(model_toml, "test.toml").unwrap();
+    let name = model_toml.split('"').nth(1).unwrap();
+    let model = models.lookup(name, "test").unwrap().clone();
+    let w = sim::cost::Workload {
+        cluster,
+        seq_len: seq,
+        model,
+        dtype,
+        global_batch: batch,
+    };
+    CostModel::build(
+        w,
+        &ProfileSet::new(),
+        &sim::perfmodel::Calibrated::builtin(),
+        sim::cost::CostOptions::default(),
+    )
+    .unwrap()
+}
+
+/// Item 5 of issue 42: Llama 3.1 405B with FSDP (16 shards) x TP 8 at
+/// one stage on 128 H100 (torchtitan's published run): each GPU holds its
+/// 1/16 of its TP share's state plus the units in flight, as the
+/// data-parallel path counts FSDP, so it fits (it was called out of
+/// memory at 330 GiB of state: full parameters and gradients on top).
+#[test]
+fn llama3_405b_fsdp_by_tp8_fits_on_128_h100() {
+    let model = r#"
+[[model]]
+name = "llama3-405b"
+family = "llama"
+layers = 126
+hidden = 16384
+heads = 128
+kv_heads = 8
+ffn = 53248
+vocab = 128256
+seq_len = 8192
+"#;
+    let c = hgx_of(
+        16,
+        "h100-sxm",
+        3200.0,
+        model,
+        sim::dtype::Dtype::Bf16,
+        8192,
+        32,
+    );
+    let spec = StrategySpec {
+        sharding: Some(Sharding::Full),
+        accumulation: Some(Accumulation::NoSync),
+        checkpointing: Some(Checkpointing::Full),
+        offload: Some(sim::strategy::Offload::None),
+        ..StrategySpec::NONE
+    };
+    let strategy = spec.resolve(&c.strategy_context()).unwrap();
+    let shape = Shape3d {
+        tp: 8,
+        sequence_parallel: true,
+        microbatch_size: 2,
+        ..Shape3d::default()
+    };
+    let pipe = shape.pipeline(c.ranks(), 126, 32).unwrap();
+    let plan = Plan::pipelined("manual", strategy, pipe.clone(), c.ranks(), 32);
+    let r = simulate(&c, &plan, &SimOptions::default()).unwrap();
+    assert!(!r.oom, "{:?}", r.oom_gpus.first());
+    let gib = sim::units::GIB;
+    let share = pipe.rank_params(0, &c.workload.model);
+    let m = &r.gpus[0].memory;
+    // The state: 16 B per parameter of the TP share over the 16 shards.
+    let state = 16.0 * share / 16.0 / gib;
+    assert!(
+        (m.state_gib - state).abs() < 0.5,
+        "state {:.2} GiB, expected {state:.2}",
+        m.state_gib
+    );
+    // Units in flight: about two blocks' bf16 parameters and their fp32
+    // gradient with the bf16 one it casts.
+    let unit = 2.0 * share / 128.0 / gib;
+    assert!(
+        m.unsharded_params_gib <= 2.0 * unit * 1.01,
+        "{} vs {unit}",
+        m.unsharded_params_gib
+    );
+    assert!(
+        m.gradients_gib <= 4.0 * unit * 1.01,
+        "{} vs {unit}",
+        m.gradients_gib
+    );
+    assert!(r.gpus[0].peak_mem_gib < 70.0, "{}", r.gpus[0].peak_mem_gib);
+    // The estimate the 3D planners size plans with says the same.
+    let e = sim::pipeline::estimate::estimate(&c, &plan, &pipe).unwrap();
+    let ratio = e.peak_bytes[0] / gib / r.gpus[0].peak_mem_gib;
+    assert!(
+        (0.99..=1.1).contains(&ratio),
+        "estimate / simulated peak {ratio:.3}"
+    );
+}
+
+/// Item 6 of issue 42: Narayanan et al.'s 1T GPT (TP 8 x PP 64 x DP 6 on
+/// 3,072 A100, interleaved with 2 chunks) simulates: the size limit counts
+/// the ops built, one replica per stage once identical nodes merge (it was
+/// refused at 36.9 million ops counting every replica). A graph that
+/// would really be too big is still refused, the limit named: four times
+/// the micro-batches without merging.
+#[test]
+fn the_one_trillion_megatron_run_simulates_what_it_builds() {
+    let model = r#"
+[[model]]
+name = "meg-1t"
+family = "gpt"
+layers = 128
+hidden = 25600
+heads = 160
+vocab = 51200
+seq_len = 2048
+"#;
+    let spec = StrategySpec {
+        sharding: Some(Sharding::NoShard),
+        accumulation: Some(Accumulation::NoSync),
+        checkpointing: Some(Checkpointing::Full),
+        offload: Some(sim::strategy::Offload::None),
+        ..StrategySpec::NONE
+    };
+    let shape = Shape3d {
+        tp: 8,
+        pp: 64,
+        schedule: sim::plan::pipeline::PipeSchedule::Interleaved,
+        virtual_stages: 2,
+        microbatch_size: 1,
+        ..Shape3d::default()
+    };
+    let plan_of = |c: &CostModel, batch: u32| {
+        let strategy = spec.resolve(&c.strategy_context()).unwrap();
+        let pipe = shape.pipeline(c.ranks(), 128, batch).unwrap();
+        Plan::pipelined("manual", strategy, pipe, c.ranks(), batch)
+    };
+    let c = hgx_of(
+        384,
+        "a100-80gb",
+        1600.0,
+        model,
+        sim::dtype::Dtype::Fp16,
+        2048,
+        3072,
+    );
+    let plan = plan_of(&c, 3072);
+    let pipe = plan.pipeline.clone().unwrap();
+    let merged = sim::iteration::node_classes(&c, &plan, &SimOptions::default());
+    let built = sim::pipeline::lower::ops_estimate(&pipe, &plan.strategy, &merged.simulated);
+    assert!(built <= sim::limits::MAX_SIM_OPS, "{built}");
+    let r = simulate(&c, &plan, &SimOptions::default()).unwrap();
+    assert!(!r.oom);
+    assert_eq!(r.simulated_gpus, 64 * 8);
+    assert!(r.ops <= built, "{} ops built, estimated {built}", r.ops);
+    // Four times the micro-batches: built merged, refused whole.
+    let c = hgx_of(
+        384,
+        "a100-80gb",
+        1600.0,
+        model,
+        sim::dtype::Dtype::Fp16,
+        2048,
+        4 * 3072,
+    );
+    let plan = plan_of(&c, 4 * 3072);
+    assert!(sim::iteration::Iteration::new(&c, &plan, &SimOptions::default()).is_ok());
+    let whole = SimOptions {
+        merge_identical_nodes: false,
+        ..SimOptions::default()
+    };
+    let e = sim::iteration::Iteration::new(&c, &plan, &whole)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("pipeline.microbatches")
+            && e.contains("33554432")
+            && e.contains("3072 simulated GPUs"),
+        "{e}"
+    );
 }
