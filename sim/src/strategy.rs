@@ -830,7 +830,8 @@ impl StrategySpec {
         put("stack", self.stack.map(|x| x.name().to_string()));
         put(
             "compile",
-            self.compile.map(|x| if x { "on" } else { "off" }.to_string()),
+            self.compile
+                .map(|x| if x { "on" } else { "off" }.to_string()),
         );
         out.join(" ")
     }

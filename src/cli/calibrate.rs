@@ -124,7 +124,11 @@ pub fn markdown(report: &CvReport, reference: &str) -> String {
         let _ = writeln!(s, "| {} | {} |", g.group, stats_cells(&g.stats));
     }
     let _ = writeln!(s, "| all | {} |", stats_cells(&h.overall));
-    let _ = writeln!(s, "\n### Coefficients not fitted ({})\n", report.pinned.len());
+    let _ = writeln!(
+        s,
+        "\n### Coefficients not fitted ({})\n",
+        report.pinned.len()
+    );
     let _ = writeln!(
         s,
         "Fixed by a published measurement or pinned to the physical per-op count where the data cannot identify them (the fit refuses them):\n"

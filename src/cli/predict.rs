@@ -17,9 +17,10 @@
 //!
 //! JSON output (`--format json`): an array, one object per batch size:
 //! `{"batch", "fwd_ms", "bwd_ms", "act_mem_gib", "time_source", "mem_source",
-//! "fwd_parts", "bwd_parts"}` (ms of ONE transformer block on one rank;
-//! GiB of non-state memory of one step; the parts are the model's, each
-//! `{"gemm_ms", "attention_ms", "elementwise_ms", "weight_ms", "fixed_ms"}`).
+//! "fwd_gemm_ms", "fwd_attention_ms", "fwd_elementwise_ms", "fwd_weight_ms",
+//! "fwd_fixed_ms", "bwd_..."}` (ms of ONE transformer block on one rank;
+//! GiB of non-state memory of one step; the parts are the model's); CSV
+//! the same columns.
 
 use crate::load;
 use anyhow::Result;
@@ -28,8 +29,8 @@ use serde::Serialize;
 use sim::dtype::Dtype;
 use sim::error::SpecError;
 use sim::perfmodel::{BlockImpl, Predictor};
-use sim::strategy::{Attention, Stack};
 use sim::profile::ProfileSet;
+use sim::strategy::{Attention, Stack};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -96,7 +97,7 @@ pub struct Args {
 }
 
 /// A pass's time by part, ms (the model's).
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy)]
 pub struct Parts {
     /// The linear layers' GEMMs.
     pub gemm_ms: f64,
@@ -138,9 +139,31 @@ pub struct Row {
     /// Where the memory came from.
     pub mem_source: String,
     /// The model's forward by part.
+    #[serde(skip)]
     pub fwd_parts: Parts,
     /// The model's backward by part.
+    #[serde(skip)]
     pub bwd_parts: Parts,
+    /// The model's forward GEMMs, ms.
+    pub fwd_gemm_ms: f64,
+    /// The model's forward attention core, ms.
+    pub fwd_attention_ms: f64,
+    /// The model's forward element-wise ops, ms.
+    pub fwd_elementwise_ms: f64,
+    /// The model's forward per-parameter passes, ms.
+    pub fwd_weight_ms: f64,
+    /// The model's forward launch floors, ms.
+    pub fwd_fixed_ms: f64,
+    /// The model's backward GEMMs, ms.
+    pub bwd_gemm_ms: f64,
+    /// The model's backward attention core, ms.
+    pub bwd_attention_ms: f64,
+    /// The model's backward element-wise ops, ms.
+    pub bwd_elementwise_ms: f64,
+    /// The model's backward per-parameter passes, ms.
+    pub bwd_weight_ms: f64,
+    /// The model's backward launch floors, ms.
+    pub bwd_fixed_ms: f64,
 }
 
 fn round4(x: f64) -> f64 {
@@ -305,11 +328,11 @@ fn row(
     let (mem, ms) = match memory {
         Some(p) => (p.act_gib(m), p.source.to_string()),
         None => (
-            ctx.predictor
-                .act_mem_gib(ctx.model, ctx.seq, ctx.dtype, m),
+            ctx.predictor.act_mem_gib(ctx.model, ctx.seq, ctx.dtype, m),
             analytic,
         ),
     };
+    let (f, b): (Parts, Parts) = (p.fwd_parts.into(), p.bwd_parts.into());
     Ok(Row {
         batch: m,
         fwd_ms: round4(fwd),
@@ -317,8 +340,18 @@ fn row(
         act_mem_gib: round4(mem),
         time_source: ts,
         mem_source: ms,
-        fwd_parts: p.fwd_parts.into(),
-        bwd_parts: p.bwd_parts.into(),
+        fwd_parts: f,
+        bwd_parts: b,
+        fwd_gemm_ms: f.gemm_ms,
+        fwd_attention_ms: f.attention_ms,
+        fwd_elementwise_ms: f.elementwise_ms,
+        fwd_weight_ms: f.weight_ms,
+        fwd_fixed_ms: f.fixed_ms,
+        bwd_gemm_ms: b.gemm_ms,
+        bwd_attention_ms: b.attention_ms,
+        bwd_elementwise_ms: b.elementwise_ms,
+        bwd_weight_ms: b.weight_ms,
+        bwd_fixed_ms: b.fixed_ms,
     })
 }
 

@@ -187,7 +187,12 @@ fn calibration_coefficients_are_physically_checked() {
         ),
         ("memory", "logit_copies", 0.0.into(), "memory.logit_copies"),
         ("time", "bw_efficiency", 1e-9.into(), "time.bw_efficiency"),
-        ("time", "fixed_fwd_ms", 1e6.into(), "time.fixed_fwd_ms"),
+        (
+            "time",
+            "kernel_floor_us",
+            1e6.into(),
+            "time.kernel_floor_us",
+        ),
     ];
     for (part, key, value, field) in cases {
         let mut c = shipped.clone();

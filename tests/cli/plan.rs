@@ -189,7 +189,10 @@ fn plan_out_is_read_back_by_simulate() {
     let o = run(&paper("plan", d, &["--format", "json", "--out", p]));
     assert_eq!(o.code, 0, "{}", o.stderr);
     let planned: Value = serde_json::from_str(&o.stdout).unwrap();
-    assert_eq!(planned["planner"], "cephalo");
+    // The best of every family: Cephalo's or a heterogeneous 3D plan, both
+    // read back.
+    let winner = planned["planner"].as_str().unwrap();
+    assert!(["cephalo", "hetero-3d"].contains(&winner), "{winner}");
     let s = run(&paper("simulate", d, &["--plan", p, "--format", "json"]));
     assert_eq!(s.code, 0, "{}", s.stderr);
     let sim: Value = serde_json::from_str(&s.stdout).unwrap();
@@ -240,11 +243,12 @@ fn compare_rows_contract_and_ours_wins() {
     }
     let ours = rows[0]["samples_per_s"].as_f64().unwrap();
     assert_eq!(rows[0]["planner"], "cephalo");
-    // Ours beats every data-parallel row (pipelines are another family,
-    // which can win on some workloads).
+    // Ours beats every data-parallel row (pipelines and 3D plans are
+    // other families, which can win on some workloads).
+    let other_family = ["pipeline", "pipeline-hetero", "megatron", "hetero-3d"];
     for r in rows
         .iter()
-        .filter(|r| !r["planner"].as_str().unwrap().starts_with("pipeline"))
+        .filter(|r| !other_family.contains(&r["planner"].as_str().unwrap()))
     {
         if r["oom"] == Value::Bool(false) {
             if let Some(x) = r["samples_per_s"].as_f64() {
@@ -342,16 +346,14 @@ fn compat_without_reference_profiles_says_which_curves_it_used() {
 
 #[test]
 fn calibration_flag_replaces_the_shipped_model() {
-    // A calibration whose fixed per-block costs are 100x the shipped ones
-    // must slow a built-in-data plan down; a stale or missing file exits 2.
+    // A calibration whose kernel floor is 100x the shipped one must slow a
+    // built-in-data plan down; a stale or missing file exits 2.
     let shipped: Value =
         serde_json::from_str(&std::fs::read_to_string("profiles/calibration.json").unwrap())
             .unwrap();
     let mut slow = shipped.clone();
-    for k in ["fixed_fwd_ms", "fixed_bwd_ms"] {
-        let v = slow["time"][k].as_f64().unwrap();
-        slow["time"][k] = Value::from(v * 100.0);
-    }
+    let v = slow["time"]["kernel_floor_us"].as_f64().unwrap();
+    slow["time"]["kernel_floor_us"] = Value::from(v * 100.0);
     let dir = scratch("cli-plan-calibration");
     let slow_path = write(dir.join("slow.json"), &slow.to_string());
     let mut stale = shipped;

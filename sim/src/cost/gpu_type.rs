@@ -456,7 +456,10 @@ fn unit_curves(
     let none = crate::tensor::TensorParallel::NONE;
     let u: Vec<_> = sizes
         .iter()
-        .map(|&m| pred.unit_prediction(gpu, model, seq, dtype, m, imp, &none).ok())
+        .map(|&m| {
+            pred.unit_prediction(gpu, model, seq, dtype, m, imp, &none)
+                .ok()
+        })
         .collect::<Option<_>>()?;
     let curve = |f: fn(&crate::perfmodel::UnitPrediction) -> (f64, f64)| {
         let (fw, bw): (Vec<f64>, Vec<f64>) = u.iter().map(f).unzip();

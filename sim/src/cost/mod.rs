@@ -407,9 +407,7 @@ impl CostModel {
         tp: &crate::tensor::TensorParallel,
     ) -> f64 {
         self.measured_unit_ms(rank, m, tp, |u| &u.head_fwd_ms)
-            .unwrap_or_else(|| {
-                self.predicted_unit_ms(rank, m, imp, tp, |u, m| u.head.fwd_ms(m), 4)
-            })
+            .unwrap_or_else(|| self.predicted_unit_ms(rank, m, imp, tp, |u, m| u.head.fwd_ms(m), 4))
     }
 
     /// Head backward ms for `m` samples on one rank of `tp`.
@@ -421,9 +419,7 @@ impl CostModel {
         tp: &crate::tensor::TensorParallel,
     ) -> f64 {
         self.measured_unit_ms(rank, m, tp, |u| &u.head_bwd_ms)
-            .unwrap_or_else(|| {
-                self.predicted_unit_ms(rank, m, imp, tp, |u, m| u.head.bwd_ms(m), 5)
-            })
+            .unwrap_or_else(|| self.predicted_unit_ms(rank, m, imp, tp, |u, m| u.head.bwd_ms(m), 5))
     }
 
     /// Optimizer step ms on `rank` for `local_params` parameters.

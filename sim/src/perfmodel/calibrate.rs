@@ -16,8 +16,8 @@
 
 use super::arch::{ArchClass, MathPath};
 use super::coeffs::{
-    eff, pwf, Calibration, MemTheta, PinnedCoefficient, Provenance, TimeTheta,
-    CALIBRATION_FORMAT, CHAIN, K0, K0_BASE, N_MEM, N_TIME, PTOK, PTOK_BASE,
+    eff, pwf, Calibration, MemTheta, PinnedCoefficient, Provenance, TimeTheta, CALIBRATION_FORMAT,
+    CHAIN, K0, K0_BASE, N_MEM, N_TIME, PTOK, PTOK_BASE,
 };
 pub use super::errors::{ErrorStats, GroupErrors};
 use super::features::{MemFeat, TimeFeat, FAMILIES};
@@ -405,7 +405,11 @@ pub struct Identified {
 }
 
 /// The distinct values of `key` over the entries of family `fam`.
-fn distinct_in_family(entries: &[&TimeEntry], fam: usize, key: impl Fn(&TimeEntry) -> u64) -> usize {
+fn distinct_in_family(
+    entries: &[&TimeEntry],
+    fam: usize,
+    key: impl Fn(&TimeEntry) -> u64,
+) -> usize {
     let mut v: Vec<u64> = entries
         .iter()
         .filter(|e| e.feats.first().is_some_and(|f| f.work.family == fam))

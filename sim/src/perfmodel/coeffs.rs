@@ -108,6 +108,11 @@ const CLOCK_BASE_HZ: f64 = 1.5e9;
 /// (tensor, CUDA cores): about a V100's.
 const W_PER_CYCLE_FLOP_REF: [f64; 2] = [0.003, 0.02];
 const GAM_BASE: f64 = 0.5;
+/// The DVFS cube law's exponent of the sustained clock in the watts per
+/// unit (power ~ f V^2 with V ~ f): an H100 PCIe (350 W, 0.58 of the SXM's
+/// watts per FLOP/cycle) then holds 0.83 of the SXM's clock, 522 of its
+/// 756 TFLOPS against 496 measured at 8192^3 (REAL-SYSTEMS-2 §5.1).
+const DVFS_EXPONENT: f64 = 1.0 / 3.0;
 /// Base of the GEMM reduction term (the prior of the fit): an epilogue
 /// half exposed. A tile's main loop does `2 K` FLOPs per output against
 /// one output write of `e` bytes, so a reduction of `K0 = kappa * e * C /
@@ -240,11 +245,17 @@ impl TimeTheta {
             // measured rate).
             let balance = a.tflops * 1e12 / (a.mem_bw_gbps * 1e9 * self.bw_efficiency(g.class));
             let (m, n, k) = a.best_shape;
-            let eta = super::price::gemm_efficiency(m, n, k, 1.0, a.sms, self.k_half(0, balance, 2.0));
+            let eta =
+                super::price::gemm_efficiency(m, n, k, 1.0, a.sms, self.k_half(0, balance, 2.0));
             let fraction = (a.fraction() / eta).min(1.0);
+            // A part with less board power per unit of math than the
+            // anchor's holds a lower clock: the DVFS cube law (power ~
+            // clock x voltage^2, voltage ~ clock) in the voltage-scaling
+            // range these data-center parts run in; the fitted exponent
+            // describes the 70 W cards at their voltage floor.
             let anchor_wu = a.board_power_w / (a.peak_tflops * 1e12 / (a.boost_clock_mhz * 1e6));
             let derate = (g.power_w / g.cycle_flops / anchor_wu)
-                .powf(self.gamma())
+                .powf(DVFS_EXPONENT)
                 .min(1.0);
             return fraction * g.peak_flops * derate;
         }
@@ -790,7 +801,13 @@ impl TimeTheta {
         )?;
         for (i, fam) in FAMILIES.iter().enumerate() {
             for (base, unit, map, field, range) in [
-                (CHAIN, 1.0, &t.score_chain_factor, "score_chain_factor", &TRAFFIC_FACTOR),
+                (
+                    CHAIN,
+                    1.0,
+                    &t.score_chain_factor,
+                    "score_chain_factor",
+                    &TRAFFIC_FACTOR,
+                ),
                 (
                     PTOK,
                     PTOK_BASE,

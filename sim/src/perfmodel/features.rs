@@ -5,11 +5,11 @@
 //! here is fitted. Units: FLOP, elements, bytes, FLOP/s, B/s, W.
 
 use super::arch::{power_and_cycle_flops, ArchClass, MathPath};
+pub use super::work::{family_index, FAMILIES};
 use super::work::{BlockImpl, BlockWork};
 use crate::dtype::Dtype;
 use crate::gpu::GpuSpec;
 use crate::model::{Family, ModelSpec};
-pub use super::work::{family_index, FAMILIES};
 use crate::tensor::TensorParallel;
 
 /// What the pricing needs to know about the GPU a block runs on.

@@ -274,7 +274,15 @@ impl Predictor for Roofline {
         tp: &TensorParallel,
     ) -> Result<UnitPrediction, String> {
         let g = GpuFacts::new(gpu, dtype).ok_or_else(|| unsupported(gpu, dtype))?;
-        Ok(price_units(&self.prices(&g), model, seq_len, dtype, m, imp, tp))
+        Ok(price_units(
+            &self.prices(&g),
+            model,
+            seq_len,
+            dtype,
+            m,
+            imp,
+            tp,
+        ))
     }
 
     fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: Dtype, m: u32) -> f64 {

@@ -63,7 +63,11 @@ pub fn head_work(
         e
     };
     // The final norm, on 1/t of the tokens with sequence parallelism.
-    let norm_tokens = if tp.sequence_parallel { tokens / t } else { tokens };
+    let norm_tokens = if tp.sequence_parallel {
+        tokens / t
+    } else {
+        tokens
+    };
     let (norm_f, norm_b) = match (model.family.is_llama_like(), fused) {
         (true, false) if e < 4.0 => (h * (4.0 * e + 28.0), 2.0 * h * (4.0 * e + 28.0)),
         (true, false) => (28.0 * h, 56.0 * h),

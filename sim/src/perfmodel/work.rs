@@ -177,11 +177,7 @@ impl BlockImpl {
     /// eager: `megatron flash`, `pytorch+compile eager`.
     pub fn label(self) -> String {
         let compile = if self.compile { "+compile" } else { "" };
-        format!(
-            "{}{compile} {}",
-            self.stack.name(),
-            self.attention.name()
-        )
+        format!("{}{compile} {}", self.stack.name(), self.attention.name())
     }
 }
 
@@ -339,28 +335,46 @@ const fn op(fwd: f64, bwd: f64, split: Split, kf: f64, kb: f64) -> ElemOp {
 /// `repeat_kv` where the implementation materialises it.
 fn elementwise_ops(model: &ModelSpec, fused: bool, e: f64, eager_attention: bool) -> Vec<ElemOp> {
     use Split::*;
-    let (h, kv, f) = (
-        model.hidden as f64,
-        model.kv_dim() as f64,
-        model.ffn as f64,
-    );
+    let (h, kv, f) = (model.hidden as f64, model.kv_dim() as f64, model.ffn as f64);
     let mut v = Vec::new();
     if model.family.is_llama_like() {
         if fused {
             v.extend([op(2.0 * h * e + 4.0, 3.0 * h * e + 4.0, Replicated, 1.0, 2.0); 2]);
-            v.push(op(2.0 * e * (h + kv), 2.0 * e * (h + kv), Columns, 2.0, 2.0));
+            v.push(op(
+                2.0 * e * (h + kv),
+                2.0 * e * (h + kv),
+                Columns,
+                2.0,
+                2.0,
+            ));
             v.push(op(3.0 * f * e, 5.0 * f * e, Columns, 1.0, 1.0));
         } else {
             // Hugging Face LlamaRMSNorm: to(fp32), pow, mean, rsqrt-mul,
             // to(dtype), weight-mul; fp32 training skips the casts.
-            let norm = if e < 4.0 { h * (4.0 * e + 28.0) } else { 28.0 * h };
+            let norm = if e < 4.0 {
+                h * (4.0 * e + 28.0)
+            } else {
+                28.0 * h
+            };
             v.extend([op(norm, 2.0 * norm, Replicated, 6.0, 8.0); 2]);
-            v.push(op(10.0 * e * (h + kv), 8.0 * e * (h + kv), Columns, 10.0, 8.0));
+            v.push(op(
+                10.0 * e * (h + kv),
+                8.0 * e * (h + kv),
+                Columns,
+                10.0,
+                8.0,
+            ));
             v.push(op(5.0 * f * e, 8.0 * f * e, Columns, 2.0, 3.0));
         }
         let repeat = model.kv_heads < model.heads && (eager_attention || !fused);
         if repeat {
-            v.push(op(2.0 * e * (h + kv), 2.0 * e * (h + kv), Columns, 2.0, 2.0));
+            v.push(op(
+                2.0 * e * (h + kv),
+                2.0 * e * (h + kv),
+                Columns,
+                2.0,
+                2.0,
+            ));
         }
         v.extend([op(3.0 * h * e, 3.0 * h * e, Replicated, 1.0, 1.0); 2]);
     } else {
@@ -372,7 +386,15 @@ fn elementwise_ops(model: &ModelSpec, fused: bool, e: f64, eager_attention: bool
             // bias-dropout-add: the branch, the residual and the mask; its
             // backward drops out the gradient and the residual split sums.
             let bwd = 3.0 * h * e + if drop { 2.0 * h * e + h } else { 0.0 };
-            v.extend([op(3.0 * h * e + mask, bwd, Replicated, 1.0, 1.0 + f64::from(drop)); 2]);
+            v.extend(
+                [op(
+                    3.0 * h * e + mask,
+                    bwd,
+                    Replicated,
+                    1.0,
+                    1.0 + f64::from(drop),
+                ); 2],
+            );
         } else {
             if drop {
                 v.extend([op(2.0 * h * e + h, 2.0 * h * e + h, Replicated, 1.0, 1.0); 2]);
@@ -405,7 +427,11 @@ impl ChainPasses {
     pub fn of(family: Family, fused: bool, e: f64) -> ChainPasses {
         let drop = family.has_dropout();
         // Dropout: read, write, 1-byte mask; its backward the same.
-        let (dropout, dk) = if drop { (2.0 * e + 1.0, 1.0) } else { (0.0, 0.0) };
+        let (dropout, dk) = if drop {
+            (2.0 * e + 1.0, 1.0)
+        } else {
+            (0.0, 0.0)
+        };
         if fused {
             return ChainPasses {
                 fwd: 2.0 * e + dropout,
@@ -451,11 +477,7 @@ impl ChainPasses {
 /// The forward GEMMs of a block's linear layers on one rank: `(N, K)` per
 /// layer at `M = tokens`, fused as the stack runs them.
 fn linear_layers(model: &ModelSpec, t: f64, fused_qkv: bool) -> Vec<(f64, f64)> {
-    let (h, kv, f) = (
-        model.hidden as f64,
-        model.kv_dim() as f64,
-        model.ffn as f64,
-    );
+    let (h, kv, f) = (model.hidden as f64, model.kv_dim() as f64, model.ffn as f64);
     let mut v = Vec::new();
     if model.family.is_llama_like() {
         if fused_qkv {
@@ -661,7 +683,8 @@ mod tests {
             let one = BlockWork::new(&m, 2048, Dtype::Bf16, 1, &TensorParallel::NONE, imp);
             for t in [2u32, 4, 8] {
                 for sp in [false, true] {
-                    let w = BlockWork::new(&m, 2048, Dtype::Bf16, 1, &TensorParallel::new(t, sp), imp);
+                    let w =
+                        BlockWork::new(&m, 2048, Dtype::Bf16, 1, &TensorParallel::new(t, sp), imp);
                     let r = w.fwd.flops() / one.fwd.flops();
                     assert!((r * t as f64 - 1.0).abs() < 1e-9, "{imp:?} t={t}");
                     assert!((w.fwd.chain_bytes * t as f64 - one.fwd.chain_bytes).abs() < 1e-3);

@@ -17,10 +17,10 @@
 
 use crate::cost::CostModel;
 use crate::error::PlanError;
+use crate::perfmodel::BlockImpl;
 use crate::plan::pipeline::{overlaps, Pipeline};
 use crate::plan::Plan;
 use crate::schedule::{dur, micro_costs_tp, Micro};
-use crate::perfmodel::BlockImpl;
 use crate::strategy::Attention;
 use crate::tensor::{Pass, TensorParallel};
 use crate::units::SimTime;

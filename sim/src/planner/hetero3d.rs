@@ -78,7 +78,7 @@ use crate::pipeline::partition::min_max;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use crate::plan::shape::ShapePins;
 use crate::plan::Plan;
-use crate::strategy::{default_3d_stack, Checkpointing, Sharding, Strategy, StrategySpec};
+use crate::strategy::{Checkpointing, Sharding, Stack, Strategy, StrategySpec};
 use crate::tensor::TensorParallel;
 use crate::units::GIB;
 use std::collections::BTreeSet;
@@ -352,7 +352,7 @@ fn strategies(problem: &Problem<'_>) -> Result<Vec<Strategy>, PlanError> {
     let mut out = Vec::new();
     for &ck in &cks {
         for &sh in &shardings {
-            out.push(pipeline_strategy(problem, sh, ck, default_3d_stack(sh))?.0);
+            out.push(pipeline_strategy(problem, sh, ck, Stack::PyTorch)?.0);
         }
     }
     Ok(out)

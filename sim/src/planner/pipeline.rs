@@ -19,7 +19,9 @@ use crate::fast::evaluate;
 use crate::iteration::SimOptions;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use crate::plan::Plan;
-use crate::strategy::{Accumulation, Checkpointing, Offload, Sharding, Stack, Strategy, StrategySpec};
+use crate::strategy::{
+    Accumulation, Checkpointing, Offload, Sharding, Stack, Strategy, StrategySpec,
+};
 
 /// Uniform-partition 1F1B pipeline.
 #[derive(Debug, Clone, Copy, Default)]

@@ -362,7 +362,16 @@ fn matmul_rates_agree_with_published_gemm_benchmarks() {
     let m = ModelCatalog::builtin().get("llama-2-70b").unwrap();
     let imp = BlockImpl::pytorch(sim::strategy::Attention::Flash);
     let feat = |gpu: &str, dtype| {
-        TimeFeat::new(g.get(gpu).unwrap(), m, 4096, dtype, 2, &TensorParallel::NONE, imp).unwrap()
+        TimeFeat::new(
+            g.get(gpu).unwrap(),
+            m,
+            4096,
+            dtype,
+            2,
+            &TensorParallel::NONE,
+            imp,
+        )
+        .unwrap()
     };
     let tflops = |gpu: &str, n: f64, mm: f64, k: f64| {
         let f = feat(gpu, Dtype::Bf16);
@@ -384,10 +393,17 @@ fn matmul_rates_agree_with_published_gemm_benchmarks() {
     assert!(near(a100, 271.2, 0.02), "a100 {a100}");
     assert!(near(h100, 794.5, 0.02), "h100 {h100}");
     let sq = |gpu: &str, n: f64| tflops(gpu, n, n, n);
-    let (h2k, h4k, h8k) = (sq("h100-sxm", 2048.0), sq("h100-sxm", 4096.0), sq("h100-sxm", 8192.0));
+    let (h2k, h4k, h8k) = (
+        sq("h100-sxm", 2048.0),
+        sq("h100-sxm", 4096.0),
+        sq("h100-sxm", 8192.0),
+    );
     eprintln!("H100 SXM square: 2048 {h2k:.0}, 4096 {h4k:.0}, 8192 {h8k:.0} TFLOPS");
     assert!(near(h2k, 677.0, 0.10), "{h2k}");
-    assert!(near(h4k, 789.0, 0.05) && near(h8k, 798.0, 0.05), "{h4k} {h8k}");
+    assert!(
+        near(h4k, 789.0, 0.05) && near(h8k, 798.0, 0.05),
+        "{h4k} {h8k}"
+    );
     let a4k = sq("a100-80gb", 4096.0);
     assert!((234.0 * 0.95..=271.2).contains(&a4k), "a100 4096^3 {a4k}");
     // A 350 W H100 PCIe (114 SMs) is derated by the power law: near the
@@ -403,9 +419,7 @@ fn matmul_rates_agree_with_published_gemm_benchmarks() {
     // Every GPU's large-GEMM rate is a physical fraction of its peak.
     for gpu in g.all().iter().filter(|x| x.arch != "cpu") {
         for dtype in [Dtype::Fp16, Dtype::Fp32] {
-            if let Some(f) =
-                TimeFeat::new(gpu, m, 4096, dtype, 2, &TensorParallel::NONE, imp)
-            {
+            if let Some(f) = TimeFeat::new(gpu, m, 4096, dtype, 2, &TensorParallel::NONE, imp) {
                 let r = theta.ceiling(&f.gpu) / f.gpu.peak_flops;
                 assert!(r > 0.05 && r <= 1.0, "{} {dtype}: {r}", gpu.name);
             }

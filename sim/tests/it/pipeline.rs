@@ -182,7 +182,9 @@ fn interleaved_and_zero_bubble_bubbles_are_the_papers() {
         };
         // One micro-batch of 2 samples through one stage.
         let blocks = (layers / p as u32) as f64;
-        let (f, b) = c.block_ms_with(0, 2, sim::perfmodel::BlockImpl::pytorch(Attention::Eager)).unwrap();
+        let (f, b) = c
+            .block_ms_with(0, 2, sim::perfmodel::BlockImpl::pytorch(Attention::Eager))
+            .unwrap();
         let ws = sim::tensor::weight_grad_share(&c.workload.model, c.workload.seq_len);
         let (f, bi, w) = (blocks * f, blocks * b * (1.0 - ws), blocks * b * ws);
         assert!(w <= f, "ZB-H1's formula needs T_W <= T_F: {w} > {f}");

@@ -513,8 +513,11 @@ seq_len = 8192
         "{} vs {unit}",
         m.unsharded_params_gib
     );
+    // A unit's gradient lives until its reduce-scatter ends: with 16
+    // shards across 16 nodes the reduce-scatters lag the backward by a
+    // few units (torchtitan issues them without a limit).
     assert!(
-        m.gradients_gib <= 4.0 * unit * 1.01,
+        m.gradients_gib <= 8.0 * unit * 1.01,
         "{} vs {unit}",
         m.gradients_gib
     );
