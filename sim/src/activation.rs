@@ -31,6 +31,15 @@
 //!   and product (4f): `e*s*(8h + 4f) + 8*s*h`; eager adds the fp32 softmax
 //!   and (below fp32) its cast copy (`a*s^2*(4 + e)`), flash the
 //!   log-sum-exp (`4*a*s`).
+//! * **`none`**, LLaMA/Mistral, fused (Megatron-Core's TE kernels, or
+//!   `torch.compile`, whose min-cut partitioner recomputes cheap pointwise
+//!   intermediates: REAL-SYSTEMS-3 §5.1): the norms keep their input and
+//!   `rstd` (`e*h + 4` each), the GEMMs their inputs (the two norm outputs,
+//!   the attention output, the SwiGLU output), attention q, k and v
+//!   unexpanded (`h + 2kv`), SwiGLU its gate and up (`2f`):
+//!   `e*s*(6h + 2kv + 3f) + 8*s`, plus the log-sum-exp with flash or the
+//!   softmax in the compute dtype with eager. GPT/BERT/ViT keep the same
+//!   tensors fused or not (Korthikanti's accounting is Megatron's).
 //! * **`selective`**: torchtitan's op-level selective checkpointing
 //!   (`selective_ac_option = "op"`, `torchtitan/distributed/
 //!   activation_checkpoint.py`): the outputs of the ops on its save list
@@ -100,8 +109,16 @@ pub struct BlockActivations {
 }
 
 impl BlockActivations {
-    /// Sizes for `model` at `seq_len` tokens, compute dtype `dtype`, kernel `attention`.
-    pub fn new(model: &ModelSpec, seq_len: u32, dtype: Dtype, attention: Attention) -> Self {
+    /// Sizes for `model` at `seq_len` tokens, compute dtype `dtype`, kernel
+    /// `attention`, its memory-bound ops run per op (`fused` false: eager
+    /// PyTorch) or fused (Megatron's kernels, `torch.compile`; module docs).
+    pub fn new(
+        model: &ModelSpec,
+        seq_len: u32,
+        dtype: Dtype,
+        attention: Attention,
+        fused: bool,
+    ) -> Self {
         let e = dtype.bytes();
         let s = model.tokens_per_sample(seq_len) as f64;
         let (h, kv, f, a, v) = (
@@ -115,9 +132,15 @@ impl BlockActivations {
         let scores = a * s * s;
         let lse = 4.0 * a * s;
         let llama = model.family.is_llama_like();
-        // Bytes of a softmax element: LLaMA implementations softmax in fp32.
-        let e_soft = if llama { 4.0 } else { e };
-        let saved_none = if llama {
+        // Bytes of a softmax element: LLaMA's eager implementations softmax
+        // in fp32; fused ones keep the compute dtype.
+        let e_soft = if llama && !fused { 4.0 } else { e };
+        let saved_none = if llama && fused {
+            // Norm inputs and rstd, the GEMM inputs (norm outputs, attention
+            // output, SwiGLU output), q and k, v unexpanded, gate and up.
+            let base = e * s * (6.0 * h + 2.0 * kv + 3.0 * f) + 8.0 * s;
+            base + if flash { lse } else { e * scores }
+        } else if llama {
             let base = e * s * (8.0 * h + 4.0 * f) + 8.0 * s * h;
             if flash {
                 base + lse
@@ -149,10 +172,13 @@ impl BlockActivations {
             e * s * (3.0 * h + 2.0 * kv + f)
         } + if flash { lse } else { 0.0 };
         let saved_attention = if flash || llama {
-            // LLaMA's eager score tensors are the fp32 softmax and its cast.
+            // LLaMA's eager score tensors are the fp32 softmax and its cast
+            // (fused: the softmax in the compute dtype).
             let cast = if e < 4.0 { e } else { 0.0 };
             if flash {
                 saved_none
+            } else if fused {
+                saved_none - e * scores
             } else {
                 saved_none - scores * (4.0 + cast)
             }
@@ -260,7 +286,7 @@ mod tests {
     fn gpt_matches_korthikanti_and_orders_policies() {
         let m = model("gpt-2.7b");
         let (s, h, a) = (512.0, 2560.0, 32.0);
-        let b = BlockActivations::new(&m, 512, Dtype::Fp16, Attention::Eager);
+        let b = BlockActivations::new(&m, 512, Dtype::Fp16, Attention::Eager, false);
         assert_eq!(b.saved_none, s * h * (34.0 + 5.0 * a * s / h));
         // Agrees with the catalog's own count.
         assert_eq!(
@@ -272,7 +298,7 @@ mod tests {
         assert_eq!(b.kept(Recompute::Full), b.checkpoint);
         assert_eq!(b.regenerated(Recompute::None), 0.0);
         // Flash drops the s^2 terms: 34 s h (the hidden dropout masks stay).
-        let f = BlockActivations::new(&m, 512, Dtype::Fp16, Attention::Flash);
+        let f = BlockActivations::new(&m, 512, Dtype::Fp16, Attention::Flash, false);
         assert_eq!(f.saved_none, 34.0 * s * h + 4.0 * a * s);
         assert!(f.grad_work < b.grad_work && f.nograd_work < b.nograd_work);
     }
@@ -281,12 +307,12 @@ mod tests {
     fn llama_counts_fp32_norms_and_grows_with_seq() {
         let m = model("llama-7b");
         let (s, h, f, a) = (2048.0, 4096.0, 11008.0, 32.0);
-        let fl = BlockActivations::new(&m, 2048, Dtype::Bf16, Attention::Flash);
+        let fl = BlockActivations::new(&m, 2048, Dtype::Bf16, Attention::Flash, false);
         assert_eq!(
             fl.saved_none,
             2.0 * s * (8.0 * h + 4.0 * f) + 8.0 * s * h + 4.0 * a * s
         );
-        let eg = BlockActivations::new(&m, 2048, Dtype::Bf16, Attention::Eager);
+        let eg = BlockActivations::new(&m, 2048, Dtype::Bf16, Attention::Eager, false);
         assert_eq!(eg.saved_none - fl.saved_none, 6.0 * a * s * s - 4.0 * a * s);
         // ~0.4 GB per sample per block with flash at 2k tokens.
         assert!(
@@ -302,17 +328,45 @@ mod tests {
         // k, o and up of q, k, v, o, gate, up, down (kv = h for llama-7b).
         let frac = recomputed_matmul_fraction(&m);
         assert!((frac - (2.0 * h * h + h * f) / (4.0 * h * h + 3.0 * h * f)).abs() < 1e-12);
-        let short = BlockActivations::new(&m, 1024, Dtype::Bf16, Attention::Eager);
+        let short = BlockActivations::new(&m, 1024, Dtype::Bf16, Attention::Eager, false);
         assert!(eg.saved_none > 2.0 * short.saved_none);
         assert!(eg.reference_peak(32) > 32.0 * eg.checkpoint);
+    }
+
+    /// Compiled or Megatron blocks keep the GEMM inputs, norm inputs and
+    /// `rstd` (REAL-SYSTEMS-3 §5.1): no fp32 norm copies, no SiLU output,
+    /// v unexpanded; GPT keeps Korthikanti's count either way.
+    #[test]
+    fn fused_blocks_keep_fewer_intermediates() {
+        let m = model("llama3-8b");
+        let (s, h, kv, f, a) = (8192.0, 4096.0, 1024.0, 14336.0, 32.0);
+        let eager = BlockActivations::new(&m, 8192, Dtype::Bf16, Attention::Flash, false);
+        let fused = BlockActivations::new(&m, 8192, Dtype::Bf16, Attention::Flash, true);
+        assert_eq!(
+            fused.saved_none,
+            2.0 * s * (6.0 * h + 2.0 * kv + 3.0 * f) + 8.0 * s + 4.0 * a * s
+        );
+        // Per token: the eager block's fp32 norm inputs (8h bytes) and
+        // SiLU output (2f) are the difference, less v's expansion.
+        assert!(fused.saved_none < 0.85 * eager.saved_none);
+        let g = model("gpt-2.7b");
+        for att in [Attention::Eager, Attention::Flash] {
+            assert_eq!(
+                BlockActivations::new(&g, 2048, Dtype::Bf16, att, true),
+                BlockActivations::new(&g, 2048, Dtype::Bf16, att, false)
+            );
+        }
     }
 
     #[test]
     fn every_family_is_positive_and_ordered() {
         for m in ModelCatalog::builtin().all() {
-            for att in [Attention::Eager, Attention::Flash] {
+            for (att, fused) in [Attention::Eager, Attention::Flash]
+                .into_iter()
+                .flat_map(|a| [(a, false), (a, true)])
+            {
                 for d in Dtype::ALL {
-                    let b = BlockActivations::new(m, m.seq_len, d, att);
+                    let b = BlockActivations::new(m, m.seq_len, d, att, fused);
                     assert!(b.checkpoint > 0.0 && b.head_work > 0.0, "{}", m.name);
                     assert!(b.saved_none >= b.saved_selective, "{}", m.name);
                     assert!(b.saved_none >= b.saved_attention, "{}", m.name);

@@ -386,16 +386,24 @@ fn activation_bytes(model: &ModelSpec, tokens: f64, dtype: Dtype) -> f64 {
 /// LayerNorm inputs, the QKV and fc1 inputs (`e*s*4h`) and the two 1-byte
 /// dropout masks after the row-parallel layers (`2*s*h`); LLaMA: per
 /// RMSNorm its fp32 input copy, normalised copy and output (`8*s*h +
-/// e*s*4h`). Op-level selective keeps the block input and (LLaMA) the
+/// e*s*4h`; `fused`: its half input, `rstd` and output, `e*s*4h + 8*s`). Op-level selective keeps the block input and (LLaMA) the
 /// row-parallel `down` output replicated; core-attention recompute keeps
 /// what `none` keeps outside the scores. Full recompute keeps the block
 /// input (replicated), a checkpointed forward holds the input, the
 /// intermediate gradients are split.
-pub fn replicated_activations(model: &ModelSpec, seq_len: u32, dtype: Dtype) -> BlockActivations {
+pub fn replicated_activations(
+    model: &ModelSpec,
+    seq_len: u32,
+    dtype: Dtype,
+    fused: bool,
+) -> BlockActivations {
     let e = dtype.bytes();
     let s = model.tokens_per_sample(seq_len) as f64;
     let h = model.hidden as f64;
-    let none = if model.family.is_llama_like() {
+    let none = if model.family.is_llama_like() && fused {
+        // Fused norms keep their half input and rstd.
+        e * s * 4.0 * h + 8.0 * s
+    } else if model.family.is_llama_like() {
         8.0 * s * h + e * s * 4.0 * h
     } else {
         e * s * 4.0 * h
@@ -484,8 +492,8 @@ mod tests {
         assert_eq!((m.ffn, m.kv_heads), (4 * m.hidden, m.heads));
         let seq = 2048;
         let (s, h, a) = (seq as f64, m.hidden as f64, m.heads as f64);
-        let full = BlockActivations::new(&m, seq, Dtype::Fp16, Attention::Eager);
-        let rep = replicated_activations(&m, seq, Dtype::Fp16);
+        let full = BlockActivations::new(&m, seq, Dtype::Fp16, Attention::Eager, false);
+        let rep = replicated_activations(&m, seq, Dtype::Fp16, false);
         let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * y;
         assert!(close(full.saved_none, s * h * (34.0 + 5.0 * a * s / h)));
         for t in [2u32, 4, 8] {

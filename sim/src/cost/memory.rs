@@ -23,11 +23,13 @@ pub const REFERENCE_BUFFER_BYTES_PER_PARAM: f64 = 4.0;
 /// measured non-state memory (see the module docs). Bytes.
 #[derive(Debug, Clone)]
 pub struct ActivationModel {
-    /// Analytic sizes per attention kernel ([`Attention::index`]), bytes per sample.
-    pub per_sample: [BlockActivations; 2],
+    /// Analytic sizes per attention kernel and fusion
+    /// (`attention.index() + 2 * fused`), bytes per sample.
+    pub per_sample: [BlockActivations; 4],
     /// The part of each size replicated on every TP rank without sequence
-    /// parallelism ([`crate::tensor::replicated_activations`]), bytes per sample.
-    pub replicated: BlockActivations,
+    /// parallelism ([`crate::tensor::replicated_activations`]), per fusion
+    /// (`fused` as an index), bytes per sample.
+    pub replicated: [BlockActivations; 2],
     /// The kernel the non-state memory curve was measured with.
     pub measured_attention: Attention,
     /// Unit buffers inside the measured curve (`B_ref`), bytes.
@@ -43,14 +45,14 @@ pub struct ActivationModel {
 impl ActivationModel {
     /// The analytic sizes unanchored (`s = 1`, `F0 = 0`).
     fn analytic(
-        per_sample: [BlockActivations; 2],
+        per_sample: [BlockActivations; 4],
         measured_attention: Attention,
         buffers_ref_bytes: f64,
     ) -> ActivationModel {
         ActivationModel {
             per_sample,
             // Set by `activation_memory` once the model is known.
-            replicated: per_sample[0],
+            replicated: [per_sample[0]; 2],
             measured_attention,
             buffers_ref_bytes,
             fixed_bytes: 0.0,
@@ -66,7 +68,7 @@ impl ActivationModel {
     /// Anchors the analytic sizes to `act_gib(m)` measured at m = 1..=`measured`.
     fn anchor(
         act: &ActMemory,
-        per_sample: [BlockActivations; 2],
+        per_sample: [BlockActivations; 4],
         measured_attention: Attention,
         layers: u32,
         buffers_ref_bytes: f64,
@@ -105,7 +107,7 @@ impl ActivationModel {
         ActivationModel {
             per_sample,
             // Set by `activation_memory` once the model is known.
-            replicated: per_sample[0],
+            replicated: [per_sample[0]; 2],
             measured_attention,
             buffers_ref_bytes,
             fixed_bytes: fixed,
@@ -123,10 +125,11 @@ impl ActivationModel {
     }
 
     /// Activation sizes of a micro-batch of `m` samples with `attention`,
-    /// bytes (analytic per-sample sizes times `m` times `s(m)`).
-    pub fn micro(&self, m: u32, attention: Attention) -> BlockActivations {
+    /// its memory-bound ops `fused` or not, bytes (analytic per-sample
+    /// sizes times `m` times `s(m)`).
+    pub fn micro(&self, m: u32, attention: Attention, fused: bool) -> BlockActivations {
         scaled(
-            &self.per_sample[attention.index()],
+            &self.per_sample[attention.index() + 2 * usize::from(fused)],
             m as f64 * self.scale_at(m),
         )
     }
@@ -138,11 +141,12 @@ impl ActivationModel {
         &self,
         m: u32,
         attention: Attention,
+        fused: bool,
         tp: &crate::tensor::TensorParallel,
     ) -> BlockActivations {
         let k = m as f64 * self.scale_at(m);
-        let full = scaled(&self.per_sample[attention.index()], k);
-        tp.activations(&full, &scaled(&self.replicated, k))
+        let full = self.micro(m, attention, fused);
+        tp.activations(&full, &scaled(&self.replicated[usize::from(fused)], k))
     }
 }
 
@@ -323,8 +327,13 @@ pub(crate) fn activation_memory(
     } else {
         Attention::Eager
     };
-    let per_sample =
-        [Attention::Eager, Attention::Flash].map(|a| BlockActivations::new(model, seq, dtype, a));
+    let per_sample = [
+        (Attention::Eager, false),
+        (Attention::Flash, false),
+        (Attention::Eager, true),
+        (Attention::Flash, true),
+    ]
+    .map(|(a, fused)| BlockActivations::new(model, seq, dtype, a, fused));
     let mut activations = match &act {
         ActMemory::Profile(p)
             if model.tokens_per_sample(p.seq_len.unwrap_or(model.seq_len)) == seq =>
@@ -354,7 +363,8 @@ pub(crate) fn activation_memory(
             )
         }
     };
-    activations.replicated = crate::tensor::replicated_activations(model, seq, dtype);
+    activations.replicated =
+        [false, true].map(|fused| crate::tensor::replicated_activations(model, seq, dtype, fused));
     Ok((act, activations))
 }
 

@@ -762,7 +762,7 @@ mod tests {
         let l = c.workload.model.layers;
         let mut checked = 0;
         for m in [1, 3, 8, 64, 100] {
-            let peak = a.micro(m, Attention::Eager);
+            let peak = a.micro(m, Attention::Eager, false);
             let per = a.per_sample[0];
             let k = m as f64 * a.scale_at(m);
             assert!((peak.checkpoint - per.checkpoint * k).abs() < 1e-6);

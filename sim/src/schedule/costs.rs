@@ -133,7 +133,7 @@ pub(crate) fn micro_costs_tp(
     let sel = costs.selective_recompute_ms_tp(rank, m, imp, core, f, tp);
     let act = costs
         .activations
-        .micro_tp(m, imp.attention, tp)
+        .micro_tp(m, imp.attention, imp.fused(), tp)
         .for_selective(core);
     let t = tp.degree.max(1) as f64;
     let out_phys = costs.block_output_bytes(m) / if tp.sequence_parallel { t } else { 1.0 };

@@ -24,7 +24,7 @@ fn grows_from_above_zero(costs: &CostModel, what: &str) {
     for att in [Attention::Eager, Attention::Flash] {
         let mut prev = [0.0_f64; 3];
         for m in 1..=MAX_M {
-            let b = a.micro(m, att);
+            let b = a.micro(m, att, false);
             let now = [b.reference_peak(layers), b.checkpoint, b.saved_none];
             for (k, (&n, &p)) in now.iter().zip(&prev).enumerate() {
                 assert!(n > 0.0, "{what}: {att:?} m={m}: activation size {k} is {n}");
