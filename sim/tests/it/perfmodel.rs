@@ -426,3 +426,171 @@ fn matmul_rates_agree_with_published_gemm_benchmarks() {
         }
     }
 }
+
+/// Issue 42: one rank's share of a block falls with the TP degree for
+/// every attention kernel and stack, between `1/t` and `1/t` plus the
+/// small-GEMM loss of its narrower GEMMs (the wave model's fill at the
+/// sliced shapes against the whole ones) and its launch floors, with
+/// sequence parallelism splitting every element-wise op.
+#[test]
+fn per_rank_compute_falls_with_tp_between_one_over_t_and_the_small_gemm_loss() {
+    use sim::perfmodel::coeffs::TimeTheta;
+    use sim::perfmodel::features::TimeFeat;
+    use sim::perfmodel::price::gemm_efficiency;
+    use sim::perfmodel::BlockImpl;
+    use sim::tensor::TensorParallel;
+    let cal = Calibrated::builtin();
+    let theta = TimeTheta::from_coefficients(&cal.calibration.time, "builtin").unwrap();
+    let gpus = GpuCatalog::builtin();
+    let models = ModelCatalog::builtin();
+    let mut checked = 0;
+    for gpu in ["a100-80gb", "h100-sxm", "l4", "v100-16gb"] {
+        let g = gpus.get(gpu).unwrap();
+        for name in ["gpt-2.7b", "gpt3-175b", "llama3-8b", "llama2-70b"] {
+            let m = models.get(name).unwrap();
+            for imp in BlockImpl::ALL {
+                for mb in [1u32, 4] {
+                    let whole =
+                        TimeFeat::new(g, m, 2048, Dtype::Fp16, mb, &TensorParallel::NONE, imp)
+                            .unwrap();
+                    let pw = theta.prices(&whole.gpu, &whole.work);
+                    let (f1, b1) = theta.time_ms(&whole.gpu, &whole.work);
+                    for t in [2u32, 4, 8].into_iter().filter(|t| m.heads % t == 0) {
+                        let tp = TensorParallel::new(t, true);
+                        let rank = TimeFeat::new(g, m, 2048, Dtype::Fp16, mb, &tp, imp).unwrap();
+                        let pr = theta.prices(&rank.gpu, &rank.work);
+                        let (ft, bt) = theta.time_ms(&rank.gpu, &rank.work);
+                        // The loss: the worst ratio of a GEMM's efficiency
+                        // at its whole shape to its sliced one.
+                        let eff = |gm: &sim::perfmodel::work::Gemm, k_half| {
+                            gemm_efficiency(gm.m, gm.n, gm.k, gm.count, rank.gpu.sms, k_half)
+                        };
+                        let loss = |a: &[sim::perfmodel::work::Gemm], b: &[sim::perfmodel::work::Gemm]| {
+                            a.iter()
+                                .zip(b)
+                                .map(|(w, r)| eff(w, pw.k_half) / eff(r, pr.k_half))
+                                .fold(1.0_f64, f64::max)
+                                - 1.0
+                        };
+                        let tf = t as f64;
+                        for (pass, one, at_t, lw, lr) in [
+                            ("fwd", f1, ft, &whole.work.fwd, &rank.work.fwd),
+                            ("bwd", b1, bt, &whole.work.bwd, &rank.work.bwd),
+                        ] {
+                            let l = loss(&lw.gemms, &lr.gemms).max(loss(&lw.attn_gemms, &lr.attn_gemms));
+                            let floors = tf * lr.kernels * pr.kernel_floor_ms / one;
+                            let r = tf * at_t / one;
+                            assert!(
+                                r >= 1.0 - 1e-6 && r <= 1.0 + l + floors + 1e-6,
+                                "{gpu} {name} {} m{mb} t{t} {pass}: t x rank / whole = {r:.4}, loss {l:.4} + floors {floors:.4}",
+                                imp.label()
+                            );
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 300, "{checked}");
+}
+
+/// Issue 42: eager attention grows as `s^2` only through the score term:
+/// the chain's element-wise bytes are the implementation's per-op count
+/// times `m x a/t x s^2`, the score GEMMs' FLOPs `4 s^2 h / t`, and
+/// everything else (the linear GEMMs, the element-wise ops, the
+/// per-parameter passes) grows as `s`.
+#[test]
+fn eager_attention_grows_as_s_squared_only_through_the_scores() {
+    use sim::perfmodel::work::{BlockImpl, BlockWork, ChainPasses, Gemm};
+    use sim::stack::Stack;
+    use sim::strategy::Attention;
+    use sim::tensor::TensorParallel;
+    let models = ModelCatalog::builtin();
+    for name in ["gpt-2.7b", "bert-large", "llama2-13b", "vit-g"] {
+        let m = models.get(name).unwrap();
+        for stack in Stack::ALL {
+            let imp = BlockImpl {
+                stack,
+                compile: false,
+                attention: Attention::Eager,
+            };
+            let fused = imp.fused();
+            for (t, sp) in [(1u32, false), (2, false), (4, true)] {
+                if m.heads % t != 0 || m.family == sim::model::Family::Vit && t > 1 {
+                    continue;
+                }
+                let tp = TensorParallel::new(t, sp);
+                let at = |s| BlockWork::new(m, s, Dtype::Bf16, 3, &tp, imp);
+                let (w1, w2) = (at(512), at(1024));
+                let s = m.tokens_per_sample(512) as f64;
+                let heads = m.heads as f64 / t as f64;
+                let chain = ChainPasses::of(m.family, fused, 2.0);
+                let scores = 3.0 * heads * s * s;
+                let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+                assert!(close(w1.fwd.chain_bytes, chain.fwd * scores), "{name} {stack:?}");
+                assert!(close(w1.bwd.chain_bytes, chain.bwd * scores), "{name} {stack:?}");
+                if m.family != sim::model::Family::Vit {
+                    let flops = |v: &[Gemm]| v.iter().map(Gemm::flops).sum::<f64>();
+                    assert!(close(flops(&w2.fwd.attn_gemms), 4.0 * flops(&w1.fwd.attn_gemms)));
+                    assert!(close(w2.fwd.chain_bytes, 4.0 * w1.fwd.chain_bytes));
+                    assert!(close(flops(&w2.fwd.gemms), 2.0 * flops(&w1.fwd.gemms)));
+                    assert!(close(w2.fwd.elem_bytes, 2.0 * w1.fwd.elem_bytes));
+                    assert!(close(w2.bwd.elem_bytes, 2.0 * w1.bwd.elem_bytes));
+                    assert!(close(w2.params, w1.params));
+                    let score_flops = 3.0 * 4.0 * s * s * m.hidden as f64 / t as f64;
+                    assert!(close(flops(&w1.fwd.attn_gemms), score_flops));
+                }
+            }
+        }
+    }
+    // The per-op counts themselves (bytes per score element, bf16): the
+    // Megatron chain fuses scale, mask and softmax (`2e` read-write), dropout
+    // reads, writes and masks (`2e + 1`); PyTorch eager adds the scale and
+    // mask passes; LLaMA's eager softmax runs in fp32.
+    use sim::model::Family;
+    assert_eq!(ChainPasses::of(Family::Gpt, true, 2.0).fwd, 4.0 + 5.0);
+    assert_eq!(ChainPasses::of(Family::Gpt, false, 2.0).fwd, 12.0 + 5.0);
+    assert_eq!(ChainPasses::of(Family::Llama, true, 2.0).fwd, 4.0);
+    assert_eq!(ChainPasses::of(Family::Llama, false, 2.0).fwd, 12.0 + 8.0);
+}
+
+/// Issue 42: the backward's per-parameter passes belong to the stack:
+/// Megatron fuses the weight-gradient accumulation into the GEMM (its
+/// output is an fp32 read-modify-write, no separate pass), PyTorch runs
+/// the passes the reference profiles measured (the calibrated bytes per
+/// parameter: the wrapper's casts and gradient accumulation).
+#[test]
+fn per_parameter_passes_belong_to_the_stack() {
+    use sim::perfmodel::coeffs::TimeTheta;
+    use sim::perfmodel::features::TimeFeat;
+    use sim::perfmodel::work::BlockImpl;
+    use sim::stack::Stack;
+    use sim::strategy::Attention;
+    use sim::tensor::TensorParallel;
+    let cal = Calibrated::builtin();
+    let theta = TimeTheta::from_coefficients(&cal.calibration.time, "builtin").unwrap();
+    let g = GpuCatalog::builtin().get("a100-80gb").unwrap();
+    let m = ModelCatalog::builtin().get("llama2-13b").unwrap();
+    let bytes = &cal.calibration.time.weight_bytes_per_param;
+    for t in [1u32, 4] {
+        let tp = TensorParallel::new(t, t > 1);
+        for attention in [Attention::Eager, Attention::Flash] {
+            let imp = |stack| BlockImpl {
+                stack,
+                compile: false,
+                attention,
+            };
+            let meg = TimeFeat::new(g, m, 4096, Dtype::Bf16, 1, &tp, imp(Stack::Megatron)).unwrap();
+            let py = TimeFeat::new(g, m, 4096, Dtype::Bf16, 1, &tp, imp(Stack::PyTorch)).unwrap();
+            let pm = theta.prices(&meg.gpu, &meg.work).block(&meg.work);
+            let pp = theta.prices(&py.gpu, &py.work).block(&py.work);
+            assert_eq!((pm.fwd.weight_ms, pm.bwd.weight_ms), (0.0, 0.0));
+            assert!(meg.work.bwd.gemms.iter().skip(1).step_by(2).all(|w| w.out_bytes == 8.0));
+            let bw = theta.prices(&py.gpu, &py.work).bw_bps;
+            let want = bytes.bwd_half * py.work.params / bw * 1e3;
+            assert!((pp.bwd.weight_ms - want).abs() < 1e-12 * want.max(1.0), "{} {want}", pp.bwd.weight_ms);
+            assert!(pp.bwd.weight_ms > 0.0 && pm.bwd.total_ms() < pp.bwd.total_ms());
+        }
+    }
+}
