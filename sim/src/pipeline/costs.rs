@@ -44,7 +44,7 @@ impl<'a> Rows<'a> {
     pub fn new(costs: &'a CostModel, strategy: &crate::strategy::Strategy) -> Rows<'a> {
         Rows {
             costs,
-            imp: crate::perfmodel::BlockImpl::of(&strategy),
+            imp: crate::perfmodel::BlockImpl::of(strategy),
             core: strategy.checkpointing.attention_core(),
             index: HashMap::new(),
             rows: Vec::new(),

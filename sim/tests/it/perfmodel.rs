@@ -455,7 +455,10 @@ fn per_rank_compute_falls_with_tp_between_one_over_t_and_the_small_gemm_loss() {
                             .unwrap();
                     let pw = theta.prices(&whole.gpu, &whole.work);
                     let (f1, b1) = theta.time_ms(&whole.gpu, &whole.work);
-                    for t in [2u32, 4, 8].into_iter().filter(|t| m.heads % t == 0) {
+                    for t in [2u32, 4, 8]
+                        .into_iter()
+                        .filter(|t| m.heads.is_multiple_of(*t))
+                    {
                         let tp = TensorParallel::new(t, true);
                         let rank = TimeFeat::new(g, m, 2048, Dtype::Fp16, mb, &tp, imp).unwrap();
                         let pr = theta.prices(&rank.gpu, &rank.work);
@@ -465,19 +468,21 @@ fn per_rank_compute_falls_with_tp_between_one_over_t_and_the_small_gemm_loss() {
                         let eff = |gm: &sim::perfmodel::work::Gemm, k_half| {
                             gemm_efficiency(gm.m, gm.n, gm.k, gm.count, rank.gpu.sms, k_half)
                         };
-                        let loss = |a: &[sim::perfmodel::work::Gemm], b: &[sim::perfmodel::work::Gemm]| {
-                            a.iter()
-                                .zip(b)
-                                .map(|(w, r)| eff(w, pw.k_half) / eff(r, pr.k_half))
-                                .fold(1.0_f64, f64::max)
-                                - 1.0
-                        };
+                        let loss =
+                            |a: &[sim::perfmodel::work::Gemm], b: &[sim::perfmodel::work::Gemm]| {
+                                a.iter()
+                                    .zip(b)
+                                    .map(|(w, r)| eff(w, pw.k_half) / eff(r, pr.k_half))
+                                    .fold(1.0_f64, f64::max)
+                                    - 1.0
+                            };
                         let tf = t as f64;
                         for (pass, one, at_t, lw, lr) in [
                             ("fwd", f1, ft, &whole.work.fwd, &rank.work.fwd),
                             ("bwd", b1, bt, &whole.work.bwd, &rank.work.bwd),
                         ] {
-                            let l = loss(&lw.gemms, &lr.gemms).max(loss(&lw.attn_gemms, &lr.attn_gemms));
+                            let l = loss(&lw.gemms, &lr.gemms)
+                                .max(loss(&lw.attn_gemms, &lr.attn_gemms));
                             let floors = tf * lr.kernels * pr.kernel_floor_ms / one;
                             let r = tf * at_t / one;
                             assert!(
@@ -517,7 +522,7 @@ fn eager_attention_grows_as_s_squared_only_through_the_scores() {
             };
             let fused = imp.fused();
             for (t, sp) in [(1u32, false), (2, false), (4, true)] {
-                if m.heads % t != 0 || m.family == sim::model::Family::Vit && t > 1 {
+                if !m.heads.is_multiple_of(t) || (m.family == sim::model::Family::Vit && t > 1) {
                     continue;
                 }
                 let tp = TensorParallel::new(t, sp);
@@ -528,11 +533,20 @@ fn eager_attention_grows_as_s_squared_only_through_the_scores() {
                 let chain = ChainPasses::of(m.family, fused, 2.0);
                 let scores = 3.0 * heads * s * s;
                 let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
-                assert!(close(w1.fwd.chain_bytes, chain.fwd * scores), "{name} {stack:?}");
-                assert!(close(w1.bwd.chain_bytes, chain.bwd * scores), "{name} {stack:?}");
+                assert!(
+                    close(w1.fwd.chain_bytes, chain.fwd * scores),
+                    "{name} {stack:?}"
+                );
+                assert!(
+                    close(w1.bwd.chain_bytes, chain.bwd * scores),
+                    "{name} {stack:?}"
+                );
                 if m.family != sim::model::Family::Vit {
                     let flops = |v: &[Gemm]| v.iter().map(Gemm::flops).sum::<f64>();
-                    assert!(close(flops(&w2.fwd.attn_gemms), 4.0 * flops(&w1.fwd.attn_gemms)));
+                    assert!(close(
+                        flops(&w2.fwd.attn_gemms),
+                        4.0 * flops(&w1.fwd.attn_gemms)
+                    ));
                     assert!(close(w2.fwd.chain_bytes, 4.0 * w1.fwd.chain_bytes));
                     assert!(close(flops(&w2.fwd.gemms), 2.0 * flops(&w1.fwd.gemms)));
                     assert!(close(w2.fwd.elem_bytes, 2.0 * w1.fwd.elem_bytes));
@@ -586,10 +600,21 @@ fn per_parameter_passes_belong_to_the_stack() {
             let pm = theta.prices(&meg.gpu, &meg.work).block(&meg.work);
             let pp = theta.prices(&py.gpu, &py.work).block(&py.work);
             assert_eq!((pm.fwd.weight_ms, pm.bwd.weight_ms), (0.0, 0.0));
-            assert!(meg.work.bwd.gemms.iter().skip(1).step_by(2).all(|w| w.out_bytes == 8.0));
+            assert!(meg
+                .work
+                .bwd
+                .gemms
+                .iter()
+                .skip(1)
+                .step_by(2)
+                .all(|w| w.out_bytes == 8.0));
             let bw = theta.prices(&py.gpu, &py.work).bw_bps;
             let want = bytes.bwd_half * py.work.params / bw * 1e3;
-            assert!((pp.bwd.weight_ms - want).abs() < 1e-12 * want.max(1.0), "{} {want}", pp.bwd.weight_ms);
+            assert!(
+                (pp.bwd.weight_ms - want).abs() < 1e-12 * want.max(1.0),
+                "{} {want}",
+                pp.bwd.weight_ms
+            );
             assert!(pp.bwd.weight_ms > 0.0 && pm.bwd.total_ms() < pp.bwd.total_ms());
         }
     }
