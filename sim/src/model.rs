@@ -346,6 +346,18 @@ impl RawModel {
 }
 
 impl ModelSpec {
+    /// Whether this is one of the reference profiles' own builds (the
+    /// Cephalo authors' DeepSpeed blocks: a name or alias starting with
+    /// `deepspeed`, the keys of `../shared/reference-profiles`), whose
+    /// measured implementation costs the calibration describes
+    /// (`crate::perfmodel::coeffs`: the score-chain and per-token factors
+    /// of their family); every other model runs its stack's per-op counts.
+    pub fn is_reference_build(&self) -> bool {
+        std::iter::once(&self.name)
+            .chain(&self.aliases)
+            .any(|n| n.to_ascii_lowercase().starts_with("deepspeed"))
+    }
+
     /// Width of one attention head (`hidden / heads`).
     pub fn head_dim(&self) -> u32 {
         self.hidden / self.heads

@@ -31,15 +31,18 @@
 //! power law for parts with less power per unit than the anchor's GPU.
 //!
 //! What the reference profiles measured is the `pytorch` stack run op by
-//! op; the factors on its element-wise and score-chain bytes and its
-//! per-parameter bytes describe that implementation (autocast's fp32 norms
-//! and softmax, the wrapper's casts and gradient copies). A factor the data
-//! cannot identify is pinned to 1, the per-op count, and the calibration
-//! says so ([`TimeCoefficients::pinned`]): the score chain of a family
-//! measured at one sequence length (its `s^2` cost cannot be told from a
-//! per-token one), the element-wise factor of a family measured at one
-//! width. Fused stacks (Megatron, `torch.compile`) take the counts as they
-//! are.
+//! op: its element-wise factor and per-parameter bytes describe that stack
+//! (autocast's fp32 norms, the wrapper's casts and gradient accumulation)
+//! for every model it runs; the score-chain factor and per-token overhead
+//! of a family describe the reference builds' own blocks (the Cephalo
+//! authors' DeepSpeed implementations, [`crate::model::ModelSpec::is_reference_build`])
+//! and apply to them alone. A factor the data cannot identify is pinned,
+//! and the calibration says so ([`TimeCoefficients::pinned`]): the score
+//! chain of a family measured at one sequence length (its `s^2` cost
+//! cannot be told from a per-token one) stays the per-op count, the
+//! per-token overhead of a family measured at one width nothing, the
+//! bandwidth reached the published one. Fused stacks (Megatron,
+//! `torch.compile`) take the counts as they are.
 //!
 //! Internally the parameters are an unconstrained vector ([`TimeTheta`],
 //! [`MemTheta`]): positive quantities are `base * exp(x)`, fractions are
@@ -155,7 +158,7 @@ pub struct TimeTheta {
 impl Default for TimeTheta {
     fn default() -> Self {
         let mut v = vec![0.0; N_TIME];
-        v[EBW] = logit(0.7);
+        v[EBW] = logit(kernels::HBM_EFFICIENCY);
         v[EG] = logit(0.8);
         v[EG + 1] = logit(0.8);
         TimeTheta {
@@ -214,14 +217,12 @@ impl TimeTheta {
         e.min(1.0)
     }
 
-    /// Fraction of HBM bandwidth memory-bound kernels reach on `class`:
-    /// the fitted fraction, or, for a generation with no measurements
-    /// that has a published one ([`kernels::hbm_efficiency`]), that.
+    /// Fraction of HBM bandwidth memory-bound kernels reach on `class`
+    /// (the calibration's, pinned to the published
+    /// [`kernels::HBM_EFFICIENCY`] when it was fitted to block profiles).
     pub fn bw_efficiency(&self, class: ArchClass) -> f64 {
-        match kernels::hbm_efficiency(class) {
-            Some(e) if self.borrowed_class(class).is_some() => e,
-            _ => logistic(self.v[EBW]),
-        }
+        let _ = class;
+        logistic(self.v[EBW])
     }
 
     /// The exponent `gamma` of the sustained clock in the watts per unit.
@@ -277,14 +278,17 @@ impl TimeTheta {
         let v = &self.v;
         let p = g.path.index();
         let eager_pytorch = work.imp.stack == Stack::PyTorch && !work.imp.fused();
-        let (elem_factor, chain_factor, token_elems) = if eager_pytorch {
+        // The stack's element-wise factor applies to every model it runs;
+        // the family's score-chain and per-token factors describe the
+        // reference builds' own implementation.
+        let elem_factor = if eager_pytorch { v[ELEM].exp() } else { 1.0 };
+        let (chain_factor, token_elems) = if eager_pytorch && work.reference_build {
             (
-                v[ELEM].exp(),
                 v[CHAIN + work.family].exp(),
                 PTOK_BASE * v[PTOK + work.family].exp(),
             )
         } else {
-            (1.0, 1.0, 0.0)
+            (1.0, 0.0)
         };
         let w = if work.half { 0 } else { 2 };
         let gemm_flops = self.ceiling(g);
@@ -431,12 +435,13 @@ pub struct TimeCoefficients {
     /// (dimensionless; 1 = the count): what autocast's fp32 norms and
     /// casts add, the same for every family.
     pub elementwise_factor: f64,
-    /// PyTorch eager: factor on the per-op count of the eager score chain's
-    /// bytes, per family (dimensionless; 1 = the count).
+    /// PyTorch eager, reference builds: factor on the per-op count of the
+    /// eager score chain's bytes, per family (dimensionless; 1 = the count).
     pub score_chain_factor: BTreeMap<String, f64>,
-    /// PyTorch eager: a cost per token of a family's implementation that
-    /// none of its ops accounts for, elements (of the compute dtype) moved
-    /// per token each pass, on every rank of a TP group (split with SP).
+    /// PyTorch eager, reference builds: a cost per token of a family's
+    /// implementation that none of its ops accounts for, elements (of the
+    /// compute dtype) moved per token each pass, on every rank of a TP
+    /// group (split with SP).
     pub token_overhead_elements: BTreeMap<String, f64>,
     /// PyTorch: per-parameter passes outside the GEMMs, bytes per parameter.
     pub weight_bytes_per_param: WeightBytes,

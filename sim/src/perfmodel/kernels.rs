@@ -228,18 +228,14 @@ pub fn fused_attention_rel(
     (fwd, fwd * BACKWARD_FACTOR)
 }
 
-/// Achieved fraction of HBM bandwidth of memory-bound kernels on a
-/// generation, where published: Hopper 0.83 (an optimized block-copy
-/// kernel reached 82-84% of H100 HBM3 peak, an unoptimized one ~62%:
-/// `vllm-project/vllm` PR #48110, REAL-SYSTEMS-2 §5.3; copy-engine
-/// numbers read lower and are not the kernel roofline). `None`: the
-/// calibration's fitted fraction stands (it was measured on those GPUs).
-pub fn hbm_efficiency(class: ArchClass) -> Option<f64> {
-    match class {
-        ArchClass::Hopper => Some(0.83),
-        _ => None,
-    }
-}
+/// Achieved fraction of HBM bandwidth of an optimized memory-bound
+/// kernel: 0.83 (an optimized block-copy kernel reached 82-84% of H100
+/// HBM3 peak, an unoptimized one ~62%: `vllm-project/vllm` PR #48110,
+/// REAL-SYSTEMS-2 §5.3; copy-engine numbers read lower and are not the
+/// kernel roofline). The calibration pins its bandwidth efficiency to it:
+/// whole-block profiles cannot tell the bandwidth reached from the bytes
+/// moved (the PyTorch stack's element-wise factor scales the same bytes).
+pub const HBM_EFFICIENCY: f64 = 0.83;
 
 /// For `sources:` lines: which GPU's published attention numbers a
 /// generation's fused-attention rate comes from, and how.

@@ -285,8 +285,11 @@ pub struct BlockWork {
     pub params: f64,
     /// How the block is implemented.
     pub imp: BlockImpl,
-    /// Family index into [`super::features::FAMILIES`].
+    /// Family index into [`FAMILIES`].
     pub family: usize,
+    /// Whether the model is a reference build ([`ModelSpec::is_reference_build`]):
+    /// the calibrated implementation factors of its family apply.
+    pub reference_build: bool,
     /// Bytes of one activation element.
     pub e: f64,
     /// Whether the compute dtype is 16-bit.
@@ -584,6 +587,7 @@ impl BlockWork {
             params: tp.block_params(model),
             imp,
             family: family_index(model.family),
+            reference_build: model.is_reference_build(),
             e,
             half: dtype != Dtype::Fp32,
             head_dim: d,
