@@ -7,7 +7,8 @@
 # accumulation, then validate every data-parallel strategy on 2 ranks, then
 # tensor and pipeline parallelism (TP 2, PP 2 under GPipe, 1F1B and
 # interleaved 1F1B, TP 2 with sequence parallelism) on 2 ranks and, with 4
-# or more GPUs, TP 2 x PP 2. The JSON of every validation goes to
+# or more GPUs, TP 2 x PP 2; then (issue 42) the eager block at 512-8192
+# tokens against the performance model's parts. The JSON of every validation goes to
 # $OUT/validate/gpu-*.json, beside the CPU runs the validation study reads.
 # Prints one summary line per step; everything else goes to
 # $OUT/gpu-validate.log. Not run by CI (no GPU there).
@@ -15,7 +16,8 @@
 #     bash exec/gpu-validate.sh            # from the repository root
 #
 # Environment: OUT (output folder), MODELS (default "gpt-2.7b llama-3b"),
-# SEQS (default "512 1024"), DTYPES (default "bf16 fp16"), TARGET_DIR.
+# SEQS (default "512 1024"), DTYPES (default "bf16 fp16"), TARGET_DIR,
+# GPU_NAME (the catalog entry of the device, default h100-sxm).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-profiles/measured}"
@@ -135,4 +137,40 @@ PY
     else
         echo "3d $name: FAILED (see $LOG)"
     fi
+done
+
+# Issue 42, items 1-3: the block's kernels against the model, eager
+# attention at 512-8192 tokens (the score chain grows as s^2 and nothing
+# else does), one GEMM-dominated size per model. `cephalo profile` measures
+# the PyTorch eager block (the stack the reference profiles ran);
+# `cephalo predict --source analytic --breakdown` prints the model's
+# GEMM / attention / element-wise / per-parameter / launch parts of the
+# same block on this GPU's catalog entry (GPU_NAME, default h100-sxm), and
+# the line says the measured over the predicted forward and backward.
+GPU_NAME="${GPU_NAME:-h100-sxm}"
+for m in $MODELS; do
+    for s in 512 1024 2048 4096 8192; do
+        f="$OUT/issue42-$m-seq$s.json"
+        if $C profile --model "$m" --seq-len "$s" --dtype bf16 --device cuda \
+            --batch-sizes 1,2 --warmup 2 --repetitions 5 --out "$f" >>"$LOG" 2>&1; then
+            $C predict --gpu "$GPU_NAME" --model "$m" --seq-len "$s" --dtype bf16 \
+                --batch-sizes 1,2 --source analytic --stack pytorch --attention eager \
+                --format json >"$f.pred" 2>>"$LOG"
+            python3 - "$f" "$f.pred" "$m" "$s" <<'PY'
+import json, sys
+prof = json.load(open(sys.argv[1]))
+pred = json.load(open(sys.argv[2]))
+pred = pred["rows"] if isinstance(pred, dict) else pred
+blk = prof["blocks"][0] if "blocks" in prof else prof
+sizes = blk.get("batch_sizes", [1, 2])
+for i, r in enumerate(pred):
+    fm, bm = blk["fwd_ms"][i], blk["bwd_ms"][i]
+    print("block %s seq %s m%d: measured fwd %.3f bwd %.3f ms; model fwd %.3f (gemm %.3f attn %.3f elem %.3f) bwd %.3f; ratio %.2f / %.2f"
+          % (sys.argv[3], sys.argv[4], sizes[i], fm, bm, r["fwd_ms"], r["fwd_gemm_ms"], r["fwd_attention_ms"],
+             r["fwd_elementwise_ms"], r["bwd_ms"], fm / r["fwd_ms"], bm / r["bwd_ms"]))
+PY
+        else
+            echo "issue42 profile $m seq $s: FAILED (see $LOG)"
+        fi
+    done
 done
