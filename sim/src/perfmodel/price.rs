@@ -195,19 +195,33 @@ impl Prices {
 /// 4096^3 ten waves of 1024 tiles (95%: 234 of ~250 TFLOPS).
 pub const GEMM_TILE: f64 = 128.0;
 
+/// The shortest reduction a split-K GEMM gives each of its splits: two
+/// 128-deep main-loop stages (cuBLAS / CUTLASS split the reduction of a
+/// GEMM whose output tiles cannot fill the SMs, no finer than a few
+/// k-blocks per split).
+pub const SPLIT_K_MIN: f64 = 256.0;
+
 /// The shape efficiency of `count` GEMMs of `(m, n, k)` on a GPU of `sms`
 /// SMs with reduction half length `k_half`: the copies' output tiles
 /// (`GEMM_TILE` square, partial tiles counted whole) run in waves of `sms`
-/// tiles, so the last wave and the tiles' edges run part empty; a
-/// reduction of `k` pays its prologue and epilogue as `k / (k + k_half)`.
+/// tiles, so the last wave and the tiles' edges run part empty; a GEMM
+/// whose tiles cannot fill the SMs splits its reduction (split-K, each
+/// split at least [`SPLIT_K_MIN`] long) to fill them; a reduction of `k`
+/// per split pays its prologue and epilogue as `k / (k + k_half)`.
 pub fn gemm_efficiency(m: f64, n: f64, k: f64, count: f64, sms: f64, k_half: f64) -> f64 {
     if m <= 0.0 || n <= 0.0 || k <= 0.0 || count <= 0.0 {
         return 1.0;
     }
-    let tiles = (m / GEMM_TILE).ceil() * (n / GEMM_TILE).ceil() * count.ceil();
     let sms = sms.max(1.0);
-    let waves = (tiles / sms).ceil();
-    let fill = (m * n * count / (waves * sms * GEMM_TILE * GEMM_TILE)).min(1.0);
+    let tiles = (m / GEMM_TILE).ceil() * (n / GEMM_TILE).ceil() * count.ceil();
+    let split = if tiles < sms {
+        (sms / tiles).floor().min((k / SPLIT_K_MIN).floor()).max(1.0)
+    } else {
+        1.0
+    };
+    let waves = (tiles * split / sms).ceil();
+    let fill = (m * n * count * split / (waves * sms * GEMM_TILE * GEMM_TILE)).min(1.0);
+    let k = k / split;
     fill * k / (k + k_half)
 }
 
