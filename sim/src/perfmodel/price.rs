@@ -215,7 +215,10 @@ pub fn gemm_efficiency(m: f64, n: f64, k: f64, count: f64, sms: f64, k_half: f64
     let sms = sms.max(1.0);
     let tiles = (m / GEMM_TILE).ceil() * (n / GEMM_TILE).ceil() * count.ceil();
     let split = if tiles < sms {
-        (sms / tiles).floor().min((k / SPLIT_K_MIN).floor()).max(1.0)
+        (sms / tiles)
+            .floor()
+            .min((k / SPLIT_K_MIN).floor())
+            .max(1.0)
     } else {
         1.0
     };
