@@ -78,6 +78,14 @@ impl Target for DeepSpeed {
     fn strategy(&self, s: &Strategy) -> (Strategy, Vec<String>) {
         let mut t = *s;
         let mut notes = Vec::new();
+        super::pytorch_stack(&mut t, &mut notes, self.name());
+        if s.compile {
+            t.compile = false;
+            notes.push(format!(
+                "the plan compiles its blocks with torch.compile: the {} config does not (compile the model in the training script), exported and simulated eager",
+                self.name()
+            ));
+        }
         if s.sharding == Sharding::Hybrid {
             t.sharding = Sharding::Full;
             notes.push(format!(

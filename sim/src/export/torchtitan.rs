@@ -74,6 +74,7 @@ impl Target for Torchtitan {
     fn strategy(&self, s: &Strategy) -> (Strategy, Vec<String>) {
         let mut t = *s;
         let mut notes = Vec::new();
+        super::pytorch_stack(&mut t, &mut notes, self.name());
         if s.checkpointing == Checkpointing::SelectiveAttention {
             t.checkpointing = Checkpointing::Selective;
             notes.push("Megatron's core-attention recompute has no torchtitan mode: exported as selective op-level AC (`selective_ac_option = \"op\"`)".into());
@@ -229,7 +230,8 @@ fn parallelism(o: &mut String, e: &Exported) -> bool {
     overlap
 }
 
-/// The `[activation_checkpoint]` table (and `[compile]` for async TP).
+/// The `[activation_checkpoint]` table, and `[compile]` for a compiled
+/// plan or async TP.
 fn activation_checkpoint(o: &mut String, e: &Exported, overlap: bool) {
     let s = &e.strategy;
     let _ = writeln!(o, "[activation_checkpoint]");
@@ -245,9 +247,14 @@ fn activation_checkpoint(o: &mut String, e: &Exported, overlap: bool) {
     if let Some(opt) = option {
         let _ = writeln!(o, "selective_ac_option = {}", quoted(&opt));
     }
-    if overlap {
+    if overlap || s.compile {
         o.push('\n');
-        let _ = writeln!(o, "[compile]  # async TP needs torch.compile");
+        let why = if s.compile {
+            "the plan compiles its blocks"
+        } else {
+            "async TP needs torch.compile"
+        };
+        let _ = writeln!(o, "[compile]  # {why}");
         let _ = writeln!(o, "enable = true");
     }
 }
