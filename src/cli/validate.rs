@@ -332,6 +332,26 @@ fn trainer_context(
     }
 }
 
+/// The strategy flags as the trainer runs them: its tch blocks are the
+/// PyTorch stack op by op, so `--stack megatron` and `--compile` are
+/// refused (exit 2) and every plan is predicted on the `pytorch` stack.
+fn trainer_spec(args: &Args) -> Result<sim::strategy::StrategySpec> {
+    let mut spec = args.strategy.spec()?;
+    if spec
+        .stack
+        .is_some_and(|s| s != sim::strategy::Stack::PyTorch)
+        || spec.compile == Some(true)
+    {
+        return Err(UserError(
+            "--stack / --compile: validate's trainer runs the PyTorch stack op by op (tch blocks); Megatron-Core's fused kernels and torch.compile are simulated only (use simulate)".into(),
+        )
+        .into());
+    }
+    spec.stack = Some(sim::strategy::Stack::PyTorch);
+    spec.compile = Some(false);
+    Ok(spec)
+}
+
 /// The plan the user gave (`--plan`, a 3D shape over the model's `layers`
 /// blocks, or `--batch`), or the default uneven demo plan when none is
 /// given; `None` when `--planner` plans it.
@@ -344,7 +364,7 @@ fn user_plan(
     if args.planner.is_some() {
         return Ok(None);
     }
-    let spec = args.strategy.spec()?;
+    let spec = trainer_spec(args)?;
     if let Some(shape) = args.shape.shape() {
         let input = PlanInput::Shape {
             shape: &shape,
@@ -710,7 +730,7 @@ fn setup(args: &Args) -> Result<Setup> {
     let fixed = user_plan(args, spec.layers, &ctx, &planned_for)?;
     let strategy = match &fixed {
         Some((plan, _)) => plan.strategy,
-        None => args.strategy.spec()?.resolve(&ctx)?,
+        None => trainer_spec(args)?.resolve(&ctx)?,
     };
     if let Some((plan, _)) = &fixed {
         let job = sim_glue::job_from_plan(plan, &cfg, &settings).map_err(profile::exec_err)?;
