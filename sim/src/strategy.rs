@@ -498,6 +498,22 @@ pub struct Strategy {
 }
 
 impl Strategy {
+    /// Moves the strategy to the `pytorch` stack for `target`, a framework
+    /// that runs PyTorch modules: a plan made for Megatron-Core's fused
+    /// kernels is exported and simulated on it. The note saying so, if the
+    /// stack changed.
+    pub fn run_on_pytorch(&mut self, target: &str) -> Option<String> {
+        if self.stack == Stack::PyTorch {
+            return None;
+        }
+        let note = format!(
+            "the plan runs on the {} stack (fused kernels); {target} runs PyTorch modules: exported and simulated on the pytorch stack",
+            self.stack.name()
+        );
+        self.stack = Stack::PyTorch;
+        Some(note)
+    }
+
     /// Cephalo's trainer on `ranks` GPUs: full shard, layered accumulation,
     /// full recompute, activations offloaded, fp32 gathers and reductions,
     /// attention `attention`.

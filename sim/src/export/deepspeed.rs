@@ -78,7 +78,7 @@ impl Target for DeepSpeed {
     fn strategy(&self, s: &Strategy) -> (Strategy, Vec<String>) {
         let mut t = *s;
         let mut notes = Vec::new();
-        super::pytorch_stack(&mut t, &mut notes, self.name());
+        notes.extend(t.run_on_pytorch(self.name()));
         if s.compile {
             t.compile = false;
             notes.push(format!(

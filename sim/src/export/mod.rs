@@ -236,19 +236,6 @@ fn homogeneous(p: &Pipeline) -> bool {
     }) && bmax - bmin <= 1
 }
 
-/// A framework that runs PyTorch modules runs the `pytorch` stack: a plan
-/// made for Megatron-Core's fused kernels is exported and simulated on it,
-/// with a note.
-pub(crate) fn pytorch_stack(t: &mut Strategy, notes: &mut Vec<String>, target: &str) {
-    if t.stack != crate::stack::Stack::PyTorch {
-        notes.push(format!(
-            "the plan runs on the {} stack (fused kernels); {target} runs PyTorch modules: exported and simulated on the pytorch stack",
-            t.stack.name()
-        ));
-        t.stack = crate::stack::Stack::PyTorch;
-    }
-}
-
 /// The plan `target` would run for `plan` under `strategy`, its shape, and
 /// notes on what changed.
 fn approximate(

@@ -74,7 +74,7 @@ impl Target for Torchtitan {
     fn strategy(&self, s: &Strategy) -> (Strategy, Vec<String>) {
         let mut t = *s;
         let mut notes = Vec::new();
-        super::pytorch_stack(&mut t, &mut notes, self.name());
+        notes.extend(t.run_on_pytorch(self.name()));
         if s.checkpointing == Checkpointing::SelectiveAttention {
             t.checkpointing = Checkpointing::Selective;
             notes.push("Megatron's core-attention recompute has no torchtitan mode: exported as selective op-level AC (`selective_ac_option = \"op\"`)".into());

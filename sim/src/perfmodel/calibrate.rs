@@ -17,7 +17,7 @@
 use super::arch::{ArchClass, MathPath};
 use super::coeffs::{
     eff, pwf, Calibration, MemTheta, PinnedCoefficient, Provenance, TimeTheta, CALIBRATION_FORMAT,
-    CHAIN, EBW, K0, K0_BASE, N_MEM, N_TIME, PTOK, PTOK_BASE,
+    CHAIN, EBW, K0, K0_BASE, N_MEM, N_TIME, PTOK, PTOK_BASE, SUS,
 };
 pub use super::errors::{ErrorStats, GroupErrors};
 use super::features::{MemFeat, TimeFeat, FAMILIES};
@@ -444,6 +444,21 @@ pub fn identify(entries: &[&TimeEntry]) -> Identified {
             });
         }
     }
+    // The in-training fraction of the anchors: identified by measured
+    // tensor-core blocks of an anchored generation, else the anchor as is.
+    let anchored_data = entries.iter().any(|e| {
+        e.feats.iter().any(|f| {
+            f.gpu.path == MathPath::Tensor && super::kernels::gemm_anchor(f.gpu.class).is_some()
+        })
+    });
+    if !anchored_data {
+        free[SUS] = false;
+        pinned.push(PinnedCoefficient {
+            coefficient: "time.anchor_sustained_fraction".into(),
+            value: 1.0,
+            why: "cannot be identified: no tensor-core block of a generation with a published maximum achievable matmul rate was measured; pinned to the published rate as is".into(),
+        });
+    }
     // The bandwidth reached: every memory-bound term divides by it, and the
     // PyTorch stack's element-wise factor multiplies the same bytes.
     free[EBW] = false;
@@ -501,6 +516,10 @@ pub fn identify(entries: &[&TimeEntry]) -> Identified {
 /// identify one: nothing (a value the file's range accepts).
 const NO_TOKEN_OVERHEAD: f64 = 1e-6;
 
+/// Where the fit of the anchors' sustained fraction starts: below the
+/// saturation at 1, so forward differences see the data's slope.
+const SUS_START: f64 = 0.9;
+
 /// Fits the time parameters to the entries: the ones [`identify`] frees,
 /// the others at their pinned values.
 pub fn fit_time(entries: &[&TimeEntry]) -> TimeTheta {
@@ -513,6 +532,12 @@ pub fn fit_time(entries: &[&TimeEntry]) -> TimeTheta {
     let fitted = th.fitted;
     let id = identify(entries);
     let mut base = th.v.clone();
+    // The sustained fraction saturates at 1 (the published maximum): a fit
+    // started there would see no slope in either direction, so it starts
+    // below and the data alone moves it (no prior).
+    if id.free[SUS] {
+        base[SUS] = SUS_START.ln();
+    }
     for &(i, x) in &id.values {
         base[i] = x;
     }
@@ -538,7 +563,9 @@ pub fn fit_time(entries: &[&TimeEntry]) -> TimeTheta {
                 }
             }
             for (k, &i) in index.iter().enumerate() {
-                let lam = if (pwf(0)..pwf(0) + 7).contains(&i) {
+                let lam = if i == SUS {
+                    0.0
+                } else if (pwf(0)..pwf(0) + 7).contains(&i) {
                     PRIOR_POWER_CLASS
                 } else if i < pwf(0) {
                     PRIOR_CLASS_EFFICIENCY

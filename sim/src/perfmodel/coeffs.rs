@@ -8,7 +8,7 @@
 //! The parameters fix the GPU's rates:
 //!
 //! ```text
-//! C      = MAMF fraction * peak * min(1, (W/u / (W/u)_anchor)^gamma)   anchored generations (tensor cores)
+//! C      = MAMF fraction * s_train * peak * min(1, (W/u / (W/u)_anchor)^gamma)   anchored generations (tensor cores)
 //!        = smoothmin(eff[class,path] * peak, u * f_sus)                  the others
 //! f_sus  = f0[path] * k[class] * (node_nm / 8)^-beta * (W / u / W_ref[path])^gamma
 //!          (u = peak / boost clock, FLOP per cycle; W = board power)
@@ -28,7 +28,11 @@
 //! a property of their generation. A generation with a published maximum
 //! achievable matmul rate ([`super::kernels::gemm_anchor`]: A100, H100)
 //! takes it as its ceiling instead of a fitted one, derated by the same
-//! power law for parts with less power per unit than the anchor's GPU.
+//! power law for parts with less power per unit than the anchor's GPU,
+//! times `s_train`, the fraction of that microbenchmark maximum (the best
+//! shape of a sweep, on one otherwise idle GPU) that a training step's
+//! GEMMs hold: one number for every anchored generation, fitted where the
+//! data measured one (the A100s) and pinned to 1 where it did not.
 //!
 //! What the reference profiles measured is the `pytorch` stack run op by
 //! op: its element-wise factor and per-parameter bytes describe that stack
@@ -99,8 +103,11 @@ pub(crate) const NODE: usize = 39;
 pub(crate) const GAM: usize = 40;
 /// Index of the PyTorch per-token overhead of a family.
 pub(crate) const PTOK: usize = 41;
+/// Index of the in-training fraction of the published matmul maxima (every
+/// anchored generation).
+pub(crate) const SUS: usize = 45;
 /// Number of time parameters.
-pub(crate) const N_TIME: usize = 45;
+pub(crate) const N_TIME: usize = 46;
 /// Process node (nm) at which `power_clock_ghz` applies as is.
 const NODE_REF_NM: f64 = 8.0;
 const DUAL_BASE: f64 = 0.6;
@@ -225,6 +232,12 @@ impl TimeTheta {
         logistic(self.v[EBW])
     }
 
+    /// The fraction of a published maximum achievable matmul rate that a
+    /// training step's GEMMs hold on an anchored generation.
+    pub fn sustained_fraction(&self) -> f64 {
+        self.v[SUS].exp().min(1.0)
+    }
+
     /// The exponent `gamma` of the sustained clock in the watts per unit.
     fn gamma(&self) -> f64 {
         GAM_BASE * self.v[GAM].exp()
@@ -248,7 +261,10 @@ impl TimeTheta {
             let (m, n, k) = a.best_shape;
             let eta =
                 super::price::gemm_efficiency(m, n, k, 1.0, a.sms, self.k_half(0, balance, 2.0));
-            let fraction = (a.fraction() / eta).min(1.0);
+            // A training step's GEMMs hold a fraction of the microbenchmark
+            // maximum (the best of a shape sweep on one otherwise idle GPU):
+            // the data's anchored generations identify it, else it is 1.
+            let fraction = (a.fraction() / eta * self.sustained_fraction()).min(1.0);
             // A part with less board power per unit of math than the
             // anchor's holds a lower clock: the DVFS cube law (power ~
             // clock x voltage^2, voltage ~ clock) in the voltage-scaling
@@ -447,6 +463,12 @@ pub struct TimeCoefficients {
     pub weight_bytes_per_param: WeightBytes,
     /// Time of one kernel launch's floor on the GPU, microseconds.
     pub kernel_floor_us: f64,
+    /// Fraction of a generation's published maximum achievable matmul rate
+    /// ([`kernels::gemm_anchor`]) that the GEMMs of a training step hold
+    /// (dimensionless; 1 = the microbenchmark's best shape, which ran on one
+    /// otherwise idle GPU): fitted on the anchored generations' measured
+    /// blocks when there are some, else pinned to 1.
+    pub anchor_sustained_fraction: f64,
     /// Coefficients fixed by physics or a published measurement rather
     /// than fitted, each with its value and why.
     #[serde(default)]
@@ -665,6 +687,7 @@ impl TimeTheta {
                 bwd_fp32: W_BASE[3] * v[WB + 3].exp(),
             },
             kernel_floor_us: FLOOR_BASE_MS * 1e3 * v[FLOOR].exp(),
+            anchor_sustained_fraction: self.sustained_fraction(),
             pinned,
         }
     }
@@ -852,6 +875,13 @@ impl TimeTheta {
             "time.kernel_floor_us",
             &FLOOR_US,
         )?;
+        v[SUS] = crate::physical::check(
+            origin,
+            "time.anchor_sustained_fraction",
+            t.anchor_sustained_fraction,
+            &SUSTAINED,
+        )?
+        .ln();
         Ok(())
     }
 }
@@ -1044,6 +1074,16 @@ pub mod ranges {
         "us",
         "a kernel's floor is microseconds, not milliseconds",
     );
+    /// The in-training fraction of a published matmul maximum: more than
+    /// the microbenchmark's best shape is not sustained, and a training
+    /// step's GEMMs that held under half of it would be a different kernel.
+    pub const SUSTAINED: Range = r(
+        0.5,
+        false,
+        1.0,
+        "of the published maximum",
+        "a training step's GEMMs hold between half and all of the published maximum achievable matmul rate",
+    );
     /// A pinned coefficient's value (a fraction, a factor, a length).
     pub const PINNED: Range = r(
         0.0,
@@ -1104,6 +1144,8 @@ mod tests {
         for (i, x) in th.v.iter_mut().enumerate() {
             *x += 0.01 * i as f64 - 0.2;
         }
+        // The sustained fraction is at most 1 (its log at most 0).
+        th.v[SUS] = -0.1;
         th.fitted[1] = [true, true];
         th.fitted[4][1] = true;
         let c = th.to_coefficients(Vec::new());

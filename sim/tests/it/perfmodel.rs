@@ -356,8 +356,16 @@ fn matmul_rates_agree_with_published_gemm_benchmarks() {
     use sim::perfmodel::work::Gemm;
     use sim::perfmodel::BlockImpl;
     use sim::tensor::TensorParallel;
+    // The microbenchmark ran on one otherwise idle GPU: its rates are the
+    // model's with the in-training sustained fraction at 1; a training
+    // step's GEMMs hold that fraction of them (checked after).
     let cal = Calibrated::builtin();
-    let theta = TimeTheta::from_coefficients(&cal.calibration.time, "builtin").unwrap();
+    let s_train = cal.calibration.time.anchor_sustained_fraction;
+    assert!((0.5..=1.0).contains(&s_train), "{s_train}");
+    let mut bench = cal.calibration.time.clone();
+    bench.anchor_sustained_fraction = 1.0;
+    let theta = TimeTheta::from_coefficients(&bench, "builtin").unwrap();
+    let trained = TimeTheta::from_coefficients(&cal.calibration.time, "builtin").unwrap();
     let g = GpuCatalog::builtin();
     let m = ModelCatalog::builtin().get("llama-2-70b").unwrap();
     let imp = BlockImpl::pytorch(sim::strategy::Attention::Flash);
@@ -416,12 +424,23 @@ fn matmul_rates_agree_with_published_gemm_benchmarks() {
     assert_eq!(theta.bw_efficiency(ArchClass::Hopper), 0.83);
     let fitted = cal.calibration.time.bw_efficiency;
     assert!((theta.bw_efficiency(ArchClass::AmpereDc) - fitted).abs() < 1e-12);
-    // Every GPU's large-GEMM rate is a physical fraction of its peak.
+    // Every GPU's large-GEMM rate is a physical fraction of its peak, and
+    // in training an anchored generation's is the sustained fraction of
+    // its microbenchmark's (the others do not use it).
     for gpu in g.all().iter().filter(|x| x.arch != "cpu") {
         for dtype in [Dtype::Fp16, Dtype::Fp32] {
             if let Some(f) = TimeFeat::new(gpu, m, 4096, dtype, 2, &TensorParallel::NONE, imp) {
-                let r = theta.ceiling(&f.gpu) / f.gpu.peak_flops;
+                let r = trained.ceiling(&f.gpu) / f.gpu.peak_flops;
                 assert!(r > 0.05 && r <= 1.0, "{} {dtype}: {r}", gpu.name);
+                let anchored = f.gpu.path == sim::perfmodel::arch::MathPath::Tensor
+                    && sim::perfmodel::kernels::gemm_anchor(f.gpu.class).is_some();
+                let want = if anchored { s_train } else { 1.0 };
+                let got = trained.ceiling(&f.gpu) / theta.ceiling(&f.gpu);
+                assert!(
+                    (got - want).abs() < 1e-9,
+                    "{} {dtype}: {got} vs {want}",
+                    gpu.name
+                );
             }
         }
     }

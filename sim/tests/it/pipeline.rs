@@ -673,11 +673,13 @@ fn tensor_parallelism_splits_state_and_costs_communication() {
     let tp4 = p(&t4).tp_comm_ms.unwrap();
     assert!(tp2 > 0.0 && tp4 > 0.0, "{tp2} {tp4}");
     // The global batch is fixed, so a GPU computes t times the samples on
-    // 1/t of each block: the same work, done a little less efficiently
-    // (replicated norms, narrower GEMMs).
+    // 1/t of each block: the same block work, done a little less
+    // efficiently (replicated norms, narrower GEMMs), while the optimizer
+    // step, over 1/t of the parameters, shrinks; at TP 2 the two nearly
+    // cancel (within a few percent either way).
     let comp = |r: &sim::report::Report| r.gpus[0].compute_ms;
     assert!(
-        comp(&t1) < comp(&t2) && comp(&t2) < comp(&t4),
+        comp(&t1) < comp(&t2) * 1.03 && comp(&t2) < comp(&t4),
         "{} {} {}",
         comp(&t1),
         comp(&t2),
