@@ -284,6 +284,17 @@ fn random_flags_and_files_exit_0_or_2_with_sane_numbers() {
                     answers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 2 => {
+                    // CEPHALO_FUZZ_TRACE=1 lists why each refused case was.
+                    if std::env::var("CEPHALO_FUZZ_TRACE").is_ok() {
+                        eprintln!(
+                            "EXIT2 {} :: {}",
+                            args.join(" "),
+                            stderr
+                                .lines()
+                                .find(|l| l.starts_with("error"))
+                                .unwrap_or("")
+                        );
+                    }
                     if !stderr.lines().any(|l| l.starts_with("error: ")) {
                         return Err(why("exit 2 without an error message".into()));
                     }

@@ -13,7 +13,7 @@ use crate::profile::{ComputeCurve, ProfileSet, Source, UnitProfile};
 use crate::strategy::Attention;
 
 /// Micro-batch sizes at which an analytic curve is tabulated (1..=N); beyond
-/// it the curve's least-squares line answers.
+/// it the chord through the points at N/2 and N answers ([`with_tail_fit`]).
 pub const ANALYTIC_TABLE_MAX_BATCH: u32 = 64;
 
 /// Costs of one GPU type for this workload.
@@ -274,16 +274,21 @@ fn analytic_curve(
     )))
 }
 
-/// `c` with its extrapolation replaced by the line through its last two
-/// points, which keeps large micro-batches on the predictor's asymptotic
-/// slope.
+/// `c` (points at micro-batch sizes 1..=n) with its extrapolation
+/// replaced by the chord through its last point and the point at half its
+/// size, which keeps large micro-batches on the predictor's asymptotic
+/// slope: wide enough that one step of the wave model's tile quantization
+/// (a wave filled or a split-K changed between two neighbouring sizes)
+/// does not set it, and never falling (more samples never take less
+/// time).
 fn with_tail_fit(mut c: ComputeCurve) -> ComputeCurve {
     let n = c.batch_sizes.len();
     if n < 2 {
         return c;
     }
+    let half = n / 2;
     for (vals, fit) in [(&c.fwd_ms, &mut c.fwd_fit), (&c.bwd_ms, &mut c.bwd_fit)] {
-        let slope = vals[n - 1] - vals[n - 2];
+        let slope = ((vals[n - 1] - vals[half - 1]) / (n - half) as f64).max(0.0);
         fit.slope = slope;
         fit.intercept = vals[n - 1] - slope * n as f64;
     }
@@ -292,8 +297,8 @@ fn with_tail_fit(mut c: ComputeCurve) -> ComputeCurve {
 
 /// The curve of implementation `to`, from `measured` (taken with `from`)
 /// scaled at every micro-batch size 1..=N by the predictor's ratio of the
-/// two implementations on `gpu`; beyond N the line through the last two
-/// points. `None` when the predictor cannot run this GPU and dtype.
+/// two implementations on `gpu`; beyond N the chord of its upper half
+/// ([`with_tail_fit`]). `None` when the predictor cannot run this GPU and dtype.
 #[allow(clippy::too_many_arguments)]
 fn kernel_curve(
     pred: &dyn Predictor,

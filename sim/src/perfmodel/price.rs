@@ -150,8 +150,11 @@ impl Prices {
             attention_ms: self.gemms_ms(&p.attn_gemms, e)
                 + self.memory_ms(p.chain_bytes * self.chain_factor)
                 + fused,
+            // The stack's factor on its per-op count, never below what the
+            // same ops move fused (no implementation moves less).
             elementwise_ms: self.memory_ms(
-                p.elem_bytes * self.elem_factor + self.token_bytes * p.replicated_tokens,
+                (p.elem_bytes * self.elem_factor).max(p.elem_floor_bytes)
+                    + self.token_bytes * p.replicated_tokens,
             ),
             weight_ms: self.memory_ms(weight_bytes),
             fixed_ms: p.kernels * self.kernel_floor_ms,

@@ -224,6 +224,10 @@ pub struct PassWork {
     pub chain_bytes: f64,
     /// Bytes of the element-wise ops around the GEMMs.
     pub elem_bytes: f64,
+    /// Bytes the same element-wise ops move fused (each chain one kernel:
+    /// its inputs read and its outputs written once), the least any
+    /// implementation of them moves; equal to `elem_bytes` on fused stacks.
+    pub elem_floor_bytes: f64,
     /// Bytes of per-parameter passes outside the GEMMs whose count is
     /// known from the stack's code (PyTorch's are fitted instead, see
     /// [`BlockWork::params`]).
@@ -542,16 +546,20 @@ impl BlockWork {
         let attention = attention_core(model, s, mf * model.heads as f64 / t, e, imp, &mut bwd);
         // Element-wise ops.
         let mut elem = PassWork::default();
+        let share = |o: &ElemOp| match o.split {
+            Split::Columns => 1.0 / t,
+            Split::Replicated if sp => 1.0 / t,
+            Split::Replicated => 1.0,
+        };
         for o in elementwise_ops(model, fused, e, eager) {
-            let share = match o.split {
-                Split::Columns => 1.0 / t,
-                Split::Replicated if sp => 1.0 / t,
-                Split::Replicated => 1.0,
-            };
-            elem.elem_bytes += o.fwd * tokens * share;
-            bwd.elem_bytes += o.bwd * tokens * share;
+            elem.elem_bytes += o.fwd * tokens * share(&o);
+            bwd.elem_bytes += o.bwd * tokens * share(&o);
             elem.kernels += o.kernels_fwd;
             bwd.kernels += o.kernels_bwd;
+        }
+        for o in elementwise_ops(model, true, e, eager) {
+            elem.elem_floor_bytes += o.fwd * tokens * share(&o);
+            bwd.elem_floor_bytes += o.bwd * tokens * share(&o);
         }
         let replicated_tokens = if sp { tokens / t } else { tokens };
         fwd.replicated_tokens = replicated_tokens;
@@ -561,6 +569,7 @@ impl BlockWork {
         fwd.fused_attn_flops = attention.fused_attn_flops;
         fwd.chain_bytes = attention.chain_bytes;
         fwd.elem_bytes = elem.elem_bytes;
+        fwd.elem_floor_bytes = elem.elem_floor_bytes;
         bwd.kernels += bwd.gemms.len() as f64;
         let rerun = crate::activation::recomputed_matmul_fraction(model);
         let selective = PassWork {
@@ -573,6 +582,7 @@ impl BlockWork {
             fused_attn_flops: 0.0,
             chain_bytes: attention.chain_bytes,
             elem_bytes: elem.elem_bytes,
+            elem_floor_bytes: elem.elem_floor_bytes,
             weight_bytes: 0.0,
             kernels: elem.kernels
                 + if eager { attention.kernels } else { 0.0 }
