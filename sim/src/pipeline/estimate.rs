@@ -430,6 +430,13 @@ pub struct Staged {
     pub replicas: Vec<Vec<GroupCost>>,
     /// Communication-stream time per micro-batch of each stage, ms.
     pub comm_ms: Vec<f64>,
+    /// Per boundary between stages `b` and `b + 1`, the transfer of one
+    /// micro-batch's activations and that of its gradient back, ms: what
+    /// 1F1B's steady state waits for per micro-batch on top of the
+    /// stages' compute (stage `b + 1` runs one forward and one backward
+    /// while stage `b`'s next activations wait for its backward, which
+    /// waits for `b + 1`'s gradient).
+    pub hop_ms: Vec<f64>,
     /// Per stage and node, the stage's data-parallel groups (one per TP
     /// rank) that cross nodes with a member on the node: what reduces
     /// through that node's NICs at once ([`Staged::others`]).
@@ -566,19 +573,27 @@ pub fn staged(
             })
             .fold(0.0, f64::max)
     };
+    // Per boundary `b` (stages b, b + 1): its activations out and its
+    // gradients back.
+    let mut hop_ms = vec![0.0; p.saturating_sub(1)];
     for s in 0..p {
         let bytes = gc[s].transfer_bytes;
         if s + 1 < p {
-            comm_ms[s] += pair_ms(s, s + 1, bytes);
+            let ms = pair_ms(s, s + 1, bytes);
+            comm_ms[s] += ms;
+            hop_ms[s] += ms;
         }
         if s > 0 {
-            comm_ms[s] += pair_ms(s, s - 1, bytes);
+            let ms = pair_ms(s, s - 1, bytes);
+            comm_ms[s] += ms;
+            hop_ms[s - 1] += ms;
         }
     }
     Ok(Staged {
         costs: gc,
         replicas,
         comm_ms,
+        hop_ms,
         crossing: crossing(costs, groups, tps),
     })
 }
@@ -736,95 +751,41 @@ fn pipelined_ms(
 ) -> f64 {
     let (schedule, v) = (run.schedule, run.v);
     let p = groups.len();
-    let at: Vec<Place> = (0..p).map(|s| place(schedule, p, s, m, v)).collect();
-    let t: Vec<f64> = (0..p)
-        .map(|s| stage_ms(&st.costs[s], counts[s], at[s]))
-        .collect();
-    let f: Vec<f64> = (0..p)
-        .map(|s| stage_fwd_ms(&st.costs[s], counts[s], at[s]))
-        .collect();
-    // Zero-bubble: each stage's weight-gradient parts per micro-batch.
-    let w: Vec<f64> = (0..p)
-        .map(|s| {
-            if schedule.splits_backward() {
-                counts[s] as f64 * st.costs[s].block_w_ms
-            } else {
-                0.0
-            }
-        })
-        .collect();
+    let pc = Paced::of(st, counts, m, run);
     let steady = match schedule {
         // Every forward, then every backward: two pipelines in a row.
         PipeSchedule::Gpipe => {
-            let b: Vec<f64> = (0..p).map(|s| t[s] - f[s]).collect();
+            let b: Vec<f64> = (0..p).map(|s| pc.t[s] - pc.f[s]).collect();
             let pace = |x: &[f64]| {
                 (0..p)
                     .map(|s| x[s].max(st.comm_ms[s] / 2.0))
                     .fold(0.0, f64::max)
             };
             let m1 = m.saturating_sub(1) as f64;
-            f.iter().sum::<f64>() + m1 * pace(&f) + b.iter().sum::<f64>() + m1 * pace(&b)
+            pc.f.iter().sum::<f64>() + m1 * pace(&pc.f) + b.iter().sum::<f64>() + m1 * pace(&b)
         }
-        // Each stage as the pacing one: its m micro-batches (at its
-        // period), the stages before it filling and draining, and the round
-        // trip through the stages after it, less what its warm-up forwards
-        // hide.
-        PipeSchedule::OneFOneB | PipeSchedule::ZbH1 => {
-            // ZB-H1: the deferred weight-gradient parts fill the bubbles,
-            // each other stage's `W` and as much again as its forward
-            // allows (`(p - 1)(T_F + T_B - T_W)` on identical stages).
-            // The second part needs later micro-batches' forwards (with
-            // fewer than p only m - 1 of the p - 1 others get it) and stages
-            // as fast as the pacing one: counted only for stages of equal
-            // time (within 5%), so an unbalanced pipeline is not promised
-            // the identical stages' saving.
-            let later = if p > 1 {
-                (m.saturating_sub(1) as f64 / (p - 1) as f64).min(1.0)
-            } else {
-                0.0
-            };
-            let tmax = t.iter().copied().fold(0.0, f64::max);
-            let tmin = t.iter().copied().fold(f64::INFINITY, f64::min);
-            let balanced = if tmin >= 0.95 * tmax { 1.0 } else { 0.0 };
-            let filled: Vec<f64> = (0..p)
-                .map(|s| w[s] + balanced * later * w[s].min(f[s]))
-                .collect();
-            // Stage 0 defers nothing: its last `W` ends the iteration.
-            let all_filled: f64 = filled.iter().skip(1).sum();
-            let mut steady = 0.0f64;
-            let (mut before, mut after) = (0.0, t.iter().sum::<f64>());
-            for s in 0..p {
-                after -= t[s];
-                let period = t[s].max(st.comm_ms[s]);
-                let hidden = (at[s].in_flight - 1.0).max(0.0) * f[s];
-                let bubble = (before + (after - hidden).max(0.0) - all_filled).max(0.0);
-                let span = (m.saturating_sub(1)) as f64 * period + t[s] + bubble;
-                steady = steady.max(span);
-                before += t[s];
-            }
-            steady
-        }
+        PipeSchedule::OneFOneB | PipeSchedule::ZbH1 => one_f_one_b_ms(st, &pc, m, schedule),
         // Interleaved: each stage as the pacing one, its m micro-batches
         // (its chunks send v times as often), the others' fill and drain
         // cut into v chunks (`(p - 1) / (v m)` on identical stages).
         PipeSchedule::Interleaved => {
             let vf = v.max(1) as f64;
-            let total: f64 = t.iter().sum();
+            let total: f64 = pc.t.iter().sum();
             (0..p)
                 .map(|s| {
-                    let period = t[s].max(vf * st.comm_ms[s]);
-                    m as f64 * period + (total - t[s]) / vf
+                    let period = pc.t[s].max(vf * st.comm_ms[s]);
+                    m as f64 * period + (total - pc.t[s]) / vf
                 })
                 .fold(0.0, f64::max)
         }
     };
     let fill: f64 = st.comm_ms[..p.saturating_sub(1)].iter().sum();
+    let split = schedule.splits_backward();
+    let chunks = Chunks { p, v, counts, split };
     let start = if matches!(strategy.sharding, Sharding::Full | Sharding::Hybrid) {
-        fsdp_start_ms(costs, strategy, groups, tps, st, counts, &at, &f)
+        fsdp_start_ms(costs, strategy, groups, tps, st, counts, &pc.at, &pc.f)
     } else if strategy.sharding == Sharding::GradOp && run.overlap.param_gather {
-        let split = schedule.splits_backward();
-        let chunks = Chunks { p, v, counts, split };
-        bucket_start_ms(costs, strategy, groups, tps, st, chunks, run.overlap, &f)
+        bucket_start_ms(costs, strategy, groups, tps, st, chunks, run.overlap, &pc.f)
     } else {
         0.0
     };
@@ -834,23 +795,99 @@ fn pipelined_ms(
     let mut tail = 0.0f64;
     let mut earlier = 0.0;
     for s in 0..p {
-        let prm = params(costs, counts[s], at[s], &tps[s]);
-        let split = schedule.splits_backward();
-        let chunks = Chunks { p, v, counts, split };
-        let (sync, opt) = match bucket_sync_ms(costs, strategy, run.overlap, groups, tps, st, chunks, s) {
-            Some(x) => x,
-            None => {
-                let others = st.others(s);
-                stage_sync_ms(costs, strategy, (&groups[s], &others), tps[s].degree, prm)
-            }
-        };
+        let prm = params(costs, counts[s], pc.at[s], &tps[s]);
+        let bucketed = bucket_sync_ms(costs, strategy, run.overlap, groups, tps, st, chunks, s);
+        let (sync, opt) = bucketed.unwrap_or_else(|| {
+            let others = st.others(s);
+            stage_sync_ms(costs, strategy, (&groups[s], &others), tps[s].degree, prm)
+        });
         // Under zero-bubble the input-gradient chain moves on without the
         // weight-gradient parts, which each stage still runs before its
         // sync (stage 0's ends the steady part).
-        tail = tail.max(sync + opt + w[s] - w[0] - earlier);
-        earlier += t[s] - f[s] - w[s];
+        tail = tail.max(sync + opt + pc.w[s] - pc.w[0] - earlier);
+        earlier += pc.t[s] - pc.f[s] - pc.w[s];
     }
     steady + fill + tail + start
+}
+
+/// Per stage of a pipeline: where it sits, its time per micro-batch, its
+/// forward's, and (zero-bubble) its weight-gradient parts', ms.
+struct Paced {
+    at: Vec<Place>,
+    t: Vec<f64>,
+    f: Vec<f64>,
+    w: Vec<f64>,
+}
+
+impl Paced {
+    /// The stages of `st` holding `counts` blocks, `m` micro-batches run
+    /// as `run` says.
+    fn of(st: &Staged, counts: &[u32], m: u32, run: Run) -> Paced {
+        let p = counts.len();
+        let at: Vec<Place> = (0..p).map(|s| place(run.schedule, p, s, m, run.v)).collect();
+        let t = (0..p).map(|s| stage_ms(&st.costs[s], counts[s], at[s])).collect();
+        let f = (0..p).map(|s| stage_fwd_ms(&st.costs[s], counts[s], at[s])).collect();
+        let split = run.schedule.splits_backward();
+        let w = (0..p)
+            .map(|s| {
+                if split {
+                    counts[s] as f64 * st.costs[s].block_w_ms
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        Paced { at, t, f, w }
+    }
+}
+
+/// The steady part of a 1F1B or ZB-H1 pipeline, ms: each stage as the
+/// pacing one, its m micro-batches (at its period), the stages before it
+/// filling and draining, and the round trip through the stages after it,
+/// less what its warm-up forwards hide.
+fn one_f_one_b_ms(st: &Staged, pc: &Paced, m: u32, schedule: PipeSchedule) -> f64 {
+    let (t, f, w) = (&pc.t, &pc.f, &pc.w);
+    let p = t.len();
+    // ZB-H1: the deferred weight-gradient parts fill the bubbles, each
+    // other stage's `W` and as much again as its forward allows (`(p -
+    // 1)(T_F + T_B - T_W)` on identical stages). The second part needs
+    // later micro-batches' forwards (with fewer than p only m - 1 of the p
+    // - 1 others get it) and stages as fast as the pacing one: counted
+    // only for stages of equal time (within 5%), so an unbalanced pipeline
+    // is not promised the identical stages' saving.
+    let later = if p > 1 {
+        (m.saturating_sub(1) as f64 / (p - 1) as f64).min(1.0)
+    } else {
+        0.0
+    };
+    let tmax = t.iter().copied().fold(0.0, f64::max);
+    let tmin = t.iter().copied().fold(f64::INFINITY, f64::min);
+    let balanced = if tmin >= 0.95 * tmax { 1.0 } else { 0.0 };
+    let filled: Vec<f64> = (0..p)
+        .map(|s| w[s] + balanced * later * w[s].min(f[s]))
+        .collect();
+    // Stage 0 defers nothing: its last `W` ends the iteration.
+    let all_filled: f64 = filled.iter().skip(1).sum();
+    let mut steady = 0.0f64;
+    let (mut before, mut after) = (0.0, t.iter().sum::<f64>());
+    for s in 0..p {
+        after -= t[s];
+        // 1F1B: the round trip to a neighbour on top of the compute
+        // (ZB-H1 fills it with deferred weight gradients).
+        let hop = if schedule == PipeSchedule::OneFOneB {
+            let near = |b: usize| st.hop_ms.get(b).copied().unwrap_or(0.0);
+            near(s).max(s.checked_sub(1).map_or(0.0, near))
+        } else {
+            0.0
+        };
+        let period = (t[s] + hop).max(st.comm_ms[s]);
+        let hidden = (pc.at[s].in_flight - 1.0).max(0.0) * f[s];
+        let bubble = (before + (after - hidden).max(0.0) - all_filled).max(0.0);
+        let span = (m.saturating_sub(1)) as f64 * period + t[s] + bubble;
+        steady = steady.max(span);
+        before += t[s];
+    }
+    steady
 }
 
 /// A one-stage plan whose FSDP / HSDP reshards per unit

@@ -778,24 +778,24 @@ pub fn overlap_conflict(
     names: [&str; 5],
 ) -> Option<(usize, String)> {
     let (tp_comm, dp) = knobs;
-    let [tco, spn, ogr, opg, shn] = names;
+    let [_, spn, ogr, _, shn] = names;
     if tp_comm && tp > 1 && !sp {
         return Some((
             0,
-            format!("{tco} needs {spn}: Megatron asserts sequence parallelism with TP communication overlap (Transformer Engine's userbuffers pipeline SP's all-gathers and reduce-scatters with the GEMMs)"),
+            format!("needs {spn} (with TP {tp}): Megatron asserts sequence parallelism with TP communication overlap (Transformer Engine's userbuffers pipeline SP's all-gathers and reduce-scatters with the GEMMs)"),
         ));
     }
     if dp.param_gather && !dp.grad_reduce {
         return Some((
             3,
-            format!("{opg} needs {ogr} (Megatron asserts it: the parameter all-gathers follow the gradient buckets)"),
+            format!("needs {ogr} (Megatron asserts it: the parameter all-gathers follow the gradient buckets)"),
         ));
     }
     if dp.param_gather && sharding != Sharding::GradOp {
         return Some((
             3,
             format!(
-                "{opg} needs the distributed optimizer ({shn} grad-op; Megatron asserts it), not `{}`: only ZeRO-1 all-gathers updated parameters",
+                "needs the distributed optimizer ({shn} grad-op; Megatron asserts it), not `{}`: only ZeRO-1 all-gathers updated parameters",
                 sharding.name()
             ),
         ));
@@ -804,7 +804,7 @@ pub fn overlap_conflict(
         return Some((
             2,
             format!(
-                "{ogr} is Megatron's knob for replicas and the distributed optimizer ({shn} none or grad-op), not `{}`: FSDP / HSDP inside the stages reduce-scatter each unit during the last backward already (torchtitan)",
+                "Megatron's knob for replicas and the distributed optimizer ({shn} none or grad-op), not `{}`: FSDP / HSDP inside the stages reduce-scatter each unit during the last backward already (torchtitan)",
                 sharding.name()
             ),
         ));

@@ -178,6 +178,27 @@ impl Shape3d {
         }
     }
 
+    /// The overlap knobs against the shape's other flags, as Megatron
+    /// asserts them: `--tp-comm-overlap` needs `--sequence-parallel`,
+    /// `--overlap-param-gather` needs `--overlap-grad-reduce` (the
+    /// sharding's part is [`Shape3d::check_sharding`]).
+    fn check_overlap(&self) -> Result<(), PlanError> {
+        let bad = |field: &str, msg: &str| Err(PlanError::invalid(ORIGIN, field, msg));
+        if self.tp_comm_overlap && !self.sequence_parallel {
+            return bad(
+                "--tp-comm-overlap",
+                "needs --sequence-parallel: Megatron asserts sequence parallelism with it (Transformer Engine's userbuffers pipeline SP's all-gathers and reduce-scatters with the GEMMs)",
+            );
+        }
+        if self.overlap_param_gather && !self.overlap_grad_reduce {
+            return bad(
+                "--overlap-param-gather",
+                "needs --overlap-grad-reduce (Megatron asserts it: the parameter all-gathers follow the gradient buckets)",
+            );
+        }
+        Ok(())
+    }
+
     /// The pipeline of this shape on `ranks` GPUs for a model of `layers`
     /// blocks and a global batch of `global_batch` samples: replica `j` of
     /// stage `s` the TP group its [`RankOrder`] numbers (Megatron's default:
@@ -213,18 +234,7 @@ impl Shape3d {
                 format!("{p} stages but the model has {layers} blocks: every stage needs at least one block"),
             );
         }
-        if self.tp_comm_overlap && !self.sequence_parallel {
-            return bad(
-                "--tp-comm-overlap",
-                "needs --sequence-parallel: Megatron asserts sequence parallelism with it (Transformer Engine's userbuffers pipeline SP's all-gathers and reduce-scatters with the GEMMs)".into(),
-            );
-        }
-        if self.overlap_param_gather && !self.overlap_grad_reduce {
-            return bad(
-                "--overlap-param-gather",
-                "needs --overlap-grad-reduce (Megatron asserts it: the parameter all-gathers follow the gradient buckets)".into(),
-            );
-        }
+        self.check_overlap()?;
         let d = ranks / (t * p);
         let b = self.microbatch_size;
         if b == 0 {
