@@ -168,6 +168,41 @@ pub fn ranks(text: &str, flag: &str, max_span: usize) -> Result<Vec<usize>, Spec
     Ok(out)
 }
 
+/// Ranks as [`ranks`] reads them, consecutive ones as ranges (`0-7,16`):
+/// a list of eight or fewer ranks in full (`0,1,2`), else its ranges, at
+/// most `max` of them (the first `max - 1`, `...`, the last, and the
+/// count: `0-1,8-9,...,56-57 (16)`).
+pub fn rank_ranges(v: &[usize], max: usize) -> String {
+    if v.len() <= 8 {
+        return v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+    }
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", v[i], v[j])
+        } else {
+            v[i].to_string()
+        });
+        i = j + 1;
+    }
+    let max = max.max(2);
+    let shown = if parts.len() > max {
+        let last = parts[parts.len() - 1].clone();
+        let mut head = parts[..max - 1].to_vec();
+        head.push("...".into());
+        head.push(last);
+        head.join(",")
+    } else {
+        parts.join(",")
+    };
+    format!("{shown} ({})", v.len())
+}
+
 /// Runs of equal consecutive values as cells: `8x 64`, `2`.
 /// Runs of equal values as cells (`8x 64`, `2`), in order.
 pub fn run_cells<T: PartialEq + std::fmt::Display>(v: &[T]) -> Vec<String> {
@@ -255,6 +290,20 @@ pub fn runs(v: &[u32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rank_ranges_print_runs_that_ranks_reads() {
+        assert_eq!(rank_ranges(&[0, 1, 2], 4), "0,1,2");
+        let contiguous: Vec<usize> = (0..16).collect();
+        assert_eq!(rank_ranges(&contiguous, 4), "0-15 (16)");
+        // TP 2 x PP 4 in tp-pp-dp order: stage 0 of 8 replicas.
+        let strided: Vec<usize> = (0..8).flat_map(|j| [8 * j, 8 * j + 1]).collect();
+        assert_eq!(rank_ranges(&strided, 4), "0-1,8-9,16-17,...,56-57 (16)");
+        let some: Vec<usize> = (0..3).flat_map(|j| [8 * j, 8 * j + 1, 8 * j + 2]).collect();
+        let text = rank_ranges(&some, 4);
+        assert_eq!(text, "0-2,8-10,16-18 (9)");
+        assert_eq!(ranks(text.split(' ').next().unwrap(), "f", 64).unwrap(), some);
+    }
 
     #[test]
     fn counts_refuse_empty_items_signs_and_junk_naming_the_item() {

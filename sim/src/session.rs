@@ -211,6 +211,7 @@ pub fn user_plan(
                 ..*spec
             };
             let strategy = spec.resolve(ctx)?;
+            shape.check_sharding(strategy.sharding)?;
             Plan::pipelined(
                 "manual",
                 strategy,

@@ -24,9 +24,22 @@
 //!   runs the forward collectives on the critical path and launches the
 //!   backward input-gradient all-reduce (or reduce-scatter) asynchronously
 //!   under the weight-gradient GEMM, and the SP re-gathers under the
-//!   input-gradient GEMM; `comm_overlap` (`--tp-comm-overlap`, Transformer
-//!   Engine userbuffers, off by default) hides every collective behind the
-//!   GEMM of its pass, as far as that GEMM lasts.
+//!   input-gradient GEMM. `comm_overlap` (`--tp-comm-overlap`, off by
+//!   default; it needs SP, which Megatron asserts) is Transformer Engine's
+//!   userbuffers overlap (REAL-SYSTEMS-2 section 1.3): each block
+//!   collective runs against the one GEMM TE pairs it with
+//!   ([`UbOverlap`]): the forward all-gathers pipelined with the QKV and
+//!   fc1 GEMMs that consume them, the forward reduce-scatters with the
+//!   projection and fc2 GEMMs that produce them, the backward all-gathers
+//!   of the output gradient with the projection's and fc2's input-gradient
+//!   GEMMs, split into `t` chunks (the ring exchange: `c / t` stays
+//!   exposed, and what the GEMM cannot cover, `(c - g)(t - 1) / t`); the
+//!   SP re-gathers in bulk under the QKV and fc1 input-gradient GEMMs and
+//!   the input-gradient reduce-scatters under their weight-gradient GEMMs
+//!   (`tp_comm_bulk_wgrad` / `tp_comm_bulk_dgrad`: `max(0, c - g)`). Each
+//!   GEMM's time is its FLOP share of the pass ([`gemm_shares`]). The
+//!   embedding's and head's collectives stay exposed (the output layer and
+//!   the embedding are not TE userbuffers layers).
 //! * **Memory**: parameters per rank ([`TensorParallel::block_params`]) and
 //!   activations per rank ([`TensorParallel::activations`]): Korthikanti's
 //!   accounting, `sbh(10 + 24/t + 5as/(ht))` without SP and
@@ -83,6 +96,89 @@ pub enum Under {
     InputGrad,
 }
 
+/// The linear layers of a block TP splits: the fused QKV and the MLP's
+/// first linear (with SwiGLU the gate and up projections) column-parallel,
+/// the attention projection and the MLP's last linear row-parallel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Linear {
+    /// Query, key and value projections.
+    Qkv,
+    /// Attention output projection.
+    Proj,
+    /// MLP input (gate and up with SwiGLU).
+    Fc1,
+    /// MLP output.
+    Fc2,
+}
+
+impl Linear {
+    /// Every layer, in [`GemmShares`] order.
+    pub const ALL: [Linear; 4] = [Linear::Qkv, Linear::Proj, Linear::Fc1, Linear::Fc2];
+
+    /// Parameters of the layer's weight in `model` (unsplit).
+    pub fn params(self, model: &ModelSpec) -> f64 {
+        let (h, kv, f) = (model.hidden as f64, model.kv_dim() as f64, model.ffn as f64);
+        match self {
+            Linear::Qkv => h * (h + 2.0 * kv),
+            Linear::Proj => h * h,
+            Linear::Fc1 if model.family.is_llama_like() => 2.0 * h * f,
+            Linear::Fc1 => h * f,
+            Linear::Fc2 => f * h,
+        }
+    }
+}
+
+/// How Transformer Engine's userbuffers overlap one block TP collective
+/// (`--tp-comm-overlap`, REAL-SYSTEMS-2 section 1.3): the GEMM it runs
+/// against, and whether that GEMM is split into `t` chunks pipelined with
+/// the collective's chunks (the all-gathers and reduce-scatters of the
+/// forward, the output-gradient all-gathers of the backward) or runs
+/// whole beside it (the backward's bulk overlaps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UbOverlap {
+    /// The layer whose GEMM of the collective's pass it runs against
+    /// (forward: its output GEMM; backward: its input- or weight-gradient
+    /// GEMM, which take the same time).
+    pub layer: Linear,
+    /// Pipelined in chunks (else in bulk).
+    pub pipelined: bool,
+}
+
+/// The share of a block's pass compute in each linear layer's GEMM, in
+/// [`Linear::ALL`] order, from FLOPs (as [`weight_grad_share`]): `fwd[l]`
+/// its forward GEMM in the forward, `bwd[l]` each of its input- and
+/// weight-gradient GEMMs in the backward.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GemmShares {
+    /// Forward GEMM of each layer, share of the forward.
+    pub fwd: [f64; 4],
+    /// Input- (or weight-) gradient GEMM of each layer, share of the backward.
+    pub bwd: [f64; 4],
+}
+
+impl GemmShares {
+    /// The weight-gradient GEMMs' share of the backward (all layers).
+    pub fn weight_grads(&self) -> f64 {
+        self.bwd.iter().sum()
+    }
+}
+
+/// The [`GemmShares`] of `model`'s block at `seq_len`: layer `l`'s GEMM
+/// `2 P_l s` FLOPs per sample against the forward's `sum_l 2 P_l s +
+/// score` and the backward's twice that (the attention core's score
+/// FLOPs `4 s^2 h`, half under a causal mask).
+pub fn gemm_shares(model: &ModelSpec, seq_len: u32) -> GemmShares {
+    let s = model.tokens_per_sample(seq_len) as f64;
+    let gemm = Linear::ALL.map(|l| 2.0 * l.params(model) * s);
+    let linear: f64 = gemm.iter().sum();
+    let score =
+        4.0 * s * s * model.hidden as f64 * if model.family.is_causal() { 0.5 } else { 1.0 };
+    GemmShares {
+        fwd: gemm.map(|g| g / (linear + score)),
+        bwd: gemm.map(|g| g / (2.0 * linear + 2.0 * score)),
+    }
+}
+
 /// One TP collective of a block (or of the embedding or head) per micro-batch.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TpCollective {
@@ -94,17 +190,28 @@ pub struct TpCollective {
     pub bytes: f64,
     /// What it overlaps on the default path.
     pub under: Under,
+    /// What it overlaps under `--tp-comm-overlap` (`None`: nothing, the
+    /// embedding's and head's collectives).
+    pub ub: Option<UbOverlap>,
 }
 
 impl TpCollective {
     /// A collective of `kind` in `pass` over a tensor of `bytes`, running
-    /// `under` a GEMM.
-    fn of(pass: Pass, kind: CollectiveKind, bytes: f64, under: Under) -> TpCollective {
+    /// `under` a GEMM on the default path, overlapped as `ub` says under
+    /// `--tp-comm-overlap`.
+    fn of(
+        pass: Pass,
+        kind: CollectiveKind,
+        bytes: f64,
+        under: Under,
+        ub: Option<UbOverlap>,
+    ) -> TpCollective {
         TpCollective {
             pass,
             kind,
             bytes,
             under,
+            ub,
         }
     }
 
@@ -230,33 +337,39 @@ impl TensorParallel {
             return Vec::new();
         }
         let s = activation_bytes(model, tokens, dtype);
-        let c = |pass, kind, under| TpCollective::of(pass, kind, s, under);
+        let c = |pass, kind, under, layer, pipelined| {
+            let ub = Some(UbOverlap { layer, pipelined });
+            TpCollective::of(pass, kind, s, under, ub)
+        };
         use CollectiveKind::*;
+        use Linear::*;
         use Pass::*;
         if self.sequence_parallel {
             vec![
-                c(Forward, AllGather, Under::Nothing),
-                c(Forward, ReduceScatter, Under::Nothing),
-                c(Forward, AllGather, Under::Nothing),
-                c(Forward, ReduceScatter, Under::Nothing),
+                c(Forward, AllGather, Under::Nothing, Qkv, true),
+                c(Forward, ReduceScatter, Under::Nothing, Proj, true),
+                c(Forward, AllGather, Under::Nothing, Fc1, true),
+                c(Forward, ReduceScatter, Under::Nothing, Fc2, true),
                 // Backward per sub-block: the output gradient gathered (the
                 // transpose of the forward's reduce-scatter), the input
                 // re-gathered for the weight gradient under the
                 // input-gradient GEMM, the input gradient reduce-scattered
                 // under the weight-gradient GEMM.
-                c(Backward, AllGather, Under::Nothing),
-                c(Backward, AllGather, Under::InputGrad),
-                c(Backward, ReduceScatter, Under::WeightGrad),
-                c(Backward, AllGather, Under::Nothing),
-                c(Backward, AllGather, Under::InputGrad),
-                c(Backward, ReduceScatter, Under::WeightGrad),
+                c(Backward, AllGather, Under::Nothing, Fc2, true),
+                c(Backward, AllGather, Under::InputGrad, Fc1, false),
+                c(Backward, ReduceScatter, Under::WeightGrad, Fc1, false),
+                c(Backward, AllGather, Under::Nothing, Proj, true),
+                c(Backward, AllGather, Under::InputGrad, Qkv, false),
+                c(Backward, ReduceScatter, Under::WeightGrad, Qkv, false),
             ]
         } else {
+            // (TE's userbuffers need SP; without it the all-reduces are
+            // paired as the reduce-scatters would be.)
             vec![
-                c(Forward, AllReduce, Under::Nothing),
-                c(Forward, AllReduce, Under::Nothing),
-                c(Backward, AllReduce, Under::WeightGrad),
-                c(Backward, AllReduce, Under::WeightGrad),
+                c(Forward, AllReduce, Under::Nothing, Proj, true),
+                c(Forward, AllReduce, Under::Nothing, Fc2, true),
+                c(Backward, AllReduce, Under::WeightGrad, Fc1, false),
+                c(Backward, AllReduce, Under::WeightGrad, Qkv, false),
             ]
         }
     }
@@ -275,7 +388,7 @@ impl TensorParallel {
             return Vec::new();
         }
         let s = activation_bytes(model, tokens, dtype);
-        let c = |pass, kind| TpCollective::of(pass, kind, s, Under::Nothing);
+        let c = |pass, kind| TpCollective::of(pass, kind, s, Under::Nothing, None);
         if self.sequence_parallel {
             vec![
                 c(Pass::Forward, CollectiveKind::ReduceScatter),
@@ -302,7 +415,7 @@ impl TensorParallel {
             return Vec::new();
         }
         let s = activation_bytes(model, tokens, dtype);
-        let c = |pass, kind, bytes| TpCollective::of(pass, kind, bytes, Under::Nothing);
+        let c = |pass, kind, bytes| TpCollective::of(pass, kind, bytes, Under::Nothing, None);
         let mut v = if self.sequence_parallel {
             vec![
                 c(Pass::Forward, CollectiveKind::AllGather, s),
@@ -317,31 +430,48 @@ impl TensorParallel {
 
     /// Exposed time of `collectives` in one pass, ms: each priced by
     /// `price` (kind, per-rank piece bytes) and hidden as the module docs
-    /// say behind a pass whose compute takes `pass_ms`, of which
-    /// `gemm_share` is each of the weight- and input-gradient GEMMs
-    /// (backward) or the GEMMs (forward, with `comm_overlap`).
+    /// say behind a pass whose compute takes `pass_ms`, its GEMMs the
+    /// shares `gemms` of it: on the default path the backward's
+    /// collectives under all the weight- or input-gradient GEMMs; with
+    /// `comm_overlap` each under its own GEMM ([`UbOverlap`]), pipelined
+    /// in `t` chunks or in bulk.
     pub fn exposed_ms(
         &self,
         collectives: &[TpCollective],
         pass: Pass,
         pass_ms: f64,
-        gemm_share: f64,
+        gemms: &GemmShares,
         mut price: impl FnMut(CollectiveKind, f64) -> f64,
     ) -> f64 {
         let (mut exposed, mut under_w, mut under_i) = (0.0, 0.0, 0.0);
+        let n = self.degree.max(1) as f64;
         for c in collectives.iter().filter(|c| c.pass == pass) {
             let ms = price(c.kind, c.piece_bytes(self.degree));
-            match (self.comm_overlap, c.under) {
-                (true, _) | (false, Under::WeightGrad) => under_w += ms,
-                (false, Under::InputGrad) => under_i += ms,
-                (false, Under::Nothing) => exposed += ms,
+            match (self.comm_overlap, c.ub, c.under) {
+                (true, Some(ub), _) => {
+                    let i = Linear::ALL.iter().position(|&l| l == ub.layer).unwrap_or(0);
+                    let share = match pass {
+                        Pass::Forward => gemms.fwd[i],
+                        Pass::Backward => gemms.bwd[i],
+                    };
+                    let gemm = pass_ms * share;
+                    exposed += if ub.pipelined {
+                        // Two-stage pipeline of t chunks: the first chunk's
+                        // communication (or the last's) is not covered.
+                        ms / n + (ms - gemm).max(0.0) * (n - 1.0) / n
+                    } else {
+                        (ms - gemm).max(0.0)
+                    };
+                }
+                (true, None, _) | (false, _, Under::Nothing) => exposed += ms,
+                (false, _, Under::WeightGrad) => under_w += ms,
+                (false, _, Under::InputGrad) => under_i += ms,
             }
         }
-        let gemm = pass_ms * gemm_share;
         if self.comm_overlap {
-            // Chunked GEMMs hide the collectives of the whole pass.
-            return (under_w - pass_ms).max(0.0) + exposed;
+            return exposed;
         }
+        let gemm = pass_ms * gemms.weight_grads();
         exposed + (under_w - gemm).max(0.0) + (under_i - gemm).max(0.0)
     }
 
@@ -556,6 +686,40 @@ mod tests {
         assert!(TensorParallel::NONE
             .block_collectives(&m, tokens, Dtype::Fp16)
             .is_empty());
+    }
+
+    /// `--tp-comm-overlap` as Transformer Engine's userbuffers run it: a
+    /// collective no longer than its GEMM leaves `1/t` of itself exposed
+    /// when pipelined and nothing in bulk; a longer one what the GEMM does
+    /// not cover; the embedding's and head's stay exposed. The default
+    /// path exposes every forward collective.
+    #[test]
+    fn userbuffers_overlap_each_collective_with_its_gemm() {
+        let m = model("gpt-2.7b");
+        let shares = gemm_shares(&m, 2048);
+        let total: f64 = shares.fwd.iter().sum();
+        assert!((shares.weight_grads() - weight_grad_share(&m, 2048)).abs() < 1e-12);
+        assert!((total - 2.0 * shares.weight_grads()).abs() < 1e-12);
+        let params: f64 = Linear::ALL.iter().map(|l| l.params(&m)).sum();
+        assert_eq!(params, m.block_matmul_params() as f64);
+        let t = 4u32;
+        let mut ub = TensorParallel::new(t, true);
+        ub.comm_overlap = true;
+        let plain = TensorParallel::new(t, true);
+        let cs = ub.block_collectives(&m, 2048.0, Dtype::Bf16);
+        // Every collective 1 ms, the forward 100 ms: each GEMM covers it.
+        let fwd = 100.0;
+        let exposed = ub.exposed_ms(&cs, Pass::Forward, fwd, &shares, |_, _| 1.0);
+        assert!((exposed - 4.0 / t as f64).abs() < 1e-9, "{exposed}");
+        assert_eq!(plain.exposed_ms(&cs, Pass::Forward, fwd, &shares, |_, _| 1.0), 4.0);
+        // Backward: 2 pipelined all-gathers (1/t each), 4 bulk ones hidden.
+        let bwd = ub.exposed_ms(&cs, Pass::Backward, 2.0 * fwd, &shares, |_, _| 1.0);
+        assert!((bwd - 2.0 / t as f64).abs() < 1e-9, "{bwd}");
+        // A collective far longer than its GEMM: what is not covered shows.
+        let long = ub.exposed_ms(&cs, Pass::Forward, 0.0, &shares, |_, _| 1.0);
+        assert!((long - 4.0).abs() < 1e-9, "{long}");
+        let head = ub.head_collectives(&m, 2048.0, Dtype::Bf16);
+        assert_eq!(ub.exposed_ms(&head, Pass::Forward, fwd, &shares, |_, _| 1.0), 4.0);
     }
 
     #[test]

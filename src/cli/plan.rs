@@ -87,6 +87,21 @@ pub struct ShapePinArgs {
     /// Pin sequence parallelism inside the TP groups: on or off.
     #[arg(long, help_heading = SHAPE_PINS)]
     pub sequence_parallel: Option<String>,
+    /// Pin Megatron's `--overlap-grad-reduce` (each stage's gradients
+    /// reduced bucket by bucket during the last backward): on (the flag
+    /// alone) or off; unpinned: off, Megatron's default.
+    #[arg(long, help_heading = SHAPE_PINS, num_args = 0..=1, default_missing_value = "on")]
+    pub overlap_grad_reduce: Option<String>,
+    /// Pin Megatron's `--overlap-param-gather` (the distributed
+    /// optimizer's all-gathers under the next forward; needs
+    /// --overlap-grad-reduce): on (the flag alone) or off; unpinned: off.
+    #[arg(long, help_heading = SHAPE_PINS, num_args = 0..=1, default_missing_value = "on")]
+    pub overlap_param_gather: Option<String>,
+    /// Pin the rank order: tp-cp-ep-dp-pp (Megatron's default) or
+    /// tp-pp-dp (Megatron's `--use-tp-pp-dp-mapping`); unpinned, the
+    /// megatron planner tries both.
+    #[arg(long, help_heading = SHAPE_PINS)]
+    pub rank_order: Option<String>,
 }
 
 impl ShapePinArgs {
@@ -94,7 +109,7 @@ impl ShapePinArgs {
     /// (one parser, [`sim::plan::shape::ShapePins::parse`]).
     pub fn pins(&self) -> Result<sim::plan::shape::ShapePins> {
         let mut pins = sim::plan::shape::ShapePins::default();
-        let flags: [(&str, &str, Option<String>); 6] = [
+        let flags: [(&str, &str, Option<String>); 9] = [
             ("--tp", "tp", self.tp.map(|x| x.to_string())),
             ("--pp", "pp", self.pp.map(|x| x.to_string())),
             ("--pp-schedule", "schedule", self.pp_schedule.clone()),
@@ -113,6 +128,17 @@ impl ShapePinArgs {
                 "sequence_parallel",
                 self.sequence_parallel.clone(),
             ),
+            (
+                "--overlap-grad-reduce",
+                "overlap_grad_reduce",
+                self.overlap_grad_reduce.clone(),
+            ),
+            (
+                "--overlap-param-gather",
+                "overlap_param_gather",
+                self.overlap_param_gather.clone(),
+            ),
+            ("--rank-order", "rank_order", self.rank_order.clone()),
         ];
         for (flag, name, value) in flags {
             if let Some(v) = value {

@@ -84,13 +84,40 @@ pub struct ShapeArgs {
     /// = global batch / (DP x this).
     #[arg(long, conflicts_with_all = ["plan", "batch"])]
     pub microbatch_size: Option<u32>,
-    /// Overlap TP communication with the GEMMs of both passes (Megatron's
-    /// `--tp-comm-overlap`; off: its default path).
+    /// Overlap TP communication with the GEMMs of both passes as
+    /// Transformer Engine's userbuffers do (Megatron's `--tp-comm-overlap`;
+    /// needs --sequence-parallel; off: its default path).
     #[arg(long, conflicts_with_all = ["plan", "batch"])]
     pub tp_comm_overlap: bool,
     /// Let TP groups span nodes (priced over the network).
     #[arg(long, conflicts_with_all = ["plan", "batch"])]
     pub tp_across_nodes: bool,
+    /// Reduce each stage's gradients bucket by bucket during the last
+    /// micro-batch's backward (Megatron's `--overlap-grad-reduce`, off by
+    /// default; replicas and the distributed optimizer, `--sharding none`
+    /// or `grad-op`).
+    #[arg(long, conflicts_with_all = ["plan", "batch"])]
+    pub overlap_grad_reduce: bool,
+    /// Defer the distributed optimizer's parameter all-gathers to the next
+    /// step's forward, bucket by bucket (Megatron's
+    /// `--overlap-param-gather`, off by default; needs
+    /// --overlap-grad-reduce and `--sharding grad-op`).
+    #[arg(long, conflicts_with_all = ["plan", "batch"])]
+    pub overlap_param_gather: bool,
+    /// Rank order: `tp-cp-ep-dp-pp` (Megatron's default: TP, then DP,
+    /// then PP outermost) or `tp-pp-dp` (Megatron's
+    /// `--use-tp-pp-dp-mapping`: a replica's stages on consecutive ranks).
+    #[arg(long, conflicts_with_all = ["plan", "batch"], value_parser = parse_rank_order)]
+    pub rank_order: Option<sim::plan::shape::RankOrder>,
+}
+
+fn parse_rank_order(s: &str) -> std::result::Result<sim::plan::shape::RankOrder, String> {
+    sim::plan::shape::RankOrder::parse(s).ok_or_else(|| {
+        format!(
+            "expected one of {}, got `{s}`",
+            sim::plan::shape::RankOrder::ALL.map(|x| x.name()).join(", ")
+        )
+    })
 }
 
 fn parse_schedule(s: &str) -> std::result::Result<sim::plan::pipeline::PipeSchedule, String> {
@@ -116,7 +143,10 @@ impl ShapeArgs {
             || self.virtual_stages.is_some()
             || self.microbatch_size.is_some()
             || self.tp_comm_overlap
-            || self.tp_across_nodes;
+            || self.tp_across_nodes
+            || self.overlap_grad_reduce
+            || self.overlap_param_gather
+            || self.rank_order.is_some();
         let d = sim::plan::shape::Shape3d::default();
         any.then(|| sim::plan::shape::Shape3d {
             tp: self.tp.unwrap_or(d.tp),
@@ -135,6 +165,9 @@ impl ShapeArgs {
             microbatch_size: self.microbatch_size.unwrap_or(d.microbatch_size),
             tp_comm_overlap: self.tp_comm_overlap,
             tp_across_nodes: self.tp_across_nodes,
+            overlap_grad_reduce: self.overlap_grad_reduce,
+            overlap_param_gather: self.overlap_param_gather,
+            rank_order: self.rank_order.unwrap_or_default(),
         })
     }
 }

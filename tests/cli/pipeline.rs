@@ -132,6 +132,12 @@ fn bad_pipeline_files_exit_2_naming_the_field() {
     );
     // A per-GPU entry that disagrees with the stages.
     refused(|v| v["gpus"][0]["batch"] = Value::from(3), "gpus[0].batch");
+    // Megatron's asserts: the parameter gather overlap needs the gradient
+    // one and the distributed optimizer.
+    refused(
+        |v| v["pipeline"]["overlap_param_gather"] = Value::from(true),
+        "pipeline.overlap_param_gather",
+    );
 }
 
 #[test]
@@ -295,9 +301,122 @@ fn bad_three_d_shapes_name_the_flag() {
             "--microbatch-size",
         ),
         (&["--pp-schedule", "nope"][..], "--pp-schedule"),
+        // Megatron asserts SP with --tp-comm-overlap: both flags named.
+        (
+            &["--tp", "2", "--tp-comm-overlap"][..],
+            "`--tp-comm-overlap`: needs --sequence-parallel",
+        ),
+        (
+            &["--pp", "2", "--overlap-param-gather"][..],
+            "`--overlap-param-gather`: needs --overlap-grad-reduce",
+        ),
+        (
+            &[
+                "--pp",
+                "2",
+                "--overlap-grad-reduce",
+                "--overlap-param-gather",
+            ][..],
+            "grad-op",
+        ),
+        (
+            &["--pp", "2", "--sharding", "full", "--overlap-grad-reduce"][..],
+            "--overlap-grad-reduce",
+        ),
+        (&["--pp", "2", "--rank-order", "dp-tp-pp"][..], "--rank-order"),
     ] {
         let o = run(&hgx("simulate", extra));
         assert_eq!(o.code, 2, "{extra:?}: {}", o.stderr);
         assert!(o.stderr.contains(want), "{extra:?}: {}", o.stderr);
+    }
+}
+
+/// Megatron's overlap knobs and rank order from the command line: the
+/// report says which ran (JSON and table), `plan` takes them as pins and
+/// its plan file carries them back into `simulate --plan`, and every help
+/// text names the framework flag it mirrors.
+#[test]
+fn overlap_knobs_and_rank_order_are_reported_and_round_trip() {
+    let knobs = [
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--sharding",
+        "grad-op",
+        "--sequence-parallel",
+        "--tp-comm-overlap",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+        "--rank-order",
+        "tp-pp-dp",
+    ];
+    let o = run(&hgx("simulate", &[&knobs[..], &["--format", "json"]].concat()));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let r: Value = serde_json::from_str(&o.stdout).unwrap();
+    let p = &r["pipeline"];
+    for k in ["tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather"] {
+        assert_eq!(p[k], true, "{k}: {p}");
+    }
+    assert_eq!(p["grad_sync"], "buckets");
+    assert_eq!(p["rank_order"], "tp-pp-dp");
+    // Stage 0 of TP 2 x PP 2 x DP 2 in tp-pp-dp order: ranks 0, 1, 4, 5.
+    assert_eq!(p["stages"][0]["ranks"], serde_json::json!([0, 1, 4, 5]));
+    let t = run(&hgx("simulate", &knobs));
+    assert!(
+        t.stdout.contains("overlap: tp-comm-overlap on, overlap-grad-reduce on, overlap-param-gather on")
+            && t.stdout.contains("ranks in tp-pp-dp order"),
+        "{}",
+        t.stdout
+    );
+    let d = run(&hgx("simulate", &["--tp", "2", "--pp", "2"]));
+    assert!(
+        d.stdout.contains("overlap: tp-comm-overlap off, overlap-grad-reduce off, overlap-param-gather off; data-parallel gradients reduced after the last backward"),
+        "{}",
+        d.stdout
+    );
+    let path = tmp("cli-3d-overlap-plan.json");
+    let f = path.to_str().unwrap();
+    let planned = run(&hgx(
+        "plan",
+        &[
+            "--planner",
+            "megatron",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--sharding",
+            "grad-op",
+            "--overlap-grad-reduce",
+            "--overlap-param-gather",
+            "on",
+            "--rank-order",
+            "tp-pp-dp",
+            "--format",
+            "json",
+            "--out",
+            f,
+        ],
+    ));
+    assert_eq!(planned.code, 0, "{}", planned.stderr);
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(file["pipeline"]["overlap_grad_reduce"], true, "{file}");
+    assert_eq!(file["pipeline"]["overlap_param_gather"], true, "{file}");
+    let planned: Value = serde_json::from_str(&planned.stdout).unwrap();
+    let again = run(&hgx("simulate", &["--plan", f, "--format", "json"]));
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let again: Value = serde_json::from_str(&again.stdout).unwrap();
+    assert_eq!(again["iteration_ms"], planned["simulated"]["iteration_ms"]);
+    assert_eq!(again["pipeline"]["rank_order"], "tp-pp-dp");
+    for cmd in ["simulate", "plan"] {
+        let h = run(&[cmd, "--help"]);
+        for flag in [
+            "`--overlap-grad-reduce`",
+            "`--overlap-param-gather`",
+            "`--use-tp-pp-dp-mapping`",
+        ] {
+            assert!(h.stdout.contains(flag), "{cmd} --help lacks {flag}");
+        }
     }
 }

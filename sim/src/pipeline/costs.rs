@@ -146,17 +146,16 @@ pub fn tp_times(
     }
     let w = &costs.workload;
     let tokens = n as f64 * w.model.tokens_per_sample(w.seq_len) as f64;
-    let share = crate::tensor::weight_grad_share(&w.model, w.seq_len);
+    let shares = crate::tensor::gemm_shares(&w.model, w.seq_len);
     let pieces = |b: f64| vec![b; group.len()];
     let price = |k, b: f64| costs.group_collective_ms(k, group, &pieces(b));
     let time = |cs: &[crate::tensor::TpCollective], pass, ms| {
-        dur(tp.exposed_ms(cs, pass, ms, share, price))
+        dur(tp.exposed_ms(cs, pass, ms, &shares, price))
     };
     let block = tp.block_collectives(&w.model, tokens, w.dtype);
     let embed = tp.embedding_collectives(&w.model, tokens, w.dtype);
     let head = tp.head_collectives(&w.model, tokens, w.dtype);
     TpTimes {
-        // Forward GEMMs are the linear layers' (half of the backward's).
         block_fwd: time(&block, Pass::Forward, fwd_ms),
         block_bwd: time(&block, Pass::Backward, bwd_ms),
         embed_fwd: time(&embed, Pass::Forward, 0.0),

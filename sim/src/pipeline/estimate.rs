@@ -34,11 +34,12 @@
 //!   form's sum over the micro-batches' phases ([`crate::planner::closed_form`]
 //!   module docs), every schedule alike (no bubble at one stage).
 
+use super::buckets::{chunk_buckets, grad_sync, GradSync};
 use super::costs::Rows;
 use crate::comm::CollectiveKind;
 use crate::cost::CostModel;
 use crate::error::PlanError;
-use crate::plan::pipeline::{PipeSchedule, Pipeline};
+use crate::plan::pipeline::{DpOverlap, PipeSchedule, Pipeline};
 use crate::plan::Plan;
 use crate::strategy::{Checkpointing, Recompute, Sharding, Strategy};
 use crate::tensor::TensorParallel;
@@ -429,9 +430,36 @@ pub struct Staged {
     pub replicas: Vec<Vec<GroupCost>>,
     /// Communication-stream time per micro-batch of each stage, ms.
     pub comm_ms: Vec<f64>,
+    /// Per boundary between stages `b` and `b + 1`, the transfer of one
+    /// micro-batch's activations and that of its gradient back, ms: what
+    /// 1F1B's steady state waits for per micro-batch on top of the
+    /// stages' compute (stage `b + 1` runs one forward and one backward
+    /// while stage `b`'s next activations wait for its backward, which
+    /// waits for `b + 1`'s gradient).
+    pub hop_ms: Vec<f64>,
+    /// Per stage and node, the stage's data-parallel groups (one per TP
+    /// rank) that cross nodes with a member on the node: what reduces
+    /// through that node's NICs at once ([`Staged::others`]).
+    pub crossing: Vec<Vec<usize>>,
 }
 
 impl Staged {
+    /// Per node, the data-parallel groups of the stages other than `s`
+    /// that cross nodes through it: stages sharing a node (the `tp-pp-dp`
+    /// rank order) synchronise at about the same time, through the same
+    /// NICs ([`nic_sharing`]).
+    pub fn others(&self, s: usize) -> Vec<usize> {
+        let nodes = self.crossing.first().map_or(0, Vec::len);
+        (0..nodes)
+            .map(|n| {
+                (0..self.crossing.len())
+                    .filter(|&x| x != s)
+                    .map(|x| self.crossing[x][n])
+                    .sum()
+            })
+            .collect()
+    }
+
     /// How far stage `s` holding `blocks` blocks (`params` parameters per
     /// GPU, state split over `d`) at `at` runs over memory, bytes: the
     /// largest of its replicas' estimated peak less that replica's usable
@@ -529,22 +557,96 @@ pub fn staged(
         replicas.push(c.replicas);
     }
     // A stage sends its activations forward and its input gradient back,
-    // per micro-batch, each GPU its slice (one-to-one as the first pair).
+    // per micro-batch, each GPU its slice: the slowest of the replicas'
+    // pairs (one-to-one, the first GPU of each TP group; the rank order
+    // decides whether they share a node), times the stage's GPUs sending
+    // through each NIC of that node at once ([`p2p_sharing`]).
     let mut comm_ms = vec![0.0; p];
+    let pair_ms = |a: usize, b: usize, bytes: f64| {
+        let (ta, tb) = (tps[a].degree.max(1) as usize, tps[b].degree.max(1) as usize);
+        let (ga, gb) = (&groups[a], &groups[b]);
+        let reps = (ga.len() / ta).min(gb.len() / tb).max(1);
+        (0..reps)
+            .map(|j| {
+                let (x, y) = (ga[(j * ta).min(ga.len() - 1)], gb[(j * tb).min(gb.len() - 1)]);
+                costs.p2p(x, y, bytes).0 * p2p_sharing(costs, ga, gb, x, y)
+            })
+            .fold(0.0, f64::max)
+    };
+    // Per boundary `b` (stages b, b + 1): its activations out and its
+    // gradients back.
+    let mut hop_ms = vec![0.0; p.saturating_sub(1)];
     for s in 0..p {
         let bytes = gc[s].transfer_bytes;
         if s + 1 < p {
-            comm_ms[s] += costs.p2p(groups[s][0], groups[s + 1][0], bytes).0;
+            let ms = pair_ms(s, s + 1, bytes);
+            comm_ms[s] += ms;
+            hop_ms[s] += ms;
         }
         if s > 0 {
-            comm_ms[s] += costs.p2p(groups[s][0], groups[s - 1][0], bytes).0;
+            let ms = pair_ms(s, s - 1, bytes);
+            comm_ms[s] += ms;
+            hop_ms[s - 1] += ms;
         }
     }
     Ok(Staged {
         costs: gc,
         replicas,
         comm_ms,
+        hop_ms,
+        crossing: crossing(costs, groups, tps),
     })
+}
+
+/// Per stage of `groups` (TP `tps`) and node, its data-parallel groups
+/// (one per TP rank: the rank's GPU of every replica) that span nodes and
+/// have a member on the node ([`Staged::crossing`]).
+fn crossing(costs: &CostModel, groups: &[Vec<usize>], tps: &[TensorParallel]) -> Vec<Vec<usize>> {
+    let c = &costs.workload.cluster;
+    let node = |r: usize| c.gpus[r].node;
+    groups
+        .iter()
+        .zip(tps)
+        .map(|(st, tp)| {
+            let t = (tp.degree.max(1) as usize).min(st.len().max(1));
+            let mut count = vec![0usize; c.nodes.len()];
+            for i in 0..t {
+                let g: Vec<usize> = st.iter().skip(i).step_by(t).copied().collect();
+                if g.iter().all(|&r| node(r) == node(g[0])) {
+                    continue;
+                }
+                let mut nodes: Vec<usize> = g.iter().map(|&r| node(r)).collect();
+                nodes.sort_unstable();
+                nodes.dedup();
+                nodes.into_iter().for_each(|n| count[n] += 1);
+            }
+            count
+        })
+        .collect()
+}
+
+/// How many point-to-point transfers share each NIC of the node of `x`
+/// when it sends to `y` on another node: every GPU of its stage `from` on
+/// that node sends its slice to the next stage `to` at the same time (the
+/// replicas run in step), over the node's NICs, rounded up; 1 when `x`
+/// and `y` share a node.
+fn p2p_sharing(costs: &CostModel, from: &[usize], to: &[usize], x: usize, y: usize) -> f64 {
+    let c = &costs.workload.cluster;
+    let node = |r: usize| c.gpus[r].node;
+    if node(x) == node(y) {
+        return 1.0;
+    }
+    let n = node(x);
+    // Position i of `from` sends to position i of `to` (scaled when the
+    // stages differ in size).
+    let peer = |i: usize| to[(i * to.len() / from.len().max(1)).min(to.len() - 1)];
+    let senders = from
+        .iter()
+        .enumerate()
+        .filter(|&(i, &r)| node(r) == n && node(peer(i)) != n)
+        .count()
+        .max(1);
+    senders.div_ceil(c.nodes[n].nics.max(1)) as f64
 }
 
 /// Parameters one GPU of a stage of `k` blocks at place `at` holds under
@@ -588,9 +690,34 @@ pub fn place(schedule: PipeSchedule, p: usize, s: usize, m: u32, v: u32) -> Plac
     }
 }
 
+/// How a pipeline runs: its schedule, model chunks per GPU `v` and the
+/// data-parallel overlap knobs (what [`estimate_ms`] needs beyond the
+/// stages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// The schedule.
+    pub schedule: PipeSchedule,
+    /// Model chunks per GPU.
+    pub v: u32,
+    /// Megatron's DDP overlap knobs.
+    pub overlap: DpOverlap,
+}
+
+impl Run {
+    /// `schedule` with `v` chunks per GPU and no data-parallel overlap.
+    pub fn plain(schedule: PipeSchedule, v: u32) -> Run {
+        Run {
+            schedule,
+            v,
+            overlap: DpOverlap::default(),
+        }
+    }
+}
+
 /// The closed-form iteration of stages `groups` holding `counts` blocks
-/// with `m` micro-batches (module docs), ms: one stage under FSDP / HSDP
-/// per unit ([`per_unit_ms`]), else the pipeline's ([`pipelined_ms`]).
+/// with `m` micro-batches run as `run` says (module docs), ms: one stage
+/// under FSDP / HSDP per unit ([`per_unit_ms`]), else the pipeline's
+/// ([`pipelined_ms`]).
 #[allow(clippy::too_many_arguments)]
 pub fn estimate_ms(
     costs: &CostModel,
@@ -600,14 +727,13 @@ pub fn estimate_ms(
     st: &Staged,
     counts: &[u32],
     m: u32,
-    schedule: PipeSchedule,
-    v: u32,
+    run: Run,
 ) -> f64 {
     if crate::plan::pipeline::reshards_after_forward(strategy.sharding, groups.len()) {
         let (g, tp) = (&groups[0], &tps[0]);
         return per_unit_ms(costs, strategy, g, tp, &st.costs[0], counts[0], m);
     }
-    pipelined_ms(costs, strategy, groups, tps, st, counts, m, schedule, v)
+    pipelined_ms(costs, strategy, groups, tps, st, counts, m, run)
 }
 
 /// [`estimate_ms`] of a pipeline (or a stage whose data-parallel group
@@ -621,112 +747,147 @@ fn pipelined_ms(
     st: &Staged,
     counts: &[u32],
     m: u32,
-    schedule: PipeSchedule,
-    v: u32,
+    run: Run,
 ) -> f64 {
+    let (schedule, v) = (run.schedule, run.v);
     let p = groups.len();
-    let at: Vec<Place> = (0..p).map(|s| place(schedule, p, s, m, v)).collect();
-    let t: Vec<f64> = (0..p)
-        .map(|s| stage_ms(&st.costs[s], counts[s], at[s]))
-        .collect();
-    let f: Vec<f64> = (0..p)
-        .map(|s| stage_fwd_ms(&st.costs[s], counts[s], at[s]))
-        .collect();
-    // Zero-bubble: each stage's weight-gradient parts per micro-batch.
-    let w: Vec<f64> = (0..p)
-        .map(|s| {
-            if schedule.splits_backward() {
-                counts[s] as f64 * st.costs[s].block_w_ms
-            } else {
-                0.0
-            }
-        })
-        .collect();
+    let pc = Paced::of(st, counts, m, run);
     let steady = match schedule {
         // Every forward, then every backward: two pipelines in a row.
         PipeSchedule::Gpipe => {
-            let b: Vec<f64> = (0..p).map(|s| t[s] - f[s]).collect();
+            let b: Vec<f64> = (0..p).map(|s| pc.t[s] - pc.f[s]).collect();
             let pace = |x: &[f64]| {
                 (0..p)
                     .map(|s| x[s].max(st.comm_ms[s] / 2.0))
                     .fold(0.0, f64::max)
             };
             let m1 = m.saturating_sub(1) as f64;
-            f.iter().sum::<f64>() + m1 * pace(&f) + b.iter().sum::<f64>() + m1 * pace(&b)
+            pc.f.iter().sum::<f64>() + m1 * pace(&pc.f) + b.iter().sum::<f64>() + m1 * pace(&b)
         }
-        // Each stage as the pacing one: its m micro-batches (at its
-        // period), the stages before it filling and draining, and the round
-        // trip through the stages after it, less what its warm-up forwards
-        // hide.
-        PipeSchedule::OneFOneB | PipeSchedule::ZbH1 => {
-            // ZB-H1: the deferred weight-gradient parts fill the bubbles,
-            // each other stage's `W` and as much again as its forward
-            // allows (`(p - 1)(T_F + T_B - T_W)` on identical stages).
-            // The second part needs later micro-batches' forwards (with
-            // fewer than p only m - 1 of the p - 1 others get it) and stages
-            // as fast as the pacing one: counted only for stages of equal
-            // time (within 5%), so an unbalanced pipeline is not promised
-            // the identical stages' saving.
-            let later = if p > 1 {
-                (m.saturating_sub(1) as f64 / (p - 1) as f64).min(1.0)
-            } else {
-                0.0
-            };
-            let tmax = t.iter().copied().fold(0.0, f64::max);
-            let tmin = t.iter().copied().fold(f64::INFINITY, f64::min);
-            let balanced = if tmin >= 0.95 * tmax { 1.0 } else { 0.0 };
-            let filled: Vec<f64> = (0..p)
-                .map(|s| w[s] + balanced * later * w[s].min(f[s]))
-                .collect();
-            // Stage 0 defers nothing: its last `W` ends the iteration.
-            let all_filled: f64 = filled.iter().skip(1).sum();
-            let mut steady = 0.0f64;
-            let (mut before, mut after) = (0.0, t.iter().sum::<f64>());
-            for s in 0..p {
-                after -= t[s];
-                let period = t[s].max(st.comm_ms[s]);
-                let hidden = (at[s].in_flight - 1.0).max(0.0) * f[s];
-                let bubble = (before + (after - hidden).max(0.0) - all_filled).max(0.0);
-                let span = (m.saturating_sub(1)) as f64 * period + t[s] + bubble;
-                steady = steady.max(span);
-                before += t[s];
-            }
-            steady
-        }
+        PipeSchedule::OneFOneB | PipeSchedule::ZbH1 => one_f_one_b_ms(st, &pc, m, schedule),
         // Interleaved: each stage as the pacing one, its m micro-batches
         // (its chunks send v times as often), the others' fill and drain
         // cut into v chunks (`(p - 1) / (v m)` on identical stages).
         PipeSchedule::Interleaved => {
             let vf = v.max(1) as f64;
-            let total: f64 = t.iter().sum();
+            let total: f64 = pc.t.iter().sum();
             (0..p)
                 .map(|s| {
-                    let period = t[s].max(vf * st.comm_ms[s]);
-                    m as f64 * period + (total - t[s]) / vf
+                    let period = pc.t[s].max(vf * st.comm_ms[s]);
+                    m as f64 * period + (total - pc.t[s]) / vf
                 })
                 .fold(0.0, f64::max)
         }
     };
     let fill: f64 = st.comm_ms[..p.saturating_sub(1)].iter().sum();
+    let split = schedule.splits_backward();
+    let chunks = Chunks { p, v, counts, split };
     let start = if matches!(strategy.sharding, Sharding::Full | Sharding::Hybrid) {
-        fsdp_start_ms(costs, strategy, groups, tps, st, counts, &at, &f)
+        fsdp_start_ms(costs, strategy, groups, tps, st, counts, &pc.at, &pc.f)
+    } else if strategy.sharding == Sharding::GradOp && run.overlap.param_gather {
+        bucket_start_ms(costs, strategy, groups, tps, st, chunks, run.overlap, &pc.f)
     } else {
         0.0
     };
     // A stage's gradient sync and optimizer follow its last backward, which
-    // ends the backward parts of the stages before it earlier than stage 0's.
+    // ends the backward parts of the stages before it earlier than stage 0's
+    // (with buckets, what of the sync its last backward does not hide).
     let mut tail = 0.0f64;
     let mut earlier = 0.0;
     for s in 0..p {
-        let prm = params(costs, counts[s], at[s], &tps[s]);
-        let (sync, opt) = stage_sync_ms(costs, strategy, &groups[s], tps[s].degree, prm);
+        let prm = params(costs, counts[s], pc.at[s], &tps[s]);
+        let bucketed = bucket_sync_ms(costs, strategy, run.overlap, groups, tps, st, chunks, s);
+        let (sync, opt) = bucketed.unwrap_or_else(|| {
+            let others = st.others(s);
+            stage_sync_ms(costs, strategy, (&groups[s], &others), tps[s].degree, prm)
+        });
         // Under zero-bubble the input-gradient chain moves on without the
         // weight-gradient parts, which each stage still runs before its
         // sync (stage 0's ends the steady part).
-        tail = tail.max(sync + opt + w[s] - w[0] - earlier);
-        earlier += t[s] - f[s] - w[s];
+        tail = tail.max(sync + opt + pc.w[s] - pc.w[0] - earlier);
+        earlier += pc.t[s] - pc.f[s] - pc.w[s];
     }
     steady + fill + tail + start
+}
+
+/// Per stage of a pipeline: where it sits, its time per micro-batch, its
+/// forward's, and (zero-bubble) its weight-gradient parts', ms.
+struct Paced {
+    at: Vec<Place>,
+    t: Vec<f64>,
+    f: Vec<f64>,
+    w: Vec<f64>,
+}
+
+impl Paced {
+    /// The stages of `st` holding `counts` blocks, `m` micro-batches run
+    /// as `run` says.
+    fn of(st: &Staged, counts: &[u32], m: u32, run: Run) -> Paced {
+        let p = counts.len();
+        let at: Vec<Place> = (0..p).map(|s| place(run.schedule, p, s, m, run.v)).collect();
+        let t = (0..p).map(|s| stage_ms(&st.costs[s], counts[s], at[s])).collect();
+        let f = (0..p).map(|s| stage_fwd_ms(&st.costs[s], counts[s], at[s])).collect();
+        let split = run.schedule.splits_backward();
+        let w = (0..p)
+            .map(|s| {
+                if split {
+                    counts[s] as f64 * st.costs[s].block_w_ms
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        Paced { at, t, f, w }
+    }
+}
+
+/// The steady part of a 1F1B or ZB-H1 pipeline, ms: each stage as the
+/// pacing one, its m micro-batches (at its period), the stages before it
+/// filling and draining, and the round trip through the stages after it,
+/// less what its warm-up forwards hide.
+fn one_f_one_b_ms(st: &Staged, pc: &Paced, m: u32, schedule: PipeSchedule) -> f64 {
+    let (t, f, w) = (&pc.t, &pc.f, &pc.w);
+    let p = t.len();
+    // ZB-H1: the deferred weight-gradient parts fill the bubbles, each
+    // other stage's `W` and as much again as its forward allows (`(p -
+    // 1)(T_F + T_B - T_W)` on identical stages). The second part needs
+    // later micro-batches' forwards (with fewer than p only m - 1 of the p
+    // - 1 others get it) and stages as fast as the pacing one: counted
+    // only for stages of equal time (within 5%), so an unbalanced pipeline
+    // is not promised the identical stages' saving.
+    let later = if p > 1 {
+        (m.saturating_sub(1) as f64 / (p - 1) as f64).min(1.0)
+    } else {
+        0.0
+    };
+    let tmax = t.iter().copied().fold(0.0, f64::max);
+    let tmin = t.iter().copied().fold(f64::INFINITY, f64::min);
+    let balanced = if tmin >= 0.95 * tmax { 1.0 } else { 0.0 };
+    let filled: Vec<f64> = (0..p)
+        .map(|s| w[s] + balanced * later * w[s].min(f[s]))
+        .collect();
+    // Stage 0 defers nothing: its last `W` ends the iteration.
+    let all_filled: f64 = filled.iter().skip(1).sum();
+    let mut steady = 0.0f64;
+    let (mut before, mut after) = (0.0, t.iter().sum::<f64>());
+    for s in 0..p {
+        after -= t[s];
+        // 1F1B: the round trip to a neighbour on top of the compute
+        // (ZB-H1 fills it with deferred weight gradients).
+        let hop = if schedule == PipeSchedule::OneFOneB {
+            let near = |b: usize| st.hop_ms.get(b).copied().unwrap_or(0.0);
+            near(s).max(s.checked_sub(1).map_or(0.0, near))
+        } else {
+            0.0
+        };
+        let period = (t[s] + hop).max(st.comm_ms[s]);
+        let hidden = (pc.at[s].in_flight - 1.0).max(0.0) * f[s];
+        let bubble = (before + (after - hidden).max(0.0) - all_filled).max(0.0);
+        let span = (m.saturating_sub(1)) as f64 * period + t[s] + bubble;
+        steady = steady.max(span);
+        before += t[s];
+    }
+    steady
 }
 
 /// A one-stage plan whose FSDP / HSDP reshards per unit
@@ -754,7 +915,7 @@ fn per_unit_ms(
     let all: Vec<usize> = stage.iter().step_by(t).copied().collect();
     let h = crate::plan::pipeline::shard_width(strategy, all.len(), t as u32);
     let shard = &all[..h.min(all.len())];
-    let share = nic_sharing(costs, stage, shard, t as u32);
+    let share = nic_sharing(costs, stage, shard, t as u32, &[]);
     let (pb, rb) = (strategy.param_dtype.bytes(), strategy.reduce_dtype.bytes());
     let coll = |kind: CollectiveKind, bytes: f64| {
         if h > 1 {
@@ -814,13 +975,284 @@ fn per_unit_ms(
             CollectiveKind::AllReduce,
             &reps,
             &vec![rb * g.unit_params[0] / h as f64; reps.len()],
-        ) * nic_sharing(costs, stage, &reps, (t * h) as u32)
+        ) * nic_sharing(costs, stage, &reps, (t * h) as u32, &[])
     } else {
         0.0
     };
     let params = l as f64 * g.unit_params[1] + g.unit_params[0] + g.unit_params[2];
-    let (_, opt) = stage_sync_ms(costs, strategy, stage, t as u32, params);
+    let (_, opt) = stage_sync_ms(costs, strategy, (stage, &[]), t as u32, params);
     ag[0] + steady + rs[0] + ar + opt
+}
+
+/// A pipeline's stages as model chunks: `p` stages of `v` chunks each,
+/// stage `s` holding `counts[s]` blocks; `split`: the schedule splits the
+/// backward (zero-bubble), so a block's gradient is complete only after
+/// its weight-gradient part.
+#[derive(Debug, Clone, Copy)]
+struct Chunks<'a> {
+    p: usize,
+    v: u32,
+    counts: &'a [u32],
+    split: bool,
+}
+
+/// One unit of a model chunk in the closed form: its id (0 the embedding,
+/// blocks `1..=k`, `k + 1` the head), parameters per GPU, when its
+/// gradient of the last micro-batch is complete (ms from the start of the
+/// chunk's last backward) and its forward, ms.
+type ChunkUnit = (u32, f64, f64, f64);
+
+/// The units of chunk `c` of stage `s` (costing `g` per unit) in backward
+/// order ([`ChunkUnit`]), and the chunk's last backward, ms: the units'
+/// backwards (with recompute and TP communication) in order; under a
+/// split backward the input-gradient parts first, then the blocks'
+/// weight-gradient parts, which complete the blocks' gradients.
+fn chunk_units(g: &GroupCost, ch: Chunks<'_>, s: usize, c: usize) -> (Vec<ChunkUnit>, f64) {
+    let v = ch.v.max(1) as usize;
+    let k = ch.counts[s] / v as u32;
+    let last = s + 1 == ch.p && c + 1 == v;
+    let first = s == 0 && c == 0;
+    let w = if ch.split { g.block_w_ms } else { 0.0 };
+    let block_bwd = g.block_ms - g.block_fwd_ms;
+    // (id, params, backward part before the weight gradients, forward)
+    let mut units: Vec<(u32, f64, f64, f64)> = Vec::with_capacity(k as usize + 2);
+    if last {
+        let bwd = g.head_ms - g.head_fwd_ms;
+        units.push((k + 1, g.unit_params[2], bwd, g.head_fwd_ms));
+    }
+    units.extend((1..=k).rev().map(|b| (b, g.unit_params[1], block_bwd - w, g.block_fwd_ms)));
+    if first {
+        let bwd = g.embed_ms - g.embed_fwd_ms;
+        units.push((0, g.unit_params[0], bwd, g.embed_fwd_ms));
+    }
+    let input_part: f64 = units.iter().map(|u| u.2).sum();
+    let (mut at, mut weights) = (0.0, input_part);
+    let out = units
+        .into_iter()
+        .map(|(id, prm, b, f)| {
+            at += b;
+            let block = id >= 1 && id <= k;
+            let done = if ch.split && block {
+                weights += w;
+                weights
+            } else {
+                at
+            };
+            (id, prm, done, f)
+        })
+        .collect();
+    (out, input_part + k as f64 * w)
+}
+
+/// Stage `s`'s buckets ([`super::buckets`]) under `rule` for `d`
+/// replicas, with when each is ready: (ms from the end of the stage's
+/// last backward, negative before it; parameters per GPU; the forward of
+/// micro-batch 0 before the bucket's first unit, ms), in the order they
+/// fill. Chunk `c`'s last backward ends `c p` chunk backwards before the
+/// stage's (the last micro-batch's backward runs through the `c p`
+/// virtual stages below it), its first forward of micro-batch 0 `c p`
+/// chunk forwards after the stage's first.
+fn timed_buckets(
+    g: &GroupCost,
+    ch: Chunks<'_>,
+    s: usize,
+    rule: GradSync,
+    d: usize,
+) -> Vec<(f64, f64, f64)> {
+    let mut out = Vec::new();
+    for c in (0..ch.v.max(1) as usize).rev() {
+        let (units, bwd) = chunk_units(g, ch, s, c);
+        let fwd: f64 = units.iter().map(|u| u.3).sum();
+        let start = -((c * ch.p) as f64 + 1.0) * bwd;
+        let fwd_start = (c * ch.p) as f64 * fwd;
+        let ids: Vec<(u32, f64)> = units.iter().map(|u| (u.0, u.1)).collect();
+        for b in chunk_buckets(rule, c * ch.p + s, &ids, d) {
+            let pos = |id: u32| units.iter().position(|u| u.0 == id).unwrap_or(0);
+            let done = b
+                .units
+                .iter()
+                .map(|&id| units[pos(id)].2)
+                .fold(0.0, f64::max);
+            // Forward of the units after the bucket's last in backward
+            // order, i.e. before its first in forward order.
+            let last = pos(b.units.last().copied().unwrap_or(0));
+            let ahead: f64 = units[last + 1..].iter().map(|u| u.3).sum();
+            out.push((start + done, b.params, fwd_start + ahead));
+        }
+    }
+    out
+}
+
+/// The data-parallel groups of a stage on the GPUs `stage` (TP groups of
+/// `t`), one per TP rank, each shape once.
+fn dp_groups<'c>(costs: &'c CostModel, stage: &[usize], t: usize) -> Vec<Vec<usize>> {
+    let mut seen = std::collections::HashSet::new();
+    (0..t.min(stage.len()))
+        .map(|i| stage.iter().skip(i).step_by(t).copied().collect::<Vec<usize>>())
+        .filter(|g| seen.insert(super::costs::group_shape(costs, g)))
+        .collect()
+}
+
+/// One bucket's reduction over the data-parallel group `g` of a stage on
+/// the GPUs `stage` (TP groups of `t`), `params` per GPU, ms: `none` an
+/// all-reduce, `grad-op` and `full` a reduce-scatter, `hybrid` a
+/// reduce-scatter in the shard group and an all-reduce across them; times
+/// the groups sharing a NIC ([`nic_sharing`], with `others` of other
+/// stages).
+fn bucket_reduce_ms(
+    costs: &CostModel,
+    strategy: &Strategy,
+    (stage, others): (&[usize], &[usize]),
+    g: &[usize],
+    t: usize,
+    params: f64,
+) -> f64 {
+    let d = g.len();
+    let bytes = strategy.reduce_dtype.bytes() * params;
+    let share = nic_sharing(costs, stage, g, t as u32, others);
+    let ms = |kind, ranks: &[usize], piece: f64| {
+        costs.group_collective_ms(kind, ranks, &vec![piece; ranks.len()])
+    };
+    match strategy.sharding {
+        Sharding::NoShard => ms(CollectiveKind::AllReduce, g, bytes) * share,
+        Sharding::GradOp | Sharding::Full => ms(CollectiveKind::ReduceScatter, g, bytes / d as f64) * share,
+        Sharding::Hybrid => {
+            let h = crate::plan::pipeline::shard_width(strategy, d, t as u32);
+            let piece = bytes / h as f64;
+            let rs = if h > 1 {
+                ms(CollectiveKind::ReduceScatter, &g[..h], piece) * share
+            } else {
+                0.0
+            };
+            let reps: Vec<usize> = g.iter().step_by(h).copied().collect();
+            let ar = if reps.len() > 1 {
+                ms(CollectiveKind::AllReduce, &reps, piece)
+                    * nic_sharing(costs, stage, &reps, (t * h) as u32, &[])
+            } else {
+                0.0
+            };
+            rs + ar
+        }
+    }
+}
+
+/// Stage `s`'s gradient synchronisation when its group reduces buckets
+/// during its last backward ([`super::buckets`]: Megatron's under
+/// `overlap.grad_reduce`, FSDP2's per unit inside pipeline stages), ms:
+/// what of the queue of bucket reductions (each launched when it is
+/// ready, [`timed_buckets`], one after another on the group's stream)
+/// outlasts the stage's last backward, plus under the distributed
+/// optimizer the all-gathers of the updated parameters unless
+/// `overlap.param_gather` defers them; and the optimizer step. The
+/// slowest of the stage's data-parallel group shapes. `None` when the
+/// stage reduces once after its last backward (or has one replica).
+#[allow(clippy::too_many_arguments)]
+fn bucket_sync_ms(
+    costs: &CostModel,
+    strategy: &Strategy,
+    overlap: DpOverlap,
+    groups: &[Vec<usize>],
+    tps: &[TensorParallel],
+    st: &Staged,
+    ch: Chunks<'_>,
+    s: usize,
+) -> Option<(f64, f64)> {
+    let rule = grad_sync(strategy.sharding, overlap);
+    let stage = &groups[s];
+    let t = (tps[s].degree.max(1) as usize).min(stage.len().max(1));
+    let d = stage.len() / t;
+    if rule == GradSync::AfterBackward || d < 2 {
+        return None;
+    }
+    let items = timed_buckets(&st.costs[s], ch, s, rule, d);
+    let others = st.others(s);
+    let h = crate::plan::pipeline::shard_width(strategy, d, t as u32);
+    let total: f64 = items.iter().map(|x| x.1).sum();
+    let (mut sync, mut opt) = (0.0f64, 0.0f64);
+    for g in dp_groups(costs, stage, t) {
+        opt = g
+            .iter()
+            .map(|&r| costs.optimizer_ms(r, total / h as f64))
+            .fold(opt, f64::max);
+        let mut priced: Vec<(f64, f64)> = Vec::new();
+        let mut dur = |prm: f64| match priced.iter().find(|x| x.0 == prm) {
+            Some(x) => x.1,
+            None => {
+                let ms = bucket_reduce_ms(costs, strategy, (stage, &others), &g, t, prm);
+                priced.push((prm, ms));
+                ms
+            }
+        };
+        let mut ready: Vec<(f64, f64)> = items.iter().map(|x| (x.0, x.1)).collect();
+        ready.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut end = f64::NEG_INFINITY;
+        for (at, prm) in ready {
+            end = end.max(at) + dur(prm);
+        }
+        let gather = if strategy.sharding == Sharding::GradOp && !overlap.param_gather {
+            let share = nic_sharing(costs, stage, &g, t as u32, &others);
+            let pb = strategy.param_dtype.bytes();
+            items
+                .iter()
+                .map(|x| {
+                    let piece = pb * x.1 / d as f64;
+                    costs.group_collective_ms(CollectiveKind::AllGather, &g, &vec![piece; d])
+                        * share
+                })
+                .sum()
+        } else {
+            0.0
+        };
+        sync = sync.max(end.max(0.0) + gather);
+    }
+    Some((sync, opt))
+}
+
+/// The distributed optimizer's parameter all-gathers deferred to the
+/// step's forward (`overlap_param_gather`, [`crate::pipeline::lower`]'s
+/// steady state): how long they hold up micro-batch 0's forward, ms. On
+/// stage `s` the all-gathers of its buckets run back to back from the
+/// start in forward order, each TP rank's group at once (sharing NICs);
+/// a bucket's first unit waits for its all-gather, and the stage's first
+/// forward cannot begin before the forwards of the stages before it
+/// (`f`); the slowest stage's wait delays what follows it.
+#[allow(clippy::too_many_arguments)]
+fn bucket_start_ms(
+    costs: &CostModel,
+    strategy: &Strategy,
+    groups: &[Vec<usize>],
+    tps: &[TensorParallel],
+    st: &Staged,
+    ch: Chunks<'_>,
+    overlap: DpOverlap,
+    f: &[f64],
+) -> f64 {
+    let rule = grad_sync(strategy.sharding, overlap);
+    let pb = strategy.param_dtype.bytes();
+    let mut before = 0.0;
+    let mut worst = 0.0f64;
+    for s in 0..groups.len() {
+        let stage = &groups[s];
+        let t = (tps[s].degree.max(1) as usize).min(stage.len().max(1));
+        let d = stage.len() / t;
+        if d >= 2 {
+            let others = st.others(s);
+            let mut items = timed_buckets(&st.costs[s], ch, s, rule, d);
+            items.sort_by(|a, b| a.2.total_cmp(&b.2));
+            for g in dp_groups(costs, stage, t) {
+                let share = nic_sharing(costs, stage, &g, t as u32, &others);
+                let mut gathered = 0.0;
+                for &(_, prm, ahead) in &items {
+                    let piece = pb * prm / d as f64;
+                    gathered += costs.group_collective_ms(CollectiveKind::AllGather, &g, &vec![piece; d])
+                        * share;
+                    worst = worst.max(gathered - before - ahead);
+                }
+            }
+        }
+        before += f[s];
+    }
+    worst.max(0.0)
 }
 
 /// FSDP inside the stages ([`crate::pipeline::lower`]'s parameter
@@ -859,7 +1291,7 @@ fn fsdp_start_ms(
                     &vec![bytes * prm / d as f64; d],
                 )
             };
-            let share = nic_sharing(costs, &groups[s], g, t as u32);
+            let share = nic_sharing(costs, &groups[s], g, t as u32, &st.others(s));
             let emb = if at[s].first {
                 ag(tps[s].embedding_params(m)) * share
             } else {
@@ -887,12 +1319,12 @@ fn fsdp_start_ms(
 /// `stage` (TP groups of `t`) each hold `prm` parameters, ms: per TP rank
 /// its data-parallel group's collectives (`none`: all-reduce; `grad-op`:
 /// reduce-scatter + all-gather), the slowest of the distinct group shapes,
-/// times the groups sharing a NIC ([`nic_sharing`]); and the slowest
-/// optimizer step.
+/// times the groups sharing a NIC ([`nic_sharing`], with `others` of other
+/// stages); and the slowest optimizer step.
 fn stage_sync_ms(
     costs: &CostModel,
     strategy: &Strategy,
-    stage: &[usize],
+    (stage, others): (&[usize], &[usize]),
     t: u32,
     prm: f64,
 ) -> (f64, f64) {
@@ -934,7 +1366,7 @@ fn stage_sync_ms(
                         CollectiveKind::AllReduce,
                         &reps,
                         &vec![piece; reps.len()],
-                    ) * nic_sharing(costs, stage, &reps, (t as usize * h) as u32)
+                    ) * nic_sharing(costs, stage, &reps, (t as usize * h) as u32, &[])
                 } else {
                     0.0
                 };
@@ -967,31 +1399,33 @@ fn stage_sync_ms(
                 }
             }
         };
-        sync = sync.max(ms * nic_sharing(costs, stage, &g, t));
+        sync = sync.max(ms * nic_sharing(costs, stage, &g, t, others));
     }
     (sync, opt)
 }
 
 /// How many of a stage's `t` data-parallel groups (one per TP rank, all
 /// reducing at once) share each NIC of the nodes the first group `g`
-/// crosses: the TP ranks of the stage on the first group's first node
-/// over that node's NICs, rounded up (1 when the group stays in a node,
-/// or with a NIC per TP rank, as on rail-optimised HGX nodes).
-fn nic_sharing(costs: &CostModel, stage: &[usize], g: &[usize], t: u32) -> f64 {
+/// crosses: the TP ranks of the stage on the first group's first node,
+/// and `others[n]` more groups of other stages through that node (empty:
+/// none), over that node's NICs, rounded up (1 when the group stays in a
+/// node, or with a NIC per group, as on rail-optimised HGX nodes).
+fn nic_sharing(costs: &CostModel, stage: &[usize], g: &[usize], t: u32, others: &[usize]) -> f64 {
     let c = &costs.workload.cluster;
     let node = |r: usize| c.gpus[r].node;
     let Some(&first) = g.first() else { return 1.0 };
-    if t <= 1 || g.iter().all(|&r| node(r) == node(first)) {
+    if g.iter().all(|&r| node(r) == node(first)) {
         return 1.0;
     }
-    let t = t as usize;
+    let more = others.get(node(first)).copied().unwrap_or(0);
+    let t = t.max(1) as usize;
     let mut positions = vec![false; t];
     for (i, &r) in stage.iter().enumerate() {
         if node(r) == node(first) {
             positions[i % t] = true;
         }
     }
-    let local = positions.iter().filter(|&&x| x).count().max(1);
+    let local = positions.iter().filter(|&&x| x).count().max(1) + more;
     let nics = c.nodes[node(first)].nics.max(1);
     local.div_ceil(nics) as f64
 }
@@ -1075,8 +1509,11 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
             &st,
             &counts,
             m,
-            pipe.schedule,
-            pipe.chunks(),
+            Run {
+                schedule: pipe.schedule,
+                v: pipe.chunks(),
+                overlap: pipe.dp_overlap(),
+            },
         ),
         peak_bytes,
     })

@@ -48,6 +48,7 @@
 //! allocate the receiver's. Constant memory: framework overhead, the
 //! fixed workspace, the stage's state (see [`base_device_bytes`]).
 
+use super::buckets::{grad_sync, stage_buckets, Bucket};
 use super::costs::{PipeCosts, TpTimes};
 use super::reshard::{prefetch_after, Use};
 use super::schedule::{topological, Action};
@@ -253,11 +254,15 @@ pub fn lower_into<S: Sink>(
         walk.sync_and_step(0);
         return Ok(walk.finish());
     }
+    walk.plan_buckets();
     if matches!(plan.strategy.sharding, Sharding::Full | Sharding::Hybrid) {
         walk.gather_params();
+    } else if plan.strategy.sharding == Sharding::GradOp && pipe.overlap_param_gather {
+        walk.gather_buckets();
     }
     // Every virtual stage's forwards and backwards, each on every replica
-    // of its physical stage.
+    // of its physical stage; a bucket's reduction once every replica has
+    // completed its gradients.
     for (x, action) in order {
         for j in 0..pipe.stages[x % p].dp() {
             // Replicas of a merged node take their representative's timeline.
@@ -266,6 +271,7 @@ pub fn lower_into<S: Sink>(
             }
             walk.run_pass(x, j, action);
         }
+        walk.reduce_ready(x, action);
     }
     // Gradient synchronisation inside each stage's group, then the optimizer.
     for s in 0..p {
@@ -371,6 +377,18 @@ struct Walk<'a, S: Sink> {
     /// Per rank: memory changes the next forward or backward op it runs
     /// carries (a unit's buffers; empty unless per unit).
     extra: Vec<Vec<MemChange>>,
+    /// Per physical stage, its gradient buckets reduced during the last
+    /// micro-batch's backward ([`super::buckets`]; empty: one reduction
+    /// after its last backward), and per bucket whether it was reduced.
+    buckets: Vec<Vec<Bucket>>,
+    reduced: Vec<Vec<bool>>,
+    /// Per (rank, unit), the op that completed the unit's gradient in the
+    /// last micro-batch (stages with buckets only).
+    grad_ops: std::collections::HashMap<(u32, u32), OpId>,
+    /// Per unit: its last micro-batch's gradient is complete.
+    grad_done: Vec<bool>,
+    /// Per rank, its latest bucket reduction (what its optimizer waits for).
+    last_reduce: Vec<Option<OpId>>,
     g: &'a mut S,
 }
 
@@ -438,6 +456,11 @@ impl<'a, S: Sink> Walk<'a, S> {
             simulated: vec![true; costs.ranks()],
             per_unit: None,
             extra: Vec::new(),
+            buckets: vec![Vec::new(); p],
+            reduced: vec![Vec::new(); p],
+            grad_ops: std::collections::HashMap::new(),
+            grad_done: vec![false; w.model.layers as usize + 2],
+            last_reduce: vec![None; costs.ranks()],
             g,
         }
     }
@@ -549,6 +572,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         let layers = self.costs.workload.model.layers;
         for u in super::reshard::units(self.pipe, layers, x, action) {
             self.unit(&mut ps, u);
+            self.note_grad(&ps, u);
         }
         self.close(ps);
     }
@@ -872,7 +896,8 @@ impl<'a, S: Sink> Walk<'a, S> {
     /// per TP rank over the replicas holding the same shard (`none`:
     /// all-reduce; `grad-op`: reduce-scatter, then the optimizer on the
     /// shard, then all-gather of the updated parameters), and every GPU's
-    /// optimizer step.
+    /// optimizer step; a stage with buckets reduced them during its last
+    /// backward ([`Self::step_after_buckets`]).
     fn sync_and_step(&mut self, s: usize) {
         if let Some(pu) = &self.per_unit {
             // Reduced unit by unit: each GPU steps after its last reduction.
@@ -890,6 +915,10 @@ impl<'a, S: Sink> Walk<'a, S> {
             }
             return;
         }
+        if !self.buckets[s].is_empty() {
+            self.step_after_buckets(s);
+            return;
+        }
         let pipe = self.pipe;
         let strategy = self.plan.strategy;
         let st = &pipe.stages[s];
@@ -900,7 +929,12 @@ impl<'a, S: Sink> Walk<'a, S> {
             let after: Vec<OpId> = group.iter().filter_map(|&r| self.last_compute[r]).collect();
             let reduce_bytes = strategy.reduce_dtype.bytes() * params;
             if strategy.sharding == Sharding::Hybrid {
-                self.hybrid_sync(s, &group, reduce_bytes);
+                let after: Vec<Vec<OpId>> = group
+                    .iter()
+                    .map(|&r| self.last_compute[r].into_iter().collect())
+                    .collect();
+                let done = self.hybrid_reduce(s, &group, reduce_bytes, &after, None);
+                self.optimizer_steps(&group, &done);
                 continue;
             }
             let (kind, label, piece) = match strategy.sharding {
@@ -912,16 +946,8 @@ impl<'a, S: Sink> Walk<'a, S> {
                 ),
             };
             let reduced = (d > 1).then(|| self.collective(s, &group, kind, label, piece, &after));
-            let mut steps = Vec::with_capacity(d);
-            for &r in group.iter().filter(|&&r| self.simulated[r]) {
-                let deps: Vec<OpId> = reduced.into_iter().collect();
-                let time = self.table.optimizer[r];
-                let label = at(self.lb.optimizer, NO_INDEX, NO_INDEX);
-                steps.push(
-                    self.g
-                        .op(r as u32, Stream::Compute, time, &deps, label, &[]),
-                );
-            }
+            let done: Vec<Vec<OpId>> = vec![reduced.into_iter().collect(); d];
+            let steps = self.optimizer_steps(&group, &done);
             // (FSDP inside a stage gathers at the next step's start.)
             if strategy.sharding == Sharding::GradOp && d > 1 {
                 let bytes = strategy.param_dtype.bytes() * params / d as f64;
@@ -931,49 +957,223 @@ impl<'a, S: Sink> Walk<'a, S> {
         }
     }
 
+    /// The optimizer step of every simulated GPU of `group`, each after
+    /// its `deps` (by position in `group`); the steps emitted.
+    fn optimizer_steps(&mut self, group: &[usize], deps: &[Vec<OpId>]) -> Vec<OpId> {
+        let mut steps = Vec::with_capacity(group.len());
+        for (&r, deps) in group.iter().zip(deps) {
+            if !self.simulated[r] {
+                continue;
+            }
+            let time = self.table.optimizer[r];
+            let label = at(self.lb.optimizer, NO_INDEX, NO_INDEX);
+            steps.push(
+                self.g
+                    .op(r as u32, Stream::Compute, time, deps, label, &[]),
+            );
+        }
+        steps
+    }
+
+    /// The buckets of every stage whose data-parallel group reduces during
+    /// the last micro-batch's backward ([`super::buckets`]: Megatron's
+    /// under `overlap_grad_reduce`, FSDP2's per unit inside pipeline
+    /// stages); a stage of one replica reduces nothing.
+    fn plan_buckets(&mut self) {
+        let sync = grad_sync(self.plan.strategy.sharding, self.pipe.dp_overlap());
+        let model = &self.costs.workload.model;
+        for s in 0..self.p {
+            if self.pipe.stages[s].dp() < 2 {
+                continue;
+            }
+            self.buckets[s] = stage_buckets(self.pipe, model, sync, s);
+            self.reduced[s] = vec![false; self.buckets[s].len()];
+        }
+    }
+
+    /// After unit `u`'s step of pass `ps`: when it completes the unit's
+    /// gradient in the last micro-batch (its backward, or a block's
+    /// weight-gradient part under a split backward) on a stage with
+    /// buckets, the op that did on each of its GPUs.
+    fn note_grad(&mut self, ps: &Pass, u: u32) {
+        let m = self.pipe.microbatches;
+        if self.buckets[ps.x.s].is_empty() {
+            return;
+        }
+        let block = (1..=self.costs.workload.model.layers).contains(&u);
+        let split = self.pipe.schedule.splits_backward();
+        let completes = match ps.action {
+            Action::Bwd(k) => k + 1 == m && !(split && block),
+            Action::Wgt(k) => k + 1 == m,
+            Action::Fwd(_) => false,
+        };
+        if !completes {
+            return;
+        }
+        for &r in &ps.x.ranks {
+            if let Some(op) = self.last_compute[r as usize] {
+                self.grad_ops.insert((r, u), op);
+            }
+        }
+        self.grad_done[u as usize] = true;
+    }
+
+    /// After every replica's pass `action` through virtual stage `x`: the
+    /// reductions of its stage's buckets whose gradients are now complete,
+    /// in the order they filled.
+    fn reduce_ready(&mut self, x: usize, action: Action) {
+        let s = x % self.p;
+        if matches!(action, Action::Fwd(_)) || self.buckets[s].is_empty() {
+            return;
+        }
+        for b in 0..self.buckets[s].len() {
+            let bucket = &self.buckets[s][b];
+            let ready = bucket.x == x && bucket.units.iter().all(|&u| self.grad_done[u as usize]);
+            if ready && !self.reduced[s][b] {
+                self.reduced[s][b] = true;
+                self.reduce_bucket(s, b);
+            }
+        }
+    }
+
+    /// Bucket `b` of stage `s` reduced per TP rank over its data-parallel
+    /// group after its members completed its units' gradients (`none`:
+    /// all-reduce; `grad-op` and `full`: reduce-scatter; `hybrid`:
+    /// reduce-scatter in the shard groups, all-reduce across them), on
+    /// the reduce stream.
+    fn reduce_bucket(&mut self, s: usize, b: usize) {
+        let pipe = self.pipe;
+        let strategy = self.plan.strategy;
+        let st = &pipe.stages[s];
+        let bucket = self.buckets[s][b].clone();
+        let bytes = strategy.reduce_dtype.bytes() * bucket.params;
+        let (d, t) = (st.dp(), st.tp.max(1) as usize);
+        let unit = bucket.units[0];
+        let k = pipe.microbatches - 1;
+        for i in 0..t {
+            let group = st.dp_group(i);
+            let after: Vec<Vec<OpId>> = group
+                .iter()
+                .map(|&r| {
+                    let r = r as u32;
+                    bucket
+                        .units
+                        .iter()
+                        .filter_map(|&u| self.grad_ops.get(&(r, u)).copied())
+                        .collect()
+                })
+                .collect();
+            let done: Vec<Vec<OpId>> = if strategy.sharding == Sharding::Hybrid {
+                self.hybrid_reduce(s, &group, bytes, &after, Some((unit, k)))
+            } else {
+                let (kind, label, piece) = match strategy.sharding {
+                    Sharding::NoShard => (CollectiveKind::AllReduce, self.lb.all_reduce, bytes),
+                    _ => (
+                        CollectiveKind::ReduceScatter,
+                        self.lb.reduce_scatter,
+                        bytes / d as f64,
+                    ),
+                };
+                let deps: Vec<OpId> = after.concat();
+                let op = self.collective(s, &group, kind, at(label, unit, k), piece, &deps);
+                vec![vec![op]; d]
+            };
+            for (&r, ops) in group.iter().zip(&done) {
+                if let Some(&op) = ops.last() {
+                    self.last_reduce[r] = Some(op);
+                }
+            }
+        }
+    }
+
+    /// Stage `s`'s optimizer steps after its bucket reductions, and under
+    /// the distributed optimizer (`grad-op`) the updated parameters
+    /// all-gathered bucket by bucket, unless `overlap_param_gather` defers
+    /// them to the next step's forward ([`Self::gather_buckets`]).
+    fn step_after_buckets(&mut self, s: usize) {
+        let pipe = self.pipe;
+        let strategy = self.plan.strategy;
+        let st = &pipe.stages[s];
+        let (d, t) = (st.dp(), st.tp.max(1) as usize);
+        for i in 0..t {
+            let group = st.dp_group(i);
+            let deps: Vec<Vec<OpId>> = group
+                .iter()
+                .map(|&r| self.last_reduce[r].into_iter().collect())
+                .collect();
+            let steps = self.optimizer_steps(&group, &deps);
+            if strategy.sharding != Sharding::GradOp || pipe.overlap_param_gather {
+                continue;
+            }
+            for b in (0..self.buckets[s].len()).rev() {
+                let bucket = &self.buckets[s][b];
+                let bytes = strategy.param_dtype.bytes() * bucket.params / d as f64;
+                let label = at(self.lb.all_gather, *bucket.units.last().expect("a unit"), NO_INDEX);
+                self.collective(s, &group, CollectiveKind::AllGather, label, bytes, &steps);
+            }
+        }
+    }
+
     /// HSDP inside stage `s` (torchtitan's `dp_replicate x dp_shard`): the
     /// data-parallel `group` (one TP rank's replicas) in shard groups of
     /// its shard width; each reduce-scatters its gradient (`reduce_bytes`
-    /// per GPU), the GPUs holding the same shard all-reduce it across the
-    /// shard groups, then each steps its shard (the parameters are gathered
-    /// at the next step's start, [`Self::gather_params`]).
-    fn hybrid_sync(&mut self, s: usize, group: &[usize], reduce_bytes: f64) {
+    /// per GPU) after its members' `after` (by position in `group`), the
+    /// GPUs holding the same shard all-reduce it across the shard groups
+    /// (the parameters are gathered at the next step's start,
+    /// [`Self::gather_params`]). Per position in `group`, what its
+    /// gradient shard is complete after. `at`: the unit and micro-batch
+    /// its labels carry (a bucket's; none for the whole stage).
+    fn hybrid_reduce(
+        &mut self,
+        s: usize,
+        group: &[usize],
+        reduce_bytes: f64,
+        after: &[Vec<OpId>],
+        at_unit: Option<(u32, u32)>,
+    ) -> Vec<Vec<OpId>> {
         let st = &self.pipe.stages[s];
         let h = st.shard_width(&self.plan.strategy);
         let piece = reduce_bytes / h as f64;
-        let subs: Vec<Vec<usize>> = group.chunks(h).map(<[usize]>::to_vec).collect();
+        let label = |l: OpLabel| match at_unit {
+            Some((u, k)) => at(l, u, k),
+            None => l,
+        };
+        let subs: Vec<Vec<usize>> = (0..group.len()).collect::<Vec<_>>().chunks(h).map(<[usize]>::to_vec).collect();
         let mut scattered: Vec<OpId> = Vec::new();
         // (Groups of merged replicas only are their representatives'.)
         let sim = self.simulated.clone();
-        let live = |g: &[usize]| g.iter().any(|&r| sim[r]);
+        let live = |g: &[usize]| g.iter().any(|&p| sim[group[p]]);
         for sub in subs.iter().filter(|g| live(g)) {
-            let after: Vec<OpId> = sub.iter().filter_map(|&r| self.last_compute[r]).collect();
+            let deps: Vec<OpId> = sub.iter().flat_map(|&p| after[p].iter().copied()).collect();
             if h > 1 {
-                let label = self.lb.reduce_scatter;
+                let ranks: Vec<usize> = sub.iter().map(|&p| group[p]).collect();
+                let l = label(self.lb.reduce_scatter);
                 scattered.push(self.collective(
                     s,
-                    sub,
+                    &ranks,
                     CollectiveKind::ReduceScatter,
-                    label,
+                    l,
                     piece,
-                    &after,
+                    &deps,
                 ));
             } else {
-                scattered.extend(after);
+                scattered.extend(deps);
             }
         }
+        let mut done = vec![Vec::new(); group.len()];
         for q in 0..h {
             let reps: Vec<usize> = subs.iter().map(|g| g[q]).collect();
             if !live(&reps) {
                 continue;
             }
+            let ranks: Vec<usize> = reps.iter().map(|&p| group[p]).collect();
             let reduced = (reps.len() > 1).then(|| {
-                let label = self.lb.all_reduce;
+                let l = label(self.lb.all_reduce);
                 self.collective(
                     s,
-                    &reps,
+                    &ranks,
                     CollectiveKind::AllReduce,
-                    label,
+                    l,
                     piece,
                     &scattered,
                 )
@@ -982,12 +1182,49 @@ impl<'a, S: Sink> Walk<'a, S> {
                 Some(id) => vec![id],
                 None => scattered.clone(),
             };
-            for &r in reps.iter().filter(|&&r| self.simulated[r]) {
-                let time = self.table.optimizer[r];
-                let label = at(self.lb.optimizer, NO_INDEX, NO_INDEX);
-                self.g
-                    .op(r as u32, Stream::Compute, time, &deps, label, &[]);
+            for &p in &reps {
+                done[p] = deps.clone();
             }
+        }
+        done
+    }
+
+    /// The distributed optimizer's parameter all-gathers deferred to this
+    /// step's forward (`overlap_param_gather`, Megatron's steady state:
+    /// the all-gathers of the previous step's updated parameters, one per
+    /// bucket): per stage with buckets and TP rank, each bucket's
+    /// all-gather over the data-parallel group on the reduce stream from
+    /// the iteration's start, in the order the forward first uses them;
+    /// micro-batch 0's forward of each of its units waits for it
+    /// ([`Self::gathered`]).
+    fn gather_buckets(&mut self) {
+        let pipe = self.pipe;
+        let layers = self.costs.workload.model.layers as usize;
+        let bytes = self.plan.strategy.param_dtype.bytes();
+        self.gathers = vec![Vec::new(); layers + 2];
+        for s in 0..self.p {
+            let st = &pipe.stages[s];
+            let (t, d) = (st.tp.max(1) as usize, st.dp());
+            for b in (0..self.buckets[s].len()).rev() {
+                let bucket = self.buckets[s][b].clone();
+                let first = *bucket.units.last().expect("a unit");
+                for i in 0..t {
+                    let group = st.dp_group(i);
+                    if !group.iter().any(|&r| self.simulated[r]) {
+                        continue;
+                    }
+                    let piece = bytes * bucket.params / d as f64;
+                    let label = at(self.lb.param_gather, first, NO_INDEX);
+                    let kind = CollectiveKind::AllGather;
+                    let id = self.collective(s, &group, kind, label, piece, &[]);
+                    for &u in &bucket.units {
+                        self.gathers[u as usize].extend(group.iter().map(|&r| (r as u32, id)));
+                    }
+                }
+            }
+        }
+        for g in &mut self.gathers {
+            g.sort_unstable();
         }
     }
 

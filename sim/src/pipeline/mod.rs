@@ -40,6 +40,9 @@
 //! holds its measurements against this lowering.
 //!
 //! Parts: [`schedule`] (each stage's order of forwards and backwards),
+//! [`buckets`] (when and in which pieces a stage's data-parallel group
+//! reduces its gradients: after the last backward, Megatron's buckets
+//! under `--overlap-grad-reduce`, FSDP2 per unit),
 //! [`partition`] (the exact contiguous partition the planners use),
 //! [`costs`] (the cost table of an iteration, built before lowering),
 //! [`reshard`] (FSDP / HSDP per unit inside a one-stage plan: which use
@@ -49,6 +52,7 @@
 //! synchronisation and the optimizer step), [`estimate`] (the planners'
 //! closed form, priced from the same table rows).
 
+pub mod buckets;
 pub mod costs;
 pub mod estimate;
 pub mod lower;

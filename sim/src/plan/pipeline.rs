@@ -289,11 +289,38 @@ pub struct Pipeline {
     /// `c p + s`.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub virtual_stages: u32,
+    /// Each stage's data-parallel gradient reduction (replicas'
+    /// all-reduce, the distributed optimizer's reduce-scatter) launched
+    /// bucket by bucket during the last micro-batch's backward as each
+    /// bucket's gradients are complete (Megatron's
+    /// `--overlap-grad-reduce`, [`crate::pipeline::buckets`]); off
+    /// (Megatron's default): one reduction after the last backward.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub overlap_grad_reduce: bool,
+    /// The distributed optimizer's parameter all-gather deferred to the
+    /// next iteration's forward, bucket by bucket (Megatron's
+    /// `--overlap-param-gather`; needs `grad-op` and
+    /// [`Pipeline::overlap_grad_reduce`]); off: after the optimizer step.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub overlap_param_gather: bool,
+}
+
+/// How a pipeline's data-parallel groups overlap their communication with
+/// compute (Megatron's DDP knobs, [`Pipeline::overlap_grad_reduce`] and
+/// [`Pipeline::overlap_param_gather`]); both off by default, as in
+/// Megatron-LM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct DpOverlap {
+    /// Gradient reduction per bucket during the last backward.
+    pub grad_reduce: bool,
+    /// Parameter all-gather per bucket under the next forward.
+    pub param_gather: bool,
 }
 
 impl Pipeline {
     /// A pipeline of `stages` under `schedule` with `microbatches`
-    /// micro-batches, no sequence parallelism, TP groups inside nodes.
+    /// micro-batches, no sequence parallelism, TP groups inside nodes,
+    /// no data-parallel overlap.
     pub fn new(schedule: PipeSchedule, microbatches: u32, stages: Vec<Stage>) -> Pipeline {
         Pipeline {
             schedule,
@@ -303,6 +330,16 @@ impl Pipeline {
             tp_comm_overlap: false,
             tp_across_nodes: false,
             virtual_stages: 1,
+            overlap_grad_reduce: false,
+            overlap_param_gather: false,
+        }
+    }
+
+    /// The data-parallel overlap knobs.
+    pub fn dp_overlap(&self) -> DpOverlap {
+        DpOverlap {
+            grad_reduce: self.overlap_grad_reduce,
+            param_gather: self.overlap_param_gather,
         }
     }
 
@@ -537,6 +574,7 @@ impl Pipeline {
         self.validate_microbatches(global_batch, origin)?;
         self.validate_schedule(origin)?;
         self.validate_strategy(ranks, strategy, origin)?;
+        self.validate_overlap(strategy, origin)?;
         self.validate_shard_groups(strategy, origin)
     }
 
@@ -718,6 +756,83 @@ impl Pipeline {
             );
         }
         Ok(())
+    }
+}
+
+/// Why the overlap knobs of a pipeline cannot run under `sharding`, as
+/// Megatron-LM's argument checks say (`None`: they can), naming the knobs
+/// by `names` (`[tp_comm_overlap, sequence_parallel, overlap_grad_reduce,
+/// overlap_param_gather, sharding]`: plan-file fields or flags):
+/// `tp_comm_overlap` needs sequence parallelism with TP (Transformer
+/// Engine's userbuffers overlap SP's all-gathers and reduce-scatters);
+/// `overlap_param_gather` needs `overlap_grad_reduce` and the distributed
+/// optimizer (`grad-op`); `overlap_grad_reduce` is Megatron's DDP /
+/// distributed-optimizer knob (`none`, `grad-op`): FSDP / HSDP inside the
+/// stages reduce-scatter each unit during the last backward anyway.
+/// `tp` and `sp` are the TP degree and sequence parallelism asked for.
+pub fn overlap_conflict(
+    knobs: (bool, DpOverlap),
+    tp: u32,
+    sp: bool,
+    sharding: Sharding,
+    names: [&str; 5],
+) -> Option<(usize, String)> {
+    let (tp_comm, dp) = knobs;
+    let [_, spn, ogr, _, shn] = names;
+    if tp_comm && tp > 1 && !sp {
+        return Some((
+            0,
+            format!("needs {spn} (with TP {tp}): Megatron asserts sequence parallelism with TP communication overlap (Transformer Engine's userbuffers pipeline SP's all-gathers and reduce-scatters with the GEMMs)"),
+        ));
+    }
+    if dp.param_gather && !dp.grad_reduce {
+        return Some((
+            3,
+            format!("needs {ogr} (Megatron asserts it: the parameter all-gathers follow the gradient buckets)"),
+        ));
+    }
+    if dp.param_gather && sharding != Sharding::GradOp {
+        return Some((
+            3,
+            format!(
+                "needs the distributed optimizer ({shn} grad-op; Megatron asserts it), not `{}`: only ZeRO-1 all-gathers updated parameters",
+                sharding.name()
+            ),
+        ));
+    }
+    if dp.grad_reduce && matches!(sharding, Sharding::Full | Sharding::Hybrid) {
+        return Some((
+            2,
+            format!(
+                "Megatron's knob for replicas and the distributed optimizer ({shn} none or grad-op), not `{}`: FSDP / HSDP inside the stages reduce-scatter each unit during the last backward already (torchtitan)",
+                sharding.name()
+            ),
+        ));
+    }
+    None
+}
+
+impl Pipeline {
+    /// [`Pipeline::validate`]'s overlap knobs ([`overlap_conflict`]).
+    fn validate_overlap(&self, strategy: &Strategy, origin: &str) -> Result<(), PlanError> {
+        let names = [
+            "pipeline.tp_comm_overlap",
+            "pipeline.sequence_parallel",
+            "pipeline.overlap_grad_reduce",
+            "pipeline.overlap_param_gather",
+            "strategy.sharding",
+        ];
+        let tp = self.stages.iter().map(|s| s.tp).max().unwrap_or(1);
+        match overlap_conflict(
+            (self.tp_comm_overlap, self.dp_overlap()),
+            tp,
+            self.sequence_parallel,
+            strategy.sharding,
+            names,
+        ) {
+            Some((i, msg)) => Err(PlanError::invalid(origin, names[i], msg)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -5,10 +5,96 @@
 //! (TP x PP)`, `micro-batches = global batch / (DP x micro-batch size)`,
 //! ranks in Megatron's order (`initialize_model_parallel`'s
 //! `tp-cp-ep-dp-pp`: TP fastest, then DP, then PP), so with `TP <=` GPUs
-//! per node every TP group is one node's GPUs.
+//! per node every TP group is one node's GPUs, or with PP inside DP
+//! (`tp-pp-dp`, Megatron's `--use-tp-pp-dp-mapping`): a replica's stages
+//! on consecutive ranks, so neighbouring stages share a node's NVLink and
+//! the data-parallel groups cross the nodes instead ([`RankOrder`]).
 
-use super::pipeline::{PipeSchedule, Pipeline, Stage};
+use super::pipeline::{DpOverlap, PipeSchedule, Pipeline, Stage};
 use crate::error::PlanError;
+use crate::strategy::Sharding;
+
+/// How a 3D shape's ranks are numbered (REAL-SYSTEMS-2 sections 1.6 and
+/// 2.3): which of the data-parallel and pipeline dimensions varies faster
+/// after TP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum RankOrder {
+    /// Megatron's default `tp-cp-ep-dp-pp` (also DeepSpeed's
+    /// `PipeModelDataParallelTopology` and torchtitan's `[pp, dp, tp]`
+    /// mesh): TP fastest, then DP, PP outermost; replica `j` of stage `s`
+    /// is TP group `s d + j`. Data-parallel groups stay close, pipeline
+    /// neighbours are `t d` ranks apart.
+    #[default]
+    TpDpPp,
+    /// `tp-pp-dp` (Megatron's `--use-tp-pp-dp-mapping`): TP fastest, then
+    /// PP, DP outermost; replica `j` of stage `s` is TP group `j p + s`.
+    /// A replica's pipeline sits on consecutive ranks (one node when `t p`
+    /// fits), its data-parallel groups are `t p` ranks apart.
+    TpPpDp,
+}
+
+impl RankOrder {
+    /// Both orders, Megatron's default first.
+    pub const ALL: [RankOrder; 2] = [RankOrder::TpDpPp, RankOrder::TpPpDp];
+
+    /// Its name on the command line and in files (Megatron's `order`
+    /// string).
+    pub fn name(self) -> &'static str {
+        match self {
+            RankOrder::TpDpPp => "tp-cp-ep-dp-pp",
+            RankOrder::TpPpDp => "tp-pp-dp",
+        }
+    }
+
+    /// Parses a name: `tp-cp-ep-dp-pp` (or `tp-dp-pp`, `megatron`) and
+    /// `tp-pp-dp`.
+    pub fn parse(s: &str) -> Option<RankOrder> {
+        match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+            "tp-cp-ep-dp-pp" | "tp-dp-pp" | "megatron" => Some(RankOrder::TpDpPp),
+            "tp-pp-dp" | "tp-cp-ep-pp-dp" => Some(RankOrder::TpPpDp),
+            _ => None,
+        }
+    }
+
+    /// The first rank of replica `j`'s TP group of stage `s` in a shape of
+    /// TP `t`, `p` stages and `d` replicas.
+    pub fn group_start(self, s: usize, j: usize, (t, p, d): (usize, usize, usize)) -> usize {
+        match self {
+            RankOrder::TpDpPp => (s * d + j) * t,
+            RankOrder::TpPpDp => (j * p + s) * t,
+        }
+    }
+
+    /// The order `pipe`'s stages follow: every stage of one TP degree and
+    /// replica count, its GPUs the ranks of that order (TpDpPp first when
+    /// both fit, as with one stage or one replica); `None` for other
+    /// layouts (the heterogeneous planners').
+    pub fn of(pipe: &Pipeline) -> Option<RankOrder> {
+        let st0 = pipe.stages.first()?;
+        let (t, d, p) = (st0.tp.max(1) as usize, st0.dp(), pipe.depth());
+        if pipe
+            .stages
+            .iter()
+            .any(|st| st.tp.max(1) as usize != t || st.gpus.len() != t * d)
+        {
+            return None;
+        }
+        RankOrder::ALL.into_iter().find(|o| {
+            pipe.stages.iter().enumerate().all(|(s, st)| {
+                st.gpus
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &r)| r as usize == o.group_start(s, i / t, (t, p, d)) + i % t)
+            })
+        })
+    }
+}
+
+impl std::fmt::Display for RankOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// Where shape errors point: the flags of `simulate`.
 pub const ORIGIN: &str = "the 3D shape";
@@ -32,6 +118,14 @@ pub struct Shape3d {
     pub tp_comm_overlap: bool,
     /// TP groups may span nodes (`--tp-across-nodes`).
     pub tp_across_nodes: bool,
+    /// Gradient reduction per bucket under the last backward
+    /// (`--overlap-grad-reduce`, [`Pipeline::overlap_grad_reduce`]).
+    pub overlap_grad_reduce: bool,
+    /// Parameter all-gather per bucket under the next forward
+    /// (`--overlap-param-gather`, [`Pipeline::overlap_param_gather`]).
+    pub overlap_param_gather: bool,
+    /// How the ranks are numbered (`--rank-order`).
+    pub rank_order: RankOrder,
 }
 
 impl Default for Shape3d {
@@ -45,6 +139,9 @@ impl Default for Shape3d {
             microbatch_size: 1,
             tp_comm_overlap: false,
             tp_across_nodes: false,
+            overlap_grad_reduce: false,
+            overlap_param_gather: false,
+            rank_order: RankOrder::TpDpPp,
         }
     }
 }
@@ -55,10 +152,59 @@ impl Shape3d {
         ranks / (self.tp.max(1) as usize * self.pp.max(1) as usize).max(1)
     }
 
+    /// The data-parallel overlap knobs.
+    pub fn dp_overlap(&self) -> DpOverlap {
+        DpOverlap {
+            grad_reduce: self.overlap_grad_reduce,
+            param_gather: self.overlap_param_gather,
+        }
+    }
+
+    /// Checks the overlap knobs against the plan's `sharding`
+    /// ([`super::pipeline::overlap_conflict`]); errors name the flags.
+    pub fn check_sharding(&self, sharding: Sharding) -> Result<(), PlanError> {
+        let names = [
+            "--tp-comm-overlap",
+            "--sequence-parallel",
+            "--overlap-grad-reduce",
+            "--overlap-param-gather",
+            "--sharding",
+        ];
+        // (`--tp-comm-overlap` without SP is refused by `pipeline`.)
+        let knobs = (false, self.dp_overlap());
+        match super::pipeline::overlap_conflict(knobs, self.tp, self.sequence_parallel, sharding, names) {
+            Some((i, msg)) => Err(PlanError::invalid(ORIGIN, names[i], msg)),
+            None => Ok(()),
+        }
+    }
+
+    /// The overlap knobs against the shape's other flags, as Megatron
+    /// asserts them: `--tp-comm-overlap` needs `--sequence-parallel`,
+    /// `--overlap-param-gather` needs `--overlap-grad-reduce` (the
+    /// sharding's part is [`Shape3d::check_sharding`]).
+    fn check_overlap(&self) -> Result<(), PlanError> {
+        let bad = |field: &str, msg: &str| Err(PlanError::invalid(ORIGIN, field, msg));
+        if self.tp_comm_overlap && !self.sequence_parallel {
+            return bad(
+                "--tp-comm-overlap",
+                "needs --sequence-parallel: Megatron asserts sequence parallelism with it (Transformer Engine's userbuffers pipeline SP's all-gathers and reduce-scatters with the GEMMs)",
+            );
+        }
+        if self.overlap_param_gather && !self.overlap_grad_reduce {
+            return bad(
+                "--overlap-param-gather",
+                "needs --overlap-grad-reduce (Megatron asserts it: the parameter all-gathers follow the gradient buckets)",
+            );
+        }
+        Ok(())
+    }
+
     /// The pipeline of this shape on `ranks` GPUs for a model of `layers`
-    /// blocks and a global batch of `global_batch` samples: stage `s` holds
-    /// ranks `s*t*d .. (s+1)*t*d`, blocks split near-equally (the first
-    /// stages one more when `PP` does not divide them). Errors name the flag.
+    /// blocks and a global batch of `global_batch` samples: replica `j` of
+    /// stage `s` the TP group its [`RankOrder`] numbers (Megatron's default:
+    /// stage `s` holds ranks `s*t*d .. (s+1)*t*d`), blocks split
+    /// near-equally (the first stages one more when `PP` does not divide
+    /// them). Errors name the flag.
     pub fn pipeline(
         &self,
         ranks: usize,
@@ -88,6 +234,7 @@ impl Shape3d {
                 format!("{p} stages but the model has {layers} blocks: every stage needs at least one block"),
             );
         }
+        self.check_overlap()?;
         let d = ranks / (t * p);
         let b = self.microbatch_size;
         if b == 0 {
@@ -117,8 +264,13 @@ impl Shape3d {
         let stages: Vec<Stage> = (0..p)
             .map(|s| {
                 let blocks = q + u32::from((s as u32) < r);
-                let lo = (s * t * d) as u32;
-                let mut st = Stage::new(blocks, (lo..lo + (t * d) as u32).collect());
+                let gpus = (0..d)
+                    .flat_map(|j| {
+                        let lo = self.rank_order.group_start(s, j, (t, p, d)) as u32;
+                        lo..lo + t as u32
+                    })
+                    .collect();
+                let mut st = Stage::new(blocks, gpus);
                 st.tp = t as u32;
                 st
             })
@@ -154,15 +306,18 @@ impl Shape3d {
         pipe.sequence_parallel = self.sequence_parallel && t > 1;
         pipe.tp_comm_overlap = self.tp_comm_overlap;
         pipe.tp_across_nodes = self.tp_across_nodes;
+        pipe.overlap_grad_reduce = self.overlap_grad_reduce;
+        pipe.overlap_param_gather = self.overlap_param_gather;
         Ok(pipe)
     }
 }
 
 /// The parts of a 3D shape a user pinned (`plan --tp 2 --pp 4`, a study's
-/// `shapes` list); `None` = the planner chooses. The 3D planners search
-/// only the shapes that match the parts they take
-/// ([`crate::planner::Planner::shape_pins`]); a data-parallel planner
-/// takes only the trivial pins (`tp=1`, `pp=1`) its plans already have.
+/// `shapes` list); `None` = the planner chooses (the overlap knobs:
+/// Megatron's defaults, off). The 3D planners search only the shapes that
+/// match the parts they take ([`crate::planner::Planner::shape_pins`]); a
+/// data-parallel planner takes only the trivial pins (`tp=1`, `pp=1`) its
+/// plans already have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ShapePins {
     /// GPUs per TP group.
@@ -177,18 +332,36 @@ pub struct ShapePins {
     pub microbatch_size: Option<u32>,
     /// Sequence parallelism inside the TP groups.
     pub sequence_parallel: Option<bool>,
+    /// Gradient reduction per bucket under the last backward.
+    pub overlap_grad_reduce: Option<bool>,
+    /// Parameter all-gather per bucket under the next forward.
+    pub overlap_param_gather: Option<bool>,
+    /// How the ranks are numbered.
+    pub rank_order: Option<RankOrder>,
+}
+
+/// A pin's on / off value (`true`, `on`, `yes`; `false`, `off`, `no`).
+fn on_off(value: &str) -> Option<bool> {
+    match value {
+        "true" | "on" | "yes" => Some(true),
+        "false" | "off" | "no" => Some(false),
+        _ => None,
+    }
 }
 
 impl ShapePins {
     /// The pin names [`ShapePins::parse`] takes (the flags without their
     /// dashes; `schedule` is `--pp-schedule`).
-    pub const AXES: [&'static str; 6] = [
+    pub const AXES: [&'static str; 9] = [
         "tp",
         "pp",
         "schedule",
         "virtual_stages",
         "microbatch_size",
         "sequence_parallel",
+        "overlap_grad_reduce",
+        "overlap_param_gather",
+        "rank_order",
     ];
 
     /// True when nothing is pinned.
@@ -197,7 +370,8 @@ impl ShapePins {
     }
 
     /// True when the pins ask for more than one GPU per model copy or
-    /// anything only a pipeline has: what a data-parallel plan cannot be.
+    /// anything only a pipeline or TP plan has: what a data-parallel plan
+    /// cannot be.
     pub fn needs_model_parallel(&self) -> bool {
         self.tp.is_some_and(|t| t > 1)
             || self.pp.is_some_and(|p| p > 1)
@@ -205,6 +379,9 @@ impl ShapePins {
             || self.virtual_stages.is_some_and(|v| v > 1)
             || self.microbatch_size.is_some()
             || self.sequence_parallel == Some(true)
+            || self.overlap_grad_reduce == Some(true)
+            || self.overlap_param_gather == Some(true)
+            || self.rank_order.is_some_and(|o| o != RankOrder::TpDpPp)
     }
 
     /// The names ([`ShapePins::AXES`]) of the parts pinned, in order.
@@ -216,6 +393,9 @@ impl ShapePins {
             self.virtual_stages.is_some(),
             self.microbatch_size.is_some(),
             self.sequence_parallel.is_some(),
+            self.overlap_grad_reduce.is_some(),
+            self.overlap_param_gather.is_some(),
+            self.rank_order.is_some(),
         ];
         ShapePins::AXES
             .iter()
@@ -234,6 +414,18 @@ impl ShapePins {
             virtual_stages: other.virtual_stages.or(self.virtual_stages),
             microbatch_size: other.microbatch_size.or(self.microbatch_size),
             sequence_parallel: other.sequence_parallel.or(self.sequence_parallel),
+            overlap_grad_reduce: other.overlap_grad_reduce.or(self.overlap_grad_reduce),
+            overlap_param_gather: other.overlap_param_gather.or(self.overlap_param_gather),
+            rank_order: other.rank_order.or(self.rank_order),
+        }
+    }
+
+    /// The data-parallel overlap the pins ask for (unpinned: off, as
+    /// Megatron-LM defaults).
+    pub fn dp_overlap(&self) -> DpOverlap {
+        DpOverlap {
+            grad_reduce: self.overlap_grad_reduce.unwrap_or(false),
+            param_gather: self.overlap_param_gather.unwrap_or(false),
         }
     }
 
@@ -247,12 +439,20 @@ impl ShapePins {
             && self
                 .sequence_parallel
                 .is_none_or(|x| x == s.sequence_parallel)
+            && self
+                .overlap_grad_reduce
+                .is_none_or(|x| x == s.overlap_grad_reduce)
+            && self
+                .overlap_param_gather
+                .is_none_or(|x| x == s.overlap_param_gather)
+            && self.rank_order.is_none_or(|x| x == s.rank_order)
     }
 
     /// Pins written as `name=value` pairs separated by spaces or commas
-    /// (`"tp=2 pp=4 schedule=interleaved"`; empty: nothing pinned), as a
-    /// study's `shapes` list spells them; errors name `origin` and `field`
-    /// with what was expected.
+    /// (`"tp=2 pp=4 schedule=interleaved overlap_grad_reduce=on
+    /// rank_order=tp-pp-dp"`; empty: nothing pinned), as a study's `shapes`
+    /// list spells them; errors name `origin` and `field` with what was
+    /// expected.
     pub fn parse(
         text: &str,
         origin: &str,
@@ -273,6 +473,10 @@ impl ShapePins {
                         ))
                     })
             };
+            let flag = |n: &str| {
+                on_off(value)
+                    .ok_or_else(|| bad(format!("{n}: expected true or false (on, off), got `{value}`")))
+            };
             match name.replace('-', "_").as_str() {
                 "tp" => pins.tp = Some(count("a TP degree")?),
                 "pp" => pins.pp = Some(count("a pipeline depth")?),
@@ -286,16 +490,20 @@ impl ShapePins {
                 }
                 "virtual_stages" => pins.virtual_stages = Some(count("model chunks per GPU")?),
                 "microbatch_size" => pins.microbatch_size = Some(count("samples per micro-batch")?),
-                "sequence_parallel" => {
-                    pins.sequence_parallel = Some(match value {
-                        "true" | "on" | "yes" => true,
-                        "false" | "off" | "no" => false,
-                        _ => {
-                            return Err(bad(format!(
-                                "sequence_parallel: expected true or false, got `{value}`"
-                            )))
-                        }
-                    })
+                "sequence_parallel" => pins.sequence_parallel = Some(flag("sequence_parallel")?),
+                "overlap_grad_reduce" => {
+                    pins.overlap_grad_reduce = Some(flag("overlap_grad_reduce")?)
+                }
+                "overlap_param_gather" => {
+                    pins.overlap_param_gather = Some(flag("overlap_param_gather")?)
+                }
+                "rank_order" => {
+                    pins.rank_order = Some(RankOrder::parse(value).ok_or_else(|| {
+                        bad(format!(
+                            "rank_order: expected one of {}, got `{value}`",
+                            RankOrder::ALL.map(|x| x.name()).join(", ")
+                        ))
+                    })?)
                 }
                 other => {
                     return Err(bad(format!(
@@ -329,6 +537,15 @@ impl ShapePins {
             "sequence_parallel",
             self.sequence_parallel.map(|x| x.to_string()),
         );
+        put(
+            "overlap_grad_reduce",
+            self.overlap_grad_reduce.map(|x| x.to_string()),
+        );
+        put(
+            "overlap_param_gather",
+            self.overlap_param_gather.map(|x| x.to_string()),
+        );
+        put("rank_order", self.rank_order.map(|x| x.name().to_string()));
         out.join(" ")
     }
 }
@@ -351,6 +568,75 @@ mod tests {
         assert_eq!((st.blocks, st.tp, st.dp()), (20, 2, 128));
         // TP fastest: replica 3 of stage 1 is ranks 256 + 6, 7.
         assert_eq!(st.group(3), &[262, 263]);
+    }
+
+    /// `tp-pp-dp` puts a replica's stages on consecutive ranks: with TP 2 x
+    /// PP 4 x DP 2 on 16 GPUs, replica 1 of stage 1 is ranks 10, 11 (TP
+    /// group 1 x 4 + 1), where Megatron's order has ranks 6, 7 (group 1 x 2
+    /// + 1); each layout is recognised as its order.
+    #[test]
+    fn rank_orders_place_replicas_and_stages() {
+        let base = Shape3d {
+            tp: 2,
+            pp: 4,
+            ..Shape3d::default()
+        };
+        let mega = base.pipeline(16, 8, 16).unwrap();
+        let alt = Shape3d {
+            rank_order: RankOrder::TpPpDp,
+            ..base
+        }
+        .pipeline(16, 8, 16)
+        .unwrap();
+        assert_eq!(mega.stages[1].group(1), &[6, 7]);
+        assert_eq!(alt.stages[1].group(1), &[10, 11]);
+        assert_eq!(alt.stages[0].gpus, vec![0, 1, 8, 9]);
+        assert_eq!(RankOrder::of(&mega), Some(RankOrder::TpDpPp));
+        assert_eq!(RankOrder::of(&alt), Some(RankOrder::TpPpDp));
+        for o in RankOrder::ALL {
+            assert_eq!(RankOrder::parse(o.name()), Some(o));
+        }
+        // One replica: both orders are the same layout (Megatron's named).
+        let one = Shape3d {
+            rank_order: RankOrder::TpPpDp,
+            ..base
+        }
+        .pipeline(8, 8, 16)
+        .unwrap();
+        assert_eq!(RankOrder::of(&one), Some(RankOrder::TpDpPp));
+    }
+
+    #[test]
+    fn overlap_knobs_need_what_megatron_asserts() {
+        let e = |s: Shape3d| s.pipeline(16, 8, 16).unwrap_err().to_string();
+        let tco = Shape3d {
+            tp: 2,
+            tp_comm_overlap: true,
+            ..Shape3d::default()
+        };
+        let m = e(tco);
+        assert!(m.contains("--tp-comm-overlap") && m.contains("--sequence-parallel"), "{m}");
+        let opg = Shape3d {
+            overlap_param_gather: true,
+            ..Shape3d::default()
+        };
+        assert!(e(opg).contains("needs --overlap-grad-reduce"));
+        let both = Shape3d {
+            pp: 2,
+            overlap_grad_reduce: true,
+            overlap_param_gather: true,
+            ..Shape3d::default()
+        };
+        assert!(both.check_sharding(Sharding::GradOp).is_ok());
+        let m = both.check_sharding(Sharding::NoShard).unwrap_err().to_string();
+        assert!(m.contains("--overlap-param-gather") && m.contains("grad-op"), "{m}");
+        let ogr = Shape3d {
+            overlap_param_gather: false,
+            ..both
+        };
+        assert!(ogr.check_sharding(Sharding::NoShard).is_ok());
+        let m = ogr.check_sharding(Sharding::Full).unwrap_err().to_string();
+        assert!(m.contains("--overlap-grad-reduce") && m.contains("FSDP"), "{m}");
     }
 
     #[test]
@@ -383,7 +669,7 @@ mod tests {
     #[test]
     fn shape_pins_read_back_what_they_write_and_match_their_shapes() {
         let p = ShapePins::parse(
-            "tp=2, pp=4 schedule=interleaved virtual-stages=2 microbatch_size=1 sequence_parallel=true",
+            "tp=2, pp=4 schedule=interleaved virtual-stages=2 microbatch_size=1 sequence_parallel=true overlap-grad-reduce=on overlap_param_gather=off rank_order=tp-pp-dp",
             "t",
             "f",
         )
@@ -395,9 +681,15 @@ mod tests {
             schedule: PipeSchedule::Interleaved,
             virtual_stages: 2,
             sequence_parallel: true,
+            overlap_grad_reduce: true,
+            rank_order: RankOrder::TpPpDp,
             ..Shape3d::default()
         };
         assert!(p.matches(&s));
+        assert!(!p.matches(&Shape3d {
+            rank_order: RankOrder::TpDpPp,
+            ..s
+        }));
         assert!(!p.matches(&Shape3d { tp: 4, ..s }));
         assert!(ShapePins::default().matches(&s) && ShapePins::default().text().is_empty());
         assert!(p.needs_model_parallel());
@@ -413,6 +705,8 @@ mod tests {
             ("pp=x", "pp: expected a pipeline depth"),
             ("schedule=zigzag", "schedule: expected one of"),
             ("sequence_parallel=maybe", "expected true or false"),
+            ("overlap_grad_reduce=2", "overlap_grad_reduce: expected true or false"),
+            ("rank_order=pp-tp-dp", "rank_order: expected one of tp-cp-ep-dp-pp, tp-pp-dp"),
             ("dp=2", "unknown shape pin `dp`"),
             ("tp", "expected name=value"),
         ] {

@@ -72,7 +72,7 @@ use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::pipeline::costs::Rows;
 use crate::pipeline::estimate::{
-    estimate_ms, even_slices, params, place, replica_slices, stage_ms, staged, Over,
+    estimate_ms, even_slices, Run, params, place, replica_slices, stage_ms, staged, Over,
 };
 use crate::pipeline::partition::min_max;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
@@ -468,8 +468,7 @@ fn search_layout(
             &st,
             &part.counts,
             m,
-            schedule,
-            1,
+            Run::plain(schedule, 1),
         );
         let plan = Plan::pipelined("hetero-3d", *strategy, pipe, n, batch);
         // (A pinned hybrid sharding's shard group must fit the layout.)

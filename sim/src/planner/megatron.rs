@@ -20,11 +20,18 @@
 //! * sequence parallelism off / on (with `t > 1`);
 //! * recompute none, core attention (Megatron's selective), full;
 //! * distributed optimizer (ZeRO-1 over the DP group, `grad-op`) off / on
-//!   (with `d > 1`).
+//!   (with `d > 1`);
+//! * rank order (with `p > 1` and `d > 1`, where they differ): Megatron's
+//!   `tp-cp-ep-dp-pp` and `tp-pp-dp` ([`RankOrder`]: pipeline neighbours
+//!   or data-parallel peers on a node's NVLink).
 //!
 //! User pins narrow the space (the 3D shape's [`ShapePins`]: TP, PP,
-//! schedule, chunks, micro-batch size, SP; checkpointing, sharding `none` / `grad-op`,
-//! attention). Pruning: a shape whose constant memory (its state share)
+//! schedule, chunks, micro-batch size, SP, rank order; checkpointing,
+//! sharding `none` / `grad-op`, attention). Megatron's DDP overlap knobs
+//! (`--overlap-grad-reduce`, `--overlap-param-gather`) are not searched:
+//! off, Megatron's defaults, unless pinned (a pinned parameter-gather
+//! overlap brings the gradient one with it, which Megatron requires, and
+//! keeps the distributed optimizer only). Pruning: a shape whose constant memory (its state share)
 //! alone exceeds the smallest GPU is dropped before its estimate; the
 //! estimate's per-stage peaks drop the rest that do not fit. The
 //! [`CONFIRM`] best estimates are simulated and the fastest that fits
@@ -35,7 +42,7 @@ use super::{Judge, Planned, Planner, Problem, SearchStats};
 use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::plan::pipeline::PipeSchedule;
-use crate::plan::shape::{Shape3d, ShapePins};
+use crate::plan::shape::{RankOrder, Shape3d, ShapePins};
 use crate::plan::Plan;
 use crate::strategy::{default_3d_stack, Checkpointing, Sharding, Strategy, StrategySpec};
 use crate::units::GIB;
@@ -112,7 +119,17 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                     tp: t as u32,
                     pp: p as u32,
                     microbatch_size: b,
+                    overlap_grad_reduce: pins
+                        .overlap_grad_reduce
+                        .unwrap_or(pins.overlap_param_gather == Some(true)),
+                    overlap_param_gather: pins.overlap_param_gather.unwrap_or(false),
                     ..Shape3d::default()
+                };
+                // The orders differ only with several stages and replicas.
+                let orders: &[RankOrder] = if p > 1 && d > 1 {
+                    &RankOrder::ALL
+                } else {
+                    &RankOrder::ALL[..1]
                 };
                 let mut scheds = vec![(plain, 1)];
                 if p > 1 {
@@ -130,14 +147,23 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                         if sp && t == 1 {
                             continue;
                         }
-                        let shape = Shape3d {
-                            schedule,
-                            virtual_stages: v,
-                            sequence_parallel: sp,
-                            ..base
-                        };
-                        if pins.matches(&shape) {
-                            out.push(shape);
+                        for &rank_order in orders {
+                            let shape = Shape3d {
+                                schedule,
+                                virtual_stages: v,
+                                sequence_parallel: sp,
+                                rank_order,
+                                ..base
+                            };
+                            // (A pinned order of a shape where both are one
+                            // layout: the layout.)
+                            let pinned = Shape3d {
+                                rank_order: pins.rank_order.unwrap_or(rank_order),
+                                ..shape
+                            };
+                            if pins.matches(if orders.len() == 1 { &pinned } else { &shape }) {
+                                out.push(shape);
+                            }
                         }
                     }
                 }
@@ -244,6 +270,10 @@ fn estimate_shape(
         return Ok(part);
     };
     for strategy in strategies {
+        // (Pinned overlap knobs keep the shardings they run with.)
+        if shape.check_sharding(strategy.sharding).is_err() {
+            continue;
+        }
         part.tried += 1;
         // The state share alone must fit (cheap: no cost rows).
         let state = (0..pipe.depth())
@@ -303,6 +333,15 @@ pub fn describe(c: &Candidate, ranks: usize) -> String {
     if s.sequence_parallel {
         v.push_str(", SP");
     }
+    if s.rank_order != RankOrder::default() {
+        v.push_str(&format!(", ranks {}", s.rank_order));
+    }
+    if s.overlap_grad_reduce {
+        v.push_str(", overlap-grad-reduce");
+    }
+    if s.overlap_param_gather {
+        v.push_str(", overlap-param-gather");
+    }
     v.push_str(&format!(
         ", recompute {}",
         c.plan.strategy.checkpointing.name()
@@ -314,14 +353,24 @@ pub fn describe(c: &Candidate, ranks: usize) -> String {
 }
 
 /// The candidate of `cands` (sorted by estimate) the simulator confirms:
-/// the fastest of the [`CONFIRM`] best that fits, with its simulated time.
+/// the fastest that fits of the [`CONFIRM`] best and the best of each rank
+/// order not among them (the closed form prices a pipeline paced by its
+/// transfers low, [`crate::pipeline::estimate`], so the order that keeps
+/// them on NVLink is always simulated too), with its simulated time.
 fn confirm(
     judge: &dyn Judge,
     cands: &[Candidate],
     stats: &mut SearchStats,
 ) -> Result<Option<(usize, f64)>, PlanError> {
-    let top = &cands[..cands.len().min(CONFIRM)];
-    super::pipeline::fastest_fitting(judge, top.iter().map(|c| &c.plan), stats)
+    let mut picked: Vec<usize> = (0..cands.len().min(CONFIRM)).collect();
+    for order in RankOrder::ALL {
+        let seen = picked.iter().any(|&i| cands[i].shape.rank_order == order);
+        if let Some(i) = cands.iter().position(|c| c.shape.rank_order == order).filter(|_| !seen) {
+            picked.push(i);
+        }
+    }
+    let best = super::pipeline::fastest_fitting(judge, picked.iter().map(|&i| &cands[i].plan), stats)?;
+    Ok(best.map(|(k, ms)| (picked[k], ms)))
 }
 
 impl Planner for Megatron {
@@ -330,7 +379,7 @@ impl Planner for Megatron {
     }
 
     fn summary(&self) -> &'static str {
-        "Megatron-LM 3D (Calculon-style search): TP inside a node x PP x DP, micro-batch size, interleaving, SP, recompute, distributed optimizer; ranked by the closed form, the best simulated"
+        "Megatron-LM 3D (Calculon-style search): TP inside a node x PP x DP, micro-batch size, interleaving, SP, recompute, distributed optimizer, rank order; ranked by the closed form, the best simulated"
     }
 
     fn fixed_axes(&self) -> StrategySpec {

@@ -107,10 +107,19 @@ impl PipelineReport {
     /// The stages of `pipe` from the per-GPU reports of its run.
     fn of(
         pipe: &crate::plan::pipeline::Pipeline,
+        sharding: crate::strategy::Sharding,
         gpus: &[GpuReport],
         iteration_ms: f64,
         tp_comm_ms: &[f64],
     ) -> PipelineReport {
+        use crate::pipeline::buckets::{grad_sync, GradSync};
+        let grad_sync = match grad_sync(sharding, pipe.dp_overlap()) {
+            // (Lowered as the data-parallel plan of its entries.)
+            _ if pipe.runs_data_parallel(gpus.len()) => "data-parallel schedule",
+            GradSync::AfterBackward => "after backward",
+            GradSync::Buckets => "buckets",
+            GradSync::PerUnit => "per unit",
+        };
         let mut stages = Vec::with_capacity(pipe.depth());
         let (mut idle, mut held) = (0.0, 0usize);
         for (s, st) in pipe.stages.iter().enumerate() {
@@ -160,6 +169,13 @@ impl PipelineReport {
                 0.0
             },
             sequence_parallel: pipe.sequence_parallel,
+            tp_comm_overlap: pipe.tp_comm_overlap && pipe.has_tp(),
+            overlap_grad_reduce: pipe.overlap_grad_reduce,
+            overlap_param_gather: pipe.overlap_param_gather,
+            grad_sync: grad_sync.to_string(),
+            rank_order: crate::plan::shape::RankOrder::of(pipe)
+                .filter(|&o| o != crate::plan::shape::RankOrder::default())
+                .map(|o| o.name().to_string()),
             stages,
         }
     }
@@ -243,7 +259,7 @@ pub(crate) fn assemble(
             .iter()
             .map(|r| r.tp_comm as f64 / 1e6)
             .collect();
-        PipelineReport::of(p, &gpus, iteration_ms, &tp)
+        PipelineReport::of(p, plan.strategy.sharding, &gpus, iteration_ms, &tp)
     });
     let intervals = intervals_of(costs, &gpus, iteration_ms, &rate);
     let comm_sources = comm_sources(a.collectives);

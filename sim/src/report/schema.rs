@@ -239,7 +239,10 @@ pub struct Timing {
 ///                      headroom_capacity_gib, status: "fits"|"over-policy"|"over-capacity"},
 ///             activation_scale, compute_source, memory_source, unit_source}],
 ///   "pipeline": {schedule, microbatches, microbatch_size (the largest micro-batch,
-///                before its split), bubble_pct, sequence_parallel (when on),
+///                before its split), bubble_pct, sequence_parallel, tp_comm_overlap,
+///                overlap_grad_reduce, overlap_param_gather (each when on),
+///                grad_sync ("after backward"|"buckets"|"per unit"|"data-parallel schedule"),
+///                rank_order (when "tp-pp-dp"),
 ///                stages: [{stage, first_block, last_block, ranks, tp (when > 1),
 ///                          tp_comm_ms (with TP), gpus, compute_ms, exposed_comm_ms,
 ///                          idle_ms, peak_mem_gib, usable_gib,
@@ -363,6 +366,29 @@ pub struct PipelineReport {
     /// Sequence parallelism in the TP groups.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub sequence_parallel: bool,
+    /// TP communication pipelined with the GEMMs (Megatron's
+    /// `--tp-comm-overlap`, Transformer Engine's userbuffers).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tp_comm_overlap: bool,
+    /// Gradients reduced bucket by bucket under the last backward
+    /// (Megatron's `--overlap-grad-reduce`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub overlap_grad_reduce: bool,
+    /// The distributed optimizer's all-gathers under the next forward
+    /// (Megatron's `--overlap-param-gather`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub overlap_param_gather: bool,
+    /// How each stage's data-parallel group reduces its gradients
+    /// ([`crate::pipeline::buckets`]): `after backward`, `buckets`
+    /// (Megatron's, under `--overlap-grad-reduce`) or `per unit` (FSDP2
+    /// inside the stages), during the last micro-batch's backward for the
+    /// last two; `data-parallel schedule` for a one-stage plan over every
+    /// GPU without TP, lowered as the data-parallel plan it is.
+    pub grad_sync: String,
+    /// The rank order the stages follow when it is not Megatron's default
+    /// (`tp-pp-dp`); absent for the default and for layouts of no order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank_order: Option<String>,
     /// Per stage, in order.
     pub stages: Vec<StageReport>,
 }

@@ -415,6 +415,24 @@ impl PipelineReport {
                 }
             );
         }
+        let knob = |on: bool| if on { "on" } else { "off" };
+        let sync = match self.grad_sync.as_str() {
+            "buckets" => "in buckets during the last backward",
+            "per unit" => "per unit during the last backward (FSDP2)",
+            "after backward" => "after the last backward",
+            other => other,
+        };
+        let _ = writeln!(
+            s,
+            "overlap: tp-comm-overlap {}, overlap-grad-reduce {}, overlap-param-gather {}; data-parallel gradients reduced {sync}{}",
+            knob(self.tp_comm_overlap),
+            knob(self.overlap_grad_reduce),
+            knob(self.overlap_param_gather),
+            match &self.rank_order {
+                Some(o) => format!("; ranks in {o} order"),
+                None => String::new(),
+            }
+        );
         let mut header = vec!["stage", "blocks", "gpus", "ranks"];
         if tp {
             header.extend(["tp", "dp"]);
@@ -437,12 +455,7 @@ impl PipelineReport {
             if st.stage + 1 == self.stages.len() {
                 blocks.push_str("+head");
             }
-            let ranks: Vec<String> = st.ranks.iter().map(|r| r.to_string()).collect();
-            let ranks = if ranks.len() > 8 {
-                format!("{}..{} ({})", ranks[0], ranks[ranks.len() - 1], ranks.len())
-            } else {
-                ranks.join(",")
-            };
+            let ranks = crate::lists::rank_ranges(&st.ranks, 4);
             let mut row = vec![st.stage.to_string(), blocks, st.gpus.clone(), ranks];
             if tp {
                 row.push(st.tp.to_string());

@@ -952,6 +952,9 @@ struct PipeCase {
     schedule: usize,
     /// Inside each stage: replicas, ZeRO-1, FSDP or HSDP.
     sharding: Sharding,
+    /// Megatron's DDP overlap (replicas and ZeRO-1 only):
+    /// `overlap_grad_reduce`, and under ZeRO-1 `overlap_param_gather` too.
+    overlap: bool,
     checkpointing: Checkpointing,
     /// Relative shares the replicas split micro-batches by (stage `s`'s
     /// replica `j` takes `shares[(s + j) % 3]`); empty: equal slices.
@@ -1017,6 +1020,8 @@ impl PipeCase {
             microbatches: self.microbatches,
             sequence_parallel: self.sp && self.tp > 1,
             tp_comm_overlap: false,
+            overlap_grad_reduce: self.overlap,
+            overlap_param_gather: self.overlap && self.sharding == Sharding::GradOp,
             tp_across_nodes: true,
             virtual_stages: v,
             stages,
@@ -1117,6 +1122,7 @@ fn arb_pipe() -> impl proptest::strategy::Strategy<Value = PipeCase> {
                         Sharding::Full,
                         Sharding::Hybrid,
                     ][flags.1 as usize],
+                    overlap: flags.0 && flags.1 < 2,
                     checkpointing: ck,
                     tp,
                     sp,
@@ -1191,15 +1197,13 @@ fn check_pipeline(case: &PipeCase, o: &PipeOutcome) -> Result<(), TestCaseError>
         o.estimate_ms,
         o.alone_ms
     );
-    // Under TP a stage's data-parallel groups (one per TP rank) reduce at
-    // once through their nodes' NICs: the estimate counts that sharing
-    // (`nic_sharing`), every op alone does not, so above it the estimate
+    // A stage's data-parallel groups (one per TP rank, and those of the
+    // other stages on its nodes) reduce at once through their nodes' NICs,
+    // and a stage's GPUs send their transfers to the next stage's nodes at
+    // once: the estimate counts that sharing (`nic_sharing`,
+    // `p2p_sharing`), every op alone does not, so above it the estimate
     // follows the simulation with links shared.
-    let upper = if case.tp > 1 {
-        o.alone_ms.max(o.sim_ms)
-    } else {
-        o.alone_ms
-    };
+    let upper = o.alone_ms.max(o.sim_ms);
     prop_assert!(
         o.estimate_ms / upper <= high,
         "estimate {:.1} ms vs simulated {:.1} ms (alone {:.1} ms)",
@@ -1513,7 +1517,7 @@ fn measure_pipeline() {
     );
     let every = |c: &PipeCase| matches!(c.checkpointing, Checkpointing::Every(_));
     let one = |c: &PipeCase| c.stage_gpus.len() == 1;
-    let fams: [PipeFamily<'_>; 12] = [
+    let fams: [PipeFamily<'_>; 13] = [
         ("all", &|_, _| true),
         ("one stage", &|c, _| one(c)),
         ("one stage, fsdp / hsdp", &|c, _| {
@@ -1521,6 +1525,7 @@ fn measure_pipeline() {
         }),
         ("split by shares", &|c, _| !c.shares.is_empty()),
         ("fsdp in stages", &|c, _| c.sharding == Sharding::Full),
+        ("megatron overlap", &|c, _| c.overlap),
         ("hsdp in stages", &|c, _| c.sharding == Sharding::Hybrid),
         ("uniform stages", &|_, o| !o.mixed_stage),
         ("mixed stages", &|_, o| o.mixed_stage),

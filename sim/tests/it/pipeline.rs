@@ -93,6 +93,8 @@ fn even_pipe(p: usize, layers: u32, m: u32, schedule: PipeSchedule) -> Pipeline 
         microbatches: m,
         sequence_parallel: false,
         tp_comm_overlap: false,
+        overlap_grad_reduce: false,
+        overlap_param_gather: false,
         tp_across_nodes: false,
         virtual_stages: 1,
         stages: (0..p)
@@ -269,6 +271,8 @@ fn two_stage_dp(m: u32, sch: PipeSchedule) -> Pipeline {
         microbatches: m,
         sequence_parallel: false,
         tp_comm_overlap: false,
+        overlap_grad_reduce: false,
+        overlap_param_gather: false,
         tp_across_nodes: false,
         virtual_stages: 1,
         stages: vec![Stage::new(14, vec![0, 1]), Stage::new(10, vec![2, 3])],
@@ -328,6 +332,8 @@ fn uneven_groups_reshard_between_stages() {
         microbatches: 4,
         sequence_parallel: false,
         tp_comm_overlap: false,
+        overlap_grad_reduce: false,
+        overlap_param_gather: false,
         tp_across_nodes: false,
         virtual_stages: 1,
         stages: vec![Stage::new(12, vec![0, 1]), Stage::new(12, vec![2])],
@@ -375,6 +381,8 @@ fn the_cost_table_holds_a_row_per_gpu_type_and_slice() {
         microbatches: 4,
         sequence_parallel: false,
         tp_comm_overlap: false,
+        overlap_grad_reduce: false,
+        overlap_param_gather: false,
         tp_across_nodes: false,
         virtual_stages: 1,
         stages: vec![Stage::new(12, vec![0, 1]), Stage::new(12, vec![2])],
@@ -479,6 +487,8 @@ fn bad_pipelines_name_the_field() {
         microbatches: 4,
         sequence_parallel: false,
         tp_comm_overlap: false,
+        overlap_grad_reduce: false,
+        overlap_param_gather: false,
         tp_across_nodes: false,
         virtual_stages: 1,
         stages,
@@ -700,9 +710,13 @@ fn tensor_parallelism_splits_state_and_costs_communication() {
 /// FSDP inside the stages as torchtitan runs it. With a pipeline (FSDP x
 /// TP x PP, `reshard_after_forward = False`): each unit's parameters
 /// gathered once per step at its start (one gather per unit and TP rank,
-/// none after the optimizer), gradients reduce-scattered once; the same
-/// peak memory as ZeRO-1 (the unsharded weights stay for the step) and no
-/// slower (the gathers leave the step's tail for its start). At one stage
+/// none after the optimizer), each unit's gradient reduce-scattered once,
+/// as soon as its backward of the last micro-batch is done (gradient sync
+/// on for the last micro-batch only, FSDP2's per-unit post-backward): the
+/// first reduce-scatter starts before the stage's last backward ends and
+/// all of them outlast it by less than their sum; the same peak memory as
+/// ZeRO-1 (the unsharded weights stay for the step) and no slower (the
+/// gathers leave the step's tail for its start). At one stage
 /// (2D FSDP x TP, `reshard_after_forward = True`): every unit gathered
 /// before its forward and its backward in every micro-batch (the head kept
 /// from its forward to its backward), reduce-scattered after its last
@@ -710,11 +724,13 @@ fn tensor_parallelism_splits_state_and_costs_communication() {
 /// and the units in flight: far below ZeRO-1's peak.
 #[test]
 fn fsdp_inside_stages_gathers_per_step_with_a_pipeline_and_per_unit_without() {
+    use sim::engine::Category;
     use sim::plan::shape::Shape3d;
     let c = hgx("llama2-7b", 16);
     let blocks = c.workload.model.layers;
     for (tp, pp) in [(2u32, 1u32), (2, 2)] {
         let mut plans = Vec::new();
+        let mut plans_in: Vec<Plan> = Vec::new();
         for (sh, acc) in [
             (Sharding::GradOp, Accumulation::NoSync),
             (Sharding::Full, Accumulation::NoSync),
@@ -743,6 +759,7 @@ fn fsdp_inside_stages_gathers_per_step_with_a_pipeline_and_per_unit_without() {
             let pipe = plan.pipeline.clone().unwrap();
             plan = Plan::pipelined("test", plan.strategy, pipe, c.ranks(), 16);
             plans.push(simulate(&c, &plan, &SimOptions::default()).unwrap());
+            plans_in.push(plan);
         }
         let (zero1, fsdp, hsdp) = (&plans[0], &plans[1], &plans[2]);
         let count = |r: &sim::report::Report, kind: &str| {
@@ -784,10 +801,25 @@ fn fsdp_inside_stages_gathers_per_step_with_a_pipeline_and_per_unit_without() {
             continue;
         }
         assert_eq!(count(fsdp, "all_gather"), units, "TP {tp} PP {pp}");
-        assert_eq!(
-            count(fsdp, "reduce_scatter"),
-            count(zero1, "reduce_scatter")
-        );
+        assert_eq!(count(zero1, "reduce_scatter"), 1, "TP {tp} PP {pp}");
+        assert_eq!(count(fsdp, "reduce_scatter"), units, "TP {tp} PP {pp}");
+        // Under the last backward: GPU 0's reduce-scatters against its
+        // last backward op, in the trace.
+        let opts = SimOptions {
+            trace: true,
+            ..SimOptions::default()
+        };
+        let r = simulate(&c, &plans_in[1], &opts).unwrap();
+        let trace = r.trace.as_ref().unwrap();
+        let on0 = |cat: Category| trace.events.iter().filter(move |e| e.rank == 0 && e.category == cat);
+        let last_bwd = on0(Category::Backward).map(|e| e.end_ns).max().unwrap();
+        let rs: Vec<(u64, u64)> = on0(Category::ReduceScatter).map(|e| (e.start_ns, e.end_ns)).collect();
+        assert_eq!(rs.len() as u32, units);
+        let first = rs.iter().map(|x| x.0).min().unwrap();
+        let end = rs.iter().map(|x| x.1).max().unwrap();
+        let sum: u64 = rs.iter().map(|x| x.1 - x.0).sum();
+        assert!(first < last_bwd, "the first reduce-scatter waits for the last backward");
+        assert!(end - last_bwd < sum, "the reduce-scatters hide nothing: {} >= {sum}", end - last_bwd);
         assert!(
             (peak(fsdp) - peak(zero1)).abs() < 1e-6,
             "{} vs {}",
