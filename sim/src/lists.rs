@@ -302,7 +302,10 @@ mod tests {
         let some: Vec<usize> = (0..3).flat_map(|j| [8 * j, 8 * j + 1, 8 * j + 2]).collect();
         let text = rank_ranges(&some, 4);
         assert_eq!(text, "0-2,8-10,16-18 (9)");
-        assert_eq!(ranks(text.split(' ').next().unwrap(), "f", 64).unwrap(), some);
+        assert_eq!(
+            ranks(text.split(' ').next().unwrap(), "f", 64).unwrap(),
+            some
+        );
     }
 
     #[test]

@@ -711,7 +711,10 @@ mod tests {
         let fwd = 100.0;
         let exposed = ub.exposed_ms(&cs, Pass::Forward, fwd, &shares, |_, _| 1.0);
         assert!((exposed - 4.0 / t as f64).abs() < 1e-9, "{exposed}");
-        assert_eq!(plain.exposed_ms(&cs, Pass::Forward, fwd, &shares, |_, _| 1.0), 4.0);
+        assert_eq!(
+            plain.exposed_ms(&cs, Pass::Forward, fwd, &shares, |_, _| 1.0),
+            4.0
+        );
         // Backward: 2 pipelined all-gathers (1/t each), 4 bulk ones hidden.
         let bwd = ub.exposed_ms(&cs, Pass::Backward, 2.0 * fwd, &shares, |_, _| 1.0);
         assert!((bwd - 2.0 / t as f64).abs() < 1e-9, "{bwd}");
@@ -719,7 +722,10 @@ mod tests {
         let long = ub.exposed_ms(&cs, Pass::Forward, 0.0, &shares, |_, _| 1.0);
         assert!((long - 4.0).abs() < 1e-9, "{long}");
         let head = ub.head_collectives(&m, 2048.0, Dtype::Bf16);
-        assert_eq!(ub.exposed_ms(&head, Pass::Forward, fwd, &shares, |_, _| 1.0), 4.0);
+        assert_eq!(
+            ub.exposed_ms(&head, Pass::Forward, fwd, &shares, |_, _| 1.0),
+            4.0
+        );
     }
 
     #[test]

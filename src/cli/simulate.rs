@@ -115,7 +115,9 @@ fn parse_rank_order(s: &str) -> std::result::Result<sim::plan::shape::RankOrder,
     sim::plan::shape::RankOrder::parse(s).ok_or_else(|| {
         format!(
             "expected one of {}, got `{s}`",
-            sim::plan::shape::RankOrder::ALL.map(|x| x.name()).join(", ")
+            sim::plan::shape::RankOrder::ALL
+                .map(|x| x.name())
+                .join(", ")
         )
     })
 }

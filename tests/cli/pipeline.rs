@@ -323,7 +323,10 @@ fn bad_three_d_shapes_name_the_flag() {
             &["--pp", "2", "--sharding", "full", "--overlap-grad-reduce"][..],
             "--overlap-grad-reduce",
         ),
-        (&["--pp", "2", "--rank-order", "dp-tp-pp"][..], "--rank-order"),
+        (
+            &["--pp", "2", "--rank-order", "dp-tp-pp"][..],
+            "--rank-order",
+        ),
     ] {
         let o = run(&hgx("simulate", extra));
         assert_eq!(o.code, 2, "{extra:?}: {}", o.stderr);
@@ -351,11 +354,18 @@ fn overlap_knobs_and_rank_order_are_reported_and_round_trip() {
         "--rank-order",
         "tp-pp-dp",
     ];
-    let o = run(&hgx("simulate", &[&knobs[..], &["--format", "json"]].concat()));
+    let o = run(&hgx(
+        "simulate",
+        &[&knobs[..], &["--format", "json"]].concat(),
+    ));
     assert_eq!(o.code, 0, "{}", o.stderr);
     let r: Value = serde_json::from_str(&o.stdout).unwrap();
     let p = &r["pipeline"];
-    for k in ["tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather"] {
+    for k in [
+        "tp_comm_overlap",
+        "overlap_grad_reduce",
+        "overlap_param_gather",
+    ] {
         assert_eq!(p[k], true, "{k}: {p}");
     }
     assert_eq!(p["grad_sync"], "buckets");
@@ -364,8 +374,9 @@ fn overlap_knobs_and_rank_order_are_reported_and_round_trip() {
     assert_eq!(p["stages"][0]["ranks"], serde_json::json!([0, 1, 4, 5]));
     let t = run(&hgx("simulate", &knobs));
     assert!(
-        t.stdout.contains("overlap: tp-comm-overlap on, overlap-grad-reduce on, overlap-param-gather on")
-            && t.stdout.contains("ranks in tp-pp-dp order"),
+        t.stdout.contains(
+            "overlap: tp-comm-overlap on, overlap-grad-reduce on, overlap-param-gather on"
+        ) && t.stdout.contains("ranks in tp-pp-dp order"),
         "{}",
         t.stdout
     );

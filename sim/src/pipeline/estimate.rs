@@ -568,7 +568,10 @@ pub fn staged(
         let reps = (ga.len() / ta).min(gb.len() / tb).max(1);
         (0..reps)
             .map(|j| {
-                let (x, y) = (ga[(j * ta).min(ga.len() - 1)], gb[(j * tb).min(gb.len() - 1)]);
+                let (x, y) = (
+                    ga[(j * ta).min(ga.len() - 1)],
+                    gb[(j * tb).min(gb.len() - 1)],
+                );
                 costs.p2p(x, y, bytes).0 * p2p_sharing(costs, ga, gb, x, y)
             })
             .fold(0.0, f64::max)
@@ -781,7 +784,12 @@ fn pipelined_ms(
     };
     let fill: f64 = st.comm_ms[..p.saturating_sub(1)].iter().sum();
     let split = schedule.splits_backward();
-    let chunks = Chunks { p, v, counts, split };
+    let chunks = Chunks {
+        p,
+        v,
+        counts,
+        split,
+    };
     let start = if matches!(strategy.sharding, Sharding::Full | Sharding::Hybrid) {
         fsdp_start_ms(costs, strategy, groups, tps, st, counts, &pc.at, &pc.f)
     } else if strategy.sharding == Sharding::GradOp && run.overlap.param_gather {
@@ -824,9 +832,15 @@ impl Paced {
     /// as `run` says.
     fn of(st: &Staged, counts: &[u32], m: u32, run: Run) -> Paced {
         let p = counts.len();
-        let at: Vec<Place> = (0..p).map(|s| place(run.schedule, p, s, m, run.v)).collect();
-        let t = (0..p).map(|s| stage_ms(&st.costs[s], counts[s], at[s])).collect();
-        let f = (0..p).map(|s| stage_fwd_ms(&st.costs[s], counts[s], at[s])).collect();
+        let at: Vec<Place> = (0..p)
+            .map(|s| place(run.schedule, p, s, m, run.v))
+            .collect();
+        let t = (0..p)
+            .map(|s| stage_ms(&st.costs[s], counts[s], at[s]))
+            .collect();
+        let f = (0..p)
+            .map(|s| stage_fwd_ms(&st.costs[s], counts[s], at[s]))
+            .collect();
         let split = run.schedule.splits_backward();
         let w = (0..p)
             .map(|s| {
@@ -1020,7 +1034,11 @@ fn chunk_units(g: &GroupCost, ch: Chunks<'_>, s: usize, c: usize) -> (Vec<ChunkU
         let bwd = g.head_ms - g.head_fwd_ms;
         units.push((k + 1, g.unit_params[2], bwd, g.head_fwd_ms));
     }
-    units.extend((1..=k).rev().map(|b| (b, g.unit_params[1], block_bwd - w, g.block_fwd_ms)));
+    units.extend(
+        (1..=k)
+            .rev()
+            .map(|b| (b, g.unit_params[1], block_bwd - w, g.block_fwd_ms)),
+    );
     if first {
         let bwd = g.embed_ms - g.embed_fwd_ms;
         units.push((0, g.unit_params[0], bwd, g.embed_fwd_ms));
@@ -1085,10 +1103,17 @@ fn timed_buckets(
 
 /// The data-parallel groups of a stage on the GPUs `stage` (TP groups of
 /// `t`), one per TP rank, each shape once.
-fn dp_groups<'c>(costs: &'c CostModel, stage: &[usize], t: usize) -> Vec<Vec<usize>> {
+fn dp_groups(costs: &CostModel, stage: &[usize], t: usize) -> Vec<Vec<usize>> {
     let mut seen = std::collections::HashSet::new();
     (0..t.min(stage.len()))
-        .map(|i| stage.iter().skip(i).step_by(t).copied().collect::<Vec<usize>>())
+        .map(|i| {
+            stage
+                .iter()
+                .skip(i)
+                .step_by(t)
+                .copied()
+                .collect::<Vec<usize>>()
+        })
         .filter(|g| seen.insert(super::costs::group_shape(costs, g)))
         .collect()
 }
@@ -1115,7 +1140,9 @@ fn bucket_reduce_ms(
     };
     match strategy.sharding {
         Sharding::NoShard => ms(CollectiveKind::AllReduce, g, bytes) * share,
-        Sharding::GradOp | Sharding::Full => ms(CollectiveKind::ReduceScatter, g, bytes / d as f64) * share,
+        Sharding::GradOp | Sharding::Full => {
+            ms(CollectiveKind::ReduceScatter, g, bytes / d as f64) * share
+        }
         Sharding::Hybrid => {
             let h = crate::plan::pipeline::shard_width(strategy, d, t as u32);
             let piece = bytes / h as f64;
@@ -1244,8 +1271,9 @@ fn bucket_start_ms(
                 let mut gathered = 0.0;
                 for &(_, prm, ahead) in &items {
                     let piece = pb * prm / d as f64;
-                    gathered += costs.group_collective_ms(CollectiveKind::AllGather, &g, &vec![piece; d])
-                        * share;
+                    gathered +=
+                        costs.group_collective_ms(CollectiveKind::AllGather, &g, &vec![piece; d])
+                            * share;
                     worst = worst.max(gathered - before - ahead);
                 }
             }

@@ -967,10 +967,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             }
             let time = self.table.optimizer[r];
             let label = at(self.lb.optimizer, NO_INDEX, NO_INDEX);
-            steps.push(
-                self.g
-                    .op(r as u32, Stream::Compute, time, deps, label, &[]),
-            );
+            steps.push(self.g.op(r as u32, Stream::Compute, time, deps, label, &[]));
         }
         steps
     }
@@ -1108,7 +1105,11 @@ impl<'a, S: Sink> Walk<'a, S> {
             for b in (0..self.buckets[s].len()).rev() {
                 let bucket = &self.buckets[s][b];
                 let bytes = strategy.param_dtype.bytes() * bucket.params / d as f64;
-                let label = at(self.lb.all_gather, *bucket.units.last().expect("a unit"), NO_INDEX);
+                let label = at(
+                    self.lb.all_gather,
+                    *bucket.units.last().expect("a unit"),
+                    NO_INDEX,
+                );
                 self.collective(s, &group, CollectiveKind::AllGather, label, bytes, &steps);
             }
         }
@@ -1138,7 +1139,11 @@ impl<'a, S: Sink> Walk<'a, S> {
             Some((u, k)) => at(l, u, k),
             None => l,
         };
-        let subs: Vec<Vec<usize>> = (0..group.len()).collect::<Vec<_>>().chunks(h).map(<[usize]>::to_vec).collect();
+        let subs: Vec<Vec<usize>> = (0..group.len())
+            .collect::<Vec<_>>()
+            .chunks(h)
+            .map(<[usize]>::to_vec)
+            .collect();
         let mut scattered: Vec<OpId> = Vec::new();
         // (Groups of merged replicas only are their representatives'.)
         let sim = self.simulated.clone();
@@ -1169,14 +1174,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             let ranks: Vec<usize> = reps.iter().map(|&p| group[p]).collect();
             let reduced = (reps.len() > 1).then(|| {
                 let l = label(self.lb.all_reduce);
-                self.collective(
-                    s,
-                    &ranks,
-                    CollectiveKind::AllReduce,
-                    l,
-                    piece,
-                    &scattered,
-                )
+                self.collective(s, &ranks, CollectiveKind::AllReduce, l, piece, &scattered)
             });
             let deps: Vec<OpId> = match reduced {
                 Some(id) => vec![id],

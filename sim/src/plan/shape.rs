@@ -172,7 +172,13 @@ impl Shape3d {
         ];
         // (`--tp-comm-overlap` without SP is refused by `pipeline`.)
         let knobs = (false, self.dp_overlap());
-        match super::pipeline::overlap_conflict(knobs, self.tp, self.sequence_parallel, sharding, names) {
+        match super::pipeline::overlap_conflict(
+            knobs,
+            self.tp,
+            self.sequence_parallel,
+            sharding,
+            names,
+        ) {
             Some((i, msg)) => Err(PlanError::invalid(ORIGIN, names[i], msg)),
             None => Ok(()),
         }
@@ -474,8 +480,11 @@ impl ShapePins {
                     })
             };
             let flag = |n: &str| {
-                on_off(value)
-                    .ok_or_else(|| bad(format!("{n}: expected true or false (on, off), got `{value}`")))
+                on_off(value).ok_or_else(|| {
+                    bad(format!(
+                        "{n}: expected true or false (on, off), got `{value}`"
+                    ))
+                })
             };
             match name.replace('-', "_").as_str() {
                 "tp" => pins.tp = Some(count("a TP degree")?),
@@ -615,7 +624,10 @@ mod tests {
             ..Shape3d::default()
         };
         let m = e(tco);
-        assert!(m.contains("--tp-comm-overlap") && m.contains("--sequence-parallel"), "{m}");
+        assert!(
+            m.contains("--tp-comm-overlap") && m.contains("--sequence-parallel"),
+            "{m}"
+        );
         let opg = Shape3d {
             overlap_param_gather: true,
             ..Shape3d::default()
@@ -628,15 +640,24 @@ mod tests {
             ..Shape3d::default()
         };
         assert!(both.check_sharding(Sharding::GradOp).is_ok());
-        let m = both.check_sharding(Sharding::NoShard).unwrap_err().to_string();
-        assert!(m.contains("--overlap-param-gather") && m.contains("grad-op"), "{m}");
+        let m = both
+            .check_sharding(Sharding::NoShard)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            m.contains("--overlap-param-gather") && m.contains("grad-op"),
+            "{m}"
+        );
         let ogr = Shape3d {
             overlap_param_gather: false,
             ..both
         };
         assert!(ogr.check_sharding(Sharding::NoShard).is_ok());
         let m = ogr.check_sharding(Sharding::Full).unwrap_err().to_string();
-        assert!(m.contains("--overlap-grad-reduce") && m.contains("FSDP"), "{m}");
+        assert!(
+            m.contains("--overlap-grad-reduce") && m.contains("FSDP"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -705,8 +726,14 @@ mod tests {
             ("pp=x", "pp: expected a pipeline depth"),
             ("schedule=zigzag", "schedule: expected one of"),
             ("sequence_parallel=maybe", "expected true or false"),
-            ("overlap_grad_reduce=2", "overlap_grad_reduce: expected true or false"),
-            ("rank_order=pp-tp-dp", "rank_order: expected one of tp-cp-ep-dp-pp, tp-pp-dp"),
+            (
+                "overlap_grad_reduce=2",
+                "overlap_grad_reduce: expected true or false",
+            ),
+            (
+                "rank_order=pp-tp-dp",
+                "rank_order: expected one of tp-cp-ep-dp-pp, tp-pp-dp",
+            ),
             ("dp=2", "unknown shape pin `dp`"),
             ("tp", "expected name=value"),
         ] {

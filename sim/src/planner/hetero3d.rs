@@ -72,7 +72,7 @@ use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::pipeline::costs::Rows;
 use crate::pipeline::estimate::{
-    estimate_ms, even_slices, Run, params, place, replica_slices, stage_ms, staged, Over,
+    estimate_ms, even_slices, params, place, replica_slices, stage_ms, staged, Over, Run,
 };
 use crate::pipeline::partition::min_max;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};

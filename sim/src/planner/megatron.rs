@@ -365,11 +365,16 @@ fn confirm(
     let mut picked: Vec<usize> = (0..cands.len().min(CONFIRM)).collect();
     for order in RankOrder::ALL {
         let seen = picked.iter().any(|&i| cands[i].shape.rank_order == order);
-        if let Some(i) = cands.iter().position(|c| c.shape.rank_order == order).filter(|_| !seen) {
+        if let Some(i) = cands
+            .iter()
+            .position(|c| c.shape.rank_order == order)
+            .filter(|_| !seen)
+        {
             picked.push(i);
         }
     }
-    let best = super::pipeline::fastest_fitting(judge, picked.iter().map(|&i| &cands[i].plan), stats)?;
+    let best =
+        super::pipeline::fastest_fitting(judge, picked.iter().map(|&i| &cands[i].plan), stats)?;
     Ok(best.map(|(k, ms)| (picked[k], ms)))
 }
 

@@ -35,7 +35,7 @@ use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::pipeline::costs::Rows;
 use crate::pipeline::estimate::{
-    estimate_ms, even_slices, Run, params, place, stage_ms, staged, Over, Staged,
+    estimate_ms, even_slices, params, place, stage_ms, staged, Over, Run, Staged,
 };
 use crate::pipeline::partition::min_max;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};

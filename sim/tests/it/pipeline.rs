@@ -811,15 +811,29 @@ fn fsdp_inside_stages_gathers_per_step_with_a_pipeline_and_per_unit_without() {
         };
         let r = simulate(&c, &plans_in[1], &opts).unwrap();
         let trace = r.trace.as_ref().unwrap();
-        let on0 = |cat: Category| trace.events.iter().filter(move |e| e.rank == 0 && e.category == cat);
+        let on0 = |cat: Category| {
+            trace
+                .events
+                .iter()
+                .filter(move |e| e.rank == 0 && e.category == cat)
+        };
         let last_bwd = on0(Category::Backward).map(|e| e.end_ns).max().unwrap();
-        let rs: Vec<(u64, u64)> = on0(Category::ReduceScatter).map(|e| (e.start_ns, e.end_ns)).collect();
+        let rs: Vec<(u64, u64)> = on0(Category::ReduceScatter)
+            .map(|e| (e.start_ns, e.end_ns))
+            .collect();
         assert_eq!(rs.len() as u32, units);
         let first = rs.iter().map(|x| x.0).min().unwrap();
         let end = rs.iter().map(|x| x.1).max().unwrap();
         let sum: u64 = rs.iter().map(|x| x.1 - x.0).sum();
-        assert!(first < last_bwd, "the first reduce-scatter waits for the last backward");
-        assert!(end - last_bwd < sum, "the reduce-scatters hide nothing: {} >= {sum}", end - last_bwd);
+        assert!(
+            first < last_bwd,
+            "the first reduce-scatter waits for the last backward"
+        );
+        assert!(
+            end - last_bwd < sum,
+            "the reduce-scatters hide nothing: {} >= {sum}",
+            end - last_bwd
+        );
         assert!(
             (peak(fsdp) - peak(zero1)).abs() < 1e-6,
             "{} vs {}",

@@ -694,10 +694,17 @@ fn megatron_overlap_knobs_hide_the_data_parallel_sync() {
         grad.iteration_ms,
         both.iteration_ms
     );
-    assert!(e_grad < e_off && e_both < e_grad, "{e_off} {e_grad} {e_both}");
+    assert!(
+        e_grad < e_off && e_both < e_grad,
+        "{e_off} {e_grad} {e_both}"
+    );
     for (r, e) in [(&off, e_off), (&grad, e_grad), (&both, e_both)] {
         let ratio = e / r.iteration_ms;
-        assert!((0.9..=1.1).contains(&ratio), "estimate {e:.1} vs {:.1}", r.iteration_ms);
+        assert!(
+            (0.9..=1.1).contains(&ratio),
+            "estimate {e:.1} vs {:.1}",
+            r.iteration_ms
+        );
     }
     let p = |r: &sim::report::Report| r.pipeline.clone().unwrap();
     assert!(!p(&off).overlap_grad_reduce && p(&off).grad_sync == "after backward");
@@ -756,14 +763,39 @@ fn rank_order_moves_traffic_between_nvlink_and_the_network() {
             let g = pipe.stages[1].gpus[0];
             let p2p = busy(&rec, g, Stream::Comm);
             let dp = busy(&rec, g, Stream::Reduce);
-            assert_eq!(r.pipeline.as_ref().unwrap().rank_order.is_some(), order == RankOrder::TpPpDp);
+            assert_eq!(
+                r.pipeline.as_ref().unwrap().rank_order.is_some(),
+                order == RankOrder::TpPpDp
+            );
             out.push((r.iteration_ms, e.iteration_ms, p2p, dp));
         }
         let (mega, alt) = (out[0], out[1]);
-        assert!(mega.2 > 3.0 * alt.2, "{model}: transfers {:.1} vs {:.1} ms", mega.2, alt.2);
-        assert!(alt.3 > 3.0 * mega.3, "{model}: reductions {:.1} vs {:.1} ms", alt.3, mega.3);
-        assert_eq!(alt.0 < mega.0, tp_pp_dp_wins, "{model}: {:.1} vs {:.1} ms", alt.0, mega.0);
-        assert_eq!(alt.1 < mega.1, tp_pp_dp_wins, "{model}: estimates {:.1} vs {:.1} ms", alt.1, mega.1);
+        assert!(
+            mega.2 > 3.0 * alt.2,
+            "{model}: transfers {:.1} vs {:.1} ms",
+            mega.2,
+            alt.2
+        );
+        assert!(
+            alt.3 > 3.0 * mega.3,
+            "{model}: reductions {:.1} vs {:.1} ms",
+            alt.3,
+            mega.3
+        );
+        assert_eq!(
+            alt.0 < mega.0,
+            tp_pp_dp_wins,
+            "{model}: {:.1} vs {:.1} ms",
+            alt.0,
+            mega.0
+        );
+        assert_eq!(
+            alt.1 < mega.1,
+            tp_pp_dp_wins,
+            "{model}: estimates {:.1} vs {:.1} ms",
+            alt.1,
+            mega.1
+        );
         // The planner, pinned to the shape, searches both orders.
         let empty = ProfileSet::new();
         let options = PlannerOptions {
@@ -790,7 +822,11 @@ fn rank_order_moves_traffic_between_nvlink_and_the_network() {
         };
         let planned = planner::megatron::Megatron.plan(&problem).unwrap();
         let pipe = planned.plan.pipeline.unwrap();
-        let want = if tp_pp_dp_wins { RankOrder::TpPpDp } else { RankOrder::TpDpPp };
+        let want = if tp_pp_dp_wins {
+            RankOrder::TpPpDp
+        } else {
+            RankOrder::TpDpPp
+        };
         assert_eq!(RankOrder::of(&pipe), Some(want), "{model}");
     }
 }
