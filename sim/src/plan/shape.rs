@@ -205,6 +205,27 @@ impl Shape3d {
         Ok(())
     }
 
+    /// The `p` stages of `layers` blocks (the first `layers % p` one more),
+    /// each with its `d` TP groups of `t` ranks as the rank order numbers
+    /// them.
+    fn stages(&self, layers: u32, (t, p, d): (usize, usize, usize)) -> Vec<Stage> {
+        let (q, r) = (layers / p as u32, layers % p as u32);
+        (0..p)
+            .map(|s| {
+                let blocks = q + u32::from((s as u32) < r);
+                let gpus = (0..d)
+                    .flat_map(|j| {
+                        let lo = self.rank_order.group_start(s, j, (t, p, d)) as u32;
+                        lo..lo + t as u32
+                    })
+                    .collect();
+                let mut st = Stage::new(blocks, gpus);
+                st.tp = t as u32;
+                st
+            })
+            .collect()
+    }
+
     /// The pipeline of this shape on `ranks` GPUs for a model of `layers`
     /// blocks and a global batch of `global_batch` samples: replica `j` of
     /// stage `s` the TP group its [`RankOrder`] numbers (Megatron's default:
@@ -266,21 +287,7 @@ impl Shape3d {
                 "expected at least 1 model chunk per GPU, got 0".into(),
             );
         }
-        let (q, r) = (layers / p as u32, layers % p as u32);
-        let stages: Vec<Stage> = (0..p)
-            .map(|s| {
-                let blocks = q + u32::from((s as u32) < r);
-                let gpus = (0..d)
-                    .flat_map(|j| {
-                        let lo = self.rank_order.group_start(s, j, (t, p, d)) as u32;
-                        lo..lo + t as u32
-                    })
-                    .collect();
-                let mut st = Stage::new(blocks, gpus);
-                st.tp = t as u32;
-                st
-            })
-            .collect();
+        let stages = self.stages(layers, (t, p, d));
         if v > 1 && self.schedule != PipeSchedule::Interleaved {
             return bad(
                 "--virtual-stages",

@@ -183,18 +183,6 @@ pub fn standard_plan(
         (Some(a), _) | (None, Some(a)) => vec![Some(a)],
         (None, None) => vec![Some(Accumulation::NoSync), Some(Accumulation::Sync)],
     };
-    // The strategies to try, in preference order (accumulation, then
-    // checkpointing), each resolved once with its schedule, even shards
-    // and fit memo (ranks of one type with one batch fit alike); a
-    // resolution error surfaces only when the search reaches it.
-    struct Tried<'c> {
-        fallback: bool,
-        strategy: Strategy,
-        notes: Vec<String>,
-        schedule: Schedule<'c>,
-        fractions: Vec<f64>,
-        seen: Vec<FitMemo>,
-    }
     let mut options: Vec<Result<Tried<'_>, PlanError>> = Vec::new();
     for (ai, &acc) in accs.iter().enumerate() {
         for &ck in &levels {
@@ -213,10 +201,9 @@ pub fn standard_plan(
             }));
         }
     }
-    // The first option under which every GPU fits with `n` passes, as
-    // (strategy, pairs, fractions, notes) and whether it is the fallback
-    // accumulation; `last` keeps the last one tried.
-    type Candidate = (Strategy, Vec<(u32, u32)>, Vec<f64>, Vec<String>);
+    // The first option under which every GPU fits with `n` passes, and
+    // whether it is the fallback accumulation; `last` keeps the last one
+    // tried.
     let mut last: Option<Candidate> = None;
     let mut fits_with =
         |n: u32, last: &mut Option<Candidate>| -> Result<Option<(Candidate, bool)>, PlanError> {
@@ -226,35 +213,7 @@ pub fn standard_plan(
                 if n == 1 && o.fallback && !per_rank_micro {
                     continue;
                 }
-                let fr = &o.fractions;
-                let mut pairs = Vec::with_capacity(g);
-                let mut ok = true;
-                for (r, &b) in batch.iter().enumerate() {
-                    let t = costs.rank_type[r];
-                    let nr = if b == 0 {
-                        0
-                    } else if per_rank_micro {
-                        // The fewest micro-batches that fit (fewer, larger
-                        // micro-batches never need less memory).
-                        let (mut lo, mut hi) = (1u32, n.min(b));
-                        while lo < hi {
-                            let mid = (lo + hi) / 2;
-                            if fits_cached(&o.schedule, r, t, (b, mid, n), fr[r], &mut o.seen)? {
-                                hi = mid;
-                            } else {
-                                lo = mid + 1;
-                            }
-                        }
-                        lo
-                    } else {
-                        n.min(b)
-                    };
-                    if b > 0 && !fits_cached(&o.schedule, r, t, (b, nr, n), fr[r], &mut o.seen)? {
-                        ok = false;
-                    }
-                    pairs.push((b, nr));
-                }
-                let cand = (o.strategy, pairs, fr.clone(), o.notes.clone());
+                let (ok, cand) = o.try_passes(costs, batch, n, per_rank_micro)?;
                 if ok {
                     return Ok(Some((cand, o.fallback)));
                 }
@@ -262,13 +221,94 @@ pub fn standard_plan(
             }
             Ok(None)
         };
-    // The fewest passes that fit: memory never grows with more (smaller)
-    // micro-batches, so a doubling search then bisection finds the first.
+    let found = fewest_passes(n_limit, |n| fits_with(n, &mut last))?;
+    if let Some((n, ((strategy, pairs, fr, ns), fallback))) = found {
+        let mut notes = ns;
+        if fallback {
+            notes.push(format!(
+                "the unsharded gradients of no_sync() accumulation do not fit with {n} micro-batches: gradients are reduced after every micro-batch"
+            ));
+        }
+        let plan = plan_from(name, strategy, &pairs, &fr);
+        let mut out = Planned::bare(plan);
+        out.notes = notes;
+        return Ok(out);
+    }
+    let last = last.expect("at least one candidate");
+    Ok(nothing_fits(costs, name, batch, n_limit, last))
+}
+
+/// A strategy the standard rule tries, resolved once with its schedule,
+/// even shards and fit memo (ranks of one type with one batch fit alike).
+struct Tried<'c> {
+    /// The fallback accumulation (sync after no-sync).
+    fallback: bool,
+    strategy: Strategy,
+    notes: Vec<String>,
+    schedule: Schedule<'c>,
+    fractions: Vec<f64>,
+    seen: Vec<FitMemo>,
+}
+
+/// A plan the standard rule may return: strategy, per GPU (samples,
+/// micro-batches), state fractions, notes.
+type Candidate = (Strategy, Vec<(u32, u32)>, Vec<f64>, Vec<String>);
+
+impl Tried<'_> {
+    /// Whether every GPU fits `batch` with `n` passes under this strategy
+    /// (each GPU the fewest micro-batches that fit with `per_rank_micro`,
+    /// else `n`), and the candidate.
+    fn try_passes(
+        &mut self,
+        costs: &CostModel,
+        batch: &[u32],
+        n: u32,
+        per_rank_micro: bool,
+    ) -> Result<(bool, Candidate), PlanError> {
+        let fr = &self.fractions;
+        let mut pairs = Vec::with_capacity(batch.len());
+        let mut ok = true;
+        for (r, &b) in batch.iter().enumerate() {
+            let t = costs.rank_type[r];
+            let nr = if b == 0 {
+                0
+            } else if per_rank_micro {
+                // The fewest micro-batches that fit (fewer, larger
+                // micro-batches never need less memory).
+                let (mut lo, mut hi) = (1u32, n.min(b));
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    if fits_cached(&self.schedule, r, t, (b, mid, n), fr[r], &mut self.seen)? {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                lo
+            } else {
+                n.min(b)
+            };
+            if b > 0 && !fits_cached(&self.schedule, r, t, (b, nr, n), fr[r], &mut self.seen)? {
+                ok = false;
+            }
+            pairs.push((b, nr));
+        }
+        Ok((ok, (self.strategy, pairs, fr.clone(), self.notes.clone())))
+    }
+}
+
+/// The fewest passes in `1..=n_limit` for which `fits_with` finds a plan,
+/// with it: memory never grows with more (smaller) micro-batches, so a
+/// doubling search then bisection finds the first.
+fn fewest_passes<T>(
+    n_limit: u32,
+    mut fits_with: impl FnMut(u32) -> Result<Option<T>, PlanError>,
+) -> Result<Option<(u32, T)>, PlanError> {
     let mut found = None;
     let (mut lo, mut hi) = (0u32, None);
     let mut n = 1u32;
     while n <= n_limit {
-        match fits_with(n, &mut last)? {
+        match fits_with(n)? {
             Some(c) => {
                 found = Some((n, c));
                 hi = Some(n);
@@ -286,7 +326,7 @@ pub fn standard_plan(
     if let Some(mut h) = hi {
         while h - lo > 1 {
             let mid = lo + (h - lo) / 2;
-            match fits_with(mid, &mut last)? {
+            match fits_with(mid)? {
                 Some(c) => {
                     found = Some((mid, c));
                     h = mid;
@@ -295,23 +335,22 @@ pub fn standard_plan(
             }
         }
     }
-    if let Some((n, ((strategy, pairs, fr, ns), fallback))) = found {
-        let mut notes = ns;
-        if fallback {
-            notes.push(format!(
-                "the unsharded gradients of no_sync() accumulation do not fit with {n} micro-batches: gradients are reduced after every micro-batch"
-            ));
-        }
-        let plan = plan_from(name, strategy, &pairs, &fr);
-        let mut out = Planned::bare(plan);
-        out.notes = notes;
-        return Ok(out);
-    }
-    let mut notes = Vec::new();
-    let (strategy, pairs, fr, ns) = last.expect("at least one candidate");
-    notes.extend(ns);
+    Ok(found)
+}
+
+/// The plan when nothing fits: the last candidate tried (single-sample
+/// micro-batches, the most recompute), with a note naming the first GPU
+/// that does not fit.
+fn nothing_fits(
+    costs: &CostModel,
+    name: &str,
+    batch: &[u32],
+    n_limit: u32,
+    (strategy, pairs, fr, ns): Candidate,
+) -> Planned {
+    let mut notes = ns;
     let schedule = Schedule::new(costs, strategy);
-    let worst = (0..g)
+    let worst = (0..costs.ranks())
         .find(|&r| {
             batch[r] > 0
                 && !fits(&schedule, r, &sizes(pairs[r].0, pairs[r].1), n_limit, fr[r])
@@ -326,7 +365,7 @@ pub fn standard_plan(
     ));
     let mut out = Planned::bare(plan_from(name, strategy, &pairs, &fr));
     out.notes = notes;
-    Ok(out)
+    out
 }
 
 /// A memoised [`fits`] verdict: (GPU type, batch, micro-batches, passes,

@@ -762,7 +762,9 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, how: &Lowering<'_>, g: &mut S) -
     }
 }
 
-/// The gradient reductions after phase `p`.
+/// The gradient reductions after phase `p`: DDP's bucketed all-reduce, or
+/// each shard group's reduce-scatter (and HSDP's all-reduce across the
+/// groups), then an offloaded optimizer's gradient copies.
 fn reduce<S: Sink>(
     b: &mut Builder<'_, '_, '_, S>,
     p: usize,
@@ -770,172 +772,228 @@ fn reduce<S: Sink>(
     st: &mut [RankState],
 ) {
     let d = b.d;
+    let mut final_op: Vec<Option<OpId>> = vec![None; d.ranks()];
+    if d.strategy.sharding == Sharding::NoShard {
+        all_reduce_buckets(b, p, phase_end, st, &mut final_op);
+    } else {
+        let rs_ops = reduce_scatter_groups(b, p, phase_end, st, &mut final_op);
+        if d.strategy.sharding == Sharding::Hybrid && d.groups.count() > 1 {
+            all_reduce_replicas(b, p, &rs_ops, st, &mut final_op);
+        }
+    }
+    if d.strategy.offload == Offload::Optimizer && d.phases[p].reduce {
+        copy_grads_down(b, p, st, &final_op);
+    }
+}
+
+/// DDP (no sharding): the unit's gradient buckets all-reduced over every
+/// GPU after phase `p`, one op for all buckets.
+fn all_reduce_buckets<S: Sink>(
+    b: &mut Builder<'_, '_, '_, S>,
+    p: usize,
+    phase_end: &[Option<OpId>],
+    st: &mut [RankState],
+    final_op: &mut [Option<OpId>],
+) {
+    let d = b.d;
+    let ph = d.phases[p];
+    let u = ph.unit as usize;
+    let pass = ph.pass.unwrap_or(NO_INDEX);
+    let ranks = d.ranks();
+    let buckets = d.ddp_buckets(u);
+    if buckets.is_empty() || ranks <= 1 {
+        return;
+    }
+    let all: Vec<usize> = (0..ranks).collect();
+    let part = b.emitted(&all);
+    let ms: f64 = buckets
+        .iter()
+        .map(|&bytes| {
+            b.collective_ms(
+                CollectiveKind::AllReduce,
+                Group::Shard(0),
+                bytes,
+                &all,
+                || vec![bytes; ranks],
+            )
+        })
+        .sum();
+    let deps: Vec<OpId> = (0..ranks)
+        .filter_map(|r| phase_end[r].or(st[r].last_bwd[u]))
+        .collect();
+    let op = b.collective(
+        &part,
+        Stream::Comm,
+        (
+            CollectiveKind::AllReduce,
+            ph.unit,
+            Group::Shard(0),
+            buckets.len() as u32,
+            buckets.iter().sum(),
+        ),
+        super::dur(ms),
+        &deps,
+        at(b.lb.ar_buckets, ph.unit, pass),
+        &[],
+    );
+    for &r in &part {
+        final_op[r] = Some(op);
+        st[r].last_reduce = Some(op);
+    }
+}
+
+/// Each shard group's reduce-scatter of the unit's gradient after phase
+/// `p`, freeing the gradients (and kept parameters); the ops emitted.
+fn reduce_scatter_groups<S: Sink>(
+    b: &mut Builder<'_, '_, '_, S>,
+    p: usize,
+    phase_end: &[Option<OpId>],
+    st: &mut [RankState],
+    final_op: &mut [Option<OpId>],
+) -> Vec<OpId> {
+    let d = b.d;
     let ph = d.phases[p];
     let u = ph.unit as usize;
     let pass = ph.pass.unwrap_or(NO_INDEX);
     let gb = d.units[u].grad_bytes;
-    let s = d.strategy;
-    let ranks = d.ranks();
-    let mut final_op: Vec<Option<OpId>> = vec![None; ranks];
-    match s.sharding {
-        Sharding::NoShard => {
-            let buckets = d.ddp_buckets(u);
-            if !buckets.is_empty() && ranks > 1 {
-                let all: Vec<usize> = (0..ranks).collect();
-                let part = b.emitted(&all);
-                let ms: f64 = buckets
-                    .iter()
-                    .map(|&bytes| {
-                        b.collective_ms(
-                            CollectiveKind::AllReduce,
-                            Group::Shard(0),
-                            bytes,
-                            &all,
-                            || vec![bytes; ranks],
-                        )
-                    })
-                    .sum();
-                let deps: Vec<OpId> = (0..ranks)
-                    .filter_map(|r| phase_end[r].or(st[r].last_bwd[u]))
-                    .collect();
-                let op = b.collective(
-                    &part,
-                    Stream::Comm,
-                    (
-                        CollectiveKind::AllReduce,
-                        ph.unit,
-                        Group::Shard(0),
-                        buckets.len() as u32,
-                        buckets.iter().sum(),
-                    ),
-                    super::dur(ms),
-                    &deps,
-                    at(b.lb.ar_buckets, ph.unit, pass),
-                    &[],
-                );
-                for &r in &part {
-                    final_op[r] = Some(op);
-                    st[r].last_reduce = Some(op);
-                }
+    let mut rs_ops = Vec::with_capacity(d.groups.count());
+    for k in 0..d.groups.count() {
+        let all: Vec<usize> = d.groups.shard_group(k).collect();
+        let group = b.emitted(&all);
+        if group.is_empty() {
+            continue;
+        }
+        let pieces = d.reduce_pieces(u, k);
+        let dur = super::dur(b.collective_ms(
+            CollectiveKind::ReduceScatter,
+            Group::Shard(k),
+            gb as f64,
+            &all,
+            || pieces.clone(),
+        ));
+        // Every rank's gradient of the unit: this phase's compute,
+        // or its last backward of the unit in an earlier pass.
+        let deps: Vec<OpId> = group
+            .iter()
+            .filter_map(|&r| phase_end[r].or(st[r].last_bwd[u]))
+            .collect();
+        let mut mems = Vec::with_capacity(3 * group.len());
+        for &r in &group {
+            // A GPU that produced no gradient for the unit (no
+            // samples, or no micro-batch in this pass) still
+            // reduces a buffer of zeros.
+            if !st[r].grad_live[u] {
+                mems.push(MemChange::start(r as u32, gb).of(MemKind::Grads));
+            }
+            mems.push(MemChange::end(r as u32, -gb).of(MemKind::Grads));
+            st[r].grad_live[u] = false;
+            // Parameters kept since an earlier phase (SHARD_GRAD_OP)
+            // free here on a GPU that did not compute this phase.
+            if ph.reshard && !ph.gather && d.step_count(r, p) == 0 {
+                mems.push(MemChange::end(r as u32, -d.units[u].param_bytes).of(MemKind::Params));
             }
         }
-        _ => {
-            let mut rs_ops = Vec::with_capacity(d.groups.count());
-            for k in 0..d.groups.count() {
-                let all: Vec<usize> = d.groups.shard_group(k).collect();
-                let group = b.emitted(&all);
-                if group.is_empty() {
-                    continue;
-                }
-                let pieces = d.reduce_pieces(u, k);
-                let dur = super::dur(b.collective_ms(
-                    CollectiveKind::ReduceScatter,
-                    Group::Shard(k),
-                    gb as f64,
-                    &all,
-                    || pieces.clone(),
-                ));
-                // Every rank's gradient of the unit: this phase's compute,
-                // or its last backward of the unit in an earlier pass.
-                let deps: Vec<OpId> = group
-                    .iter()
-                    .filter_map(|&r| phase_end[r].or(st[r].last_bwd[u]))
-                    .collect();
-                let mut mems = Vec::with_capacity(3 * group.len());
-                for &r in &group {
-                    // A GPU that produced no gradient for the unit (no
-                    // samples, or no micro-batch in this pass) still
-                    // reduces a buffer of zeros.
-                    if !st[r].grad_live[u] {
-                        mems.push(MemChange::start(r as u32, gb).of(MemKind::Grads));
-                    }
-                    mems.push(MemChange::end(r as u32, -gb).of(MemKind::Grads));
-                    st[r].grad_live[u] = false;
-                    // Parameters kept since an earlier phase (SHARD_GRAD_OP)
-                    // free here on a GPU that did not compute this phase.
-                    if ph.reshard && !ph.gather && d.step_count(r, p) == 0 {
-                        mems.push(
-                            MemChange::end(r as u32, -d.units[u].param_bytes).of(MemKind::Params),
-                        );
-                    }
-                }
-                let buffer = CollectiveKind::ReduceScatter.buffer_bytes(&as_ranks(&pieces));
-                let op = b.collective(
-                    &group,
-                    Stream::Comm,
-                    (
-                        CollectiveKind::ReduceScatter,
-                        ph.unit,
-                        Group::Shard(k),
-                        1,
-                        buffer,
-                    ),
-                    dur,
-                    &deps,
-                    at(b.lb.rs, ph.unit, pass),
-                    &mems,
-                );
-                for &r in &group {
-                    final_op[r] = Some(op);
-                    st[r].last_reduce = Some(op);
-                }
-                rs_ops.push(op);
-            }
-            if s.sharding == Sharding::Hybrid && d.groups.count() > 1 {
-                for j in 0..d.groups.group_size {
-                    let all = d.groups.replica_group(j);
-                    let replicas = b.emitted(&all);
-                    if replicas.is_empty() {
-                        continue;
-                    }
-                    let bytes = d.replica_buffer(u, j);
-                    let dur = super::dur(b.collective_ms(
-                        CollectiveKind::AllReduce,
-                        Group::Replica(j),
-                        bytes,
-                        &all,
-                        || vec![bytes; all.len()],
-                    ));
-                    let op = b.collective(
-                        &replicas,
-                        Stream::Reduce,
-                        (
-                            CollectiveKind::AllReduce,
-                            ph.unit,
-                            Group::Replica(j),
-                            1,
-                            bytes,
-                        ),
-                        dur,
-                        &rs_ops,
-                        at(b.lb.ar_replicas, ph.unit, pass),
-                        &[],
-                    );
-                    for &r in &replicas {
-                        final_op[r] = Some(op);
-                        st[r].last_replica = Some(op);
-                    }
-                }
-            }
+        let buffer = CollectiveKind::ReduceScatter.buffer_bytes(&as_ranks(&pieces));
+        let op = b.collective(
+            &group,
+            Stream::Comm,
+            (
+                CollectiveKind::ReduceScatter,
+                ph.unit,
+                Group::Shard(k),
+                1,
+                buffer,
+            ),
+            dur,
+            &deps,
+            at(b.lb.rs, ph.unit, pass),
+            &mems,
+        );
+        for &r in &group {
+            final_op[r] = Some(op);
+            st[r].last_reduce = Some(op);
+        }
+        rs_ops.push(op);
+    }
+    rs_ops
+}
+
+/// HSDP: the shards all-reduced across the shard groups after their
+/// reduce-scatters (`rs_ops`), on the reduce stream.
+fn all_reduce_replicas<S: Sink>(
+    b: &mut Builder<'_, '_, '_, S>,
+    p: usize,
+    rs_ops: &[OpId],
+    st: &mut [RankState],
+    final_op: &mut [Option<OpId>],
+) {
+    let d = b.d;
+    let ph = d.phases[p];
+    let u = ph.unit as usize;
+    let pass = ph.pass.unwrap_or(NO_INDEX);
+    for j in 0..d.groups.group_size {
+        let all = d.groups.replica_group(j);
+        let replicas = b.emitted(&all);
+        if replicas.is_empty() {
+            continue;
+        }
+        let bytes = d.replica_buffer(u, j);
+        let dur = super::dur(b.collective_ms(
+            CollectiveKind::AllReduce,
+            Group::Replica(j),
+            bytes,
+            &all,
+            || vec![bytes; all.len()],
+        ));
+        let op = b.collective(
+            &replicas,
+            Stream::Reduce,
+            (
+                CollectiveKind::AllReduce,
+                ph.unit,
+                Group::Replica(j),
+                1,
+                bytes,
+            ),
+            dur,
+            rs_ops,
+            at(b.lb.ar_replicas, ph.unit, pass),
+            &[],
+        );
+        for &r in &replicas {
+            final_op[r] = Some(op);
+            st[r].last_replica = Some(op);
         }
     }
-    if s.offload == Offload::Optimizer && ph.reduce {
-        for r in 0..ranks {
-            if !b.on(r) {
-                continue;
-            }
-            let after = final_op[r].or(st[r].last_replica).or(st[r].last_reduce);
-            let deps: Vec<OpId> = after.into_iter().collect();
-            let dur = d.rank_costs[r].grads_down[u];
-            let op = b.local(
-                r,
-                Stream::Copy,
-                dur,
-                &deps,
-                at(b.lb.d2h_grads, ph.unit, pass),
-                &[],
-            );
-            st[r].last_grad_copy = Some(op);
+}
+
+/// An offloaded optimizer's copy of each GPU's reduced gradient shard to
+/// the host after phase `p`'s reductions.
+fn copy_grads_down<S: Sink>(
+    b: &mut Builder<'_, '_, '_, S>,
+    p: usize,
+    st: &mut [RankState],
+    final_op: &[Option<OpId>],
+) {
+    let d = b.d;
+    let ph = d.phases[p];
+    let u = ph.unit as usize;
+    let pass = ph.pass.unwrap_or(NO_INDEX);
+    for r in 0..d.ranks() {
+        if !b.on(r) {
+            continue;
         }
+        let after = final_op[r].or(st[r].last_replica).or(st[r].last_reduce);
+        let deps: Vec<OpId> = after.into_iter().collect();
+        let dur = d.rank_costs[r].grads_down[u];
+        let op = b.local(
+            r,
+            Stream::Copy,
+            dur,
+            &deps,
+            at(b.lb.d2h_grads, ph.unit, pass),
+            &[],
+        );
+        st[r].last_grad_copy = Some(op);
     }
 }

@@ -394,7 +394,6 @@ impl<'a> Schedule<'a> {
         let unit = self.units[u];
         let layers = self.layers() as usize;
         let block = (1..=layers).contains(&u);
-        let pol = costs::policy_index(unit.recompute);
         let copies = &mc.copies;
         // What a block keeps beyond its input (the embedding and the head
         // keep nothing of their own).
@@ -411,18 +410,6 @@ impl<'a> Schedule<'a> {
             grad_mems.push(Mem::dev(MemAt::Start, cast).of(MemKind::Grads));
             grad_mems.push(Mem::dev(MemAt::End, -cast).of(MemKind::Grads));
         }
-        let d2h = |bytes: i64, phys: SimTime| {
-            let mut m = Mems::default();
-            m.push(Mem::host(MemAt::Start, bytes));
-            m.push(Mem::dev(MemAt::End, -bytes));
-            CopyWork { dur: phys, mem: m }
-        };
-        let h2d = |bytes: i64, phys: SimTime| {
-            let mut m = Mems::default();
-            m.push(Mem::dev(MemAt::Start, bytes));
-            m.push(Mem::host(MemAt::End, -bytes));
-            CopyWork { dur: phys, mem: m }
-        };
         let offload = offloads;
         let mut step = Step {
             micro,
@@ -431,39 +418,7 @@ impl<'a> Schedule<'a> {
             d2h: None,
         };
         match ph.kind {
-            PhaseKind::Forward => {
-                let mut mem = Mems::default();
-                mem.push(Mem::dev(MemAt::Start, c + internal));
-                let (kind, d) = if u == 0 {
-                    (OpKind::EmbedFwd, mc.f_emb)
-                } else {
-                    if unit.recompute == Recompute::Full {
-                        let w = round(a.nograd_work);
-                        mem.push(Mem::dev(MemAt::Start, w));
-                        mem.push(Mem::dev(MemAt::End, -w));
-                    }
-                    (OpKind::Fwd, mc.f_blk)
-                };
-                step.ops[0] = Some(Work { kind, dur: d, mem });
-                if offload {
-                    let out = if u < layers || self.rules.offload_head_input {
-                        c
-                    } else {
-                        0
-                    };
-                    let bytes = out + internal;
-                    if bytes > 0 {
-                        let phys = if !block {
-                            copies.out
-                        } else if out == c {
-                            copies.fwd[pol]
-                        } else {
-                            copies.fwd_last[pol]
-                        };
-                        step.d2h = Some(d2h(bytes, phys));
-                    }
-                }
-            }
+            PhaseKind::Forward => self.forward(mc, u, internal, offload, &mut step),
             PhaseKind::Head => {
                 if offload && self.rules.offload_head_input {
                     step.h2d = Some(h2d(c, copies.out));
@@ -502,42 +457,103 @@ impl<'a> Schedule<'a> {
                 });
             }
             PhaseKind::Backward => {
-                if offload {
-                    let grads = if self.rules.offload_gradients { c } else { 0 };
-                    let bytes = c + internal + grads;
-                    step.h2d = Some(h2d(bytes, copies.bwd[pol]));
-                }
-                let regen = round(a.regenerated(unit.recompute));
-                let mut slot = 0;
-                if unit.recompute != Recompute::None {
-                    let mut m = Mems::default();
-                    m.push(Mem::dev(MemAt::Start, regen));
-                    let d = match unit.recompute {
-                        Recompute::Full => mc.re_full,
-                        _ => mc.re_sel,
-                    };
-                    step.ops[0] = Some(Work {
-                        kind: OpKind::Recompute,
-                        dur: d,
-                        mem: m,
-                    });
-                    slot = 1;
-                }
-                let gw = round(a.grad_work);
-                let mut m = grad_mems;
-                m.push(Mem::dev(MemAt::Start, gw + c));
-                m.push(Mem::dev(MemAt::End, -(gw + regen + internal + c + c)));
-                step.ops[slot] = Some(Work {
-                    kind: OpKind::Bwd,
-                    dur: mc.b_blk,
-                    mem: m,
-                });
-                if offload && self.rules.offload_gradients {
-                    step.d2h = Some(d2h(c, copies.out));
-                }
+                let grads = (mc, grad_mems);
+                self.block_backward(grads, u, internal, offload, &mut step)
             }
         }
         step
+    }
+
+    /// The forward of unit `u` (the embedding or a block keeping
+    /// `internal` bytes beyond its input) into `step`, with its copy of
+    /// what it keeps to the host when the rank `offload`s.
+    fn forward(&self, mc: &Micro, u: usize, internal: i64, offload: bool, step: &mut Step) {
+        let (a, copies) = (&mc.act, &mc.copies);
+        let c = round(a.checkpoint);
+        let unit = self.units[u];
+        let layers = self.layers() as usize;
+        let mut mem = Mems::default();
+        mem.push(Mem::dev(MemAt::Start, c + internal));
+        let (kind, d) = if u == 0 {
+            (OpKind::EmbedFwd, mc.f_emb)
+        } else {
+            if unit.recompute == Recompute::Full {
+                let w = round(a.nograd_work);
+                mem.push(Mem::dev(MemAt::Start, w));
+                mem.push(Mem::dev(MemAt::End, -w));
+            }
+            (OpKind::Fwd, mc.f_blk)
+        };
+        step.ops[0] = Some(Work { kind, dur: d, mem });
+        if !offload {
+            return;
+        }
+        let out = if u < layers || self.rules.offload_head_input {
+            c
+        } else {
+            0
+        };
+        let bytes = out + internal;
+        if bytes > 0 {
+            let pol = costs::policy_index(unit.recompute);
+            let phys = if !(1..=layers).contains(&u) {
+                copies.out
+            } else if out == c {
+                copies.fwd[pol]
+            } else {
+                copies.fwd_last[pol]
+            };
+            step.d2h = Some(d2h(bytes, phys));
+        }
+    }
+
+    /// The backward of block `u` (its recompute first, if any) into
+    /// `step`, with the gradient cast buffers `grad_mems`, and the host
+    /// copies of an offloading rank.
+    fn block_backward(
+        &self,
+        (mc, grad_mems): (&Micro, Mems),
+        u: usize,
+        internal: i64,
+        offload: bool,
+        step: &mut Step,
+    ) {
+        let (a, copies) = (&mc.act, &mc.copies);
+        let c = round(a.checkpoint);
+        let unit = self.units[u];
+        if offload {
+            let grads = if self.rules.offload_gradients { c } else { 0 };
+            let bytes = c + internal + grads;
+            step.h2d = Some(h2d(bytes, copies.bwd[costs::policy_index(unit.recompute)]));
+        }
+        let regen = round(a.regenerated(unit.recompute));
+        let mut slot = 0;
+        if unit.recompute != Recompute::None {
+            let mut m = Mems::default();
+            m.push(Mem::dev(MemAt::Start, regen));
+            let d = match unit.recompute {
+                Recompute::Full => mc.re_full,
+                _ => mc.re_sel,
+            };
+            step.ops[0] = Some(Work {
+                kind: OpKind::Recompute,
+                dur: d,
+                mem: m,
+            });
+            slot = 1;
+        }
+        let gw = round(a.grad_work);
+        let mut m = grad_mems;
+        m.push(Mem::dev(MemAt::Start, gw + c));
+        m.push(Mem::dev(MemAt::End, -(gw + regen + internal + c + c)));
+        step.ops[slot] = Some(Work {
+            kind: OpKind::Bwd,
+            dur: mc.b_blk,
+            mem: m,
+        });
+        if offload && self.rules.offload_gradients {
+            step.d2h = Some(d2h(c, copies.out));
+        }
     }
 
     /// Memory that never changes during the iteration on a GPU holding
@@ -968,4 +984,20 @@ impl<'a> Description<'a> {
         };
         self.units[u].params as f64 * 4.0 * share
     }
+}
+
+/// A copy of `bytes` from the device to the host taking `phys`.
+fn d2h(bytes: i64, phys: SimTime) -> CopyWork {
+    let mut m = Mems::default();
+    m.push(Mem::host(MemAt::Start, bytes));
+    m.push(Mem::dev(MemAt::End, -bytes));
+    CopyWork { dur: phys, mem: m }
+}
+
+/// A copy of `bytes` from the host to the device taking `phys`.
+fn h2d(bytes: i64, phys: SimTime) -> CopyWork {
+    let mut m = Mems::default();
+    m.push(Mem::dev(MemAt::Start, bytes));
+    m.push(Mem::host(MemAt::End, -bytes));
+    CopyWork { dur: phys, mem: m }
 }
