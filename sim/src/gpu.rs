@@ -156,7 +156,7 @@ pub enum PeerLink {
 impl PeerLink {
     /// A bridge card's bridges (`None`: no NVLink, switched NVLink, or
     /// bridges the catalog does not detail; see
-    /// [`GpuSpec::check_bridges`] for the partial forms it refuses).
+    /// `GpuSpec::check_bridges` for the partial forms it refuses).
     pub fn bridges(&self) -> Option<Bridges> {
         match *self {
             PeerLink::Nvlink {

@@ -13,7 +13,7 @@ use crate::profile::{ComputeCurve, ProfileSet, Source, UnitProfile};
 use crate::strategy::Attention;
 
 /// Micro-batch sizes at which an analytic curve is tabulated (1..=N); beyond
-/// it the chord through the points at N/2 and N answers ([`with_tail_fit`]).
+/// it the chord through the points at N/2 and N answers (`with_tail_fit`).
 pub const ANALYTIC_TABLE_MAX_BATCH: u32 = 64;
 
 /// Costs of one GPU type for this workload.

@@ -447,7 +447,7 @@ impl Staged {
     /// Per node, the data-parallel groups of the stages other than `s`
     /// that cross nodes through it: stages sharing a node (the `tp-pp-dp`
     /// rank order) synchronise at about the same time, through the same
-    /// NICs ([`nic_sharing`]).
+    /// NICs (`nic_sharing`).
     pub fn others(&self, s: usize) -> Vec<usize> {
         let nodes = self.crossing.first().map_or(0, Vec::len);
         (0..nodes)
@@ -719,8 +719,8 @@ impl Run {
 
 /// The closed-form iteration of stages `groups` holding `counts` blocks
 /// with `m` micro-batches run as `run` says (module docs), ms: one stage
-/// under FSDP / HSDP per unit ([`per_unit_ms`]), else the pipeline's
-/// ([`pipelined_ms`]).
+/// under FSDP / HSDP per unit (`per_unit_ms`), else the pipeline's
+/// (`pipelined_ms`).
 #[allow(clippy::too_many_arguments)]
 pub fn estimate_ms(
     costs: &CostModel,

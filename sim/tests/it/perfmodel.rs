@@ -638,3 +638,70 @@ fn per_parameter_passes_belong_to_the_stack() {
         }
     }
 }
+
+/// Issue 42, item 1: `calibrate` refuses to fit a coefficient its data
+/// cannot identify and pins it, saying why. On the reference profiles the
+/// GPT, BERT and ViT builds were measured at one sequence length each, so
+/// their eager score chains' `s^2` factors stay the per-op count, while
+/// the LLaMA builds, measured at 512-4096 tokens, have theirs fitted. Cut
+/// the LLaMA data to one length and its factor is pinned the same way;
+/// drop every GPU with a published matmul maximum and the in-training
+/// fraction of that maximum is pinned to 1. The fit leaves each pinned
+/// value as pinned.
+#[test]
+fn calibrate_pins_what_its_data_cannot_identify_and_says_why() {
+    use sim::perfmodel::calibrate::identify;
+    let Some(ds) = reference_dataset() else {
+        return;
+    };
+    let all: Vec<&TimeEntry> = ds.time.iter().collect();
+    let why = |pinned: &[sim::perfmodel::coeffs::PinnedCoefficient], name: &str| {
+        pinned
+            .iter()
+            .find(|p| p.coefficient == name)
+            .map(|p| (p.value, p.why.clone()))
+    };
+    let id = identify(&all);
+    for fam in ["gpt", "bert", "vit"] {
+        let (v, msg) = why(&id.pinned, &format!("time.score_chain_factor.{fam}"))
+            .unwrap_or_else(|| panic!("{fam}'s score chain is fitted: {:?}", id.pinned));
+        assert_eq!(v, 1.0);
+        assert!(
+            msg.contains("cannot be identified") && msg.contains("1 sequence length"),
+            "{msg}"
+        );
+    }
+    assert!(why(&id.pinned, "time.score_chain_factor.llama").is_none());
+    assert!(why(&id.pinned, "time.anchor_sustained_fraction").is_none());
+
+    let models = ModelCatalog::builtin();
+    let llama =
+        |e: &TimeEntry| models.get(&e.model).map(|m| m.family) == Some(sim::model::Family::Llama);
+    let short: Vec<&TimeEntry> = all
+        .iter()
+        .copied()
+        .filter(|e| !llama(e) || e.seq_len == 512)
+        .collect();
+    assert!(short.iter().any(|e| llama(e)));
+    let id = identify(&short);
+    let (v, msg) = why(&id.pinned, "time.score_chain_factor.llama").expect("llama pinned");
+    assert_eq!(v, 1.0);
+    assert!(
+        msg.contains("llama is measured at 1 sequence length"),
+        "{msg}"
+    );
+    let fitted = serde_json::to_value(fit_time(&short).to_coefficients(id.pinned)).unwrap();
+    assert_eq!(fitted["score_chain_factor"]["llama"], 1.0);
+
+    let unanchored: Vec<&TimeEntry> = all
+        .iter()
+        .copied()
+        .filter(|e| !e.gpu.starts_with("a100"))
+        .collect();
+    let id = identify(&unanchored);
+    let (v, msg) = why(&id.pinned, "time.anchor_sustained_fraction").expect("pinned");
+    assert_eq!(v, 1.0);
+    assert!(msg.contains("cannot be identified"), "{msg}");
+    let fitted = serde_json::to_value(fit_time(&unanchored).to_coefficients(id.pinned)).unwrap();
+    assert_eq!(fitted["anchor_sustained_fraction"], 1.0);
+}
