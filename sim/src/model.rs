@@ -124,6 +124,12 @@ pub struct ModelSpec {
     /// Rows of the learned position embedding (GPT, BERT; for ViT the token
     /// count); 0 for rotary families.
     pub max_positions: u32,
+    /// The blocks priced are this project's trainer's (what `cephalo
+    /// profile` measured), not the reference build the name may denote:
+    /// the reference builds' fitted factors do not apply
+    /// ([`ModelSpec::as_own_build`]). Never read from or written to a file.
+    #[serde(skip)]
+    pub own_build: bool,
 }
 
 /// On-disk form of one model (`[[model]]` table), before defaults; also
@@ -211,6 +217,7 @@ impl RawModel {
             patch_size,
             tied_embeddings: self.tied_embeddings,
             max_positions,
+            own_build: false,
         })
     }
 
@@ -353,9 +360,20 @@ impl ModelSpec {
     /// (`crate::perfmodel::coeffs`: the score-chain and per-token factors
     /// of their family); every other model runs its stack's per-op counts.
     pub fn is_reference_build(&self) -> bool {
-        std::iter::once(&self.name)
-            .chain(&self.aliases)
-            .any(|n| n.to_ascii_lowercase().starts_with("deepspeed"))
+        !self.own_build
+            && std::iter::once(&self.name)
+                .chain(&self.aliases)
+                .any(|n| n.to_ascii_lowercase().starts_with("deepspeed"))
+    }
+
+    /// This model's shape as this project's trainer builds it (`exec`'s
+    /// blocks, which `cephalo profile` measures): never a reference build,
+    /// whatever its name.
+    pub fn as_own_build(&self) -> ModelSpec {
+        ModelSpec {
+            own_build: true,
+            ..self.clone()
+        }
     }
 
     /// Width of one attention head (`hidden / heads`).

@@ -179,6 +179,16 @@ impl GpuTypeCost {
             });
         }
         let units = profiles.unit(&gpu.name, &model.name, seq, dtype).cloned();
+        // A curve this project's profiler measured ran this project's
+        // trainer: the ratios that scale it to other kernels, TP slices
+        // and recompute price that implementation, not a reference build's.
+        let own;
+        let model = if matches!(block.source, Source::Measured { .. }) {
+            own = model.as_own_build();
+            &own
+        } else {
+            model
+        };
         let measured = BlockImpl::pytorch(measured_attention);
         let kernels = BlockImpl::ALL.map(|imp| {
             if imp == measured {

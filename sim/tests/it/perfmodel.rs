@@ -705,3 +705,34 @@ fn calibrate_pins_what_its_data_cannot_identify_and_says_why() {
     let fitted = serde_json::to_value(fit_time(&unanchored).to_coefficients(id.pinned)).unwrap();
     assert_eq!(fitted["anchor_sustained_fraction"], 1.0);
 }
+
+/// A curve `cephalo profile` measured ran this project's trainer, not the
+/// reference build its name may denote (`ModelSpec::as_own_build`): the
+/// ratios that scale it to a TP slice leave out the reference GPT build's
+/// fitted per-token overhead, which no TP split divides. On the CPU the
+/// trainer's TP-2 rank then takes about half a block, as `validate --tp 2`
+/// measures (the reference build's ratio would call it nearly a whole one).
+#[test]
+fn measured_blocks_are_priced_as_this_projects_trainer() {
+    use sim::perfmodel::BlockImpl;
+    use sim::strategy::Attention;
+    use sim::tensor::TensorParallel;
+    let p = Calibrated::builtin();
+    let gpus = GpuCatalog::builtin();
+    let cpu = gpus.get("cpu").unwrap();
+    let m = ModelCatalog::builtin().get("deepspeedgpt_test").unwrap();
+    assert!(m.is_reference_build() && !m.as_own_build().is_reference_build());
+    let tp = TensorParallel::new(2, false);
+    let imp = BlockImpl::pytorch(Attention::Eager);
+    let ratio = |m: &sim::model::ModelSpec| {
+        let w = p.block_prediction(cpu, m, 64, Dtype::Fp32, 4, imp).unwrap();
+        let r = p
+            .block_prediction_tp(cpu, m, 64, Dtype::Fp32, 4, imp, &tp)
+            .unwrap();
+        (r.fwd_ms + r.bwd_ms) / (w.fwd_ms + w.bwd_ms)
+    };
+    let (own, reference) = (ratio(&m.as_own_build()), ratio(m));
+    eprintln!("TP 2 rank / whole block: own build {own:.3}, reference build {reference:.3}");
+    assert!((0.5..0.7).contains(&own), "{own}");
+    assert!(reference > own + 0.2, "{reference} vs {own}");
+}
