@@ -514,6 +514,19 @@ impl Strategy {
         Some(note)
     }
 
+    /// Runs the blocks eager for `target`, a framework whose config cannot
+    /// say `torch.compile` (the training script compiles the model). The
+    /// note saying so, if the plan compiled.
+    pub fn run_eager(&mut self, target: &str) -> Option<String> {
+        if !self.compile {
+            return None;
+        }
+        self.compile = false;
+        Some(format!(
+            "the plan compiles its blocks with torch.compile: the {target} config does not (compile the model in the training script), exported and simulated eager"
+        ))
+    }
+
     /// Cephalo's trainer on `ranks` GPUs: full shard, layered accumulation,
     /// full recompute, activations offloaded, fp32 gathers and reductions,
     /// attention `attention`.

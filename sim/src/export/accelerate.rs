@@ -50,13 +50,7 @@ impl Target for Accelerate {
         let mut t = *s;
         let mut notes = Vec::new();
         notes.extend(t.run_on_pytorch(self.name()));
-        if s.compile {
-            t.compile = false;
-            notes.push(format!(
-                "the plan compiles its blocks with torch.compile: the {} config does not (compile the model in the training script), exported and simulated eager",
-                self.name()
-            ));
-        }
+        notes.extend(t.run_eager(self.name()));
         match s.checkpointing {
             Checkpointing::None | Checkpointing::Full | Checkpointing::Every(1) => {}
             c => {

@@ -557,9 +557,13 @@ impl BlockWork {
             elem.kernels += o.kernels_fwd;
             bwd.kernels += o.kernels_bwd;
         }
-        for o in elementwise_ops(model, true, e, eager) {
-            elem.elem_floor_bytes += o.fwd * tokens * share(&o);
-            bwd.elem_floor_bytes += o.bwd * tokens * share(&o);
+        if fused {
+            (elem.elem_floor_bytes, bwd.elem_floor_bytes) = (elem.elem_bytes, bwd.elem_bytes);
+        } else {
+            for o in elementwise_ops(model, true, e, eager) {
+                elem.elem_floor_bytes += o.fwd * tokens * share(&o);
+                bwd.elem_floor_bytes += o.bwd * tokens * share(&o);
+            }
         }
         let replicated_tokens = if sp { tokens / t } else { tokens };
         fwd.replicated_tokens = replicated_tokens;
