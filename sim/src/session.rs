@@ -180,6 +180,25 @@ pub fn user_plan(
         }
         PlanInput::Shape { shape, layers } => {
             let pipe = shape.pipeline(workload.gpus.len(), layers, workload.global_batch)?;
+            if let Some(lists) = one_stage_lists(shape, &pipe, workload) {
+                // One stage over every GPU without TP is the data-parallel
+                // plan: one spec of pins, one plan, whichever flags spelled
+                // it (`--tp 1 --pp 1 --microbatch-size b` = `--batch` /
+                // `--microbatches` lists of `b x m` and `m` per GPU), its
+                // strategy resolved as every data-parallel plan's.
+                let (batch, microbatches) = lists;
+                return user_plan(
+                    PlanInput::Lists {
+                        batch: &batch,
+                        microbatches: &microbatches,
+                        state_fractions: None,
+                        origin: crate::plan::shape::ORIGIN,
+                    },
+                    spec,
+                    ctx,
+                    workload,
+                );
+            }
             // The stage's replicas keep full state unless `--sharding`
             // (`grad-op`: Megatron's distributed optimizer) says otherwise.
             // A pipeline accumulates without sync and offloads nothing
@@ -223,6 +242,28 @@ pub fn user_plan(
     };
     plan.validate(workload.gpus.len(), workload.global_batch, input.origin())?;
     Ok(plan)
+}
+
+/// The per-GPU lists (local batch, micro-batch count) of a shape whose
+/// pipeline is the data-parallel plan: one stage over every GPU in order,
+/// no TP, no model chunks, none of Megatron's overlap knobs (which only a
+/// pipeline's data-parallel groups take). `None` for any other shape.
+fn one_stage_lists(
+    shape: &crate::plan::shape::Shape3d,
+    pipe: &crate::plan::pipeline::Pipeline,
+    workload: &PlanWorkload,
+) -> Option<(Vec<u32>, Vec<u32>)> {
+    let n = workload.gpus.len();
+    let plain = shape.tp == 1
+        && shape.pp == 1
+        && !shape.overlap_grad_reduce
+        && !shape.overlap_param_gather
+        && !shape.tp_comm_overlap
+        && pipe.runs_data_parallel(n);
+    plain.then(|| {
+        let m = pipe.microbatches;
+        (vec![shape.microbatch_size * m; n], vec![m; n])
+    })
 }
 
 /// A planned and simulated workload.

@@ -4,6 +4,7 @@ mod common;
 mod fold;
 mod hetero3d;
 mod house;
+mod layout;
 mod memory;
 mod models;
 mod perfmodel;
