@@ -21,7 +21,6 @@ use std::process::ExitCode;
 pub use crate::cli::format::Format;
 
 /// The help heading of the 3D shape pins.
-const SHAPE_PINS: &str = "3D shape pins (the 3D planners search within them)";
 
 /// Planner flags shared by `plan` and `compare`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -41,7 +40,7 @@ pub struct PlannerFlags {
     #[arg(long)]
     pub no_seeds: bool,
     #[command(flatten)]
-    pub shape: ShapePinArgs,
+    pub shape: crate::cli::workload::ShapeArgs,
 }
 
 impl PlannerFlags {
@@ -62,95 +61,6 @@ impl PlannerFlags {
             seed_with_baselines: !self.no_seeds,
             shape: self.shape.pins()?,
         })
-    }
-}
-
-/// The 3D shape pins of `plan`, `compare` and `whatif`: the parts of a
-/// shape the 3D planners search within.
-#[derive(Debug, Clone, ClapArgs)]
-pub struct ShapePinArgs {
-    /// Pin the 3D planner's tensor-parallel degree (GPUs per TP group).
-    #[arg(long, help_heading = SHAPE_PINS)]
-    pub tp: Option<u32>,
-    /// Pin the 3D planner's pipeline depth (stages).
-    #[arg(long, help_heading = SHAPE_PINS)]
-    pub pp: Option<u32>,
-    /// Pin the pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
-    #[arg(long, help_heading = SHAPE_PINS)]
-    pub pp_schedule: Option<String>,
-    /// Pin the interleaved schedule's model chunks per GPU.
-    #[arg(long, help_heading = SHAPE_PINS)]
-    pub virtual_stages: Option<u32>,
-    /// Pin the samples per micro-batch of one replica.
-    #[arg(long, help_heading = SHAPE_PINS)]
-    pub microbatch_size: Option<u32>,
-    /// Pin sequence parallelism inside the TP groups: on or off.
-    #[arg(long, help_heading = SHAPE_PINS)]
-    pub sequence_parallel: Option<String>,
-    /// Pin Megatron's `--overlap-grad-reduce` (each stage's gradients
-    /// reduced bucket by bucket during the last backward): on (the flag
-    /// alone) or off; unpinned: off, Megatron's default.
-    #[arg(long, help_heading = SHAPE_PINS, num_args = 0..=1, default_missing_value = "on")]
-    pub overlap_grad_reduce: Option<String>,
-    /// Pin Megatron's `--overlap-param-gather` (the distributed
-    /// optimizer's all-gathers under the next forward; needs
-    /// --overlap-grad-reduce): on (the flag alone) or off; unpinned: off.
-    #[arg(long, help_heading = SHAPE_PINS, num_args = 0..=1, default_missing_value = "on")]
-    pub overlap_param_gather: Option<String>,
-    /// Pin the rank order: tp-cp-ep-dp-pp (Megatron's default) or
-    /// tp-pp-dp (Megatron's `--use-tp-pp-dp-mapping`); unpinned, the
-    /// megatron planner tries both.
-    #[arg(long, help_heading = SHAPE_PINS)]
-    pub rank_order: Option<String>,
-}
-
-impl ShapePinArgs {
-    /// The 3D shape pins, each flag checked as a study's `shapes` entry is
-    /// (one parser, [`sim::plan::shape::ShapePins::parse`]).
-    pub fn pins(&self) -> Result<sim::plan::shape::ShapePins> {
-        let mut pins = sim::plan::shape::ShapePins::default();
-        let flags: [(&str, &str, Option<String>); 9] = [
-            ("--tp", "tp", self.tp.map(|x| x.to_string())),
-            ("--pp", "pp", self.pp.map(|x| x.to_string())),
-            ("--pp-schedule", "schedule", self.pp_schedule.clone()),
-            (
-                "--virtual-stages",
-                "virtual_stages",
-                self.virtual_stages.map(|x| x.to_string()),
-            ),
-            (
-                "--microbatch-size",
-                "microbatch_size",
-                self.microbatch_size.map(|x| x.to_string()),
-            ),
-            (
-                "--sequence-parallel",
-                "sequence_parallel",
-                self.sequence_parallel.clone(),
-            ),
-            (
-                "--overlap-grad-reduce",
-                "overlap_grad_reduce",
-                self.overlap_grad_reduce.clone(),
-            ),
-            (
-                "--overlap-param-gather",
-                "overlap_param_gather",
-                self.overlap_param_gather.clone(),
-            ),
-            ("--rank-order", "rank_order", self.rank_order.clone()),
-        ];
-        for (flag, name, value) in flags {
-            if let Some(v) = value {
-                let one = sim::plan::shape::ShapePins::parse(
-                    &format!("{name}={v}"),
-                    "the 3D shape pins",
-                    flag,
-                )?;
-                pins = pins.with(&one);
-            }
-        }
-        Ok(pins)
     }
 }
 

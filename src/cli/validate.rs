@@ -117,7 +117,7 @@ pub struct Args {
     /// layout of the ranks, run by the trainer's tensor-parallel and
     /// pipeline stages.
     #[command(flatten)]
-    pub shape: crate::cli::simulate::ShapeArgs,
+    pub shape: crate::cli::workload::ShapeArgs,
     /// Local batch per rank, comma-separated (default: the demo plan).
     #[arg(long, conflicts_with = "planner", allow_hyphen_values = true)]
     pub batch: Option<String>,
@@ -365,7 +365,11 @@ fn user_plan(
         return Ok(None);
     }
     let spec = trainer_spec(args)?;
-    if let Some(shape) = args.shape.shape() {
+    let others = [
+        ("--plan", args.plan.is_some()),
+        ("--batch", args.batch.is_some()),
+    ];
+    if let Some(shape) = args.shape.shape(&others)? {
         let input = PlanInput::Shape {
             shape: &shape,
             layers,

@@ -402,3 +402,172 @@ impl WorkloadArgs {
         Ok((spec, profiles, predictor))
     }
 }
+
+/// The help heading of the 3D shape flags.
+const SHAPE: &str = "3D shape (simulate, validate: the plan's; plan, compare, whatif: pins the 3D planners search within)";
+
+/// The 3D shape flags (Megatron's and torchtitan's knobs), declared once
+/// for every command: `simulate` and `validate` build the plan of the
+/// shape they pin, `plan`, `compare` and `whatif` search within it. On /
+/// off flags take `on` or `off` (the flag alone: on). One parser,
+/// [`sim::plan::shape::ShapePins::parse`], as a study's `shapes` entry.
+#[derive(Debug, Clone, Default, ClapArgs)]
+pub struct ShapeArgs {
+    /// Tensor-parallel degree: GPUs per TP group (Megatron's
+    /// `--tensor-model-parallel-size`); DP = GPUs / (TP x PP).
+    #[arg(long, help_heading = SHAPE)]
+    pub tp: Option<u32>,
+    /// Pipeline stages (Megatron's `--pipeline-model-parallel-size`).
+    #[arg(long, help_heading = SHAPE)]
+    pub pp: Option<u32>,
+    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1.
+    #[arg(long, help_heading = SHAPE)]
+    pub pp_schedule: Option<String>,
+    /// Model chunks per GPU of the interleaved schedule (default 2 with
+    /// `--pp-schedule interleaved`).
+    #[arg(long, help_heading = SHAPE)]
+    pub virtual_stages: Option<u32>,
+    /// Samples per micro-batch of one data-parallel replica; micro-batches
+    /// = global batch / (DP x this).
+    #[arg(long, help_heading = SHAPE)]
+    pub microbatch_size: Option<u32>,
+    /// Sequence parallelism inside every TP group (Korthikanti et al.): on
+    /// (the flag alone) or off.
+    #[arg(long, help_heading = SHAPE, num_args = 0..=1, default_missing_value = "on")]
+    pub sequence_parallel: Option<String>,
+    /// Overlap TP communication with the GEMMs of both passes as
+    /// Transformer Engine's userbuffers do (Megatron's `--tp-comm-overlap`;
+    /// needs --sequence-parallel): on or off (Megatron's default path).
+    #[arg(long, help_heading = SHAPE, num_args = 0..=1, default_missing_value = "on")]
+    pub tp_comm_overlap: Option<String>,
+    /// Let TP groups span nodes (priced over the network): on or off.
+    #[arg(long, help_heading = SHAPE, num_args = 0..=1, default_missing_value = "on")]
+    pub tp_across_nodes: Option<String>,
+    /// Reduce each stage's gradients bucket by bucket during the last
+    /// micro-batch's backward (Megatron's `--overlap-grad-reduce`; replicas
+    /// and the distributed optimizer, `--sharding none` or `grad-op`): on
+    /// or off (Megatron's default).
+    #[arg(long, help_heading = SHAPE, num_args = 0..=1, default_missing_value = "on")]
+    pub overlap_grad_reduce: Option<String>,
+    /// Defer the distributed optimizer's parameter all-gathers to the next
+    /// step's forward, bucket by bucket (Megatron's
+    /// `--overlap-param-gather`; needs --overlap-grad-reduce and
+    /// `--sharding grad-op`): on or off (Megatron's default).
+    #[arg(long, help_heading = SHAPE, num_args = 0..=1, default_missing_value = "on")]
+    pub overlap_param_gather: Option<String>,
+    /// Rank order: `tp-cp-ep-dp-pp` (Megatron's default: TP, then DP, then
+    /// PP outermost) or `tp-pp-dp` (Megatron's `--use-tp-pp-dp-mapping`: a
+    /// replica's stages on consecutive ranks); unpinned, the megatron
+    /// planner tries both.
+    #[arg(long, help_heading = SHAPE)]
+    pub rank_order: Option<String>,
+    /// Transformer blocks of the first pipeline stage, the rest split
+    /// evenly over the middle stages (Megatron's
+    /// `--decoder-first-pipeline-num-layers`).
+    #[arg(long, help_heading = SHAPE)]
+    pub first_stage_layers: Option<u32>,
+    /// Transformer blocks of the last pipeline stage (Megatron's
+    /// `--decoder-last-pipeline-num-layers`).
+    #[arg(long, help_heading = SHAPE)]
+    pub last_stage_layers: Option<u32>,
+    /// Count the embedding and the loss as one layer each in the pipeline
+    /// split (Megatron's `--account-for-embedding-in-pipeline-split` and
+    /// `--account-for-loss-in-pipeline-split`): e.g. 126 blocks on PP 8 x
+    /// VP 8, two per model chunk, the first and last chunk one: on or off.
+    #[arg(long, help_heading = SHAPE, num_args = 0..=1, default_missing_value = "on")]
+    pub embedding_loss_in_split: Option<String>,
+}
+
+impl ShapeArgs {
+    /// The pins these flags set, each checked by the one parser (errors
+    /// name the flag).
+    pub fn pins(&self) -> Result<sim::plan::shape::ShapePins> {
+        let num = |x: Option<u32>| x.map(|x| x.to_string());
+        let flags: [(&str, &str, Option<String>); 14] = [
+            ("--tp", "tp", num(self.tp)),
+            ("--pp", "pp", num(self.pp)),
+            ("--pp-schedule", "schedule", self.pp_schedule.clone()),
+            (
+                "--virtual-stages",
+                "virtual_stages",
+                num(self.virtual_stages),
+            ),
+            (
+                "--microbatch-size",
+                "microbatch_size",
+                num(self.microbatch_size),
+            ),
+            (
+                "--sequence-parallel",
+                "sequence_parallel",
+                self.sequence_parallel.clone(),
+            ),
+            (
+                "--tp-comm-overlap",
+                "tp_comm_overlap",
+                self.tp_comm_overlap.clone(),
+            ),
+            (
+                "--tp-across-nodes",
+                "tp_across_nodes",
+                self.tp_across_nodes.clone(),
+            ),
+            (
+                "--overlap-grad-reduce",
+                "overlap_grad_reduce",
+                self.overlap_grad_reduce.clone(),
+            ),
+            (
+                "--overlap-param-gather",
+                "overlap_param_gather",
+                self.overlap_param_gather.clone(),
+            ),
+            ("--rank-order", "rank_order", self.rank_order.clone()),
+            (
+                "--first-stage-layers",
+                "first_stage_layers",
+                num(self.first_stage_layers),
+            ),
+            (
+                "--last-stage-layers",
+                "last_stage_layers",
+                num(self.last_stage_layers),
+            ),
+            (
+                "--embedding-loss-in-split",
+                "embedding_loss_in_split",
+                self.embedding_loss_in_split.clone(),
+            ),
+        ];
+        let mut pins = sim::plan::shape::ShapePins::default();
+        for (flag, name, value) in flags {
+            if let Some(v) = value {
+                let one = sim::plan::shape::ShapePins::parse(
+                    &format!("{name}={v}"),
+                    "the 3D shape flags",
+                    flag,
+                )?;
+                pins = pins.with(&one);
+            }
+        }
+        Ok(pins)
+    }
+
+    /// The shape the flags pin (`None` when none is given), every part
+    /// not pinned at its default ([`sim::plan::shape::ShapePins::shape`]);
+    /// refused beside `others`, the plan's other sources (flag, given).
+    pub fn shape(&self, others: &[(&str, bool)]) -> Result<Option<sim::plan::shape::Shape3d>> {
+        let pins = self.pins()?;
+        if pins.is_empty() {
+            return Ok(None);
+        }
+        if let Some((flag, _)) = others.iter().find(|(_, given)| *given) {
+            return Err(crate::error::UserError(format!(
+                "{flag}: a plan comes from one source; the 3D shape flags ({}) build one too: give one or the other",
+                pins.text()
+            ))
+            .into());
+        }
+        Ok(Some(pins.shape()))
+    }
+}

@@ -133,6 +133,13 @@ pub struct Stage {
     /// ([`apportion`]). Empty: equal shares.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shares: Vec<u32>,
+    /// Blocks of each of the stage's model chunks (interleaved schedule), in
+    /// chunk order, when they differ: Megatron's uneven splits (the first
+    /// chunk one block short beside the embedding, the last beside the loss,
+    /// `--account-for-embedding-in-pipeline-split`; a chunk count not
+    /// dividing the stage's blocks). Empty: `blocks / v` each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chunks: Vec<u32>,
 }
 
 /// The slices `[lo, hi)` of a micro-batch of `size` samples over replicas
@@ -224,6 +231,15 @@ impl Stage {
             gpus,
             tp: 1,
             shares: Vec::new(),
+            chunks: Vec::new(),
+        }
+    }
+
+    /// Blocks of the stage's model chunk `c` of `v`.
+    pub fn chunk_blocks(&self, c: usize, v: u32) -> u32 {
+        match self.chunks.get(c) {
+            Some(&b) => b,
+            None => self.blocks / v.max(1),
         }
     }
 
@@ -410,7 +426,8 @@ impl Pipeline {
 
     /// Blocks of virtual stage `k`.
     pub fn virtual_blocks(&self, k: usize) -> u32 {
-        self.stages[k % self.depth()].blocks / self.chunks()
+        let p = self.depth();
+        self.stages[k % p].chunk_blocks(k / p, self.chunks())
     }
 
     /// First block (1-based) of virtual stage `k`.
@@ -737,6 +754,22 @@ impl Pipeline {
             );
         }
         for (s, st) in self.stages.iter().enumerate() {
+            if !st.chunks.is_empty() {
+                let sum: u64 = st.chunks.iter().map(|&b| b as u64).sum();
+                if st.chunks.len() != v as usize
+                    || sum != st.blocks as u64
+                    || st.chunks.contains(&0)
+                {
+                    return bad(
+                        format!("pipeline.stages[{s}].chunks"),
+                        format!(
+                            "expected the blocks of each of the {v} model chunks, at least 1 each, summing to the stage's {} blocks; got {:?}",
+                            st.blocks, st.chunks
+                        ),
+                    );
+                }
+                continue;
+            }
             if st.blocks % v != 0 {
                 return bad(
                     format!("pipeline.stages[{s}].blocks"),

@@ -126,6 +126,19 @@ pub struct Shape3d {
     pub overlap_param_gather: bool,
     /// How the ranks are numbered (`--rank-order`).
     pub rank_order: RankOrder,
+    /// Transformer blocks of the first stage, the rest split evenly over
+    /// the middle stages (Megatron's `--decoder-first-pipeline-num-layers`);
+    /// `None`: an even split.
+    pub first_stage_layers: Option<u32>,
+    /// Transformer blocks of the last stage (Megatron's
+    /// `--decoder-last-pipeline-num-layers`); `None`: an even split.
+    pub last_stage_layers: Option<u32>,
+    /// The embedding and the loss each counted as one layer of the split
+    /// (Megatron's `--account-for-embedding-in-pipeline-split` and
+    /// `--account-for-loss-in-pipeline-split`): `L + 2` layers split evenly
+    /// over the `PP x VP` model chunks, the first chunk building one block
+    /// fewer beside the embedding, the last one fewer beside the head.
+    pub embedding_loss_in_split: bool,
 }
 
 impl Default for Shape3d {
@@ -142,6 +155,9 @@ impl Default for Shape3d {
             overlap_grad_reduce: false,
             overlap_param_gather: false,
             rank_order: RankOrder::TpDpPp,
+            first_stage_layers: None,
+            last_stage_layers: None,
+            embedding_loss_in_split: false,
         }
     }
 }
@@ -205,22 +221,124 @@ impl Shape3d {
         Ok(())
     }
 
-    /// The `p` stages of `layers` blocks (the first `layers % p` one more),
-    /// each with its `d` TP groups of `t` ranks as the rank order numbers
-    /// them.
-    fn stages(&self, layers: u32, (t, p, d): (usize, usize, usize)) -> Vec<Stage> {
-        let (q, r) = (layers / p as u32, layers % p as u32);
+    /// The blocks of each model chunk of each of the `p` stages (`v` chunks
+    /// per stage) of a model of `layers` blocks, as Megatron-Core's
+    /// `get_num_layers_to_build` splits them: with a first / last stage
+    /// size, the rest evenly over the middle stages; with the embedding and
+    /// the loss counted as layers, `layers + 2` evenly over the `p v`
+    /// chunks, the first and the last chunk one block short; otherwise
+    /// near-equally (the first `layers % p` stages one more, where Megatron
+    /// asserts an even split). Each stage's blocks split evenly over its
+    /// chunks (Megatron asserts it), every chunk at least one block. Errors
+    /// name the flag.
+    fn split(&self, layers: u32, p: u32, v: u32) -> Result<Vec<Vec<u32>>, PlanError> {
+        let bad = |field: &str, msg: String| Err(PlanError::invalid(ORIGIN, field, msg));
+        let uneven = self.first_stage_layers.is_some() || self.last_stage_layers.is_some();
+        let per_stage: Vec<u32> = if uneven {
+            if self.embedding_loss_in_split {
+                return bad(
+                    "--embedding-loss-in-split",
+                    "cannot be combined with --first-stage-layers / --last-stage-layers (Megatron asserts it)".into(),
+                );
+            }
+            let ends = [self.first_stage_layers, self.last_stage_layers];
+            let given: u32 = ends.iter().flatten().sum();
+            let named = ends.iter().flatten().count() as u32;
+            if p == 1 && named == 2 {
+                return bad(
+                    "--last-stage-layers",
+                    format!("{p} stage(s) cannot have both a first and a last stage size"),
+                );
+            }
+            let (rest, left) = (layers as i64 - given as i64, p - named);
+            let middle = match (rest, left) {
+                (r, _) if r < 0 => {
+                    return bad(
+                        "--first-stage-layers",
+                        format!("the first and last stages take {given} blocks but the model has {layers}"),
+                    )
+                }
+                (0, 0) => 0,
+                (r, 0) => {
+                    return bad(
+                        "--first-stage-layers",
+                        format!("the first and last stages take {given} of the model's {layers} blocks and no stage is left for the other {r}"),
+                    )
+                }
+                (r, l) if r % l as i64 != 0 => {
+                    return bad(
+                        "--first-stage-layers",
+                        format!("the {r} blocks left after the first and last stages do not split evenly over the {l} middle stages (Megatron asserts it)"),
+                    )
+                }
+                (r, l) => (r / l as i64) as u32,
+            };
+            (0..p)
+                .map(|s| match s {
+                    0 if self.first_stage_layers.is_some() => self.first_stage_layers.unwrap_or(0),
+                    s if s + 1 == p && self.last_stage_layers.is_some() => {
+                        self.last_stage_layers.unwrap_or(0)
+                    }
+                    _ => middle,
+                })
+                .collect()
+        } else if self.embedding_loss_in_split {
+            let total = layers + 2;
+            if total % (p * v) != 0 {
+                return bad(
+                    "--embedding-loss-in-split",
+                    format!("{layers} blocks + the embedding + the loss = {total} layers do not split evenly over PP {p} x VP {v} = {} model chunks (Megatron asserts it)", p * v),
+                );
+            }
+            vec![total / p; p as usize]
+        } else {
+            let (q, r) = (layers / p, layers % p);
+            (0..p).map(|s| q + u32::from(s < r)).collect()
+        };
+        let mut out = Vec::with_capacity(p as usize);
+        for (s, &n) in per_stage.iter().enumerate() {
+            if n % v != 0 {
+                let how = if uneven || self.embedding_loss_in_split {
+                    format!("stage {s}'s {n} layers")
+                } else {
+                    format!("the blocks per stage ({layers} / {p}): stage {s} has {n}")
+                };
+                return bad(
+                    "--virtual-stages",
+                    format!("{how} do not split into {v} equal model chunks (Megatron asserts it); --first-stage-layers / --last-stage-layers or --embedding-loss-in-split make other splits"),
+                );
+            }
+            out.push(vec![n / v; v as usize]);
+        }
+        if self.embedding_loss_in_split {
+            out[0][0] -= 1;
+            out[p as usize - 1][v as usize - 1] -= 1;
+        }
+        if let Some(s) = out.iter().position(|c| c.contains(&0)) {
+            return bad(
+                "--pp",
+                format!("stage {s} would hold a model chunk without a transformer block: every chunk needs at least one (model chunks {:?})", out[s]),
+            );
+        }
+        Ok(out)
+    }
+
+    /// The `p` stages of `chunks` (blocks per model chunk, per stage), each
+    /// with its `d` TP groups of `t` ranks as the rank order numbers them.
+    fn stages(&self, chunks: &[Vec<u32>], (t, p, d): (usize, usize, usize)) -> Vec<Stage> {
         (0..p)
             .map(|s| {
-                let blocks = q + u32::from((s as u32) < r);
                 let gpus = (0..d)
                     .flat_map(|j| {
                         let lo = self.rank_order.group_start(s, j, (t, p, d)) as u32;
                         lo..lo + t as u32
                     })
                     .collect();
-                let mut st = Stage::new(blocks, gpus);
+                let mut st = Stage::new(chunks[s].iter().sum(), gpus);
                 st.tp = t as u32;
+                if chunks[s].iter().any(|&c| c != chunks[s][0]) {
+                    st.chunks = chunks[s].clone();
+                }
                 st
             })
             .collect()
@@ -287,7 +405,6 @@ impl Shape3d {
                 "expected at least 1 model chunk per GPU, got 0".into(),
             );
         }
-        let stages = self.stages(layers, (t, p, d));
         if v > 1 && self.schedule != PipeSchedule::Interleaved {
             return bad(
                 "--virtual-stages",
@@ -297,15 +414,8 @@ impl Shape3d {
                 ),
             );
         }
-        if let Some(st) = stages.iter().find(|st| st.blocks % v != 0) {
-            return bad(
-                "--virtual-stages",
-                format!(
-                    "a stage of {} blocks does not split into {v} equal model chunks: the blocks per stage ({layers} / {p}) must be a multiple of the virtual stages",
-                    st.blocks
-                ),
-            );
-        }
+        let chunks = self.split(layers, p as u32, v)?;
+        let stages = self.stages(&chunks, (t, p, d));
         if self.schedule == PipeSchedule::Interleaved && p > 1 && !m.is_multiple_of(p as u32) {
             return bad(
                 "--microbatch-size",
@@ -351,6 +461,17 @@ pub struct ShapePins {
     pub overlap_param_gather: Option<bool>,
     /// How the ranks are numbered.
     pub rank_order: Option<RankOrder>,
+    /// TP communication overlapped with the GEMMs.
+    pub tp_comm_overlap: Option<bool>,
+    /// TP groups may span nodes.
+    pub tp_across_nodes: Option<bool>,
+    /// Blocks of the first stage ([`Shape3d::first_stage_layers`]).
+    pub first_stage_layers: Option<u32>,
+    /// Blocks of the last stage ([`Shape3d::last_stage_layers`]).
+    pub last_stage_layers: Option<u32>,
+    /// The embedding and the loss counted as layers of the split
+    /// ([`Shape3d::embedding_loss_in_split`]).
+    pub embedding_loss_in_split: Option<bool>,
 }
 
 /// A pin's on / off value (`true`, `on`, `yes`; `false`, `off`, `no`).
@@ -365,7 +486,7 @@ fn on_off(value: &str) -> Option<bool> {
 impl ShapePins {
     /// The pin names [`ShapePins::parse`] takes (the flags without their
     /// dashes; `schedule` is `--pp-schedule`).
-    pub const AXES: [&'static str; 9] = [
+    pub const AXES: [&'static str; 14] = [
         "tp",
         "pp",
         "schedule",
@@ -375,7 +496,44 @@ impl ShapePins {
         "overlap_grad_reduce",
         "overlap_param_gather",
         "rank_order",
+        "tp_comm_overlap",
+        "tp_across_nodes",
+        "first_stage_layers",
+        "last_stage_layers",
+        "embedding_loss_in_split",
     ];
+
+    /// The shape these pins ask for, every part not pinned at its default
+    /// ([`Shape3d::default`]; the interleaved schedule's two chunks per GPU,
+    /// torch's looped schedules' default and Megatron's least): the one
+    /// resolution of the shape flags (`simulate`, `validate`).
+    pub fn shape(&self) -> Shape3d {
+        let d = Shape3d::default();
+        let schedule = self.schedule.unwrap_or(d.schedule);
+        let chunks = if schedule == PipeSchedule::Interleaved {
+            2
+        } else {
+            d.virtual_stages
+        };
+        Shape3d {
+            tp: self.tp.unwrap_or(d.tp),
+            pp: self.pp.unwrap_or(d.pp),
+            sequence_parallel: self.sequence_parallel.unwrap_or(d.sequence_parallel),
+            schedule,
+            virtual_stages: self.virtual_stages.unwrap_or(chunks),
+            microbatch_size: self.microbatch_size.unwrap_or(d.microbatch_size),
+            tp_comm_overlap: self.tp_comm_overlap.unwrap_or(d.tp_comm_overlap),
+            tp_across_nodes: self.tp_across_nodes.unwrap_or(d.tp_across_nodes),
+            overlap_grad_reduce: self.overlap_grad_reduce.unwrap_or(d.overlap_grad_reduce),
+            overlap_param_gather: self.overlap_param_gather.unwrap_or(d.overlap_param_gather),
+            rank_order: self.rank_order.unwrap_or(d.rank_order),
+            first_stage_layers: self.first_stage_layers,
+            last_stage_layers: self.last_stage_layers,
+            embedding_loss_in_split: self
+                .embedding_loss_in_split
+                .unwrap_or(d.embedding_loss_in_split),
+        }
+    }
 
     /// True when nothing is pinned.
     pub fn is_empty(&self) -> bool {
@@ -395,6 +553,11 @@ impl ShapePins {
             || self.overlap_grad_reduce == Some(true)
             || self.overlap_param_gather == Some(true)
             || self.rank_order.is_some_and(|o| o != RankOrder::TpDpPp)
+            || self.tp_comm_overlap == Some(true)
+            || self.tp_across_nodes == Some(true)
+            || self.first_stage_layers.is_some()
+            || self.last_stage_layers.is_some()
+            || self.embedding_loss_in_split == Some(true)
     }
 
     /// The names ([`ShapePins::AXES`]) of the parts pinned, in order.
@@ -409,6 +572,11 @@ impl ShapePins {
             self.overlap_grad_reduce.is_some(),
             self.overlap_param_gather.is_some(),
             self.rank_order.is_some(),
+            self.tp_comm_overlap.is_some(),
+            self.tp_across_nodes.is_some(),
+            self.first_stage_layers.is_some(),
+            self.last_stage_layers.is_some(),
+            self.embedding_loss_in_split.is_some(),
         ];
         ShapePins::AXES
             .iter()
@@ -430,6 +598,13 @@ impl ShapePins {
             overlap_grad_reduce: other.overlap_grad_reduce.or(self.overlap_grad_reduce),
             overlap_param_gather: other.overlap_param_gather.or(self.overlap_param_gather),
             rank_order: other.rank_order.or(self.rank_order),
+            tp_comm_overlap: other.tp_comm_overlap.or(self.tp_comm_overlap),
+            tp_across_nodes: other.tp_across_nodes.or(self.tp_across_nodes),
+            first_stage_layers: other.first_stage_layers.or(self.first_stage_layers),
+            last_stage_layers: other.last_stage_layers.or(self.last_stage_layers),
+            embedding_loss_in_split: other
+                .embedding_loss_in_split
+                .or(self.embedding_loss_in_split),
         }
     }
 
@@ -459,6 +634,13 @@ impl ShapePins {
                 .overlap_param_gather
                 .is_none_or(|x| x == s.overlap_param_gather)
             && self.rank_order.is_none_or(|x| x == s.rank_order)
+            && self.tp_comm_overlap.is_none_or(|x| x == s.tp_comm_overlap)
+            && self.tp_across_nodes.is_none_or(|x| x == s.tp_across_nodes)
+            && self.first_stage_layers == s.first_stage_layers
+            && self.last_stage_layers == s.last_stage_layers
+            && self
+                .embedding_loss_in_split
+                .is_none_or(|x| x == s.embedding_loss_in_split)
     }
 
     /// Pins written as `name=value` pairs separated by spaces or commas
@@ -513,6 +695,17 @@ impl ShapePins {
                 "overlap_param_gather" => {
                     pins.overlap_param_gather = Some(flag("overlap_param_gather")?)
                 }
+                "tp_comm_overlap" => pins.tp_comm_overlap = Some(flag("tp_comm_overlap")?),
+                "tp_across_nodes" => pins.tp_across_nodes = Some(flag("tp_across_nodes")?),
+                "first_stage_layers" => {
+                    pins.first_stage_layers = Some(count("blocks of the first stage")?)
+                }
+                "last_stage_layers" => {
+                    pins.last_stage_layers = Some(count("blocks of the last stage")?)
+                }
+                "embedding_loss_in_split" => {
+                    pins.embedding_loss_in_split = Some(flag("embedding_loss_in_split")?)
+                }
                 "rank_order" => {
                     pins.rank_order = Some(RankOrder::parse(value).ok_or_else(|| {
                         bad(format!(
@@ -562,6 +755,26 @@ impl ShapePins {
             self.overlap_param_gather.map(|x| x.to_string()),
         );
         put("rank_order", self.rank_order.map(|x| x.name().to_string()));
+        put(
+            "tp_comm_overlap",
+            self.tp_comm_overlap.map(|x| x.to_string()),
+        );
+        put(
+            "tp_across_nodes",
+            self.tp_across_nodes.map(|x| x.to_string()),
+        );
+        put(
+            "first_stage_layers",
+            self.first_stage_layers.map(|x| x.to_string()),
+        );
+        put(
+            "last_stage_layers",
+            self.last_stage_layers.map(|x| x.to_string()),
+        );
+        put(
+            "embedding_loss_in_split",
+            self.embedding_loss_in_split.map(|x| x.to_string()),
+        );
         out.join(" ")
     }
 }
@@ -721,7 +934,7 @@ mod tests {
         assert!(!p.matches(&Shape3d { tp: 4, ..s }));
         assert!(ShapePins::default().matches(&s) && ShapePins::default().text().is_empty());
         assert!(p.needs_model_parallel());
-        assert_eq!(p.pinned(), ShapePins::AXES);
+        assert_eq!(p.pinned(), ShapePins::AXES[..9]);
         assert_eq!(
             ShapePins::parse("pp=2 tp=4", "t", "f").unwrap().pinned(),
             ["tp", "pp"]
@@ -749,5 +962,73 @@ mod tests {
                 .to_string();
             assert!(e.contains(want) && e.contains("shapes[0]"), "{bad}: {e}");
         }
+    }
+
+    /// Megatron-Core's uneven splits (`get_num_layers_to_build`): Llama 3.1
+    /// 405B's 126 blocks on PP 8 x VP 8 with the embedding and the loss
+    /// counted as layers are two blocks per chunk, one in the first and the
+    /// last; first / last stage sizes split the rest evenly; what Megatron
+    /// asserts is refused naming the flag.
+    #[test]
+    fn uneven_splits_follow_megatron() {
+        let base = Shape3d {
+            tp: 1,
+            pp: 8,
+            schedule: PipeSchedule::Interleaved,
+            virtual_stages: 8,
+            ..Shape3d::default()
+        };
+        let err = base.pipeline(8, 126, 64).unwrap_err().to_string();
+        assert!(err.contains("--virtual-stages"), "{err}");
+        let pipe = Shape3d {
+            embedding_loss_in_split: true,
+            ..base
+        }
+        .pipeline(8, 126, 64)
+        .unwrap();
+        let chunks: Vec<u32> = (0..64).map(|k| pipe.virtual_blocks(k)).collect();
+        assert_eq!(chunks[0], 1);
+        assert_eq!(chunks[63], 1);
+        assert!(chunks[1..63].iter().all(|&c| c == 2));
+        assert_eq!(pipe.stages[0].blocks, 15);
+        assert_eq!(pipe.stages[0].chunks[..2], [1, 2]);
+        assert!(pipe.stages[3].chunks.is_empty());
+        assert_eq!(pipe.virtual_first_block(63), 126);
+        // First and last stage sizes (no interleaving): 7 + 3 x 6 + 7 on PP 5.
+        let ends = Shape3d {
+            pp: 5,
+            first_stage_layers: Some(7),
+            last_stage_layers: Some(7),
+            ..Shape3d::default()
+        };
+        let pipe = ends.pipeline(5, 32, 10).unwrap();
+        let blocks: Vec<u32> = pipe.stages.iter().map(|s| s.blocks).collect();
+        assert_eq!(blocks, [7, 6, 6, 6, 7]);
+        let odd = Shape3d {
+            first_stage_layers: Some(8),
+            ..ends
+        };
+        let err = odd.pipeline(5, 32, 10).unwrap_err().to_string();
+        assert!(
+            err.contains("--first-stage-layers") && err.contains("do not split evenly"),
+            "{err}"
+        );
+        let both = Shape3d {
+            embedding_loss_in_split: true,
+            ..ends
+        };
+        assert!(both.pipeline(5, 32, 10).is_err());
+        // A pipeline file with per-chunk counts is checked.
+        let mut bad = Shape3d {
+            embedding_loss_in_split: true,
+            ..base
+        }
+        .pipeline(8, 126, 64)
+        .unwrap();
+        bad.stages[0].chunks[0] = 0;
+        bad.stages[0].chunks[1] = 3;
+        let strategy = crate::strategy::Strategy::cephalo(8, crate::strategy::Attention::Eager);
+        let err = bad.validate(8, Some(126), 64, &strategy, "p").unwrap_err();
+        assert!(err.to_string().contains("chunks"), "{err}");
     }
 }

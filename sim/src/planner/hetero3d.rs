@@ -453,6 +453,7 @@ fn search_layout(
                     gpus: g.iter().map(|&r| r as u32).collect(),
                     tp,
                     shares,
+                    chunks: Vec::new(),
                 })
                 .collect(),
         );

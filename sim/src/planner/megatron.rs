@@ -106,8 +106,13 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
         if !node.is_multiple_of(t) || !n.is_multiple_of(t) {
             continue;
         }
+        // A pinned split decides which depths divide (the shape's own
+        // check); otherwise Megatron's even split.
+        let split = pins.first_stage_layers.is_some()
+            || pins.last_stage_layers.is_some()
+            || pins.embedding_loss_in_split == Some(true);
         for p in (1..=(n / t).min(layers))
-            .filter(|&p| (n / t).is_multiple_of(p) && layers.is_multiple_of(p))
+            .filter(|&p| (n / t).is_multiple_of(p) && (split || layers.is_multiple_of(p)))
         {
             let d = (n / (t * p)) as u64;
             for &b in &sizes {
@@ -123,6 +128,11 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                         .overlap_grad_reduce
                         .unwrap_or(pins.overlap_param_gather == Some(true)),
                     overlap_param_gather: pins.overlap_param_gather.unwrap_or(false),
+                    tp_comm_overlap: pins.tp_comm_overlap.unwrap_or(false),
+                    tp_across_nodes: pins.tp_across_nodes.unwrap_or(false),
+                    first_stage_layers: pins.first_stage_layers,
+                    last_stage_layers: pins.last_stage_layers,
+                    embedding_loss_in_split: pins.embedding_loss_in_split.unwrap_or(false),
                     ..Shape3d::default()
                 };
                 // The orders differ only with several stages and replicas.
@@ -135,7 +145,7 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                 if p > 1 {
                     for &v in &chunks {
                         if v > 1
-                            && (layers / p).is_multiple_of(v as usize)
+                            && (split || (layers / p).is_multiple_of(v as usize))
                             && m.is_multiple_of(p as u32)
                         {
                             scheds.push((PipeSchedule::Interleaved, v));
@@ -144,7 +154,8 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                 }
                 for (schedule, v) in scheds {
                     for sp in [false, true] {
-                        if sp && t == 1 {
+                        // (TP communication overlap needs SP.)
+                        if sp && t == 1 || !sp && base.tp_comm_overlap {
                             continue;
                         }
                         for &rank_order in orders {

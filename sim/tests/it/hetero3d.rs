@@ -208,6 +208,7 @@ fn cross_section_plan(split: bool) -> (CostModel, sim::plan::Plan) {
             .collect(),
         tp: 2,
         shares: if split { shares.clone() } else { Vec::new() },
+        chunks: Vec::new(),
     };
     let mut pipe = Pipeline::new(PipeSchedule::OneFOneB, 8, vec![stage(0), stage(1)]);
     pipe.sequence_parallel = true;

@@ -390,6 +390,12 @@ proptest::proptest! {
                 return Err(proptest::test_runner::TestCaseError::fail(format!("{a:?} vs {b:?}")));
             }
         };
+        // One spec, one plan: the shape flags resolve to the lists' plan.
+        proptest::prop_assert_eq!(&three_d, &dp);
+        // And a one-stage pipeline plan (what a planner may build) lowers
+        // as that data-parallel plan.
+        let pipe = shape.pipeline(ranks as usize, layers, batch).unwrap();
+        let three_d = sim::plan::Plan::pipelined("manual", dp.strategy, pipe, ranks as usize, batch);
         proptest::prop_assert!(three_d.pipeline.is_some() && dp.pipeline.is_none());
         let opts = SimOptions::default();
         let (a, b) = (simulate(&c, &three_d, &opts).unwrap(), simulate(&c, &dp, &opts).unwrap());
