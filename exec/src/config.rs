@@ -7,7 +7,7 @@
 //! validate a job before any rank starts.
 
 use serde::{Deserialize, Serialize};
-use sim::plan::pipeline::{PipeSchedule, Pipeline};
+use sim::plan::pipeline::Pipeline;
 use sim::strategy::{Attention, Checkpointing, Sharding, Strategy};
 
 use crate::error::ExecError;
@@ -467,10 +467,10 @@ impl Job {
                 format!("the trainer runs every rank in a stage: {placed} of the {ranks} ranks are placed"),
             );
         }
-        if pipe.schedule == PipeSchedule::ZbH1 {
+        if pipe.schedule.splits_backward() {
             return bad(
                 "pipeline.schedule",
-                "zb-h1 splits each backward into its input-gradient and weight-gradient halves and runs them apart; tch's autograd computes both in one call, so the trainer runs gpipe, 1f1b and interleaved".into(),
+                format!("{} splits each backward into its input-gradient and weight-gradient halves and runs them apart; tch's autograd computes both in one call, so the trainer runs gpipe, 1f1b and interleaved", pipe.schedule),
             );
         }
         if self.strategy.sharding == Sharding::Hybrid {

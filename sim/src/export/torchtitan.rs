@@ -208,7 +208,7 @@ fn parallelism(o: &mut String, e: &Exported) -> bool {
     let _ = writeln!(o, "enable_async_tensor_parallel = {overlap}");
     let _ = writeln!(o, "pipeline_parallel_degree = {}", sh.pp);
     if let Some(p) = &e.approximation.pipeline {
-        if p.schedule == PipeSchedule::ZbH1 {
+        if p.schedule.splits_backward() {
             let _ = writeln!(o, "# ZB-H1 runs in PyTorch as InterleavedZeroBubble, a looped schedule: give every rank two or more stages (pipeline_parallel_layers_per_stage)");
         }
         let _ = writeln!(

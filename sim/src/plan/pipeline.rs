@@ -77,7 +77,10 @@ impl PipeSchedule {
 
     /// Whether the backward is split into input- and weight-gradient parts.
     pub fn splits_backward(self) -> bool {
-        self == PipeSchedule::ZbH1
+        match self {
+            PipeSchedule::ZbH1 => true,
+            PipeSchedule::Gpipe | PipeSchedule::OneFOneB | PipeSchedule::Interleaved => false,
+        }
     }
 
     /// Activations stage `s` of `p` holds at most, of `m` micro-batches,
