@@ -39,6 +39,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod planner;
 pub mod pool;
+pub mod precision;
 pub mod profile;
 pub mod report;
 pub mod runlog;
