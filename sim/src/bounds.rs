@@ -544,7 +544,7 @@ mod tests {
                 .unwrap()
                 .clone(),
             seq_len: 256,
-            dtype: crate::dtype::Dtype::Fp16,
+            dtype: crate::precision::NumFormat::Fp16,
             global_batch: 64,
         };
         CostModel::build(

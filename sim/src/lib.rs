@@ -18,7 +18,6 @@ pub mod choice;
 pub mod cluster;
 pub mod comm;
 pub mod cost;
-pub mod dtype;
 pub mod engine;
 pub mod error;
 pub mod experiment;

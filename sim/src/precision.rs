@@ -75,6 +75,15 @@ impl NumFormat {
     pub const ALL: [NumFormat; 3] = [NumFormat::Fp16, NumFormat::Bf16, NumFormat::Fp32];
 }
 
+impl std::str::FromStr for NumFormat {
+    type Err = String;
+
+    /// [`NumFormat::parse`], with what was expected on failure.
+    fn from_str(s: &str) -> Result<NumFormat, String> {
+        NumFormat::parse(s).ok_or_else(|| format!("expected fp16, bf16 or fp32, got `{s}`"))
+    }
+}
+
 impl fmt::Display for NumFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -174,6 +183,8 @@ mod tests {
         assert_eq!(NumFormat::parse("float"), Some(NumFormat::Fp32));
         assert_eq!(NumFormat::parse("int8"), None);
         assert_eq!(NumFormat::parse("fp-16"), None);
+        assert_eq!("bfloat16".parse::<NumFormat>(), Ok(NumFormat::Bf16));
+        assert!("int8".parse::<NumFormat>().unwrap_err().contains("`int8`"));
     }
 
     #[test]

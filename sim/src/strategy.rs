@@ -37,8 +37,8 @@
 
 use crate::choice::{self, Choice};
 use crate::cluster::Cluster;
-use crate::dtype::Dtype;
 use crate::error::SpecError;
+use crate::precision::NumFormat;
 pub use crate::stack::Stack;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -482,10 +482,10 @@ pub struct Strategy {
     pub offload: Offload,
     /// Element type of gathered (unsharded) parameters: what all-gathers
     /// carry and gathered units occupy.
-    pub param_dtype: Dtype,
+    pub param_dtype: NumFormat,
     /// Element type of gradient reductions (reduce-scatter, all-reduce) and
     /// of unsharded gradient buffers.
-    pub reduce_dtype: Dtype,
+    pub reduce_dtype: NumFormat,
     /// Attention kernel.
     pub attention: Attention,
     /// The training stack that runs the blocks ([`Stack`]; files written
@@ -537,8 +537,8 @@ impl Strategy {
             accumulation: Accumulation::Layered,
             checkpointing: Checkpointing::Full,
             offload: Offload::Activations,
-            param_dtype: Dtype::Fp32,
-            reduce_dtype: Dtype::Fp32,
+            param_dtype: NumFormat::Fp32,
+            reduce_dtype: NumFormat::Fp32,
             attention,
             stack: Stack::PyTorch,
             compile: false,
@@ -681,9 +681,9 @@ pub struct StrategySpec {
     /// `--offload`.
     pub offload: Option<Offload>,
     /// `--param-dtype`.
-    pub param_dtype: Option<Dtype>,
+    pub param_dtype: Option<NumFormat>,
     /// `--reduce-dtype`.
-    pub reduce_dtype: Option<Dtype>,
+    pub reduce_dtype: Option<NumFormat>,
     /// `--attention`.
     pub attention: Option<Attention>,
     /// `--stack`.
@@ -700,7 +700,7 @@ pub struct StrategyContext<'a> {
     /// The cluster (GPU count, node sizes, host memory).
     pub cluster: &'a Cluster,
     /// The training dtype (`--dtype`).
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// The attention the block profiles in use were measured with.
     pub profile_attention: Attention,
 }
@@ -763,7 +763,7 @@ impl StrategySpec {
     ) -> Result<(), SpecError> {
         let bad = |msg: String| SpecError::invalid(origin, field, msg);
         let expected = |choices: &str| bad(format!("expected {choices}, got `{value}`"));
-        let dtype = || Dtype::parse(value).ok_or_else(|| expected("fp32, bf16 or fp16"));
+        let dtype = || NumFormat::parse(value).ok_or_else(|| expected("fp32, bf16 or fp16"));
         match axis.replace('-', "_").as_str() {
             "sharding" => {
                 self.sharding = Some(
@@ -948,10 +948,12 @@ impl StrategySpec {
             } else {
                 Offload::None
             }),
-            param_dtype: self
-                .param_dtype
-                .unwrap_or(if layered { Dtype::Fp32 } else { ctx.dtype }),
-            reduce_dtype: self.reduce_dtype.unwrap_or(Dtype::Fp32),
+            param_dtype: self.param_dtype.unwrap_or(if layered {
+                NumFormat::Fp32
+            } else {
+                ctx.dtype
+            }),
+            reduce_dtype: self.reduce_dtype.unwrap_or(NumFormat::Fp32),
             attention: self.attention.unwrap_or(ctx.profile_attention),
             stack: self.stack.unwrap_or(Stack::PyTorch),
             compile: self.compile.unwrap_or(false),
@@ -1081,7 +1083,7 @@ mod tests {
     fn ctx(c: &Cluster) -> StrategyContext<'_> {
         StrategyContext {
             cluster: c,
-            dtype: Dtype::Bf16,
+            dtype: NumFormat::Bf16,
             profile_attention: Attention::Eager,
         }
     }
@@ -1170,7 +1172,7 @@ mod tests {
         assert_eq!(fsdp.offload, Offload::None);
         assert_eq!(
             (fsdp.param_dtype, fsdp.reduce_dtype),
-            (Dtype::Bf16, Dtype::Fp32)
+            (NumFormat::Bf16, NumFormat::Fp32)
         );
         let hsdp = StrategySpec {
             sharding: Some(Sharding::Hybrid),
