@@ -64,7 +64,7 @@ impl NumFormat {
 
     /// Bytes of one element (IEEE 754-2008 binary16 / binary32; bfloat16
     /// is 16 bits).
-    pub fn bytes(self) -> f64 {
+    pub const fn bytes(self) -> f64 {
         match self {
             NumFormat::Fp16 | NumFormat::Bf16 => 2.0,
             NumFormat::Fp32 => 4.0,

@@ -38,7 +38,7 @@
 use crate::choice::{self, Choice};
 use crate::cluster::Cluster;
 use crate::error::SpecError;
-use crate::precision::NumFormat;
+use crate::precision::{NumFormat, Precision};
 pub use crate::stack::Stack;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -575,26 +575,25 @@ impl Strategy {
         }
     }
 
-    /// Bytes per parameter of the sharded training state on the GPU: fp32
-    /// parameters, fp32 gradients and two fp32 Adam moments (16), or with
-    /// the optimizer offloaded, the parameter shard in `param_dtype` plus
-    /// its reduced gradient in `reduce_dtype`.
-    pub fn gpu_state_bytes_per_param(&self) -> f64 {
-        match self.offload {
-            Offload::Optimizer => self.param_dtype.bytes() + self.reduce_dtype.bytes(),
-            _ => STATE_BYTES_PER_PARAM,
+    /// The element formats of training with this strategy on a workload
+    /// computing in `compute` (`--dtype`): the one place a [`Precision`]
+    /// is built. Parameters gathered and all-gathered in `param_dtype`,
+    /// gradients reduced in `reduce_dtype`, the optimizer state in
+    /// [`Precision::OPTIMIZER`] (fp32).
+    pub fn precision(&self, compute: NumFormat) -> Precision {
+        Precision {
+            compute,
+            params: self.param_dtype,
+            grads: self.reduce_dtype,
+            optimizer: Precision::OPTIMIZER,
+            comm: self.param_dtype,
         }
     }
 
-    /// Bytes per local parameter of host memory for the optimizer: fp32
-    /// master, gradient and two moments, plus a pinned staging copy of the
-    /// updated parameters in `param_dtype` (0 unless the optimizer is
-    /// offloaded).
-    pub fn host_state_bytes_per_param(&self) -> f64 {
-        match self.offload {
-            Offload::Optimizer => STATE_BYTES_PER_PARAM + self.param_dtype.bytes(),
-            _ => 0.0,
-        }
+    /// Whether the optimizer (its state and step) lives on the host
+    /// (ZeRO-Offload).
+    pub fn offloads_optimizer(&self) -> bool {
+        self.offload == Offload::Optimizer
     }
 
     /// Whether micro-batch `k` of a rank keeps its activations on the GPU
@@ -626,8 +625,9 @@ pub fn default_3d_stack(sharding: Sharding) -> Stack {
 }
 
 /// Bytes per parameter of mixed-precision (and fp32) Adam training state:
-/// fp32 parameters (4), fp32 gradients (4) and two fp32 moments (8).
-pub const STATE_BYTES_PER_PARAM: f64 = 16.0;
+/// fp32 parameters (4), fp32 gradients (4) and two fp32 moments (8): the
+/// state of [`Precision::OPTIMIZER`] ([`Precision::state_bytes_per_param`]).
+pub const STATE_BYTES_PER_PARAM: f64 = Precision::STATE_TENSORS * Precision::OPTIMIZER.bytes();
 
 /// Shard and replica groups of a cluster: shard group `k` holds ranks
 /// `k*group_size .. (k+1)*group_size`; replica group `j` holds the ranks at
@@ -1155,6 +1155,39 @@ mod tests {
             ]
         );
         assert_eq!(Checkpointing::Every(1).block(3), Recompute::Full);
+    }
+
+    #[test]
+    fn precision_follows_the_workload_and_the_strategy() {
+        let c = two_nodes();
+        let fsdp = StrategySpec {
+            accumulation: Some(Accumulation::NoSync),
+            offload: Some(Offload::Optimizer),
+            ..StrategySpec::default()
+        }
+        .resolve(&ctx(&c))
+        .unwrap();
+        let p = fsdp.precision(NumFormat::Bf16);
+        assert_eq!(
+            (p.compute, p.params, p.grads, p.optimizer, p.comm),
+            (
+                NumFormat::Bf16,
+                NumFormat::Bf16,
+                NumFormat::Fp32,
+                NumFormat::Fp32,
+                NumFormat::Bf16
+            )
+        );
+        // Offloaded: a bf16 shard and an fp32 gradient stay on the GPU.
+        assert!(fsdp.offloads_optimizer());
+        assert_eq!(p.gpu_state_bytes_per_param(fsdp.offloads_optimizer()), 6.0);
+        let ceph = Strategy::cephalo(8, Attention::Eager).precision(NumFormat::Fp16);
+        assert_eq!(
+            (ceph.compute, ceph.comm),
+            (NumFormat::Fp16, NumFormat::Fp32)
+        );
+        assert_eq!(ceph.gpu_state_bytes_per_param(false), STATE_BYTES_PER_PARAM);
+        assert!(!ceph.casts_grads());
     }
 
     #[test]
