@@ -13,13 +13,13 @@ mod engine {
     use criterion::{Criterion, Throughput};
     use sim::cluster::Cluster;
     use sim::cost::{CostModel, CostOptions, Workload};
-    use sim::dtype::Dtype;
     use sim::engine::{run, NullObserver};
     use sim::gpu::GpuCatalog;
     use sim::iteration::SimOptions;
     use sim::model::ModelCatalog;
     use sim::perfmodel::Roofline;
     use sim::plan::Plan;
+    use sim::precision::NumFormat;
     use sim::profile::ProfileSet;
     use sim::simulate::{build_graph, simulate};
     use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding, Strategy};
@@ -60,7 +60,7 @@ mod engine {
             cluster,
             seq_len: model.seq_len,
             model,
-            dtype: Dtype::Bf16,
+            dtype: NumFormat::Bf16,
             global_batch: 4 * ranks as u32,
         };
         let costs = CostModel::build(
@@ -81,7 +81,7 @@ mod engine {
             accumulation: Accumulation::NoSync,
             checkpointing: Checkpointing::Full,
             offload: Offload::None,
-            param_dtype: Dtype::Bf16,
+            param_dtype: NumFormat::Bf16,
             ..cephalo
         };
         vec![
@@ -318,7 +318,6 @@ mod planner {
     use criterion::{Criterion, Throughput};
     use sim::cluster::Cluster;
     use sim::cost::{CostModel, CostOptions, Workload};
-    use sim::dtype::Dtype;
     use sim::gpu::GpuCatalog;
     use sim::model::ModelCatalog;
     use sim::planner::cephalo;
@@ -327,6 +326,7 @@ mod planner {
     use sim::planner::pipeline_hetero::HeteroPipeline;
     use sim::planner::registry::native;
     use sim::planner::{Planner, PlannerOptions, Problem, SimJudge};
+    use sim::precision::NumFormat;
     use sim::profile::{reference, BlockProfile, ProfileSet};
     use sim::strategy::{Attention, Strategy, StrategySpec};
     use std::hint::black_box;
@@ -362,7 +362,7 @@ mod planner {
             cluster,
             model: spec,
             seq_len,
-            dtype: Dtype::Fp16,
+            dtype: NumFormat::Fp16,
             global_batch: batch,
         };
         let options = CostOptions {

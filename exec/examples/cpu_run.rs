@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use exec::{
-    AdamConfig, BlockConfig, BlockKind, DeviceKind, Dtype, Job, LaunchOptions, ProfileConfig,
+    AdamConfig, BlockConfig, BlockKind, DeviceKind, Job, LaunchOptions, NumFormat, ProfileConfig,
     RankPlan,
 };
 
@@ -32,7 +32,7 @@ fn main() {
     let prof = exec::profile_compute(&ProfileConfig {
         model: model.clone(),
         device: DeviceKind::Cpu,
-        dtype: Dtype::Fp32,
+        dtype: NumFormat::Fp32,
         micro_batch_sizes: vec![1, 2, 3],
         warmup: 2,
         repetitions: 7,
@@ -70,7 +70,7 @@ fn main() {
         warmup_iterations: 1,
         adam: AdamConfig::default(),
         device: DeviceKind::Cpu,
-        dtype: Dtype::Fp32,
+        dtype: NumFormat::Fp32,
         seed: 1,
         threads: Some(1),
         measure_wait: true,

@@ -11,7 +11,7 @@ use sim::plan::pipeline::Pipeline;
 use sim::strategy::{Attention, Checkpointing, Sharding, Strategy};
 
 use crate::error::ExecError;
-use sim::dtype::Dtype;
+use sim::precision::NumFormat;
 
 /// The kind of block the trainer builds for a catalog model family
 /// ([`sim::model::Family`]): the trainer has two block implementations.
@@ -237,7 +237,7 @@ pub struct Job {
     /// Device kind of every rank.
     pub device: DeviceKind,
     /// Compute dtype.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// Seed of the parameter initialisation and of the token data.
     #[serde(default)]
     pub seed: u64,
@@ -403,7 +403,7 @@ impl Job {
                 "the trainer's blocks use eager attention (the kernel its compute profiles measure); flash attention is simulated only".into(),
             );
         }
-        if s.reduce_dtype != sim::dtype::Dtype::Fp32 {
+        if s.reduce_dtype != sim::precision::NumFormat::Fp32 {
             return bad(
                 "strategy.reduce_dtype",
                 format!(
@@ -581,7 +581,7 @@ impl Job {
                 );
             }
         }
-        if self.device == DeviceKind::Cpu && self.dtype != Dtype::Fp32 {
+        if self.device == DeviceKind::Cpu && self.dtype != NumFormat::Fp32 {
             return bad("dtype".into(), "expected fp32 on the cpu device".into());
         }
         if let Some(f) = &self.fault {
@@ -636,7 +636,7 @@ pub struct ProfileConfig {
     /// Device kind (device 0 / local rank 0 for CUDA).
     pub device: DeviceKind,
     /// Compute dtype.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// Micro-batch sizes to time (samples).
     pub micro_batch_sizes: Vec<usize>,
     /// Untimed runs before each point.

@@ -78,7 +78,7 @@ pub use alloc::keep_freed_memory;
 #[cfg(feature = "mpi")]
 pub use comm::MpiComm;
 pub use error::ExecError;
-pub use sim::dtype::Dtype;
+pub use sim::precision::NumFormat;
 
 /// Trains `job` on this rank of `comm` (every rank calls it with the same
 /// job): Cephalo's FSDP schedule (layer-major forward with outputs kept in

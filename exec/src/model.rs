@@ -346,11 +346,11 @@ pub fn device_for(kind: crate::config::DeviceKind, rank: usize) -> TResult<Devic
 }
 
 /// tch kind of a dtype.
-pub fn kind_of(d: sim::dtype::Dtype) -> Kind {
+pub fn kind_of(d: sim::precision::NumFormat) -> Kind {
     match d {
-        sim::dtype::Dtype::Fp32 => Kind::Float,
-        sim::dtype::Dtype::Fp16 => Kind::Half,
-        sim::dtype::Dtype::Bf16 => Kind::BFloat16,
+        sim::precision::NumFormat::Fp32 => Kind::Float,
+        sim::precision::NumFormat::Fp16 => Kind::Half,
+        sim::precision::NumFormat::Bf16 => Kind::BFloat16,
     }
 }
 

@@ -16,7 +16,7 @@ use crate::error::ExecError;
 use crate::layout::init_values;
 use crate::model::{device_for, device_used_bytes, kind_of, sync, terr, Model, TResult};
 use crate::report::{median, ComputeProfile, PassTiming};
-use sim::dtype::Dtype;
+use sim::precision::NumFormat;
 
 fn time_ms<F: FnMut() -> TResult<()>>(
     device: Device,
@@ -217,7 +217,7 @@ fn check_compute_config(cfg: &ProfileConfig) -> Result<(), ExecError> {
             message: "expected a non-empty list of positive sizes".into(),
         });
     }
-    if cfg.device == DeviceKind::Cpu && cfg.dtype != Dtype::Fp32 {
+    if cfg.device == DeviceKind::Cpu && cfg.dtype != NumFormat::Fp32 {
         return Err(ExecError::InvalidJob {
             field: "dtype".into(),
             message: "expected fp32 on the cpu device".into(),

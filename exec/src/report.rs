@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BlockConfig, DeviceKind};
-use sim::dtype::Dtype;
+use sim::precision::NumFormat;
 
 /// One rank's share of one iteration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -147,7 +147,7 @@ pub struct ComputeProfile {
     /// Device kind.
     pub device: DeviceKind,
     /// Compute dtype.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// libtorch intra-op threads used (CPU).
     pub threads: usize,
     /// Parameters of one block.

@@ -42,7 +42,7 @@ use crate::config::{AdamConfig, BlockConfig, BlockKind, DeviceKind, Job, RankPla
 use crate::error::ExecError;
 use crate::layout::unit_layouts;
 use crate::report::{median, CollectiveOp, CollectiveTiming, ComputeProfile, TrainReport};
-use sim::dtype::Dtype;
+use sim::precision::NumFormat;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -131,7 +131,7 @@ pub struct RunSettings {
     /// Device of every rank.
     pub device: DeviceKind,
     /// Compute dtype.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// Recorded iterations.
     pub iterations: usize,
     /// Warm-up iterations (trained, not recorded).
@@ -265,8 +265,8 @@ fn act_mem_bytes(c: &ComputeProfile, k: usize) -> Option<f64> {
         .max()? as f64;
     let m = c.block.get(k)?.micro_batch_size as f64;
     let elem = match c.dtype {
-        Dtype::Fp32 => 4.0,
-        Dtype::Fp16 | Dtype::Bf16 => 2.0,
+        NumFormat::Fp32 => 4.0,
+        NumFormat::Fp16 | NumFormat::Bf16 => 2.0,
     };
     let kept =
         (c.model.layers + 1) as f64 * m * c.model.seq_len as f64 * c.model.hidden as f64 * elem;
@@ -711,7 +711,7 @@ mod tests {
         };
         let s = RunSettings {
             device: DeviceKind::Cpu,
-            dtype: Dtype::Fp32,
+            dtype: NumFormat::Fp32,
             iterations: 2,
             warmup_iterations: 1,
             seed: 1,
@@ -746,7 +746,7 @@ mod tests {
         let c = ComputeProfile {
             model: BlockConfig::tiny_gpt(),
             device: DeviceKind::Cpu,
-            dtype: Dtype::Fp32,
+            dtype: NumFormat::Fp32,
             threads: 1,
             params_per_block: 2_000_000,
             params_embedding: 10,

@@ -800,7 +800,7 @@ mod tests {
             let tokens = (m as usize * cfg.seq_len) as f64;
             let want = |pass: Pass| -> Vec<(CollectiveKind, usize)> {
                 sim_tp
-                    .block_collectives(&spec, tokens, sim::dtype::Dtype::Fp32)
+                    .block_collectives(&spec, tokens, sim::precision::NumFormat::Fp32)
                     .iter()
                     .filter(|c| c.pass == pass)
                     .map(|c| (c.kind, (c.bytes / 4.0) as usize))

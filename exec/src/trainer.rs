@@ -748,11 +748,11 @@ impl<'a, C: Collectives> Rank<'a, C> {
 }
 
 /// The 16-bit tensor kind of a parameter dtype (`None` for fp32).
-fn half_kind(d: sim::dtype::Dtype) -> Option<Kind> {
+fn half_kind(d: sim::precision::NumFormat) -> Option<Kind> {
     match d {
-        sim::dtype::Dtype::Fp32 => None,
-        sim::dtype::Dtype::Bf16 => Some(Kind::BFloat16),
-        sim::dtype::Dtype::Fp16 => Some(Kind::Half),
+        sim::precision::NumFormat::Fp32 => None,
+        sim::precision::NumFormat::Bf16 => Some(Kind::BFloat16),
+        sim::precision::NumFormat::Fp16 => Some(Kind::Half),
     }
 }
 

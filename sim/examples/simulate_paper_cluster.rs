@@ -15,12 +15,12 @@
 
 use sim::cluster::Cluster;
 use sim::cost::{CostModel, CostOptions, Workload};
-use sim::dtype::Dtype;
 use sim::gpu::GpuCatalog;
 use sim::iteration::SimOptions;
 use sim::model::ModelCatalog;
 use sim::perfmodel::Roofline;
 use sim::plan::Plan;
+use sim::precision::NumFormat;
 use sim::profile::ProfileSet;
 use sim::simulate::simulate;
 
@@ -35,7 +35,7 @@ fn main() {
         cluster,
         seq_len: model.seq_len,
         model,
-        dtype: Dtype::Fp16,
+        dtype: NumFormat::Fp16,
         global_batch: 64,
     };
     let costs = CostModel::build(

@@ -81,8 +81,8 @@
 //! These analytic sizes are anchored to the measured (or calibrated)
 //! non-state memory of the reference configuration in `crate::cost`.
 
-use crate::dtype::Dtype;
 use crate::model::{Family, ModelSpec};
+use crate::precision::NumFormat;
 use crate::strategy::{Attention, Recompute};
 
 /// Analytic activation sizes of one block (bytes per sample), see the module docs.
@@ -115,7 +115,7 @@ impl BlockActivations {
     pub fn new(
         model: &ModelSpec,
         seq_len: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
         attention: Attention,
         fused: bool,
     ) -> Self {
@@ -286,19 +286,19 @@ mod tests {
     fn gpt_matches_korthikanti_and_orders_policies() {
         let m = model("gpt-2.7b");
         let (s, h, a) = (512.0, 2560.0, 32.0);
-        let b = BlockActivations::new(&m, 512, Dtype::Fp16, Attention::Eager, false);
+        let b = BlockActivations::new(&m, 512, NumFormat::Fp16, Attention::Eager, false);
         assert_eq!(b.saved_none, s * h * (34.0 + 5.0 * a * s / h));
         // Agrees with the catalog's own count.
         assert_eq!(
             b.saved_none,
-            m.activation_bytes_per_sample(512, Dtype::Fp16)
+            m.activation_bytes_per_sample(512, NumFormat::Fp16)
         );
         assert_eq!(b.checkpoint, 2.0 * s * h);
         assert!(b.saved_none > b.saved_selective && b.saved_selective > b.checkpoint);
         assert_eq!(b.kept(Recompute::Full), b.checkpoint);
         assert_eq!(b.regenerated(Recompute::None), 0.0);
         // Flash drops the s^2 terms: 34 s h (the hidden dropout masks stay).
-        let f = BlockActivations::new(&m, 512, Dtype::Fp16, Attention::Flash, false);
+        let f = BlockActivations::new(&m, 512, NumFormat::Fp16, Attention::Flash, false);
         assert_eq!(f.saved_none, 34.0 * s * h + 4.0 * a * s);
         assert!(f.grad_work < b.grad_work && f.nograd_work < b.nograd_work);
     }
@@ -307,12 +307,12 @@ mod tests {
     fn llama_counts_fp32_norms_and_grows_with_seq() {
         let m = model("llama-7b");
         let (s, h, f, a) = (2048.0, 4096.0, 11008.0, 32.0);
-        let fl = BlockActivations::new(&m, 2048, Dtype::Bf16, Attention::Flash, false);
+        let fl = BlockActivations::new(&m, 2048, NumFormat::Bf16, Attention::Flash, false);
         assert_eq!(
             fl.saved_none,
             2.0 * s * (8.0 * h + 4.0 * f) + 8.0 * s * h + 4.0 * a * s
         );
-        let eg = BlockActivations::new(&m, 2048, Dtype::Bf16, Attention::Eager, false);
+        let eg = BlockActivations::new(&m, 2048, NumFormat::Bf16, Attention::Eager, false);
         assert_eq!(eg.saved_none - fl.saved_none, 6.0 * a * s * s - 4.0 * a * s);
         // ~0.4 GB per sample per block with flash at 2k tokens.
         assert!(
@@ -328,7 +328,7 @@ mod tests {
         // k, o and up of q, k, v, o, gate, up, down (kv = h for llama-7b).
         let frac = recomputed_matmul_fraction(&m);
         assert!((frac - (2.0 * h * h + h * f) / (4.0 * h * h + 3.0 * h * f)).abs() < 1e-12);
-        let short = BlockActivations::new(&m, 1024, Dtype::Bf16, Attention::Eager, false);
+        let short = BlockActivations::new(&m, 1024, NumFormat::Bf16, Attention::Eager, false);
         assert!(eg.saved_none > 2.0 * short.saved_none);
         assert!(eg.reference_peak(32) > 32.0 * eg.checkpoint);
     }
@@ -340,8 +340,8 @@ mod tests {
     fn fused_blocks_keep_fewer_intermediates() {
         let m = model("llama3-8b");
         let (s, h, kv, f, a) = (8192.0, 4096.0, 1024.0, 14336.0, 32.0);
-        let eager = BlockActivations::new(&m, 8192, Dtype::Bf16, Attention::Flash, false);
-        let fused = BlockActivations::new(&m, 8192, Dtype::Bf16, Attention::Flash, true);
+        let eager = BlockActivations::new(&m, 8192, NumFormat::Bf16, Attention::Flash, false);
+        let fused = BlockActivations::new(&m, 8192, NumFormat::Bf16, Attention::Flash, true);
         assert_eq!(
             fused.saved_none,
             2.0 * s * (6.0 * h + 2.0 * kv + 3.0 * f) + 8.0 * s + 4.0 * a * s
@@ -352,8 +352,8 @@ mod tests {
         let g = model("gpt-2.7b");
         for att in [Attention::Eager, Attention::Flash] {
             assert_eq!(
-                BlockActivations::new(&g, 2048, Dtype::Bf16, att, true),
-                BlockActivations::new(&g, 2048, Dtype::Bf16, att, false)
+                BlockActivations::new(&g, 2048, NumFormat::Bf16, att, true),
+                BlockActivations::new(&g, 2048, NumFormat::Bf16, att, false)
             );
         }
     }
@@ -365,7 +365,7 @@ mod tests {
                 .into_iter()
                 .flat_map(|a| [(a, false), (a, true)])
             {
-                for d in Dtype::ALL {
+                for d in NumFormat::ALL {
                     let b = BlockActivations::new(m, m.seq_len, d, att, fused);
                     assert!(b.checkpoint > 0.0 && b.head_work > 0.0, "{}", m.name);
                     assert!(b.saved_none >= b.saved_selective, "{}", m.name);

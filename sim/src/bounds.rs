@@ -92,7 +92,7 @@ pub fn host_floor(
     let s = &schedule.strategy;
     let n = sizes.len();
     crate::limits::check_microbatches("plan", &format!("gpus[{rank}].microbatches"), n as u64)?;
-    let mut floor = (s.host_state_bytes_per_param() * local_params).round() as i64;
+    let mut floor = (schedule.host_state_bytes_per_param() * local_params).round() as i64;
     if n == 0 || !s.offloads_activations(n as u32) {
         return Ok(floor);
     }
@@ -435,7 +435,7 @@ fn walk_peak(
 ) -> Result<RankPeak, PlanError> {
     let s = &schedule.strategy;
     let base = schedule.base_device_bytes(local_params);
-    let host_base = (s.host_state_bytes_per_param() * local_params).round() as i64;
+    let host_base = (schedule.host_state_bytes_per_param() * local_params).round() as i64;
     let units = &schedule.units;
     let shards = s.sharding.shards_params();
     if sizes.is_empty() {
@@ -544,7 +544,7 @@ mod tests {
                 .unwrap()
                 .clone(),
             seq_len: 256,
-            dtype: crate::dtype::Dtype::Fp16,
+            dtype: crate::precision::NumFormat::Fp16,
             global_batch: 64,
         };
         CostModel::build(

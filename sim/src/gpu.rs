@@ -11,8 +11,8 @@
 //! and after normalisation (see [`normalize_gpu_name`]), so a lookup never
 //! silently picks one of two GPUs.
 
-use crate::dtype::Dtype;
 use crate::error::SpecError;
+use crate::precision::NumFormat;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -222,22 +222,22 @@ impl GpuSpec {
     /// Dense peak TFLOPS for a training dtype: fp16 -> `fp16_tflops`,
     /// bf16 -> `bf16_tflops` (`None` if unsupported), fp32 -> `fp32_tflops`
     /// (TF32 off, as in the reference profiles).
-    pub fn peak_tflops(&self, dtype: Dtype) -> Option<f64> {
+    pub fn peak_tflops(&self, dtype: NumFormat) -> Option<f64> {
         match dtype {
-            Dtype::Fp16 => Some(self.fp16_tflops),
-            Dtype::Bf16 => self.bf16_tflops,
-            Dtype::Fp32 => Some(self.fp32_tflops),
+            NumFormat::Fp16 => Some(self.fp16_tflops),
+            NumFormat::Bf16 => self.bf16_tflops,
+            NumFormat::Fp32 => Some(self.fp32_tflops),
         }
     }
 
     /// Whether this GPU can train in `dtype`.
-    pub fn supports(&self, dtype: Dtype) -> bool {
+    pub fn supports(&self, dtype: NumFormat) -> bool {
         self.peak_tflops(dtype).is_some()
     }
 
     /// The dtypes this GPU can train in, as printed (`fp16, fp32`).
     pub fn supported_dtypes(&self) -> String {
-        Dtype::ALL
+        NumFormat::ALL
             .iter()
             .filter(|d| self.supports(**d))
             .map(|d| d.to_string())
@@ -249,7 +249,12 @@ impl GpuSpec {
     /// a profile entry, `predict`): an error naming `origin` and `field`
     /// when the GPU has no units for it (bf16 on Pascal, Volta and Turing:
     /// no `bf16_tflops` in the catalog).
-    pub fn check_dtype(&self, dtype: Dtype, origin: &str, field: &str) -> Result<(), SpecError> {
+    pub fn check_dtype(
+        &self,
+        dtype: NumFormat,
+        origin: &str,
+        field: &str,
+    ) -> Result<(), SpecError> {
         if self.supports(dtype) {
             return Ok(());
         }
@@ -853,29 +858,29 @@ mod tests {
         let c = GpuCatalog::builtin();
         let p40 = c.get("p40").unwrap();
         assert!(!p40.tensor_cores);
-        assert!(!p40.supports(Dtype::Bf16));
-        assert!(p40.peak_tflops(Dtype::Fp16).unwrap() <= p40.fp32_tflops);
+        assert!(!p40.supports(NumFormat::Bf16));
+        assert!(p40.peak_tflops(NumFormat::Fp16).unwrap() <= p40.fp32_tflops);
         let t4 = c.get("t4").unwrap();
-        assert_eq!(t4.peak_tflops(Dtype::Bf16), None);
-        assert_eq!(t4.peak_tflops(Dtype::Fp16), Some(65.0));
+        assert_eq!(t4.peak_tflops(NumFormat::Bf16), None);
+        assert_eq!(t4.peak_tflops(NumFormat::Fp16), Some(65.0));
         let a100 = c.get("a100x40").unwrap();
-        assert_eq!(a100.peak_tflops(Dtype::Bf16), Some(312.0));
-        assert_eq!(a100.peak_tflops(Dtype::Fp32), Some(19.5));
+        assert_eq!(a100.peak_tflops(NumFormat::Bf16), Some(312.0));
+        assert_eq!(a100.peak_tflops(NumFormat::Fp32), Some(19.5));
         assert_eq!(a100.capacity_gib(), 40.0);
         assert_eq!(a100.nvlink_gbps(), Some(300.0));
         for g in c.all() {
             assert!(
-                g.supports(Dtype::Fp16) && g.supports(Dtype::Fp32),
+                g.supports(NumFormat::Fp16) && g.supports(NumFormat::Fp32),
                 "{}",
                 g.name
             );
             assert_eq!(
-                g.supports(Dtype::Bf16),
+                g.supports(NumFormat::Bf16),
                 matches!(g.arch.as_str(), "ampere" | "ada" | "hopper")
             );
             assert_eq!(
                 g.tf32_tflops.is_some(),
-                g.supports(Dtype::Bf16),
+                g.supports(NumFormat::Bf16),
                 "{}",
                 g.name
             );

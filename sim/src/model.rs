@@ -20,9 +20,9 @@
 //! models have an image size that is a multiple of the patch size; names and
 //! aliases unique (see `NameIndex` in [`crate::gpu`]).
 
-use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::NameIndex;
+use crate::precision::NumFormat;
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
 
@@ -525,10 +525,10 @@ impl ModelSpec {
     /// independent of its size): fp32 reads every parameter once (4 B);
     /// fp16/bf16 autocast reads the fp32 master (4 B), writes the half copy
     /// (2 B) and reads it in the matmul (2 B): 8 B per parameter.
-    pub fn block_weight_bytes(&self, dtype: Dtype) -> f64 {
+    pub fn block_weight_bytes(&self, dtype: NumFormat) -> f64 {
         let per_param = match dtype {
-            Dtype::Fp32 => 4.0,
-            Dtype::Fp16 | Dtype::Bf16 => 8.0,
+            NumFormat::Fp32 => 4.0,
+            NumFormat::Fp16 | NumFormat::Bf16 => 8.0,
         };
         self.params_per_block() as f64 * per_param
     }
@@ -542,7 +542,7 @@ impl ModelSpec {
     /// by scale+mask, by softmax and (GPT/BERT) by dropout, and read by `AV`.
     /// LLaMA/Mistral: rotary on q,k; K/V expanded to all heads (`repeat_kv`)
     /// when grouped; softmax written in fp32 and cast back (HF eager).
-    pub fn block_activation_io_bytes_fwd(&self, seq_len: u32, dtype: Dtype) -> f64 {
+    pub fn block_activation_io_bytes_fwd(&self, seq_len: u32, dtype: NumFormat) -> f64 {
         let e = dtype.bytes();
         let t = self.tokens_per_sample(seq_len) as f64;
         let (h, kv, f, a) = (
@@ -610,7 +610,7 @@ impl ModelSpec {
     /// reruns (norms, residual adds, activation functions, dropout with its
     /// 1-byte masks, rotary, the GQA `repeat_kv` copies), without the
     /// matmuls' reads and writes and without the score chain.
-    pub fn block_pointwise_io_bytes_fwd(&self, seq_len: u32, dtype: Dtype) -> f64 {
+    pub fn block_pointwise_io_bytes_fwd(&self, seq_len: u32, dtype: NumFormat) -> f64 {
         let e = dtype.bytes();
         let t = self.tokens_per_sample(seq_len) as f64;
         let (h, kv, f) = (self.hidden as f64, self.kv_dim() as f64, self.ffn as f64);
@@ -640,7 +640,7 @@ impl ModelSpec {
     /// [`ModelSpec::block_weight_bytes`] (the weights once) plus
     /// [`ModelSpec::block_activation_io_bytes_fwd`]. For a micro-batch of `m`
     /// samples use `weight + m * activation`, not `m *` this.
-    pub fn block_bytes_fwd(&self, seq_len: u32, dtype: Dtype) -> f64 {
+    pub fn block_bytes_fwd(&self, seq_len: u32, dtype: NumFormat) -> f64 {
         self.block_weight_bytes(dtype) + self.block_activation_io_bytes_fwd(seq_len, dtype)
     }
 
@@ -657,7 +657,7 @@ impl ModelSpec {
     /// k and v expanded to all heads, SwiGLU's gate, up, SiLU and product)
     /// plus the softmax output in fp32 (`4*a*s^2`) and, below fp32, its
     /// cast copy (`e*a*s^2`).
-    pub fn activation_bytes_per_sample(&self, seq_len: u32, dtype: Dtype) -> f64 {
+    pub fn activation_bytes_per_sample(&self, seq_len: u32, dtype: NumFormat) -> f64 {
         let e = dtype.bytes();
         let s = self.tokens_per_sample(seq_len) as f64;
         let (h, kv, f, a) = (
@@ -1097,23 +1097,23 @@ mod tests {
         let m = model("gpt-2.7b");
         let (s, h, a) = (512.0, 2560.0, 32.0);
         let k16 = s * h * (34.0 + 5.0 * a * s / h);
-        assert_eq!(m.activation_bytes_per_sample(512, Dtype::Fp16), k16);
-        assert_eq!(m.activation_bytes_per_sample(512, Dtype::Bf16), k16);
+        assert_eq!(m.activation_bytes_per_sample(512, NumFormat::Fp16), k16);
+        assert_eq!(m.activation_bytes_per_sample(512, NumFormat::Bf16), k16);
         let k32 = s * h * (66.0 + 9.0 * a * s / h);
-        assert_eq!(m.activation_bytes_per_sample(512, Dtype::Fp32), k32);
+        assert_eq!(m.activation_bytes_per_sample(512, NumFormat::Fp32), k32);
         // llama: 2*s*(8h + 4f) + 6*a*s^2 in fp16
         let l = model("llama-7b");
         let (h, f) = (4096.0, 11008.0);
         assert_eq!(
-            l.activation_bytes_per_sample(512, Dtype::Fp16),
+            l.activation_bytes_per_sample(512, NumFormat::Fp16),
             2.0 * s * (8.0 * h + 4.0 * f) + 6.0 * a * s * s
         );
         for m in ModelCatalog::builtin().all() {
-            let b16 = m.activation_bytes_per_sample(512, Dtype::Fp16);
-            let b32 = m.activation_bytes_per_sample(512, Dtype::Fp32);
+            let b16 = m.activation_bytes_per_sample(512, NumFormat::Fp16);
+            let b32 = m.activation_bytes_per_sample(512, NumFormat::Fp32);
             assert!(b16 > 0.0 && b32 > b16 && b32 <= 2.0 * b16, "{}", m.name);
             assert!(
-                m.activation_bytes_per_sample(1024, Dtype::Fp16) > 2.0 * b16
+                m.activation_bytes_per_sample(1024, NumFormat::Fp16) > 2.0 * b16
                     || m.family == Family::Vit,
                 "{}",
                 m.name
@@ -1124,19 +1124,19 @@ mod tests {
     #[test]
     fn bytes_moved() {
         let m = model("gpt-2.7b");
-        let w16 = m.block_weight_bytes(Dtype::Fp16);
+        let w16 = m.block_weight_bytes(NumFormat::Fp16);
         assert_eq!(w16, 8.0 * 78_676_480.0);
-        assert_eq!(m.block_weight_bytes(Dtype::Fp32), 4.0 * 78_676_480.0);
-        let act = m.block_activation_io_bytes_fwd(512, Dtype::Fp16);
-        assert_eq!(m.block_bytes_fwd(512, Dtype::Fp16), w16 + act);
+        assert_eq!(m.block_weight_bytes(NumFormat::Fp32), 4.0 * 78_676_480.0);
+        let act = m.block_activation_io_bytes_fwd(512, NumFormat::Fp16);
+        assert_eq!(m.block_bytes_fwd(512, NumFormat::Fp16), w16 + act);
         // activations: at least the score matrix written and read, at most a few
         // dozen passes over the hidden state
         let (s, h, a) = (512.0, 2560.0, 32.0);
         assert!(act > 2.0 * 2.0 * a * s * s);
         assert!(act < 2.0 * (60.0 * s * h + 10.0 * a * s * s));
-        assert!(m.block_activation_io_bytes_fwd(512, Dtype::Fp32) > act);
+        assert!(m.block_activation_io_bytes_fwd(512, NumFormat::Fp32) > act);
         for m in ModelCatalog::builtin().all() {
-            for d in Dtype::ALL {
+            for d in NumFormat::ALL {
                 let b = m.block_activation_io_bytes_fwd(m.seq_len, d);
                 assert!(b.is_finite() && b > 0.0, "{} {d}", m.name);
                 // arithmetic intensity of a block is between 1 and 10^4 FLOP/byte

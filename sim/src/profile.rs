@@ -21,7 +21,7 @@ pub mod native;
 pub mod nccl;
 pub mod reference;
 
-use crate::dtype::Dtype;
+use crate::precision::NumFormat;
 use crate::strategy::Attention;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -307,7 +307,7 @@ pub struct BlockProfile {
     /// Tokens per sample.
     pub seq_len: u32,
     /// Precision.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// The timing curve.
     pub curve: ComputeCurve,
     /// The attention kernel the blocks ran when measured (the reference
@@ -327,7 +327,7 @@ pub struct MemoryProfile {
     /// Model key as written in the file.
     pub model_key: String,
     /// Precision.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// Total trainable parameters of the model as built for that measurement.
     pub parameters: u64,
     /// Tokens per sample it was measured at (`None`: the model's default,
@@ -400,7 +400,7 @@ pub struct UnitProfile {
     /// Tokens per sample.
     pub seq_len: u32,
     /// Precision.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// Measured micro-batch sizes.
     pub batch_sizes: Vec<u32>,
     /// Embedding forward ms at each size.
@@ -447,7 +447,7 @@ pub struct Rejected {
     /// Tokens per sample.
     pub seq_len: u32,
     /// Precision.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// File.
     pub origin: String,
     /// Entry key in the file.
@@ -480,7 +480,7 @@ impl ProfileSet {
         gpu: &str,
         model: &str,
         seq_len: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
     ) -> Option<&BlockProfile> {
         self.blocks
             .iter()
@@ -496,7 +496,7 @@ impl ProfileSet {
         gpu: &str,
         model: &str,
         seq_len: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
     ) -> Option<&Rejected> {
         self.rejected
             .iter()
@@ -509,7 +509,7 @@ impl ProfileSet {
         gpu: &str,
         model_key: &str,
         seq_len: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
     ) -> Option<&BlockProfile> {
         self.blocks
             .iter()
@@ -525,7 +525,7 @@ impl ProfileSet {
         &self,
         cluster: Option<&str>,
         model: &str,
-        dtype: Dtype,
+        dtype: NumFormat,
     ) -> Option<&MemoryProfile> {
         let it = self.memory.iter().filter(|m| {
             m.model == model && m.dtype == dtype && cluster.is_none_or(|c| m.cluster == c)
@@ -545,7 +545,13 @@ impl ProfileSet {
     }
 
     /// Measured unit costs for a key, if any.
-    pub fn unit(&self, gpu: &str, model: &str, seq_len: u32, dtype: Dtype) -> Option<&UnitProfile> {
+    pub fn unit(
+        &self,
+        gpu: &str,
+        model: &str,
+        seq_len: u32,
+        dtype: NumFormat,
+    ) -> Option<&UnitProfile> {
         self.units
             .iter()
             .find(|u| u.gpu == gpu && u.model == model && u.seq_len == seq_len && u.dtype == dtype)
@@ -592,7 +598,7 @@ mod tests {
             cluster: "x".into(),
             model: "m".into(),
             model_key: "m".into(),
-            dtype: Dtype::Fp16,
+            dtype: NumFormat::Fp16,
             parameters: 1,
             seq_len: None,
             act_gib: vec![1.0, 2.0, 3.0, 5.0, 7.0, 9.0],

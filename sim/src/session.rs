@@ -9,7 +9,6 @@
 
 use crate::cluster::Cluster;
 use crate::cost::{CostModel, CostOptions, Workload};
-use crate::dtype::Dtype;
 use crate::error::{PlanError, SpecError};
 use crate::iteration::SimOptions;
 use crate::model::ModelSpec;
@@ -17,6 +16,7 @@ use crate::perfmodel::Predictor;
 use crate::plan::file::{PlanFile, PlanWorkload};
 use crate::plan::Plan;
 use crate::planner::{Planned, Planner, PlannerOptions, Problem, SimJudge};
+use crate::precision::NumFormat;
 use crate::profile::ProfileSet;
 use crate::report::Report;
 use crate::simulate::simulate;
@@ -38,7 +38,7 @@ pub struct WorkloadSpec {
     /// Tokens per sample (`None`: the model's default; ViT ignores it).
     pub seq_len: Option<u32>,
     /// Training precision.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// Memory knobs and the memory cluster.
     pub options: CostOptions,
 }

@@ -37,8 +37,8 @@
 
 use crate::choice::{self, Choice};
 use crate::cluster::Cluster;
-use crate::dtype::Dtype;
 use crate::error::SpecError;
+use crate::precision::{NumFormat, Precision};
 pub use crate::stack::Stack;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -482,10 +482,10 @@ pub struct Strategy {
     pub offload: Offload,
     /// Element type of gathered (unsharded) parameters: what all-gathers
     /// carry and gathered units occupy.
-    pub param_dtype: Dtype,
+    pub param_dtype: NumFormat,
     /// Element type of gradient reductions (reduce-scatter, all-reduce) and
     /// of unsharded gradient buffers.
-    pub reduce_dtype: Dtype,
+    pub reduce_dtype: NumFormat,
     /// Attention kernel.
     pub attention: Attention,
     /// The training stack that runs the blocks ([`Stack`]; files written
@@ -537,8 +537,8 @@ impl Strategy {
             accumulation: Accumulation::Layered,
             checkpointing: Checkpointing::Full,
             offload: Offload::Activations,
-            param_dtype: Dtype::Fp32,
-            reduce_dtype: Dtype::Fp32,
+            param_dtype: NumFormat::Fp32,
+            reduce_dtype: NumFormat::Fp32,
             attention,
             stack: Stack::PyTorch,
             compile: false,
@@ -575,26 +575,25 @@ impl Strategy {
         }
     }
 
-    /// Bytes per parameter of the sharded training state on the GPU: fp32
-    /// parameters, fp32 gradients and two fp32 Adam moments (16), or with
-    /// the optimizer offloaded, the parameter shard in `param_dtype` plus
-    /// its reduced gradient in `reduce_dtype`.
-    pub fn gpu_state_bytes_per_param(&self) -> f64 {
-        match self.offload {
-            Offload::Optimizer => self.param_dtype.bytes() + self.reduce_dtype.bytes(),
-            _ => STATE_BYTES_PER_PARAM,
+    /// The element formats of training with this strategy on a workload
+    /// computing in `compute` (`--dtype`): the one place a [`Precision`]
+    /// is built. Parameters gathered and all-gathered in `param_dtype`,
+    /// gradients reduced in `reduce_dtype`, the optimizer state in
+    /// [`Precision::OPTIMIZER`] (fp32).
+    pub fn precision(&self, compute: NumFormat) -> Precision {
+        Precision {
+            compute,
+            params: self.param_dtype,
+            grads: self.reduce_dtype,
+            optimizer: Precision::OPTIMIZER,
+            comm: self.param_dtype,
         }
     }
 
-    /// Bytes per local parameter of host memory for the optimizer: fp32
-    /// master, gradient and two moments, plus a pinned staging copy of the
-    /// updated parameters in `param_dtype` (0 unless the optimizer is
-    /// offloaded).
-    pub fn host_state_bytes_per_param(&self) -> f64 {
-        match self.offload {
-            Offload::Optimizer => STATE_BYTES_PER_PARAM + self.param_dtype.bytes(),
-            _ => 0.0,
-        }
+    /// Whether the optimizer (its state and step) lives on the host
+    /// (ZeRO-Offload).
+    pub fn offloads_optimizer(&self) -> bool {
+        self.offload == Offload::Optimizer
     }
 
     /// Whether micro-batch `k` of a rank keeps its activations on the GPU
@@ -626,8 +625,9 @@ pub fn default_3d_stack(sharding: Sharding) -> Stack {
 }
 
 /// Bytes per parameter of mixed-precision (and fp32) Adam training state:
-/// fp32 parameters (4), fp32 gradients (4) and two fp32 moments (8).
-pub const STATE_BYTES_PER_PARAM: f64 = 16.0;
+/// fp32 parameters (4), fp32 gradients (4) and two fp32 moments (8): the
+/// state of [`Precision::OPTIMIZER`] ([`Precision::state_bytes_per_param`]).
+pub const STATE_BYTES_PER_PARAM: f64 = Precision::STATE_TENSORS * Precision::OPTIMIZER.bytes();
 
 /// Shard and replica groups of a cluster: shard group `k` holds ranks
 /// `k*group_size .. (k+1)*group_size`; replica group `j` holds the ranks at
@@ -681,9 +681,9 @@ pub struct StrategySpec {
     /// `--offload`.
     pub offload: Option<Offload>,
     /// `--param-dtype`.
-    pub param_dtype: Option<Dtype>,
+    pub param_dtype: Option<NumFormat>,
     /// `--reduce-dtype`.
-    pub reduce_dtype: Option<Dtype>,
+    pub reduce_dtype: Option<NumFormat>,
     /// `--attention`.
     pub attention: Option<Attention>,
     /// `--stack`.
@@ -700,7 +700,7 @@ pub struct StrategyContext<'a> {
     /// The cluster (GPU count, node sizes, host memory).
     pub cluster: &'a Cluster,
     /// The training dtype (`--dtype`).
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// The attention the block profiles in use were measured with.
     pub profile_attention: Attention,
 }
@@ -763,7 +763,7 @@ impl StrategySpec {
     ) -> Result<(), SpecError> {
         let bad = |msg: String| SpecError::invalid(origin, field, msg);
         let expected = |choices: &str| bad(format!("expected {choices}, got `{value}`"));
-        let dtype = || Dtype::parse(value).ok_or_else(|| expected("fp32, bf16 or fp16"));
+        let dtype = || NumFormat::parse(value).ok_or_else(|| expected("fp32, bf16 or fp16"));
         match axis.replace('-', "_").as_str() {
             "sharding" => {
                 self.sharding = Some(
@@ -948,10 +948,12 @@ impl StrategySpec {
             } else {
                 Offload::None
             }),
-            param_dtype: self
-                .param_dtype
-                .unwrap_or(if layered { Dtype::Fp32 } else { ctx.dtype }),
-            reduce_dtype: self.reduce_dtype.unwrap_or(Dtype::Fp32),
+            param_dtype: self.param_dtype.unwrap_or(if layered {
+                NumFormat::Fp32
+            } else {
+                ctx.dtype
+            }),
+            reduce_dtype: self.reduce_dtype.unwrap_or(NumFormat::Fp32),
             attention: self.attention.unwrap_or(ctx.profile_attention),
             stack: self.stack.unwrap_or(Stack::PyTorch),
             compile: self.compile.unwrap_or(false),
@@ -1081,7 +1083,7 @@ mod tests {
     fn ctx(c: &Cluster) -> StrategyContext<'_> {
         StrategyContext {
             cluster: c,
-            dtype: Dtype::Bf16,
+            dtype: NumFormat::Bf16,
             profile_attention: Attention::Eager,
         }
     }
@@ -1156,6 +1158,39 @@ mod tests {
     }
 
     #[test]
+    fn precision_follows_the_workload_and_the_strategy() {
+        let c = two_nodes();
+        let fsdp = StrategySpec {
+            accumulation: Some(Accumulation::NoSync),
+            offload: Some(Offload::Optimizer),
+            ..StrategySpec::default()
+        }
+        .resolve(&ctx(&c))
+        .unwrap();
+        let p = fsdp.precision(NumFormat::Bf16);
+        assert_eq!(
+            (p.compute, p.params, p.grads, p.optimizer, p.comm),
+            (
+                NumFormat::Bf16,
+                NumFormat::Bf16,
+                NumFormat::Fp32,
+                NumFormat::Fp32,
+                NumFormat::Bf16
+            )
+        );
+        // Offloaded: a bf16 shard and an fp32 gradient stay on the GPU.
+        assert!(fsdp.offloads_optimizer());
+        assert_eq!(p.gpu_state_bytes_per_param(fsdp.offloads_optimizer()), 6.0);
+        let ceph = Strategy::cephalo(8, Attention::Eager).precision(NumFormat::Fp16);
+        assert_eq!(
+            (ceph.compute, ceph.comm),
+            (NumFormat::Fp16, NumFormat::Fp32)
+        );
+        assert_eq!(ceph.gpu_state_bytes_per_param(false), STATE_BYTES_PER_PARAM);
+        assert!(!ceph.casts_grads());
+    }
+
+    #[test]
     fn defaults_follow_the_accumulation_style() {
         let c = two_nodes();
         let layered = StrategySpec::default().resolve(&ctx(&c)).unwrap();
@@ -1170,7 +1205,7 @@ mod tests {
         assert_eq!(fsdp.offload, Offload::None);
         assert_eq!(
             (fsdp.param_dtype, fsdp.reduce_dtype),
-            (Dtype::Bf16, Dtype::Fp32)
+            (NumFormat::Bf16, NumFormat::Fp32)
         );
         let hsdp = StrategySpec {
             sharding: Some(Sharding::Hybrid),

@@ -52,9 +52,9 @@
 
 use crate::activation::BlockActivations;
 use crate::comm::CollectiveKind;
-use crate::dtype::Dtype;
 use crate::error::PlanError;
 use crate::model::{Family, ModelSpec};
+use crate::precision::NumFormat;
 
 /// Largest TP degree the cost model prices (the predictor's per-degree
 /// tables): 64. Megatron and torchtitan run TP inside one NVLink domain
@@ -331,7 +331,7 @@ impl TensorParallel {
         &self,
         model: &ModelSpec,
         tokens: f64,
-        dtype: Dtype,
+        dtype: NumFormat,
     ) -> Vec<TpCollective> {
         if !self.is_on() {
             return Vec::new();
@@ -382,7 +382,7 @@ impl TensorParallel {
         &self,
         model: &ModelSpec,
         tokens: f64,
-        dtype: Dtype,
+        dtype: NumFormat,
     ) -> Vec<TpCollective> {
         if !self.is_on() {
             return Vec::new();
@@ -409,7 +409,7 @@ impl TensorParallel {
         &self,
         model: &ModelSpec,
         tokens: f64,
-        dtype: Dtype,
+        dtype: NumFormat,
     ) -> Vec<TpCollective> {
         if !self.is_on() {
             return Vec::new();
@@ -506,7 +506,7 @@ impl TensorParallel {
 
 /// Bytes of the activation tensor every TP collective of a block, the
 /// embedding and the head moves: `tokens x h` in the compute dtype.
-fn activation_bytes(model: &ModelSpec, tokens: f64, dtype: Dtype) -> f64 {
+fn activation_bytes(model: &ModelSpec, tokens: f64, dtype: NumFormat) -> f64 {
     tokens * model.hidden as f64 * dtype.bytes()
 }
 
@@ -524,7 +524,7 @@ fn activation_bytes(model: &ModelSpec, tokens: f64, dtype: Dtype) -> f64 {
 pub fn replicated_activations(
     model: &ModelSpec,
     seq_len: u32,
-    dtype: Dtype,
+    dtype: NumFormat,
     fused: bool,
 ) -> BlockActivations {
     let e = dtype.bytes();
@@ -622,8 +622,8 @@ mod tests {
         assert_eq!((m.ffn, m.kv_heads), (4 * m.hidden, m.heads));
         let seq = 2048;
         let (s, h, a) = (seq as f64, m.hidden as f64, m.heads as f64);
-        let full = BlockActivations::new(&m, seq, Dtype::Fp16, Attention::Eager, false);
-        let rep = replicated_activations(&m, seq, Dtype::Fp16, false);
+        let full = BlockActivations::new(&m, seq, NumFormat::Fp16, Attention::Eager, false);
+        let rep = replicated_activations(&m, seq, NumFormat::Fp16, false);
         let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * y;
         assert!(close(full.saved_none, s * h * (34.0 + 5.0 * a * s / h)));
         for t in [2u32, 4, 8] {
@@ -658,11 +658,11 @@ mod tests {
         let count = |v: &[TpCollective], p: Pass, k: CollectiveKind| {
             v.iter().filter(|c| c.pass == p && c.kind == k).count()
         };
-        let plain = TensorParallel::new(4, false).block_collectives(&m, tokens, Dtype::Fp16);
+        let plain = TensorParallel::new(4, false).block_collectives(&m, tokens, NumFormat::Fp16);
         assert_eq!(plain.len(), 4);
         assert_eq!(count(&plain, Pass::Forward, CollectiveKind::AllReduce), 2);
         assert_eq!(count(&plain, Pass::Backward, CollectiveKind::AllReduce), 2);
-        let sp = TensorParallel::new(4, true).block_collectives(&m, tokens, Dtype::Fp16);
+        let sp = TensorParallel::new(4, true).block_collectives(&m, tokens, NumFormat::Fp16);
         assert_eq!(count(&sp, Pass::Forward, CollectiveKind::AllGather), 2);
         assert_eq!(count(&sp, Pass::Forward, CollectiveKind::ReduceScatter), 2);
         assert_eq!(count(&sp, Pass::Backward, CollectiveKind::AllGather), 4);
@@ -684,7 +684,7 @@ mod tests {
             1.5 * ring(&plain, Pass::Backward)
         );
         assert!(TensorParallel::NONE
-            .block_collectives(&m, tokens, Dtype::Fp16)
+            .block_collectives(&m, tokens, NumFormat::Fp16)
             .is_empty());
     }
 
@@ -706,7 +706,7 @@ mod tests {
         let mut ub = TensorParallel::new(t, true);
         ub.comm_overlap = true;
         let plain = TensorParallel::new(t, true);
-        let cs = ub.block_collectives(&m, 2048.0, Dtype::Bf16);
+        let cs = ub.block_collectives(&m, 2048.0, NumFormat::Bf16);
         // Every collective 1 ms, the forward 100 ms: each GEMM covers it.
         let fwd = 100.0;
         let exposed = ub.exposed_ms(&cs, Pass::Forward, fwd, &shares, |_, _| 1.0);
@@ -721,7 +721,7 @@ mod tests {
         // A collective far longer than its GEMM: what is not covered shows.
         let long = ub.exposed_ms(&cs, Pass::Forward, 0.0, &shares, |_, _| 1.0);
         assert!((long - 4.0).abs() < 1e-9, "{long}");
-        let head = ub.head_collectives(&m, 2048.0, Dtype::Bf16);
+        let head = ub.head_collectives(&m, 2048.0, NumFormat::Bf16);
         assert_eq!(
             ub.exposed_ms(&head, Pass::Forward, fwd, &shares, |_, _| 1.0),
             4.0

@@ -717,7 +717,9 @@ pub fn memory(q: &MemoryQuery, catalog: &GpuCatalog) -> Result<MemoryAnswer, Pla
         })
         .collect();
     let params = costs.workload.model.total_params();
-    let per_param = strategy.gpu_state_bytes_per_param();
+    let per_param = strategy
+        .precision(dtype)
+        .gpu_state_bytes_per_param(strategy.offloads_optimizer());
     Ok(MemoryAnswer {
         gpus: n as u32,
         micro_batch_size: m,

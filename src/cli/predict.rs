@@ -26,9 +26,9 @@ use crate::load;
 use anyhow::Result;
 use clap::{Args as ClapArgs, ValueEnum};
 use serde::Serialize;
-use sim::dtype::Dtype;
 use sim::error::SpecError;
 use sim::perfmodel::{BlockImpl, Predictor};
+use sim::precision::NumFormat;
 use sim::profile::ProfileSet;
 use sim::strategy::{Attention, Stack};
 use std::path::PathBuf;
@@ -179,7 +179,7 @@ pub fn parse_batches(s: &str) -> Result<Vec<u32>, SpecError> {
 pub fn run(a: Args) -> Result<ExitCode> {
     let gpu = crate::load::gpus().lookup(&a.gpu, "--gpu")?;
     let model = &crate::load::model(&a.model, "--model")?;
-    let dtype = Dtype::parse(&a.dtype).ok_or_else(|| {
+    let dtype = NumFormat::parse(&a.dtype).ok_or_else(|| {
         SpecError::invalid(
             "--dtype",
             "dtype",
@@ -272,7 +272,7 @@ struct Ctx<'a> {
     gpu: &'a sim::gpu::GpuSpec,
     model: &'a sim::model::ModelSpec,
     seq: u32,
-    dtype: Dtype,
+    dtype: NumFormat,
     imp: BlockImpl,
     tp: sim::tensor::TensorParallel,
 }

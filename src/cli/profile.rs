@@ -132,7 +132,7 @@ pub struct Request {
     /// Tokens per sample.
     pub seq_len: u32,
     /// Precision.
-    pub dtype: sim::dtype::Dtype,
+    pub dtype: sim::precision::NumFormat,
     /// Device.
     pub device: Device,
     /// Catalog name of the device.
@@ -169,16 +169,16 @@ pub fn model(name: &str, origin: &str) -> Result<ModelSpec> {
 }
 
 /// Resolves `--dtype` for a device (CPU: fp32 only).
-pub fn dtype(flag: Option<&str>, device: Device) -> Result<sim::dtype::Dtype> {
+pub fn dtype(flag: Option<&str>, device: Device) -> Result<sim::precision::NumFormat> {
     let d = match flag {
         None => match device {
-            Device::Cpu => sim::dtype::Dtype::Fp32,
-            Device::Cuda => sim::dtype::Dtype::Bf16,
+            Device::Cpu => sim::precision::NumFormat::Fp32,
+            Device::Cuda => sim::precision::NumFormat::Bf16,
         },
-        Some(s) => sim::dtype::Dtype::parse(s)
+        Some(s) => sim::precision::NumFormat::parse(s)
             .ok_or_else(|| UserError(format!("--dtype: expected fp32, fp16 or bf16, got `{s}`")))?,
     };
-    if device == Device::Cpu && d != sim::dtype::Dtype::Fp32 {
+    if device == Device::Cpu && d != sim::precision::NumFormat::Fp32 {
         return Err(UserError(format!("--dtype: the cpu device runs fp32 only, got {d}")).into());
     }
     Ok(d)

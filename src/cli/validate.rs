@@ -323,7 +323,7 @@ fn iteration_spread(xs: &[f64]) -> f64 {
 /// attention.
 fn trainer_context(
     cluster: &Cluster,
-    dtype: sim::dtype::Dtype,
+    dtype: sim::precision::NumFormat,
 ) -> sim::strategy::StrategyContext<'_> {
     sim::strategy::StrategyContext {
         cluster,
@@ -656,7 +656,7 @@ struct Setup {
     seq_len: u32,
     /// The trainer's shape of it.
     cfg: exec::BlockConfig,
-    dtype: sim::dtype::Dtype,
+    dtype: sim::precision::NumFormat,
     /// Catalog name of the device.
     gpu: String,
     threads: Option<usize>,

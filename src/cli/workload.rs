@@ -9,9 +9,9 @@ use anyhow::Result;
 use clap::Args as ClapArgs;
 use sim::choice;
 use sim::cost::{CostModel, CostOptions, MemPolicy};
-use sim::dtype::Dtype;
 use sim::error::SpecError;
 use sim::perfmodel::Calibrated;
+use sim::precision::NumFormat;
 use sim::profile::ProfileSet;
 use sim::session::{build_workload, WorkloadSpec};
 use sim::strategy::{
@@ -372,7 +372,7 @@ impl WorkloadArgs {
         &self,
         cluster: sim::cluster::Cluster,
     ) -> Result<(WorkloadSpec, ProfileSet, Calibrated)> {
-        let dtype = Dtype::parse(&self.dtype).ok_or_else(|| {
+        let dtype = NumFormat::parse(&self.dtype).ok_or_else(|| {
             UserError(format!(
                 "--dtype: expected fp16, bf16 or fp32, got `{}`",
                 self.dtype

@@ -112,7 +112,7 @@ fn a_small_experiment_runs_end_to_end() {
                 .clone(),
             global_batch: row.global_batch,
             seq_len: None,
-            dtype: sim::dtype::Dtype::Fp16,
+            dtype: sim::precision::NumFormat::Fp16,
             options: sim::cost::CostOptions::default(),
         };
         let empty = sim::profile::ProfileSet::new();

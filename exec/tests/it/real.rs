@@ -606,7 +606,7 @@ fn compute_profile_is_sane() {
     let p = exec::profile_compute(&exec::ProfileConfig {
         model: BlockConfig::tiny_gpt(),
         device: exec::DeviceKind::Cpu,
-        dtype: exec::Dtype::Fp32,
+        dtype: exec::NumFormat::Fp32,
         micro_batch_sizes: vec![1, 4],
         warmup: 1,
         repetitions: 3,
@@ -631,7 +631,7 @@ fn compute_is_profiled_on_concurrent_ranks() {
     let cfg = exec::ProfileConfig {
         model: BlockConfig::tiny_gpt(),
         device: exec::DeviceKind::Cpu,
-        dtype: exec::Dtype::Fp32,
+        dtype: exec::NumFormat::Fp32,
         micro_batch_sizes: vec![1, 2],
         warmup: 1,
         repetitions: 3,
@@ -671,7 +671,7 @@ fn a_simulator_plan_trains_and_compares() {
     };
     let s = RunSettings {
         device: exec::DeviceKind::Cpu,
-        dtype: exec::Dtype::Fp32,
+        dtype: exec::NumFormat::Fp32,
         iterations: 2,
         warmup_iterations: 0,
         seed: 3,
@@ -701,8 +701,8 @@ fn half_precision_gathers_carry_rounded_parameters() {
     let model = BlockConfig::tiny_gpt();
     let refr = exec::reference_train(&model, 16, 1, &exec::AdamConfig::default(), 42).unwrap();
     for (dtype, lo, hi) in [
-        (sim::dtype::Dtype::Bf16, 5e-4, 1e-2),
-        (sim::dtype::Dtype::Fp16, 5e-5, 2e-3),
+        (sim::precision::NumFormat::Bf16, 5e-4, 1e-2),
+        (sim::precision::NumFormat::Fp16, 5e-5, 2e-3),
     ] {
         let mut j = job(&UNEVEN, model.clone());
         j.strategy.param_dtype = dtype;

@@ -1,6 +1,8 @@
 //! Jobs that must be rejected before any rank starts, and the stub API.
 
-use exec::{AdamConfig, BlockConfig, DeviceKind, Dtype, ExecError, Job, LaunchOptions, RankPlan};
+use exec::{
+    AdamConfig, BlockConfig, DeviceKind, ExecError, Job, LaunchOptions, NumFormat, RankPlan,
+};
 
 pub(crate) fn job(plan: &[(usize, usize, f64)], model: BlockConfig) -> Job {
     Job {
@@ -21,7 +23,7 @@ pub(crate) fn job(plan: &[(usize, usize, f64)], model: BlockConfig) -> Job {
         warmup_iterations: 0,
         adam: AdamConfig::default(),
         device: DeviceKind::Cpu,
-        dtype: Dtype::Fp32,
+        dtype: NumFormat::Fp32,
         seed: 42,
         threads: Some(1),
         measure_wait: true,
@@ -61,7 +63,7 @@ fn bad_jobs_are_rejected_with_the_field() {
         "plan[0].micro_batches"
     );
     let mut half = job(&[(3, 1, 1.0)], tiny.clone());
-    half.dtype = Dtype::Bf16;
+    half.dtype = NumFormat::Bf16;
     assert_eq!(field_of(half.validate(None, None).unwrap_err()), "dtype");
     let mut model = tiny;
     model.heads = 5;
@@ -88,7 +90,7 @@ fn stub_or_real_api_is_consistent() {
     let r = exec::profile_compute(&exec::ProfileConfig {
         model: BlockConfig::tiny_gpt(),
         device: DeviceKind::Cpu,
-        dtype: Dtype::Fp32,
+        dtype: NumFormat::Fp32,
         micro_batch_sizes: vec![1],
         warmup: 0,
         repetitions: 1,

@@ -4,11 +4,11 @@
 //! source.
 
 use super::workload::Workload;
-use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuSpec;
 use crate::model::ModelSpec;
 use crate::perfmodel::{BlockImpl, Predictor};
+use crate::precision::NumFormat;
 use crate::profile::{ComputeCurve, ProfileSet, Source, UnitProfile};
 use crate::strategy::Attention;
 
@@ -266,7 +266,7 @@ fn analytic_curve(
     gpu: &GpuSpec,
     model: &ModelSpec,
     seq: u32,
-    dtype: Dtype,
+    dtype: NumFormat,
 ) -> Result<ComputeCurve, String> {
     let sizes: Vec<u32> = (1..=ANALYTIC_TABLE_MAX_BATCH).collect();
     let mut f = Vec::with_capacity(sizes.len());
@@ -315,7 +315,7 @@ fn kernel_curve(
     gpu: &GpuSpec,
     model: &ModelSpec,
     seq: u32,
-    dtype: Dtype,
+    dtype: NumFormat,
     measured: &ComputeCurve,
     from: BlockImpl,
     to: BlockImpl,
@@ -392,7 +392,7 @@ fn tp_tables(
     gpu: &GpuSpec,
     model: &ModelSpec,
     seq: u32,
-    dtype: Dtype,
+    dtype: NumFormat,
 ) -> Vec<TpTable> {
     use crate::tensor::{degrees, TensorParallel};
     let mut out = Vec::new();
@@ -464,7 +464,7 @@ fn unit_curves(
     gpu: &GpuSpec,
     model: &ModelSpec,
     seq: u32,
-    dtype: Dtype,
+    dtype: NumFormat,
     imp: BlockImpl,
 ) -> Option<UnitCurves> {
     let sizes: Vec<u32> = (1..=ANALYTIC_TABLE_MAX_BATCH).collect();
@@ -499,7 +499,7 @@ fn selective_fractions(
     gpu: &GpuSpec,
     model: &ModelSpec,
     seq: u32,
-    dtype: Dtype,
+    dtype: NumFormat,
     imp: BlockImpl,
     core: bool,
 ) -> Vec<f64> {

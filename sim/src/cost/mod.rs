@@ -640,10 +640,10 @@ mod tests {
     use super::*;
     use crate::cluster::Cluster;
     use crate::comm::CollectiveKind;
-    use crate::dtype::Dtype;
     use crate::gpu::GpuCatalog;
     use crate::model::ModelCatalog;
     use crate::model::ModelSpec;
+    use crate::precision::NumFormat;
     use crate::profile::CollectiveSample;
     use crate::profile::Source;
 
@@ -658,7 +658,7 @@ mod tests {
             _: &GpuSpec,
             _: &ModelSpec,
             _: u32,
-            _: Dtype,
+            _: NumFormat,
             m: u32,
             imp: BlockImpl,
             tp: &crate::tensor::TensorParallel,
@@ -683,7 +683,7 @@ mod tests {
             _: &GpuSpec,
             _: &ModelSpec,
             _: u32,
-            _: Dtype,
+            _: NumFormat,
             m: u32,
             _: BlockImpl,
             tp: &crate::tensor::TensorParallel,
@@ -696,7 +696,7 @@ mod tests {
                 head_bwd_ms: 6.0 * k,
             })
         }
-        fn act_mem_gib(&self, _: &ModelSpec, _: u32, _: Dtype, m: u32) -> f64 {
+        fn act_mem_gib(&self, _: &ModelSpec, _: u32, _: NumFormat, m: u32) -> f64 {
             0.1 * m as f64
         }
         fn name(&self) -> String {
@@ -709,7 +709,7 @@ mod tests {
             cluster: Cluster::from_gpu_list(gpus, "--gpus", GpuCatalog::builtin()).unwrap(),
             model: ModelCatalog::builtin().get("gpt-test").unwrap().clone(),
             seq_len: 64,
-            dtype: Dtype::Fp32,
+            dtype: NumFormat::Fp32,
             global_batch: 8,
         };
         CostModel::build(w, profiles, &Flat, CostOptions::default()).unwrap()
@@ -749,7 +749,7 @@ mod tests {
             cluster: "x".into(),
             model: "gpt-test".into(),
             model_key: "gpt-test".into(),
-            dtype: Dtype::Fp32,
+            dtype: NumFormat::Fp32,
             parameters: 1,
             seq_len: Some(seq),
             act_gib: (1..=8).map(|m| 0.3 + 0.05 * m as f64).collect(),

@@ -5,9 +5,9 @@
 use super::mem_policy::MemPolicy;
 use crate::cluster::Cluster;
 use crate::comm::CommAlgo;
-use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::model::ModelSpec;
+use crate::precision::NumFormat;
 
 /// What a simulation or plan is about.
 #[derive(Debug, Clone)]
@@ -19,7 +19,7 @@ pub struct Workload {
     /// Tokens per sample (for ViT: the real token count, e.g. 577).
     pub seq_len: u32,
     /// Precision.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// Global batch (samples per iteration).
     pub global_batch: u32,
 }

@@ -17,7 +17,7 @@ spelled! {
         /// Tokens per sample.
         SeqLen = "seq_len",
         /// The dtype.
-        Dtype = "dtype",
+        NumFormat = "dtype",
         /// The network bandwidth override, Gbit/s.
         NetworkGbitS = "network_gbit_s",
         /// GPUs in the cluster.
@@ -47,7 +47,7 @@ impl Axis {
             Axis::Model => "model",
             Axis::GlobalBatch => "global batch (samples)",
             Axis::SeqLen => "sequence length (tokens)",
-            Axis::Dtype => "dtype",
+            Axis::NumFormat => "dtype",
             Axis::NetworkGbitS => "network bandwidth between nodes (Gbit/s)",
             Axis::Gpus => "GPUs in the cluster",
             Axis::AddGpu => "GPU added to the cluster",
@@ -72,7 +72,7 @@ impl Axis {
             Axis::Model => r.model.clone(),
             Axis::GlobalBatch => r.global_batch.to_string(),
             Axis::SeqLen => r.seq_len.to_string(),
-            Axis::Dtype => r.dtype.clone(),
+            Axis::NumFormat => r.dtype.clone(),
             Axis::NetworkGbitS => r.network_gbit_s.map_or(String::new(), |x| x.to_string()),
             Axis::Gpus => r.gpus.to_string(),
             Axis::AddGpu => or(&r.add_gpu, "(none)"),

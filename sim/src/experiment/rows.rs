@@ -21,7 +21,7 @@ pub struct ResultRow {
     pub model: String,
     /// Tokens per sample.
     pub seq_len: u32,
-    /// Dtype.
+    /// Compute format.
     pub dtype: String,
     /// Global batch, samples.
     pub global_batch: u32,

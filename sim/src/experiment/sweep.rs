@@ -6,12 +6,12 @@ use super::cluster_source::{ClusterSource, ClusterText};
 use crate::cluster::Cluster;
 use crate::comm::CommAlgo;
 use crate::cost::MemPolicy;
-use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuCatalog;
 use crate::model::ModelCatalog;
 use crate::plan::shape::ShapePins;
 use crate::planner;
+use crate::precision::NumFormat;
 use crate::profile::ProfileSet;
 use crate::strategy::StrategySpec;
 use serde::{Deserialize, Serialize};
@@ -175,7 +175,7 @@ pub fn parse_cases(text: &str, origin: &str) -> Result<Vec<Case>, SpecError> {
             ));
         }
         if let Some(d) = c.dtype.as_deref().filter(|d| !d.is_empty()) {
-            if Dtype::parse(d).is_none() {
+            if NumFormat::parse(d).is_none() {
                 return Err(line_err(
                     *line,
                     format!("dtype: expected fp16, bf16 or fp32, got `{d}`"),
@@ -228,8 +228,8 @@ pub struct Workload {
     pub global_batch: u32,
     /// Sequence length (`None`: the model's).
     pub seq_len: Option<u32>,
-    /// Dtype.
-    pub dtype: Dtype,
+    /// Compute format.
+    pub dtype: NumFormat,
     /// Network bandwidth override, Gbit/s.
     pub network_gbit_s: Option<f64>,
     /// Copies of the cluster's nodes.
@@ -330,7 +330,7 @@ impl Sweep {
             )?;
         }
         for (i, d) in w.dtypes.iter().enumerate() {
-            if Dtype::parse(d).is_none() {
+            if NumFormat::parse(d).is_none() {
                 return bad(
                     &format!("sweep.dtypes[{i}]"),
                     format!("expected fp16, bf16 or fp32, got `{d}`"),
@@ -546,7 +546,7 @@ struct CaseOf {
     model: String,
     batch: Batch,
     seq_len: Option<u32>,
-    dtype: Dtype,
+    dtype: NumFormat,
     strategy: StrategySpec,
     mem_policy: Option<MemPolicy>,
     shape: ShapePins,
@@ -573,8 +573,8 @@ fn cases_of(w: &Sweep) -> Result<Vec<CaseOf>, SpecError> {
                     dtype: c
                         .dtype
                         .as_deref()
-                        .and_then(Dtype::parse)
-                        .unwrap_or(Dtype::Fp16),
+                        .and_then(NumFormat::parse)
+                        .unwrap_or(NumFormat::Fp16),
                     strategy: StrategySpec::parse_pins(
                         c.strategy.as_deref().unwrap_or(""),
                         name,
@@ -599,10 +599,10 @@ fn cases_of(w: &Sweep) -> Result<Vec<CaseOf>, SpecError> {
     } else {
         w.seq_lens.iter().map(|&s| Some(s)).collect()
     };
-    let dtypes: Vec<Dtype> = if w.dtypes.is_empty() {
-        vec![Dtype::Fp16]
+    let dtypes: Vec<NumFormat> = if w.dtypes.is_empty() {
+        vec![NumFormat::Fp16]
     } else {
-        w.dtypes.iter().filter_map(|d| Dtype::parse(d)).collect()
+        w.dtypes.iter().filter_map(|d| d.parse().ok()).collect()
     };
     let strategies: Vec<StrategySpec> = if w.strategies.is_empty() {
         vec![StrategySpec::NONE]

@@ -11,7 +11,7 @@
 //! Units: samples.
 
 use super::target::{comment_block, header_lines, Exported, Target};
-use crate::dtype::Dtype;
+use crate::precision::NumFormat;
 use crate::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy};
 use std::fmt::Write;
 
@@ -97,9 +97,9 @@ impl Target for Accelerate {
         let _ = writeln!(o, "compute_environment: LOCAL_MACHINE");
         let _ = writeln!(o, "debug: false");
         let mp = match s.param_dtype {
-            Dtype::Bf16 => "bf16",
-            Dtype::Fp16 => "fp16",
-            Dtype::Fp32 => "'no'",
+            NumFormat::Bf16 => "bf16",
+            NumFormat::Fp16 => "fp16",
+            NumFormat::Fp32 => "'no'",
         };
         match sharding_strategy(s.sharding) {
             None => {

@@ -14,8 +14,8 @@
 //! here. Units: samples.
 
 use super::target::{header_lines, Exported, Target};
-use crate::dtype::Dtype;
 use crate::plan::pipeline::{PipeSchedule, Pipeline};
+use crate::precision::NumFormat;
 use crate::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy};
 use serde_json::json;
 
@@ -32,11 +32,11 @@ pub fn zero_stage(s: Sharding) -> u32 {
     }
 }
 
-fn dtype_key(d: Dtype) -> &'static str {
+fn dtype_key(d: NumFormat) -> &'static str {
     match d {
-        Dtype::Fp16 => "fp16",
-        Dtype::Bf16 => "bf16",
-        Dtype::Fp32 => "fp32",
+        NumFormat::Fp16 => "fp16",
+        NumFormat::Bf16 => "bf16",
+        NumFormat::Fp32 => "fp32",
     }
 }
 
@@ -149,9 +149,9 @@ impl Target for DeepSpeed {
             },
         });
         match s.param_dtype {
-            Dtype::Bf16 => cfg["bf16"] = json!({ "enabled": true }),
-            Dtype::Fp16 => cfg["fp16"] = json!({ "enabled": true }),
-            Dtype::Fp32 => {}
+            NumFormat::Bf16 => cfg["bf16"] = json!({ "enabled": true }),
+            NumFormat::Fp16 => cfg["fp16"] = json!({ "enabled": true }),
+            NumFormat::Fp32 => {}
         }
         if sh.tp > 1 {
             cfg["tensor_parallel"] = json!({ "autotp_size": sh.tp });

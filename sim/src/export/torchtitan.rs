@@ -11,8 +11,8 @@
 //! `sync` accumulation. Units: samples, tokens.
 
 use super::target::{comment_block, header_lines, quoted, Exported, Target};
-use crate::dtype::Dtype;
 use crate::plan::pipeline::PipeSchedule;
+use crate::precision::NumFormat;
 use crate::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy};
 use std::fmt::Write;
 
@@ -47,10 +47,10 @@ pub fn schedule_name(s: PipeSchedule) -> &'static str {
     }
 }
 
-fn dtype_name(d: Dtype) -> &'static str {
+fn dtype_name(d: NumFormat) -> &'static str {
     match d {
-        Dtype::Fp32 => "float32",
-        Dtype::Bf16 | Dtype::Fp16 => "bfloat16",
+        NumFormat::Fp32 => "float32",
+        NumFormat::Bf16 | NumFormat::Fp16 => "bfloat16",
     }
 }
 
@@ -88,12 +88,12 @@ impl Target for Torchtitan {
         if s.offload == Offload::Optimizer {
             notes.push("`enable_cpu_offload` is FSDP2's CPUOffloadPolicy: parameters and gradients live on the CPU too, not just the optimizer state (the simulation offloads the optimizer only)".into());
         }
-        if s.param_dtype == Dtype::Fp16 {
-            t.param_dtype = Dtype::Bf16;
+        if s.param_dtype == NumFormat::Fp16 {
+            t.param_dtype = NumFormat::Bf16;
             notes.push("torchtitan's mixed_precision_param takes bfloat16 or float32: fp16 exported as bfloat16".into());
         }
-        if s.reduce_dtype != Dtype::Fp32 {
-            t.reduce_dtype = Dtype::Fp32;
+        if s.reduce_dtype != NumFormat::Fp32 {
+            t.reduce_dtype = NumFormat::Fp32;
             notes.push(format!(
                 "torchtitan 0.2.2's mixed_precision_reduce takes only float32: the plan's {} reductions exported as float32",
                 s.reduce_dtype

@@ -13,8 +13,8 @@
 //! clock down under dense GEMMs long before their datasheet peak. Board power
 //! and boost clock are catalog fields (`profiles/gpus.toml`, with sources).
 
-use crate::dtype::Dtype;
 use crate::gpu::GpuSpec;
+use crate::precision::NumFormat;
 use serde::{Deserialize, Serialize};
 
 /// A GPU generation with its own efficiency coefficients.
@@ -142,11 +142,11 @@ impl MathPath {
     }
 
     /// The path `dtype` takes on `gpu`.
-    pub fn of(gpu: &GpuSpec, dtype: Dtype) -> MathPath {
+    pub fn of(gpu: &GpuSpec, dtype: NumFormat) -> MathPath {
         match dtype {
-            Dtype::Fp32 => MathPath::Simt,
-            Dtype::Fp16 | Dtype::Bf16 if gpu.tensor_cores => MathPath::Tensor,
-            Dtype::Fp16 | Dtype::Bf16 => MathPath::Simt,
+            NumFormat::Fp32 => MathPath::Simt,
+            NumFormat::Fp16 | NumFormat::Bf16 if gpu.tensor_cores => MathPath::Tensor,
+            NumFormat::Fp16 | NumFormat::Bf16 => MathPath::Simt,
         }
     }
 }
@@ -154,7 +154,7 @@ impl MathPath {
 /// Board power of a GPU (W) and its FLOP per clock cycle on the `dtype`'s
 /// math path (`peak / boost clock`), when the catalog gives both
 /// `board_power_w` and `boost_clock_mhz`; `None` = the power cap never binds.
-pub fn power_and_cycle_flops(gpu: &GpuSpec, dtype: Dtype) -> Option<(f64, f64)> {
+pub fn power_and_cycle_flops(gpu: &GpuSpec, dtype: NumFormat) -> Option<(f64, f64)> {
     let w = gpu.board_power_w?;
     let mhz = gpu.boost_clock_mhz?;
     let peak_flops = gpu.peak_tflops(dtype)? * 1e12;
@@ -175,7 +175,7 @@ mod tests {
             .filter(|g| g.arch != "cpu")
         {
             assert!(
-                power_and_cycle_flops(g, Dtype::Fp32).is_some(),
+                power_and_cycle_flops(g, NumFormat::Fp32).is_some(),
                 "no board power or boost clock for {}",
                 g.name
             );
@@ -194,11 +194,11 @@ mod tests {
         assert_eq!(ArchClass::of(c.get("a10g").unwrap()), ArchClass::Ampere);
         assert_eq!(ArchClass::of(c.get("a6000").unwrap()), ArchClass::Ampere);
         assert_eq!(
-            MathPath::of(c.get("p40").unwrap(), Dtype::Fp16),
+            MathPath::of(c.get("p40").unwrap(), NumFormat::Fp16),
             MathPath::Simt
         );
         assert_eq!(
-            MathPath::of(c.get("t4").unwrap(), Dtype::Fp16),
+            MathPath::of(c.get("t4").unwrap(), NumFormat::Fp16),
             MathPath::Tensor
         );
     }

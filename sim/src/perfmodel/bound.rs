@@ -5,9 +5,9 @@
 use super::features::TimeFeat;
 use super::price::roofline_ms;
 use super::work::BlockImpl;
-use crate::dtype::Dtype;
 use crate::gpu::GpuSpec;
 use crate::model::ModelSpec;
+use crate::precision::NumFormat;
 use crate::tensor::TensorParallel;
 
 /// Lower bound of one block's forward and backward ms as the reference
@@ -19,7 +19,7 @@ pub fn roofline_bound_ms(
     gpu: &GpuSpec,
     model: &ModelSpec,
     seq_len: u32,
-    dtype: Dtype,
+    dtype: NumFormat,
     m: u32,
 ) -> Option<(f64, f64)> {
     roofline_bound_ms_with(
@@ -39,7 +39,7 @@ pub fn roofline_bound_ms_with(
     gpu: &GpuSpec,
     model: &ModelSpec,
     seq_len: u32,
-    dtype: Dtype,
+    dtype: NumFormat,
     m: u32,
     tp: &TensorParallel,
     imp: BlockImpl,

@@ -23,9 +23,9 @@ pub use super::errors::{ErrorStats, GroupErrors};
 use super::features::{MemFeat, TimeFeat, FAMILIES};
 use super::lm::{minimize, LmOptions};
 use super::price::roofline_ms;
-use crate::dtype::Dtype;
 use crate::gpu::{GpuCatalog, GpuSpec};
 use crate::model::{ModelCatalog, ModelSpec};
+use crate::precision::NumFormat;
 use crate::profile::{
     first_drop, superlinear_growth, BlockProfile, LinearFit, MemoryProfile, ProfileSet,
 };
@@ -54,7 +54,7 @@ pub struct TimeEntry {
     /// Tokens per sample.
     pub seq_len: u32,
     /// Precision.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// Entry label (`model_key/gpu_key/seq/dtype`).
     pub entry: String,
     /// Micro-batch sizes.
@@ -75,7 +75,7 @@ pub struct MemEntry {
     /// Canonical model name.
     pub model: String,
     /// Precision.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// Entry label.
     pub entry: String,
     /// Non-state GiB at micro-batch 1..=n.
@@ -621,7 +621,7 @@ pub struct CvPoint {
     /// Tokens per sample.
     pub seq_len: u32,
     /// Precision.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// Micro-batch size.
     pub batch: u32,
     /// Measured forward+backward ms.
@@ -653,7 +653,7 @@ pub struct MemPoint {
     /// Model.
     pub model: String,
     /// Precision.
-    pub dtype: Dtype,
+    pub dtype: NumFormat,
     /// Micro-batch size.
     pub batch: u32,
     /// Measured GiB.

@@ -7,9 +7,9 @@
 use super::arch::{power_and_cycle_flops, ArchClass, MathPath};
 pub use super::work::{family_index, FAMILIES};
 use super::work::{BlockImpl, BlockWork};
-use crate::dtype::Dtype;
 use crate::gpu::GpuSpec;
 use crate::model::{Family, ModelSpec};
+use crate::precision::NumFormat;
 use crate::tensor::TensorParallel;
 
 /// What the pricing needs to know about the GPU a block runs on.
@@ -36,7 +36,7 @@ pub struct GpuFacts {
 impl GpuFacts {
     /// The facts of `gpu` running `dtype`; `None` when the GPU has no peak
     /// for the dtype.
-    pub fn new(gpu: &GpuSpec, dtype: Dtype) -> Option<GpuFacts> {
+    pub fn new(gpu: &GpuSpec, dtype: NumFormat) -> Option<GpuFacts> {
         let peak = gpu.peak_tflops(dtype)?;
         // Without power or clock the cap never binds (infinite watts); the
         // cycle count then only needs to be finite.
@@ -72,7 +72,7 @@ impl TimeFeat {
         gpu: &GpuSpec,
         model: &ModelSpec,
         tokens_per_sample: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
         m: u32,
         tp: &TensorParallel,
         imp: BlockImpl,
@@ -89,7 +89,7 @@ impl TimeFeat {
         gpu: &GpuSpec,
         model: &ModelSpec,
         tokens_per_sample: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
         m: u32,
     ) -> Option<TimeFeat> {
         TimeFeat::new(
@@ -127,7 +127,7 @@ pub struct MemFeat {
 
 impl MemFeat {
     /// Features of a model at `tokens_per_sample`, `dtype`, micro-batch `m`.
-    pub fn new(model: &ModelSpec, tokens_per_sample: u32, dtype: Dtype, m: u32) -> MemFeat {
+    pub fn new(model: &ModelSpec, tokens_per_sample: u32, dtype: NumFormat, m: u32) -> MemFeat {
         let s = model.tokens_per_sample(tokens_per_sample) as f64;
         let logits_per_sample = match model.family {
             Family::Vit => model.vocab as f64,

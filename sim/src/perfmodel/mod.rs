@@ -37,10 +37,10 @@ pub use bound::{roofline_bound_ms, roofline_bound_ms_with};
 pub use price::{BlockTimes, PassTime};
 pub use work::BlockImpl;
 
-use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuSpec;
 use crate::model::ModelSpec;
+use crate::precision::NumFormat;
 use crate::tensor::TensorParallel;
 use crate::units::GIB;
 use coeffs::{Calibration, MemTheta, TimeTheta, CALIBRATION_FORMAT};
@@ -109,7 +109,7 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
         gpu: &GpuSpec,
         model: &ModelSpec,
         seq_len: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
         m: u32,
         imp: BlockImpl,
         tp: &TensorParallel,
@@ -121,7 +121,7 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
         gpu: &GpuSpec,
         model: &ModelSpec,
         seq_len: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
         m: u32,
         imp: BlockImpl,
         tp: &TensorParallel,
@@ -132,7 +132,7 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
         gpu: &GpuSpec,
         model: &ModelSpec,
         seq_len: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
         m: u32,
         imp: BlockImpl,
     ) -> Result<BlockPrediction, String> {
@@ -145,7 +145,7 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
         gpu: &GpuSpec,
         model: &ModelSpec,
         seq_len: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
         m: u32,
     ) -> Result<(f64, f64), String> {
         let p = self.block_prediction(gpu, model, seq_len, dtype, m, BlockImpl::REFERENCE)?;
@@ -153,7 +153,7 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
     }
     /// Non-state GPU memory of one training step at micro-batch size `m`
     /// (activations of one micro-batch, unsharded unit buffers, logits), GiB.
-    fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: Dtype, m: u32) -> f64;
+    fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: NumFormat, m: u32) -> f64;
     /// Name and coefficients source, for provenance (`roofline`, `calibrated:...`).
     fn name(&self) -> String;
     /// How far its block times are expected to be off on `gpu`, as printed
@@ -176,7 +176,7 @@ pub trait Predictor: Send + Sync + std::fmt::Debug {
     }
 }
 
-fn unsupported(gpu: &GpuSpec, dtype: Dtype) -> String {
+fn unsupported(gpu: &GpuSpec, dtype: NumFormat) -> String {
     format!(
         "{} cannot run {dtype} (no {dtype} peak in the GPU catalog)",
         gpu.name
@@ -189,7 +189,7 @@ fn price_units(
     prices: &Prices,
     model: &ModelSpec,
     seq_len: u32,
-    dtype: Dtype,
+    dtype: NumFormat,
     m: u32,
     imp: BlockImpl,
     tp: &TensorParallel,
@@ -251,7 +251,7 @@ impl Predictor for Roofline {
         gpu: &GpuSpec,
         model: &ModelSpec,
         seq_len: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
         m: u32,
         imp: BlockImpl,
         tp: &TensorParallel,
@@ -268,7 +268,7 @@ impl Predictor for Roofline {
         gpu: &GpuSpec,
         model: &ModelSpec,
         seq_len: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
         m: u32,
         imp: BlockImpl,
         tp: &TensorParallel,
@@ -285,7 +285,7 @@ impl Predictor for Roofline {
         ))
     }
 
-    fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: Dtype, m: u32) -> f64 {
+    fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: NumFormat, m: u32) -> f64 {
         // One block's saved activations (recompute keeps only one block live),
         // plus the logits of the head in fp32, plus two unsharded fp32 blocks.
         let act = model.activation_bytes_per_sample(seq_len, dtype) * m as f64;
@@ -362,7 +362,7 @@ impl Predictor for Calibrated {
         gpu: &GpuSpec,
         model: &ModelSpec,
         seq_len: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
         m: u32,
         imp: BlockImpl,
         tp: &TensorParallel,
@@ -379,7 +379,7 @@ impl Predictor for Calibrated {
         gpu: &GpuSpec,
         model: &ModelSpec,
         seq_len: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
         m: u32,
         imp: BlockImpl,
         tp: &TensorParallel,
@@ -390,7 +390,7 @@ impl Predictor for Calibrated {
         Ok(price_units(&prices, model, seq_len, dtype, m, imp, tp))
     }
 
-    fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: Dtype, m: u32) -> f64 {
+    fn act_mem_gib(&self, model: &ModelSpec, seq_len: u32, dtype: NumFormat, m: u32) -> f64 {
         self.mem
             .act_gib(&MemFeat::new(model, seq_len, dtype, m.max(1)))
     }

@@ -23,8 +23,8 @@
 //!   gradient GEMM.
 
 use super::work::{BlockImpl, Gemm, PassWork};
-use crate::dtype::Dtype;
 use crate::model::{Family, ModelSpec};
+use crate::precision::NumFormat;
 use crate::stack::Stack;
 use crate::tensor::TensorParallel;
 
@@ -46,7 +46,7 @@ fn gemm(m: f64, n: f64, k: f64, out_bytes: f64) -> Gemm {
 pub fn head_work(
     model: &ModelSpec,
     tokens_per_sample: u32,
-    dtype: Dtype,
+    dtype: NumFormat,
     m: u32,
     tp: &TensorParallel,
     imp: BlockImpl,
@@ -112,7 +112,7 @@ pub fn head_work(
 pub fn embedding_work(
     model: &ModelSpec,
     tokens_per_sample: u32,
-    dtype: Dtype,
+    dtype: NumFormat,
     m: u32,
     tp: &TensorParallel,
 ) -> (PassWork, PassWork) {
@@ -171,12 +171,19 @@ mod tests {
     fn the_head_gemm_is_the_models_and_splits_over_tp() {
         let m = ModelCatalog::builtin().get("llama3-8b").unwrap();
         let imp = BlockImpl::pytorch(Attention::Flash);
-        let (f, b) = head_work(m, 4096, Dtype::Bf16, 2, &TensorParallel::NONE, imp);
+        let (f, b) = head_work(m, 4096, NumFormat::Bf16, 2, &TensorParallel::NONE, imp);
         let flops: f64 = f.gemms.iter().map(Gemm::flops).sum();
         assert!((flops / (m.head_flops_fwd(4096) * 2.0) - 1.0).abs() < 1e-12);
         let bflops: f64 = b.gemms.iter().map(Gemm::flops).sum();
         assert!((bflops / (2.0 * flops) - 1.0).abs() < 1e-12);
-        let (f8, _) = head_work(m, 4096, Dtype::Bf16, 2, &TensorParallel::new(8, true), imp);
+        let (f8, _) = head_work(
+            m,
+            4096,
+            NumFormat::Bf16,
+            2,
+            &TensorParallel::new(8, true),
+            imp,
+        );
         let flops8: f64 = f8.gemms.iter().map(Gemm::flops).sum();
         assert!((flops8 * 8.0 / flops - 1.0).abs() < 1e-12);
         assert!(f8.elem_bytes * 8.0 <= f.elem_bytes * 1.0001);

@@ -64,8 +64,8 @@
 //! factor ([`super::coeffs`]).
 
 use super::kernels::FusedKernel;
-use crate::dtype::Dtype;
 use crate::model::{Family, ModelSpec};
+use crate::precision::NumFormat;
 use crate::stack::Stack;
 use crate::strategy::Attention;
 use crate::tensor::TensorParallel;
@@ -512,7 +512,7 @@ impl BlockWork {
     pub fn new(
         model: &ModelSpec,
         tokens_per_sample: u32,
-        dtype: Dtype,
+        dtype: NumFormat,
         m: u32,
         tp: &TensorParallel,
         imp: BlockImpl,
@@ -603,7 +603,7 @@ impl BlockWork {
             family: family_index(model.family),
             reference_build: model.is_reference_build(),
             e,
-            half: dtype != Dtype::Fp32,
+            half: dtype != NumFormat::Fp32,
             head_dim: d,
             seq: s,
             causal,
@@ -676,7 +676,7 @@ mod tests {
         for name in ["gpt-2.7b", "llama2-70b", "bert-large"] {
             let m = model(name);
             for imp in BlockImpl::ALL {
-                let w = BlockWork::new(&m, 2048, Dtype::Bf16, 2, &TensorParallel::NONE, imp);
+                let w = BlockWork::new(&m, 2048, NumFormat::Bf16, 2, &TensorParallel::NONE, imp);
                 let s = m.tokens_per_sample(2048) as f64;
                 let linear = 2.0 * 2.0 * m.block_matmul_params() as f64 * s;
                 let got: f64 = w.fwd.gemms.iter().map(Gemm::flops).sum();
@@ -698,11 +698,17 @@ mod tests {
     fn tensor_parallel_splits_the_work() {
         let m = model("gpt-2.7b");
         for imp in BlockImpl::ALL {
-            let one = BlockWork::new(&m, 2048, Dtype::Bf16, 1, &TensorParallel::NONE, imp);
+            let one = BlockWork::new(&m, 2048, NumFormat::Bf16, 1, &TensorParallel::NONE, imp);
             for t in [2u32, 4, 8] {
                 for sp in [false, true] {
-                    let w =
-                        BlockWork::new(&m, 2048, Dtype::Bf16, 1, &TensorParallel::new(t, sp), imp);
+                    let w = BlockWork::new(
+                        &m,
+                        2048,
+                        NumFormat::Bf16,
+                        1,
+                        &TensorParallel::new(t, sp),
+                        imp,
+                    );
                     let r = w.fwd.flops() / one.fwd.flops();
                     assert!((r * t as f64 - 1.0).abs() < 1e-9, "{imp:?} t={t}");
                     assert!((w.fwd.chain_bytes * t as f64 - one.fwd.chain_bytes).abs() < 1e-3);
@@ -725,13 +731,14 @@ mod tests {
             let m = model(name);
             for a in [Attention::Eager, Attention::Flash] {
                 let tp = TensorParallel::NONE;
-                let eager = BlockWork::new(&m, 4096, Dtype::Bf16, 1, &tp, BlockImpl::pytorch(a));
+                let eager =
+                    BlockWork::new(&m, 4096, NumFormat::Bf16, 1, &tp, BlockImpl::pytorch(a));
                 let meg = BlockImpl {
                     stack: Stack::Megatron,
                     compile: false,
                     attention: a,
                 };
-                let fused = BlockWork::new(&m, 4096, Dtype::Bf16, 1, &tp, meg);
+                let fused = BlockWork::new(&m, 4096, NumFormat::Bf16, 1, &tp, meg);
                 assert!(fused.fwd.elem_bytes < eager.fwd.elem_bytes);
                 assert!(fused.fwd.chain_bytes <= eager.fwd.chain_bytes);
                 assert!(fused.fwd.kernels < eager.fwd.kernels);

@@ -41,6 +41,7 @@ use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::plan::pipeline::{DpOverlap, PipeSchedule, Pipeline};
 use crate::plan::Plan;
+use crate::precision::Precision;
 use crate::strategy::{Checkpointing, Recompute, Sharding, Strategy};
 use crate::tensor::TensorParallel;
 use crate::units::GIB;
@@ -377,7 +378,8 @@ pub fn stage_peak_bytes(
     let one_stage = at.first && at.last;
     let reshards = one_stage && crate::plan::pipeline::reshards_after_forward(strategy.sharding, 1);
     let units = if one_stage {
-        unit_buffer_bytes(strategy, g, at.microbatches, params, reshards)
+        let precision = strategy.precision(costs.workload.dtype);
+        unit_buffer_bytes(strategy, &precision, g, at.microbatches, params, reshards)
     } else {
         0.0
     };
@@ -396,12 +398,13 @@ pub fn stage_peak_bytes(
 /// reduced; units at their largest (embedding, block or head).
 fn unit_buffer_bytes(
     strategy: &Strategy,
+    precision: &Precision,
     g: &GroupCost,
     m: u32,
     params: f64,
     reshards: bool,
 ) -> f64 {
-    let (pb, rb) = (strategy.param_dtype.bytes(), strategy.reduce_dtype.bytes());
+    let (pb, rb) = (precision.params.bytes(), precision.grads.bytes());
     let unit = g.unit_params.iter().copied().fold(0.0, f64::max);
     let cast = if strategy.sharding.shards_params() && pb != rb {
         pb * unit
@@ -930,7 +933,8 @@ fn per_unit_ms(
     let h = crate::plan::pipeline::shard_width(strategy, all.len(), t as u32);
     let shard = &all[..h.min(all.len())];
     let share = nic_sharing(costs, stage, shard, t as u32, &[]);
-    let (pb, rb) = (strategy.param_dtype.bytes(), strategy.reduce_dtype.bytes());
+    let precision = strategy.precision(costs.workload.dtype);
+    let (pb, rb) = (precision.comm.bytes(), precision.grads.bytes());
     let coll = |kind: CollectiveKind, bytes: f64| {
         if h > 1 {
             costs.group_collective_ms(kind, shard, &vec![bytes / h as f64; h]) * share
@@ -1133,7 +1137,7 @@ fn bucket_reduce_ms(
     params: f64,
 ) -> f64 {
     let d = g.len();
-    let bytes = strategy.reduce_dtype.bytes() * params;
+    let bytes = strategy.precision(costs.workload.dtype).grads.bytes() * params;
     let share = nic_sharing(costs, stage, g, t as u32, others);
     let ms = |kind, ranks: &[usize], piece: f64| {
         costs.group_collective_ms(kind, ranks, &vec![piece; ranks.len()])
@@ -1218,7 +1222,7 @@ fn bucket_sync_ms(
         }
         let gather = if strategy.sharding == Sharding::GradOp && !overlap.param_gather {
             let share = nic_sharing(costs, stage, &g, t as u32, &others);
-            let pb = strategy.param_dtype.bytes();
+            let pb = strategy.precision(costs.workload.dtype).comm.bytes();
             items
                 .iter()
                 .map(|x| {
@@ -1255,7 +1259,7 @@ fn bucket_start_ms(
     f: &[f64],
 ) -> f64 {
     let rule = grad_sync(strategy.sharding, overlap);
-    let pb = strategy.param_dtype.bytes();
+    let pb = strategy.precision(costs.workload.dtype).comm.bytes();
     let mut before = 0.0;
     let mut worst = 0.0f64;
     for s in 0..groups.len() {
@@ -1302,7 +1306,7 @@ fn fsdp_start_ms(
     f: &[f64],
 ) -> f64 {
     let m = &costs.workload.model;
-    let bytes = strategy.param_dtype.bytes();
+    let bytes = strategy.precision(costs.workload.dtype).comm.bytes();
     let mut before = 0.0;
     let mut worst = 0.0f64;
     for s in 0..groups.len() {
@@ -1357,6 +1361,8 @@ fn stage_sync_ms(
     prm: f64,
 ) -> (f64, f64) {
     let tu = t.max(1) as usize;
+    let precision = strategy.precision(costs.workload.dtype);
+    let (pb, rb) = (precision.comm.bytes(), precision.grads.bytes());
     let mut seen = std::collections::HashSet::new();
     let (mut sync, mut opt) = (0.0f64, 0.0f64);
     for i in 0..tu.min(stage.len()) {
@@ -1378,7 +1384,7 @@ fn stage_sync_ms(
             // HSDP: reduce-scatter in a shard group, all-reduce of the shard
             // across the groups (each group's GPUs at once).
             Sharding::Hybrid => {
-                let piece = prm / h as f64 * strategy.reduce_dtype.bytes();
+                let piece = prm / h as f64 * rb;
                 let rs = if h > 1 {
                     costs.group_collective_ms(
                         CollectiveKind::ReduceScatter,
@@ -1402,17 +1408,15 @@ fn stage_sync_ms(
                 sync = sync.max(rs + ar);
                 continue;
             }
-            Sharding::NoShard => costs.group_collective_ms(
-                CollectiveKind::AllReduce,
-                &g,
-                &vec![prm * strategy.reduce_dtype.bytes(); d],
-            ),
+            Sharding::NoShard => {
+                costs.group_collective_ms(CollectiveKind::AllReduce, &g, &vec![prm * rb; d])
+            }
             _ => {
                 let piece = prm / d as f64;
                 let rs = costs.group_collective_ms(
                     CollectiveKind::ReduceScatter,
                     &g,
-                    &vec![piece * strategy.reduce_dtype.bytes(); d],
+                    &vec![piece * rb; d],
                 );
                 // FSDP inside a stage gathers at the next step's start
                 // ([`fsdp_start_ms`]).
@@ -1422,7 +1426,7 @@ fn stage_sync_ms(
                     rs + costs.group_collective_ms(
                         CollectiveKind::AllGather,
                         &g,
-                        &vec![piece * strategy.param_dtype.bytes(); d],
+                        &vec![piece * pb; d],
                     )
                 }
             }

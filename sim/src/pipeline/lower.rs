@@ -58,6 +58,7 @@ use crate::engine::{Category, Graph, MemChange, MemKind, OpId, OpLabel, Stream, 
 use crate::error::PlanError;
 use crate::plan::pipeline::{overlaps, Pipeline};
 use crate::plan::Plan;
+use crate::precision::Precision;
 use crate::schedule::lower::{at, CollectiveRecord, Group, Lowered, LoweredParts, Sink};
 use crate::schedule::{dur, round, Micro};
 use crate::strategy::{Recompute, Sharding};
@@ -348,6 +349,9 @@ struct Pass {
 struct Walk<'a, S: Sink> {
     costs: &'a CostModel,
     plan: &'a Plan,
+    /// The element formats of the plan's strategy on the workload
+    /// ([`crate::strategy::Strategy::precision`]).
+    precision: Precision,
     pipe: &'a Pipeline,
     table: PipeCosts<'a>,
     lb: Labels,
@@ -440,6 +444,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         Walk {
             costs,
             plan,
+            precision: plan.strategy.precision(w.dtype),
             pipe,
             table,
             lb,
@@ -927,7 +932,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         for i in 0..t {
             let group = st.dp_group(i);
             let after: Vec<OpId> = group.iter().filter_map(|&r| self.last_compute[r]).collect();
-            let reduce_bytes = strategy.reduce_dtype.bytes() * params;
+            let reduce_bytes = self.precision.grads.bytes() * params;
             if strategy.sharding == Sharding::Hybrid {
                 let after: Vec<Vec<OpId>> = group
                     .iter()
@@ -950,7 +955,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             let steps = self.optimizer_steps(&group, &done);
             // (FSDP inside a stage gathers at the next step's start.)
             if strategy.sharding == Sharding::GradOp && d > 1 {
-                let bytes = strategy.param_dtype.bytes() * params / d as f64;
+                let bytes = self.precision.comm.bytes() * params / d as f64;
                 let label = self.lb.all_gather;
                 self.collective(s, &group, CollectiveKind::AllGather, label, bytes, &steps);
             }
@@ -1043,7 +1048,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         let strategy = self.plan.strategy;
         let st = &pipe.stages[s];
         let bucket = self.buckets[s][b].clone();
-        let bytes = strategy.reduce_dtype.bytes() * bucket.params;
+        let bytes = self.precision.grads.bytes() * bucket.params;
         let (d, t) = (st.dp(), st.tp.max(1) as usize);
         let unit = bucket.units[0];
         let k = pipe.microbatches - 1;
@@ -1104,7 +1109,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             }
             for b in (0..self.buckets[s].len()).rev() {
                 let bucket = &self.buckets[s][b];
-                let bytes = strategy.param_dtype.bytes() * bucket.params / d as f64;
+                let bytes = self.precision.comm.bytes() * bucket.params / d as f64;
                 let label = at(
                     self.lb.all_gather,
                     *bucket.units.last().expect("a unit"),
@@ -1198,7 +1203,7 @@ impl<'a, S: Sink> Walk<'a, S> {
     fn gather_buckets(&mut self) {
         let pipe = self.pipe;
         let layers = self.costs.workload.model.layers as usize;
-        let bytes = self.plan.strategy.param_dtype.bytes();
+        let bytes = self.precision.comm.bytes();
         self.gathers = vec![Vec::new(); layers + 2];
         for s in 0..self.p {
             let st = &pipe.stages[s];
@@ -1320,13 +1325,10 @@ impl<'a, S: Sink> Walk<'a, S> {
         } else {
             None
         };
-        let s = self.plan.strategy;
+        let p = self.precision;
         let prm = self.unit_params(u.unit);
-        let (pb, gb) = (
-            round(s.param_dtype.bytes() * prm),
-            round(s.reduce_dtype.bytes() * prm),
-        );
-        let cast = (u.grads && s.param_dtype != s.reduce_dtype).then_some(pb);
+        let (pb, gb) = (round(p.params.bytes() * prm), round(p.grads.bytes() * prm));
+        let cast = (u.grads && p.casts_grads()).then_some(pb);
         let pu = self.per_unit.as_ref().expect("per unit");
         for ps in passes.iter_mut() {
             for (i, &r) in ps.x.ranks.iter().enumerate() {
@@ -1372,14 +1374,15 @@ impl<'a, S: Sink> Walk<'a, S> {
         let u = pu.uses[n];
         let groups = pu.groups.clone();
         let prm = self.unit_params(u.unit);
-        let bytes = self.plan.strategy.param_dtype.bytes() * prm;
+        let bytes = self.precision.comm.bytes() * prm;
+        let held = round(self.precision.params.bytes() * prm);
         let label = at(self.lb.unit_gather, u.unit, u.k);
         let ops: Vec<OpId> = groups
             .iter()
             .map(|g| {
                 let deps: Vec<OpId> = g.iter().filter_map(|&r| self.last_compute[r]).collect();
                 let kind = CollectiveKind::AllGather;
-                let mem = (round(bytes), 0);
+                let mem = (held, 0);
                 self.unit_collective(u.unit, g, (kind, label), bytes / g.len() as f64, &deps, mem)
             })
             .collect();
@@ -1393,7 +1396,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         let groups = pu.groups.clone();
         let s = self.plan.strategy;
         let prm = self.unit_params(u.unit);
-        let bytes = s.reduce_dtype.bytes() * prm;
+        let bytes = self.precision.grads.bytes() * prm;
         let free = -round(bytes);
         let mut reduced: Vec<OpId> = Vec::with_capacity(groups.len());
         for g in &groups {
@@ -1555,7 +1558,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         let pipe = self.pipe;
         let model = &self.costs.workload.model;
         let layers = model.layers as usize;
-        let bytes = self.plan.strategy.param_dtype.bytes();
+        let bytes = self.precision.comm.bytes();
         self.gathers = vec![Vec::new(); layers + 2];
         for s in 0..self.p {
             let st = &pipe.stages[s];

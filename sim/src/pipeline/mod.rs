@@ -145,15 +145,14 @@ pub fn state_bytes(
     reshards: bool,
 ) -> f64 {
     let st = strategy;
+    let p = st.precision(costs.workload.dtype);
+    let state = p.gpu_state_bytes_per_param(st.offloads_optimizer());
     let d = d.max(1) as f64;
     let mut b = costs.overhead_gib() * GIB + costs.activations.fixed_bytes;
     b += match st.sharding {
-        Sharding::NoShard => (st.gpu_state_bytes_per_param() + st.reduce_dtype.bytes()) * params,
-        _ if reshards => st.gpu_state_bytes_per_param() * params / d,
-        _ => {
-            st.gpu_state_bytes_per_param() * params / d
-                + (st.param_dtype.bytes() + st.reduce_dtype.bytes()) * params
-        }
+        Sharding::NoShard => (state + p.grads.bytes()) * params,
+        _ if reshards => state * params / d,
+        _ => state * params / d + (p.params.bytes() + p.grads.bytes()) * params,
     };
     b
 }

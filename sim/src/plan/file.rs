@@ -150,7 +150,7 @@ impl ReferenceWorkload {
         }
         if let Some(d) = &self.autocast_dtype {
             let key = d.trim().trim_start_matches("torch.");
-            match crate::dtype::Dtype::parse(key) {
+            match crate::precision::NumFormat::parse(key) {
                 Some(dt) if dt.to_string() == now.dtype => {}
                 Some(dt) => {
                     return Err(differ("autocast_dtype", dt.to_string(), now.dtype.clone()))

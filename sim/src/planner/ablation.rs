@@ -97,7 +97,7 @@ mod tests {
             cluster: cl,
             seq_len: m.seq_len,
             model: m,
-            dtype: crate::dtype::Dtype::Fp16,
+            dtype: crate::precision::NumFormat::Fp16,
             global_batch: 8,
         };
         let costs = crate::cost::CostModel::build(

@@ -329,7 +329,7 @@ impl<'a> ClosedForm<'a> {
         let layers = w.model.layers;
         let mb = strategy.accumulation.is_microbatch_major();
         let passes = mb.then_some(passes.max(1));
-        let state_gib = strategy.gpu_state_bytes_per_param() * w.model.total_params() as f64 / GIB;
+        let state_gib = schedule.gpu_state_bytes_per_param() * w.model.total_params() as f64 / GIB;
         let big_b = w.global_batch;
         let phases = schedule.phases(passes.unwrap_or(1));
         let tally = tally_for(&schedule, &phases);
@@ -667,8 +667,8 @@ impl<'a> ClosedForm<'a> {
         let groups = s.groups(ranks);
         let shard: Vec<usize> = groups.shard_group(0).collect();
         let g = shard.len();
-        let pb = s.param_dtype.bytes();
-        let rb = s.reduce_dtype.bytes();
+        let pb = self.schedule.precision.comm.bytes();
+        let rb = self.schedule.precision.grads.bytes();
         let mut c = CommTimes {
             ag: [0.0; 3],
             reduce: [0.0; 3],

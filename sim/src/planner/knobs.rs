@@ -91,7 +91,8 @@ impl Judge<'_> {
         }
         let g = self.costs.ranks() as f64;
         let total = self.costs.workload.model.total_params() as f64;
-        let per = lean.gpu_state_bytes_per_param() * total / GIB;
+        let precision = lean.precision(self.costs.workload.dtype);
+        let per = precision.gpu_state_bytes_per_param(lean.offloads_optimizer()) * total / GIB;
         let rest = need - per / g;
         Some(if rest < self.usable {
             let n = (per / (self.usable - rest)).ceil().max(g + 1.0);

@@ -33,10 +33,10 @@
 use super::{
     BlockProfile, CollectiveSample, ComputeCurve, MemoryProfile, ProfileSet, Source, UnitProfile,
 };
-use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::GpuCatalog;
 use crate::model::{ModelCatalog, ModelSpec};
+use crate::precision::NumFormat;
 use crate::strategy::Attention;
 use serde::{Deserialize, Serialize};
 
@@ -160,8 +160,8 @@ fn check_sizes(origin: &str, field: &str, sizes: &[u32]) -> Result<(), SpecError
     Ok(())
 }
 
-fn dtype(origin: &str, field: &str, s: &str) -> Result<Dtype, SpecError> {
-    Dtype::parse(s).ok_or_else(|| {
+fn dtype(origin: &str, field: &str, s: &str) -> Result<NumFormat, SpecError> {
+    NumFormat::parse(s).ok_or_else(|| {
         SpecError::invalid(
             origin,
             field,
@@ -283,7 +283,7 @@ impl Reader<'_> {
         f: &str,
         b: &NativeBlock,
         model: &ModelSpec,
-        dt: Dtype,
+        dt: NumFormat,
         mem: &[f64],
     ) -> Result<Option<MemoryProfile>, SpecError> {
         let origin = self.origin;

@@ -26,10 +26,10 @@ use super::{
     first_drop, superlinear_growth, BlockProfile, ComputeCurve, LinearFit, MemoryProfile,
     ProfileSet, Source,
 };
-use crate::dtype::Dtype;
 use crate::error::SpecError;
 use crate::gpu::{GpuCatalog, GpuSpec};
 use crate::model::{Family, ModelCatalog, ModelSpec};
+use crate::precision::NumFormat;
 use serde_json::Value;
 
 /// Relative disagreement between a given fit and the least-squares line of
@@ -326,7 +326,7 @@ impl LatencyTable<'_> {
             self.gpu,
         );
         let entry = format!("{model_key}/{gpu_key}/{seq_key}/{dtype_key}");
-        let Some(dtype) = Dtype::parse(dtype_key) else {
+        let Some(dtype) = NumFormat::parse(dtype_key) else {
             set.warnings
                 .push(format!("{origin}: {entry}: unknown dtype; skipped"));
             return Ok(());
@@ -448,7 +448,7 @@ pub fn import_memory(
             };
             for (dtype_key, list) in pcm {
                 let f = format!("{field}.profiled_compute_memory.{dtype_key}");
-                let Some(dtype) = Dtype::parse(dtype_key) else {
+                let Some(dtype) = NumFormat::parse(dtype_key) else {
                     set.warnings
                         .push(format!("{origin}: {f}: unknown dtype; skipped"));
                     continue;
@@ -566,12 +566,12 @@ mod shared_tests {
         // 243 leaves in the file (153 full, 57 fits-only, 25 + 8 legacy).
         assert_eq!(set.blocks.len(), 243, "warnings: {:?}", set.warnings);
         let p = set
-            .block_by_key("l4", "deepspeedgpt_2.7b", 512, Dtype::Fp16)
+            .block_by_key("l4", "deepspeedgpt_2.7b", 512, NumFormat::Fp16)
             .unwrap();
         assert!(p.curve.batch_sizes.is_empty());
         assert!((p.curve.fwd_ms(13) - (7.415036 * 13.0 + 1.181504)).abs() < 1e-4);
         let p = set
-            .block_by_key("l4", "deepspeedgpt_2.7b", 512, Dtype::Fp32)
+            .block_by_key("l4", "deepspeedgpt_2.7b", 512, NumFormat::Fp32)
             .unwrap();
         assert_eq!(p.curve.fwd_ms(2), p.curve.fwd_ms[1]);
         // ViT "512" is stored with its real 577 tokens.
@@ -586,7 +586,7 @@ mod shared_tests {
             .find(|b| {
                 b.model_key == "deepspeedllama_33b"
                     && b.gpu == "p40"
-                    && b.dtype == Dtype::Fp16
+                    && b.dtype == NumFormat::Fp16
                     && b.seq_len == 512
             })
             .unwrap();
@@ -608,10 +608,14 @@ mod shared_tests {
         assert!(set.warnings.iter().any(|w| w.contains("superlinear")));
 
         let mset = import_memory(&mem, "model_memory.json", m).unwrap();
-        let gpt = mset.memory(Some("paper"), "gpt-2.7b", Dtype::Fp16).unwrap();
+        let gpt = mset
+            .memory(Some("paper"), "gpt-2.7b", NumFormat::Fp16)
+            .unwrap();
         assert_eq!(gpt.model_key, "deepspeedgpt_2.7b");
         assert_eq!(gpt.parameters, 2770621440);
-        assert!(mset.memory(Some("nope"), "gpt-2.7b", Dtype::Fp16).is_none());
+        assert!(mset
+            .memory(Some("nope"), "gpt-2.7b", NumFormat::Fp16)
+            .is_none());
     }
 
     #[test]

@@ -83,6 +83,7 @@ use crate::cost::CostModel;
 use crate::engine::{MemAt, MemKind};
 use crate::error::PlanError;
 use crate::plan::Plan;
+use crate::precision::Precision;
 use crate::strategy::{Accumulation, Groups, Offload, Recompute, Sharding, Strategy};
 use crate::units::{SimTime, GIB};
 
@@ -318,6 +319,9 @@ pub struct Schedule<'a> {
     pub costs: &'a CostModel,
     /// The strategy.
     pub strategy: Strategy,
+    /// The element formats of the strategy on the workload
+    /// ([`Strategy::precision`]).
+    pub precision: Precision,
     /// The style's copy rules.
     pub rules: Rules,
     /// Per unit.
@@ -333,8 +337,9 @@ impl<'a> Schedule<'a> {
             Accumulation::Layered => layered::RULES,
             _ => microbatch::RULES,
         };
-        let pb = s.param_dtype.bytes();
-        let gb = s.reduce_dtype.bytes();
+        let precision = s.precision(costs.workload.dtype);
+        let pb = precision.params.bytes();
+        let gb = precision.grads.bytes();
         let units = costs
             .unit_params()
             .iter()
@@ -353,6 +358,7 @@ impl<'a> Schedule<'a> {
         Schedule {
             costs,
             strategy,
+            precision,
             rules,
             units,
         }
@@ -403,10 +409,8 @@ impl<'a> Schedule<'a> {
             0
         };
         let mut grad_mems = Mems::default();
-        if self.strategy.sharding.shards_params()
-            && self.strategy.param_dtype != self.strategy.reduce_dtype
-        {
-            let cast = round(unit.params as f64 * self.strategy.param_dtype.bytes());
+        if self.strategy.sharding.shards_params() && self.precision.casts_grads() {
+            let cast = round(unit.params as f64 * self.precision.params.bytes());
             grad_mems.push(Mem::dev(MemAt::Start, cast).of(MemKind::Grads));
             grad_mems.push(Mem::dev(MemAt::End, -cast).of(MemKind::Grads));
         }
@@ -556,6 +560,20 @@ impl<'a> Schedule<'a> {
         }
     }
 
+    /// Bytes per parameter of the sharded training state on the GPU
+    /// ([`Precision::gpu_state_bytes_per_param`] as the strategy offloads).
+    pub fn gpu_state_bytes_per_param(&self) -> f64 {
+        self.precision
+            .gpu_state_bytes_per_param(self.strategy.offloads_optimizer())
+    }
+
+    /// Bytes per local parameter of host memory for the optimizer
+    /// ([`Precision::host_state_bytes_per_param`] as the strategy offloads).
+    pub fn host_state_bytes_per_param(&self) -> f64 {
+        self.precision
+            .host_state_bytes_per_param(self.strategy.offloads_optimizer())
+    }
+
     /// Memory that never changes during the iteration on a GPU holding
     /// `local_params` parameters of state, bytes: framework overhead, the
     /// fixed workspace of the memory model, the training state (DDP: the
@@ -564,9 +582,9 @@ impl<'a> Schedule<'a> {
         let s = &self.strategy;
         let total = self.costs.workload.model.total_params() as f64;
         let mut b = self.costs.overhead_gib() * GIB + self.costs.activations.fixed_bytes;
-        b += s.gpu_state_bytes_per_param() * local_params;
+        b += self.gpu_state_bytes_per_param() * local_params;
         if s.sharding == Sharding::NoShard {
-            b += s.reduce_dtype.bytes() * total;
+            b += self.precision.grads.bytes() * total;
         }
         round(b)
     }
@@ -582,7 +600,7 @@ impl<'a> Schedule<'a> {
                 self.costs.host_optimizer_ms(
                     rank,
                     local_params,
-                    self.strategy.param_dtype.bytes(),
+                    self.precision.params.bytes(),
                     sharing,
                 )
             }
@@ -594,7 +612,7 @@ impl<'a> Schedule<'a> {
     /// (in `param_dtype`) back to `rank`'s GPU, ms.
     pub fn params_up_ms(&self, rank: usize, local_params: f64) -> f64 {
         self.costs
-            .host_copy_ms(rank, local_params * self.strategy.param_dtype.bytes())
+            .host_copy_ms(rank, local_params * self.precision.params.bytes())
     }
 
     /// Collective kind that reduces gradients inside the shard group.
@@ -613,7 +631,7 @@ impl<'a> Schedule<'a> {
     /// parameter tensors; byte granularity is this model's approximation.)
     pub fn ddp_buckets(&self, u: usize) -> Vec<f64> {
         let l = self.layers() as usize;
-        let gb = self.strategy.reduce_dtype.bytes();
+        let gb = self.precision.grads.bytes();
         let order = std::iter::once(l + 1)
             .chain((1..=l).rev())
             .chain(std::iter::once(0));
@@ -896,7 +914,7 @@ impl<'a> Description<'a> {
     /// Pieces (bytes) of the all-gather of unit `u` in shard group `k`, in
     /// group order.
     pub fn gather_pieces(&self, u: usize, k: usize) -> Vec<f64> {
-        let bytes = self.units[u].params as f64 * self.strategy.param_dtype.bytes();
+        let bytes = self.units[u].params as f64 * self.schedule.precision.comm.bytes();
         self.groups
             .shard_group(k)
             .map(|r| self.plan.gpus[r].state_fraction * bytes)
@@ -905,7 +923,7 @@ impl<'a> Description<'a> {
 
     /// Pieces of the reduce-scatter of unit `u` in shard group `k`.
     pub fn reduce_pieces(&self, u: usize, k: usize) -> Vec<f64> {
-        let bytes = self.units[u].params as f64 * self.strategy.reduce_dtype.bytes();
+        let bytes = self.units[u].params as f64 * self.schedule.precision.grads.bytes();
         self.groups
             .shard_group(k)
             .map(|r| self.plan.gpus[r].state_fraction * bytes)
@@ -916,7 +934,7 @@ impl<'a> Description<'a> {
     /// the shard every group holds there.
     pub fn replica_buffer(&self, u: usize, j: usize) -> f64 {
         self.units[u].params as f64
-            * self.strategy.reduce_dtype.bytes()
+            * self.schedule.precision.grads.bytes()
             * self.plan.gpus[j].state_fraction
     }
 
@@ -933,12 +951,12 @@ impl<'a> Description<'a> {
     /// Host memory that never changes on node `n` (an offloaded optimizer's
     /// state of the node's ranks), bytes.
     pub fn base_host_bytes(&self, n: usize) -> i64 {
-        let s = &self.strategy;
+        let per_param = self.schedule.host_state_bytes_per_param();
         let c = &self.costs.workload.cluster;
         round(
             c.node_ranks(n)
                 .iter()
-                .map(|&r| s.host_state_bytes_per_param() * self.local_params(r))
+                .map(|&r| per_param * self.local_params(r))
                 .sum(),
         )
     }

@@ -4,11 +4,11 @@
 
 use sim::cluster::Cluster;
 use sim::cost::{CostModel, CostOptions, Workload};
-use sim::dtype::Dtype;
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;
 use sim::perfmodel::Roofline;
 use sim::plan::Plan;
+use sim::precision::NumFormat;
 use sim::profile::{reference, ProfileSet};
 use sim::strategy::Strategy;
 use std::path::PathBuf;
@@ -26,7 +26,7 @@ pub fn cluster_toml(text: &str) -> Cluster {
 
 /// Catalog model `model` (at its own sequence length) in `dtype` on
 /// `cluster`, `global_batch` samples per iteration.
-pub fn workload(cluster: Cluster, model: &str, dtype: Dtype, global_batch: u32) -> Workload {
+pub fn workload(cluster: Cluster, model: &str, dtype: NumFormat, global_batch: u32) -> Workload {
     let model = ModelCatalog::builtin()
         .lookup(model, "test")
         .unwrap()
@@ -55,7 +55,7 @@ pub fn build(w: Workload, profiles: &ProfileSet, memory_cluster: Option<&str>) -
 /// tokens per sample, global batch `batch`, on the calibrated performance
 /// model (what 3D tests need: its tensor-parallel slices).
 pub fn calibrated_bf16(toml: &str, model: &str, seq: u32, batch: u32) -> CostModel {
-    let mut w = workload(cluster_toml(toml), model, Dtype::Bf16, batch);
+    let mut w = workload(cluster_toml(toml), model, NumFormat::Bf16, batch);
     w.seq_len = seq;
     CostModel::build(
         w,
@@ -67,7 +67,7 @@ pub fn calibrated_bf16(toml: &str, model: &str, seq: u32, batch: u32) -> CostMod
 }
 
 /// Analytic cost model of `gpus` (one PCIe node).
-pub fn costs(gpus: &str, model: &str, dtype: Dtype, global_batch: u32) -> CostModel {
+pub fn costs(gpus: &str, model: &str, dtype: NumFormat, global_batch: u32) -> CostModel {
     build(
         workload(gpu_list(gpus), model, dtype, global_batch),
         &ProfileSet::new(),

@@ -6,10 +6,10 @@
 use crate::common::{build, cluster_toml, costs, gpu_list, reference_profiles, under, workload};
 use proptest::prelude::*;
 use sim::cost::CostModel;
-use sim::dtype::Dtype;
 use sim::iteration::SimOptions;
 use sim::plan::rank::RankPlan;
 use sim::plan::Plan;
+use sim::precision::NumFormat;
 use sim::profile::ProfileSet;
 use sim::report::Report;
 use sim::session::resolve_strategy;
@@ -128,7 +128,7 @@ proptest! {
             batch[s] = if micro[s] == 0 { 0 } else { batch[s].min(2 * micro[s]).max(micro[s]) };
         }
         let gb = batch.iter().sum();
-        let c = build(workload(cluster, "llama-tiny", Dtype::Fp16, gb), &ProfileSet::new(), None);
+        let c = build(workload(cluster, "llama-tiny", NumFormat::Fp16, gb), &ProfileSet::new(), None);
         let spec = StrategySpec {
             sharding: Some([Sharding::Full, Sharding::GradOp, Sharding::NoShard, Sharding::Hybrid][sharding]),
             shard_group: (sharding == 3).then_some(2),
@@ -150,7 +150,7 @@ proptest! {
 
 #[test]
 fn long_runs_fold_and_traces_do_not() {
-    let c = costs("l4,l4,a10g,t4", "llama-tiny", Dtype::Fp16, 4 * 300);
+    let c = costs("l4,l4,a10g,t4", "llama-tiny", NumFormat::Fp16, 4 * 300);
     // 100 passes of 3 samples everywhere: one run (but for the first and
     // last passes under no-sync); then sizes that change on every GPU.
     for sync in [false, true] {
@@ -199,7 +199,12 @@ fn the_paper_clusters_largest_batch_folds_exactly() {
     let Some(profiles) = reference_profiles() else {
         return;
     };
-    let w = workload(gpu_list("l4,l4,a6000,p40"), "gpt-2.7b", Dtype::Fp16, 65536);
+    let w = workload(
+        gpu_list("l4,l4,a6000,p40"),
+        "gpt-2.7b",
+        NumFormat::Fp16,
+        65536,
+    );
     let c = build(w, profiles, Some("paper"));
     let spec = StrategySpec {
         sharding: Some(Sharding::Full),

@@ -183,7 +183,7 @@ fn cross_section_plan(split: bool) -> (CostModel, sim::plan::Plan) {
     );
     let mut strategy = strategy;
     strategy.attention = sim::strategy::Attention::Flash;
-    strategy.param_dtype = sim::dtype::Dtype::Bf16;
+    strategy.param_dtype = sim::precision::NumFormat::Bf16;
     // Samples per ms of each type's block forward and backward at the
     // even slice (2 samples), by type: A100 ranks 0-31, L4 ranks 32-63.
     let mut rows = sim::pipeline::costs::Rows::new(&c, &strategy);

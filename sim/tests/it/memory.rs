@@ -7,8 +7,8 @@
 use crate::common::{gpu_list, reference_profiles, workload};
 use proptest::prelude::*;
 use sim::cost::{CostModel, CostOptions};
-use sim::dtype::Dtype;
 use sim::perfmodel::{builtin, Roofline};
+use sim::precision::NumFormat;
 use sim::profile::{MemoryProfile, ProfileSet, Source};
 use sim::strategy::Attention;
 
@@ -75,7 +75,7 @@ fn every_reference_memory_curve_gives_growing_activations() {
 #[test]
 fn the_analytic_predictor_gives_growing_activations() {
     for model in ["gpt-2.7b", "llama-2-7b", "bert-large"] {
-        let w = workload(gpu_list("a100-80gb,h100"), model, Dtype::Bf16, 8);
+        let w = workload(gpu_list("a100-80gb,h100"), model, NumFormat::Bf16, 8);
         let c =
             CostModel::build(w, &ProfileSet::new(), &*builtin(), CostOptions::default()).unwrap();
         grows_from_above_zero(&c, model);
@@ -101,7 +101,7 @@ proptest! {
             cluster: "measured".into(),
             model: "gpt-2.7b".into(),
             model_key: "gpt-2.7b".into(),
-            dtype: Dtype::Fp16,
+            dtype: NumFormat::Fp16,
             parameters: 2_700_000_000,
             seq_len: None,
             act_gib,

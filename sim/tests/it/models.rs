@@ -44,13 +44,13 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRu
 use sim::cluster::Cluster;
 use sim::comm::CollectiveKind;
 use sim::cost::{CostModel, CostOptions, Workload};
-use sim::dtype::Dtype;
 use sim::gpu::GpuCatalog;
 use sim::iteration::SimOptions;
 use sim::model::ModelCatalog;
 use sim::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use sim::plan::Plan;
 use sim::planner::closed_form::{ClosedForm, CommTimes};
+use sim::precision::NumFormat;
 use sim::profile::ProfileSet;
 use sim::report::Report;
 use sim::simulate::simulate;
@@ -162,7 +162,7 @@ fn cost_model(toml: &str, model: &str, global_batch: u32) -> CostModel {
         cluster,
         seq_len: model.tokens_per_sample(model.seq_len),
         model,
-        dtype: Dtype::Fp16,
+        dtype: NumFormat::Fp16,
         global_batch,
     };
     let pred = sim::perfmodel::builtin();
@@ -216,7 +216,13 @@ impl DpCase {
             Sharding::Hybrid => self.node_gpus * self.group_halves / 2,
             _ => ranks,
         };
-        let dtype = |fp32| if fp32 { Dtype::Fp32 } else { Dtype::Fp16 };
+        let dtype = |fp32| {
+            if fp32 {
+                NumFormat::Fp32
+            } else {
+                NumFormat::Fp16
+            }
+        };
         Strategy {
             sharding: self.sharding,
             shard_group,
@@ -815,8 +821,8 @@ fn hybrid_no_sync_gap_on_the_1024_gpu_cluster_is_the_first_group_pricing() {
         accumulation: Accumulation::NoSync,
         checkpointing: Checkpointing::Full,
         offload: Offload::None,
-        param_dtype: Dtype::Fp16,
-        reduce_dtype: Dtype::Fp32,
+        param_dtype: NumFormat::Fp16,
+        reduce_dtype: NumFormat::Fp32,
         attention: Attention::Eager,
         stack: sim::strategy::Stack::PyTorch,
         compile: false,
@@ -1045,8 +1051,8 @@ impl PipeCase {
             accumulation: Accumulation::NoSync,
             checkpointing: self.checkpointing,
             offload: Offload::None,
-            param_dtype: Dtype::Fp16,
-            reduce_dtype: Dtype::Fp16,
+            param_dtype: NumFormat::Fp16,
+            reduce_dtype: NumFormat::Fp16,
             attention: Attention::Eager,
             stack: sim::strategy::Stack::PyTorch,
             compile: false,

@@ -4,7 +4,6 @@
 //! calibration fits the reference measurements.
 
 use crate::common::reference_profiles;
-use sim::dtype::Dtype;
 use sim::gpu::GpuCatalog;
 use sim::model::ModelCatalog;
 use sim::perfmodel::calibrate::{
@@ -12,6 +11,7 @@ use sim::perfmodel::calibrate::{
     HOLDOUT_BATCHES,
 };
 use sim::perfmodel::{roofline_bound_ms, Calibrated, Predictor, BUILTIN_CALIBRATION_JSON};
+use sim::precision::NumFormat;
 
 /// The calibration dataset of the reference profiles; `None` as
 /// [`reference_profiles`].
@@ -37,7 +37,7 @@ fn every_catalog_gpu_and_model_is_predictable() {
     let p = Calibrated::builtin();
     for g in GpuCatalog::builtin().all() {
         for m in ModelCatalog::builtin().all() {
-            for d in Dtype::ALL {
+            for d in NumFormat::ALL {
                 let r = p.block_ms(g, m, m.seq_len, d, 4);
                 if g.supports(d) {
                     let (f, b) = r.unwrap_or_else(|e| panic!("{} {} {d}: {e}", g.name, m.name));
@@ -51,7 +51,7 @@ fn every_catalog_gpu_and_model_is_predictable() {
                     assert!(r.unwrap_err().contains("cannot run"), "{} {d}", g.name);
                 }
             }
-            let mem = p.act_mem_gib(m, m.seq_len, Dtype::Fp16, 4);
+            let mem = p.act_mem_gib(m, m.seq_len, NumFormat::Fp16, 4);
             assert!(mem.is_finite() && mem > 0.0, "{}: {mem}", m.name);
         }
     }
@@ -63,10 +63,10 @@ fn bf16_is_refused_where_unsupported() {
     let m = ModelCatalog::builtin().get("llama-7b").unwrap();
     for gpu in ["v100x16", "t4", "p40"] {
         let g = GpuCatalog::builtin().get(gpu).unwrap();
-        assert!(p.block_ms(g, m, 512, Dtype::Bf16, 1).is_err(), "{gpu}");
+        assert!(p.block_ms(g, m, 512, NumFormat::Bf16, 1).is_err(), "{gpu}");
     }
     let h = GpuCatalog::builtin().get("h100-sxm").unwrap();
-    assert!(p.block_ms(h, m, 512, Dtype::Bf16, 1).is_ok());
+    assert!(p.block_ms(h, m, 512, NumFormat::Bf16, 1).is_ok());
 }
 
 #[test]
@@ -74,7 +74,7 @@ fn monotone_in_batch_and_never_below_roofline() {
     let p = Calibrated::builtin();
     for g in GpuCatalog::builtin().all() {
         for m in ModelCatalog::builtin().all() {
-            for d in Dtype::ALL.into_iter().filter(|d| g.supports(*d)) {
+            for d in NumFormat::ALL.into_iter().filter(|d| g.supports(*d)) {
                 for seq in [512, 2048] {
                     let mut last = (0.0, 0.0, 0.0);
                     for b in [1, 2, 3, 4, 8, 16, 32, 64] {
@@ -119,7 +119,7 @@ fn monotone_in_model_size() {
         &["vit-base", "vit-h", "vit-g", "vit-e"],
     ];
     for g in GpuCatalog::builtin().all() {
-        for d in Dtype::ALL.into_iter().filter(|d| g.supports(*d)) {
+        for d in NumFormat::ALL.into_iter().filter(|d| g.supports(*d)) {
             for ladder in ladders {
                 for b in [1, 8] {
                     let mut last = (0.0, 0.0, 0.0);
@@ -150,11 +150,11 @@ fn gpus_without_data_extrapolate_sensibly() {
     let g = GpuCatalog::builtin();
     let m = ModelCatalog::builtin().get("llama2-13b").unwrap();
     let a100 = p
-        .block_ms(g.get("a100x80").unwrap(), m, 512, Dtype::Fp16, 8)
+        .block_ms(g.get("a100x80").unwrap(), m, 512, NumFormat::Fp16, 8)
         .unwrap();
     for h in ["h100-sxm", "h200", "h100-pcie", "h100-nvl"] {
         let t = p
-            .block_ms(g.get(h).unwrap(), m, 512, Dtype::Fp16, 8)
+            .block_ms(g.get(h).unwrap(), m, 512, NumFormat::Fp16, 8)
             .unwrap();
         assert!(
             t.0 + t.1 < a100.0 + a100.1,
@@ -171,7 +171,7 @@ fn board_power_limits_the_sustained_rate() {
     let m = ModelCatalog::builtin().get("llama-7b").unwrap();
     let t4 = GpuCatalog::builtin().get("t4").unwrap().clone();
     let total = |g: &sim::gpu::GpuSpec| {
-        let (f, b) = p.block_ms(g, m, 2048, Dtype::Fp16, 8).unwrap();
+        let (f, b) = p.block_ms(g, m, 2048, NumFormat::Fp16, 8).unwrap();
         f + b
     };
     let base = total(&t4);
@@ -382,7 +382,7 @@ fn matmul_rates_agree_with_published_gemm_benchmarks() {
         .unwrap()
     };
     let tflops = |gpu: &str, n: f64, mm: f64, k: f64| {
-        let f = feat(gpu, Dtype::Bf16);
+        let f = feat(gpu, NumFormat::Bf16);
         let p = theta.prices(&f.gpu, &f.work);
         let gm = Gemm {
             m: mm,
@@ -428,7 +428,7 @@ fn matmul_rates_agree_with_published_gemm_benchmarks() {
     // in training an anchored generation's is the sustained fraction of
     // its microbenchmark's (the others do not use it).
     for gpu in g.all().iter().filter(|x| x.arch != "cpu") {
-        for dtype in [Dtype::Fp16, Dtype::Fp32] {
+        for dtype in [NumFormat::Fp16, NumFormat::Fp32] {
             if let Some(f) = TimeFeat::new(gpu, m, 4096, dtype, 2, &TensorParallel::NONE, imp) {
                 let r = trained.ceiling(&f.gpu) / f.gpu.peak_flops;
                 assert!(r > 0.05 && r <= 1.0, "{} {dtype}: {r}", gpu.name);
@@ -470,7 +470,7 @@ fn per_rank_compute_falls_with_tp_between_one_over_t_and_the_small_gemm_loss() {
             for imp in BlockImpl::ALL {
                 for mb in [1u32, 4] {
                     let whole =
-                        TimeFeat::new(g, m, 2048, Dtype::Fp16, mb, &TensorParallel::NONE, imp)
+                        TimeFeat::new(g, m, 2048, NumFormat::Fp16, mb, &TensorParallel::NONE, imp)
                             .unwrap();
                     let pw = theta.prices(&whole.gpu, &whole.work);
                     let (f1, b1) = theta.time_ms(&whole.gpu, &whole.work);
@@ -479,7 +479,8 @@ fn per_rank_compute_falls_with_tp_between_one_over_t_and_the_small_gemm_loss() {
                         .filter(|t| m.heads.is_multiple_of(*t))
                     {
                         let tp = TensorParallel::new(t, true);
-                        let rank = TimeFeat::new(g, m, 2048, Dtype::Fp16, mb, &tp, imp).unwrap();
+                        let rank =
+                            TimeFeat::new(g, m, 2048, NumFormat::Fp16, mb, &tp, imp).unwrap();
                         let pr = theta.prices(&rank.gpu, &rank.work);
                         let (ft, bt) = theta.time_ms(&rank.gpu, &rank.work);
                         // The loss: the worst ratio of a GEMM's efficiency
@@ -545,7 +546,7 @@ fn eager_attention_grows_as_s_squared_only_through_the_scores() {
                     continue;
                 }
                 let tp = TensorParallel::new(t, sp);
-                let at = |s| BlockWork::new(m, s, Dtype::Bf16, 3, &tp, imp);
+                let at = |s| BlockWork::new(m, s, NumFormat::Bf16, 3, &tp, imp);
                 let (w1, w2) = (at(512), at(1024));
                 let s = m.tokens_per_sample(512) as f64;
                 let heads = m.heads as f64 / t as f64;
@@ -614,8 +615,10 @@ fn per_parameter_passes_belong_to_the_stack() {
                 compile: false,
                 attention,
             };
-            let meg = TimeFeat::new(g, m, 4096, Dtype::Bf16, 1, &tp, imp(Stack::Megatron)).unwrap();
-            let py = TimeFeat::new(g, m, 4096, Dtype::Bf16, 1, &tp, imp(Stack::PyTorch)).unwrap();
+            let meg =
+                TimeFeat::new(g, m, 4096, NumFormat::Bf16, 1, &tp, imp(Stack::Megatron)).unwrap();
+            let py =
+                TimeFeat::new(g, m, 4096, NumFormat::Bf16, 1, &tp, imp(Stack::PyTorch)).unwrap();
             let pm = theta.prices(&meg.gpu, &meg.work).block(&meg.work);
             let pp = theta.prices(&py.gpu, &py.work).block(&py.work);
             assert_eq!((pm.fwd.weight_ms, pm.bwd.weight_ms), (0.0, 0.0));
@@ -725,9 +728,11 @@ fn measured_blocks_are_priced_as_this_projects_trainer() {
     let tp = TensorParallel::new(2, false);
     let imp = BlockImpl::pytorch(Attention::Eager);
     let ratio = |m: &sim::model::ModelSpec| {
-        let w = p.block_prediction(cpu, m, 64, Dtype::Fp32, 4, imp).unwrap();
+        let w = p
+            .block_prediction(cpu, m, 64, NumFormat::Fp32, 4, imp)
+            .unwrap();
         let r = p
-            .block_prediction_tp(cpu, m, 64, Dtype::Fp32, 4, imp, &tp)
+            .block_prediction_tp(cpu, m, 64, NumFormat::Fp32, 4, imp, &tp)
             .unwrap();
         (r.fwd_ms + r.bwd_ms) / (w.fwd_ms + w.bwd_ms)
     };

@@ -6,12 +6,12 @@ use crate::common::{build, cluster_toml, costs, workload};
 use proptest::prelude::*;
 use sim::comm::{CollectiveKind, CollectiveRank, CommModel, LinkRef};
 use sim::cost::CostModel;
-use sim::dtype::Dtype;
 use sim::engine::{Category, Recorder, Stream};
 use sim::error::PlanError;
 use sim::iteration::SimOptions;
 use sim::plan::pipeline::{PipeSchedule, Pipeline, Stage};
 use sim::plan::Plan;
+use sim::precision::NumFormat;
 use sim::profile::{ProfileSet, Source, UnitProfile};
 use sim::simulate::{build_graph, simulate, simulate_observed};
 use sim::strategy::{Accumulation, Attention, Checkpointing, Offload, Sharding, Strategy};
@@ -47,8 +47,8 @@ pub(crate) fn pipe_strategy(ranks: usize, sharding: Sharding, ckpt: Checkpointin
         accumulation: Accumulation::NoSync,
         checkpointing: ckpt,
         offload: Offload::None,
-        param_dtype: Dtype::Fp16,
-        reduce_dtype: Dtype::Fp16,
+        param_dtype: NumFormat::Fp16,
+        reduce_dtype: NumFormat::Fp16,
         attention: sim::strategy::Attention::Eager,
         stack: sim::strategy::Stack::PyTorch,
         compile: false,
@@ -61,7 +61,7 @@ pub(crate) fn pipe_strategy(ranks: usize, sharding: Sharding, ckpt: Checkpointin
 /// those floors.
 fn identical(p: usize, batch: u32) -> CostModel {
     let gpus = vec!["a100-80gb"; p].join(",");
-    let c = costs(&gpus, "gpt-1.3b", Dtype::Fp16, batch);
+    let c = costs(&gpus, "gpt-1.3b", NumFormat::Fp16, batch);
     let mut c = c.with_comm(Arc::new(NoComm));
     let w = &c.workload;
     let zero = UnitProfile {
@@ -259,7 +259,7 @@ fn two_nodes(bw_gbit: f64, batch: u32) -> CostModel {
          [[nodes]]\ngpus = [ {{ type = \"l4\", count = 2 }} ]\n"
     );
     build(
-        workload(cluster_toml(&toml), "gpt-1.3b", Dtype::Fp16, batch),
+        workload(cluster_toml(&toml), "gpt-1.3b", NumFormat::Fp16, batch),
         &ProfileSet::new(),
         None,
     )
@@ -637,8 +637,8 @@ fn shape_plan(c: &CostModel, shape: sim::plan::shape::Shape3d) -> Plan {
         accumulation: Accumulation::NoSync,
         checkpointing: Checkpointing::None,
         offload: Offload::None,
-        param_dtype: Dtype::Bf16,
-        reduce_dtype: Dtype::Fp32,
+        param_dtype: NumFormat::Bf16,
+        reduce_dtype: NumFormat::Fp32,
         attention: Attention::Flash,
         stack: sim::strategy::Stack::PyTorch,
         compile: false,

@@ -6,12 +6,12 @@ use crate::common::{gpu_list, reference_profiles, shared_dir, workload};
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 use sim::cost::{CostModel, CostOptions};
-use sim::dtype::Dtype;
 use sim::error::PlanError;
 use sim::planner::cephalo::{self, Choice};
 use sim::planner::closed_form::ClosedForm;
 use sim::planner::compat::{self, CompatInputs};
 use sim::planner::{self, Planner, PlannerOptions, Problem, SimJudge};
+use sim::precision::NumFormat;
 use sim::profile::ProfileSet;
 use sim::simulate::simulate;
 use sim::strategy::{
@@ -27,7 +27,7 @@ fn build(
     gpus: &str,
     model: &str,
     batch: u32,
-    dtype: Dtype,
+    dtype: NumFormat,
     profiles: &ProfileSet,
     cluster: Option<&str>,
     tweak: impl FnOnce(&mut CostOptions),
@@ -91,7 +91,7 @@ fn ref_case(rc: &RefCase, profiles: &ProfileSet) -> Case {
         &rc.gpus.join(","),
         &rc.model,
         rc.global_batch,
-        Dtype::parse(&rc.dtype).unwrap(),
+        NumFormat::parse(&rc.dtype).unwrap(),
         profiles,
         Some(&rc.memory_cluster),
         // The reference optimizer's memory rule: 75% of capacity, 2 GiB.
@@ -141,7 +141,7 @@ fn compat_example_plan_and_corrected_state_split() {
         "l4,l4,a6000,p40",
         "deepspeedgpt_2.7b",
         64,
-        Dtype::Fp16,
+        NumFormat::Fp16,
         profiles,
         Some("paper"),
         |o| o.mem_policy = sim::cost::MemPolicy::Fraction(0.75),
@@ -216,7 +216,7 @@ proptest! {
         ag in prop_oneof![Just(0.0), 0.0f64..40.0],
     ) {
         let profiles = reference_profiles().expect("checked by the caller");
-        let (name, dtype) = [("deepspeedgpt_1.3b", Dtype::Fp16), ("deepspeedgpt_2.7b", Dtype::Fp16), ("deepspeedbert_xlarge", Dtype::Fp32)][model];
+        let (name, dtype) = [("deepspeedgpt_1.3b", NumFormat::Fp16), ("deepspeedgpt_2.7b", NumFormat::Fp16), ("deepspeedbert_xlarge", NumFormat::Fp32)][model];
         let gpus: Vec<&str> = picks.iter().map(|&i| GPU_POOL[i]).collect();
         let mut c = build(&gpus.join(","), name, batch, dtype, profiles, Some("paper"), |o| o.mem_policy = sim::cost::MemPolicy::Fraction(frac));
         c.options.compat_ag_ms = ag;
@@ -328,7 +328,7 @@ proptest! {
         let name = ["gpt-1.3b", "bert-large", "bert-xlarge", "gpt-1.3b", "gpt-2.7b"][model];
         let empty = ProfileSet::new();
         let profiles = reference_profiles().unwrap_or(&empty);
-        let c = build(&gpus.join(","), name, batch, Dtype::Fp16, profiles, Some("paper").filter(|_| !profiles.memory.is_empty()), |o| o.mem_policy = sim::cost::MemPolicy::Fraction(frac));
+        let c = build(&gpus.join(","), name, batch, NumFormat::Fp16, profiles, Some("paper").filter(|_| !profiles.memory.is_empty()), |o| o.mem_policy = sim::cost::MemPolicy::Fraction(frac));
         // Cephalo's trainer; without checkpointing; hybrid groups of half
         // the GPUs (fixed shares); no sharding; no-sync over two passes.
         let ceph = Strategy::cephalo(g, Attention::Eager);
@@ -337,7 +337,7 @@ proptest! {
             1 => (Strategy { checkpointing: Checkpointing::None, ..ceph }, 1),
             2 => (Strategy { sharding: Sharding::Hybrid, shard_group: if g.is_multiple_of(2) { g / 2 } else { g }, ..ceph }, 1),
             3 => (Strategy { sharding: Sharding::NoShard, ..ceph }, 1),
-            _ => (Strategy { accumulation: Accumulation::NoSync, offload: Offload::None, param_dtype: Dtype::Fp16, ..ceph }, 2),
+            _ => (Strategy { accumulation: Accumulation::NoSync, offload: Offload::None, param_dtype: NumFormat::Fp16, ..ceph }, 2),
         };
         let cf = ClosedForm::new(&c.costs, strategy, passes).unwrap();
         let brute = native_brute(&cf, &c.costs.rank_type, batch);
@@ -366,7 +366,7 @@ fn every_planner_plan_validates_and_simulates() {
         "l4,l4,a6000,p40",
         "deepspeedgpt_2.7b",
         64,
-        Dtype::Fp16,
+        NumFormat::Fp16,
         profiles,
         Some("paper"),
         |_| {},
@@ -430,7 +430,7 @@ fn batch_grid_search_is_near_the_exact_optimum() {
             gpus,
             model,
             b,
-            Dtype::Fp16,
+            NumFormat::Fp16,
             &ProfileSet::new(),
             None,
             |_| {},
@@ -457,7 +457,15 @@ fn batch_grid_search_is_near_the_exact_optimum() {
 fn infeasible_state_names_the_shortfall() {
     let empty = ProfileSet::new();
     // 70B parameters x 16 B = ~1 TiB of state on two 16 GiB T4s.
-    let c = build("t4,t4", "llama2-70b", 8, Dtype::Fp16, &empty, None, |_| {});
+    let c = build(
+        "t4,t4",
+        "llama2-70b",
+        8,
+        NumFormat::Fp16,
+        &empty,
+        None,
+        |_| {},
+    );
     let err = planner::registry::native()
         .plan(&problem(&c, &empty, None))
         .unwrap_err();
@@ -488,7 +496,7 @@ fn hybrid_share_too_large_names_the_gpu() {
         "a100-80gb,a100-80gb,t4,t4",
         "gpt-2.7b",
         16,
-        Dtype::Fp16,
+        NumFormat::Fp16,
         &empty,
         None,
         |_| {},
@@ -540,7 +548,7 @@ fn infeasible_microbatch_names_the_gpu() {
         cluster: "huge".into(),
         model: "gpt-1.3b".into(),
         model_key: "gpt-1.3b".into(),
-        dtype: Dtype::Fp16,
+        dtype: NumFormat::Fp16,
         parameters: 1_300_000_000,
         seq_len: None,
         act_gib: vec![60.0, 120.0],
@@ -552,7 +560,7 @@ fn infeasible_microbatch_names_the_gpu() {
         "l4,a6000",
         "gpt-1.3b",
         8,
-        Dtype::Fp16,
+        NumFormat::Fp16,
         &profiles,
         Some("huge"),
         |_| {},
@@ -581,7 +589,7 @@ fn slow_gpu_can_be_left_without_samples_and_says_so() {
         "h100-sxm,h100-sxm,p40",
         "gpt-1.3b",
         4,
-        Dtype::Fp16,
+        NumFormat::Fp16,
         &empty,
         None,
         |_| {},
@@ -627,7 +635,7 @@ fn layered_baselines_say_why_no_count_fits() {
         "l4,l4,l4,l4",
         "gpt-2.7b",
         65536,
-        Dtype::Fp16,
+        NumFormat::Fp16,
         &empty,
         None,
         |_| {},

@@ -10,13 +10,13 @@ use crate::common::{
 use proptest::prelude::*;
 use sim::cluster::Cluster;
 use sim::cost::CostModel;
-use sim::dtype::Dtype;
 use sim::engine::{Graph, OpId, Recorder, Stream};
 use sim::error::PlanError;
 use sim::iteration::SimOptions;
 use sim::memory::MemoryTracker;
 use sim::plan::rank::RankPlan;
 use sim::plan::Plan;
+use sim::precision::NumFormat;
 use sim::profile::ProfileSet;
 use sim::report::Report;
 use sim::schedule::lower::Lowered;
@@ -224,7 +224,7 @@ pub(crate) fn assert_same_report(merged: &Report, full: &Report) {
 
 #[test]
 fn invariants_hold_on_varied_plans() {
-    let het = costs("l4,l4,a6000,p40", "gpt-1.3b", Dtype::Fp16, 64);
+    let het = costs("l4,l4,a6000,p40", "gpt-1.3b", NumFormat::Fp16, 64);
     let on = SimOptions::default();
     let off = SimOptions {
         prefetch: false,
@@ -264,7 +264,7 @@ gpus = [ { type = "v100x16" }, { type = "t4" } ]
 "#,
     );
     let two = build(
-        workload(c, "llama-tiny", Dtype::Fp16, 24),
+        workload(c, "llama-tiny", NumFormat::Fp16, 24),
         &ProfileSet::new(),
         None,
     );
@@ -274,7 +274,7 @@ gpus = [ { type = "v100x16" }, { type = "t4" } ]
 
 #[test]
 fn state_only_gpu_does_only_its_optimizer_step() {
-    let c = costs("a6000,a6000,t4", "gpt-1.3b", Dtype::Fp16, 16);
+    let c = costs("a6000,a6000,t4", "gpt-1.3b", NumFormat::Fp16, 16);
     let p = plan(&[8, 8, 0], &[1, 1, 0], Some(&[0.4, 0.4, 0.2]));
     let r = check(&c, &p, &SimOptions::default());
     let g = &r.gpus[2];
@@ -309,9 +309,9 @@ fn single_gpu_sum(c: &CostModel, m: u32) -> SimTime {
 #[test]
 fn single_gpu_is_the_sum_of_its_terms() {
     for (gpu, model, dtype, b) in [
-        ("a6000", "gpt-1.3b", Dtype::Fp16, 8),
-        ("v100x32", "llama-tiny", Dtype::Fp32, 3),
-        ("h100-sxm", "bert-large", Dtype::Bf16, 16),
+        ("a6000", "gpt-1.3b", NumFormat::Fp16, 8),
+        ("v100x32", "llama-tiny", NumFormat::Fp32, 3),
+        ("h100-sxm", "bert-large", NumFormat::Bf16, 16),
     ] {
         let c = costs(gpu, model, dtype, b);
         let r = check(&c, &plan(&[b], &[1], None), &SimOptions::default());
@@ -358,7 +358,7 @@ fn single_gpu_with_reference_profile_is_the_sum_of_its_entries() {
     let d = shared_dir().unwrap();
     let c = gpu_list("a6000");
     let c = build(
-        workload(c, "deepspeedgpt_2.7b", Dtype::Fp16, 4),
+        workload(c, "deepspeedgpt_2.7b", NumFormat::Fp16, 4),
         p,
         Some("paper"),
     );
@@ -388,7 +388,7 @@ gpus = [ { type = "a10g", count = 2 } ]
 "#,
     );
     let c = build(
-        workload(c, "gpt-1.3b", Dtype::Fp16, 32),
+        workload(c, "gpt-1.3b", NumFormat::Fp16, 32),
         &ProfileSet::new(),
         None,
     );
@@ -446,7 +446,7 @@ gpus = [ { type = "a10g", count = 2 } ]
 
 #[test]
 fn output_is_byte_identical_across_runs() {
-    let c = costs("l4,l4,a6000,p40", "gpt-1.3b", Dtype::Fp16, 64);
+    let c = costs("l4,l4,a6000,p40", "gpt-1.3b", NumFormat::Fp16, 64);
     let p = plan(&[13, 12, 34, 5], &[1, 2, 1, 1], None);
     let opts = SimOptions {
         trace: true,
@@ -454,7 +454,7 @@ fn output_is_byte_identical_across_runs() {
     };
     let a = simulate(&c, &p, &opts).unwrap();
     let b = simulate(
-        &costs("l4,l4,a6000,p40", "gpt-1.3b", Dtype::Fp16, 64),
+        &costs("l4,l4,a6000,p40", "gpt-1.3b", NumFormat::Fp16, 64),
         &p,
         &opts,
     )
@@ -507,7 +507,7 @@ fn output_is_byte_identical_across_runs() {
 #[test]
 fn traces_nest_and_link_collectives() {
     use sim::strategy::{Accumulation, Attention, Strategy};
-    let c = costs("l4,l4,a6000,p40", "gpt-1.3b", Dtype::Fp16, 16);
+    let c = costs("l4,l4,a6000,p40", "gpt-1.3b", NumFormat::Fp16, 16);
     for acc in [Accumulation::Layered, Accumulation::NoSync] {
         let strategy = Strategy {
             accumulation: acc,
@@ -596,7 +596,7 @@ fn traces_nest_and_link_collectives() {
 /// See: issue 2 ("an even plan that cannot fit ... reported as out of memory").
 #[test]
 fn r2_llama7b_fp32_on_four_t4_is_out_of_memory() {
-    let c = costs("t4,t4,t4,t4", "deepspeedllama_7b", Dtype::Fp32, 32);
+    let c = costs("t4,t4,t4,t4", "deepspeedllama_7b", NumFormat::Fp32, 32);
     let r = simulate(
         &c,
         &plan(&[8, 8, 8, 8], &[1, 1, 1, 1], None),
@@ -629,7 +629,7 @@ fn a_straggler_stalls_the_fast_gpu() {
     // Same batch on a fast and a slow GPU, compute-bound (8 micro-batches
     // per all-gather): the fast one waits for the slow one at every
     // collective (idle), the slow one is never stalled.
-    let c = costs("a6000,t4", "gpt-1.3b", Dtype::Fp16, 64);
+    let c = costs("a6000,t4", "gpt-1.3b", NumFormat::Fp16, 64);
     let r = check(
         &c,
         &plan(&[32, 32], &[8, 8], Some(&[0.8, 0.2])),
@@ -643,7 +643,7 @@ fn a_straggler_stalls_the_fast_gpu() {
 
 #[test]
 fn plan_errors_name_the_field() {
-    let c = costs("a6000,a6000", "gpt-1.3b", Dtype::Fp16, 16);
+    let c = costs("a6000,a6000", "gpt-1.3b", NumFormat::Fp16, 16);
     let e = simulate(&c, &plan(&[8, 7], &[1, 1], None), &SimOptions::default()).unwrap_err();
     assert!(
         matches!(&e, PlanError::Invalid { origin, field, .. } if origin == "plan" && field == "batch"),
@@ -672,7 +672,7 @@ fn paper_plan_is_bounded_by_its_slowest_gpu_and_explained() {
     let d = shared_dir().unwrap();
     let cl = gpu_list("l4,l4,a6000,p40");
     let c = build(
-        workload(cl, "deepspeedgpt_2.7b", Dtype::Fp16, 64),
+        workload(cl, "deepspeedgpt_2.7b", NumFormat::Fp16, 64),
         prof,
         Some("paper"),
     );
@@ -841,8 +841,8 @@ proptest! {
         let gb: u32 = batch.iter().sum();
         let p = Plan::from_lists(&batch, &micro, Some(&fr), "prop").unwrap();
         let opts = SimOptions { prefetch, ..SimOptions::default() };
-        let slow = build(workload(cluster.clone(), "llama-tiny", Dtype::Fp16, gb), &ProfileSet::new(), None);
-        let fast = build(workload(cluster.with_inter_bw_scaled(2.0), "llama-tiny", Dtype::Fp16, gb), &ProfileSet::new(), None);
+        let slow = build(workload(cluster.clone(), "llama-tiny", NumFormat::Fp16, gb), &ProfileSet::new(), None);
+        let fast = build(workload(cluster.with_inter_bw_scaled(2.0), "llama-tiny", NumFormat::Fp16, gb), &ProfileSet::new(), None);
         let a = check(&slow, &p, &opts);
         let b = check(&fast, &p, &opts);
         prop_assert!(b.iteration_ms <= a.iteration_ms, "{} > {}", b.iteration_ms, a.iteration_ms);
@@ -860,7 +860,7 @@ fn a_network_table_means_what_it_meant() {
         "[network]\nbw_gbit_s = 25\nlatency_us = 30\n[[nodes]]\ngpus = [{ type = \"t4\" }]\n[[nodes]]\ngpus = [{ type = \"t4\" }]\n[[nodes]]\ngpus = [{ type = \"l4\" }]\n[[nodes]]\ngpus = [{ type = \"l4\" }]\n",
     );
     let costs = build(
-        workload(c, "gpt-1.3b", Dtype::Fp16, 16),
+        workload(c, "gpt-1.3b", NumFormat::Fp16, 16),
         &ProfileSet::new(),
         None,
     );
@@ -919,8 +919,8 @@ proptest! {
             ..sim::strategy::Strategy::cephalo(4, sim::strategy::Attention::Eager)
         };
         let p = under(&plan(&batch, &[1, 1, 1, 1], None), strategy);
-        let base = build(workload(cluster.clone(), "llama-tiny", Dtype::Fp16, gb), &ProfileSet::new(), None);
-        let fast = build(workload(with_link_doubled(&cluster, which), "llama-tiny", Dtype::Fp16, gb), &ProfileSet::new(), None);
+        let base = build(workload(cluster.clone(), "llama-tiny", NumFormat::Fp16, gb), &ProfileSet::new(), None);
+        let fast = build(workload(with_link_doubled(&cluster, which), "llama-tiny", NumFormat::Fp16, gb), &ProfileSet::new(), None);
         let (a, b) = (simulate(&base, &p, &SimOptions::default()), simulate(&fast, &p, &SimOptions::default()));
         prop_assume!(a.is_ok(), "{:?}", a.as_ref().err());
         let (a, b) = (a.unwrap(), b.unwrap());
@@ -986,7 +986,7 @@ proptest! {
         let micros: Vec<u32> = batch.iter().map(|&b| micro.min(b)).collect();
         let p = under(&plan(&batch, &micros, None), strategy);
         let gb: u32 = batch.iter().sum();
-        let costs = build(workload(cluster, "llama-tiny", Dtype::Fp16, gb), &ProfileSet::new(), None);
+        let costs = build(workload(cluster, "llama-tiny", NumFormat::Fp16, gb), &ProfileSet::new(), None);
         let opts = SimOptions { contention, ..SimOptions::default() };
         prop_assume!(simulate(&costs, &p, &opts).is_ok());
         let r = check(&costs, &p, &opts);
@@ -1015,7 +1015,7 @@ fn identical_nodes_are_simulated_once() {
     }
     let cluster = cluster_toml(&toml);
     let costs = build(
-        workload(cluster, "llama-tiny", Dtype::Fp16, 48),
+        workload(cluster, "llama-tiny", NumFormat::Fp16, 48),
         &ProfileSet::new(),
         None,
     );
@@ -1052,7 +1052,7 @@ fn large_reports_print_identical_ranks_once() {
     }
     let cluster = cluster_toml(&toml);
     let costs = build(
-        workload(cluster, "llama-tiny", Dtype::Fp16, 80),
+        workload(cluster, "llama-tiny", NumFormat::Fp16, 80),
         &ProfileSet::new(),
         None,
     );
@@ -1092,7 +1092,7 @@ fn costs_of_two_nodes() -> CostModel {
         NODE_TEMPLATES[0], NODE_TEMPLATES[0]
     );
     build(
-        workload(cluster_toml(&toml), "llama-tiny", Dtype::Fp16, 8),
+        workload(cluster_toml(&toml), "llama-tiny", NumFormat::Fp16, 8),
         &ProfileSet::new(),
         None,
     )

@@ -12,10 +12,10 @@ use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 use sim::cluster::Cluster;
 use sim::cost::CostModel;
-use sim::dtype::Dtype;
 use sim::engine::{Category, OpId};
 use sim::iteration::SimOptions;
 use sim::plan::Plan;
+use sim::precision::NumFormat;
 use sim::profile::ProfileSet;
 use sim::report::Report;
 use sim::schedule::{DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES};
@@ -210,9 +210,9 @@ fn all_strategies(c: &CostModel) -> Vec<Strategy> {
 
 #[test]
 fn every_strategy_counts_its_collectives() {
-    let paper = costs("l4,l4,a6000,p40", "gpt-1.3b", Dtype::Fp16, 64);
+    let paper = costs("l4,l4,a6000,p40", "gpt-1.3b", NumFormat::Fp16, 64);
     let two = build(
-        workload(two_nodes(), "llama-tiny", Dtype::Bf16, 32),
+        workload(two_nodes(), "llama-tiny", NumFormat::Bf16, 32),
         &ProfileSet::new(),
         None,
     );
@@ -282,7 +282,7 @@ fn every_strategy_counts_its_collectives() {
 
 #[test]
 fn no_sync_gathers_each_block_twice_per_micro_batch_layered_twice() {
-    let c = costs("l4,l4,a6000,p40", "gpt-1.3b", Dtype::Fp16, 32);
+    let c = costs("l4,l4,a6000,p40", "gpt-1.3b", NumFormat::Fp16, 32);
     for n in [1u32, 2, 4] {
         let p = plan(&[8, 8, 8, 8], &[n; 4], None);
         let fsdp = under(
@@ -304,8 +304,8 @@ fn no_sync_gathers_each_block_twice_per_micro_batch_layered_twice() {
 #[test]
 fn peak_memory_orders_by_recompute() {
     for (gpus, model, b, dt) in [
-        ("l4,l4,a6000,p40", "gpt-1.3b", 4u32, Dtype::Fp16),
-        ("a100-80gb,a100-80gb", "llama2-7b", 2, Dtype::Bf16),
+        ("l4,l4,a6000,p40", "gpt-1.3b", 4u32, NumFormat::Fp16),
+        ("a100-80gb,a100-80gb", "llama2-7b", 2, NumFormat::Bf16),
     ] {
         let c = costs(gpus, model, dt, b * gpus.split(',').count() as u32);
         let g = c.ranks();
@@ -343,7 +343,7 @@ fn micro_batch_major_accumulation_pays_its_regathers() {
                 "[network]\nbw_gbit_s = 10.0\n[[nodes]]\ngpus = [ { type = \"a10g\", count = 2 } ]\n[[nodes]]\ngpus = [ { type = \"a10g\", count = 2 } ]\n",
             ),
             "gpt-1.3b",
-            Dtype::Fp16,
+            NumFormat::Fp16,
             32,
         ),
         &ProfileSet::new(),
@@ -386,7 +386,7 @@ fn micro_batch_major_accumulation_pays_its_regathers() {
 
 #[test]
 fn ddp_holds_the_whole_state_and_its_buckets() {
-    let c = costs("a100-80gb,a100-80gb", "gpt-1.3b", Dtype::Bf16, 8);
+    let c = costs("a100-80gb,a100-80gb", "gpt-1.3b", NumFormat::Bf16, 8);
     let p = plan(&[4, 4], &[1, 1], None);
     let ddp = under(
         &p,
@@ -419,7 +419,7 @@ fn ddp_holds_the_whole_state_and_its_buckets() {
 
 #[test]
 fn optimizer_offload_moves_state_to_the_host_and_overflows_it() {
-    let c = costs("l4,l4", "gpt-1.3b", Dtype::Fp16, 8);
+    let c = costs("l4,l4", "gpt-1.3b", NumFormat::Fp16, 8);
     let p = plan(&[4, 4], &[1, 1], None);
     let s = strategy(
         &c,
@@ -448,7 +448,7 @@ fn optimizer_offload_moves_state_to_the_host_and_overflows_it() {
     let small =
         cluster_toml("[[nodes]]\nhost_mem_gib = 8\ngpus = [ { type = \"l4\", count = 2 } ]\n");
     let c2 = build(
-        workload(small, "gpt-1.3b", Dtype::Fp16, 8),
+        workload(small, "gpt-1.3b", NumFormat::Fp16, 8),
         &ProfileSet::new(),
         None,
     );
@@ -467,7 +467,7 @@ fn optimizer_offload_moves_state_to_the_host_and_overflows_it() {
 
 #[test]
 fn a_gpu_with_fewer_micro_batches_joins_every_pass() {
-    let c = costs("a6000,a6000,t4", "gpt-1.3b", Dtype::Fp16, 20);
+    let c = costs("a6000,a6000,t4", "gpt-1.3b", NumFormat::Fp16, 20);
     let p = plan(&[8, 8, 4], &[4, 4, 2], None);
     let s = strategy(
         &c,
@@ -578,7 +578,7 @@ proptest! {
         let (toml, batch, micro, sh, acc, ck, off) = case;
         let cluster = cluster_toml(&toml);
         let gb: u32 = batch.iter().sum();
-        let c = build(workload(cluster.clone(), "llama-tiny", Dtype::Fp16, gb), &ProfileSet::new(), None);
+        let c = build(workload(cluster.clone(), "llama-tiny", NumFormat::Fp16, gb), &ProfileSet::new(), None);
         let s = case_strategy(&c, sh, acc, ck, off);
         let p = under(&Plan::from_lists(&batch, &micro, None, "prop").unwrap(), s);
         let r = check(&c, &p, &SimOptions::default());
@@ -589,7 +589,7 @@ proptest! {
             prop_assert!(g.copy_busy_ms <= r.iteration_ms + 1e-9);
         }
         // More bandwidth (links, network, host memory) never slows it.
-        let fast = build(workload(cluster.with_all_bw_scaled(2.0), "llama-tiny", Dtype::Fp16, gb), &ProfileSet::new(), None);
+        let fast = build(workload(cluster.with_all_bw_scaled(2.0), "llama-tiny", NumFormat::Fp16, gb), &ProfileSet::new(), None);
         let r2 = check(&fast, &p, &SimOptions::default());
         prop_assert!(r2.iteration_ms <= r.iteration_ms * (1.0 + 1e-12), "{} > {}", r2.iteration_ms, r.iteration_ms);
         // The planners' cheap per-GPU bound (no timing; used to cap batch
@@ -626,7 +626,7 @@ proptest! {
     ) {
         let batch: Vec<u32> = ranks.iter().map(|r| r.0).collect();
         let micro: Vec<u32> = ranks.iter().map(|r| r.1.min(r.0)).collect();
-        let c = costs("l4,a10g,t4,v100x16", "llama-tiny", Dtype::Fp16, batch.iter().sum());
+        let c = costs("l4,a10g,t4,v100x16", "llama-tiny", NumFormat::Fp16, batch.iter().sum());
         let full = case_strategy(&c, Sharding::Full, acc, ck, off);
         let hybrid = Strategy { sharding: Sharding::Hybrid, ..full };
         let p = Plan::from_lists(&batch, &micro, None, "prop").unwrap();

@@ -427,7 +427,7 @@ fn hgx_of(
     gpu: &str,
     net_gbit_s: f64,
     model_toml: &str,
-    dtype: sim::dtype::Dtype,
+    dtype: sim::precision::NumFormat,
     seq: u32,
     batch: u32,
 ) -> CostModel {
@@ -479,7 +479,7 @@ seq_len = 8192
         "h100-sxm",
         3200.0,
         model,
-        sim::dtype::Dtype::Bf16,
+        sim::precision::NumFormat::Bf16,
         8192,
         32,
     );
@@ -580,7 +580,7 @@ seq_len = 2048
         "a100-80gb",
         1600.0,
         model,
-        sim::dtype::Dtype::Fp16,
+        sim::precision::NumFormat::Fp16,
         2048,
         3072,
     );
@@ -599,7 +599,7 @@ seq_len = 2048
         "a100-80gb",
         1600.0,
         model,
-        sim::dtype::Dtype::Fp16,
+        sim::precision::NumFormat::Fp16,
         2048,
         4 * 3072,
     );

@@ -87,7 +87,9 @@ pub(super) fn infeasible_at_once(cf: &ClosedForm<'_>) -> Option<PlanError> {
                  ({} after overhead): short by {} even with zero samples anywhere \
                  (the largest GPU, {r} {}, has {} usable)",
                 size_gib(s),
-                cf.strategy().gpu_state_bytes_per_param(),
+                cf.strategy()
+                    .precision(costs.workload.dtype)
+                    .gpu_state_bytes_per_param(cf.strategy().offloads_optimizer()),
                 size_gib(free),
                 size_gib(short),
                 costs.gpu(r).name,
