@@ -5,7 +5,7 @@
 
 use crate::common;
 use proptest::prelude::*;
-use sim::dtype::Dtype;
+use sim::precision::NumFormat;
 use sim::iteration::SimOptions;
 use sim::plan::file::PlanWorkload;
 use sim::plan::shape::Shape3d;
@@ -145,7 +145,7 @@ fn one_stage_layout_is_the_data_parallel_plan() {
             let cluster = common::cluster_toml(&case.toml());
             let n = case.ranks();
             let batch = n * case.micro_size * case.micro_count;
-            let w = common::workload(cluster, MODELS[case.model], Dtype::Fp16, batch);
+            let w = common::workload(cluster, MODELS[case.model], NumFormat::Fp16, batch);
             let costs = common::build(w, &sim::profile::ProfileSet::new(), None);
             let spec = case.spec();
             let shape = Shape3d {
