@@ -27,6 +27,8 @@
 //!   model -> [`BlockConfig`], plan -> [`Job`], profiler tables ->
 //!   `cephalo-profile/1`, [`TrainReport`] -> a report comparable with the
 //!   simulator's).
+//! - [`validation`]: what a `validate` run trains and predicts when none
+//!   is given, and the thresholds of a disturbed measurement.
 //!
 //! Units throughout: ms, bytes, samples, f32 elements (see each module).
 #![warn(missing_docs, missing_debug_implementations)]
@@ -41,6 +43,7 @@ pub mod layout;
 pub mod report;
 pub mod shard;
 pub mod sim_glue;
+pub mod validation;
 
 #[cfg(feature = "torch")]
 pub mod adam;

@@ -602,6 +602,72 @@ pub struct Comparison {
     pub groups: Vec<GroupComparison>,
 }
 
+/// One predicted-vs-measured pair of the comparison as CSV (`cephalo
+/// validate --format csv`): `rank,group,metric,predicted,measured,error_rel`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ComparisonRow {
+    /// The rank of a per-rank row.
+    pub rank: Option<usize>,
+    /// The stage and TP group of a pipelined / 3D plan's group rows
+    /// (`stage S replica R`).
+    pub group: Option<String>,
+    /// The figure (`iteration_ms`, `compute_ms`, `peak_mem_gib`, ...).
+    pub metric: &'static str,
+    /// Simulated value (ms or GiB).
+    pub predicted: Option<f64>,
+    /// Measured value (ms or GiB).
+    pub measured: Option<f64>,
+    /// `(predicted - measured) / measured`.
+    pub error_rel: Option<f64>,
+}
+
+impl Comparison {
+    /// The comparison as CSV rows: the iteration, then every rank's
+    /// figures, then every stage and TP group's.
+    pub fn csv_rows(&self) -> Vec<ComparisonRow> {
+        let row = |rank, group, metric, p: &Pair| ComparisonRow {
+            rank,
+            group,
+            metric,
+            predicted: p.predicted,
+            measured: p.measured,
+            error_rel: p.error_rel,
+        };
+        let mut rows = vec![ComparisonRow {
+            rank: None,
+            group: None,
+            metric: "iteration_ms",
+            predicted: Some(self.predicted_iteration_ms),
+            measured: Some(self.measured_iteration_ms),
+            error_rel: Some(self.iteration_error_rel),
+        }];
+        for r in &self.ranks {
+            for (metric, p) in [
+                ("compute_ms", &r.compute_ms),
+                ("passes_ms", &r.passes_ms),
+                ("optimizer_ms", &r.optimizer_ms),
+                ("comm_ms", &r.comm_ms),
+                ("idle_ms", &r.idle_ms),
+                ("copy_ms", &r.copy_ms),
+                ("peak_mem_gib", &r.peak_mem_gib),
+            ] {
+                rows.push(row(Some(r.rank), None, metric, p));
+            }
+        }
+        for g in &self.groups {
+            for (metric, p) in [
+                ("compute_ms", &g.compute_ms),
+                ("comm_ms", &g.comm_ms),
+                ("bubble_ms", &g.bubble_ms),
+            ] {
+                let group = format!("stage {} replica {}", g.stage, g.replica);
+                rows.push(row(None, Some(group), metric, p));
+            }
+        }
+        rows
+    }
+}
+
 /// Per stage and replica, the means of `ranks`' compute, communication
 /// and bubble (the report's stages say which ranks form which group).
 fn group_comparisons(

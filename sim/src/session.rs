@@ -15,6 +15,7 @@ use crate::model::ModelSpec;
 use crate::perfmodel::Predictor;
 use crate::plan::file::{PlanFile, PlanWorkload};
 use crate::plan::Plan;
+use crate::planner::registry::{self, Family};
 use crate::planner::{Planned, Planner, PlannerOptions, Problem, SimJudge};
 use crate::precision::NumFormat;
 use crate::profile::ProfileSet;
@@ -411,12 +412,24 @@ pub fn plan_named(
         let all = plan_best(costs, profiles, options, strategy);
         let ran = all
             .winner()
-            .map_or("cephalo", |w| all.contenders[w].planner);
+            .map_or_else(registry::native_name, |w| all.contenders[w].planner);
         return Ok((all.into_winner()?, ran));
     }
     let pl = crate::planner::registry::by_name(planner, origin)?;
     let run = plan_and_simulate(costs, profiles, pl.as_ref(), options, strategy)?;
     Ok((run, pl.name()))
+}
+
+/// The planner a run logged by `format`'s framework is predicted with
+/// when the user names none: its family's standard ([`registry::standard`]:
+/// Megatron-LM's 3D for Megatron-LM logs, plain FSDP for the others).
+pub fn planner_for_log(format: crate::runlog::LogFormat) -> &'static str {
+    let family = if format.runs_3d() {
+        Family::ThreeD
+    } else {
+        Family::DataParallel
+    };
+    registry::standard(family).name()
 }
 
 /// A planner's own memory rule, taken in place of the workload's default
@@ -479,7 +492,7 @@ pub fn planner_mem_default(planner: &str, user_fraction: Option<f64>) -> Option<
 /// pin of another part refuses it, except the trivial `tp=1 pp=1` of a
 /// data-parallel planner's plans.
 fn shape_conflict(planner: &dyn Planner, pins: &crate::plan::shape::ShapePins) -> Option<String> {
-    use crate::planner::registry::{entry, Family};
+    use crate::planner::registry::entry;
     let takes = planner.shape_pins();
     let other: Vec<&str> = pins
         .pinned()
@@ -721,7 +734,7 @@ pub struct Comparison {
 
 /// Whether a planner is a baseline: anything but Cephalo's own planners.
 fn is_baseline(planner: &str) -> bool {
-    !planner.starts_with("cephalo")
+    !registry::is_cephalo(planner)
 }
 
 fn ok(r: &Row) -> Option<f64> {
@@ -781,7 +794,7 @@ pub fn compare(
                 });
             }
             Err(e) => {
-                if pl.name() == "cephalo" {
+                if pl.name() == registry::native_name() {
                     native_error = Some(e.clone());
                 }
                 rows.push(Row {
@@ -809,8 +822,12 @@ pub fn compare(
             }
         }
     }
-    let fsdp = rows.iter().find(|r| r.planner == "fsdp").and_then(ok);
-    let ours = rows.iter().find(|r| r.planner == "cephalo").and_then(ok);
+    let (fsdp_name, ours_name) = (
+        registry::standard(Family::DataParallel).name(),
+        registry::native_name(),
+    );
+    let fsdp = rows.iter().find(|r| r.planner == fsdp_name).and_then(ok);
+    let ours = rows.iter().find(|r| r.planner == ours_name).and_then(ok);
     let best = rows
         .iter()
         .filter(|r| is_baseline(&r.planner))
@@ -1008,7 +1025,8 @@ impl Comparison {
     /// none (Cephalo has no plan or runs out of memory, no baseline fits,
     /// FSDP runs out of memory by how much).
     pub fn headline(&self) -> String {
-        let Some(ours) = self.rows.iter().find(|r| r.planner == "cephalo") else {
+        let native = registry::native_name();
+        let Some(ours) = self.rows.iter().find(|r| r.planner == native) else {
             return String::new();
         };
         let mut s = String::from("cephalo: ");
@@ -1050,7 +1068,9 @@ impl Comparison {
         }
         match (
             ours.speedup_vs_even_fsdp,
-            self.rows.iter().find(|r| r.planner == "fsdp"),
+            self.rows
+                .iter()
+                .find(|r| r.planner == registry::standard(Family::DataParallel).name()),
         ) {
             (Some(v), _) => {
                 let _ = writeln!(s, "; {v:.2}x plain FSDP");

@@ -314,6 +314,33 @@ const KNOBS: [Knob; 4] = [
     },
 ];
 
+/// Whether a simulated plan fits and trains: not out of memory, a
+/// positive throughput. The judgement of every what-if search ([`trains`]
+/// for `min-gpus` on one GPU type and per offer of a pool, [`fit`],
+/// [`cheapest`]).
+pub fn fits_and_trains(report: &Report) -> bool {
+    !report.oom && report.tokens_per_s.is_finite() && report.tokens_per_s > 0.0
+}
+
+/// Whether `pins` admit `gpus` GPUs at all: a pinned shard group must
+/// divide them. A count it does not divide does not train (a search over
+/// counts goes on past it rather than stopping at the strategy's error).
+pub fn pins_admit(pins: &StrategySpec, gpus: u32) -> bool {
+    pins.shard_group
+        .is_none_or(|g| g > 0 && gpus.is_multiple_of(g))
+}
+
+/// `min-gpus`'s judgement of one cluster, the same for one GPU type and
+/// for each offer of a pool: the planning's planner plans `workload`
+/// with its pins and the plan is simulated; the throughput (tokens/s)
+/// when it [`fits_and_trains`], `None` when it does not, the pins do not
+/// admit the count ([`pins_admit`]) or the planner finds no plan. A bad
+/// workload is an error.
+pub fn trains(workload: &WorkloadSpec, planning: &Planning) -> Result<Option<f64>, PlanError> {
+    let row = try_row(planning, "", "", workload, planning.pins, planning.planner)?;
+    Ok(row.tokens_per_s.filter(|_| row.fits))
+}
+
 /// Plans and simulates `workload` with the query's planner and `pins`
 /// into a row named `change` (a planner's infeasible answer is a row that
 /// does not fit, with why; a bad workload is an error).
@@ -363,10 +390,16 @@ fn row_on(
         usd_per_mtokens: None,
         why: None,
     };
+    if !pins_admit(pins, gpus) {
+        row.why = Some(format!(
+            "the pinned shard group does not divide the {gpus} GPUs"
+        ));
+        return Ok(row);
+    }
     match plan_named(costs, q.profiles, planner, "--planner", q.options, pins) {
         Ok((run, name)) => {
             let r = &run.report;
-            let trains = !r.oom && r.tokens_per_s.is_finite() && r.tokens_per_s > 0.0;
+            let trains = fits_and_trains(r);
             row.fits = trains;
             row.planner = Some(name.to_string());
             row.strategy = Some(run.planned.plan.label());
@@ -665,6 +698,47 @@ pub struct MemoryAnswer {
     pub fits: Vec<GpuFit>,
 }
 
+/// One CSV row of `whatif memory`: a micro-batch size's answer on one GPU
+/// type (GiB).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryCsvRow<'a> {
+    /// Samples per micro-batch.
+    pub micro_batch_size: u32,
+    /// The strategy's label.
+    pub strategy: &'a str,
+    /// One GPU's simulated peak, GiB.
+    pub peak_gib: f64,
+    /// Of which parameters, gradients and optimizer state, GiB.
+    pub state_gib: f64,
+    /// Of which activations, GiB.
+    pub activations_gib: f64,
+    /// The GPU type.
+    pub gpu: &'a str,
+    /// Its usable memory, GiB.
+    pub usable_gib: f64,
+    /// Whether the peak fits in it.
+    pub fits: bool,
+}
+
+/// `answers` as CSV rows: one per micro-batch size and GPU type.
+pub fn memory_csv_rows(answers: &[MemoryAnswer]) -> Vec<MemoryCsvRow<'_>> {
+    answers
+        .iter()
+        .flat_map(|r| {
+            r.fits.iter().map(move |f| MemoryCsvRow {
+                micro_batch_size: r.micro_batch_size,
+                strategy: &r.strategy,
+                peak_gib: r.per_gpu.peak_gib,
+                state_gib: r.per_gpu.state_gib,
+                activations_gib: r.per_gpu.activations_gib,
+                gpu: &f.gpu,
+                usable_gib: f.usable_gib,
+                fits: f.fits,
+            })
+        })
+        .collect()
+}
+
 /// The per-GPU memory of the query's model and strategy: an even
 /// data-parallel plan (every GPU `microbatches` micro-batches of
 /// `micro_batch_size`, state split evenly as the strategy shards it)
@@ -822,6 +896,7 @@ impl Tries<'_, '_> {
             q.planning.planner,
         )?;
         let usd = q.pool.usd_per_hour(nodes);
+        // The judgement of `trains`.
         let tps = f.tokens_per_s.filter(|_| f.fits);
         let row = RentRow {
             nodes: nodes.to_vec(),

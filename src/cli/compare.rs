@@ -45,7 +45,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 .map(|n| planner::registry::by_name(n, "--planners"))
                 .collect::<Result<_, _>>()?;
             // Speed-ups need both references.
-            for must in ["cephalo", "fsdp"] {
+            let standard = planner::registry::standard(planner::registry::Family::DataParallel);
+            for must in [planner::registry::native_name(), standard.name()] {
                 if !v.iter().any(|p| p.name() == must) {
                     v.push(planner::registry::by_name(must, "--planners")?);
                 }

@@ -14,8 +14,8 @@ use crate::load;
 use crate::out;
 use anyhow::Result;
 use sim::experiment::{
-    report_section, ClusterText, ExperimentSpec, FigureRef, GpuRow, Inputs, ProfilesUse, ResultRow,
-    Results, SpanRow, ValidationPoint,
+    ClusterText, ExperimentSpec, GpuRow, Inputs, ProfilesUse, ResultRow, Results, SpanRow, Study,
+    ValidationPoint,
 };
 use sim::profile::ProfileSet;
 use std::path::{Path, PathBuf};
@@ -637,16 +637,9 @@ fn merge(m: &MergeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `results/REPORT.md` over every experiment with results.
+/// `results/REPORT.md` over every experiment with results (the text is
+/// `sim::experiment::full_report`'s).
 fn write_report(d: &Dirs) -> Result<()> {
-    let mut s = String::from(
-        "# Results\n\nWritten by `cephalo experiment run --all` (every number below is simulated by this tool; `validate` holds the simulator against real runs). Each section says which profiles it ran on.\n\n",
-    );
-    let header_len = s.len();
-    let mut map = String::from(
-        "## What each study reproduces\n\nEach paper-reproduction study tests one claim of the Cephalo paper (as DESIGN.md §1 states its idea); the verdict is computed from the study's results. The other studies are what-ifs beyond the paper.\n\n| study | the paper's claim | here |\n|---|---|---|\n",
-    );
-    let mut all: Vec<(ExperimentSpec, Results)> = Vec::new();
     // Each spec read once, studies in report order.
     let mut specs: Vec<(u32, String, Loaded)> = Vec::new();
     for n in spec_names(&d.dir)? {
@@ -656,64 +649,23 @@ fn write_report(d: &Dirs) -> Result<()> {
         }
     }
     specs.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    let mut read = Vec::new();
     for (_, n, l) in specs {
         let dir = d.results.join(&n);
         let res = read_results(&dir)?;
         let used = std::fs::read_to_string(dir.join("profiles.txt")).unwrap_or_default();
-        let figs: Vec<FigureRef> = l
-            .spec
-            .figures
-            .iter()
-            .enumerate()
-            .map(|(i, f)| {
-                let file = if f.file.is_empty() {
-                    format!("fig{}", i + 1)
-                } else {
-                    f.file.clone()
-                };
-                FigureRef {
-                    path: format!("{n}/{file}.png"),
-                    caption: if f.title.is_empty() {
-                        l.spec.title.clone()
-                    } else {
-                        f.title.clone()
-                    },
-                    spec: f.clone(),
-                }
-            })
-            .collect();
-        s.push_str(&report_section(&l.spec, &res, &figs, used.trim()));
-        let (claim, here) = match l.spec.claim {
-            Some(c) => (c.name().to_string(), c.verdict(&res)),
-            None => ("(what-if beyond the paper)".to_string(), "-".to_string()),
-        };
-        map.push_str(&format!(
-            "| `{n}` | {claim} | {} |\n",
-            here.replace('|', "/")
-        ));
-        all.push((l.spec, res));
+        read.push((n, l.spec, res, used));
     }
-    let refs: Vec<&Results> = all
+    let studies: Vec<Study> = read
         .iter()
-        .filter(|(sp, _)| sp.name.starts_with("paper-") || sp.name.starts_with("aws-"))
-        .map(|(_, r)| r)
+        .map(|(name, spec, results, used)| Study {
+            name,
+            spec,
+            results,
+            profiles_used: used.trim(),
+        })
         .collect();
-    let dp = |p: &str| sim::experiment::DATA_PARALLEL_BASELINES.contains(&p);
-    let pp = |p: &str| p.starts_with("pipeline");
-    let ranges = (
-        sim::experiment::speedup_range(&refs, &dp),
-        sim::experiment::speedup_range(&refs, &pp),
-    );
-    if let (Some((lo, hi, wl, wh)), pipes) = ranges {
-        let pipes = pipes.map_or(String::new(), |(a, b, wa, wb)| {
-            format!(" Against the pipeline planners (the authors' code compares with DeepSpeed's pipeline and a balanced partition, our `pipeline`; `pipeline-hetero` goes beyond the paper) it is {a:.2}x ({wa}) to {b:.2}x ({wb}): a heterogeneous pipeline wins wherever a slow network separates the GPUs.")
-        });
-        s.push_str(&format!(
-            "## Reproduced speed-up range\n\nOver the paper-reproduction experiments (`paper-*`, `aws-*`), Cephalo's simulated throughput is {lo:.2}x ({wl}) to {hi:.2}x ({wh}) that of the data-parallel baselines that fit (PyTorch FSDP, FSDP with layered accumulation, ZeRO-2, DDP, HSDP, speed-proportional with and without memory-aware micro-batches).{pipes} The paper reports 1.2x-10.8x over its baselines. What differs: these are simulations on the authors' per-block measurements (embedding, head, optimizer and communication are this project's models, not measurements); our baselines are planned as their frameworks would plan them here (FSDP choosing its own accumulation and least recompute that fits, so it rarely runs out of memory), not the configurations the paper ran; plans that run out of memory count as no throughput rather than as the paper's largest speed-ups; and this tool's communication model (NCCL rings and trees at nccl-tests bus bandwidths, link sharing, 10% compute slow-down while collectives run) sets how much sharded data parallelism pays for crossing a slow network.\n\n"
-        ));
-    }
-    map.push('\n');
-    s.insert_str(header_len, &map);
+    let s = sim::experiment::full_report(&studies);
     out::write_text(&d.results.join("REPORT.md"), &s, "the report")?;
     Ok(())
 }

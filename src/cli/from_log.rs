@@ -18,6 +18,7 @@ use crate::error::UserError;
 use anyhow::Result;
 use clap::Parser;
 use serde::Serialize;
+use sim::runlog::compare::{Predicted, Row};
 use sim::runlog::{self, LogFormat, RunShape};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,20 +65,6 @@ pub struct Args {
     /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
-}
-
-/// One compared figure.
-#[derive(Debug, Clone, Serialize)]
-pub struct Row {
-    /// The figure (`iteration_ms`, `tokens_per_s`, `tokens_per_s_per_gpu`,
-    /// `peak_mem_gib`, `mfu`).
-    pub metric: &'static str,
-    /// The simulator's prediction (`null`: out of memory).
-    pub predicted: Option<f64>,
-    /// The log's median (`null`: the log has nothing it follows from).
-    pub measured: Option<f64>,
-    /// (predicted - measured) / measured, %.
-    pub error_pct: Option<f64>,
 }
 
 /// `validate --from-log --format json` (`cephalo-fromlog/1`).
@@ -201,13 +188,6 @@ fn real(rest: Vec<String>) -> Result<ExitCode> {
     .into())
 }
 
-fn pct(p: Option<f64>, m: Option<f64>) -> Option<f64> {
-    match (p, m) {
-        (Some(p), Some(m)) if m != 0.0 => Some((p - m) / m * 100.0),
-        _ => None,
-    }
-}
-
 /// Runs `validate --from-log`.
 pub fn run(args: Args) -> Result<ExitCode> {
     let format = match &args.log_format {
@@ -249,13 +229,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             sim::simulate::simulate(costs, &plan, &sim::iteration::SimOptions::default())?
         }
         None => {
-            let name = args.planner.clone().unwrap_or_else(|| {
-                match format {
-                    LogFormat::Megatron => "megatron",
-                    _ => "fsdp",
-                }
-                .to_string()
-            });
+            let name = args
+                .planner
+                .clone()
+                .unwrap_or_else(|| sim::session::planner_for_log(format).to_string());
             let pl = sim::planner::registry::by_name(&name, "--planner")?;
             let opts = sim::planner::PlannerOptions {
                 model_key: Some(args.workload.model.clone()),
@@ -277,46 +254,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The command's output: the comparison is `sim::runlog::compare`'s.
 fn output(
     args: &Args,
     m: &runlog::Measured,
     report: &sim::report::Report,
     w: &sim::cost::Workload,
 ) -> Output {
-    let ok = |v: f64| (!report.oom).then_some(v);
     let rank0 = report.gpus.first();
-    let (mem, which) = match m.format {
-        LogFormat::Torchtitan => (
-            rank0.map(|g| g.memory.reserved_gib),
-            "rank 0's reserved peak (the allocator's segments: what torchtitan logs)",
-        ),
-        _ => (
-            rank0.map(|g| g.memory.allocated_gib),
-            "rank 0's allocated peak (what the log prints)",
-        ),
+    let predicted = Predicted {
+        oom: report.oom,
+        iteration_ms: report.iteration_ms,
+        tokens_per_s: report.tokens_per_s,
+        mfu: report.mfu,
+        gpus: w.cluster.len() as u32,
+        reserved_gib: rank0.map(|g| g.memory.reserved_gib),
+        allocated_gib: rank0.map(|g| g.memory.allocated_gib),
     };
-    let gpus = w.cluster.len().max(1) as f64;
-    let rows = vec![
-        ("iteration_ms", ok(report.iteration_ms), m.iteration_ms),
-        ("tokens_per_s", ok(report.tokens_per_s), m.tokens_per_s),
-        (
-            "tokens_per_s_per_gpu",
-            ok(report.tokens_per_s / gpus),
-            m.tokens_per_s_per_gpu,
-        ),
-        ("peak_mem_gib", mem, m.peak_mem_gib),
-        ("mfu", ok(report.mfu), m.mfu),
-    ]
-    .into_iter()
-    .map(|(metric, predicted, measured)| Row {
-        metric,
-        predicted,
-        measured,
-        error_pct: pct(predicted, measured),
-    })
-    .collect();
-    let mut provenance = m.provenance.clone();
-    provenance.push(format!("predicted memory: {which}"));
+    let (rows, provenance) = runlog::compare::compare(m, &predicted);
     Output {
         format: "cephalo-fromlog/1",
         log: args.from_log.display().to_string(),

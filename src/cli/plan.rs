@@ -11,8 +11,8 @@ use crate::error::UserError;
 use anyhow::Result;
 use clap::Args as ClapArgs;
 use serde::Serialize;
-use sim::planner::{self, Planned, PlannerOptions, SearchStats};
-use sim::report::Report;
+use sim::planner::{self, Planned, PlannerOptions, SearchStats, SearchSummary};
+use sim::report::{Report, SimulatedSummary};
 use sim::session::plan_and_simulate;
 use sim::strategy::Strategy;
 use std::path::PathBuf;
@@ -131,84 +131,6 @@ pub struct ExportOut {
     pub approximation_batch_sizes: Vec<u32>,
     /// The approximation's micro-batch count per rank.
     pub approximation_microbatches: Vec<u32>,
-}
-
-/// Summary of the simulated outcome of a plan.
-#[derive(Debug, Clone, Serialize)]
-pub struct SimulatedSummary {
-    /// Simulated iteration time, ms.
-    pub iteration_ms: f64,
-    /// Samples per second.
-    pub samples_per_s: f64,
-    /// Tokens per second.
-    pub tokens_per_s: f64,
-    /// Model FLOPs utilisation (0..1).
-    pub mfu: f64,
-    /// Whether some GPU runs out of memory.
-    pub oom: bool,
-    /// Peak memory per GPU, GiB.
-    pub peak_mem_gib: Vec<f64>,
-    /// Peak memory per GPU, % of capacity.
-    pub peak_mem_pct: Vec<f64>,
-    /// Peak memory per GPU, % of the usable memory (above 100 = OOM).
-    pub peak_usable_pct: Vec<f64>,
-    /// Usable memory per GPU (the memory policy's limit), GiB.
-    pub usable_gib: Vec<f64>,
-    /// Per GPU: what its peak holds, and its headroom to the policy limit
-    /// and to the capacity.
-    pub memory: Vec<sim::report::MemoryBreakdown>,
-    /// How sure the iteration time and throughput are (`null` when out of
-    /// memory): intervals from the expected errors of their sources.
-    pub intervals: Option<sim::report::Intervals>,
-}
-
-impl SimulatedSummary {
-    /// Extracts the summary of a report.
-    pub fn of(r: &Report) -> SimulatedSummary {
-        SimulatedSummary {
-            iteration_ms: r.iteration_ms,
-            samples_per_s: r.samples_per_s,
-            tokens_per_s: r.tokens_per_s,
-            mfu: r.mfu,
-            oom: r.oom,
-            peak_mem_gib: r.gpus.iter().map(|g| g.peak_mem_gib).collect(),
-            memory: r.gpus.iter().map(|g| g.memory.clone()).collect(),
-            peak_mem_pct: r.gpus.iter().map(|g| g.mem_pct).collect(),
-            peak_usable_pct: r.gpus.iter().map(|g| g.usable_pct).collect(),
-            usable_gib: r.gpus.iter().map(|g| g.usable_gib).collect(),
-            intervals: (!r.oom).then(|| r.intervals.clone()),
-        }
-    }
-}
-
-/// Search counts as printed (no timings: output bytes depend on inputs only).
-#[derive(Debug, Clone, Serialize)]
-pub struct SearchSummary {
-    /// Closed-form candidate evaluations (options or DP cells).
-    pub candidates: u64,
-    /// Sub-problems solved.
-    pub subproblems: u64,
-    /// Plans run through the fast model.
-    pub fast_evaluated: u64,
-    /// Plans run through the simulator.
-    pub simulated: u64,
-    /// Strategies searched.
-    pub strategies: u64,
-    /// Whether the planner proved its answer optimal on its own objective.
-    pub proven_optimal: bool,
-}
-
-impl From<&SearchStats> for SearchSummary {
-    fn from(s: &SearchStats) -> Self {
-        SearchSummary {
-            candidates: s.candidates,
-            subproblems: s.subproblems,
-            fast_evaluated: s.fast_evaluated,
-            simulated: s.simulated,
-            strategies: s.strategies,
-            proven_optimal: s.proven_optimal,
-        }
-    }
 }
 
 /// The best plan under one strategy the native planner considered.
@@ -606,7 +528,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let name = planner_name(&args)?;
     let best = name.eq_ignore_ascii_case(BEST);
-    let pl = planner::registry::by_name(if best { "cephalo" } else { name }, "--planner")?;
+    let native = planner::registry::native_name();
+    let pl = planner::registry::by_name(if best { native } else { name }, "--planner")?;
     let opts = args.flags.options(&args.workload.model)?;
     let spec = args.strategy.spec()?;
     // A planner's own memory rule when the user sets none (compat: the
@@ -662,8 +585,9 @@ fn planner_name(args: &Args) -> Result<&str> {
         return Ok(args.planner.as_str());
     }
     if args.planner != BEST
-        && args.planner != "cephalo"
-        && planner::registry::by_name(&args.planner, "--planner")?.name() != "cephalo-compat"
+        && args.planner != planner::registry::native_name()
+        && planner::registry::by_name(&args.planner, "--planner")?.name()
+            != planner::registry::reference().name()
     {
         return Err(UserError(format!(
             "--compat conflicts with --planner {}",
@@ -671,7 +595,7 @@ fn planner_name(args: &Args) -> Result<&str> {
         ))
         .into());
     }
-    Ok("cephalo-compat")
+    Ok(planner::registry::reference().name())
 }
 
 /// `--planner best`: every family's planners, each plan simulated; the
@@ -700,7 +624,9 @@ fn plan_families(
             won: i.is_some() && i == winner,
         })
         .collect();
-    let ran = winner.map_or("cephalo", |w| all.contenders[w].planner);
+    let ran = winner.map_or_else(planner::registry::native_name, |w| {
+        all.contenders[w].planner
+    });
     Ok((all.into_winner()?, ran, families))
 }
 

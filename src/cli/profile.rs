@@ -230,12 +230,6 @@ pub fn batch_sizes(text: &str, flag: &str) -> Result<Vec<u32>> {
     Ok(v)
 }
 
-/// Fractions proportional to 2, 3, 4, ... (an uneven split of `n` pieces).
-pub fn ramp(n: usize) -> Vec<f64> {
-    let total: f64 = (0..n).map(|i| (i + 2) as f64).sum();
-    (0..n).map(|i| (i + 2) as f64 / total).collect()
-}
-
 fn parse_splits(list: &[&str], ranks: usize) -> Result<Vec<Vec<f64>>> {
     let mut out = Vec::new();
     for (i, s) in list.iter().enumerate() {
@@ -380,7 +374,10 @@ pub fn default_splits(ranks: usize) -> Vec<Vec<f64>> {
     if ranks < 2 {
         return vec![];
     }
-    vec![vec![1.0 / ranks as f64; ranks], ramp(ranks)]
+    vec![
+        vec![1.0 / ranks as f64; ranks],
+        exec::validation::ramp(ranks),
+    ]
 }
 
 /// How the ranks of a real run are started: this very binary's hidden

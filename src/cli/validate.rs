@@ -4,7 +4,8 @@
 //!
 //! Steps, in order (nothing starts a rank before the plan is checked):
 //! 1. the plan: `--batch` / `--microbatches` / `--state-fractions` lists,
-//!    or by default an uneven demonstration plan ([`demo_plan`]: batches
+//!    or by default an uneven demonstration plan
+//!    ([`exec::validation::demo_plan`]: batches
 //!    proportional to 3, 5, 7, ..., micro-batch counts 1, 2, 3, ..., state
 //!    fractions proportional to 2, 3, 4, ...; for 2 ranks and a global batch
 //!    of 8: batches 3 + 5, micro-batches 1 and 2, fractions 0.4 / 0.6; one
@@ -37,8 +38,9 @@
 //!    issues every collective synchronously (a barrier, then the
 //!    collective, then compute), on every device;
 //! 5. the comparison (`exec::sim_glue::compare`). A run whose measurement
-//!    was disturbed (other processes' load above [`BUSY_PCT`], iterations
-//!    spread by more than [`SPREAD_LIMIT`]) is run again, up to
+//!    was disturbed (other processes' load above
+//!    [`validation::BUSY_PCT`], iterations spread by more than
+//!    [`validation::SPREAD_LIMIT`]) is run again, up to
 //!    `--attempts` runs; every run is listed (`attempts`), the last one
 //!    compared, and one still disturbed is reported as such.
 //!
@@ -52,15 +54,14 @@ use crate::load;
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
 use exec::sim_glue::{self, Comparison, MeasuredReport, RunSettings};
+use exec::validation::{self, Attempt, BackgroundLoad, BUSY_PCT};
 use exec::AdamConfig;
 use serde::Serialize;
 use sim::cluster::Cluster;
 use sim::cost::{CostModel, CostOptions, Workload};
-use sim::iteration::SimOptions;
 use sim::plan::Plan;
 use sim::planner::{self, PlannerOptions, Problem, SimJudge};
 use sim::profile::ProfileSet;
-use sim::profile::Source;
 use sim::session::{self, PlanInput};
 use sim::simulate::simulate;
 use std::path::PathBuf;
@@ -174,54 +175,6 @@ pub enum ComputeProfileWhen {
     Before,
 }
 
-/// The default uneven plan of `ranks` ranks for `global_batch` samples
-/// under `strategy`: batches proportional to 3, 5, 7, ... (largest
-/// remainders, at least 1 each), micro-batch counts 1, 2, 3, ... (at most
-/// the batch; 2 for a single rank, so it still accumulates), state
-/// fractions proportional to 2, 3, 4, ... inside each shard group (the
-/// same at each position of every group). `None` when `global_batch <
-/// ranks`.
-pub fn demo_plan(
-    ranks: usize,
-    global_batch: u32,
-    strategy: sim::strategy::Strategy,
-) -> Option<Plan> {
-    if ranks == 0 || (global_batch as usize) < ranks {
-        return None;
-    }
-    let w: Vec<f64> = (0..ranks).map(|i| (3 + 2 * i) as f64).collect();
-    let total: f64 = w.iter().sum();
-    // One sample each, the rest by largest remainder of the weights.
-    let rest = global_batch as usize - ranks;
-    let exact: Vec<f64> = w.iter().map(|x| x / total * rest as f64).collect();
-    let mut b: Vec<u32> = exact.iter().map(|e| e.floor() as u32 + 1).collect();
-    let mut left = global_batch - b.iter().sum::<u32>();
-    let mut order: Vec<usize> = (0..ranks).collect();
-    order.sort_by(|&x, &y| {
-        let (rx, ry) = (exact[x] - exact[x].floor(), exact[y] - exact[y].floor());
-        ry.total_cmp(&rx).then(y.cmp(&x))
-    });
-    let mut k = 0;
-    while left > 0 {
-        b[order[k % ranks]] += 1;
-        left -= 1;
-        k += 1;
-    }
-    let g = strategy.groups(ranks).group_size.max(1);
-    let fr = profile::ramp(g);
-    // One rank alone still accumulates gradients (2 micro-batches).
-    let first = if ranks == 1 { 2 } else { 1 };
-    let gpus = (0..ranks)
-        .map(|i| sim::plan::rank::RankPlan::new(b[i], (i as u32 + first).min(b[i]), fr[i % g]))
-        .collect();
-    Some(Plan {
-        planner: "demo-uneven".into(),
-        pipeline: None,
-        strategy,
-        gpus,
-    })
-}
-
 /// `cephalo validate --format json` (`cephalo-validate/1`): the workload,
 /// the plan, where the profile came from, and the comparison flattened in
 /// (`predicted_iteration_ms`, `measured_iteration_ms`,
@@ -272,8 +225,8 @@ pub struct ValidateOutput {
     pub background_cpu_pct: BackgroundLoad,
     /// Other processes used more than [`BUSY_PCT`] of the host while this
     /// measured, or the measured iterations spread by more than
-    /// [`SPREAD_LIMIT`]: the comparison says more about the machine than
-    /// about the model.
+    /// [`validation::SPREAD_LIMIT`]: the comparison says more about the
+    /// machine than about the model.
     pub measurement_disturbed: bool,
     /// (max - min) / median of the measured iterations.
     pub iteration_spread: f64,
@@ -284,72 +237,12 @@ pub struct ValidateOutput {
     pub notes: Vec<String>,
 }
 
-/// Background CPU use during the two measured steps, % of all cores.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct BackgroundLoad {
-    /// While profiling (`null` with `--profile`).
-    pub profile: Option<f64>,
-    /// While training.
-    pub run: Option<f64>,
-}
-
-/// Background load above which `validate` warns that the measurement was
-/// disturbed, % of all cores.
-pub const BUSY_PCT: f64 = 5.0;
-
-/// Spread of the measured iterations ((max - min) / median) above which
-/// `validate` warns that the machine's speed changed while it measured.
-/// Iterations of one plan repeat the same work, so on a quiet machine
-/// they agree within a few percent (2% on the idle 2-core CPU host of
-/// exec/README.md); 15% means something outside the run took its share.
-pub const SPREAD_LIMIT: f64 = 0.15;
-
-/// (max - min) / median of `xs` (the median the comparison reports; 0 for
-/// fewer than two values).
-fn iteration_spread(xs: &[f64]) -> f64 {
-    let median = exec::report::median(xs);
-    if xs.len() < 2 || median <= 0.0 {
-        return 0.0;
-    }
-    let (lo, hi) = xs
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
-            (a.min(x), b.max(x))
-        });
-    (hi - lo) / median
-}
-
-/// The strategy context of a run: the trainer's blocks use eager
-/// attention.
-fn trainer_context(
-    cluster: &Cluster,
-    dtype: sim::precision::NumFormat,
-) -> sim::strategy::StrategyContext<'_> {
-    sim::strategy::StrategyContext {
-        cluster,
-        dtype,
-        profile_attention: sim::strategy::Attention::Eager,
-    }
-}
-
 /// The strategy flags as the trainer runs them: its tch blocks are the
 /// PyTorch stack op by op, so `--stack megatron` and `--compile` are
 /// refused (exit 2) and every plan is predicted on the `pytorch` stack.
 fn trainer_spec(args: &Args) -> Result<sim::strategy::StrategySpec> {
-    let mut spec = args.strategy.spec()?;
-    if spec
-        .stack
-        .is_some_and(|s| s != sim::strategy::Stack::PyTorch)
-        || spec.compile == Some(true)
-    {
-        return Err(UserError(
-            "--stack / --compile: validate's trainer runs the PyTorch stack op by op (tch blocks); Megatron-Core's fused kernels and torch.compile are simulated only (use simulate)".into(),
-        )
-        .into());
-    }
-    spec.stack = Some(sim::strategy::Stack::PyTorch);
-    spec.compile = Some(false);
-    Ok(spec)
+    validation::on_trainer_stack(args.strategy.spec()?)
+        .ok_or_else(|| UserError(validation::TRAINER_STACK_ONLY.into()).into())
 }
 
 /// The plan the user gave (`--plan`, a 3D shape over the model's `layers`
@@ -414,13 +307,13 @@ fn user_plan(
                 state_fractions: fractions.as_deref(),
                 origin,
             };
-            Ok(Some((session::user_plan(input, &spec, ctx, workload)?, origin.into())))
+            Ok(Some((
+                session::user_plan(input, &spec, ctx, workload)?,
+                origin.into(),
+            )))
         }
-        None => match demo_plan(ranks, args.global_batch, spec.resolve(ctx)?) {
-            Some(p) => Ok(Some((
-                p,
-                "default uneven demo plan: batches proportional to 3, 5, 7, ..., micro-batch counts 1, 2, 3, ..., state fractions proportional to 2, 3, 4, ...".into(),
-            ))),
+        None => match validation::demo_plan(ranks, args.global_batch, spec.resolve(ctx)?) {
+            Some(p) => Ok(Some((p, validation::DEMO_PLAN_ORIGIN.into()))),
             None => Err(UserError(format!(
                 "--global-batch: expected at least one sample per rank ({ranks} ranks), got {}",
                 args.global_batch
@@ -428,68 +321,6 @@ fn user_plan(
             .into()),
         },
     }
-}
-
-/// One predicted-vs-measured pair of `validate --format csv`.
-#[derive(Debug, Serialize)]
-struct CsvRow {
-    rank: Option<usize>,
-    /// The stage and TP group of a pipelined / 3D plan's group rows.
-    group: Option<String>,
-    metric: &'static str,
-    predicted: Option<f64>,
-    measured: Option<f64>,
-    error_rel: Option<f64>,
-}
-
-/// The comparison as rows: the iteration, then every rank's metrics.
-fn csv_rows(o: &ValidateOutput) -> Vec<CsvRow> {
-    let c = &o.comparison;
-    let mut rows = vec![CsvRow {
-        rank: None,
-        group: None,
-        metric: "iteration_ms",
-        predicted: Some(c.predicted_iteration_ms),
-        measured: Some(c.measured_iteration_ms),
-        error_rel: Some(c.iteration_error_rel),
-    }];
-    for r in &c.ranks {
-        for (metric, p) in [
-            ("compute_ms", &r.compute_ms),
-            ("passes_ms", &r.passes_ms),
-            ("optimizer_ms", &r.optimizer_ms),
-            ("comm_ms", &r.comm_ms),
-            ("idle_ms", &r.idle_ms),
-            ("copy_ms", &r.copy_ms),
-            ("peak_mem_gib", &r.peak_mem_gib),
-        ] {
-            rows.push(CsvRow {
-                rank: Some(r.rank),
-                group: None,
-                metric,
-                predicted: p.predicted,
-                measured: p.measured,
-                error_rel: p.error_rel,
-            });
-        }
-    }
-    for g in &c.groups {
-        for (metric, p) in [
-            ("compute_ms", &g.compute_ms),
-            ("comm_ms", &g.comm_ms),
-            ("bubble_ms", &g.bubble_ms),
-        ] {
-            rows.push(CsvRow {
-                rank: None,
-                group: Some(format!("stage {} replica {}", g.stage, g.replica)),
-                metric,
-                predicted: p.predicted,
-                measured: p.measured,
-                error_rel: p.error_rel,
-            });
-        }
-    }
-    rows
 }
 
 fn pct(x: Option<f64>) -> String {
@@ -730,7 +561,7 @@ fn setup(args: &Args) -> Result<Setup> {
         global_batch: args.global_batch,
         gpus: cluster.gpus.iter().map(|g| g.spec.name.clone()).collect(),
     };
-    let ctx = trainer_context(&cluster, dtype);
+    let ctx = validation::trainer_context(&cluster, dtype);
     let fixed = user_plan(args, spec.layers, &ctx, &planned_for)?;
     let strategy = match &fixed {
         Some((plan, _)) => plan.strategy,
@@ -802,15 +633,6 @@ fn in_run(args: &Args) -> bool {
     args.profile.is_none() && args.compute_profile == ComputeProfileWhen::InRun
 }
 
-/// The largest micro-batch size of `plan` (samples).
-fn max_microbatch(plan: &Plan) -> u32 {
-    plan.gpus
-        .iter()
-        .map(|g| g.microbatch_size)
-        .max()
-        .unwrap_or(1)
-}
-
 /// Step 2: the profile read from `--profile`, or what is measured before
 /// the run: the collectives, and compute unless the run profiles it
 /// itself (`--compute-profile in-run` once the plan is known). `plan`:
@@ -827,7 +649,7 @@ fn measure_before(args: &Args, s: &Setup, plan: Option<&Plan>) -> Result<Before>
         });
     }
     let max_m = match plan {
-        Some(p) => max_microbatch(p),
+        Some(p) => validation::max_microbatch(p),
         None => args.global_batch.min(8),
     };
     let mut splits = profile::default_splits(args.ranks);
@@ -837,7 +659,7 @@ fn measure_before(args: &Args, s: &Setup, plan: Option<&Plan>) -> Result<Before>
             splits.insert(0, fr);
         }
     }
-    let cfg_elems = collective_sizes(&s.cfg, plan, max_m);
+    let cfg_elems = validation::collective_sizes(&s.cfg, plan, max_m);
     let req = profile::Request {
         model: s.spec.clone(),
         seq_len: s.seq_len,
@@ -888,26 +710,6 @@ fn measure_before(args: &Args, s: &Setup, plan: Option<&Plan>) -> Result<Before>
     })
 }
 
-/// The element counts the collectives are profiled at: every unit's
-/// parameters (data-parallel reductions), and for a pipelined / 3D plan
-/// each TP degree's share of them (a stage's reductions) and the
-/// activation of every micro-batch size up to `max_m` (TP all-reduces;
-/// with SP its all-gathers and reduce-scatters).
-fn collective_sizes(cfg: &exec::BlockConfig, plan: Option<&Plan>, max_m: u32) -> Vec<usize> {
-    let units = sim_glue::trainer_unit_params(cfg);
-    let mut set: std::collections::BTreeSet<usize> = units.iter().map(|&p| p as usize).collect();
-    if let Some(pipe) = plan.and_then(|p| p.pipeline.as_ref()) {
-        for st in &pipe.stages {
-            let t = st.tp.max(1) as usize;
-            set.extend(units.iter().map(|&p| p as usize / t));
-            if t > 1 {
-                set.extend((1..=max_m as usize).map(|m| m * cfg.seq_len * cfg.hidden));
-            }
-        }
-    }
-    set.into_iter().collect()
-}
-
 /// Step 3: the cost model of the run's workload on `profiles`, and its
 /// remarks (analytic block times, estimated units, the cost model's
 /// warnings).
@@ -926,33 +728,8 @@ fn cost_model(args: &Args, s: &Setup, profiles: &ProfileSet) -> Result<(CostMode
         predictor.as_ref(),
         CostOptions::default(),
     )?;
-    let mut notes = Vec::new();
-    let compute_source = &costs.gpu_type(0).block.source;
-    if !matches!(
-        compute_source,
-        Source::Measured { .. } | Source::Imported { .. }
-    ) {
-        notes.push(format!(
-            "no profile of {} / {} / seq {} / {} was found: block times are analytic",
-            s.gpu, s.spec.name, s.seq_len, s.dtype
-        ));
-    }
-    if costs.gpu_type(0).units.is_none() {
-        notes.push("no measured embedding / head / optimizer times: they are estimated".into());
-    }
-    notes.extend(costs.warnings.iter().cloned());
+    let notes = validation::cost_notes(&costs, &s.gpu, &s.spec.name, s.seq_len, s.dtype);
     Ok((costs, notes))
-}
-
-/// How the prediction simulates: the trainer issues every collective
-/// synchronously.
-fn sim_options() -> SimOptions {
-    SimOptions {
-        trace: false,
-        prefetch: false,
-        blocking_collectives: true,
-        ..SimOptions::default()
-    }
 }
 
 /// The plan that runs and its source: the user's, or planned on the
@@ -968,7 +745,7 @@ fn choose_plan(args: &Args, s: &mut Setup, before: &Before) -> Result<(Plan, Str
         .set(None)?
         .expect("compute is profiled before the run when a planner plans");
     let (costs, _) = cost_model(args, s, &profiles)?;
-    let sim_opts = sim_options();
+    let sim_opts = validation::sim_options();
     let judge = SimJudge::with_options(&costs, sim_opts);
     let popts = PlannerOptions::default();
     // The planner plans for the strategy the trainer runs.
@@ -1026,31 +803,12 @@ fn train(
     let bg_run = probe.and_then(|p| p.others_pct());
     let mut why = Vec::new();
     for (what, pct) in [("profiling", bg_profile), ("training", bg_run)] {
-        if let Some(p) = pct.filter(|p| *p > BUSY_PCT) {
-            let msg = format!(
-                "other processes used {p:.0}% of the host's CPU time while {what}: the measurement was disturbed"
-            );
+        if let Some(msg) = validation::busy(what, pct) {
             eprintln!("WARNING: {msg}");
             why.push(msg);
         }
     }
     Ok((report, bg_run, why))
-}
-
-/// Whether iterations of one plan took different times (load the probe
-/// cannot see: other tenants of a shared host, clock changes): the
-/// warning, also printed.
-fn uneven(spread: f64, runs: usize) -> Option<String> {
-    if runs < 3 || spread <= SPREAD_LIMIT {
-        return None;
-    }
-    let msg = format!(
-        "the measured iterations differ by {:.0}% of their median (more than {:.0}%): the machine's speed changed while it measured",
-        spread * 100.0,
-        SPREAD_LIMIT * 100.0
-    );
-    eprintln!("WARNING: {msg}");
-    Some(msg)
 }
 
 /// One run of the plan, its prediction and the comparison (step 5).
@@ -1072,7 +830,7 @@ struct Run {
 /// own compute with `--compute-profile in-run`).
 fn run_once(args: &Args, s: &Setup, plan: &Plan, before: &Before) -> Result<Run> {
     let in_run_cfg = in_run(args).then(|| exec::InRunProfile {
-        micro_batch_sizes: (1..=max_microbatch(plan) as usize).collect(),
+        micro_batch_sizes: (1..=validation::max_microbatch(plan) as usize).collect(),
         warmup: args.profile_warmup,
         repetitions: args.profile_repetitions.max(1),
         flush_bytes: profile::flush_bytes(args.device),
@@ -1084,7 +842,7 @@ fn run_once(args: &Args, s: &Setup, plan: &Plan, before: &Before) -> Result<Run>
         ));
     };
     let (costs, mut notes) = cost_model(args, s, &profiles)?;
-    let predicted = simulate(&costs, plan, &sim_options())?;
+    let predicted = simulate(&costs, plan, &validation::sim_options())?;
     let built: Vec<u64> = report.unit_params.iter().map(|&p| p as u64).collect();
     if built != costs.unit_params() {
         notes.push(format!(
@@ -1094,8 +852,11 @@ fn run_once(args: &Args, s: &Setup, plan: &Plan, before: &Before) -> Result<Run>
         ));
     }
     let measured = sim_glue::measured_report(&report);
-    let spread = iteration_spread(&measured.iteration_ms_each);
-    why.extend(uneven(spread, measured.iteration_ms_each.len()));
+    let spread = validation::iteration_spread(&measured.iteration_ms_each);
+    if let Some(msg) = validation::uneven(spread, measured.iteration_ms_each.len()) {
+        eprintln!("WARNING: {msg}");
+        why.push(msg);
+    }
     let comparison = sim_glue::compare(&predicted, &measured);
     Ok(Run {
         measured,
@@ -1110,20 +871,6 @@ fn run_once(args: &Args, s: &Setup, plan: &Plan, before: &Before) -> Result<Run>
     })
 }
 
-/// One run of `validate`'s attempts, as the output lists them.
-#[derive(Debug, Clone, Serialize)]
-pub struct Attempt {
-    /// Predicted iteration, ms.
-    pub predicted_iteration_ms: f64,
-    /// Measured iteration (median), ms.
-    pub measured_iteration_ms: f64,
-    /// (predicted - measured) / measured.
-    pub iteration_error_rel: f64,
-    /// Why the measurement was disturbed (empty: it was not, and this is
-    /// the run reported).
-    pub disturbed_because: Vec<String>,
-}
-
 /// Runs the command: checks, profile, plan, then up to `--attempts` runs
 /// (each predicted on its own profile) until one is not disturbed; the
 /// comparison of the last.
@@ -1135,12 +882,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut attempts = Vec::new();
     let mut r = run_once(&args, &s, &plan, &before)?;
     loop {
-        attempts.push(Attempt {
-            predicted_iteration_ms: r.comparison.predicted_iteration_ms,
-            measured_iteration_ms: r.comparison.measured_iteration_ms,
-            iteration_error_rel: r.comparison.iteration_error_rel,
-            disturbed_because: r.why.clone(),
-        });
+        attempts.push(Attempt::of(&r.comparison, &r.why));
         if r.why.is_empty() || attempts.len() >= max_runs {
             break;
         }
@@ -1160,15 +902,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         crate::out::write_text(path, &r.profile_text, "the profile (--save-profile)")?;
     }
     for (k, a) in attempts.iter().enumerate().take(attempts.len() - 1) {
-        s.notes.push(format!(
-            "run {} was disturbed ({}): predicted {:.1} ms, measured {:.1} ms ({:+.1}%), not counted; the comparison is run {}'s",
-            k + 1,
-            a.disturbed_because.join("; "),
-            a.predicted_iteration_ms,
-            a.measured_iteration_ms,
-            a.iteration_error_rel * 100.0,
-            attempts.len()
-        ));
+        s.notes.push(a.not_counted(k + 1, attempts.len()));
     }
     s.notes.extend(r.notes);
     s.notes.extend(r.why.iter().cloned());
@@ -1231,12 +965,15 @@ fn print(out: &ValidateOutput, format: Format) -> Result<ExitCode> {
             out!("{s}");
         }
         Format::Table => out!("{}", table(out)),
-        Format::Csv => out!("{}", crate::cli::format::csv_of(&csv_rows(out))?),
+        Format::Csv => out!(
+            "{}",
+            crate::cli::format::csv_of(&out.comparison.csv_rows())?
+        ),
     }
     let rest: Vec<String> = out
         .notes
         .iter()
-        .filter(|n| !n.contains("the measurement was disturbed") && !n.contains("speed changed"))
+        .filter(|n| !validation::is_disturbance(n))
         .cloned()
         .collect();
     crate::cli::notes::eprint("note", &rest);
@@ -1257,44 +994,4 @@ pub struct RankArgs {
 pub fn run_rank(_args: RankArgs) -> Result<ExitCode> {
     exec::rank_main()?;
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spread_of_iterations() {
-        assert_eq!(iteration_spread(&[100.0]), 0.0);
-        assert!((iteration_spread(&[100.0, 110.0, 90.0]) - 0.2).abs() < 1e-12);
-        assert!(iteration_spread(&[2611.2, 2643.8, 3759.4]) > SPREAD_LIMIT);
-    }
-
-    #[test]
-    fn demo_plan_is_uneven_with_accumulation() {
-        let cephalo =
-            |r: usize| sim::strategy::Strategy::cephalo(r as u32, sim::strategy::Attention::Eager);
-        let p = demo_plan(2, 8, cephalo(2)).unwrap();
-        let b: Vec<u32> = p.gpus.iter().map(|g| g.batch).collect();
-        let n: Vec<u32> = p.gpus.iter().map(|g| g.microbatches).collect();
-        assert_eq!(b, vec![3, 5]);
-        assert_eq!(n, vec![1, 2]);
-        assert!((p.gpus[0].state_fraction - 0.4).abs() < 1e-12);
-        for (r, gb) in [(1, 1), (3, 3), (3, 16), (4, 100), (2, 2)] {
-            let p = demo_plan(r, gb, cephalo(r)).unwrap();
-            p.validate(r, gb, "t").unwrap();
-        }
-        assert!(demo_plan(3, 2, cephalo(3)).is_none());
-        // Hybrid: fractions ramp inside each group, the same per position.
-        let hybrid = sim::strategy::Strategy {
-            sharding: sim::strategy::Sharding::Hybrid,
-            shard_group: 2,
-            ..cephalo(4)
-        };
-        let h = demo_plan(4, 16, hybrid).unwrap();
-        h.validate(4, 16, "t").unwrap();
-        assert_eq!(h.gpus[0].state_fraction, h.gpus[2].state_fraction);
-        let one = demo_plan(1, 8, cephalo(1)).unwrap();
-        assert_eq!((one.gpus[0].batch, one.gpus[0].microbatches), (8, 2));
-    }
 }

@@ -230,7 +230,6 @@ fn min_gpus(m: MinGpusArgs) -> Result<ExitCode> {
     }
     let opts = a.flags.options(&a.workload.model)?;
     let spec = a.strategy.spec()?;
-    let native = planner::registry::by_name("cephalo", "--planner")?;
     let max = nodes.saturating_mul(per);
     let mut best_tps = std::collections::BTreeMap::new();
     let bar = crate::cli::progress::spinner("searching GPU counts");
@@ -238,22 +237,19 @@ fn min_gpus(m: MinGpusArgs) -> Result<ExitCode> {
         let mut w = a.workload.clone();
         w.cluster.nodes = Some(n.div_ceil(per).max(1));
         w.cluster.gpus_per_node = Some(n.min(per));
-        let res = w.resolve()?;
-        Ok(
-            match sim::session::plan_and_simulate(
-                &res.costs,
-                &res.profiles,
-                native.as_ref(),
-                &opts,
-                &spec,
-            ) {
-                Ok(run) if !run.report.oom => {
-                    best_tps.insert(n, run.report.tokens_per_s);
-                    true
-                }
-                _ => false,
-            },
-        )
+        let (workload, profiles, predictor) = w.parts()?;
+        let planning = sim::whatif::Planning {
+            profiles: &profiles,
+            predictor: &predictor,
+            planner: planner::registry::native_name(),
+            options: &opts,
+            pins: &spec,
+        };
+        let tps = sim::whatif::trains(&workload, &planning)?;
+        if let Some(t) = tps {
+            best_tps.insert(n, t);
+        }
+        Ok(tps.is_some())
     })?;
     bar.finish_and_clear();
     let out = MinGpusOut {
@@ -515,19 +511,6 @@ struct MemoryOut {
     rows: Vec<sim::whatif::MemoryAnswer>,
 }
 
-/// One CSV row of `whatif memory`: a micro-batch size and a GPU type.
-#[derive(Debug, Serialize)]
-struct MemoryCsv<'a> {
-    micro_batch_size: u32,
-    strategy: &'a str,
-    peak_gib: f64,
-    state_gib: f64,
-    activations_gib: f64,
-    gpu: &'a str,
-    usable_gib: f64,
-    fits: bool,
-}
-
 fn memory(m: MemoryArgs) -> Result<ExitCode> {
     let sizes = sim::lists::items(&m.microbatch_size, "--microbatch-size")?
         .iter()
@@ -773,7 +756,7 @@ fn min_gpus_pool(a: &Query, path: &std::path::Path) -> Result<ExitCode> {
         planning: sim::whatif::Planning {
             profiles: &profiles,
             predictor: &predictor,
-            planner: "cephalo",
+            planner: planner::registry::native_name(),
             options: &opts,
             pins: &pins,
         },
@@ -956,21 +939,5 @@ fn memory_workload(m: &MemoryArgs, n: u32, global: u32) -> crate::cli::workload:
 
 /// `whatif memory`'s CSV: one row per micro-batch size and GPU type.
 fn memory_csv(out: &MemoryOut) -> Result<String> {
-    let flat: Vec<MemoryCsv> = out
-        .rows
-        .iter()
-        .flat_map(|r| {
-            r.fits.iter().map(move |f| MemoryCsv {
-                micro_batch_size: r.micro_batch_size,
-                strategy: &r.strategy,
-                peak_gib: r.per_gpu.peak_gib,
-                state_gib: r.per_gpu.state_gib,
-                activations_gib: r.per_gpu.activations_gib,
-                gpu: &f.gpu,
-                usable_gib: f.usable_gib,
-                fits: f.fits,
-            })
-        })
-        .collect();
-    crate::cli::format::csv_of(&flat)
+    crate::cli::format::csv_of(&sim::whatif::memory_csv_rows(&out.rows))
 }

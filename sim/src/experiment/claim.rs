@@ -7,6 +7,7 @@ use super::figure::waiting_share;
 use super::results::Results;
 use super::rows::{GpuRow, ResultRow};
 use super::spelled::spelled;
+use crate::planner::registry::{self, Family};
 
 spelled! {
     /// A claim of the Cephalo paper a study tests.
@@ -69,12 +70,22 @@ fn span(v: &[f64], digits: usize, unit: &str) -> String {
     }
 }
 
+/// The names of plain FSDP (the data-parallel standard) and Cephalo's
+/// native planner, as result rows record them.
+fn names() -> (&'static str, &'static str) {
+    (
+        registry::standard(Family::DataParallel).name(),
+        registry::native_name(),
+    )
+}
+
 /// Cephalo against plain FSDP where both fit: waiting shares and speed-up.
 fn compute_balancing(results: &Results) -> String {
     let (mut held, mut n) = (0, 0);
     let (mut wf, mut wc, mut x) = (Vec::new(), Vec::new(), Vec::new());
+    let (fsdp, ours) = names();
     for c in cases(results) {
-        let (Some(f), Some(k)) = (row(results, c, "fsdp"), row(results, c, "cephalo")) else {
+        let (Some(f), Some(k)) = (row(results, c, fsdp), row(results, c, ours)) else {
             continue;
         };
         let (Some(sf), Some(sk)) = (f.samples_per_s, k.samples_per_s) else {
@@ -87,10 +98,7 @@ fn compute_balancing(results: &Results) -> String {
                 .filter(|g| g.case == c && g.planner == p)
                 .collect()
         };
-        let (a, b) = (
-            waiting_share(&gpus("fsdp")),
-            waiting_share(&gpus("cephalo")),
-        );
+        let (a, b) = (waiting_share(&gpus(fsdp)), waiting_share(&gpus(ours)));
         n += 1;
         held += usize::from(b < a && sk > sf);
         wf.push(100.0 * a);
@@ -121,8 +129,9 @@ fn memory_balancing(results: &Results) -> String {
     let (mut n, mut f, mut k) = (0, 0, 0);
     let mut lifted = Vec::new();
     let mut lost = Vec::new();
+    let (fsdp, ours) = names();
     for c in cases(results) {
-        let (rf, rk) = (row(results, c, "fsdp"), row(results, c, "cephalo"));
+        let (rf, rk) = (row(results, c, fsdp), row(results, c, ours));
         if rf.is_none() || rk.is_none() {
             continue;
         }
@@ -173,10 +182,11 @@ fn memory_balancing(results: &Results) -> String {
 fn ablation(results: &Results) -> String {
     let mut parts = Vec::new();
     let mut all = true;
-    for other in ["balance-compute", "balance-state", "fsdp-ga"] {
+    let ours = registry::native_name();
+    for other in registry::ablation() {
         let mut x = Vec::new();
         for c in cases(results) {
-            let (Some(a), Some(b)) = (row(results, c, "cephalo"), row(results, c, other)) else {
+            let (Some(a), Some(b)) = (row(results, c, ours), row(results, c, other)) else {
                 continue;
             };
             if let (Some(sa), Some(sb)) = (a.samples_per_s, b.samples_per_s.filter(|&v| v > 0.0)) {

@@ -21,7 +21,8 @@
 //! - `spec`: [`ExperimentSpec`] and its checks (before any work);
 //! - `run`: [`run`] (in parallel over workloads with rayon, results in case
 //!   order, so every run gives the same rows);
-//! - `report`: the report text ([`report_section`], [`speedup_range`]).
+//! - `report`: the report text ([`report_section`], [`speedup_range`],
+//!   and the whole `results/REPORT.md`, [`full_report`]).
 //!
 //! ```toml
 //! name = "paper-4gpu"
@@ -61,7 +62,10 @@ pub use claim::Claim;
 pub use cluster_source::{ClusterSource, ClusterText};
 pub use figure::{FigureKind, FigureSpec};
 pub use metric::Metric;
-pub use report::{report_section, speedup_range, FigureRef, DATA_PARALLEL_BASELINES};
+pub use report::{
+    figure_refs, full_report, is_data_parallel_baseline, is_pipeline, report_section,
+    speedup_range, FigureRef, Study,
+};
 pub use results::Results;
 pub use rows::{GpuRow, ResultRow, SpanRow};
 pub use run::{run, Inputs};

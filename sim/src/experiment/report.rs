@@ -7,6 +7,7 @@ use super::figure::FigureSpec;
 use super::results::Results;
 use super::rows::ResultRow;
 use super::spec::ExperimentSpec;
+use crate::planner::registry::{self, Family};
 use std::fmt::Write as _;
 
 /// A figure as the report embeds it.
@@ -20,16 +21,16 @@ pub struct FigureRef {
     pub spec: FigureSpec,
 }
 
-/// The data-parallel baselines (the paper's comparison family).
-pub const DATA_PARALLEL_BASELINES: [&str; 7] = [
-    "fsdp",
-    "fsdp-ga",
-    "zero2",
-    "ddp",
-    "hsdp",
-    "speed-proportional",
-    "speed-proportional-mem",
-];
+/// Whether `planner` is a data-parallel baseline (the paper's comparison
+/// family: [`registry::data_parallel_baselines`]).
+pub fn is_data_parallel_baseline(planner: &str) -> bool {
+    registry::data_parallel_baselines().contains(&planner)
+}
+
+/// Whether `planner` makes pipeline plans ([`Family::Pipeline`]).
+pub fn is_pipeline(planner: &str) -> bool {
+    registry::entry(planner).is_some_and(|e| e.family == Family::Pipeline)
+}
 
 /// Cephalo's speed-up over every planner `against` accepts that fits, over
 /// the rows of `results`: (smallest, largest, the pair behind each as text).
@@ -38,8 +39,9 @@ pub fn speedup_range(
     against: &dyn Fn(&str) -> bool,
 ) -> Option<(f64, f64, String, String)> {
     let mut best: Option<(f64, f64, String, String)> = None;
+    let native = registry::native_name();
     for res in results {
-        for ours in res.rows.iter().filter(|r| r.planner == "cephalo") {
+        for ours in res.rows.iter().filter(|r| r.planner == native) {
             let Some(a) = ours.samples_per_s else {
                 continue;
             };
@@ -68,6 +70,106 @@ pub fn speedup_range(
         }
     }
     best
+}
+
+/// One study with results, as the full report reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct Study<'a> {
+    /// Its name (the spec file's and the results directory's).
+    pub name: &'a str,
+    /// Its spec.
+    pub spec: &'a ExperimentSpec,
+    /// Its results.
+    pub results: &'a Results,
+    /// Which profiles it ran on (its `profiles.txt`).
+    pub profiles_used: &'a str,
+}
+
+/// The figures of the study `name` as the report embeds them:
+/// `NAME/FILE.png` (`figK` where the spec names no file), captioned by
+/// the figure's title or else the study's.
+pub fn figure_refs(spec: &ExperimentSpec, name: &str) -> Vec<FigureRef> {
+    spec.figures
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let file = if f.file.is_empty() {
+                format!("fig{}", i + 1)
+            } else {
+                f.file.clone()
+            };
+            FigureRef {
+                path: format!("{name}/{file}.png"),
+                caption: if f.title.is_empty() {
+                    spec.title.clone()
+                } else {
+                    f.title.clone()
+                },
+                spec: f.clone(),
+            }
+        })
+        .collect()
+}
+
+/// `results/REPORT.md` over `studies` (in report order): the header, the
+/// map of what each study reproduces (the paper's claim and the verdict
+/// its results give), every study's section ([`report_section`]) and the
+/// speed-up range reproduced over the paper-reproduction studies
+/// (`paper-*`, `aws-*`).
+pub fn full_report(studies: &[Study]) -> String {
+    let mut s = String::from(
+        "# Results\n\nWritten by `cephalo experiment run --all` (every number below is simulated by this tool; `validate` holds the simulator against real runs). Each section says which profiles it ran on.\n\n",
+    );
+    let header_len = s.len();
+    let mut map = String::from(
+        "## What each study reproduces\n\nEach paper-reproduction study tests one claim of the Cephalo paper (as DESIGN.md §1 states its idea); the verdict is computed from the study's results. The other studies are what-ifs beyond the paper.\n\n| study | the paper's claim | here |\n|---|---|---|\n",
+    );
+    for st in studies {
+        let figs = figure_refs(st.spec, st.name);
+        s.push_str(&report_section(
+            st.spec,
+            st.results,
+            &figs,
+            st.profiles_used,
+        ));
+        let (claim, here) = match st.spec.claim {
+            Some(c) => (c.name().to_string(), c.verdict(st.results)),
+            None => ("(what-if beyond the paper)".to_string(), "-".to_string()),
+        };
+        let _ = writeln!(
+            map,
+            "| `{}` | {claim} | {} |",
+            st.name,
+            here.replace('|', "/")
+        );
+    }
+    let refs: Vec<&Results> = studies
+        .iter()
+        .filter(|st| st.spec.name.starts_with("paper-") || st.spec.name.starts_with("aws-"))
+        .map(|st| st.results)
+        .collect();
+    s.push_str(&reproduced_range(&refs));
+    map.push('\n');
+    s.insert_str(header_len, &map);
+    s
+}
+
+/// The section on the speed-up range over the paper-reproduction studies
+/// `refs` (empty when Cephalo beats no data-parallel baseline there).
+fn reproduced_range(refs: &[&Results]) -> String {
+    let ranges = (
+        speedup_range(refs, &is_data_parallel_baseline),
+        speedup_range(refs, &is_pipeline),
+    );
+    let (Some((lo, hi, wl, wh)), pipes) = ranges else {
+        return String::new();
+    };
+    let pipes = pipes.map_or(String::new(), |(a, b, wa, wb)| {
+        format!(" Against the pipeline planners (the authors' code compares with DeepSpeed's pipeline and a balanced partition, our `pipeline`; `pipeline-hetero` goes beyond the paper) it is {a:.2}x ({wa}) to {b:.2}x ({wb}): a heterogeneous pipeline wins wherever a slow network separates the GPUs.")
+    });
+    format!(
+        "## Reproduced speed-up range\n\nOver the paper-reproduction experiments (`paper-*`, `aws-*`), Cephalo's simulated throughput is {lo:.2}x ({wl}) to {hi:.2}x ({wh}) that of the data-parallel baselines that fit (PyTorch FSDP, FSDP with layered accumulation, ZeRO-2, DDP, HSDP, speed-proportional with and without memory-aware micro-batches).{pipes} The paper reports 1.2x-10.8x over its baselines. What differs: these are simulations on the authors' per-block measurements (embedding, head, optimizer and communication are this project's models, not measurements); our baselines are planned as their frameworks would plan them here (FSDP choosing its own accumulation and least recompute that fits, so it rarely runs out of memory), not the configurations the paper ran; plans that run out of memory count as no throughput rather than as the paper's largest speed-ups; and this tool's communication model (NCCL rings and trees at nccl-tests bus bandwidths, link sharing, 10% compute slow-down while collectives run) sets how much sharded data parallelism pays for crossing a slow network.\n\n"
+    )
 }
 
 /// The report section of one experiment: title, what it asks, which
@@ -217,11 +319,12 @@ fn provenance(results: &Results) -> String {
 /// pipelines here.
 fn speedups(results: &Results) -> String {
     let mut s = String::new();
-    let dp = |p: &str| DATA_PARALLEL_BASELINES.contains(&p);
-    let pp = |p: &str| p.starts_with("pipeline");
     for (what, f) in [
-        ("data-parallel baselines", &dp as &dyn Fn(&str) -> bool),
-        ("pipelines", &pp),
+        (
+            "data-parallel baselines",
+            &is_data_parallel_baseline as &dyn Fn(&str) -> bool,
+        ),
+        ("pipelines", &is_pipeline),
     ] {
         if let Some((lo, hi, wl, wh)) = speedup_range(&[results], f) {
             let _ = writeln!(

@@ -13,6 +13,7 @@ use crate::iteration::SimOptions;
 use crate::model::ModelCatalog;
 use crate::perfmodel::Predictor;
 use crate::plan::Plan;
+use crate::planner::registry::{self, Family};
 use crate::planner::{self, PlannerOptions};
 use crate::profile::ProfileSet;
 use crate::report::Report;
@@ -322,7 +323,7 @@ fn timeline_rows(
 fn set_speedups_vs_fsdp(rows: &mut [ResultRow]) {
     let fsdp = rows
         .iter()
-        .find(|r| r.planner == "fsdp")
+        .find(|r| r.planner == registry::standard(Family::DataParallel).name())
         .and_then(|r| r.samples_per_s);
     for r in rows {
         r.speedup_vs_fsdp = match (r.samples_per_s, fsdp) {

@@ -365,3 +365,34 @@ pub trait Planner: Send + Sync + std::fmt::Debug {
         None
     }
 }
+
+/// A search's counts as `cephalo plan --format json` prints them (no
+/// timings: output bytes depend on inputs only).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SearchSummary {
+    /// Closed-form candidate evaluations (options or DP cells).
+    pub candidates: u64,
+    /// Sub-problems solved.
+    pub subproblems: u64,
+    /// Plans run through the fast model.
+    pub fast_evaluated: u64,
+    /// Plans run through the simulator.
+    pub simulated: u64,
+    /// Strategies searched.
+    pub strategies: u64,
+    /// Whether the planner proved its answer optimal on its own objective.
+    pub proven_optimal: bool,
+}
+
+impl From<&SearchStats> for SearchSummary {
+    fn from(s: &SearchStats) -> Self {
+        SearchSummary {
+            candidates: s.candidates,
+            subproblems: s.subproblems,
+            fast_evaluated: s.fast_evaluated,
+            simulated: s.simulated,
+            strategies: s.strategies,
+            proven_optimal: s.proven_optimal,
+        }
+    }
+}

@@ -52,6 +52,14 @@ pub enum Role {
     Ablation,
 }
 
+impl Role {
+    /// Whether it is one of Cephalo's own planners (the native optimizer
+    /// or the reference one): every other planner is a baseline to them.
+    pub fn is_cephalo(self) -> bool {
+        matches!(self, Role::Native | Role::Reference)
+    }
+}
+
 /// One planner of the registry.
 #[derive(Debug, Clone, Copy)]
 pub struct Entry {
@@ -59,6 +67,15 @@ pub struct Entry {
     pub family: Family,
     /// Its place in comparisons.
     pub role: Role,
+    /// Whether it is its family's standard: the rule the family's
+    /// frameworks apply untuned (PyTorch FSDP, DeepSpeed's uniform
+    /// pipeline, Megatron-LM's 3D): the baseline speed-ups are stated
+    /// against and a framework's log is predicted with ([`standard`]).
+    pub standard: bool,
+    /// Whether the paper's ablation takes it as the control with neither
+    /// half of Cephalo's method (FSDP with layered accumulation): see
+    /// [`ablation`].
+    pub ablation_control: bool,
     /// Other names users may type (lower case, `-` separated); its own
     /// name is [`Planner::name`].
     pub aliases: &'static [&'static str],
@@ -85,90 +102,120 @@ pub const ENTRIES: [Entry; 15] = [
     Entry {
         family: Family::DataParallel,
         role: Role::Native,
+        standard: false,
+        ablation_control: false,
         aliases: &["native"],
         make: || Box::new(native()),
     },
     Entry {
         family: Family::DataParallel,
         role: Role::Reference,
+        standard: false,
+        ablation_control: false,
         aliases: &["compat", "reference"],
         make: || Box::new(compat::Compat),
     },
     Entry {
         family: Family::DataParallel,
         role: Role::Baseline,
+        standard: true,
+        ablation_control: false,
         aliases: &["even", "even-fsdp"],
         make: || Box::new(fsdp::Fsdp),
     },
     Entry {
         family: Family::DataParallel,
         role: Role::Baseline,
+        standard: false,
+        ablation_control: true,
         aliases: &["even-ga", "ga"],
         make: || Box::new(fsdp_ga::FsdpGa),
     },
     Entry {
         family: Family::DataParallel,
         role: Role::Baseline,
+        standard: false,
+        ablation_control: false,
         aliases: &["zero-2", "shard-grad-op"],
         make: || Box::new(zero2::Zero2),
     },
     Entry {
         family: Family::DataParallel,
         role: Role::Baseline,
+        standard: false,
+        ablation_control: false,
         aliases: &["no-shard"],
         make: || Box::new(ddp::Ddp),
     },
     Entry {
         family: Family::DataParallel,
         role: Role::Baseline,
+        standard: false,
+        ablation_control: false,
         aliases: &["hybrid", "hybrid-shard"],
         make: || Box::new(hsdp::Hsdp),
     },
     Entry {
         family: Family::DataParallel,
         role: Role::Baseline,
+        standard: false,
+        ablation_control: false,
         aliases: &["proportional", "whale"],
         make: || Box::new(proportional::SpeedProportional),
     },
     Entry {
         family: Family::DataParallel,
         role: Role::Baseline,
+        standard: false,
+        ablation_control: false,
         aliases: &["proportional-mem", "memory-aware-proportional"],
         make: || Box::new(proportional_mem::SpeedProportionalMem),
     },
     Entry {
         family: Family::DataParallel,
         role: Role::Ablation,
+        standard: false,
+        ablation_control: false,
         aliases: &["compute-balancing"],
         make: || Box::new(ablation::BalanceCompute),
     },
     Entry {
         family: Family::DataParallel,
         role: Role::Ablation,
+        standard: false,
+        ablation_control: false,
         aliases: &["state-balancing"],
         make: || Box::new(ablation::BalanceState),
     },
     Entry {
         family: Family::Pipeline,
         role: Role::Baseline,
+        standard: true,
+        ablation_control: false,
         aliases: &["deepspeed-pipeline", "pp"],
         make: || Box::new(pipeline::UniformPipeline),
     },
     Entry {
         family: Family::Pipeline,
         role: Role::Baseline,
+        standard: false,
+        ablation_control: false,
         aliases: &["hetero-pipeline", "metis"],
         make: || Box::new(pipeline_hetero::HeteroPipeline),
     },
     Entry {
         family: Family::ThreeD,
         role: Role::Baseline,
+        standard: true,
+        ablation_control: false,
         aliases: &["megatron-lm", "3d", "calculon"],
         make: || Box::new(megatron::Megatron),
     },
     Entry {
         family: Family::ThreeD,
         role: Role::Baseline,
+        standard: false,
+        ablation_control: false,
         aliases: &["hetero3d", "flashflex", "hexiscale"],
         make: || Box::new(hetero3d::Hetero3d),
     },
@@ -240,6 +287,54 @@ pub fn data_parallel_baselines() -> Vec<&'static str> {
     names(|e| e.family == Family::DataParallel && e.role == Role::Baseline)
 }
 
+/// The entry of the native planner (the one [`Role::Native`] entry).
+pub fn native_entry() -> &'static Entry {
+    the(|e| e.role == Role::Native, "the native planner")
+}
+
+/// The native planner's name (what its plans' `planner` field records).
+pub fn native_name() -> &'static str {
+    native_entry().name()
+}
+
+/// The reference optimizer's entry (the one [`Role::Reference`] entry).
+pub fn reference() -> &'static Entry {
+    the(|e| e.role == Role::Reference, "the reference optimizer")
+}
+
+/// The standard of `family` (its one [`Entry::standard`] entry): plain
+/// FSDP for data parallelism, the uniform pipeline, Megatron-LM's 3D.
+pub fn standard(family: Family) -> &'static Entry {
+    the(
+        |e| e.family == family && e.standard,
+        "a family's standard planner",
+    )
+}
+
+/// The paper's ablation, in order: each half of Cephalo's method alone
+/// ([`Role::Ablation`]), then the control with neither half
+/// ([`Entry::ablation_control`]).
+pub fn ablation() -> Vec<&'static str> {
+    let mut v = names(|e| e.role == Role::Ablation);
+    v.extend(names(|e| e.ablation_control));
+    v
+}
+
+/// Whether the planner called `name` is one of Cephalo's own
+/// ([`Role::is_cephalo`]); an unknown name is not.
+pub fn is_cephalo(name: &str) -> bool {
+    entry(name).is_some_and(|e| e.role.is_cephalo())
+}
+
+/// The one entry `keep` admits (the table holds exactly one: a test
+/// checks every such question).
+fn the(keep: impl Fn(&Entry) -> bool, what: &str) -> &'static Entry {
+    match ENTRIES.iter().find(|e| keep(e)) {
+        Some(e) => e,
+        None => unreachable!("the registry has {what} (registry tests)"),
+    }
+}
+
 /// The entry of the planner called `name` (its own name or an alias, any
 /// case, `_` or `-`).
 pub fn entry(name: &str) -> Option<&'static Entry> {
@@ -277,6 +372,27 @@ mod tests {
         }
         assert_eq!(by_name("compat", "t").unwrap().name(), "cephalo-compat");
         assert!(by_name("nope", "--planner").is_err());
+    }
+
+    #[test]
+    fn roles_and_standards_are_each_one_entry() {
+        let count = |keep: &dyn Fn(&Entry) -> bool| ENTRIES.iter().filter(|e| keep(e)).count();
+        assert_eq!(count(&|e| e.role == Role::Native), 1);
+        assert_eq!(count(&|e| e.role == Role::Reference), 1);
+        for f in Family::ALL {
+            assert_eq!(count(&|e| e.family == f && e.standard), 1, "{}", f.name());
+            assert_eq!(standard(f).role, Role::Baseline);
+        }
+        assert_eq!(native_name(), cephalo::Cephalo::with_seeds(Vec::new).name());
+        assert_eq!(standard(Family::DataParallel).name(), fsdp::Fsdp.name());
+        assert_eq!(standard(Family::ThreeD).name(), megatron::Megatron.name());
+        assert_eq!(
+            ablation(),
+            ["balance-compute", "balance-state", "fsdp-ga"],
+            "the paper's ablation: each half, then neither"
+        );
+        assert!(is_cephalo(reference().name()) && is_cephalo("native"));
+        assert!(!is_cephalo("fsdp") && !is_cephalo("nope"));
     }
 
     #[test]

@@ -59,6 +59,6 @@ pub use intervals::{Interval, Intervals, Share};
 pub use memory::{Limits, MemoryBreakdown};
 pub use schema::{
     CollectiveStat, CommSourceStat, GpuReport, HostReport, KindSummary, OomGpu, PipelineReport,
-    Report, SourceLine, StageReport, Timing, REPORT_FORMAT,
+    Report, SimulatedSummary, SourceLine, StageReport, Timing, REPORT_FORMAT,
 };
 pub use table::{comm_sources_text, group_rows, memory_table, sources_text, GROUP_ROWS_ABOVE};

@@ -659,3 +659,51 @@ impl Report {
         out
     }
 }
+/// Summary of the simulated outcome of a plan (the `simulated` object of
+/// `cephalo plan --format json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct SimulatedSummary {
+    /// Simulated iteration time, ms.
+    pub iteration_ms: f64,
+    /// Samples per second.
+    pub samples_per_s: f64,
+    /// Tokens per second.
+    pub tokens_per_s: f64,
+    /// Model FLOPs utilisation (0..1).
+    pub mfu: f64,
+    /// Whether some GPU runs out of memory.
+    pub oom: bool,
+    /// Peak memory per GPU, GiB.
+    pub peak_mem_gib: Vec<f64>,
+    /// Peak memory per GPU, % of capacity.
+    pub peak_mem_pct: Vec<f64>,
+    /// Peak memory per GPU, % of the usable memory (above 100 = OOM).
+    pub peak_usable_pct: Vec<f64>,
+    /// Usable memory per GPU (the memory policy's limit), GiB.
+    pub usable_gib: Vec<f64>,
+    /// Per GPU: what its peak holds, and its headroom to the policy limit
+    /// and to the capacity.
+    pub memory: Vec<MemoryBreakdown>,
+    /// How sure the iteration time and throughput are (`null` when out of
+    /// memory): intervals from the expected errors of their sources.
+    pub intervals: Option<super::intervals::Intervals>,
+}
+
+impl SimulatedSummary {
+    /// Extracts the summary of a report.
+    pub fn of(r: &Report) -> SimulatedSummary {
+        SimulatedSummary {
+            iteration_ms: r.iteration_ms,
+            samples_per_s: r.samples_per_s,
+            tokens_per_s: r.tokens_per_s,
+            mfu: r.mfu,
+            oom: r.oom,
+            peak_mem_gib: r.gpus.iter().map(|g| g.peak_mem_gib).collect(),
+            memory: r.gpus.iter().map(|g| g.memory.clone()).collect(),
+            peak_mem_pct: r.gpus.iter().map(|g| g.mem_pct).collect(),
+            peak_usable_pct: r.gpus.iter().map(|g| g.usable_pct).collect(),
+            usable_gib: r.gpus.iter().map(|g| g.usable_gib).collect(),
+            intervals: (!r.oom).then(|| r.intervals.clone()),
+        }
+    }
+}

@@ -10,9 +10,11 @@
 //! most step lines; [`summarize`] merges records of one step, skips the
 //! warm-up steps and takes the median of each figure over the rest,
 //! deriving what a log does not print from what it does and the run's
-//! workload ([`RunShape`]). Errors name the origin (the file), the line
-//! and what was expected. Units: ms, tokens/s, GiB, MFU as a fraction.
+//! workload ([`RunShape`]); [`compare`] sets them beside the simulator's
+//! prediction (which memory each format logs, the errors). Errors name the
+//! origin (the file), the line and what was expected. Units: ms, tokens/s, GiB, MFU as a fraction.
 
+pub mod compare;
 pub mod composer;
 pub mod deepspeed;
 pub mod megatron;

@@ -5,10 +5,10 @@
 
 use crate::common;
 use proptest::prelude::*;
-use sim::precision::NumFormat;
 use sim::iteration::SimOptions;
 use sim::plan::file::PlanWorkload;
 use sim::plan::shape::Shape3d;
+use sim::precision::NumFormat;
 use sim::session::{strategy_context, user_plan, PlanInput};
 use sim::simulate::simulate;
 use sim::strategy::{Accumulation, Checkpointing, Offload, Sharding, StrategySpec};
