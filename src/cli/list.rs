@@ -110,7 +110,7 @@ fn gpu_rows() -> Vec<GpuRow> {
         .map(|g| GpuRow {
             name: g.name.clone(),
             aliases: g.aliases.join(" "),
-            arch: g.arch.clone(),
+            arch: g.arch.name().to_string(),
             mem_gib: g.mem_gib,
             fp32_tflops: g.fp32_tflops,
             fp16_tflops: g.fp16_tflops,

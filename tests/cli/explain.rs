@@ -187,6 +187,56 @@ seq_len = 1024
 }
 
 #[test]
+fn an_unknown_architecture_in_a_gpu_catalog_names_file_field_and_values() {
+    let d = scratch("cli-explain-arch");
+    let gpus = d.join("bad.toml");
+    let entry = |arch: &str| {
+        format!(
+            "[[gpu]]\nname = \"lab-card\"\narch = \"{arch}\"\nmem_gib = 48.0\nfp32_tflops = 90.0\nfp16_tflops = 180.0\nmem_bw_gbps = 960.0\nhost_link = {{ pcie_gen = 4, lanes = 16 }}\n"
+        )
+    };
+    write(&gpus, &entry("blackwel"));
+    let path = gpus.to_str().unwrap();
+    for args in [
+        vec!["list", "gpus", "--gpu-catalog", path],
+        vec![
+            "simulate",
+            "--gpu-catalog",
+            path,
+            "--gpus",
+            "lab-card,lab-card",
+            "--model",
+            "gpt-1.3b",
+            "--global-batch",
+            "4",
+        ],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.code, 2, "{}", o.stderr);
+        for want in [
+            "bad.toml",
+            "`arch`",
+            "`blackwel`",
+            "hopper, blackwell, cdna3, cdna4, cpu",
+        ] {
+            assert!(o.stderr.contains(want), "{want}: {}", o.stderr);
+        }
+    }
+    // A value the enum has, though no built-in GPU has it yet, is read.
+    write(&gpus, &entry("cdna3"));
+    let o = run(&["list", "gpus", "--gpu-catalog", path]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout
+            .lines()
+            .any(|l| l.starts_with("lab-card") && l.contains("cdna3")),
+        "{}",
+        o.stdout
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
 fn a_hugging_face_config_is_a_model() {
     let d = scratch("cli-explain-hf").join("Llama-2-7b-hf");
     let cfg = d.join("config.json");

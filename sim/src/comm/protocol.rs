@@ -31,9 +31,14 @@
 //! bytes as the ring at 0.85 of its bandwidth, so it never wins in NCCL's
 //! model for large buffers and is not priced here.
 
+use crate::gpu::Arch;
+
 /// The GPU generation NCCL's tables are indexed by (`compCapIndex`):
 /// Volta (and older), Ampere (sm80-sm89: A100, A10G, L4, RTX 3090 / A6000,
-/// L40S), Hopper (sm90: H100, H200).
+/// L40S), Hopper (sm90: H100, H200). NCCL 2.30 has a fourth row, Blackwell
+/// (sm100: `llMaxBw` 282 on one node, `nvlsEfficiency` 0.74; REAL-SYSTEMS
+/// §1.4), which this model does not carry yet: no Blackwell GPU is in the
+/// catalog ([`NcclGen::of`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum NcclGen {
     /// Volta and older (sm < 80).
@@ -46,12 +51,23 @@ pub enum NcclGen {
 }
 
 impl NcclGen {
-    /// The generation of a GPU catalog `arch` (`cpu` and unknown: Volta).
-    pub fn of_arch(arch: &str) -> NcclGen {
-        match arch.to_ascii_lowercase().as_str() {
-            "hopper" | "blackwell" => NcclGen::Hopper,
-            "ampere" | "ada" => NcclGen::Ampere,
-            _ => NcclGen::Volta,
+    /// The generation whose tables NCCL uses for a GPU of `arch`
+    /// (`minCompCap`: sm80 and up Ampere, sm90 and up Hopper). For the
+    /// architectures without a catalog GPU yet:
+    ///
+    /// * `blackwell` (sm100): Hopper, the newest row carried here (NCCL's
+    ///   own Blackwell row is faster still, see [`NcclGen`]);
+    /// * `cdna3`, `cdna4`: RCCL, NCCL's port to AMD, keeps NCCL's tuning
+    ///   model with its own per-gfx constants (REAL-SYSTEMS-3 §4.4), not
+    ///   transcribed here: counted as the sm80 row (LL128 inside one
+    ///   generation, the x1.4 ring plateau; no NVLS, which needs an NVSwitch
+    ///   of the Hopper row) until a CDNA GPU enters the catalog;
+    /// * `cpu`: real execution's host ranks run no NCCL; the oldest row.
+    pub fn of(arch: Arch) -> NcclGen {
+        match arch {
+            Arch::Pascal | Arch::Volta | Arch::Turing | Arch::Cpu => NcclGen::Volta,
+            Arch::Ampere | Arch::Ada | Arch::Cdna3 | Arch::Cdna4 => NcclGen::Ampere,
+            Arch::Hopper | Arch::Blackwell => NcclGen::Hopper,
         }
     }
 
@@ -198,9 +214,12 @@ mod tests {
         let bus = 200.0;
         assert!(Protocol::Ll.ring_gbps(bus, 1e9) < Protocol::Ll128.ring_gbps(bus, 1e9));
         assert!(Protocol::Ll128.ring_gbps(bus, 1e9) < Protocol::Simple.ring_gbps(bus, 1e9));
-        assert_eq!(NcclGen::of_arch("hopper"), NcclGen::Hopper);
-        assert_eq!(NcclGen::of_arch("ada"), NcclGen::Ampere);
-        assert_eq!(NcclGen::of_arch("turing"), NcclGen::Volta);
+        assert_eq!(NcclGen::of(Arch::Hopper), NcclGen::Hopper);
+        assert_eq!(NcclGen::of(Arch::Blackwell), NcclGen::Hopper);
+        assert_eq!(NcclGen::of(Arch::Ada), NcclGen::Ampere);
+        assert_eq!(NcclGen::of(Arch::Cdna3), NcclGen::Ampere);
+        assert_eq!(NcclGen::of(Arch::Turing), NcclGen::Volta);
+        assert_eq!(NcclGen::of(Arch::Cpu), NcclGen::Volta);
         assert!(NcclGen::Hopper.ll_max_gbps(1) > NcclGen::Hopper.ll_max_gbps(4));
     }
 }

@@ -522,5 +522,5 @@ fn selective_fractions(
 
 /// Whether a catalog device is a CPU (arch `cpu`).
 pub fn is_cpu(gpu: &GpuSpec) -> bool {
-    gpu.arch == "cpu"
+    gpu.arch.is_cpu()
 }

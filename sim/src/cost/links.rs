@@ -18,7 +18,7 @@ pub fn comm_topology(cluster: &Cluster, algo: CommAlgo) -> CommTopology {
     let mut gens: Vec<Option<NcclGen>> = vec![None; cluster.nodes.len()];
     for g in &cluster.gpus {
         if let Some(x) = gens.get_mut(g.node) {
-            let gen = NcclGen::of_arch(&g.spec.arch);
+            let gen = NcclGen::of(g.spec.arch);
             *x = Some(x.map_or(gen, |y| y.min(gen)));
         }
     }

@@ -13,7 +13,7 @@
 //! clock down under dense GEMMs long before their datasheet peak. Board power
 //! and boost clock are catalog fields (`profiles/gpus.toml`, with sources).
 
-use crate::gpu::GpuSpec;
+use crate::gpu::{Arch, GpuSpec};
 use crate::precision::NumFormat;
 use serde::{Deserialize, Serialize};
 
@@ -54,22 +54,35 @@ impl ArchClass {
         self as usize
     }
 
-    /// Class of a catalog GPU (unknown arch strings count as Ampere DC).
+    /// Class of a catalog GPU. The architectures without a class of their
+    /// own are mapped explicitly:
+    ///
+    /// * `blackwell` (no catalog GPU yet): Hopper, its predecessor of the
+    ///   same data-center design (TSMC 4NP against Hopper's 4N), until a
+    ///   Blackwell GPU brings its own anchors (REAL-SYSTEMS-3 §4.2);
+    /// * `cdna3`, `cdna4` (AMD, no catalog GPU yet): Hopper, the class of
+    ///   the same market generation and a 5 / 3 nm-class process; an
+    ///   optimistic stand-in for GEMMs (MAMF 51-68% of peak on MI300X-
+    ///   MI355X against 73-84% on NVIDIA parts, REAL-SYSTEMS-3 §4.4) until
+    ///   an AMD GPU enters the catalog with its own class;
+    /// * `cpu` (real execution's host rank): the A100 class, as before the
+    ///   enum: the predictor has no CPU model, and on a CPU rank only its
+    ///   ratios (TP shares, implementations) are read against measurements.
     pub fn of(gpu: &GpuSpec) -> ArchClass {
-        match gpu.arch.to_ascii_lowercase().as_str() {
-            "pascal" => ArchClass::Pascal,
-            "volta" => ArchClass::Volta,
-            "turing" => ArchClass::Turing,
-            "ampere" => {
+        match gpu.arch {
+            Arch::Pascal => ArchClass::Pascal,
+            Arch::Volta => ArchClass::Volta,
+            Arch::Turing => ArchClass::Turing,
+            Arch::Ampere => {
                 if gpu.fp32_tflops / gpu.fp16_tflops.max(1e-9) > 0.15 {
                     ArchClass::Ampere
                 } else {
                     ArchClass::AmpereDc
                 }
             }
-            "ada" => ArchClass::Ada,
-            "hopper" => ArchClass::Hopper,
-            _ => ArchClass::AmpereDc,
+            Arch::Ada => ArchClass::Ada,
+            Arch::Hopper | Arch::Blackwell | Arch::Cdna3 | Arch::Cdna4 => ArchClass::Hopper,
+            Arch::Cpu => ArchClass::AmpereDc,
         }
     }
 
@@ -172,7 +185,7 @@ mod tests {
         for g in GpuCatalog::builtin()
             .all()
             .iter()
-            .filter(|g| g.arch != "cpu")
+            .filter(|g| !g.arch.is_cpu())
         {
             assert!(
                 power_and_cycle_flops(g, NumFormat::Fp32).is_some(),
@@ -181,6 +194,20 @@ mod tests {
             );
 
             let _ = ArchClass::of(g);
+        }
+    }
+
+    #[test]
+    fn architectures_without_a_class_map_as_documented() {
+        let mut g = GpuCatalog::builtin().get("h100-sxm").unwrap().clone();
+        for (arch, class) in [
+            (Arch::Blackwell, ArchClass::Hopper),
+            (Arch::Cdna3, ArchClass::Hopper),
+            (Arch::Cdna4, ArchClass::Hopper),
+            (Arch::Cpu, ArchClass::AmpereDc),
+        ] {
+            g.arch = arch;
+            assert_eq!(ArchClass::of(&g), class, "{arch}");
         }
     }
 

@@ -427,7 +427,7 @@ fn matmul_rates_agree_with_published_gemm_benchmarks() {
     // Every GPU's large-GEMM rate is a physical fraction of its peak, and
     // in training an anchored generation's is the sustained fraction of
     // its microbenchmark's (the others do not use it).
-    for gpu in g.all().iter().filter(|x| x.arch != "cpu") {
+    for gpu in g.all().iter().filter(|x| !x.arch.is_cpu()) {
         for dtype in [NumFormat::Fp16, NumFormat::Fp32] {
             if let Some(f) = TimeFeat::new(gpu, m, 4096, dtype, 2, &TensorParallel::NONE, imp) {
                 let r = trained.ceiling(&f.gpu) / f.gpu.peak_flops;
