@@ -150,8 +150,8 @@ pub fn load_profile_file(path: &Path) -> Result<ProfileSet> {
 }
 
 /// Loads a `--comm-profile` argument: `[KIND=]PATH`, an nccl-tests log
-/// (KIND `all-gather`, `reduce-scatter` or `all-reduce` when the log does
-/// not say) or a cephalo-profile/1 JSON, of which only the measured
+/// (KIND `all-gather`, `reduce-scatter`, `all-reduce` or `all-to-all`
+/// when the log does not say) or a cephalo-profile/1 JSON, of which only the measured
 /// collectives are kept.
 pub fn load_comm_profile(spec: &str) -> Result<ProfileSet> {
     load_comm_profile_in(Path::new(""), spec)
@@ -164,7 +164,8 @@ pub fn load_comm_profile_in(base: &Path, spec: &str) -> Result<ProfileSet> {
         Some((k, p)) => {
             let kind = sim::comm::CollectiveKind::parse(&k.replace('-', "_")).ok_or_else(|| {
                 UserError(format!(
-                    "--comm-profile {spec}: expected all-gather=, reduce-scatter= or all-reduce= before the path, got `{k}=`"
+                    "--comm-profile {spec}: expected one of {} before the path (with `=`), got `{k}=`",
+                    sim::comm::CollectiveKind::names(true)
                 ))
             })?;
             (Some(kind), base.join(p))

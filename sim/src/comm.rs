@@ -1,5 +1,5 @@
-//! Communication model for data-parallel collectives (all-gather,
-//! reduce-scatter, all-reduce), as NCCL runs them.
+//! Communication model for collectives (all-gather, reduce-scatter,
+//! all-reduce, all-to-all), as NCCL runs them.
 //!
 //! Units: piece and buffer sizes in bytes (`f64`), bandwidths in GB/s
 //! (10^9 bytes per second, per direction, *achievable*: line rate times the
@@ -53,6 +53,12 @@
 //! all-reduce, as NCCL's tuner does: tree for small buffers over many
 //! nodes, NVLS on H100/H200 nodes, the ring otherwise.
 //!
+//! # All-to-all
+//!
+//! No ring: grouped send / receive pairs to every peer, the NVLink / PCIe
+//! pieces inside a node and the NIC pieces across nodes at once, the
+//! slowest link's time plus a latency per peer (`alltoall`).
+//!
 //! # Hierarchical (only when asked, [`CommAlgo::Hierarchical`])
 //!
 //! (1) ring inside every node over its own links (nodes in parallel),
@@ -78,6 +84,7 @@
 //! non-decreasing in every piece size, and the even-piece case matches the
 //! closed form.
 
+mod alltoall;
 mod analytic;
 mod collective;
 mod loads;

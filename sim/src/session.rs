@@ -1176,10 +1176,7 @@ pub fn comm_sweep(
                 format!("expected positive byte counts, got {size}"),
             ));
         }
-        let piece = match kind {
-            crate::comm::CollectiveKind::AllReduce => size,
-            _ => size / p as f64,
-        };
+        let piece = kind.piece_bytes(size, p);
         let group = crate::cost::collective_ranks(cluster, ranks, &vec![piece; p]);
         let ms = comm.time_ms(kind, &group);
         let algbw = if ms > 0.0 {

@@ -218,10 +218,7 @@ impl TpCollective {
     /// Each rank's piece for the communication model: the whole tensor for
     /// an all-reduce, its `1/t` share for an all-gather or reduce-scatter.
     pub fn piece_bytes(&self, t: u32) -> f64 {
-        match self.kind {
-            CollectiveKind::AllReduce => self.bytes,
-            _ => self.bytes / t.max(1) as f64,
-        }
+        self.kind.piece_bytes(self.bytes, t.max(1) as usize)
     }
 }
 

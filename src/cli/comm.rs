@@ -21,7 +21,7 @@ pub struct Args {
     /// The cluster.
     #[command(flatten)]
     pub cluster: crate::cli::workload::ClusterArgs,
-    /// Collective: all-gather | reduce-scatter | all-reduce.
+    /// Collective: all-gather | reduce-scatter | all-reduce | all-to-all.
     #[arg(long)]
     pub op: String,
     /// Buffer sizes (nccl-tests' size), comma-separated; suffixes K, M, G
@@ -44,7 +44,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let cluster = args.cluster.load()?;
     let kind = CollectiveKind::parse(&args.op.replace('-', "_")).ok_or_else(|| {
         UserError(format!(
-            "--op: expected all-gather, reduce-scatter or all-reduce, got `{}`",
+            "--op: expected {}, got `{}`",
+            CollectiveKind::names(true),
             args.op
         ))
     })?;

@@ -280,7 +280,7 @@ pub struct CommArgs {
     #[arg(long, help_heading = "Communication")]
     pub comm_interference: Option<f64>,
     /// Measured collectives: nccl-tests output (all_gather_perf,
-    /// reduce_scatter_perf, all_reduce_perf stdout; prefix `all-gather=` etc.
+    /// reduce_scatter_perf, all_reduce_perf, alltoall_perf stdout; prefix `all-gather=` etc.
     /// when the log does not say which) or a cephalo-profile/1 JSON; repeatable.
     #[arg(long, help_heading = "Communication")]
     pub comm_profile: Vec<String>,

@@ -140,7 +140,14 @@ fn four_bridged_gpus_are_paced_by_pcie() {
 /// A synthetic all-gather log in nccl-tests' layout on `ranks` ranks (two
 /// hosts); `busbw` GB/s at every size.
 pub fn nccl_log(ranks: usize, busbw: f64) -> String {
-    let mut s = String::from("# Collective test starting: all_gather_perf\n# nThread 1 nGpus 1 minBytes 1048576 maxBytes 1073741824 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n#\n# Using devices\n");
+    nccl_log_of("all_gather_perf", ranks, busbw)
+}
+
+/// [`nccl_log`] of nccl-tests' test `test` (`alltoall_perf`: `size` each
+/// rank's send buffer; the same `algbw = size / time` and `(n - 1) / n`
+/// bus-bandwidth factor as all-gather).
+pub fn nccl_log_of(test: &str, ranks: usize, busbw: f64) -> String {
+    let mut s = format!("# Collective test starting: {test}\n# nThread 1 nGpus 1 minBytes 1048576 maxBytes 1073741824 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n#\n# Using devices\n");
     for r in 0..ranks {
         let host = if r < ranks / 2 { "hosta" } else { "hostb" };
         s.push_str(&format!("#  Rank {r:2} Group  0 Pid {:5} on {host:>9} device {:2} [0x07] NVIDIA A100-SXM4-80GB\n", 1000 + r, r % 8));
@@ -223,6 +230,103 @@ fn an_imported_log_reproduces_its_own_bus_bandwidth() {
         "{}",
         o.stderr
     );
+}
+
+#[test]
+fn all_to_all_prints_like_alltoall_perf_and_reads_its_logs() {
+    // Two nodes of 8 A100 with a 200 Gbit/s NIC per GPU: half of every
+    // rank's buffer leaves the node through its own NIC, so at 1 GiB the
+    // bus bandwidth is the NIC's achievable rate x 2 x 15 / 16.
+    let c = two_nodes(8);
+    let o = run_command(
+        "comm",
+        &["--cluster", &c, "--op", "all-to-all", "--sizes", "1M,1G"],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.starts_with("# all_to_all over 16 ranks"),
+        "{}",
+        o.stdout
+    );
+    let o = run_command(
+        "comm",
+        &[
+            "--cluster",
+            &c,
+            "--op",
+            "all-to-all",
+            "--sizes",
+            "1M,1G",
+            "--format",
+            "json",
+        ],
+    );
+    let r = rows(&o);
+    assert!(r.iter().all(|x| x["algorithm"] == "p2p"), "{r:?}");
+    let (size, time_us) = (
+        r[1]["size_bytes"].as_f64().unwrap(),
+        r[1]["time_us"].as_f64().unwrap(),
+    );
+    let algbw = r[1]["algbw_gb_s"].as_f64().unwrap();
+    assert!((algbw - size / time_us / 1e3).abs() < 0.01, "{algbw}");
+    let bus = r[1]["busbw_gb_s"].as_f64().unwrap();
+    assert!((bus - algbw * 15.0 / 16.0).abs() < 0.01, "{bus}");
+    let nic = 25.0 * 0.92;
+    assert!(
+        (bus / (2.0 * nic * 15.0 / 16.0) - 1.0).abs() < 0.02,
+        "{bus}"
+    );
+    // An alltoall_perf log answers for its own group, and for 8 ranks on
+    // the two nodes at equal bus bandwidth.
+    let log = write(
+        tmp("cli-comm-a2a16.log"),
+        &nccl_log_of("alltoall_perf", 16, 30.0),
+    );
+    for ranks in ["0-15", "0-3,8-11"] {
+        let o = run_command(
+            "comm",
+            &[
+                "--cluster",
+                &c,
+                "--op",
+                "all-to-all",
+                "--ranks",
+                ranks,
+                "--sizes",
+                "16M,1G",
+                "--comm-profile",
+                &log,
+                "--format",
+                "json",
+            ],
+        );
+        for r in rows(&o) {
+            let bus = r["busbw_gb_s"].as_f64().unwrap();
+            assert!((bus - 30.0).abs() < 0.05, "{ranks}: {r}");
+            assert_eq!(r["algorithm"], "measured");
+        }
+    }
+    // A log of another kind does not serve it; an unknown op names them all.
+    let ag = write(tmp("cli-comm-ag-not-a2a.log"), &nccl_log(16, 30.0));
+    let o = run_command(
+        "comm",
+        &[
+            "--cluster",
+            &c,
+            "--op",
+            "all-to-all",
+            "--sizes",
+            "1G",
+            "--comm-profile",
+            &ag,
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(rows(&o)[0]["algorithm"], "p2p");
+    let o = run_command("comm", &["--cluster", &c, "--op", "alltoallv"]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("all-to-all"), "{}", o.stderr);
 }
 
 #[test]

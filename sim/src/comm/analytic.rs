@@ -60,11 +60,15 @@ impl RingModel {
     /// The ring's time in ms and protocol: the fastest of LL, LL128 (where
     /// NCCL enables it) and Simple, each `base + intra steps x intra hop +
     /// inter steps x network hop + steps x piece / bandwidth`
-    /// (NCCL's tables, `comm::protocol`).
+    /// (NCCL's tables, `comm::protocol`). An all-to-all runs no ring: its
+    /// send / receive pairs' time ([`RingModel::all_to_all_ms`]), Simple.
     pub fn ring_choice(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> (f64, Protocol) {
         let p = ranks.len();
         if p < 2 {
             return (0.0, Protocol::Simple);
+        }
+        if kind == CollectiveKind::AllToAll {
+            return (self.all_to_all_ms(ranks), Protocol::Simple);
         }
         let groups = self.topo.groups(ranks);
         let ring = self.topo.ring(ranks, &groups);
@@ -191,8 +195,16 @@ impl RingModel {
         Some(lat * 1e-3 + buffer / (algbw * 1e9) * 1e3)
     }
 
+    /// All-to-all time in ms: grouped send / receive pairs to every peer,
+    /// paced by the slowest NVLink, PCIe or NIC plus a latency per peer
+    /// (`comm::alltoall`).
+    pub fn all_to_all_ms(&self, ranks: &[CollectiveRank]) -> f64 {
+        self.topo.all_to_all(ranks).time_ms
+    }
+
     /// Hierarchical schedule in ms: intra phase + inter-node ring + intra
-    /// phase (see module docs). Equals the ring for a single node.
+    /// phase (see module docs). Equals the ring for a single node; an
+    /// all-to-all has no hierarchical form (its send / receive pairs).
     pub fn hierarchical_ms(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> f64 {
         let (t, _) = self.hierarchical(kind, ranks, false);
         t
@@ -205,6 +217,10 @@ impl RingModel {
         ranks: &[CollectiveRank],
         with_loads: bool,
     ) -> (f64, Vec<(LinkRef, f64)>) {
+        if kind == CollectiveKind::AllToAll {
+            let a = self.topo.all_to_all(ranks);
+            return (a.time_ms, if with_loads { a.loads } else { Vec::new() });
+        }
         let groups = self.topo.groups(ranks);
         if groups.len() < 2 {
             let t = self.ring_time_ms(kind, ranks);
@@ -229,7 +245,9 @@ impl RingModel {
                     .collect();
                 (&even[..], 2.0)
             }
-            _ => (ranks, 1.0),
+            CollectiveKind::AllGather
+            | CollectiveKind::ReduceScatter
+            | CollectiveKind::AllToAll => (ranks, 1.0),
         };
         let groups = self.topo.groups(ranks);
         let total: f64 = groups.values().map(|g| g.sum_bytes).sum();
@@ -280,10 +298,14 @@ impl RingModel {
     /// The algorithm NCCL's model picks for `kind` over `ranks` under this
     /// model's setting, with its time in ms: ring for all-gather and
     /// reduce-scatter; for an all-reduce the fastest of ring, tree (groups
-    /// spanning nodes) and NVLS / NVLS_TREE (NVSwitch Hopper nodes).
+    /// spanning nodes) and NVLS / NVLS_TREE (NVSwitch Hopper nodes); for an
+    /// all-to-all its send / receive pairs (`p2p`) under every setting.
     pub fn choose(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> (f64, &'static str) {
         if ranks.len() < 2 {
             return (0.0, "none");
+        }
+        if kind == CollectiveKind::AllToAll {
+            return (self.all_to_all_ms(ranks), "p2p");
         }
         let ring = || self.ring_time_ms(kind, ranks);
         let spans = {
@@ -329,6 +351,9 @@ impl CommModel for RingModel {
     fn loads(&self, kind: CollectiveKind, ranks: &[CollectiveRank]) -> Vec<(LinkRef, f64)> {
         if ranks.len() < 2 {
             return Vec::new();
+        }
+        if kind == CollectiveKind::AllToAll {
+            return self.topo.all_to_all(ranks).loads;
         }
         let (t, loads) = match self.topo.algo {
             CommAlgo::Hierarchical => self.hierarchical(kind, ranks, true),

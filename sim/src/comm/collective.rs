@@ -14,38 +14,63 @@ pub enum CollectiveKind {
     ReduceScatter,
     /// Every rank ends with the whole element-wise sum.
     AllReduce,
+    /// Every rank sends the `q`-th of `p` equal chunks of its buffer to
+    /// rank `q` (NCCL's `ncclAlltoAll`, PyTorch's `all_to_all_single`):
+    /// grouped send / receive pairs to every peer, no ring (expert and
+    /// context parallelism).
+    AllToAll,
 }
 
 impl CollectiveKind {
     /// Every kind.
-    pub const ALL: [CollectiveKind; 3] = [
+    pub const ALL: [CollectiveKind; 4] = [
         CollectiveKind::AllGather,
         CollectiveKind::ReduceScatter,
         CollectiveKind::AllReduce,
+        CollectiveKind::AllToAll,
     ];
 
-    /// The name profiles and reports use (`all_gather`, `reduce_scatter`, `all_reduce`).
+    /// The name profiles and reports use (`all_gather`, `reduce_scatter`,
+    /// `all_reduce`, `all_to_all`).
     pub fn name(self) -> &'static str {
         match self {
             CollectiveKind::AllGather => "all_gather",
             CollectiveKind::ReduceScatter => "reduce_scatter",
             CollectiveKind::AllReduce => "all_reduce",
+            CollectiveKind::AllToAll => "all_to_all",
         }
     }
 
-    /// Parses a profile's kind name.
+    /// Parses a profile's kind name ([`CollectiveKind::name`]).
     pub fn parse(s: &str) -> Option<CollectiveKind> {
-        match s {
-            "all_gather" => Some(CollectiveKind::AllGather),
-            "reduce_scatter" => Some(CollectiveKind::ReduceScatter),
-            "all_reduce" => Some(CollectiveKind::AllReduce),
-            _ => None,
+        CollectiveKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// The names [`CollectiveKind::parse`] reads, for errors
+    /// (`all_gather, reduce_scatter, all_reduce or all_to_all`), with `-`
+    /// for `_` where `dashed` (flags: `all-gather`).
+    pub fn names(dashed: bool) -> String {
+        let names: Vec<String> = CollectiveKind::ALL
+            .iter()
+            .map(|k| {
+                let n = k.name();
+                if dashed {
+                    n.replace('_', "-")
+                } else {
+                    n.to_string()
+                }
+            })
+            .collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.concat(),
         }
     }
 
-    /// nccl-tests' bus-bandwidth factor for `p` ranks: `(p - 1) / p` for
-    /// all-gather and reduce-scatter, `2 (p - 1) / p` for all-reduce
-    /// (`busbw = algbw x factor`).
+    /// nccl-tests' bus-bandwidth factor for `p` ranks
+    /// (`doc/PERFORMANCE.md`; `busbw = algbw x factor`): `(p - 1) / p`
+    /// for all-gather, reduce-scatter and all-to-all (each rank keeps
+    /// `1 / p` of its buffer), `2 (p - 1) / p` for all-reduce.
     pub fn busbw_factor(self, p: usize) -> f64 {
         if p == 0 {
             return 0.0;
@@ -53,22 +78,47 @@ impl CollectiveKind {
         let f = (p as f64 - 1.0) / p as f64;
         match self {
             CollectiveKind::AllReduce => 2.0 * f,
-            _ => f,
+            CollectiveKind::AllGather
+            | CollectiveKind::ReduceScatter
+            | CollectiveKind::AllToAll => f,
+        }
+    }
+
+    /// Whether a rank's piece is the whole buffer nccl-tests names (an
+    /// all-reduce's buffer, an all-to-all's send buffer) rather than its
+    /// `1 / p` share (all-gather, reduce-scatter).
+    fn piece_is_buffer(self) -> bool {
+        match self {
+            CollectiveKind::AllReduce | CollectiveKind::AllToAll => true,
+            CollectiveKind::AllGather | CollectiveKind::ReduceScatter => false,
         }
     }
 
     /// The buffer a collective over `ranks` moves, the size nccl-tests and
     /// NCCL call `nBytes`: the gathered size (sum of pieces at the pace of
     /// the largest, `p x max piece`) for all-gather and reduce-scatter, the
-    /// buffer for an all-reduce.
+    /// buffer for an all-reduce, each rank's send buffer for an all-to-all
+    /// (the largest: every peer waits for its chunk).
     pub fn buffer_bytes(self, ranks: &[CollectiveRank]) -> f64 {
         let max_piece = ranks
             .iter()
             .map(|r| r.piece_bytes.max(0.0))
             .fold(0.0, f64::max);
-        match self {
-            CollectiveKind::AllReduce => max_piece,
-            _ => max_piece * ranks.len() as f64,
+        if self.piece_is_buffer() {
+            max_piece
+        } else {
+            max_piece * ranks.len() as f64
+        }
+    }
+
+    /// Each rank's piece (bytes, [`CollectiveRank::piece_bytes`]) of an even
+    /// collective over `p` ranks whose buffer is `buffer_bytes` (the
+    /// inverse of [`CollectiveKind::buffer_bytes`]).
+    pub fn piece_bytes(self, buffer_bytes: f64, p: usize) -> f64 {
+        if self.piece_is_buffer() {
+            buffer_bytes
+        } else {
+            buffer_bytes / p.max(1) as f64
         }
     }
 }

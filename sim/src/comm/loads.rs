@@ -90,7 +90,9 @@ impl CommTopology {
         let piece = kind.buffer_bytes(ranks) / p as f64;
         let steps = match kind {
             CollectiveKind::AllReduce => 2 * (p - 1),
-            _ => p - 1,
+            CollectiveKind::AllGather | CollectiveKind::ReduceScatter => p - 1,
+            // No ring: its send / receive pairs' links.
+            CollectiveKind::AllToAll => return self.all_to_all(ranks).loads,
         };
         let mut out = Vec::with_capacity(2 * p);
         self.hop_loads(&ring.hops, steps as f64 * piece, &groups, &mut out);

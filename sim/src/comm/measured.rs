@@ -167,10 +167,7 @@ impl MeasuredTable {
         let (t, source) = if bytes < first.0 || bytes > last.0 {
             let anchor = if bytes < first.0 { first } else { last };
             let analytic = self.fallback.time_ms(kind, ranks);
-            let anchor_piece = match kind {
-                CollectiveKind::AllReduce => anchor.0,
-                _ => anchor.0 / p as f64,
-            };
+            let anchor_piece = kind.piece_bytes(anchor.0, p);
             let anchor_ranks: Vec<CollectiveRank> = ranks
                 .iter()
                 .map(|r| CollectiveRank {

@@ -487,3 +487,177 @@ fn protocols_by_size_and_tree_by_node_count() {
     assert_eq!(four.choose(ar, &even(&nodes, 32.0 * 1e6)).1, "tree");
     assert_eq!(four.choose(ar, &even(&nodes, 32.0 * 8e9)).1, "ring");
 }
+
+/// `p` ranks on `nodes` nodes (in node order, `p / nodes` each) with a send
+/// buffer of `buffer` bytes each.
+fn a2a_ranks(nodes: usize, per_node: usize, buffer: f64) -> Vec<CollectiveRank> {
+    (0..nodes * per_node)
+        .map(|i| CollectiveRank {
+            node: i / per_node,
+            local: i % per_node,
+            piece_bytes: buffer,
+        })
+        .collect()
+}
+
+#[test]
+fn all_to_all_on_one_nvswitch_node_runs_at_nvlink_bus_bandwidth() {
+    // 8x H100 on an NVSwitch (351 GB/s achievable NVLink per GPU, 4 µs):
+    // each GPU sends 7/8 of its 8 GB buffer, 1 GB to each of 7 peers, at
+    // once over its NVLink, plus 7 per-peer latencies.
+    let a2a = CollectiveKind::AllToAll;
+    let m = RingModel::new(hgx(1, NcclGen::Hopper));
+    let s = 8e9;
+    let r = a2a_ranks(1, 8, s);
+    assert_eq!(a2a.buffer_bytes(&r), s);
+    let sent = 7.0 / 8.0 * s;
+    let want = sent / 351e9 * 1e3 + 7.0 * 4.0e-3;
+    let (t, algo) = m.choose(a2a, &r);
+    assert!(close(t, want), "{t} vs {want}");
+    assert_eq!(algo, "p2p");
+    assert_eq!(m.algorithm(a2a, &r), "p2p");
+    // nccl-tests' convention: busbw = algbw (n - 1) / n, the NVLink rate.
+    let bus = busbw(a2a, 8, s, t);
+    assert!((bus - 351.0).abs() < 0.5, "{bus}");
+    // No algorithm setting turns it into a ring.
+    for algo in [CommAlgo::Ring, CommAlgo::Tree, CommAlgo::Hierarchical] {
+        let mut topo = hgx(1, NcclGen::Hopper);
+        topo.algo = algo;
+        assert!(close(RingModel::new(topo).time_ms(a2a, &r), want));
+    }
+    // Uneven buffers are paced by the largest.
+    let mut uneven = r.clone();
+    uneven[3].piece_bytes = 2.0 * s;
+    assert!(close(
+        m.time_ms(a2a, &uneven),
+        m.time_ms(a2a, &a2a_ranks(1, 8, 2.0 * s))
+    ));
+}
+
+#[test]
+fn all_to_all_across_nodes_is_paced_by_the_rail_nics() {
+    // Nodes of 8 H100 with a 46 GB/s NIC per GPU (8 µs): of each GPU's
+    // buffer S, (p - 8) / p leaves the node through its own rail NIC while
+    // 7 / p goes over NVLink at the same time; the NIC is the bottleneck.
+    let a2a = CollectiveKind::AllToAll;
+    let s = 4e9;
+    for nodes in [2usize, 4] {
+        let p = 8 * nodes;
+        let pf = p as f64;
+        let m = RingModel::new(hgx(nodes, NcclGen::Hopper));
+        let r = a2a_ranks(nodes, 8, s);
+        let nic_ms = (pf - 8.0) / pf * s / 46e9 * 1e3;
+        let nvlink_ms = 7.0 / pf * s / 351e9 * 1e3;
+        assert!(nic_ms > nvlink_ms);
+        let want = nic_ms + (7.0 * 4.0 + (pf - 8.0) * 8.0) * 1e-3;
+        let t = m.time_ms(a2a, &r);
+        assert!(close(t, want), "{nodes} nodes: {t} vs {want}");
+        // busbw = NIC x N / (N - 1) x (p - 1) / p at large buffers
+        // (`NVIDIA/nccl-tests` #130: 2x the NIC on two nodes, towards 1x).
+        let n = nodes as f64;
+        let bus = busbw(a2a, p, s, t);
+        let nic_bus = 46.0 * n / (n - 1.0) * (pf - 1.0) / pf;
+        assert!(
+            (bus / nic_bus - 1.0).abs() < 0.01,
+            "{nodes}: {bus} vs {nic_bus}"
+        );
+        // The links it keeps busy: every GPU's NVLink and PCIe, every NIC,
+        // both ways, never longer than the collective.
+        let loads = m.loads(a2a, &r);
+        assert_eq!(loads.len(), 2 * (2 * p + 8 * nodes));
+        for (l, b) in &loads {
+            assert!(*b > 0.0 && *b <= t, "{l:?} {b}");
+            let expect = match l.kind {
+                LinkKind::Nic => nic_ms,
+                LinkKind::Nvlink => nvlink_ms,
+                // The GPU's PCIe link to its NIC (40 GB/s), capped.
+                LinkKind::Pcie => ((pf - 8.0) / pf * s / 40e9 * 1e3).min(t),
+            };
+            assert!(close(*b, expect), "{l:?}: {b} vs {expect}");
+        }
+    }
+    // One NIC per node carries all eight GPUs' remote pieces.
+    let mut one = hgx(2, NcclGen::Hopper);
+    for n in &mut one.nodes {
+        n.nics = 1;
+    }
+    let t = RingModel::new(one).time_ms(a2a, &a2a_ranks(2, 8, s));
+    let want = 8.0 * 0.5 * s / 46e9 * 1e3 + (7.0 * 4.0 + 8.0 * 8.0) * 1e-3;
+    assert!(close(t, want), "{t} vs {want}");
+}
+
+#[test]
+fn all_to_all_on_bridged_and_pcie_nodes_uses_each_pairs_link() {
+    let a2a = CollectiveKind::AllToAll;
+    let s = 4e9;
+    // Four bridged cards: the partner over the bridge (351), the two others
+    // over PCIe (40 GB/s, 5 µs), concurrently: PCIe paces it.
+    let mut bridged = hgx(1, NcclGen::Ampere);
+    bridged.nodes[0].nvswitch = false;
+    bridged.nodes[0].bridged = true;
+    bridged.nodes[0].pcie_latency_us = 5.0;
+    let m = RingModel::new(bridged);
+    let r = a2a_ranks(1, 4, s);
+    let want = 2.0 * s / 4.0 / 40e9 * 1e3 + (4.0 + 2.0 * 5.0) * 1e-3;
+    assert!(close(m.time_ms(a2a, &r), want));
+    let loads = m.loads(a2a, &r);
+    let nvlink: Vec<f64> = loads
+        .iter()
+        .filter(|(l, _)| l.kind == LinkKind::Nvlink)
+        .map(|x| x.1)
+        .collect();
+    assert_eq!(nvlink.len(), 8);
+    assert!(nvlink.iter().all(|&b| close(b, s / 4.0 / 351e9 * 1e3)));
+    // A PCIe node: every peer over PCIe.
+    let p = RingModel::new(topo(1, 20.0, 10.0));
+    let want = 3.0 * s / 4.0 / 20e9 * 1e3 + 3.0 * 5.0e-3;
+    assert!(close(p.time_ms(a2a, &a2a_ranks(1, 4, s)), want));
+}
+
+#[test]
+fn an_all_to_all_table_round_trips_and_rescales_at_equal_bus_bandwidth() {
+    // A table measured 10% slower than the model on 2 x 8 ranks answers its
+    // own points, interpolates between them, rescales to 2 x 4 ranks at
+    // equal bus bandwidth and extrapolates beyond its sizes.
+    let a2a = CollectiveKind::AllToAll;
+    let model = RingModel::new(hgx(2, NcclGen::Hopper));
+    let sizes = [1e6, 1e7, 1e8, 1e9];
+    let points: Vec<MeasuredPoint> = sizes
+        .iter()
+        .map(|&s| MeasuredPoint {
+            kind: a2a,
+            group_size: 16,
+            nodes: Some(2),
+            total_bytes: s,
+            time_ms: 1.1 * model.time_ms(a2a, &a2a_ranks(2, 8, s)),
+            rescalable: true,
+        })
+        .collect();
+    let table = MeasuredTable::new("a2a.log", model.clone(), &points).unwrap();
+    for pt in &points {
+        let (t, src) = table.time_with_source(a2a, &a2a_ranks(2, 8, pt.total_bytes));
+        assert_eq!(src, CommSource::Measured);
+        assert!(close(t, pt.time_ms));
+    }
+    let (mid, _) = table.time_with_source(a2a, &a2a_ranks(2, 8, 5.5e8));
+    assert!(close(mid, 0.5 * (points[2].time_ms + points[3].time_ms)));
+    let (t8, src) = table.time_with_source(a2a, &a2a_ranks(2, 4, 1e9));
+    assert_eq!(src, CommSource::Rescaled);
+    let bus16 = busbw(a2a, 16, 1e9, points[3].time_ms);
+    assert!(close(busbw(a2a, 8, 1e9, t8), bus16));
+    let (big, src) = table.time_with_source(a2a, &a2a_ranks(2, 8, 4e9));
+    assert_eq!(src, CommSource::Extrapolated);
+    let analytic = model.time_ms(a2a, &a2a_ranks(2, 8, 4e9));
+    assert!(close(
+        big,
+        analytic * points[3].time_ms / model.time_ms(a2a, &a2a_ranks(2, 8, 1e9))
+    ));
+    // Its loads are the model's links, stretched to the measured time.
+    let r = a2a_ranks(2, 8, 1e9);
+    let (m_loads, a_loads) = (table.loads(a2a, &r), model.loads(a2a, &r));
+    assert_eq!(m_loads.len(), a_loads.len());
+    for ((l, b), (l2, b2)) in m_loads.iter().zip(&a_loads) {
+        assert_eq!(l, l2);
+        assert!(close(*b, (b2 * 1.1).min(points[3].time_ms)));
+    }
+}

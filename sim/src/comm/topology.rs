@@ -14,7 +14,8 @@ pub struct CollectiveRank {
     /// Position among the node's GPUs (bridge pairs, NIC rails).
     pub local: usize,
     /// Bytes this rank contributes (all-gather) or receives (reduce-scatter);
-    /// for an all-reduce, the whole buffer (the same on every rank).
+    /// for an all-reduce, the whole buffer (the same on every rank); for an
+    /// all-to-all, its send buffer (`1 / p` of it to each rank).
     pub piece_bytes: f64,
 }
 

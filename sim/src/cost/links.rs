@@ -189,12 +189,7 @@ pub fn measured_points(profiles: &ProfileSet) -> Vec<MeasuredPoint> {
         .iter()
         .filter(|c| c.ranks >= 2 && c.bytes > 0.0)
         .filter_map(|c| {
-            let kind = match c.kind.as_str() {
-                "all_gather" => CollectiveKind::AllGather,
-                "reduce_scatter" => CollectiveKind::ReduceScatter,
-                "all_reduce" => CollectiveKind::AllReduce,
-                _ => return None,
-            };
+            let kind = CollectiveKind::parse(&c.kind)?;
             Some(MeasuredPoint {
                 kind,
                 group_size: c.ranks as usize,

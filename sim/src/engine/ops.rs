@@ -65,6 +65,8 @@ pub enum Category {
     ReduceScatter,
     /// Gradient all-reduce (DDP buckets, hybrid sharding across replicas).
     AllReduce,
+    /// All-to-all (expert and context parallelism's token exchanges).
+    AllToAll,
     /// Point-to-point transfer between pipeline stages (activations
     /// forward, gradients backward), issued by the sender.
     P2p,
@@ -89,6 +91,7 @@ impl Category {
             Category::AllGather => "all_gather",
             Category::ReduceScatter => "reduce_scatter",
             Category::AllReduce => "all_reduce",
+            Category::AllToAll => "all_to_all",
             Category::P2p => "p2p",
             Category::CopyD2H => "copy_d2h",
             Category::CopyH2D => "copy_h2d",
@@ -105,11 +108,15 @@ impl Category {
         )
     }
 
-    /// True for collectives (all-gather, reduce-scatter, all-reduce).
+    /// True for collectives (all-gather, reduce-scatter, all-reduce,
+    /// all-to-all).
     pub fn is_collective(self) -> bool {
         matches!(
             self,
-            Category::AllGather | Category::ReduceScatter | Category::AllReduce
+            Category::AllGather
+                | Category::ReduceScatter
+                | Category::AllReduce
+                | Category::AllToAll
         )
     }
 }

@@ -371,7 +371,7 @@ impl Reader<'_> {
             return Err(SpecError::invalid(
                 origin,
                 format!("{f}.kind"),
-                "expected all_gather, reduce_scatter or all_reduce",
+                format!("expected {}", crate::comm::CollectiveKind::names(false)),
             ));
         }
         let ok = |x: f64, lo: f64| x.is_finite() && x >= lo;

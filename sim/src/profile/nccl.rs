@@ -1,5 +1,6 @@
 //! Importer for the stdout of NVIDIA's nccl-tests (`all_gather_perf`,
-//! `reduce_scatter_perf`, `all_reduce_perf`), as users paste it.
+//! `reduce_scatter_perf`, `all_reduce_perf`, `alltoall_perf`), as users
+//! paste it.
 //!
 //! What is read:
 //!
@@ -11,7 +12,8 @@
 //! * the result rows, by the columns of the `#  size  count  type ...
 //!   time  algbw  busbw ...` header: `size` (bytes, nccl-tests' `nBytes`:
 //!   the gathered buffer for all-gather and reduce-scatter, the buffer for
-//!   all-reduce) and the out-of-place `time` (µs). Rows whose reported
+//!   all-reduce, each rank's send buffer for all-to-all) and the
+//!   out-of-place `time` (µs). Rows whose reported
 //!   `algbw` disagrees with `size / time` by more than 5% (a misaligned
 //!   paste), that report wrong values, or whose numbers are not positive
 //!   are errors naming the line.
@@ -33,6 +35,7 @@ fn detect_kind(text: &str) -> Option<CollectiveKind> {
         ("all_gather_perf", CollectiveKind::AllGather),
         ("reduce_scatter_perf", CollectiveKind::ReduceScatter),
         ("all_reduce_perf", CollectiveKind::AllReduce),
+        ("alltoall_perf", CollectiveKind::AllToAll),
     ];
     let mut found: Option<CollectiveKind> = None;
     for (name, kind) in names {
@@ -59,7 +62,7 @@ pub fn parse(
             return Err(SpecError::invalid(
                 origin,
                 "line 1",
-                "cannot tell which collective this nccl-tests log measured (no all_gather_perf, reduce_scatter_perf or all_reduce_perf in it); prefix the path with all-gather=, reduce-scatter= or all-reduce=",
+                "cannot tell which collective this nccl-tests log measured (no all_gather_perf, reduce_scatter_perf, all_reduce_perf or alltoall_perf in it); prefix the path with all-gather=, reduce-scatter=, all-reduce= or all-to-all=",
             ))
         }
     };
@@ -282,6 +285,25 @@ mod tests {
         assert_eq!(s[1].bytes, 1073741824.0);
         assert!((s[1].time_ms - 50.0).abs() < 1e-12);
         assert!(s.iter().all(|x| x.rescalable));
+    }
+
+    #[test]
+    fn an_alltoall_perf_log_is_an_all_to_all() {
+        // alltoall_perf's size is each rank's send buffer, algbw = size / time.
+        let row = "     1048576        262144     float    none      -1    200.0    5.24    4.92      0    199.0    5.27    4.94      0\n";
+        let text = format!("# Collective test starting: alltoall_perf\n{}", log(row));
+        let s = parse(&text, "a2a.log", None).unwrap();
+        assert_eq!(s[0].kind, "all_to_all");
+        assert_eq!(
+            CollectiveKind::parse(&s[0].kind),
+            Some(CollectiveKind::AllToAll)
+        );
+        assert_eq!((s[0].ranks, s[0].bytes), (4, 1048576.0));
+        let e = parse(&log(row), "x.log", None).unwrap_err().to_string();
+        assert!(
+            e.contains("alltoall_perf") && e.contains("all-to-all="),
+            "{e}"
+        );
     }
 
     #[test]

@@ -525,10 +525,10 @@ fn collective_stats(a: &Assembly<'_>, breakdown: &Breakdown<'_>) -> Vec<Collecti
 }
 
 /// The per-unit collectives summed per kind (`all_gather`,
-/// `reduce_scatter`, `all_reduce`; kinds absent are left out).
+/// `reduce_scatter`, `all_reduce`, `all_to_all`; kinds absent are left out).
 fn kind_summaries(collectives: &[CollectiveStat]) -> Vec<KindSummary> {
     let mut summary: Vec<KindSummary> = Vec::new();
-    for k in ["all_gather", "reduce_scatter", "all_reduce"] {
+    for k in crate::comm::CollectiveKind::ALL.map(|k| k.name()) {
         let v: Vec<&CollectiveStat> = collectives.iter().filter(|c| c.kind == k).collect();
         if !v.is_empty() {
             summary.push(KindSummary {

@@ -128,7 +128,7 @@ pub struct HostReport {
 /// view: every GPU joins the same number).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KindSummary {
-    /// `all_gather`, `reduce_scatter` or `all_reduce`.
+    /// `all_gather`, `reduce_scatter`, `all_reduce` or `all_to_all`.
     pub kind: String,
     /// Collectives per iteration.
     pub count: u32,
@@ -142,7 +142,7 @@ pub struct KindSummary {
 /// (rank 0's view).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CollectiveStat {
-    /// `all_gather`, `reduce_scatter` or `all_reduce`.
+    /// `all_gather`, `reduce_scatter`, `all_reduce` or `all_to_all`.
     pub kind: String,
     /// Unit (0 embedding, 1..=L blocks, L+1 head).
     pub unit: u32,
@@ -159,7 +159,7 @@ pub struct CollectiveStat {
 /// analytic model).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CommSourceStat {
-    /// `all_gather`, `reduce_scatter` or `all_reduce`.
+    /// `all_gather`, `reduce_scatter`, `all_reduce` or `all_to_all`.
     pub kind: String,
     /// Ranks in each group.
     pub group_ranks: u32,

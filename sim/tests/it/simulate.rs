@@ -1133,3 +1133,50 @@ fn every_reference_entry_is_physical() {
         bad.join("\n")
     );
 }
+
+#[test]
+fn an_all_to_all_runs_in_the_engine_and_shares_its_links() {
+    use sim::comm::CollectiveKind;
+    use sim::engine::{run, Category, NullObserver};
+    // Two nodes of 8 H100 with a 400 Gbit/s NIC per GPU: a 256 MiB
+    // all-to-all over all 16, priced by the cost model, lowered as one
+    // collective op with its link shares.
+    let node =
+        "[[nodes]]\nintra_link = \"nvswitch\"\ngpus = [{ type = \"h100-sxm\", count = 8 }]\n";
+    let toml = format!("name = \"a2a\"\n[network]\nnics = 8\nnic_gbit_s = 400\n{node}{node}");
+    let c = build(
+        workload(cluster_toml(&toml), "gpt-1.3b", Dtype::Bf16, 16),
+        &ProfileSet::new(),
+        None,
+    );
+    let a2a = CollectiveKind::AllToAll;
+    let ranks: Vec<usize> = (0..16).collect();
+    let pieces = vec![256.0 * 1024.0 * 1024.0; 16];
+    let t = c.group_collective_ms(a2a, &ranks, &pieces);
+    // Half of each buffer leaves the node through a ~46 GB/s NIC.
+    let nic_bound = 0.5 * pieces[0] / 50e9 * 1e3;
+    assert!(t > nic_bound && t < 1.3 * nic_bound, "{t} vs {nic_bound}");
+    let shares = c.group_collective_shares(a2a, &ranks, &pieces, t);
+    assert!(!shares.is_empty() && shares.iter().all(|&(_, s)| s > 0.0 && s <= 1.0));
+    let ranks32: Vec<u32> = (0..16).collect();
+    let graph = |copies: usize| {
+        let mut g = Graph::new();
+        let l = g.label(Category::AllToAll, "all_to_all");
+        for stream in [Stream::Comm, Stream::Reduce].into_iter().take(copies) {
+            let op = g.add_collective(&ranks32, stream, SimTime::from_ms(t), &[], l, &[]);
+            g.add_shares(op, &shares);
+        }
+        g
+    };
+    let alone = run(&graph(1), &mut NullObserver).unwrap().makespan;
+    assert_eq!(alone, SimTime::from_ms(t));
+    // A second all-to-all on another communicator at the same time shares
+    // every NIC: both take about twice as long.
+    let mut rec = Recorder::default();
+    let both = run(&graph(2), &mut rec).unwrap().makespan;
+    assert!(
+        both.as_ms() > 1.8 * t && both.as_ms() <= 2.0 * t + 1e-6,
+        "{both:?} vs {t}"
+    );
+    assert_eq!(rec.ops.len(), 2 * 16);
+}
