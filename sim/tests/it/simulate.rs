@@ -1145,7 +1145,7 @@ fn an_all_to_all_runs_in_the_engine_and_shares_its_links() {
         "[[nodes]]\nintra_link = \"nvswitch\"\ngpus = [{ type = \"h100-sxm\", count = 8 }]\n";
     let toml = format!("name = \"a2a\"\n[network]\nnics = 8\nnic_gbit_s = 400\n{node}{node}");
     let c = build(
-        workload(cluster_toml(&toml), "gpt-1.3b", Dtype::Bf16, 16),
+        workload(cluster_toml(&toml), "gpt-1.3b", NumFormat::Bf16, 16),
         &ProfileSet::new(),
         None,
     );
