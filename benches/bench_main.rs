@@ -720,6 +720,37 @@ mod planner {
         );
     }
 
+    /// `planner_hetero3d_4096gpu`: the same search for LLaMA-2-70B at
+    /// 4,096 tokens, global batch 1,024, on 4,096 GPUs of 3 types: 192
+    /// nodes of 8 H100 SXM, 192 of 8 A100-80GB (NVSwitch), 128 of 8 L4
+    /// (PCIe 4), 200 Gbit/s between nodes (issue 43's target: at most 10 s
+    /// on 2 cores).
+    pub fn planner_hetero3d_4096gpu(c: &mut Criterion) {
+        let empty = ProfileSet::new();
+        let mut toml = String::from("name = \"mixed3x4096\"\n[network]\nbw_gbit_s = 200\n");
+        for (gpu, link, nodes) in [
+            ("h100-sxm", "nvswitch", 192),
+            ("a100-80gb", "nvswitch", 192),
+            ("l4", "pcie4", 128),
+        ] {
+            for _ in 0..nodes {
+                toml.push_str(&format!(
+                    "[[nodes]]\nintra_link = \"{link}\"\ngpus = [ {{ type = \"{gpu}\", count = 8 }} ]\n"
+                ));
+            }
+        }
+        let cluster = Cluster::from_toml(&toml, "bench", GpuCatalog::builtin()).unwrap();
+        let costs = costs(cluster, "llama2-70b", Some(4096), 1024, &empty, None);
+        let planner = sim::planner::hetero3d::Hetero3d;
+        bench_plan(
+            c,
+            "planner_hetero3d_4096gpu",
+            &costs,
+            &planner,
+            "a 3D layout fits",
+        );
+    }
+
     pub fn planner_cephalo_64gpu(c: &mut Criterion) {
         let empty = ProfileSet::new();
         let costs = costs(cluster64(), "llama2-7b", Some(2048), 2048, &empty, None);
@@ -737,7 +768,8 @@ criterion_group!(
     planner::planner_fold_65536,
     planner::planner_pipeline_hetero_64gpu,
     planner::planner_megatron_1024gpu,
-    planner::planner_hetero3d_1024gpu
+    planner::planner_hetero3d_1024gpu,
+    planner::planner_hetero3d_4096gpu
 );
 
 criterion_main!(engine_benches, planner_benches);

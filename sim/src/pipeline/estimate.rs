@@ -157,18 +157,30 @@ pub fn stage_cost(
     let mut time: Option<GroupCost> = None;
     let mut largest = 0u32;
     let mut replicas: Vec<(u32, GroupCost)> = Vec::new();
+    // Replicas of one shape (GPU types, node pattern, links) and slice
+    // cost the same: priced once.
+    let mut priced: std::collections::HashMap<(u32, super::costs::GroupShape<'_>), GroupCost> =
+        std::collections::HashMap::new();
     for (j, group) in ranks.chunks(t).enumerate() {
         let n = slices.get(j).copied().unwrap_or(1);
-        let g = replica_cost(
-            costs,
-            strategy,
-            rows,
-            group,
-            n,
-            tp,
-            every_full,
-            &mut tp_seen,
-        )?;
+        let key = (n, super::costs::group_shape(costs, group));
+        let g = match priced.get(&key) {
+            Some(&g) => g,
+            None => {
+                let g = replica_cost(
+                    costs,
+                    strategy,
+                    rows,
+                    group,
+                    n,
+                    tp,
+                    every_full,
+                    &mut tp_seen,
+                )?;
+                priced.insert(key, g);
+                g
+            }
+        };
         if !replicas.iter().any(|(m, x)| *m == n && *x == g) {
             replicas.push((n, g));
         }
@@ -444,6 +456,8 @@ pub struct Staged {
     /// rank) that cross nodes with a member on the node: what reduces
     /// through that node's NICs at once ([`Staged::others`]).
     pub crossing: Vec<Vec<usize>>,
+    /// Per node, [`Staged::crossing`] summed over every stage.
+    pub crossing_total: Vec<usize>,
 }
 
 impl Staged {
@@ -452,14 +466,13 @@ impl Staged {
     /// rank order) synchronise at about the same time, through the same
     /// NICs (`nic_sharing`).
     pub fn others(&self, s: usize) -> Vec<usize> {
-        let nodes = self.crossing.first().map_or(0, Vec::len);
-        (0..nodes)
-            .map(|n| {
-                (0..self.crossing.len())
-                    .filter(|&x| x != s)
-                    .map(|x| self.crossing[x][n])
-                    .sum()
-            })
+        // Every stage's groups through the node, less stage `s`'s: O(nodes)
+        // per stage (summing the others was O(stages x nodes), which a
+        // 4,096-GPU search paid for every stage of every candidate).
+        self.crossing_total
+            .iter()
+            .zip(&self.crossing[s])
+            .map(|(&all, &own)| all - own)
             .collect()
     }
 
@@ -569,13 +582,20 @@ pub fn staged(
         let (ta, tb) = (tps[a].degree.max(1) as usize, tps[b].degree.max(1) as usize);
         let (ga, gb) = (&groups[a], &groups[b]);
         let reps = (ga.len() / ta).min(gb.len() / tb).max(1);
+        let senders = p2p_senders(costs, ga, gb);
+        // Pairs alike in hardware and place ([`pair_key`]) take the same
+        // time: priced once (a stage of thousands of replicas has a few).
+        let mut priced: std::collections::HashMap<PairKey<'_>, f64> = Default::default();
         (0..reps)
             .map(|j| {
                 let (x, y) = (
                     ga[(j * ta).min(ga.len() - 1)],
                     gb[(j * tb).min(gb.len() - 1)],
                 );
-                costs.p2p(x, y, bytes).0 * p2p_sharing(costs, ga, gb, x, y)
+                let ms = *priced
+                    .entry(pair_key(costs, x, y))
+                    .or_insert_with(|| costs.p2p(x, y, bytes).0);
+                ms * p2p_sharing(costs, &senders, x, y)
             })
             .fold(0.0, f64::max)
     };
@@ -595,12 +615,20 @@ pub fn staged(
             hop_ms[s - 1] += ms;
         }
     }
+    let crossing = crossing(costs, groups, tps);
+    let mut crossing_total = vec![0usize; costs.workload.cluster.nodes.len()];
+    for per_node in &crossing {
+        for (t, &x) in crossing_total.iter_mut().zip(per_node) {
+            *t += x;
+        }
+    }
     Ok(Staged {
         costs: gc,
         replicas,
         comm_ms,
         hop_ms,
-        crossing: crossing(costs, groups, tps),
+        crossing,
+        crossing_total,
     })
 }
 
@@ -631,27 +659,66 @@ fn crossing(costs: &CostModel, groups: &[Vec<usize>], tps: &[TensorParallel]) ->
         .collect()
 }
 
-/// How many point-to-point transfers share each NIC of the node of `x`
-/// when it sends to `y` on another node: every GPU of its stage `from` on
-/// that node sends its slice to the next stage `to` at the same time (the
-/// replicas run in step), over the node's NICs, rounded up; 1 when `x`
-/// and `y` share a node.
-fn p2p_sharing(costs: &CostModel, from: &[usize], to: &[usize], x: usize, y: usize) -> f64 {
+/// What a point-to-point transfer's time depends on: each end's GPU
+/// type, place in its node, node fabric and NICs (count, rate, latency),
+/// and whether both ends share a node.
+type PairKey<'c> = (bool, [(usize, usize, &'c str, usize, u64, u64); 2]);
+
+/// The [`PairKey`] of a transfer from `x` to `y`.
+fn pair_key(costs: &CostModel, x: usize, y: usize) -> PairKey<'_> {
+    let c = &costs.workload.cluster;
+    let end = |r: usize| {
+        let g = &c.gpus[r];
+        let n = &c.nodes[g.node];
+        (
+            costs.rank_type[r],
+            g.local,
+            n.intra_link.as_str(),
+            n.nics,
+            n.nic_gbps.to_bits(),
+            n.net_latency_us.to_bits(),
+        )
+    };
+    (c.gpus[x].node == c.gpus[y].node, [end(x), end(y)])
+}
+
+/// Per node, how many GPUs of stage `from` on it send to a GPU of stage
+/// `to` on another node (position `i` of `from` sends to position `i` of
+/// `to`, scaled when the stages differ in size): every such GPU sends its
+/// slice at the same time (the replicas run in step).
+fn p2p_senders(
+    costs: &CostModel,
+    from: &[usize],
+    to: &[usize],
+) -> std::collections::HashMap<usize, usize> {
     let c = &costs.workload.cluster;
     let node = |r: usize| c.gpus[r].node;
-    if node(x) == node(y) {
+    let peer = |i: usize| to[(i * to.len() / from.len().max(1)).min(to.len() - 1)];
+    let mut out = std::collections::HashMap::new();
+    for (i, &r) in from.iter().enumerate() {
+        if node(peer(i)) != node(r) {
+            *out.entry(node(r)).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+/// How many point-to-point transfers share each NIC of the node of `x`
+/// when it sends to `y` on another node: the stage's GPUs on that node
+/// sending across nodes (`senders`, [`p2p_senders`]) over the node's
+/// NICs, rounded up; 1 when `x` and `y` share a node.
+fn p2p_sharing(
+    costs: &CostModel,
+    senders: &std::collections::HashMap<usize, usize>,
+    x: usize,
+    y: usize,
+) -> f64 {
+    let c = &costs.workload.cluster;
+    let n = c.gpus[x].node;
+    if n == c.gpus[y].node {
         return 1.0;
     }
-    let n = node(x);
-    // Position i of `from` sends to position i of `to` (scaled when the
-    // stages differ in size).
-    let peer = |i: usize| to[(i * to.len() / from.len().max(1)).min(to.len() - 1)];
-    let senders = from
-        .iter()
-        .enumerate()
-        .filter(|&(i, &r)| node(r) == n && node(peer(i)) != n)
-        .count()
-        .max(1);
+    let senders = senders.get(&n).copied().unwrap_or(0).max(1);
     senders.div_ceil(c.nodes[n].nics.max(1)) as f64
 }
 

@@ -25,8 +25,15 @@
 //! sum whatever the model depth. Collective times come from the
 //! communication model with every piece equal to the plan's largest state
 //! fraction `λ` in the shard group (exact for a flat ring, an upper bound
-//! for hierarchical ones), so `C` is nondecreasing in `λ`. The plan's
-//! closed-form time is the largest rank cost.
+//! for hierarchical ones), so `C` is nondecreasing in `λ`; each is the
+//! slowest over every distinct shard group (and replica group), and
+//! hybrid sharding's replica all-reduces are charged the replica groups
+//! that leave each node through its NICs at once. Under hybrid sharding
+//! the replica all-reduces of every unit run one after the other on the
+//! reduce stream, which bounds `C` from below (they set the iteration
+//! when they take longer than the backward). An offloaded optimizer's
+//! step follows the copy of the last reduced gradient to the host. The
+//! plan's closed-form time is the largest rank cost.
 //!
 //! Memory: a rank's *cap* is the largest state fraction that fits next to
 //! its micro-batches: `(usable - peak without state) / (state bytes per
@@ -220,7 +227,135 @@ pub struct ClosedForm<'a> {
     tally: Tally,
     unit_params: [u64; 3],
     ddp_reduce_bytes: [Vec<f64>; 3],
+    /// One shard group of each distinct kind, and one replica group of
+    /// each distinct kind with how many replica groups share its busiest
+    /// NIC ([`DistinctGroups`]).
+    groups: DistinctGroups,
     comm_cache: CommCache,
+}
+
+/// The shard and replica groups a plan's collectives run in, one of each
+/// distinct kind: two groups are alike when their ranks, in order, have
+/// the same GPU types, the same node hardware, the same places in their
+/// nodes and the same node pattern (which of the group's nodes each sits
+/// on), and, for replica groups, the same NIC sharing. Pricing one of
+/// each prices every group (thousands of identical groups are priced
+/// once), and the slowest of each kind is the closed form's time.
+#[derive(Debug, Clone, Default)]
+struct DistinctGroups {
+    /// A shard group of each kind (hybrid: the shard groups; other
+    /// shardings: one group of every rank).
+    shard: Vec<Vec<usize>>,
+    /// A replica group of each kind (hybrid with two shard groups or
+    /// more; else none) and how many replica all-reduces share a NIC of
+    /// its busiest node ([`replica_nic_sharing`]).
+    replica: Vec<(Vec<usize>, f64)>,
+}
+
+impl DistinctGroups {
+    /// The distinct groups of `strategy` on `costs`' cluster.
+    fn of(costs: &CostModel, strategy: &Strategy) -> DistinctGroups {
+        let ranks = costs.ranks();
+        let c = &costs.workload.cluster;
+        // Nodes by hardware class (one key string per node, once).
+        let mut classes: std::collections::HashMap<String, usize> = Default::default();
+        let node_class: Vec<usize> = c
+            .nodes
+            .iter()
+            .map(|n| {
+                let next = classes.len();
+                *classes.entry(n.hardware_key()).or_insert(next)
+            })
+            .collect();
+        // A group's kind: per rank its type, node class, local place and
+        // the index of its node among the group's nodes.
+        let kind = |g: &[usize]| -> Vec<(usize, usize, usize, usize)> {
+            let mut nodes: Vec<usize> = Vec::new();
+            g.iter()
+                .map(|&r| {
+                    let n = c.gpus[r].node;
+                    let at = match nodes.iter().position(|&x| x == n) {
+                        Some(i) => i,
+                        None => {
+                            nodes.push(n);
+                            nodes.len() - 1
+                        }
+                    };
+                    (costs.rank_type[r], node_class[n], c.gpus[r].local, at)
+                })
+                .collect()
+        };
+        let mut out = DistinctGroups::default();
+        if strategy.sharding != Sharding::Hybrid {
+            out.shard.push((0..ranks).collect());
+            return out;
+        }
+        let groups = strategy.groups(ranks);
+        let mut seen = std::collections::HashSet::new();
+        for k in 0..groups.count() {
+            let g: Vec<usize> = groups.shard_group(k).collect();
+            if seen.insert(kind(&g)) {
+                out.shard.push(g);
+            }
+        }
+        if groups.count() > 1 {
+            let sharing = replica_nic_sharing(costs, &groups);
+            let mut seen = std::collections::HashSet::new();
+            for (j, &share) in sharing.iter().enumerate() {
+                let g = groups.replica_group(j);
+                if seen.insert((kind(&g), share.to_bits())) {
+                    out.replica.push((g, share));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Per replica group of `groups`, how many replica all-reduces share each
+/// NIC of its busiest node: HSDP's replica groups all reduce at once
+/// (every shard group's reduce-scatter of a unit ends together), so on a
+/// node every member of a replica group that crosses nodes sends through
+/// the node's NICs at the same time, rounded up over its NICs (1 for a
+/// group inside one node, or with a NIC per member, as on rail-optimised
+/// HGX nodes); the pipeline estimate's `nic_sharing` counts the same way.
+/// The simulator with links shared splits the NIC between them.
+fn replica_nic_sharing(costs: &CostModel, groups: &crate::strategy::Groups) -> Vec<f64> {
+    let c = &costs.workload.cluster;
+    let node = |r: usize| c.gpus[r].node;
+    let crossing: Vec<bool> = (0..groups.group_size)
+        .map(|j| {
+            let g = groups.replica_group(j);
+            g.iter().any(|&r| node(r) != node(g[0]))
+        })
+        .collect();
+    // Per node, the crossing replica groups with a member on it (a group
+    // with two members on a node enters and leaves it once: its ring, or
+    // its tree, keeps the node's members together).
+    let mut through = vec![0usize; c.nodes.len()];
+    let mut on_node: std::collections::HashSet<(usize, usize)> = Default::default();
+    for r in 0..groups.ranks {
+        let j = groups.position(r);
+        if crossing[j] && on_node.insert((node(r), j)) {
+            through[node(r)] += 1;
+        }
+    }
+    (0..groups.group_size)
+        .map(|j| {
+            if !crossing[j] {
+                return 1.0;
+            }
+            groups
+                .replica_group(j)
+                .iter()
+                .map(|&r| {
+                    let n = node(r);
+                    through[n].div_ceil(c.nodes[n].nics.max(1))
+                })
+                .max()
+                .unwrap_or(1) as f64
+        })
+        .collect()
 }
 
 /// The closed-form evaluation of a whole plan.
@@ -451,6 +586,7 @@ impl<'a> ClosedForm<'a> {
             tally,
             unit_params,
             ddp_reduce_bytes,
+            groups: DistinctGroups::of(costs, &strategy),
             comm_cache: CommCache::default(),
         })
     }
@@ -660,13 +796,12 @@ impl<'a> ClosedForm<'a> {
         self.comm_cache.get_or(level, || self.price_comm(level))
     }
 
-    /// [`ClosedForm::comm`], priced.
+    /// [`ClosedForm::comm`], priced: each collective in every distinct
+    /// shard and replica group ([`DistinctGroups`]), the slowest of each;
+    /// a replica all-reduce times the replica groups sharing its NIC.
     fn price_comm(&self, level: f64) -> CommTimes {
         let s = self.schedule.strategy;
         let ranks = self.costs.ranks();
-        let groups = s.groups(ranks);
-        let shard: Vec<usize> = groups.shard_group(0).collect();
-        let g = shard.len();
         let pb = self.schedule.precision.comm.bytes();
         let rb = self.schedule.precision.grads.bytes();
         let mut c = CommTimes {
@@ -674,66 +809,60 @@ impl<'a> ClosedForm<'a> {
             reduce: [0.0; 3],
             replica: [0.0; 3],
         };
+        let ms = |kind, g: &[usize], bytes: f64| {
+            self.costs
+                .group_collective_ms(kind, g, &vec![bytes; g.len()])
+        };
         for k in 0..3 {
             let p = self.unit_params[k] as f64;
-            match s.sharding {
-                Sharding::NoShard => {
-                    let all: Vec<usize> = (0..ranks).collect();
-                    let v = &self.ddp_reduce_bytes[k];
-                    let total: f64 = v
-                        .iter()
-                        .map(|&b| {
-                            self.costs.group_collective_ms(
-                                CollectiveKind::AllReduce,
-                                &all,
-                                &vec![b; ranks],
-                            )
-                        })
-                        .sum();
-                    c.reduce[k] = if k == 1 {
-                        total / self.layers.max(1) as f64
-                    } else {
-                        total
-                    };
-                }
-                _ => {
-                    c.ag[k] = self.costs.group_collective_ms(
-                        CollectiveKind::AllGather,
-                        &shard,
-                        &vec![level * p * pb; g],
-                    );
-                    c.reduce[k] = self.costs.group_collective_ms(
-                        CollectiveKind::ReduceScatter,
-                        &shard,
-                        &vec![level * p * rb; g],
-                    );
-                    if s.sharding == Sharding::Hybrid && groups.count() > 1 {
-                        let rep = groups.replica_group(0);
-                        c.replica[k] = self.costs.group_collective_ms(
-                            CollectiveKind::AllReduce,
-                            &rep,
-                            &vec![level * p * rb; rep.len()],
-                        );
-                    }
-                }
+            if s.sharding == Sharding::NoShard {
+                let all: Vec<usize> = (0..ranks).collect();
+                let total: f64 = self.ddp_reduce_bytes[k]
+                    .iter()
+                    .map(|&b| ms(CollectiveKind::AllReduce, &all, b))
+                    .sum();
+                c.reduce[k] = if k == 1 {
+                    total / self.layers.max(1) as f64
+                } else {
+                    total
+                };
+                continue;
+            }
+            for g in &self.groups.shard {
+                c.ag[k] = c.ag[k].max(ms(CollectiveKind::AllGather, g, level * p * pb));
+                c.reduce[k] = c.reduce[k].max(ms(CollectiveKind::ReduceScatter, g, level * p * rb));
+            }
+            for (g, share) in &self.groups.replica {
+                let t = ms(CollectiveKind::AllReduce, g, level * p * rb) * share;
+                c.replica[k] = c.replica[k].max(t);
             }
         }
         c
     }
 
     /// Optimizer step of type `t` on a shard of `level` of the model, ms
-    /// (on the host when the optimizer is offloaded).
+    /// (on the host when the optimizer is offloaded: after the copy of the
+    /// last reduced unit's gradient shard to the host, which waits for
+    /// that unit's backward and reduction, and before the copy of the
+    /// updated parameters back, as the lowering orders them).
     pub fn optimizer_ms(&self, t: usize, level: f64) -> f64 {
         let s = self.schedule.strategy;
         let total = self.costs.workload.model.total_params() as f64;
-        let local = match s.sharding {
-            Sharding::NoShard => total,
-            _ => level * total,
+        let share = match s.sharding {
+            Sharding::NoShard => 1.0,
+            _ => level,
         };
+        let local = share * total;
         let rank = self.types[t].rank;
         let step = self.schedule.optimizer_ms(rank, local);
         match s.offload {
-            Offload::Optimizer => step + self.schedule.params_up_ms(rank, local),
+            Offload::Optimizer => {
+                // fp32 gradients, as `Description::offload_grad_bytes`.
+                let last = self.tally.last_reduce.unwrap_or(0);
+                let grads = self.unit_params[last] as f64 * 4.0 * share;
+                step + self.costs.host_copy_ms(rank, grads)
+                    + self.schedule.params_up_ms(rank, local)
+            }
             _ => step,
         }
     }
@@ -791,7 +920,56 @@ impl<'a> ClosedForm<'a> {
             .tally
             .last_reduce
             .map_or(0.0, |k| c.reduce[k] + c.replica[k]);
-        head + body + tail + optimizer_ms
+        let sum = head + body + tail + optimizer_ms;
+        match self.replica_chain_ms(o, c, &pass) {
+            Some(chain) => sum.max(head + chain + optimizer_ms),
+            None => sum,
+        }
+    }
+
+    /// HSDP's replica all-reduces one after the other: every unit's, once
+    /// per pass that reduces, on the reduce stream, the first after the
+    /// first reducing pass's forward and head and the head's
+    /// reduce-scatter, ms (from the first all-gather's end to the last
+    /// all-reduce's); `None` without replica all-reduces. When they take
+    /// longer than the backward they run under, they set the iteration
+    /// (the sum's tail charges only the last unit's).
+    fn replica_chain_ms(
+        &self,
+        o: &RankCost,
+        c: &CommTimes,
+        pass: &dyn Fn(&[Pair], usize) -> f64,
+    ) -> Option<f64> {
+        if c.replica.iter().all(|&x| x == 0.0) {
+            return None;
+        }
+        // Size index of pass `k`: the first `rem` passes run the larger
+        // micro-batch (as `rank_ms_with`).
+        let size = |k: u32| usize::from(self.passes.is_some() && o.rem != 0 && k >= o.rem);
+        let (mut before, mut reducing, mut started) = (0.0, 0u32, false);
+        for v in &self.tally.passes {
+            let reduces = v.pairs.iter().any(|p| p.reduce == Some(1));
+            for k in v.start..v.start + v.len {
+                if !started && reduces {
+                    let fwd: Vec<Pair> = v
+                        .pairs
+                        .iter()
+                        .copied()
+                        .filter(|p| p.template <= HD)
+                        .collect();
+                    before += pass(&fwd, size(k));
+                    started = true;
+                } else if !started {
+                    before += pass(&v.pairs, size(k));
+                }
+                reducing += u32::from(reduces);
+            }
+        }
+        if !started {
+            return None;
+        }
+        let units = c.replica[0] + self.layers as f64 * c.replica[1] + c.replica[2];
+        Some(before + c.reduce[2] + reducing as f64 * units)
     }
 
     /// A lower bound on the rank time per sample of type `t`, ms: every

@@ -782,7 +782,7 @@ fn reduce<S: Sink>(
         }
     }
     if d.strategy.offload == Offload::Optimizer && d.phases[p].reduce {
-        copy_grads_down(b, p, st, &final_op);
+        copy_grads_down(b, p, phase_end, st, &final_op);
     }
 }
 
@@ -968,10 +968,13 @@ fn all_reduce_replicas<S: Sink>(
 }
 
 /// An offloaded optimizer's copy of each GPU's reduced gradient shard to
-/// the host after phase `p`'s reductions.
+/// the host after phase `p`'s reductions; where no reduction ran (one
+/// GPU: nothing to reduce), after the backward that produced the gradient
+/// (this phase's compute, or the rank's last backward of the unit).
 fn copy_grads_down<S: Sink>(
     b: &mut Builder<'_, '_, '_, S>,
     p: usize,
+    phase_end: &[Option<OpId>],
     st: &mut [RankState],
     final_op: &[Option<OpId>],
 ) {
@@ -983,7 +986,11 @@ fn copy_grads_down<S: Sink>(
         if !b.on(r) {
             continue;
         }
-        let after = final_op[r].or(st[r].last_replica).or(st[r].last_reduce);
+        let after = final_op[r]
+            .or(st[r].last_replica)
+            .or(st[r].last_reduce)
+            .or(phase_end[r])
+            .or(st[r].last_bwd[u]);
         let deps: Vec<OpId> = after.into_iter().collect();
         let dur = d.rank_costs[r].grads_down[u];
         let op = b.local(

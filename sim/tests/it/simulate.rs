@@ -1180,3 +1180,43 @@ fn an_all_to_all_runs_in_the_engine_and_shares_its_links() {
     );
     assert_eq!(rec.ops.len(), 2 * 16);
 }
+
+/// One GPU with the optimizer offloaded: nothing to reduce, so its
+/// gradient copies to the host wait for the backward that produces them,
+/// and the host step for the last copy (they had no dependency and the
+/// host step ran under the backward). The iteration is at least the
+/// compute, then the last copy, the host step and the copy back; and the
+/// closed form, which charges the same, follows it within 5%.
+#[test]
+fn one_gpu_offloaded_optimizer_waits_for_its_gradients() {
+    use sim::strategy::{Offload, Sharding};
+    let c = costs("a6000", "gpt-1.3b", NumFormat::Fp16, 4);
+    for sharding in [Sharding::NoShard, Sharding::Full] {
+        let s = sim::strategy::Strategy {
+            sharding,
+            offload: Offload::Optimizer,
+            checkpointing: sim::strategy::Checkpointing::None,
+            ..sim::strategy::Strategy::cephalo(1, sim::strategy::Attention::Eager)
+        };
+        let p = under(&plan(&[4], &[1], None), s);
+        let r = check(&c, &p, &SimOptions::default());
+        let schedule = sim::schedule::Schedule::new(&c, s);
+        let total = c.workload.model.total_params() as f64;
+        let g = &r.gpus[0];
+        let compute = g.forward_ms + g.backward_ms + g.recompute_ms;
+        let last_copy = c.host_copy_ms(0, c.unit_params()[0] as f64 * 4.0);
+        let host = schedule.optimizer_ms(0, total) + schedule.params_up_ms(0, total);
+        assert!(
+            r.iteration_ms >= compute + last_copy + host - 1e-6,
+            "{sharding:?}: iteration {:.1} ms, compute {compute:.1}, last gradient copy {last_copy:.1}, host step and copy back {host:.1}",
+            r.iteration_ms
+        );
+        let cf = sim::planner::closed_form::ClosedForm::new(&c, s, 1).unwrap();
+        let closed = cf.evaluate(&[(4, 1)]).unwrap().iteration_ms;
+        assert!(
+            (closed / r.iteration_ms - 1.0).abs() <= 0.05,
+            "{sharding:?}: closed form {closed:.1} ms, simulated {:.1}",
+            r.iteration_ms
+        );
+    }
+}
