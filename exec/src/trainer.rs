@@ -2,7 +2,7 @@
 //! offers, and the single-process full-batch reference it must match.
 //!
 //! The iteration is the simulator's own phase list
-//! ([`sim::schedule::phases`] of the job's [`sim::strategy::Strategy`]):
+//! ([`sim::data_parallel::phases`] of the job's [`sim::strategy::Strategy`]):
 //! per phase the unit, forward / head / backward, the micro-batch pass
 //! (layered: every micro-batch of the rank; no-sync and sync: micro-batch
 //! `k` of pass `k`, none on a rank with fewer), whether to all-gather the
@@ -40,7 +40,7 @@
 use std::rc::Rc;
 use std::time::Instant;
 
-use sim::schedule::{Phase, PhaseKind};
+use sim::data_parallel::{Phase, PhaseKind};
 use sim::strategy::{Accumulation, Offload, Recompute, Sharding};
 use tch::{Device, Kind, Tensor};
 
@@ -187,7 +187,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
             counts.push(c);
         }
         let passes = job.plan.iter().map(|p| p.micro_batches).max().unwrap_or(1);
-        let phases = sim::schedule::phases(s, job.model.layers as u32, passes as u32);
+        let phases = sim::data_parallel::phases(s, job.model.layers as u32, passes as u32);
         let me = &job.plan[rank];
         Ok(Rank {
             world,
@@ -299,7 +299,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
             } else {
                 let (buf, mut host) = host_buffer(&g)?;
                 // DDP's bucket cap (25 MiB of f32 gradients per all-reduce).
-                let bucket = (sim::schedule::DDP_BUCKET_BYTES / 4.0) as usize;
+                let bucket = (sim::data_parallel::DDP_BUCKET_BYTES / 4.0) as usize;
                 for chunk in host_mut(&buf, &mut host).chunks_mut(bucket.max(1)) {
                     self.world.all_reduce_sum(chunk)?;
                 }
@@ -355,7 +355,7 @@ impl<'a, C: Collectives> Rank<'a, C> {
     }
 
     /// Whether the gradients between units go through the host too
-    /// (layered accumulation, [`sim::schedule::Rules`]).
+    /// (layered accumulation, [`sim::data_parallel::Rules`]).
     fn offloads_grads(&self) -> bool {
         self.offloads() && self.job.strategy.accumulation == Accumulation::Layered
     }

@@ -22,9 +22,9 @@
 //!
 //! Units: bytes.
 
+use crate::data_parallel::{CopyWork, Mems, Micro, Phase, PhaseKind, Routine, Step, UnitInfo};
 use crate::engine::MemAt;
 use crate::error::PlanError;
-use crate::schedule::{CopyWork, Mems, Micro, Phase, PhaseKind, Schedule, Step, UnitInfo};
 
 /// The memory one GPU needs, from [`rank_peak`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,7 +43,7 @@ pub struct RankPeak {
 /// module docs). `sizes` empty: a GPU with no samples (state, overhead and
 /// one unit's buffers at a time).
 pub fn rank_peak(
-    schedule: &Schedule<'_>,
+    schedule: &Routine<'_>,
     rank: usize,
     sizes: &[u32],
     passes: u32,
@@ -84,7 +84,7 @@ pub fn rank_peak(
 /// first host free) ends, since the copy stream runs them in program
 /// order. Checks the same limits as [`rank_peak`].
 pub fn host_floor(
-    schedule: &Schedule<'_>,
+    schedule: &Routine<'_>,
     rank: usize,
     sizes: &[u32],
     local_params: f64,
@@ -97,7 +97,7 @@ pub fn host_floor(
         return Ok(floor);
     }
     // Micro-batches per size: (size, count, costs).
-    let mut by_size: Vec<(u32, i64, crate::schedule::Micro)> = Vec::new();
+    let mut by_size: Vec<(u32, i64, crate::data_parallel::Micro)> = Vec::new();
     for &m in sizes {
         match by_size.iter_mut().find(|x| x.0 == m) {
             Some(x) => x.1 += 1,
@@ -109,7 +109,7 @@ pub fn host_floor(
     for ph in schedule
         .phases(1)
         .iter()
-        .take_while(|ph| ph.kind == crate::schedule::PhaseKind::Forward)
+        .take_while(|ph| ph.kind == crate::data_parallel::PhaseKind::Forward)
     {
         for (m, count, mc) in &by_size {
             let k = match ph.pass {
@@ -135,8 +135,8 @@ pub fn host_floor(
 /// What a GPU's memory walk reads: its micro-batches' cost-table rows,
 /// the phases, and which micro-batches each layered phase walks.
 struct Program<'s, 'a> {
-    schedule: &'s Schedule<'a>,
-    /// Per micro-batch, its row ([`Schedule::micro`]).
+    schedule: &'s Routine<'a>,
+    /// Per micro-batch, its row ([`Routine::micro`]).
     micro: Vec<Micro>,
     /// The micro-batches a layered phase walks, each with the count of
     /// equal ones folded in before it.
@@ -149,7 +149,7 @@ struct Program<'s, 'a> {
 
 impl<'s, 'a> Program<'s, 'a> {
     fn new(
-        schedule: &'s Schedule<'a>,
+        schedule: &'s Routine<'a>,
         rank: usize,
         sizes: &[u32],
         passes: u32,
@@ -426,7 +426,7 @@ impl<'u> Buffers<'u> {
 /// [`rank_peak`] by walking every step of every pass (`fold_runs`: runs
 /// of equal micro-batches in a layered phase walked as four steps, exact).
 fn walk_peak(
-    schedule: &Schedule<'_>,
+    schedule: &Routine<'_>,
     rank: usize,
     sizes: &[u32],
     passes: u32,
@@ -581,7 +581,7 @@ mod tests {
                             assert_eq!(acc, Accumulation::Layered, "{sh:?} {acc:?} resolves");
                             continue;
                         };
-                        let sch = Schedule::new(&c, st);
+                        let sch = Routine::new(&c, st);
                         for (b, n) in [
                             (7u32, 7u32),
                             (20, 9),
@@ -637,7 +637,7 @@ mod tests {
                 let Ok(st) = crate::session::resolve_strategy(&c, &spec) else {
                     continue;
                 };
-                let sch = Schedule::new(&c, st);
+                let sch = Routine::new(&c, st);
                 let local = 0.5 * c.workload.model.total_params() as f64;
                 let mut last = 0;
                 for (b, n) in [(4u32, 2u32), (9, 3), (20, 5), (40, 8), (64, 16)] {

@@ -5,7 +5,7 @@
 //! large global batch is a long sequence of passes, most of them identical:
 //! every GPU runs a micro-batch of the same size as in the pass before, so
 //! the pass lowers to the same ops with the same durations, memory changes
-//! and dependencies ([`crate::schedule::Description::pass_runs`]). The
+//! and dependencies ([`crate::data_parallel::Description::pass_runs`]). The
 //! engine is deterministic and time-invariant: what a pass does depends
 //! only on the ops before it, through when they end. So once a run of
 //! identical passes has settled into a periodic pattern (every op of pass
@@ -80,7 +80,7 @@ struct Run {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     /// Original index of every kept pass, ascending (what
-    /// [`crate::schedule::Description::with_passes`] takes).
+    /// [`crate::data_parallel::Description::with_passes`] takes).
     pub kept: Vec<u32>,
     /// Passes of the whole iteration.
     pub passes: u32,

@@ -6,7 +6,7 @@
 //! [`Sink`] (an engine graph, a timeline) and times what it receives.
 //!
 //! A data-parallel plan lowers through its [`Description`]
-//! ([`crate::schedule::lower`]), and so does a one-stage plan without TP
+//! ([`crate::data_parallel::lower`]), and so does a one-stage plan without TP
 //! that runs micro-batch by micro-batch
 //! ([`crate::plan::pipeline::Pipeline::runs_data_parallel`]: it is that
 //! data-parallel plan, whatever flags built it); any other pipeline plan
@@ -18,12 +18,12 @@
 //! passes kept when runs fold.
 
 use crate::cost::CostModel;
+use crate::data_parallel::lower::{lower, lower_into, Lowered, LoweredParts, Lowering, Sink};
+use crate::data_parallel::Description;
 use crate::error::PlanError;
 use crate::fold::Layout;
 use crate::plan::pipeline::Pipeline;
 use crate::plan::Plan;
-use crate::schedule::lower::{lower, lower_into, Lowered, LoweredParts, Lowering, Sink};
-use crate::schedule::Description;
 use crate::symmetry::NodeClasses;
 
 /// Knobs of an evaluation of an iteration (the event simulation's, and

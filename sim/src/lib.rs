@@ -3,8 +3,8 @@
 //! Data flows one way (see `ARCHITECTURE.md`):
 //! specs ([`gpu`], [`model`], [`cluster`]) + profiles ([`profile`]) ->
 //! per-rank cost model ([`cost`]) -> strategy ([`strategy`]) and planner
-//! ([`planner`]) -> plan ([`plan::Plan`]) -> schedule description
-//! ([`schedule`]) -> discrete-event simulation ([`simulate`]) or fast model
+//! ([`planner`]) -> plan ([`plan::Plan`]) -> data-parallel description
+//! ([`data_parallel`]) -> discrete-event simulation ([`simulate`]) or fast model
 //! ([`fast`]) -> report ([`report`]).
 //!
 //! This crate does no I/O: it never prints, reads files or environment
@@ -18,6 +18,7 @@ pub mod choice;
 pub mod cluster;
 pub mod comm;
 pub mod cost;
+pub mod data_parallel;
 pub mod engine;
 pub mod error;
 pub mod experiment;
@@ -42,7 +43,6 @@ pub mod precision;
 pub mod profile;
 pub mod report;
 pub mod runlog;
-pub mod schedule;
 pub mod session;
 pub mod simulate;
 pub mod stack;

@@ -1,6 +1,6 @@
 //! The cost table of a pipeline iteration, built once from the
 //! [`CostModel`] before the lowering ([`super::lower`]) walks, as the
-//! data-parallel lowering reads [`crate::schedule::costs`]:
+//! data-parallel lowering reads [`crate::data_parallel::costs`]:
 //!
 //! * [`Rows`]: per (GPU type, slice size, TP shape) one [`Micro`] row (compute
 //!   durations and anchored activation bytes of one GPU's slice of a
@@ -16,11 +16,11 @@
 //! Units: durations [`SimTime`], bytes.
 
 use crate::cost::CostModel;
+use crate::data_parallel::{dur, micro_costs_tp, Micro};
 use crate::error::PlanError;
 use crate::perfmodel::BlockImpl;
 use crate::plan::pipeline::{overlaps, Pipeline};
 use crate::plan::Plan;
-use crate::schedule::{dur, micro_costs_tp, Micro};
 use crate::strategy::Attention;
 use crate::tensor::{Pass, TensorParallel};
 use crate::units::SimTime;

@@ -1,7 +1,7 @@
 //! Closed-form iteration cost of a plan under one strategy: the objective
 //! the native `cephalo` planner searches exactly before the fast model and
 //! the simulator confirm. It is derived from the same description the
-//! simulator lowers ([`crate::schedule::Schedule`]): the same phases, the
+//! simulator lowers ([`crate::data_parallel::Routine`]): the same phases, the
 //! same steps (durations, copies) and, for memory, the fast model's
 //! per-GPU bound ([`crate::bounds::rank_peak`]).
 //!
@@ -45,8 +45,8 @@
 use crate::bounds::rank_peak;
 use crate::comm::CollectiveKind;
 use crate::cost::CostModel;
+use crate::data_parallel::{Phase, PhaseKind, Routine};
 use crate::error::PlanError;
-use crate::schedule::{Phase, PhaseKind, Schedule};
 use crate::strategy::{Offload, Recompute, Sharding, StateSplit, Strategy};
 use crate::units::GIB;
 
@@ -217,7 +217,7 @@ impl Clone for CommCache {
 #[derive(Debug, Clone)]
 pub struct ClosedForm<'a> {
     costs: &'a CostModel,
-    schedule: Schedule<'a>,
+    schedule: Routine<'a>,
     /// Micro-batch passes of micro-batch-major schedules (every rank runs
     /// exactly this many); `None` for layered accumulation.
     passes: Option<u32>,
@@ -385,7 +385,7 @@ pub struct ClassTimes {
 }
 
 /// The (template, communication) pairs of every pass of `phases`.
-fn tally_for(schedule: &Schedule<'_>, phases: &[Phase]) -> Tally {
+fn tally_for(schedule: &Routine<'_>, phases: &[Phase]) -> Tally {
     let layers = schedule.layers();
     let mut tally = Tally::default();
     let np = phases.len();
@@ -437,7 +437,7 @@ fn tally_for(schedule: &Schedule<'_>, phases: &[Phase]) -> Tally {
     tally
 }
 
-fn template_of(ph: &Phase, schedule: &Schedule<'_>) -> usize {
+fn template_of(ph: &Phase, schedule: &Routine<'_>) -> usize {
     let u = ph.unit as usize;
     let pol = policy_index(schedule.units[u].recompute);
     match ph.kind {
@@ -459,7 +459,7 @@ impl<'a> ClosedForm<'a> {
         strategy: Strategy,
         passes: u32,
     ) -> Result<ClosedForm<'a>, PlanError> {
-        let schedule = Schedule::new(costs, strategy);
+        let schedule = Routine::new(costs, strategy);
         let w = &costs.workload;
         let layers = w.model.layers;
         let mb = strategy.accumulation.is_microbatch_major();

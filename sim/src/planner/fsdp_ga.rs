@@ -11,8 +11,8 @@
 use super::standard::{even_split, fits, plan_from, sizes};
 
 use super::{Planned, Planner, Problem};
+use crate::data_parallel::Routine;
 use crate::error::PlanError;
-use crate::schedule::Schedule;
 use crate::strategy::{Accumulation, StrategySpec};
 
 /// Why GPU `i` cannot hold its `b` samples in as many micro-batches as
@@ -20,7 +20,7 @@ use crate::strategy::{Accumulation, StrategySpec};
 /// need at that count, on the GPU or (offloaded activations) on the host.
 fn too_many_microbatches(
     problem: &Problem<'_>,
-    schedule: &Schedule<'_>,
+    schedule: &Routine<'_>,
     i: usize,
     b: u32,
     r: f64,
@@ -85,7 +85,7 @@ pub fn layered_plan(
 ) -> Result<Planned, PlanError> {
     let g = problem.costs.ranks();
     let (strategy, notes) = problem.resolve(&StrategySpec::default(), &FsdpGa.fixed_axes())?;
-    let schedule = Schedule::new(problem.costs, strategy);
+    let schedule = Routine::new(problem.costs, strategy);
     let fr = fractions.unwrap_or_else(|| super::standard::even_fractions(&strategy, g));
     let mut pairs = Vec::with_capacity(g);
     let mut oom = Vec::new();

@@ -7,7 +7,7 @@
 
 use crate::bounds::rank_peak;
 use crate::cost::{CostModel, MemPolicy};
-use crate::schedule::Schedule;
+use crate::data_parallel::Routine;
 use crate::strategy::{
     Accumulation, Attention, Checkpointing, Offload, Sharding, Strategy, StrategySpec,
 };
@@ -16,7 +16,7 @@ use crate::units::GIB;
 /// GiB GPU `rank` needs for one one-sample micro-batch under `s`, holding
 /// `local_params` parameters' state.
 fn need_gib(costs: &CostModel, s: Strategy, rank: usize, local_params: f64) -> Option<f64> {
-    let sch = Schedule::new(costs, s);
+    let sch = Routine::new(costs, s);
     rank_peak(&sch, rank, &[1], 1, local_params)
         .ok()
         .map(|p| p.device_bytes as f64 / GIB)

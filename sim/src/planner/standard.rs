@@ -8,10 +8,10 @@
 use super::{Planned, Planner, Problem};
 use crate::bounds::rank_peak;
 use crate::cost::CostModel;
+use crate::data_parallel::Routine;
 use crate::error::PlanError;
 use crate::plan::rank::RankPlan;
 use crate::plan::Plan;
-use crate::schedule::Schedule;
 use crate::strategy::{Accumulation, Checkpointing, Sharding, Strategy, StrategySpec};
 use crate::units::GIB;
 
@@ -23,7 +23,7 @@ pub fn even_fractions(strategy: &Strategy, ranks: usize) -> Vec<f64> {
 
 /// Parameters whose state a GPU holding `fraction` of it keeps under
 /// `schedule` (all of them without sharding).
-pub fn local_params(schedule: &Schedule<'_>, fraction: f64) -> f64 {
+pub fn local_params(schedule: &Routine<'_>, fraction: f64) -> f64 {
     let total = schedule.costs.workload.model.total_params() as f64;
     match schedule.strategy.sharding {
         Sharding::NoShard => total,
@@ -36,7 +36,7 @@ pub fn local_params(schedule: &Schedule<'_>, fraction: f64) -> f64 {
 /// node's host memory for the offload it uses by itself), in an iteration
 /// of `passes` micro-batch passes.
 pub fn fits(
-    schedule: &Schedule<'_>,
+    schedule: &Routine<'_>,
     rank: usize,
     sizes: &[u32],
     passes: u32,
@@ -64,7 +64,7 @@ pub fn sizes(b: u32, n: u32) -> Vec<u32> {
 /// holds state fraction `r` in `n` micro-batches (0 when not even one
 /// sample fits). Capped at `limit`.
 pub fn max_microbatch(
-    schedule: &Schedule<'_>,
+    schedule: &Routine<'_>,
     rank: usize,
     r: f64,
     n: u32,
@@ -195,7 +195,7 @@ pub fn standard_plan(
                 fallback: ai > 0,
                 strategy,
                 notes,
-                schedule: Schedule::new(costs, strategy),
+                schedule: Routine::new(costs, strategy),
                 fractions: even_fractions(&strategy, g),
                 seen: Vec::new(),
             }));
@@ -245,7 +245,7 @@ struct Tried<'c> {
     fallback: bool,
     strategy: Strategy,
     notes: Vec<String>,
-    schedule: Schedule<'c>,
+    schedule: Routine<'c>,
     fractions: Vec<f64>,
     seen: Vec<FitMemo>,
 }
@@ -349,7 +349,7 @@ fn nothing_fits(
     (strategy, pairs, fr, ns): Candidate,
 ) -> Planned {
     let mut notes = ns;
-    let schedule = Schedule::new(costs, strategy);
+    let schedule = Routine::new(costs, strategy);
     let worst = (0..costs.ranks())
         .find(|&r| {
             batch[r] > 0
@@ -375,7 +375,7 @@ type FitMemo = (usize, u32, u32, u32, bool);
 /// [`fits`] of `b` samples in `n` micro-batches over `passes` passes on a
 /// GPU of type `t`, memoised in `seen`.
 fn fits_cached(
-    schedule: &Schedule<'_>,
+    schedule: &Routine<'_>,
     rank: usize,
     t: usize,
     (b, n, passes): (u32, u32, u32),

@@ -10,9 +10,9 @@ use super::schema::{
 };
 use crate::comm::GroupSource;
 use crate::cost::CostModel;
+use crate::data_parallel::lower::{CollectiveRecord, Group};
 use crate::engine::RunStats;
 use crate::memory::MemoryTracker;
-use crate::schedule::lower::{CollectiveRecord, Group};
 use crate::trace::Trace;
 use crate::units::GIB;
 

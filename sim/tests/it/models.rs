@@ -462,7 +462,7 @@ fn run_dp(case: &DpCase) -> Option<DpOutcome> {
     let s = simulate(&costs, &plan, &SimOptions::default()).unwrap();
     let f = sim::fast::evaluate(&costs, &plan, &SimOptions::default()).unwrap();
     let total_params = costs.workload.model.total_params() as f64;
-    let schedule = sim::schedule::Schedule::new(&costs, strategy);
+    let schedule = sim::data_parallel::Routine::new(&costs, strategy);
     let mut rank_peaks: Vec<((usize, u32, u32), f64)> = Vec::new();
     let mem = (0..ranks)
         .map(|r| {

@@ -405,7 +405,7 @@ fn the_cost_table_holds_a_row_per_gpu_type_and_slice() {
     // The optimizer: each A100 steps half of stage 0 (grad-op), the L4
     // all of stage 1, the idle GPU nothing.
     let params = |s: usize| pipe.stage_params(s, &c.workload.model) as f64;
-    let ms = |r: usize, p: f64| sim::schedule::dur(c.optimizer_ms(r, p));
+    let ms = |r: usize, p: f64| sim::data_parallel::dur(c.optimizer_ms(r, p));
     assert_eq!(t.optimizer[0], ms(0, params(0) / 2.0));
     assert_eq!(t.optimizer[2], ms(2, params(1)));
     assert_eq!(t.optimizer[3], sim::units::SimTime::ZERO);

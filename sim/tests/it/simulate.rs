@@ -10,6 +10,7 @@ use crate::common::{
 use proptest::prelude::*;
 use sim::cluster::Cluster;
 use sim::cost::CostModel;
+use sim::data_parallel::lower::Lowered;
 use sim::engine::{Graph, OpId, Recorder, Stream};
 use sim::error::PlanError;
 use sim::iteration::SimOptions;
@@ -19,7 +20,6 @@ use sim::plan::Plan;
 use sim::precision::NumFormat;
 use sim::profile::ProfileSet;
 use sim::report::Report;
-use sim::schedule::lower::Lowered;
 use sim::simulate::{build_graph, simulate, simulate_observed};
 use sim::units::SimTime;
 use std::collections::BTreeMap;
@@ -89,8 +89,8 @@ pub(crate) fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report
     for c in &low.collectives {
         let i = c.op.0 as usize;
         let want = match c.group {
-            sim::schedule::lower::Group::Shard(_) => group,
-            sim::schedule::lower::Group::Replica(_) => costs.ranks() as u32 / group,
+            sim::data_parallel::lower::Group::Shard(_) => group,
+            sim::data_parallel::lower::Group::Replica(_) => costs.ranks() as u32 / group,
         };
         assert_eq!(parts[i], want, "collective {i} runs on its whole group");
         let s = start[i].unwrap();
@@ -1200,7 +1200,7 @@ fn one_gpu_offloaded_optimizer_waits_for_its_gradients() {
         };
         let p = under(&plan(&[4], &[1], None), s);
         let r = check(&c, &p, &SimOptions::default());
-        let schedule = sim::schedule::Schedule::new(&c, s);
+        let schedule = sim::data_parallel::Routine::new(&c, s);
         let total = c.workload.model.total_params() as f64;
         let g = &r.gpus[0];
         let compute = g.forward_ms + g.backward_ms + g.recompute_ms;

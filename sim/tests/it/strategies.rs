@@ -12,13 +12,13 @@ use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 use sim::cluster::Cluster;
 use sim::cost::CostModel;
+use sim::data_parallel::{DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES};
 use sim::engine::{Category, OpId};
 use sim::iteration::SimOptions;
 use sim::plan::Plan;
 use sim::precision::NumFormat;
 use sim::profile::ProfileSet;
 use sim::report::Report;
-use sim::schedule::{DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES};
 use sim::session::resolve_strategy;
 use sim::simulate::build_graph;
 use sim::strategy::{Accumulation, Checkpointing, Offload, Sharding, Strategy, StrategySpec};
@@ -600,7 +600,7 @@ proptest! {
         // can stretch host copies and grow their backlog; the planners
         // confirm plans in the simulator).
         let alone = sim::simulate::simulate(&c, &p, &SimOptions { contention: false, ..SimOptions::default() }).unwrap();
-        let sch = sim::schedule::Schedule::new(&c, s);
+        let sch = sim::data_parallel::Routine::new(&c, s);
         for (i, gp) in p.gpus.iter().enumerate() {
             let sizes = gp.microbatch_sizes();
             let local = match s.sharding {

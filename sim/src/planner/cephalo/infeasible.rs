@@ -11,7 +11,7 @@ use crate::strategy::Sharding;
 /// Non-state GiB of one single-sample micro-batch on `rank` (for the
 /// infeasibility message when the closed form tabulated nothing).
 fn one_sample_gib(cf: &ClosedForm<'_>, rank: usize) -> f64 {
-    let sch = crate::schedule::Schedule::new(cf.costs(), cf.strategy());
+    let sch = crate::data_parallel::Routine::new(cf.costs(), cf.strategy());
     crate::bounds::rank_peak(&sch, rank, &[1], 1, 0.0)
         .map(|p| p.device_bytes as f64 / crate::units::GIB)
         .unwrap_or(f64::INFINITY)

@@ -6,7 +6,7 @@
 //! A [`super::Description`] tabulates both once from the
 //! [`CostModel`] before anything is lowered; the event simulation, the
 //! fast model and the planners' closed form read the same rows
-//! ([`super::Schedule::micro`]).
+//! ([`super::Routine::micro`]).
 //!
 //! Units: durations [`SimTime`] (ns, rounded from the cost model's ms by
 //! [`dur`]), memory bytes.
@@ -158,7 +158,7 @@ pub(crate) fn micro_costs_tp(
 }
 
 /// [`micro_costs`] with the host copies an offloading rank's steps issue
-/// under `rules` (what [`super::Schedule::step`] reads).
+/// under `rules` (what [`super::Routine::step`] reads).
 pub(crate) fn step_costs(
     costs: &CostModel,
     rank: usize,

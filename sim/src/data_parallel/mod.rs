@@ -314,7 +314,7 @@ pub struct UnitInfo {
 /// micro-batch. Planners ask it about hypothetical micro-batches; a
 /// [`Description`] adds a plan.
 #[derive(Debug, Clone)]
-pub struct Schedule<'a> {
+pub struct Routine<'a> {
     /// The cost model.
     pub costs: &'a CostModel,
     /// The strategy.
@@ -328,9 +328,9 @@ pub struct Schedule<'a> {
     pub units: Vec<UnitInfo>,
 }
 
-impl<'a> Schedule<'a> {
+impl<'a> Routine<'a> {
     /// The schedule of `strategy` on the workload of `costs`.
-    pub fn new(costs: &'a CostModel, strategy: Strategy) -> Schedule<'a> {
+    pub fn new(costs: &'a CostModel, strategy: Strategy) -> Routine<'a> {
         let s = strategy;
         let layers = costs.workload.model.layers;
         let rules = match s.accumulation {
@@ -355,7 +355,7 @@ impl<'a> Schedule<'a> {
                 grad_bytes: round(p as f64 * gb),
             })
             .collect();
-        Schedule {
+        Routine {
             costs,
             strategy,
             precision,
@@ -390,7 +390,7 @@ impl<'a> Schedule<'a> {
     }
 
     /// The step of micro-batch `micro` in phase `ph` on a GPU whose row of
-    /// the cost table is `mc` ([`Schedule::micro`]), `offloads` when the
+    /// the cost table is `mc` ([`Routine::micro`]), `offloads` when the
     /// rank sends activations to the host. Reads only the row: the cost
     /// model is not consulted while steps are described.
     pub fn step(&self, mc: &Micro, ph: &Phase, micro: u32, offloads: bool) -> Step {
@@ -683,12 +683,12 @@ impl<'a> Schedule<'a> {
     }
 }
 
-/// The iteration of one plan: a [`Schedule`] plus the plan's ranks,
+/// The iteration of one plan: a [`Routine`] plus the plan's ranks,
 /// groups and phases.
 #[derive(Debug, Clone)]
 pub struct Description<'a> {
     /// The strategy's schedule on the workload.
-    pub schedule: Schedule<'a>,
+    pub schedule: Routine<'a>,
     /// The cost model.
     pub costs: &'a CostModel,
     /// The plan.
@@ -699,7 +699,7 @@ pub struct Description<'a> {
     pub groups: Groups,
     /// Phases in order.
     pub phases: Vec<Phase>,
-    /// Per unit (as [`Schedule::units`]).
+    /// Per unit (as [`Routine::units`]).
     pub units: Vec<UnitInfo>,
     ranks: Vec<RankInfo>,
     micro: Vec<Micro>,
@@ -714,7 +714,7 @@ impl<'a> Description<'a> {
         plan.validate(ranks, costs.workload.global_batch, "plan")?;
         crate::strategy::validate(&plan.strategy, &costs.workload.cluster)?;
         let s = plan.strategy;
-        let schedule = Schedule::new(costs, s);
+        let schedule = Routine::new(costs, s);
         let phases = schedule.phases(plan.passes());
         // Per (type, m) micro-batch costs, computed once.
         let mut micro: Vec<Micro> = Vec::new();
@@ -938,12 +938,12 @@ impl<'a> Description<'a> {
             * self.plan.gpus[j].state_fraction
     }
 
-    /// See [`Schedule::ddp_buckets`].
+    /// See [`Routine::ddp_buckets`].
     pub fn ddp_buckets(&self, u: usize) -> Vec<f64> {
         self.schedule.ddp_buckets(u)
     }
 
-    /// Constant GPU memory of `rank`, bytes ([`Schedule::base_device_bytes`]).
+    /// Constant GPU memory of `rank`, bytes ([`Routine::base_device_bytes`]).
     pub fn base_device_bytes(&self, rank: usize) -> i64 {
         self.schedule.base_device_bytes(self.local_params(rank))
     }
