@@ -20,8 +20,6 @@ use std::process::ExitCode;
 
 pub use crate::cli::format::Format;
 
-/// The help heading of the 3D shape pins.
-
 /// Planner flags shared by `plan` and `compare`.
 #[derive(Debug, Clone, ClapArgs)]
 pub struct PlannerFlags {

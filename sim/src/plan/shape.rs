@@ -284,7 +284,7 @@ impl Shape3d {
                 .collect()
         } else if self.embedding_loss_in_split {
             let total = layers + 2;
-            if total % (p * v) != 0 {
+            if !total.is_multiple_of(p * v) {
                 return bad(
                     "--embedding-loss-in-split",
                     format!("{layers} blocks + the embedding + the loss = {total} layers do not split evenly over PP {p} x VP {v} = {} model chunks (Megatron asserts it)", p * v),
