@@ -42,7 +42,9 @@ impl LogFormat {
     pub fn logged_memory(self) -> LoggedMemory {
         match self {
             LogFormat::Torchtitan => LoggedMemory::Reserved,
-            _ => LoggedMemory::Allocated,
+            LogFormat::Composer | LogFormat::Deepspeed | LogFormat::Megatron => {
+                LoggedMemory::Allocated
+            }
         }
     }
 
@@ -50,7 +52,10 @@ impl LogFormat {
     /// parallelism: Megatron-LM) rather than data-parallel (FSDP / ZeRO:
     /// torchtitan's default, llm-foundry, DeepSpeed).
     pub fn runs_3d(self) -> bool {
-        self == LogFormat::Megatron
+        match self {
+            LogFormat::Megatron => true,
+            LogFormat::Torchtitan | LogFormat::Composer | LogFormat::Deepspeed => false,
+        }
     }
 }
 

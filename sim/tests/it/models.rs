@@ -778,7 +778,7 @@ fn closed_form_prices_every_shard_group() {
     let block = costs.unit_params()[1] as f64 * level * 2.0;
     let ag = |g: std::ops::Range<usize>| {
         let g: Vec<usize> = g.collect();
-        costs.group_collective_ms(CollectiveKind::AllGather, &g, &vec![block; 8])
+        costs.group_collective_ms(CollectiveKind::AllGather, &g, &[block; 8])
     };
     let (fast, slow) = (ag(0..8), ag(8..16));
     assert!(
@@ -813,7 +813,7 @@ fn closed_form_shares_a_node_nic_between_replica_all_reduces() {
     let level = 1.0 / 8.0;
     let block = costs.unit_params()[1] as f64 * level * 4.0;
     let rep: Vec<usize> = (0..4).map(|k| 8 * k).collect();
-    let alone = costs.group_collective_ms(CollectiveKind::AllReduce, &rep, &vec![block; 4]);
+    let alone = costs.group_collective_ms(CollectiveKind::AllReduce, &rep, &[block; 4]);
     assert!((cf.comm(level).replica[1] / (8.0 * alone) - 1.0).abs() < 1e-9);
     assert!(
         (0.8..=1.25).contains(&(closed / shared)),
@@ -1402,10 +1402,9 @@ fn measure() {
                 .iter()
                 .filter(|(c, _)| (c.sharding == Sharding::Hybrid) == hybrid)
                 .collect();
-            let by_alone = |o: &DpOutcome| o.closed_ms / o.alone_ms;
-            let by_sim = |o: &DpOutcome| o.closed_ms / o.sim_ms;
-            let ratios: [(&str, &dyn Fn(&DpOutcome) -> f64); 2] =
-                [("closed / alone", &by_alone), ("closed / sim", &by_sim)];
+            let by_alone: fn(&DpOutcome) -> f64 = |o| o.closed_ms / o.alone_ms;
+            let by_sim: fn(&DpOutcome) -> f64 = |o| o.closed_ms / o.sim_ms;
+            let ratios = [("closed / alone", by_alone), ("closed / sim", by_sim)];
             for (name, f) in ratios {
                 let v: Vec<f64> = sel.iter().map(|x| f(&x.1)).collect();
                 println!("{}", summarize(&format!("{name}, hybrid {hybrid}"), &v));
