@@ -1307,7 +1307,7 @@ impl<'a, S: Sink> Walk<'a, S> {
     /// its buffers: the gathered parameters freed when it reshards, the
     /// unsharded gradient allocated where the step's gradient of the unit
     /// begins, and a sharded backward's parameter-dtype gradient while it
-    /// runs (as the data-parallel steps hold them, [`crate::schedule`]).
+    /// runs (as the data-parallel steps hold them, [`crate::data_parallel`]).
     fn before_use(&mut self, n: usize, passes: &mut [Pass]) {
         let pu = self.per_unit.as_ref().expect("per unit");
         let u = pu.uses[n];

@@ -39,7 +39,7 @@
 //! inside the stages; ZB-H1 is simulated only), and `cephalo validate`
 //! holds its measurements against this lowering.
 //!
-//! Parts: [`data_parallel`] (each stage's order of forwards and backwards),
+//! Parts: [`schedule`] (each stage's order of forwards and backwards),
 //! [`buckets`] (when and in which pieces a stage's data-parallel group
 //! reduces its gradients: after the last backward, Megatron's buckets
 //! under `--overlap-grad-reduce`, FSDP2 per unit),

@@ -3,7 +3,7 @@
 //! without a pipeline (`reshard_after_forward = True`, REAL-SYSTEMS-2
 //! section 2.1; REAL-SYSTEMS section 2.9 for the per-unit pattern) and the
 //! data-parallel description runs `full` / `hybrid` sharding
-//! ([`crate::schedule`]): each unit (embedding, every block, the head) is
+//! ([`crate::data_parallel`]): each unit (embedding, every block, the head) is
 //! all-gathered before its forward and freed after it, gathered again
 //! before its backward and freed after it, its gradient reduce-scattered
 //! once it is complete (after every micro-batch's backward under `sync`,

@@ -74,7 +74,7 @@ pub struct Entry {
     pub standard: bool,
     /// Whether the paper's ablation takes it as the control with neither
     /// half of Cephalo's method (FSDP with layered accumulation): see
-    /// [`ablation`].
+    /// [`ablation()`].
     pub ablation_control: bool,
     /// Other names users may type (lower case, `-` separated); its own
     /// name is [`Planner::name`].
