@@ -274,13 +274,13 @@ impl Shape3d {
                 (r, l) => (r / l as i64) as u32,
             };
             (0..p)
-                .map(|s| match s {
-                    0 if self.first_stage_layers.is_some() => self.first_stage_layers.unwrap_or(0),
-                    s if s + 1 == p && self.last_stage_layers.is_some() => {
-                        self.last_stage_layers.unwrap_or(0)
-                    }
-                    _ => middle,
-                })
+                .map(
+                    |s| match (s, self.first_stage_layers, self.last_stage_layers) {
+                        (0, Some(first), _) => first,
+                        (s, _, Some(last)) if s + 1 == p => last,
+                        _ => middle,
+                    },
+                )
                 .collect()
         } else if self.embedding_loss_in_split {
             let total = layers + 2;
