@@ -4,7 +4,7 @@
 //!
 //! # Whole-plan evaluation ([`evaluate`])
 //!
-//! The lowering ([`crate::data_parallel::lower`]) emits ops in an order that
+//! The lowering ([`crate::lower::data_parallel`]) emits ops in an order that
 //! respects every dependency and every stream's issue order. The engine's
 //! rule is that an op starts as soon as its dependencies are done and it
 //! heads every queue it was issued on, i.e. at
@@ -18,11 +18,11 @@
 //! Units: ms for times, bytes for memory.
 
 use crate::cost::CostModel;
-use crate::data_parallel::lower::Sink;
 use crate::engine::NameId;
 use crate::engine::{Category, MemAt, MemChange, OpId, OpLabel, Stream, NO_INDEX};
 use crate::error::PlanError;
 use crate::iteration::{Iteration, SimOptions};
+use crate::lower::Sink;
 use crate::plan::Plan;
 use crate::units::{SimTime, GIB};
 

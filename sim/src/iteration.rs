@@ -6,11 +6,11 @@
 //! [`Sink`] (an engine graph, a timeline) and times what it receives.
 //!
 //! A data-parallel plan lowers through its [`Description`]
-//! ([`crate::data_parallel::lower`]), and so does a one-stage plan without TP
+//! ([`crate::lower::data_parallel`]), and so does a one-stage plan without TP
 //! that runs micro-batch by micro-batch
 //! ([`crate::plan::pipeline::Pipeline::runs_data_parallel`]: it is that
 //! data-parallel plan, whatever flags built it); any other pipeline plan
-//! through [`crate::pipeline::lower`], which emits the same kinds of ops
+//! through [`crate::lower::pipeline`], which emits the same kinds of ops
 //! into the same sinks.
 //!
 //! The size limit ([`crate::limits::MAX_SIM_OPS`]) counts the ops built:
@@ -18,10 +18,11 @@
 //! passes kept when runs fold.
 
 use crate::cost::CostModel;
-use crate::data_parallel::lower::{lower, lower_into, Lowered, LoweredParts, Lowering, Sink};
 use crate::data_parallel::Description;
 use crate::error::PlanError;
 use crate::fold::Layout;
+use crate::lower::data_parallel::{lower, lower_into, Lowering};
+use crate::lower::{Lowered, LoweredParts, Sink};
 use crate::plan::pipeline::Pipeline;
 use crate::plan::Plan;
 use crate::symmetry::NodeClasses;
@@ -102,14 +103,14 @@ pub fn validate_pipeline(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Res
 
 /// Refuses a pipeline plan whose graph would exceed
 /// [`crate::limits::MAX_SIM_OPS`] on the ranks `classes` simulates: the
-/// ops the lowering builds ([`crate::pipeline::lower::ops_estimate`]),
+/// ops the lowering builds ([`crate::lower::pipeline::ops_estimate`]),
 /// not those of the replicas merged away.
 pub fn check_pipeline(
     plan: &Plan,
     pipe: &Pipeline,
     classes: &NodeClasses,
 ) -> Result<(), PlanError> {
-    let ops = crate::pipeline::lower::ops_estimate(pipe, &plan.strategy, &classes.simulated);
+    let ops = crate::lower::pipeline::ops_estimate(pipe, &plan.strategy, &classes.simulated);
     if ops > crate::limits::MAX_SIM_OPS {
         let sim = classes.simulated_ranks();
         let merged = match classes.simulated.len() - sim {
@@ -143,7 +144,7 @@ pub fn pipeline_fits_simulator(
         return true;
     }
     let classes = NodeClasses::of_pipeline(costs, pipe);
-    crate::pipeline::lower::ops_estimate(pipe, strategy, &classes.simulated)
+    crate::lower::pipeline::ops_estimate(pipe, strategy, &classes.simulated)
         <= crate::limits::MAX_SIM_OPS
 }
 
@@ -325,7 +326,7 @@ impl<'a> Iteration<'a> {
                 plan,
                 pipe,
                 classes,
-            } => crate::pipeline::lower::lower_into(costs, plan, pipe, contention, classes, sink),
+            } => crate::lower::pipeline::lower_into(costs, plan, pipe, contention, classes, sink),
             Iteration::DataParallel { d, classes } => {
                 let how = Self::lowering(opts, contention, classes);
                 let sim = classes.simulated_ranks();
@@ -357,7 +358,7 @@ impl<'a> Iteration<'a> {
                 plan,
                 pipe,
                 classes,
-            } => crate::pipeline::lower::lower(costs, plan, pipe, opts.contention, classes),
+            } => crate::lower::pipeline::lower(costs, plan, pipe, opts.contention, classes),
             Iteration::DataParallel { d, classes } => {
                 let how = Self::lowering(opts, opts.contention, classes);
                 let sim = classes.simulated_ranks();

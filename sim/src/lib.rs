@@ -31,6 +31,7 @@ pub mod iteration;
 pub mod limits;
 pub mod link;
 pub mod lists;
+pub mod lower;
 pub mod memory;
 pub mod model;
 pub mod perfmodel;

@@ -1,6 +1,6 @@
 //! One simulated training iteration: the plan's schedule is described
 //! ([`crate::data_parallel::Description`]), lowered to an engine graph
-//! ([`crate::data_parallel::lower`]), run on the discrete-event engine with the
+//! ([`crate::lower::data_parallel`]), run on the discrete-event engine with the
 //! report's observers, and assembled into a [`Report`]
 //! ([`crate::report`]).
 //!
@@ -13,10 +13,10 @@
 //! optimizer(all params)`; without checkpointing the recompute term goes.
 
 use crate::cost::CostModel;
-use crate::data_parallel::lower::Lowered;
 use crate::engine::{run, MemKind, NullObserver, Observer, OpId, OpRecord};
 use crate::error::PlanError;
 use crate::iteration::{Iteration, SimOptions};
+use crate::lower::Lowered;
 use crate::memory::MemoryTracker;
 use crate::plan::Plan;
 use crate::report::{assemble, Assembly, Breakdown, Folding, Report};

@@ -1,5 +1,5 @@
 //! What one training iteration does, as one description both the event
-//! simulation ([`lower`]) and the fast model (`crate::fast`) read.
+//! simulation ([`crate::lower::data_parallel`]) and the fast model (`crate::fast`) read.
 //!
 //! # Phases
 //!
@@ -70,7 +70,6 @@
 
 pub mod costs;
 pub mod layered;
-pub mod lower;
 pub mod microbatch;
 pub mod phase;
 

@@ -1307,7 +1307,7 @@ fn bucket_sync_ms(
 }
 
 /// The distributed optimizer's parameter all-gathers deferred to the
-/// step's forward (`overlap_param_gather`, [`crate::pipeline::lower`]'s
+/// step's forward (`overlap_param_gather`, [`crate::lower::pipeline`]'s
 /// steady state): how long they hold up micro-batch 0's forward, ms. On
 /// stage `s` the all-gathers of its buckets run back to back from the
 /// start in forward order, each TP rank's group at once (sharing NICs);
@@ -1354,7 +1354,7 @@ fn bucket_start_ms(
     worst.max(0.0)
 }
 
-/// FSDP inside the stages ([`crate::pipeline::lower`]'s parameter
+/// FSDP inside the stages ([`crate::lower::pipeline`]'s parameter
 /// gathers at the step's start): how long the gathers hold up micro-batch
 /// 0's forward, ms. On stage `s` (TP rank groups as in
 /// [`stage_sync_ms`]) the gathers of its units run back to back from the

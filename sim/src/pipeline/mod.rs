@@ -55,7 +55,6 @@
 pub mod buckets;
 pub mod costs;
 pub mod estimate;
-pub mod lower;
 pub mod partition;
 pub mod reshard;
 pub mod schedule;

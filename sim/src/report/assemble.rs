@@ -10,8 +10,8 @@ use super::schema::{
 };
 use crate::comm::GroupSource;
 use crate::cost::CostModel;
-use crate::data_parallel::lower::{CollectiveRecord, Group};
 use crate::engine::RunStats;
+use crate::lower::{CollectiveRecord, Group};
 use crate::memory::MemoryTracker;
 use crate::trace::Trace;
 use crate::units::GIB;

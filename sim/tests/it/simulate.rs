@@ -10,10 +10,10 @@ use crate::common::{
 use proptest::prelude::*;
 use sim::cluster::Cluster;
 use sim::cost::CostModel;
-use sim::data_parallel::lower::Lowered;
 use sim::engine::{Graph, OpId, Recorder, Stream};
 use sim::error::PlanError;
 use sim::iteration::SimOptions;
+use sim::lower::Lowered;
 use sim::memory::MemoryTracker;
 use sim::plan::rank::RankPlan;
 use sim::plan::Plan;
@@ -89,8 +89,8 @@ pub(crate) fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report
     for c in &low.collectives {
         let i = c.op.0 as usize;
         let want = match c.group {
-            sim::data_parallel::lower::Group::Shard(_) => group,
-            sim::data_parallel::lower::Group::Replica(_) => costs.ranks() as u32 / group,
+            sim::lower::Group::Shard(_) => group,
+            sim::lower::Group::Replica(_) => costs.ranks() as u32 / group,
         };
         assert_eq!(parts[i], want, "collective {i} runs on its whole group");
         let s = start[i].unwrap();

@@ -587,7 +587,7 @@ seq_len = 2048
     let plan = plan_of(&c, 3072);
     let pipe = plan.pipeline.clone().unwrap();
     let merged = sim::iteration::node_classes(&c, &plan, &SimOptions::default());
-    let built = sim::pipeline::lower::ops_estimate(&pipe, &plan.strategy, &merged.simulated);
+    let built = sim::lower::pipeline::ops_estimate(&pipe, &plan.strategy, &merged.simulated);
     assert!(built <= sim::limits::MAX_SIM_OPS, "{built}");
     let r = simulate(&c, &plan, &SimOptions::default()).unwrap();
     assert!(!r.oom);

@@ -38,133 +38,15 @@
 //!
 //! [`CostModel::comm_overlaps_compute`]: crate::cost::CostModel::comm_overlaps_compute
 
-use super::{Description, Mem, OpKind, PhaseKind, Step};
+use super::sink::{at, CollectiveRecord, Group, Lowered, LoweredParts, Sink};
 use crate::comm::CollectiveKind;
+use crate::data_parallel::{Description, Mem, OpKind, PhaseKind, Step};
 use crate::engine::{Category, Graph, MemAt, MemChange, MemKind, OpId, OpLabel, Stream, NO_INDEX};
 use crate::strategy::{Offload, Sharding};
 use crate::symmetry::NodeClasses;
 use crate::units::SimTime;
 use std::collections::HashMap;
 use std::rc::Rc;
-
-/// Which ranks a collective ran over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Group {
-    /// Shard group `k` (all GPUs unless hybrid).
-    Shard(usize),
-    /// Replica group `j` (position `j` of every shard group).
-    Replica(usize),
-}
-
-/// One collective op of the iteration.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CollectiveRecord {
-    /// The op.
-    pub op: OpId,
-    /// Which collective.
-    pub kind: CollectiveKind,
-    /// Unit whose parameters or gradients it moves.
-    pub unit: u32,
-    /// Its ranks.
-    pub group: Group,
-    /// Collectives it stands for (DDP buckets ready together run as one op).
-    pub count: u32,
-    /// Buffer bytes of all of them together ([`CollectiveKind::buffer_bytes`]).
-    pub buffer_bytes: f64,
-    /// Duration.
-    pub dur: SimTime,
-    /// Where its time came from and its group's shape (`None`: the
-    /// analytic model, nothing measured).
-    pub source: Option<crate::comm::GroupSource>,
-}
-
-/// What receives the lowered ops (an engine [`Graph`], or the fast model's
-/// timeline). Memory pools: GPU `r` is pool `r`, node `n`'s host is pool
-/// `ranks + n`.
-pub trait Sink {
-    /// Interns a label.
-    fn label(&mut self, category: Category, name: &str) -> OpLabel;
-    /// A local op (see [`Graph::add_op`]).
-    fn op(
-        &mut self,
-        rank: u32,
-        stream: Stream,
-        dur: SimTime,
-        deps: &[OpId],
-        label: OpLabel,
-        mems: &[MemChange],
-    ) -> OpId;
-    /// A collective (see [`Graph::add_collective`]).
-    fn collective(
-        &mut self,
-        ranks: &[u32],
-        stream: Stream,
-        dur: SimTime,
-        deps: &[OpId],
-        label: OpLabel,
-        mems: &[MemChange],
-    ) -> OpId;
-    /// The links `op` keeps busy (see [`Graph::add_shares`]); sinks that
-    /// do not share links ignore it.
-    fn shares(&mut self, _op: OpId, _shares: &[(u32, f32)]) {}
-}
-
-impl Sink for Graph {
-    fn label(&mut self, category: Category, name: &str) -> OpLabel {
-        Graph::label(self, category, name)
-    }
-    fn op(
-        &mut self,
-        rank: u32,
-        stream: Stream,
-        dur: SimTime,
-        deps: &[OpId],
-        label: OpLabel,
-        mems: &[MemChange],
-    ) -> OpId {
-        self.add_op(rank, stream, dur, deps, label, mems)
-    }
-    fn collective(
-        &mut self,
-        ranks: &[u32],
-        stream: Stream,
-        dur: SimTime,
-        deps: &[OpId],
-        label: OpLabel,
-        mems: &[MemChange],
-    ) -> OpId {
-        self.add_collective(ranks, stream, dur, deps, label, mems)
-    }
-    fn shares(&mut self, op: OpId, shares: &[(u32, f32)]) {
-        self.add_shares(op, shares);
-    }
-}
-
-/// What lowering yields besides the ops themselves.
-#[derive(Debug, Clone)]
-pub struct LoweredParts {
-    /// Constant GPU memory per rank, bytes.
-    pub base_device_bytes: Vec<i64>,
-    /// Constant host memory per node, bytes.
-    pub base_host_bytes: Vec<i64>,
-    /// Every collective, in creation order.
-    pub collectives: Vec<CollectiveRecord>,
-}
-
-/// The lowered iteration as an engine graph.
-#[derive(Debug, Clone)]
-pub struct Lowered {
-    /// The task graph.
-    pub graph: Graph,
-    /// Constant GPU memory per rank, bytes.
-    pub base_device_bytes: Vec<i64>,
-    /// Constant host memory per node, bytes.
-    pub base_host_bytes: Vec<i64>,
-    /// Every collective, in creation order.
-    pub collectives: Vec<CollectiveRecord>,
-    /// The ranks simulated, and whose timeline the others have.
-    pub classes: NodeClasses,
-}
 
 struct Labels {
     fwd: OpLabel,
@@ -184,12 +66,6 @@ struct Labels {
     h2d: OpLabel,
     d2h_grads: OpLabel,
     h2d_params: OpLabel,
-}
-
-/// `l` with its unit and micro-batch indices set (the pipeline lowering
-/// labels its ops with it too).
-pub(crate) fn at(l: OpLabel, unit: u32, micro: u32) -> OpLabel {
-    OpLabel { unit, micro, ..l }
 }
 
 /// A costed collective: duration (ms) and link busy times (resource, ms).
@@ -387,7 +263,7 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
                     return None;
                 }
                 let pieces = d.gather_pieces(u, k);
-                let dur = super::dur(self.collective_ms(
+                let dur = crate::data_parallel::dur(self.collective_ms(
                     CollectiveKind::AllGather,
                     Group::Shard(k),
                     pb as f64,
@@ -831,7 +707,7 @@ fn all_reduce_buckets<S: Sink>(
             buckets.len() as u32,
             buckets.iter().sum(),
         ),
-        super::dur(ms),
+        crate::data_parallel::dur(ms),
         &deps,
         at(b.lb.ar_buckets, ph.unit, pass),
         &[],
@@ -864,7 +740,7 @@ fn reduce_scatter_groups<S: Sink>(
             continue;
         }
         let pieces = d.reduce_pieces(u, k);
-        let dur = super::dur(b.collective_ms(
+        let dur = crate::data_parallel::dur(b.collective_ms(
             CollectiveKind::ReduceScatter,
             Group::Shard(k),
             gb as f64,
@@ -938,7 +814,7 @@ fn all_reduce_replicas<S: Sink>(
             continue;
         }
         let bytes = d.replica_buffer(u, j);
-        let dur = super::dur(b.collective_ms(
+        let dur = crate::data_parallel::dur(b.collective_ms(
             CollectiveKind::AllReduce,
             Group::Replica(j),
             bytes,

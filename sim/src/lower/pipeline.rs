@@ -1,6 +1,6 @@
 //! Lowers a pipeline plan to ops for any [`Sink`] (the engine graph, the
 //! fast model's timeline), in an order that respects every dependency and
-//! every stream's issue order ([`super::schedule::topological`]).
+//! every stream's issue order ([`crate::pipeline::schedule::topological`]).
 //!
 //! Per GPU of stage `s` and micro-batch `k` (its slice of `n` samples):
 //!
@@ -25,7 +25,7 @@
 //!   the reduce stream, and every GPU steps its optimizer.
 //! * **FSDP / HSDP**: with a pipeline, each unit gathered once at the
 //!   step's start, reduce-scattered after the last backward. At one stage
-//!   per unit ([`super::reshard`]): the stage's order walked one use of a
+//!   per unit ([`crate::pipeline::reshard`]): the stage's order walked one use of a
 //!   unit at a time, each on every replica before the next (so a shard
 //!   group's collectives follow all its members); a use waits for its
 //!   all-gather (prefetched after the use two phases before, on the
@@ -48,16 +48,16 @@
 //! allocate the receiver's. Constant memory: framework overhead, the
 //! fixed workspace, the stage's state (see [`base_device_bytes`]).
 
-use super::buckets::{grad_sync, stage_buckets, Bucket};
-use super::costs::{PipeCosts, TpTimes};
-use super::reshard::{prefetch_after, Use};
-use super::schedule::{topological, Action};
 use crate::comm::CollectiveKind;
 use crate::cost::{collective_ranks, CostModel};
-use crate::data_parallel::lower::{at, CollectiveRecord, Group, Lowered, LoweredParts, Sink};
 use crate::data_parallel::{dur, round, Micro};
 use crate::engine::{Category, Graph, MemChange, MemKind, OpId, OpLabel, Stream, NO_INDEX};
 use crate::error::PlanError;
+use crate::lower::{at, CollectiveRecord, Group, Lowered, LoweredParts, Sink};
+use crate::pipeline::buckets::{grad_sync, stage_buckets, Bucket};
+use crate::pipeline::costs::{PipeCosts, TpTimes};
+use crate::pipeline::reshard::{prefetch_after, Use};
+use crate::pipeline::schedule::{topological, Action};
 use crate::plan::pipeline::{overlaps, Pipeline};
 use crate::plan::Plan;
 use crate::precision::Precision;
@@ -73,10 +73,10 @@ use crate::units::SimTime;
 /// a pipeline, the 16 B state over the group's `d` GPUs, plus the full
 /// parameters in `param_dtype` that compute reads and the full gradient in
 /// `reduce_dtype` it accumulates; FSDP / HSDP at one stage only the state
-/// over `d` (its units come and go, [`super::reshard`]).
+/// over `d` (its units come and go, [`crate::pipeline::reshard`]).
 pub fn base_device_bytes(costs: &CostModel, plan: &Plan, pipe: &Pipeline, s: usize) -> i64 {
     let params = pipe.rank_params(s, &costs.workload.model);
-    round(super::state_bytes(
+    round(crate::pipeline::state_bytes(
         costs,
         &plan.strategy,
         params,
@@ -382,7 +382,7 @@ struct Walk<'a, S: Sink> {
     /// carries (a unit's buffers; empty unless per unit).
     extra: Vec<Vec<MemChange>>,
     /// Per physical stage, its gradient buckets reduced during the last
-    /// micro-batch's backward ([`super::buckets`]; empty: one reduction
+    /// micro-batch's backward ([`crate::pipeline::buckets`]; empty: one reduction
     /// after its last backward), and per bucket whether it was reduced.
     buckets: Vec<Vec<Bucket>>,
     reduced: Vec<Vec<bool>>,
@@ -397,7 +397,7 @@ struct Walk<'a, S: Sink> {
 }
 
 /// FSDP / HSDP per unit inside a one-stage plan, in progress
-/// ([`super::reshard`]).
+/// ([`crate::pipeline::reshard`]).
 struct PerUnit {
     /// Every use of a unit, in order.
     uses: Vec<Use>,
@@ -575,7 +575,7 @@ impl<'a, S: Sink> Walk<'a, S> {
     fn run_pass(&mut self, x: usize, j: usize, action: Action) {
         let mut ps = self.open(x, j, action);
         let layers = self.costs.workload.model.layers;
-        for u in super::reshard::units(self.pipe, layers, x, action) {
+        for u in crate::pipeline::reshard::units(self.pipe, layers, x, action) {
             self.unit(&mut ps, u);
             self.note_grad(&ps, u);
         }
@@ -839,7 +839,7 @@ impl<'a, S: Sink> Walk<'a, S> {
 
     /// After `done` (per TP rank), slice `x`'s transfers of `flow` to every
     /// GPU of the neighbouring stage that holds part of its samples (and,
-    /// under TP, of its sequence: [`super::tp_links`]); the receiving slots
+    /// under TP, of its sequence: [`crate::pipeline::tp_links`]); the receiving slots
     /// wait for them.
     fn send(&mut self, x: &Slice, flow: Flow, label: OpLabel, done: &[OpId]) {
         let to_virtual = match flow {
@@ -852,7 +852,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         let pipe = self.pipe;
         let (ft, tt) = (pipe.stages[x.s].tp.max(1), pipe.stages[to_stage].tp.max(1));
         let ttp = pipe.tensor(to_stage);
-        let links = super::tp_links(ft, tt, pipe.sequence_parallel);
+        let links = crate::pipeline::tp_links(ft, tt, pipe.sequence_parallel);
         let targets = overlaps(self.table.slices(to_stage, size), x.lo, x.hi);
         for (h, ov, recv_n) in targets {
             let group = pipe.stages[to_stage].group(h).to_vec();
@@ -978,7 +978,7 @@ impl<'a, S: Sink> Walk<'a, S> {
     }
 
     /// The buckets of every stage whose data-parallel group reduces during
-    /// the last micro-batch's backward ([`super::buckets`]: Megatron's
+    /// the last micro-batch's backward ([`crate::pipeline::buckets`]: Megatron's
     /// under `overlap_grad_reduce`, FSDP2's per unit inside pipeline
     /// stages); a stage of one replica reduces nothing.
     fn plan_buckets(&mut self) {
@@ -1232,7 +1232,7 @@ impl<'a, S: Sink> Walk<'a, S> {
     }
 
     /// FSDP / HSDP inside a one-stage plan, unit by unit
-    /// ([`super::reshard`]): the stage's `order` walked one use at a time,
+    /// ([`crate::pipeline::reshard`]): the stage's `order` walked one use at a time,
     /// each use on every simulated replica before the next (so a shard
     /// group's collectives follow all its members), its all-gather
     /// prefetched two phases ahead, its reduction after it when its
@@ -1242,7 +1242,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         let st = &pipe.stages[0];
         let layers = self.costs.workload.model.layers;
         let sync = self.plan.strategy.accumulation == crate::strategy::Accumulation::Sync;
-        let uses = super::reshard::uses(pipe, layers, order, sync);
+        let uses = crate::pipeline::reshard::uses(pipe, layers, order, sync);
         let (after, first) = prefetch_after(&uses);
         let (t, h) = (st.tp.max(1) as usize, st.shard_width(&self.plan.strategy));
         let ranks = self.costs.ranks();
@@ -1275,7 +1275,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         let mut n = 0;
         for &(x, action) in order {
             let mut passes: Vec<Pass> = replicas.iter().map(|&j| self.open(x, j, action)).collect();
-            for u in super::reshard::units(pipe, layers, x, action) {
+            for u in crate::pipeline::reshard::units(pipe, layers, x, action) {
                 self.before_use(n, &mut passes);
                 for ps in &mut passes {
                     self.unit(ps, u);

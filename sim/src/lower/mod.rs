@@ -1,0 +1,16 @@
+//! Lowering: a plan's iteration turned into ops, their memory changes and
+//! the dependencies between them, emitted into a [`Sink`] (the engine
+//! graph, or the fast model's timeline).
+//!
+//! * [`sink`]: the sink, the collective records and the lowered iteration;
+//! * [`data_parallel`]: the walk of a one-stage layout's phases (layered,
+//!   no-sync or sync accumulation, uneven per-GPU batches and state
+//!   fractions, offload);
+//! * [`pipeline`]: the walk of a pipeline schedule's passes over stages
+//!   (GPipe, 1F1B, interleaved, ZB-H1), with TP, buckets and FSDP per unit.
+
+pub mod data_parallel;
+pub mod pipeline;
+pub mod sink;
+
+pub use sink::{at, CollectiveRecord, Group, Lowered, LoweredParts, Sink};
