@@ -38,14 +38,14 @@
 //!
 //! [`CostModel::comm_overlaps_compute`]: crate::cost::CostModel::comm_overlaps_compute
 
-use super::sink::{at, CollectiveRecord, Group, Lowered, LoweredParts, Sink};
-use crate::comm::CollectiveKind;
+use super::collectives::Collectives;
+use super::dp_group::{DpGroup, Gathering, Reduction};
+use super::sink::{at, Lowered, LoweredParts, Sink};
 use crate::data_parallel::{Description, Mem, OpKind, PhaseKind, Step};
 use crate::engine::{Category, Graph, MemAt, MemChange, MemKind, OpId, OpLabel, Stream, NO_INDEX};
 use crate::strategy::{Offload, Sharding};
 use crate::symmetry::NodeClasses;
 use crate::units::SimTime;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 struct Labels {
@@ -68,28 +68,17 @@ struct Labels {
     h2d_params: OpLabel,
 }
 
-/// A costed collective: duration (ms) and link busy times (resource, ms).
-type Costed = (f64, Rc<[(u32, f64)]>, Option<crate::comm::GroupSource>);
-
 struct Builder<'d, 'a, 's, S: Sink> {
     d: &'d Description<'a>,
     g: &'s mut S,
     lb: Labels,
-    collectives: Vec<CollectiveRecord>,
+    /// The collectives: priced, sharing links, recorded.
+    c: Collectives<'d>,
+    /// Every rank, in order (the data-parallel group).
+    all: Rc<[usize]>,
     mems: Vec<MemChange>,
-    /// Collective durations (ms) and link busy times (resource, ms) already
-    /// costed, by (kind, group, bytes of the whole buffer): every block has
-    /// the same size, so most repeat.
-    durs: HashMap<(CollectiveKind, Group, u64), Costed>,
     /// Declare link shares (the engine graph with link sharing on).
     contention: bool,
-    /// Link busy times of the collectives costed since the last one emitted.
-    pending: Vec<(u32, f64)>,
-    /// Where the last collective costed got its time (taken by the next
-    /// one emitted).
-    pending_source: Option<crate::comm::GroupSource>,
-    /// Per rank: whether its ops are emitted (`None`: every rank's).
-    simulated: Option<&'d [bool]>,
     /// Collectives block their ranks' next compute op.
     blocking: bool,
     /// Per rank: the collective its next compute op waits for (blocking).
@@ -99,73 +88,7 @@ struct Builder<'d, 'a, 's, S: Sink> {
 impl<S: Sink> Builder<'_, '_, '_, S> {
     /// Whether rank `r`'s ops are emitted.
     fn on(&self, r: usize) -> bool {
-        self.simulated.is_none_or(|s| s[r])
-    }
-
-    /// The emitted ranks of `ranks`.
-    fn emitted(&self, ranks: &[usize]) -> Vec<usize> {
-        ranks.iter().copied().filter(|&r| self.on(r)).collect()
-    }
-
-    /// Duration (ms) of a `kind` collective over `group` (ranks `ranks`,
-    /// pieces `pieces` of a buffer of `bytes` whose split the plan fixes).
-    fn collective_ms(
-        &mut self,
-        kind: CollectiveKind,
-        group: Group,
-        bytes: f64,
-        ranks: &[usize],
-        pieces: impl FnOnce() -> Vec<f64>,
-    ) -> f64 {
-        let costs = self.d.costs;
-        let contention = self.contention;
-        let simulated = self.simulated;
-        let (ms, busy, source) = self
-            .durs
-            .entry((kind, group, bytes.to_bits()))
-            .or_insert_with(|| {
-                let pieces = pieces();
-                let ms = costs.group_collective_ms(kind, ranks, &pieces);
-                let source = costs.comm_source(kind, ranks, &pieces);
-                let busy: Rc<[(u32, f64)]> = if contention {
-                    costs
-                        .group_collective_shares(kind, ranks, &pieces, ms)
-                        .into_iter()
-                        // Only links of emitted ranks' nodes can be shared.
-                        .filter(|&(r, _)| simulated.is_none_or(|s| s[costs.links.owner_rank(r)]))
-                        .map(|(r, f)| (r, f as f64 * ms))
-                        .collect()
-                } else {
-                    Rc::from(Vec::new())
-                };
-                (ms, busy, source)
-            });
-        self.pending.extend(busy.iter().copied());
-        // The next collective op recorded is this one's.
-        self.pending_source = *source;
-        *ms
-    }
-
-    /// The pending link busy times as shares of an op lasting `dur`.
-    fn take_shares(&mut self, dur: SimTime) -> Vec<(u32, f32)> {
-        let mut busy = std::mem::take(&mut self.pending);
-        let total = dur.as_ms();
-        if total <= 0.0 || busy.is_empty() {
-            return Vec::new();
-        }
-        busy.sort_by_key(|x| x.0);
-        let mut out: Vec<(u32, f32)> = Vec::with_capacity(busy.len());
-        let mut i = 0;
-        while i < busy.len() {
-            let r = busy[i].0;
-            let mut t = 0.0;
-            while i < busy.len() && busy[i].0 == r {
-                t += busy[i].1;
-                i += 1;
-            }
-            out.push((r, (t / total).min(1.0) as f32));
-        }
-        out
+        self.c.on(r)
     }
 
     /// A local op of `rank`; device changes go to its GPU's pool, host
@@ -211,40 +134,25 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
         op
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn collective(
-        &mut self,
-        ranks: &[usize],
-        stream: Stream,
-        rec: (CollectiveKind, u32, Group, u32, f64),
-        dur: SimTime,
-        deps: &[OpId],
-        label: OpLabel,
-        mems: &[MemChange],
-    ) -> OpId {
-        let r32: Vec<u32> = ranks.iter().map(|&r| r as u32).collect();
-        let op = self.g.collective(&r32, stream, dur, deps, label, mems);
+    /// Under blocking collectives: each GPU's next compute op waits for
+    /// the last collective it joined among `ops` (by position in `ranks`).
+    fn block(&mut self, ranks: &[usize], ops: impl Fn(usize) -> Option<OpId>) {
         if self.blocking {
-            for &r in ranks {
-                self.blocked_by[r] = Some(op);
+            for (pos, &r) in ranks.iter().enumerate() {
+                if let Some(op) = ops(pos) {
+                    self.blocked_by[r] = Some(op);
+                }
             }
         }
-        let shares = self.take_shares(dur);
-        if !shares.is_empty() {
-            self.g.shares(op, &shares);
+    }
+
+    /// The data-parallel group: every GPU, in the plan's shard groups.
+    fn group<'r>(&self, all: &'r [usize]) -> DpGroup<'r> {
+        DpGroup {
+            ranks: all,
+            shard_width: self.d.groups.group_size,
+            sharding: self.d.strategy.sharding,
         }
-        let (kind, unit, group, count, buffer_bytes) = rec;
-        self.collectives.push(CollectiveRecord {
-            op,
-            kind,
-            unit,
-            group,
-            count,
-            buffer_bytes,
-            dur,
-            source: self.pending_source.take(),
-        });
-        op
     }
 
     /// All-gathers of phase `p` (one per shard group; `None` for a group
@@ -255,61 +163,35 @@ impl<S: Sink> Builder<'_, '_, '_, S> {
         let u = ph.unit as usize;
         let pb = d.units[u].param_bytes;
         let pass = ph.pass.unwrap_or(NO_INDEX);
-        (0..d.groups.count())
-            .map(|k| {
-                let all: Vec<usize> = d.groups.shard_group(k).collect();
-                let ranks = self.emitted(&all);
-                if ranks.is_empty() {
-                    return None;
+        let all = Rc::clone(&self.all);
+        let grp = self.group(&all);
+        let pieces = |k: usize| (pb as f64, d.gather_pieces(u, k));
+        let deps = |sub: &[usize]| sub.iter().filter_map(|&r| after[r]).collect();
+        let mems = |part: &[usize]| {
+            let mut mems = Vec::with_capacity(2 * part.len());
+            for &r in part {
+                mems.push(MemChange::start(r as u32, pb).of(MemKind::Params));
+                // A GPU with nothing to compute in the phase frees at
+                // once when the phase reshards (a GPU with no samples).
+                if d.step_count(r, p) == 0 && ph.reshard {
+                    mems.push(MemChange::end(r as u32, -pb).of(MemKind::Params));
                 }
-                let pieces = d.gather_pieces(u, k);
-                let dur = crate::data_parallel::dur(self.collective_ms(
-                    CollectiveKind::AllGather,
-                    Group::Shard(k),
-                    pb as f64,
-                    &all,
-                    || pieces.clone(),
-                ));
-                let deps: Vec<OpId> = ranks.iter().filter_map(|&r| after[r]).collect();
-                let mut mems = Vec::with_capacity(2 * ranks.len());
-                for &r in &ranks {
-                    mems.push(MemChange::start(r as u32, pb).of(MemKind::Params));
-                    // A GPU with nothing to compute in the phase frees at
-                    // once when the phase reshards (a GPU with no samples).
-                    if d.step_count(r, p) == 0 && ph.reshard {
-                        mems.push(MemChange::end(r as u32, -pb).of(MemKind::Params));
-                    }
-                }
-                let buffer = CollectiveKind::AllGather.buffer_bytes(&as_ranks(&pieces));
-                Some(self.collective(
-                    &ranks,
-                    Stream::Comm,
-                    (
-                        CollectiveKind::AllGather,
-                        ph.unit,
-                        Group::Shard(k),
-                        1,
-                        buffer,
-                    ),
-                    dur,
-                    &deps,
-                    at(self.lb.ag, ph.unit, pass),
-                    &mems,
-                ))
-            })
-            .collect()
+            }
+            mems
+        };
+        let a = Gathering {
+            unit: ph.unit,
+            pieces: &pieces,
+            deps: &deps,
+            mems: &mems,
+            stream: Stream::Comm,
+            label: at(self.lb.ag, ph.unit, pass),
+        };
+        let ops = grp.gather(&mut self.c, self.g, &a);
+        let h = grp.shard_width.max(1);
+        self.block(&all, |pos| ops[pos / h]);
+        ops
     }
-}
-
-fn as_ranks(pieces: &[f64]) -> Vec<crate::comm::CollectiveRank> {
-    pieces
-        .iter()
-        .map(|&p| crate::comm::CollectiveRank {
-            node: 0,
-            local: 0,
-            piece_bytes: p,
-        })
-        .collect()
 }
 
 /// Per-rank construction state.
@@ -429,13 +311,14 @@ impl<'d, 'a, 's, S: Sink> Builder<'d, 'a, 's, S> {
             d,
             g,
             lb,
-            collectives: Vec::new(),
+            c: Collectives::new(
+                d.costs,
+                how.classes.map(|c| &c.simulated[..]),
+                how.contention,
+            ),
+            all: (0..d.ranks()).collect(),
             mems: Vec::with_capacity(16),
-            durs: HashMap::new(),
             contention: how.contention,
-            pending: Vec::new(),
-            pending_source: None,
-            simulated: how.classes.map(|c| &c.simulated[..]),
             blocking: how.blocking_collectives || !d.costs.comm_overlaps_compute(),
             blocked_by: vec![None; d.ranks()],
         }
@@ -634,13 +517,14 @@ pub fn lower_into<S: Sink>(d: &Description<'_>, how: &Lowering<'_>, g: &mut S) -
     LoweredParts {
         base_device_bytes,
         base_host_bytes,
-        collectives: b.collectives,
+        collectives: b.c.records,
     }
 }
 
-/// The gradient reductions after phase `p`: DDP's bucketed all-reduce, or
-/// each shard group's reduce-scatter (and HSDP's all-reduce across the
-/// groups), then an offloaded optimizer's gradient copies.
+/// The gradient reductions after phase `p` by the data-parallel group
+/// ([`DpGroup::reduce`]: DDP's bucketed all-reduce, or each shard group's
+/// reduce-scatter and HSDP's all-reduce across the groups), then an
+/// offloaded optimizer's gradient copies.
 fn reduce<S: Sink>(
     b: &mut Builder<'_, '_, '_, S>,
     p: usize,
@@ -648,198 +532,88 @@ fn reduce<S: Sink>(
     st: &mut [RankState],
 ) {
     let d = b.d;
-    let mut final_op: Vec<Option<OpId>> = vec![None; d.ranks()];
-    if d.strategy.sharding == Sharding::NoShard {
-        all_reduce_buckets(b, p, phase_end, st, &mut final_op);
-    } else {
-        let rs_ops = reduce_scatter_groups(b, p, phase_end, st, &mut final_op);
-        if d.strategy.sharding == Sharding::Hybrid && d.groups.count() > 1 {
-            all_reduce_replicas(b, p, &rs_ops, st, &mut final_op);
-        }
-    }
-    if d.strategy.offload == Offload::Optimizer && d.phases[p].reduce {
-        copy_grads_down(b, p, phase_end, st, &final_op);
-    }
-}
-
-/// DDP (no sharding): the unit's gradient buckets all-reduced over every
-/// GPU after phase `p`, one op for all buckets.
-fn all_reduce_buckets<S: Sink>(
-    b: &mut Builder<'_, '_, '_, S>,
-    p: usize,
-    phase_end: &[Option<OpId>],
-    st: &mut [RankState],
-    final_op: &mut [Option<OpId>],
-) {
-    let d = b.d;
-    let ph = d.phases[p];
-    let u = ph.unit as usize;
-    let pass = ph.pass.unwrap_or(NO_INDEX);
-    let ranks = d.ranks();
-    let buckets = d.ddp_buckets(u);
-    if buckets.is_empty() || ranks <= 1 {
-        return;
-    }
-    let all: Vec<usize> = (0..ranks).collect();
-    let part = b.emitted(&all);
-    let ms: f64 = buckets
-        .iter()
-        .map(|&bytes| {
-            b.collective_ms(
-                CollectiveKind::AllReduce,
-                Group::Shard(0),
-                bytes,
-                &all,
-                || vec![bytes; ranks],
-            )
-        })
-        .sum();
-    let deps: Vec<OpId> = (0..ranks)
-        .filter_map(|r| phase_end[r].or(st[r].last_bwd[u]))
-        .collect();
-    let op = b.collective(
-        &part,
-        Stream::Comm,
-        (
-            CollectiveKind::AllReduce,
-            ph.unit,
-            Group::Shard(0),
-            buckets.len() as u32,
-            buckets.iter().sum(),
-        ),
-        crate::data_parallel::dur(ms),
-        &deps,
-        at(b.lb.ar_buckets, ph.unit, pass),
-        &[],
-    );
-    for &r in &part {
-        final_op[r] = Some(op);
-        st[r].last_reduce = Some(op);
-    }
-}
-
-/// Each shard group's reduce-scatter of the unit's gradient after phase
-/// `p`, freeing the gradients (and kept parameters); the ops emitted.
-fn reduce_scatter_groups<S: Sink>(
-    b: &mut Builder<'_, '_, '_, S>,
-    p: usize,
-    phase_end: &[Option<OpId>],
-    st: &mut [RankState],
-    final_op: &mut [Option<OpId>],
-) -> Vec<OpId> {
-    let d = b.d;
     let ph = d.phases[p];
     let u = ph.unit as usize;
     let pass = ph.pass.unwrap_or(NO_INDEX);
     let gb = d.units[u].grad_bytes;
-    let mut rs_ops = Vec::with_capacity(d.groups.count());
-    for k in 0..d.groups.count() {
-        let all: Vec<usize> = d.groups.shard_group(k).collect();
-        let group = b.emitted(&all);
-        if group.is_empty() {
-            continue;
-        }
-        let pieces = d.reduce_pieces(u, k);
-        let dur = crate::data_parallel::dur(b.collective_ms(
-            CollectiveKind::ReduceScatter,
-            Group::Shard(k),
-            gb as f64,
-            &all,
-            || pieces.clone(),
-        ));
-        // Every rank's gradient of the unit: this phase's compute,
-        // or its last backward of the unit in an earlier pass.
-        let deps: Vec<OpId> = group
+    let all = Rc::clone(&b.all);
+    let grp = b.group(&all);
+    let buckets = if d.strategy.sharding == Sharding::NoShard {
+        d.ddp_buckets(u)
+    } else {
+        Vec::new()
+    };
+    let pieces = |k: usize| (gb as f64, d.reduce_pieces(u, k));
+    let replica_bytes = |q: usize| d.replica_buffer(u, q);
+    // Every rank's gradient of the unit: this phase's compute, or its
+    // last backward of the unit in an earlier pass.
+    let deps = |ranks: &[usize]| {
+        ranks
             .iter()
             .filter_map(|&r| phase_end[r].or(st[r].last_bwd[u]))
-            .collect();
-        let mut mems = Vec::with_capacity(3 * group.len());
-        for &r in &group {
-            // A GPU that produced no gradient for the unit (no
-            // samples, or no micro-batch in this pass) still
-            // reduces a buffer of zeros.
+            .collect()
+    };
+    let mut freed: Vec<usize> = Vec::new();
+    let mut mems = |part: &[usize]| {
+        if d.strategy.sharding == Sharding::NoShard {
+            return Vec::new();
+        }
+        let mut mems = Vec::with_capacity(3 * part.len());
+        for &r in part {
+            // A GPU that produced no gradient for the unit (no samples,
+            // or no micro-batch in this pass) still reduces a buffer of
+            // zeros.
             if !st[r].grad_live[u] {
                 mems.push(MemChange::start(r as u32, gb).of(MemKind::Grads));
             }
             mems.push(MemChange::end(r as u32, -gb).of(MemKind::Grads));
-            st[r].grad_live[u] = false;
-            // Parameters kept since an earlier phase (SHARD_GRAD_OP)
-            // free here on a GPU that did not compute this phase.
+            freed.push(r);
+            // Parameters kept since an earlier phase (SHARD_GRAD_OP) free
+            // here on a GPU that did not compute this phase.
             if ph.reshard && !ph.gather && d.step_count(r, p) == 0 {
                 mems.push(MemChange::end(r as u32, -d.units[u].param_bytes).of(MemKind::Params));
             }
         }
-        let buffer = CollectiveKind::ReduceScatter.buffer_bytes(&as_ranks(&pieces));
-        let op = b.collective(
-            &group,
-            Stream::Comm,
-            (
-                CollectiveKind::ReduceScatter,
-                ph.unit,
-                Group::Shard(k),
-                1,
-                buffer,
+        mems
+    };
+    let (label, stream) = if d.strategy.sharding == Sharding::NoShard {
+        (b.lb.ar_buckets, Stream::Comm)
+    } else {
+        (b.lb.rs, Stream::Comm)
+    };
+    let done = grp.reduce(
+        &mut b.c,
+        b.g,
+        Reduction {
+            unit: ph.unit,
+            buckets: &buckets,
+            pieces: &pieces,
+            replica_bytes: &replica_bytes,
+            deps: &deps,
+            mems: &mut mems,
+            stream,
+            labels: (
+                at(label, ph.unit, pass),
+                at(b.lb.ar_replicas, ph.unit, pass),
             ),
-            dur,
-            &deps,
-            at(b.lb.rs, ph.unit, pass),
-            &mems,
-        );
-        for &r in &group {
-            final_op[r] = Some(op);
+        },
+    );
+    for r in freed {
+        st[r].grad_live[u] = false;
+    }
+    b.block(&all, |pos| done.replica[pos].or(done.shard[pos]));
+    let mut final_op: Vec<Option<OpId>> = vec![None; d.ranks()];
+    for (r, f) in final_op.iter_mut().enumerate() {
+        if let Some(op) = done.shard[r] {
             st[r].last_reduce = Some(op);
         }
-        rs_ops.push(op);
-    }
-    rs_ops
-}
-
-/// HSDP: the shards all-reduced across the shard groups after their
-/// reduce-scatters (`rs_ops`), on the reduce stream.
-fn all_reduce_replicas<S: Sink>(
-    b: &mut Builder<'_, '_, '_, S>,
-    p: usize,
-    rs_ops: &[OpId],
-    st: &mut [RankState],
-    final_op: &mut [Option<OpId>],
-) {
-    let d = b.d;
-    let ph = d.phases[p];
-    let u = ph.unit as usize;
-    let pass = ph.pass.unwrap_or(NO_INDEX);
-    for j in 0..d.groups.group_size {
-        let all = d.groups.replica_group(j);
-        let replicas = b.emitted(&all);
-        if replicas.is_empty() {
-            continue;
-        }
-        let bytes = d.replica_buffer(u, j);
-        let dur = crate::data_parallel::dur(b.collective_ms(
-            CollectiveKind::AllReduce,
-            Group::Replica(j),
-            bytes,
-            &all,
-            || vec![bytes; all.len()],
-        ));
-        let op = b.collective(
-            &replicas,
-            Stream::Reduce,
-            (
-                CollectiveKind::AllReduce,
-                ph.unit,
-                Group::Replica(j),
-                1,
-                bytes,
-            ),
-            dur,
-            rs_ops,
-            at(b.lb.ar_replicas, ph.unit, pass),
-            &[],
-        );
-        for &r in &replicas {
-            final_op[r] = Some(op);
+        if let Some(op) = done.replica[r] {
             st[r].last_replica = Some(op);
         }
+        *f = done.replica[r].or(done.shard[r]);
+    }
+    if d.strategy.offload == Offload::Optimizer && ph.reduce {
+        copy_grads_down(b, p, phase_end, st, &final_op);
     }
 }
 

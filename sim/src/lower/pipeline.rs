@@ -48,12 +48,13 @@
 //! allocate the receiver's. Constant memory: framework overhead, the
 //! fixed workspace, the stage's state (see [`base_device_bytes`]).
 
-use crate::comm::CollectiveKind;
-use crate::cost::{collective_ranks, CostModel};
+use super::collectives::Collectives;
+use super::dp_group::{DpGroup, Gathering, Reduced, Reduction};
+use super::sink::{at, Lowered, LoweredParts, Sink};
+use crate::cost::CostModel;
 use crate::data_parallel::{dur, round, Micro};
 use crate::engine::{Category, Graph, MemChange, MemKind, OpId, OpLabel, Stream, NO_INDEX};
 use crate::error::PlanError;
-use crate::lower::{at, CollectiveRecord, Group, Lowered, LoweredParts, Sink};
 use crate::pipeline::buckets::{grad_sync, stage_buckets, Bucket};
 use crate::pipeline::costs::{PipeCosts, TpTimes};
 use crate::pipeline::reshard::{prefetch_after, Use};
@@ -205,6 +206,85 @@ impl Labels {
     }
 }
 
+impl Labels {
+    /// The labels of a whole-stage or bucket reduction of `grp` (its
+    /// all-reduce or reduce-scatter, HSDP's all-reduce), with a bucket's
+    /// unit and micro-batch when `at_unit` gives them.
+    fn stage(&self, grp: &DpGroup<'_>, at_unit: Option<(u32, u32)>) -> (OpLabel, OpLabel) {
+        let l = |l: OpLabel| at_unit.map_or(l, |(u, k)| at(l, u, k));
+        let first = if grp.sharding == Sharding::NoShard {
+            self.all_reduce
+        } else {
+            self.reduce_scatter
+        };
+        (l(first), l(self.all_reduce))
+    }
+}
+
+/// A stage's (or a bucket's) gradient reduction over `grp`, `op` = (the
+/// stage its record carries, gradient bytes per GPU), after `after` of its
+/// GPUs, on the reduce stream ([`DpGroup::reduce`]; nothing for a group of
+/// one GPU).
+fn stage_reduce<S: Sink>(
+    c: &mut Collectives<'_>,
+    g: &mut S,
+    grp: &DpGroup<'_>,
+    op: (usize, f64),
+    after: &dyn Fn(&[usize]) -> Vec<OpId>,
+    labels: (OpLabel, OpLabel),
+) -> Reduced {
+    let (s, bytes) = op;
+    let (n, h) = (grp.ranks.len(), grp.shard_width.max(1));
+    let pieces = |k: usize| {
+        let m = h.min(n - k * h);
+        (bytes, vec![bytes / m as f64; m])
+    };
+    let replica_bytes = |_| bytes / h as f64;
+    grp.reduce(
+        c,
+        g,
+        Reduction {
+            unit: s as u32,
+            buckets: &[bytes],
+            pieces: &pieces,
+            replica_bytes: &replica_bytes,
+            deps: after,
+            mems: &mut |_| Vec::new(),
+            stream: Stream::Reduce,
+            labels,
+        },
+    )
+}
+
+/// An all-gather of `op` = (the stage its record carries, parameter bytes
+/// per GPU) over `grp`, one shard group, after `deps`, on the reduce
+/// stream.
+fn stage_gather<S: Sink>(
+    c: &mut Collectives<'_>,
+    g: &mut S,
+    grp: &DpGroup<'_>,
+    op: (usize, f64),
+    deps: &[OpId],
+    label: OpLabel,
+) -> OpId {
+    let (s, bytes) = op;
+    let n = grp.ranks.len();
+    let pieces = |_| (bytes, vec![bytes / n as f64; n]);
+    let a = Gathering {
+        unit: s as u32,
+        pieces: &pieces,
+        deps: &|_| deps.to_vec(),
+        mems: &|_| Vec::new(),
+        stream: Stream::Reduce,
+        label,
+    };
+    let grp = DpGroup {
+        shard_width: n,
+        ..*grp
+    };
+    grp.gather(c, g, &a)[0].expect("an emitted member")
+}
+
 /// Builds the engine graph of one iteration of a pipeline plan.
 pub fn lower(
     costs: &CostModel,
@@ -245,10 +325,8 @@ pub fn lower_into<S: Sink>(
             "internal: the stages' orders deadlock",
         )
     })?;
-    let labels = Labels::intern(g);
     let table = PipeCosts::new(costs, plan, pipe)?;
-    let mut walk = Walk::new(costs, plan, pipe, table, labels, contention, g);
-    walk.simulated = classes.simulated.clone();
+    let mut walk = Walk::new(costs, plan, pipe, table, contention, classes, g);
     if pipe.reshards_after_forward(&plan.strategy) {
         // FSDP / HSDP at one stage: unit by unit, every replica at once.
         walk.per_unit_walk(&order);
@@ -373,7 +451,8 @@ struct Walk<'a, S: Sink> {
     /// to `L`, `L + 1` the head), by rank (sorted), the gather of its
     /// parameters micro-batch 0's forward waits for (empty otherwise).
     gathers: Vec<Vec<(u32, OpId)>>,
-    collectives: Vec<CollectiveRecord>,
+    /// The collectives: priced, sharing links, recorded.
+    c: Collectives<'a>,
     /// Per rank: simulated event by event ([`NodeClasses::simulated`]).
     simulated: Vec<bool>,
     /// FSDP / HSDP per unit at one stage (`None` otherwise).
@@ -412,13 +491,7 @@ struct PerUnit {
     gathers: Vec<(usize, Vec<OpId>)>,
     /// Per rank, its latest reduction (what its optimizer step waits for).
     last_reduce: Vec<Option<OpId>>,
-    /// Collective durations (ms) and link shares, by kind, ranks and
-    /// piece bytes.
-    priced: std::collections::HashMap<(CollectiveKind, Vec<usize>, u64), Priced>,
 }
-
-/// A collective's duration (ms) and the link shares it declares.
-type Priced = (f64, Vec<(u32, f32)>);
 
 impl<'a, S: Sink> Walk<'a, S> {
     fn new(
@@ -426,10 +499,11 @@ impl<'a, S: Sink> Walk<'a, S> {
         plan: &'a Plan,
         pipe: &'a Pipeline,
         table: PipeCosts<'a>,
-        lb: Labels,
         contention: bool,
+        classes: &NodeClasses,
         g: &'a mut S,
     ) -> Walk<'a, S> {
+        let lb = Labels::intern(g);
         let p = pipe.depth();
         let gpus_before: Vec<usize> = (0..=pipe.virtual_depth())
             .map(|x| (0..x).map(|y| pipe.stages[y % p].gpus.len()).sum())
@@ -457,8 +531,8 @@ impl<'a, S: Sink> Walk<'a, S> {
             grad_in: Inbox::new(slots),
             last_compute: vec![None; costs.ranks()],
             gathers: Vec::new(),
-            collectives: Vec::new(),
-            simulated: vec![true; costs.ranks()],
+            c: Collectives::new(costs, Some(&classes.simulated), contention),
+            simulated: classes.simulated.clone(),
             per_unit: None,
             extra: Vec::new(),
             buckets: vec![Vec::new(); p],
@@ -929,36 +1003,38 @@ impl<'a, S: Sink> Walk<'a, S> {
         let st = &pipe.stages[s];
         let params = pipe.rank_params(s, &self.costs.workload.model);
         let (d, t) = (st.dp(), st.tp.max(1) as usize);
+        let reduce_bytes = self.precision.grads.bytes() * params;
         for i in 0..t {
             let group = st.dp_group(i);
-            let after: Vec<OpId> = group.iter().filter_map(|&r| self.last_compute[r]).collect();
-            let reduce_bytes = self.precision.grads.bytes() * params;
-            if strategy.sharding == Sharding::Hybrid {
-                let after: Vec<Vec<OpId>> = group
-                    .iter()
-                    .map(|&r| self.last_compute[r].into_iter().collect())
-                    .collect();
-                let done = self.hybrid_reduce(s, &group, reduce_bytes, &after, None);
-                self.optimizer_steps(&group, &done);
-                continue;
-            }
-            let (kind, label, piece) = match strategy.sharding {
-                Sharding::NoShard => (CollectiveKind::AllReduce, self.lb.all_reduce, reduce_bytes),
-                _ => (
-                    CollectiveKind::ReduceScatter,
-                    self.lb.reduce_scatter,
-                    reduce_bytes / d as f64,
-                ),
-            };
-            let reduced = (d > 1).then(|| self.collective(s, &group, kind, label, piece, &after));
-            let done: Vec<Vec<OpId>> = vec![reduced.into_iter().collect(); d];
+            let last = &self.last_compute;
+            let after = |ranks: &[usize]| ranks.iter().filter_map(|&r| last[r]).collect();
+            let grp = self.dp_group(s, &group);
+            let reduced = stage_reduce(
+                &mut self.c,
+                self.g,
+                &grp,
+                (s, reduce_bytes),
+                &after,
+                self.lb.stage(&grp, None),
+            );
+            let done: Vec<Vec<OpId>> = (0..d).map(|pos| reduced.done(pos, &[])).collect();
             let steps = self.optimizer_steps(&group, &done);
             // (FSDP inside a stage gathers at the next step's start.)
             if strategy.sharding == Sharding::GradOp && d > 1 {
-                let bytes = self.precision.comm.bytes() * params / d as f64;
+                let bytes = self.precision.comm.bytes() * params;
                 let label = self.lb.all_gather;
-                self.collective(s, &group, CollectiveKind::AllGather, label, bytes, &steps);
+                let grp = self.dp_group(s, &group);
+                stage_gather(&mut self.c, self.g, &grp, (s, bytes), &steps, label);
             }
+        }
+    }
+
+    /// Stage `s`'s data-parallel group `ranks` (one TP rank's replicas).
+    fn dp_group<'r>(&self, s: usize, ranks: &'r [usize]) -> DpGroup<'r> {
+        DpGroup {
+            ranks,
+            shard_width: self.pipe.stages[s].shard_width(&self.plan.strategy),
+            sharding: self.plan.strategy.sharding,
         }
     }
 
@@ -1044,44 +1120,30 @@ impl<'a, S: Sink> Walk<'a, S> {
     /// reduce-scatter in the shard groups, all-reduce across them), on
     /// the reduce stream.
     fn reduce_bucket(&mut self, s: usize, b: usize) {
-        let pipe = self.pipe;
-        let strategy = self.plan.strategy;
-        let st = &pipe.stages[s];
+        let st = &self.pipe.stages[s];
         let bucket = self.buckets[s][b].clone();
         let bytes = self.precision.grads.bytes() * bucket.params;
-        let (d, t) = (st.dp(), st.tp.max(1) as usize);
         let unit = bucket.units[0];
-        let k = pipe.microbatches - 1;
-        for i in 0..t {
+        let k = self.pipe.microbatches - 1;
+        for i in 0..st.tp.max(1) as usize {
             let group = st.dp_group(i);
-            let after: Vec<Vec<OpId>> = group
-                .iter()
-                .map(|&r| {
-                    let r = r as u32;
-                    bucket
-                        .units
-                        .iter()
-                        .filter_map(|&u| self.grad_ops.get(&(r, u)).copied())
-                        .collect()
-                })
-                .collect();
-            let done: Vec<Vec<OpId>> = if strategy.sharding == Sharding::Hybrid {
-                self.hybrid_reduce(s, &group, bytes, &after, Some((unit, k)))
-            } else {
-                let (kind, label, piece) = match strategy.sharding {
-                    Sharding::NoShard => (CollectiveKind::AllReduce, self.lb.all_reduce, bytes),
-                    _ => (
-                        CollectiveKind::ReduceScatter,
-                        self.lb.reduce_scatter,
-                        bytes / d as f64,
-                    ),
-                };
-                let deps: Vec<OpId> = after.concat();
-                let op = self.collective(s, &group, kind, at(label, unit, k), piece, &deps);
-                vec![vec![op]; d]
+            let grad_ops = &self.grad_ops;
+            let after = |ranks: &[usize]| {
+                let units = &bucket.units;
+                ranks
+                    .iter()
+                    .flat_map(|&r| {
+                        units
+                            .iter()
+                            .filter_map(move |&u| grad_ops.get(&(r as u32, u)).copied())
+                    })
+                    .collect()
             };
-            for (&r, ops) in group.iter().zip(&done) {
-                if let Some(&op) = ops.last() {
+            let grp = self.dp_group(s, &group);
+            let labels = self.lb.stage(&grp, Some((unit, k)));
+            let done = stage_reduce(&mut self.c, self.g, &grp, (s, bytes), &after, labels);
+            for (pos, &r) in group.iter().enumerate() {
+                if let Some(&op) = done.done(pos, &[]).last() {
                     self.last_reduce[r] = Some(op);
                 }
             }
@@ -1096,8 +1158,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         let pipe = self.pipe;
         let strategy = self.plan.strategy;
         let st = &pipe.stages[s];
-        let (d, t) = (st.dp(), st.tp.max(1) as usize);
-        for i in 0..t {
+        for i in 0..st.tp.max(1) as usize {
             let group = st.dp_group(i);
             let deps: Vec<Vec<OpId>> = group
                 .iter()
@@ -1109,87 +1170,16 @@ impl<'a, S: Sink> Walk<'a, S> {
             }
             for b in (0..self.buckets[s].len()).rev() {
                 let bucket = &self.buckets[s][b];
-                let bytes = self.precision.comm.bytes() * bucket.params / d as f64;
+                let bytes = self.precision.comm.bytes() * bucket.params;
                 let label = at(
                     self.lb.all_gather,
                     *bucket.units.last().expect("a unit"),
                     NO_INDEX,
                 );
-                self.collective(s, &group, CollectiveKind::AllGather, label, bytes, &steps);
+                let grp = self.dp_group(s, &group);
+                stage_gather(&mut self.c, self.g, &grp, (s, bytes), &steps, label);
             }
         }
-    }
-
-    /// HSDP inside stage `s` (torchtitan's `dp_replicate x dp_shard`): the
-    /// data-parallel `group` (one TP rank's replicas) in shard groups of
-    /// its shard width; each reduce-scatters its gradient (`reduce_bytes`
-    /// per GPU) after its members' `after` (by position in `group`), the
-    /// GPUs holding the same shard all-reduce it across the shard groups
-    /// (the parameters are gathered at the next step's start,
-    /// [`Self::gather_params`]). Per position in `group`, what its
-    /// gradient shard is complete after. `at`: the unit and micro-batch
-    /// its labels carry (a bucket's; none for the whole stage).
-    fn hybrid_reduce(
-        &mut self,
-        s: usize,
-        group: &[usize],
-        reduce_bytes: f64,
-        after: &[Vec<OpId>],
-        at_unit: Option<(u32, u32)>,
-    ) -> Vec<Vec<OpId>> {
-        let st = &self.pipe.stages[s];
-        let h = st.shard_width(&self.plan.strategy);
-        let piece = reduce_bytes / h as f64;
-        let label = |l: OpLabel| match at_unit {
-            Some((u, k)) => at(l, u, k),
-            None => l,
-        };
-        let subs: Vec<Vec<usize>> = (0..group.len())
-            .collect::<Vec<_>>()
-            .chunks(h)
-            .map(<[usize]>::to_vec)
-            .collect();
-        let mut scattered: Vec<OpId> = Vec::new();
-        // (Groups of merged replicas only are their representatives'.)
-        let sim = self.simulated.clone();
-        let live = |g: &[usize]| g.iter().any(|&p| sim[group[p]]);
-        for sub in subs.iter().filter(|g| live(g)) {
-            let deps: Vec<OpId> = sub.iter().flat_map(|&p| after[p].iter().copied()).collect();
-            if h > 1 {
-                let ranks: Vec<usize> = sub.iter().map(|&p| group[p]).collect();
-                let l = label(self.lb.reduce_scatter);
-                scattered.push(self.collective(
-                    s,
-                    &ranks,
-                    CollectiveKind::ReduceScatter,
-                    l,
-                    piece,
-                    &deps,
-                ));
-            } else {
-                scattered.extend(deps);
-            }
-        }
-        let mut done = vec![Vec::new(); group.len()];
-        for q in 0..h {
-            let reps: Vec<usize> = subs.iter().map(|g| g[q]).collect();
-            if !live(&reps) {
-                continue;
-            }
-            let ranks: Vec<usize> = reps.iter().map(|&p| group[p]).collect();
-            let reduced = (reps.len() > 1).then(|| {
-                let l = label(self.lb.all_reduce);
-                self.collective(s, &ranks, CollectiveKind::AllReduce, l, piece, &scattered)
-            });
-            let deps: Vec<OpId> = match reduced {
-                Some(id) => vec![id],
-                None => scattered.clone(),
-            };
-            for &p in &reps {
-                done[p] = deps.clone();
-            }
-        }
-        done
     }
 
     /// The distributed optimizer's parameter all-gathers deferred to this
@@ -1207,7 +1197,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         self.gathers = vec![Vec::new(); layers + 2];
         for s in 0..self.p {
             let st = &pipe.stages[s];
-            let (t, d) = (st.tp.max(1) as usize, st.dp());
+            let t = st.tp.max(1) as usize;
             for b in (0..self.buckets[s].len()).rev() {
                 let bucket = self.buckets[s][b].clone();
                 let first = *bucket.units.last().expect("a unit");
@@ -1216,10 +1206,10 @@ impl<'a, S: Sink> Walk<'a, S> {
                     if !group.iter().any(|&r| self.simulated[r]) {
                         continue;
                     }
-                    let piece = bytes * bucket.params / d as f64;
                     let label = at(self.lb.param_gather, first, NO_INDEX);
-                    let kind = CollectiveKind::AllGather;
-                    let id = self.collective(s, &group, kind, label, piece, &[]);
+                    let grp = self.dp_group(s, &group);
+                    let op = (s, bytes * bucket.params);
+                    let id = stage_gather(&mut self.c, self.g, &grp, op, &[], label);
                     for &u in &bucket.units {
                         self.gathers[u as usize].extend(group.iter().map(|&r| (r as u32, id)));
                     }
@@ -1264,7 +1254,6 @@ impl<'a, S: Sink> Walk<'a, S> {
             group_of,
             gathers: Vec::new(),
             last_reduce: vec![None; ranks],
-            priced: std::collections::HashMap::new(),
         });
         for n in first {
             self.unit_gather(n);
@@ -1376,14 +1365,35 @@ impl<'a, S: Sink> Walk<'a, S> {
         let prm = self.unit_params(u.unit);
         let bytes = self.precision.comm.bytes() * prm;
         let held = round(self.precision.params.bytes() * prm);
+        let sharding = self.plan.strategy.sharding;
         let label = at(self.lb.unit_gather, u.unit, u.k);
+        let last = &self.last_compute;
+        let deps = |ranks: &[usize]| ranks.iter().filter_map(|&r| last[r]).collect();
+        let mems = |part: &[usize]| {
+            part.iter()
+                .map(|&r| MemChange::start(r as u32, held).of(MemKind::Params))
+                .collect()
+        };
         let ops: Vec<OpId> = groups
             .iter()
             .map(|g| {
-                let deps: Vec<OpId> = g.iter().filter_map(|&r| self.last_compute[r]).collect();
-                let kind = CollectiveKind::AllGather;
-                let mem = (held, 0);
-                self.unit_collective(u.unit, g, (kind, label), bytes / g.len() as f64, &deps, mem)
+                let h = g.len();
+                let pieces = |_| (bytes, vec![bytes / h as f64; h]);
+                let a = Gathering {
+                    unit: u.unit,
+                    pieces: &pieces,
+                    deps: &deps,
+                    mems: &mems,
+                    stream: Stream::Comm,
+                    label,
+                };
+                // One shard group.
+                let grp = DpGroup {
+                    ranks: g,
+                    shard_width: h,
+                    sharding,
+                };
+                grp.gather(&mut self.c, self.g, &a)[0].expect("a live shard group")
             })
             .collect();
         let pu = self.per_unit.as_mut().expect("per unit");
@@ -1392,156 +1402,53 @@ impl<'a, S: Sink> Walk<'a, S> {
 
     /// Use `u`'s reduction (see [`Self::after_use`]).
     fn unit_reduce(&mut self, u: Use) {
-        let pu = self.per_unit.as_ref().expect("per unit");
-        let groups = pu.groups.clone();
-        let s = self.plan.strategy;
         let prm = self.unit_params(u.unit);
         let bytes = self.precision.grads.bytes() * prm;
         let free = -round(bytes);
-        let mut reduced: Vec<OpId> = Vec::with_capacity(groups.len());
-        for g in &groups {
-            let h = g.len();
-            let deps: Vec<OpId> = g.iter().filter_map(|&r| self.last_compute[r]).collect();
-            let op = if h > 1 {
-                let how = (
-                    CollectiveKind::ReduceScatter,
-                    at(self.lb.unit_reduce, u.unit, u.k),
-                );
-                self.unit_collective(u.unit, g, how, bytes / h as f64, &deps, (0, free))
-            } else {
-                // A shard group of one GPU reduces nothing; a zero-time op
-                // frees its gradient where a reduce-scatter would.
-                let how = (
-                    CollectiveKind::ReduceScatter,
-                    at(self.lb.unit_reduce, u.unit, u.k),
-                );
-                self.unit_collective(u.unit, g, how, 0.0, &deps, (0, free))
-            };
-            for &r in g {
-                self.per_unit.as_mut().expect("per unit").last_reduce[r] = Some(op);
-            }
-            reduced.push(op);
-        }
-        if s.sharding != Sharding::Hybrid {
-            return;
-        }
-        // HSDP: GPUs at the same place of every shard group of a TP rank
-        // all-reduce their shard.
         let st = &self.pipe.stages[0];
-        let h = st.shard_width(&s);
-        let piece = bytes / h as f64;
+        let labels = (
+            at(self.lb.unit_reduce, u.unit, u.k),
+            at(self.lb.unit_all_reduce, u.unit, u.k),
+        );
         for i in 0..st.tp.max(1) as usize {
-            let dp = st.dp_group(i);
-            if dp.len() <= h {
-                continue;
-            }
-            let deps: Vec<OpId> = groups
-                .iter()
-                .zip(&reduced)
-                .filter(|(g, _)| dp.contains(&g[0]))
-                .map(|(_, &op)| op)
-                .collect();
-            for q in 0..h {
-                let reps: Vec<usize> = dp.iter().skip(q).step_by(h).copied().collect();
-                if !reps.iter().any(|&r| self.simulated[r]) {
-                    continue;
+            let group = st.dp_group(i);
+            let grp = self.dp_group(0, &group);
+            let h = grp.shard_width.max(1);
+            let last = &self.last_compute;
+            let deps = |ranks: &[usize]| ranks.iter().filter_map(|&r| last[r]).collect();
+            // The reduce-scatter frees the unsharded gradient (a shard
+            // group of one GPU reduces nothing: a zero-time op frees it).
+            let mut mems = |part: &[usize]| {
+                part.iter()
+                    .map(|&r| MemChange::end(r as u32, free).of(MemKind::Grads))
+                    .collect()
+            };
+            let pieces = |k: usize| {
+                let n = h.min(group.len() - k * h);
+                (bytes, vec![bytes / n as f64; n])
+            };
+            let replica_bytes = |_| bytes / h as f64;
+            let done = grp.reduce(
+                &mut self.c,
+                self.g,
+                Reduction {
+                    unit: u.unit,
+                    buckets: &[],
+                    pieces: &pieces,
+                    replica_bytes: &replica_bytes,
+                    deps: &deps,
+                    mems: &mut mems,
+                    stream: Stream::Comm,
+                    labels,
+                },
+            );
+            let pu = self.per_unit.as_mut().expect("per unit");
+            for (pos, &r) in group.iter().enumerate() {
+                if let Some(op) = done.replica[pos].or(done.shard[pos]) {
+                    pu.last_reduce[r] = Some(op);
                 }
-                let how = (
-                    CollectiveKind::AllReduce,
-                    at(self.lb.unit_all_reduce, u.unit, u.k),
-                );
-                let op = self.unit_collective(u.unit, &reps, how, piece, &deps, (0, 0));
-                for &r in &reps {
-                    self.per_unit.as_mut().expect("per unit").last_reduce[r] = Some(op);
-                }
             }
         }
-    }
-
-    /// A collective `how` (kind, label) of unit `unit` over `group`, each
-    /// GPU's piece `piece_bytes`, after `deps`: on the communication stream
-    /// (FSDP's all-gathers and reduce-scatters share one queue), an HSDP
-    /// all-reduce on the reduce stream; `mem` bytes allocated on the
-    /// simulated members when it starts and when it ends. Priced once per
-    /// kind, group and size; recorded.
-    fn unit_collective(
-        &mut self,
-        unit: u32,
-        group: &[usize],
-        how: (CollectiveKind, OpLabel),
-        piece_bytes: f64,
-        deps: &[OpId],
-        mem: (i64, i64),
-    ) -> OpId {
-        let (kind, label) = how;
-        let costs = self.costs;
-        let pieces = vec![piece_bytes; group.len()];
-        let contention = self.contention;
-        // A group of one GPU moves nothing.
-        let real = group.len() > 1 && piece_bytes > 0.0;
-        let key = (kind, group.to_vec(), piece_bytes.to_bits());
-        let pu = self.per_unit.as_mut().expect("per unit");
-        let (ms, shares) = pu
-            .priced
-            .entry(key)
-            .or_insert_with(|| {
-                let ms = if real {
-                    costs.group_collective_ms(kind, group, &pieces)
-                } else {
-                    0.0
-                };
-                let shares = if contention && ms > 0.0 {
-                    costs.group_collective_shares(kind, group, &pieces, ms)
-                } else {
-                    Vec::new()
-                };
-                (ms, shares)
-            })
-            .clone();
-        let members: Vec<u32> = group
-            .iter()
-            .filter(|&&r| self.simulated[r])
-            .map(|&r| r as u32)
-            .collect();
-        let mut mems: Vec<MemChange> = Vec::with_capacity(2 * members.len());
-        let kind_of = if kind == CollectiveKind::AllGather {
-            MemKind::Params
-        } else {
-            MemKind::Grads
-        };
-        for &r in &members {
-            if mem.0 != 0 {
-                mems.push(MemChange::start(r, mem.0).of(kind_of));
-            }
-            if mem.1 != 0 {
-                mems.push(MemChange::end(r, mem.1).of(kind_of));
-            }
-        }
-        let stream = if kind == CollectiveKind::AllReduce {
-            Stream::Reduce
-        } else {
-            Stream::Comm
-        };
-        let t = dur(ms);
-        let id = self.g.collective(&members, stream, t, deps, label, &mems);
-        if !shares.is_empty() {
-            self.g.shares(id, &shares);
-        }
-        if real {
-            let ranks = collective_ranks(&costs.workload.cluster, group, &pieces);
-            let view = usize::from(!group.contains(&0));
-            self.collectives.push(CollectiveRecord {
-                op: id,
-                kind,
-                unit,
-                group: Group::Shard(view),
-                count: 1,
-                buffer_bytes: kind.buffer_bytes(&ranks),
-                dur: t,
-                source: costs.comm_source(kind, group, &pieces),
-            });
-        }
-        id
     }
 
     /// FSDP inside the stages as torchtitan runs it with a pipeline
@@ -1590,33 +1497,18 @@ impl<'a, S: Sink> Walk<'a, S> {
                 .into_iter()
                 .filter(|g| g.iter().any(|&r| sim[r]))
                 .collect();
+            let sharding = self.plan.strategy.sharding;
             for group in groups {
-                let mut priced: Vec<(f64, f64)> = Vec::new();
+                // One shard group.
+                let grp = DpGroup {
+                    ranks: &group,
+                    shard_width: d,
+                    sharding,
+                };
                 for &(b, prm) in &units {
-                    let piece = bytes * prm / d as f64;
-                    let ms = match priced.iter().find(|x| x.0 == piece) {
-                        Some(x) => x.1,
-                        None => {
-                            let pieces = vec![piece; d];
-                            let ms = self.costs.group_collective_ms(
-                                CollectiveKind::AllGather,
-                                &group,
-                                &pieces,
-                            );
-                            priced.push((piece, ms));
-                            ms
-                        }
-                    };
                     let label = at(self.lb.param_gather, b as u32, NO_INDEX);
-                    let id = self.collective_timed(
-                        s,
-                        &group,
-                        CollectiveKind::AllGather,
-                        label,
-                        piece,
-                        &[],
-                        ms,
-                    );
+                    let op = (s, bytes * prm);
+                    let id = stage_gather(&mut self.c, self.g, &grp, op, &[], label);
                     self.gathers[b].extend(group.iter().map(|&r| (r as u32, id)));
                 }
             }
@@ -1643,67 +1535,6 @@ impl<'a, S: Sink> Walk<'a, S> {
         }
     }
 
-    /// A collective of `kind` over `group` (GPUs of stage `s`), each GPU's
-    /// piece `piece_bytes`, after `deps`, on the reduce stream (recorded).
-    fn collective(
-        &mut self,
-        s: usize,
-        group: &[usize],
-        kind: CollectiveKind,
-        label: OpLabel,
-        piece_bytes: f64,
-        deps: &[OpId],
-    ) -> OpId {
-        let pieces = vec![piece_bytes; group.len()];
-        let ms = self.costs.group_collective_ms(kind, group, &pieces);
-        self.collective_timed(s, group, kind, label, piece_bytes, deps, ms)
-    }
-
-    /// [`Self::collective`] of a known duration `ms`.
-    #[allow(clippy::too_many_arguments)]
-    fn collective_timed(
-        &mut self,
-        s: usize,
-        group: &[usize],
-        kind: CollectiveKind,
-        label: OpLabel,
-        piece_bytes: f64,
-        deps: &[OpId],
-        ms: f64,
-    ) -> OpId {
-        let costs = self.costs;
-        let pieces = vec![piece_bytes; group.len()];
-        let t = dur(ms);
-        // Costed on the whole group; only the simulated members take part.
-        let members: Vec<u32> = group
-            .iter()
-            .filter(|&&r| self.simulated[r])
-            .map(|&r| r as u32)
-            .collect();
-        let id = self
-            .g
-            .collective(&members, Stream::Reduce, t, deps, label, &[]);
-        if self.contention {
-            let shares = costs.group_collective_shares(kind, group, &pieces, ms);
-            self.g.shares(id, &shares);
-        }
-        let ranks = collective_ranks(&costs.workload.cluster, group, &pieces);
-        // The report's per-GPU collectives are GPU 0's: its groups are
-        // shard group 0, every other group 1 (traces take them all).
-        let view = usize::from(!group.contains(&0));
-        self.collectives.push(CollectiveRecord {
-            op: id,
-            kind,
-            unit: s as u32,
-            group: Group::Shard(view),
-            count: 1,
-            buffer_bytes: kind.buffer_bytes(&ranks),
-            dur: t,
-            source: costs.comm_source(kind, group, &pieces),
-        });
-        id
-    }
-
     /// The lowered iteration's constant memory and collectives.
     fn finish(self) -> LoweredParts {
         let (costs, plan, pipe) = (self.costs, self.plan, self.pipe);
@@ -1718,7 +1549,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         LoweredParts {
             base_device_bytes,
             base_host_bytes: vec![0; costs.workload.cluster.nodes.len()],
-            collectives: self.collectives,
+            collectives: self.c.records,
         }
     }
 }

@@ -8,15 +8,6 @@ use crate::engine::{Category, Graph, MemChange, OpId, OpLabel, Stream};
 use crate::symmetry::NodeClasses;
 use crate::units::SimTime;
 
-/// Which ranks a collective ran over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Group {
-    /// Shard group `k` (all GPUs unless hybrid).
-    Shard(usize),
-    /// Replica group `j` (position `j` of every shard group).
-    Replica(usize),
-}
-
 /// One collective op of the iteration.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CollectiveRecord {
@@ -26,8 +17,10 @@ pub struct CollectiveRecord {
     pub kind: CollectiveKind,
     /// Unit whose parameters or gradients it moves.
     pub unit: u32,
-    /// Its ranks.
-    pub group: Group,
+    /// GPUs in its group (all of them, simulated or not).
+    pub group_size: u32,
+    /// Whether GPU 0 is one of them (the report lists GPU 0's collectives).
+    pub joins_rank0: bool,
     /// Collectives it stands for (DDP buckets ready together run as one op).
     pub count: u32,
     /// Buffer bytes of all of them together ([`CollectiveKind::buffer_bytes`]).

@@ -29,7 +29,7 @@
 //! closes at the first unit boundary where it reaches its size; a block
 //! larger than a bucket (GPT-3 175B at TP 8 holds 226M parameters per GPU)
 //! is one bucket, launched when its backward ends rather than in parts
-//! during it. What the lowering ([`super::lower`]) emits and the estimate
+//! during it. What the lowering ([`crate::lower::pipeline`]) emits and the estimate
 //! ([`super::estimate`]) prices both read these buckets.
 
 use crate::plan::pipeline::DpOverlap;

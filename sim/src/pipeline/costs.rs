@@ -1,5 +1,5 @@
 //! The cost table of a pipeline iteration, built once from the
-//! [`CostModel`] before the lowering ([`super::lower`]) walks, as the
+//! [`CostModel`] before the lowering ([`crate::lower::pipeline`]) walks, as the
 //! data-parallel lowering reads [`crate::data_parallel::costs`]:
 //!
 //! * [`Rows`]: per (GPU type, slice size, TP shape) one [`Micro`] row (compute

@@ -1,7 +1,7 @@
 //! The closed form of a pipeline iteration the planners search with
 //! (the simulator then confirms their best candidates). It reads the same
 //! cost-table rows ([`super::costs::Rows`]: per-block costs and activation
-//! sizes of a slice) as the lowering ([`super::lower`]):
+//! sizes of a slice) as the lowering ([`crate::lower::pipeline`]):
 //!
 //! * **Stage time** per micro-batch `t_s`: its blocks' forward, recompute
 //!   and backward, plus the embedding (first) or head (last), on the GPU

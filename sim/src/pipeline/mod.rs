@@ -47,7 +47,7 @@
 //! [`costs`] (the cost table of an iteration, built before lowering),
 //! [`reshard`] (FSDP / HSDP per unit inside a one-stage plan: which use
 //! gathers, reshards, reduces),
-//! [`lower`] (the ops: per block forward / recompute / backward, the
+//! [`crate::lower::pipeline`] (the ops: per block forward / recompute / backward, the
 //! point-to-point transfers on the cluster's links, the gradient
 //! synchronisation and the optimizer step), [`estimate`] (the planners'
 //! closed form, priced from the same table rows).
@@ -125,7 +125,7 @@ pub fn tp_links(from_t: u32, to_t: u32, sequence_parallel: bool) -> Vec<TpLink> 
 
 /// Constant GPU memory of a GPU holding `params` parameters (its share,
 /// under TP) of a stage with `d` data-parallel replicas, bytes (see
-/// [`lower::base_device_bytes`]): what the lowering holds constant and the
+/// [`crate::lower::pipeline::base_device_bytes`]): what the lowering holds constant and the
 /// planners' estimate counts. Framework overhead and the fixed workspace,
 /// then the training state: replicas (`none`) the whole mixed-precision
 /// state and a gradient buffer in `reduce_dtype`; sharded, the state over

@@ -10,7 +10,7 @@
 //! after the last under `no-sync`, the unsharded gradient held between).
 //! The head (`[norm, output]`) is not resharded after its forward, so its
 //! backward finds it gathered. The order of the uses is the stage's
-//! schedule ([`super::schedule::actions`]); [`super::lower`] emits them,
+//! schedule ([`super::schedule::actions`]); [`crate::lower::pipeline`] emits them,
 //! each use on every replica before the next, with the gathers prefetched
 //! two phases ahead ([`prefetch_after`]).
 //!

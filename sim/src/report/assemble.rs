@@ -11,7 +11,7 @@ use super::schema::{
 use crate::comm::GroupSource;
 use crate::cost::CostModel;
 use crate::engine::RunStats;
-use crate::lower::{CollectiveRecord, Group};
+use crate::lower::CollectiveRecord;
 use crate::memory::MemoryTracker;
 use crate::trace::Trace;
 use crate::units::GIB;
@@ -492,16 +492,11 @@ fn host_reports(a: &Assembly<'_>, memory: &MemoryTracker) -> Vec<HostReport> {
 /// The collectives rank 0 joins, per (kind, unit) in that order, with the
 /// durations as run (a folded run's ops weighted by what they stand for).
 fn collective_stats(a: &Assembly<'_>, breakdown: &Breakdown<'_>) -> Vec<CollectiveStat> {
-    let groups = a.plan.strategy.groups(a.costs.ranks());
-    let in_view = |g: Group| match g {
-        Group::Shard(k) => k == groups.group_of(0),
-        Group::Replica(j) => j == groups.position(0),
-    };
     // (count, buffer bytes, time in ns: integer, so that a folded run's
     // weighted sums are the whole iteration's to the ns).
     let mut stats_by: std::collections::BTreeMap<(String, u32), (u64, f64, u64)> =
         std::collections::BTreeMap::new();
-    for c in a.collectives.iter().filter(|c| in_view(c.group)) {
+    for c in a.collectives.iter().filter(|c| c.joins_rank0) {
         let w = a.folding.map_or(1, |f| f.op_weight[c.op.0 as usize]);
         let e = stats_by
             .entry((c.kind.name().to_string(), c.unit))

@@ -9,6 +9,7 @@ use crate::common::{
 };
 use proptest::prelude::*;
 use sim::cluster::Cluster;
+use sim::comm::CollectiveKind;
 use sim::cost::CostModel;
 use sim::engine::{Graph, OpId, Recorder, Stream};
 use sim::error::PlanError;
@@ -21,6 +22,7 @@ use sim::precision::NumFormat;
 use sim::profile::ProfileSet;
 use sim::report::Report;
 use sim::simulate::{build_graph, simulate, simulate_observed};
+use sim::strategy::Sharding;
 use sim::units::SimTime;
 use std::collections::BTreeMap;
 
@@ -88,10 +90,15 @@ pub(crate) fn check(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> Report
     let group = plan.strategy.groups(costs.ranks()).group_size as u32;
     for c in &low.collectives {
         let i = c.op.0 as usize;
-        let want = match c.group {
-            sim::lower::Group::Shard(_) => group,
-            sim::lower::Group::Replica(_) => costs.ranks() as u32 / group,
+        let replicas = costs.ranks() as u32 / group;
+        let want = match plan.strategy.sharding {
+            // DDP's all-reduce runs over every GPU.
+            Sharding::NoShard => costs.ranks() as u32,
+            // HSDP's all-reduce across the shard groups.
+            _ if c.kind == CollectiveKind::AllReduce => replicas,
+            _ => group,
         };
+        assert_eq!(c.group_size, want, "collective {i} records its group");
         assert_eq!(parts[i], want, "collective {i} runs on its whole group");
         let s = start[i].unwrap();
         let mut joined = SimTime::ZERO;

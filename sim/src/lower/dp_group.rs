@@ -1,0 +1,273 @@
+//! One emitter of a data-parallel group's collectives, for every layout:
+//! the gradient reduction (DDP's all-reduce; ZeRO-1/2 and FSDP's
+//! reduce-scatter in each shard group; HSDP's reduce-scatter, then the
+//! all-reduce of each shard across the shard groups) and the parameter
+//! all-gathers (FSDP's per unit, the distributed optimizer's after its
+//! step), over the GPUs that hold the same part of the model: every GPU of
+//! a one-stage layout without TP, or one TP rank's replicas of a stage.
+//!
+//! The walks decide when (per unit and pass, per bucket, once per step),
+//! what each reduction waits for and which buffers it frees; the group
+//! decides which collectives run over which GPUs, how large, on which
+//! stream, and what each GPU's optimizer step then waits for.
+
+use super::collectives::{buffer_bytes, Collectives, Recorded};
+use super::sink::Sink;
+use crate::comm::CollectiveKind;
+use crate::engine::{MemChange, OpId, OpLabel, Stream};
+use crate::strategy::Sharding;
+use crate::units::SimTime;
+
+/// A data-parallel group: its GPUs (rank order of the replicas), cut into
+/// shard groups of `shard_width` consecutive members; the members at the
+/// same position of every shard group form that position's replica group
+/// (HSDP's `dp_replicate` dimension).
+#[derive(Debug, Clone, Copy)]
+pub struct DpGroup<'r> {
+    /// The GPUs, in replica order.
+    pub ranks: &'r [usize],
+    /// Members per shard group (all of them under ZeRO / FSDP, the
+    /// `dp_shard` size under HSDP; unused without sharding).
+    pub shard_width: usize,
+    /// How the training state is split over the group.
+    pub sharding: Sharding,
+}
+
+/// How one gradient reduction of a group is emitted.
+pub struct Reduction<'f> {
+    /// Unit its records carry ([`Recorded::unit`]).
+    pub unit: u32,
+    /// Without sharding: the gradient buckets reduced together (bytes
+    /// each), all-reduced over the whole group as one op (DDP's buckets
+    /// ready at once).
+    pub buckets: &'f [f64],
+    /// With sharding: what fixes shard group `k`'s reduce-scatter pieces
+    /// (its gradient bytes), and the pieces (bytes per member).
+    pub pieces: &'f dyn Fn(usize) -> (f64, Vec<f64>),
+    /// Under HSDP: the all-reduced shard's bytes at position `q`.
+    pub replica_bytes: &'f dyn Fn(usize) -> f64,
+    /// What a reduction over these GPUs waits for (their gradients).
+    pub deps: &'f dyn Fn(&[usize]) -> Vec<OpId>,
+    /// Memory changes of a reduction over these GPUs (their emitted
+    /// members; the gradient buffers it frees).
+    pub mems: &'f mut dyn FnMut(&[usize]) -> Vec<MemChange>,
+    /// Stream of the all-reduce or the reduce-scatters (FSDP's reduce-
+    /// scatters share the all-gathers' queue, a stage's whole reduction
+    /// runs on the reduce stream); HSDP's all-reduce always runs on the
+    /// reduce stream.
+    pub stream: Stream,
+    /// Labels: the group's all-reduce or reduce-scatter, HSDP's all-reduce.
+    pub labels: (OpLabel, OpLabel),
+}
+
+impl std::fmt::Debug for Reduction<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reduction")
+            .field("unit", &self.unit)
+            .field("buckets", &self.buckets)
+            .field("stream", &self.stream)
+            .field("labels", &self.labels)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a reduction emitted, by position in the group.
+#[derive(Debug, Clone, Default)]
+pub struct Reduced {
+    /// The all-reduce or reduce-scatter each GPU joined.
+    pub shard: Vec<Option<OpId>>,
+    /// HSDP's all-reduce each GPU joined.
+    pub replica: Vec<Option<OpId>>,
+}
+
+impl Reduced {
+    /// What GPU at `pos` has its reduced gradient after: its last
+    /// reduction, else (nothing to reduce) `otherwise`.
+    pub fn done(&self, pos: usize, otherwise: &[OpId]) -> Vec<OpId> {
+        match self.replica[pos].or(self.shard[pos]) {
+            Some(op) => vec![op],
+            None => otherwise.to_vec(),
+        }
+    }
+}
+
+/// How one all-gather of the group's parameters is emitted.
+pub struct Gathering<'f> {
+    /// Unit its records carry.
+    pub unit: u32,
+    /// What fixes shard group `k`'s pieces (its parameter bytes), and the
+    /// pieces (bytes per member).
+    pub pieces: &'f dyn Fn(usize) -> (f64, Vec<f64>),
+    /// What a shard group's all-gather waits for.
+    pub deps: &'f dyn Fn(&[usize]) -> Vec<OpId>,
+    /// Its memory changes (the gathered parameters), per shard group's
+    /// emitted members.
+    pub mems: &'f dyn Fn(&[usize]) -> Vec<MemChange>,
+    /// Its stream.
+    pub stream: Stream,
+    /// Its label.
+    pub label: OpLabel,
+}
+
+impl std::fmt::Debug for Gathering<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gathering")
+            .field("unit", &self.unit)
+            .field("stream", &self.stream)
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DpGroup<'_> {
+    /// Shard groups (consecutive members).
+    pub fn shard_groups(&self) -> std::slice::Chunks<'_, usize> {
+        self.ranks.chunks(self.shard_width.max(1))
+    }
+
+    /// The replica group at position `q` of every shard group.
+    pub fn replica_group(&self, q: usize) -> Vec<usize> {
+        let h = self.shard_width.max(1);
+        self.ranks.iter().skip(q).step_by(h).copied().collect()
+    }
+
+    /// One gradient reduction as `r` says (see the module doc). A group of
+    /// one GPU reduces nothing: without sharding nothing is emitted; with
+    /// sharding a zero-time op frees its buffers when `r.mems` has any.
+    pub fn reduce<S: Sink>(&self, c: &mut Collectives<'_>, g: &mut S, r: Reduction<'_>) -> Reduced {
+        let n = self.ranks.len();
+        let mut out = Reduced {
+            shard: vec![None; n],
+            replica: vec![None; n],
+        };
+        if self.sharding == Sharding::NoShard {
+            let part = c.emitted(self.ranks);
+            if n < 2 || part.is_empty() || r.buckets.is_empty() {
+                return out;
+            }
+            let kind = CollectiveKind::AllReduce;
+            let ms: f64 = r
+                .buckets
+                .iter()
+                .map(|&b| c.price(kind, self.ranks, b, || vec![b; n]))
+                .sum();
+            let deps = (r.deps)(self.ranks);
+            let mems = (r.mems)(&part);
+            let rec = Recorded {
+                kind,
+                unit: r.unit,
+                count: r.buckets.len() as u32,
+                buffer_bytes: r.buckets.iter().sum(),
+            };
+            let op = c.emit(
+                g,
+                self.ranks,
+                r.stream,
+                dur(ms),
+                &deps,
+                r.labels.0,
+                &mems,
+                rec,
+            );
+            out.shard = vec![Some(op); n];
+            return out;
+        }
+        let h = self.shard_width.max(1);
+        // Per shard group, what its shards are complete after.
+        let mut scattered: Vec<OpId> = Vec::new();
+        for (k, sub) in self.shard_groups().enumerate() {
+            let part = c.emitted(sub);
+            if part.is_empty() {
+                continue;
+            }
+            let deps = (r.deps)(sub);
+            let mems = (r.mems)(&part);
+            if sub.len() < 2 && mems.is_empty() {
+                scattered.extend(deps);
+                continue;
+            }
+            let kind = CollectiveKind::ReduceScatter;
+            let (bytes, pieces) = (r.pieces)(k);
+            let ms = c.price(kind, sub, bytes, || pieces.clone());
+            let rec = Recorded {
+                kind,
+                unit: r.unit,
+                count: 1,
+                buffer_bytes: buffer_bytes(kind, &pieces),
+            };
+            let op = c.emit(g, sub, r.stream, dur(ms), &deps, r.labels.0, &mems, rec);
+            out.shard[k * h..k * h + sub.len()].fill(Some(op));
+            scattered.push(op);
+        }
+        if self.sharding != Sharding::Hybrid || n <= h {
+            return out;
+        }
+        for q in 0..h {
+            let reps = self.replica_group(q);
+            if c.emitted(&reps).is_empty() {
+                continue;
+            }
+            let kind = CollectiveKind::AllReduce;
+            let bytes = (r.replica_bytes)(q);
+            let ms = c.price(kind, &reps, bytes, || vec![bytes; reps.len()]);
+            let rec = Recorded {
+                kind,
+                unit: r.unit,
+                count: 1,
+                buffer_bytes: bytes,
+            };
+            let op = c.emit(
+                g,
+                &reps,
+                Stream::Reduce,
+                dur(ms),
+                &scattered,
+                r.labels.1,
+                &[],
+                rec,
+            );
+            for pos in (q..n).step_by(h) {
+                out.replica[pos] = Some(op);
+            }
+        }
+        out
+    }
+
+    /// One all-gather of the group's parameters in each shard group (all
+    /// the group without sharding) as `a` says; per shard group its op
+    /// (`None`: no emitted member). A shard group of one GPU gathers
+    /// nothing but still emits a zero-time op carrying its buffers.
+    pub fn gather<S: Sink>(
+        &self,
+        c: &mut Collectives<'_>,
+        g: &mut S,
+        a: &Gathering<'_>,
+    ) -> Vec<Option<OpId>> {
+        let kind = CollectiveKind::AllGather;
+        self.shard_groups()
+            .enumerate()
+            .map(|(k, sub)| {
+                let part = c.emitted(sub);
+                if part.is_empty() {
+                    return None;
+                }
+                let (bytes, pieces) = (a.pieces)(k);
+                let ms = c.price(kind, sub, bytes, || pieces.clone());
+                let deps = (a.deps)(sub);
+                let mems = (a.mems)(&part);
+                let rec = Recorded {
+                    kind,
+                    unit: a.unit,
+                    count: 1,
+                    buffer_bytes: buffer_bytes(kind, &pieces),
+                };
+                Some(c.emit(g, sub, a.stream, dur(ms), &deps, a.label, &mems, rec))
+            })
+            .collect()
+    }
+}
+
+/// An op's duration of `ms` milliseconds.
+fn dur(ms: f64) -> SimTime {
+    crate::data_parallel::dur(ms)
+}
