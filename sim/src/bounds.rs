@@ -36,20 +36,20 @@ pub struct RankPeak {
 }
 
 /// Upper bound on the peak memory of `rank` (its GPU type, node and
-/// micro-batch costs) running micro-batches of `sizes` under `schedule` in
+/// micro-batch costs) running micro-batches of `sizes` under `routine` in
 /// an iteration of `passes` micro-batch passes (micro-batch-major
-/// schedules: the plan's largest micro-batch count, at least
+/// routines: the plan's largest micro-batch count, at least
 /// `sizes.len()`), holding the state of `local_params` parameters (see the
 /// module docs). `sizes` empty: a GPU with no samples (state, overhead and
 /// one unit's buffers at a time).
 pub fn rank_peak(
-    schedule: &Routine<'_>,
+    routine: &Routine<'_>,
     rank: usize,
     sizes: &[u32],
     passes: u32,
     local_params: f64,
 ) -> Result<RankPeak, PlanError> {
-    let s = &schedule.strategy;
+    let s = &routine.strategy;
     let n = sizes.len();
     crate::limits::check_microbatches("plan", &format!("gpus[{rank}].microbatches"), n as u64)?;
     // Micro-batch-major passes between the first and the last start from
@@ -69,10 +69,10 @@ pub fn rank_peak(
         short.extend(sizes[a..].iter().take(3));
         if rest_even && (short.len() < n || idle > 3) {
             let p = (short.len() + idle.min(3)) as u32;
-            return walk_peak(schedule, rank, &short, p, local_params, true);
+            return walk_peak(routine, rank, &short, p, local_params, true);
         }
     }
-    walk_peak(schedule, rank, sizes, passes, local_params, true)
+    walk_peak(routine, rank, sizes, passes, local_params, true)
 }
 
 /// A lower bound on [`rank_peak`]'s host bytes in O(sizes x units), for
@@ -84,15 +84,15 @@ pub fn rank_peak(
 /// first host free) ends, since the copy stream runs them in program
 /// order. Checks the same limits as [`rank_peak`].
 pub fn host_floor(
-    schedule: &Routine<'_>,
+    routine: &Routine<'_>,
     rank: usize,
     sizes: &[u32],
     local_params: f64,
 ) -> Result<i64, PlanError> {
-    let s = &schedule.strategy;
+    let s = &routine.strategy;
     let n = sizes.len();
     crate::limits::check_microbatches("plan", &format!("gpus[{rank}].microbatches"), n as u64)?;
-    let mut floor = (schedule.host_state_bytes_per_param() * local_params).round() as i64;
+    let mut floor = (routine.host_state_bytes_per_param() * local_params).round() as i64;
     if n == 0 || !s.offloads_activations(n as u32) {
         return Ok(floor);
     }
@@ -101,12 +101,12 @@ pub fn host_floor(
     for &m in sizes {
         match by_size.iter_mut().find(|x| x.0 == m) {
             Some(x) => x.1 += 1,
-            None => by_size.push((m, 1, schedule.micro(rank, m)?)),
+            None => by_size.push((m, 1, routine.micro(rank, m)?)),
         }
     }
     // The leading forward phases are the same units in any pass count
     // (a step depends on its phase's unit and kind only): one pass's.
-    for ph in schedule
+    for ph in routine
         .phases(1)
         .iter()
         .take_while(|ph| ph.kind == crate::data_parallel::PhaseKind::Forward)
@@ -118,7 +118,7 @@ pub fn host_floor(
                 Some(_) if *m == sizes[0] => 1,
                 Some(_) => continue,
             };
-            let st = schedule.step(mc, ph, 0, true);
+            let st = routine.step(mc, ph, 0, true);
             let bytes: i64 = st
                 .d2h
                 .iter()
@@ -135,7 +135,7 @@ pub fn host_floor(
 /// What a GPU's memory walk reads: its micro-batches' cost-table rows,
 /// the phases, and which micro-batches each layered phase walks.
 struct Program<'s, 'a> {
-    schedule: &'s Routine<'a>,
+    routine: &'s Routine<'a>,
     /// Per micro-batch, its row ([`Routine::micro`]).
     micro: Vec<Micro>,
     /// The micro-batches a layered phase walks, each with the count of
@@ -149,7 +149,7 @@ struct Program<'s, 'a> {
 
 impl<'s, 'a> Program<'s, 'a> {
     fn new(
-        schedule: &'s Routine<'a>,
+        routine: &'s Routine<'a>,
         rank: usize,
         sizes: &[u32],
         passes: u32,
@@ -162,19 +162,19 @@ impl<'s, 'a> Program<'s, 'a> {
             let mc = match distinct.iter().find(|x| x.0 == m) {
                 Some(x) => x.1,
                 None => {
-                    let mc = schedule.micro(rank, m)?;
+                    let mc = routine.micro(rank, m)?;
                     distinct.push((m, mc));
                     mc
                 }
             };
             micro.push(mc);
         }
-        let offloads = schedule.strategy.offloads_activations(n as u32);
+        let offloads = routine.strategy.offloads_activations(n as u32);
         Ok(Program {
-            schedule,
+            routine,
             micro,
             walked: Self::walked(sizes, fold_runs && !offloads),
-            phases: schedule.phases(passes.max(n as u32)),
+            phases: routine.phases(passes.max(n as u32)),
             n,
             offloads,
         })
@@ -216,13 +216,13 @@ impl<'s, 'a> Program<'s, 'a> {
         let Some(ph) = self.phases.get(p) else {
             return vec![];
         };
-        let schedule = self.schedule;
+        let routine = self.routine;
         match ph.pass {
             None => self
                 .walked
                 .iter()
                 .map(|&(k, skipped)| {
-                    let st = schedule.step(&self.micro[k], ph, k as u32, self.offloads);
+                    let st = routine.step(&self.micro[k], ph, k as u32, self.offloads);
                     let net: i64 = st
                         .works()
                         .flat_map(|w| w.mem.as_slice())
@@ -234,10 +234,7 @@ impl<'s, 'a> Program<'s, 'a> {
                 .collect(),
             Some(k) if (k as usize) < self.n => {
                 let k = k as usize;
-                vec![(
-                    0,
-                    schedule.step(&self.micro[k], ph, k as u32, self.offloads),
-                )]
+                vec![(0, routine.step(&self.micro[k], ph, k as u32, self.offloads))]
             }
             Some(_) => vec![],
         }
@@ -426,17 +423,17 @@ impl<'u> Buffers<'u> {
 /// [`rank_peak`] by walking every step of every pass (`fold_runs`: runs
 /// of equal micro-batches in a layered phase walked as four steps, exact).
 fn walk_peak(
-    schedule: &Routine<'_>,
+    routine: &Routine<'_>,
     rank: usize,
     sizes: &[u32],
     passes: u32,
     local_params: f64,
     fold_runs: bool,
 ) -> Result<RankPeak, PlanError> {
-    let s = &schedule.strategy;
-    let base = schedule.base_device_bytes(local_params);
-    let host_base = (schedule.host_state_bytes_per_param() * local_params).round() as i64;
-    let units = &schedule.units;
+    let s = &routine.strategy;
+    let base = routine.base_device_bytes(local_params);
+    let host_base = (routine.host_state_bytes_per_param() * local_params).round() as i64;
+    let units = &routine.units;
     let shards = s.sharding.shards_params();
     if sizes.is_empty() {
         let unit = if shards {
@@ -453,7 +450,7 @@ fn walk_peak(
             host_bytes: host_base,
         });
     }
-    let prog = Program::new(schedule, rank, sizes, passes, fold_runs)?;
+    let prog = Program::new(routine, rank, sizes, passes, fold_runs)?;
     let mut clock = Clock {
         windows: Vec::with_capacity(prog.phases.len()),
         ..Clock::default()

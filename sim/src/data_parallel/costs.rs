@@ -58,7 +58,7 @@ pub(crate) fn policy_index(r: Recompute) -> usize {
 const POLICIES: [Recompute; 3] = [Recompute::Full, Recompute::Selective, Recompute::None];
 
 /// The host copies of one micro-batch's steps on an offloading rank
-/// (zero where the schedule copies nothing).
+/// (zero where the routine copies nothing).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Copies {
     /// One block output `C` (the head's input and the activation

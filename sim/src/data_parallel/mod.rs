@@ -93,7 +93,7 @@ pub const DDP_BUCKET_BYTES: f64 = 25.0 * 1024.0 * 1024.0;
 pub const DDP_FIRST_BUCKET_BYTES: f64 = 1024.0 * 1024.0;
 
 /// The phases of one iteration of `strategy` over a model of `layers`
-/// blocks in `passes` micro-batch passes (layered schedules have one pass
+/// blocks in `passes` micro-batch passes (layered orders have one pass
 /// whatever the count): the order, and per phase whether it gathers,
 /// reshards, reduces and allocates gradients. The simulator and the real
 /// trainer (`exec`) both run this list.
@@ -328,7 +328,7 @@ pub struct Routine<'a> {
 }
 
 impl<'a> Routine<'a> {
-    /// The schedule of `strategy` on the workload of `costs`.
+    /// The routine of `strategy` on the workload of `costs`.
     pub fn new(costs: &'a CostModel, strategy: Strategy) -> Routine<'a> {
         let s = strategy;
         let layers = costs.workload.model.layers;
@@ -369,7 +369,7 @@ impl<'a> Routine<'a> {
     }
 
     /// The phases of an iteration of `passes` micro-batch passes (layered
-    /// schedules have one pass whatever the count).
+    /// routines have one pass whatever the count).
     pub fn phases(&self, passes: u32) -> Vec<Phase> {
         phases(&self.strategy, self.layers(), passes)
     }
@@ -380,7 +380,7 @@ impl<'a> Routine<'a> {
     pub fn micro(&self, rank: usize, m: u32) -> Result<Micro, PlanError> {
         let imp = crate::perfmodel::BlockImpl::of(&self.strategy);
         let core = self.strategy.checkpointing.attention_core();
-        // Only a schedule that offloads activations issues host copies.
+        // Only a routine that offloads activations issues host copies.
         if self.strategy.offload == Offload::Activations {
             costs::step_costs(self.costs, rank, m, imp, core, self.rules)
         } else {
@@ -686,8 +686,8 @@ impl<'a> Routine<'a> {
 /// groups and phases.
 #[derive(Debug, Clone)]
 pub struct Description<'a> {
-    /// The strategy's schedule on the workload.
-    pub schedule: Routine<'a>,
+    /// The strategy's routine on the workload.
+    pub routine: Routine<'a>,
     /// The cost model.
     pub costs: &'a CostModel,
     /// The plan.
@@ -713,8 +713,8 @@ impl<'a> Description<'a> {
         plan.validate(ranks, costs.workload.global_batch, "plan")?;
         crate::strategy::validate(&plan.strategy, &costs.workload.cluster)?;
         let s = plan.strategy;
-        let schedule = Routine::new(costs, s);
-        let phases = schedule.phases(plan.passes());
+        let routine = Routine::new(costs, s);
+        let phases = routine.phases(plan.passes());
         // Per (type, m) micro-batch costs, computed once.
         let mut micro: Vec<Micro> = Vec::new();
         let mut keys: Vec<(usize, u32)> = Vec::new();
@@ -726,7 +726,7 @@ impl<'a> Description<'a> {
                 let i = match keys.iter().position(|&k| k == (t, m)) {
                     Some(i) => i,
                     None => {
-                        micro.push(schedule.micro(r, m)?);
+                        micro.push(routine.micro(r, m)?);
                         keys.push((t, m));
                         keys.len() - 1
                     }
@@ -740,8 +740,8 @@ impl<'a> Description<'a> {
             });
         }
         let mut d = Description {
-            units: schedule.units.clone(),
-            schedule,
+            units: routine.units.clone(),
+            routine,
             costs,
             plan,
             strategy: s,
@@ -762,7 +762,7 @@ impl<'a> Description<'a> {
 
     /// Blocks of the model.
     pub fn layers(&self) -> u32 {
-        self.schedule.layers()
+        self.routine.layers()
     }
 
     /// Whether `rank` computes anything (batch > 0).
@@ -838,7 +838,7 @@ impl<'a> Description<'a> {
             })
             .collect();
         Description {
-            schedule: self.schedule.clone(),
+            routine: self.routine.clone(),
             costs: self.costs,
             plan: self.plan,
             strategy: self.strategy,
@@ -894,7 +894,7 @@ impl<'a> Description<'a> {
             Some(k) => k as usize,
         };
         let mc = &self.micro[info.micro[k] as usize];
-        self.schedule.step(mc, ph, k as u32, info.offloads)
+        self.routine.step(mc, ph, k as u32, info.offloads)
     }
 
     /// The step `rank` runs after step `j` of phase `p` (the next one in
@@ -913,7 +913,7 @@ impl<'a> Description<'a> {
     /// Pieces (bytes) of the all-gather of unit `u` in shard group `k`, in
     /// group order.
     pub fn gather_pieces(&self, u: usize, k: usize) -> Vec<f64> {
-        let bytes = self.units[u].params as f64 * self.schedule.precision.comm.bytes();
+        let bytes = self.units[u].params as f64 * self.routine.precision.comm.bytes();
         self.groups
             .shard_group(k)
             .map(|r| self.plan.gpus[r].state_fraction * bytes)
@@ -922,7 +922,7 @@ impl<'a> Description<'a> {
 
     /// Pieces of the reduce-scatter of unit `u` in shard group `k`.
     pub fn reduce_pieces(&self, u: usize, k: usize) -> Vec<f64> {
-        let bytes = self.units[u].params as f64 * self.schedule.precision.grads.bytes();
+        let bytes = self.units[u].params as f64 * self.routine.precision.grads.bytes();
         self.groups
             .shard_group(k)
             .map(|r| self.plan.gpus[r].state_fraction * bytes)
@@ -933,24 +933,24 @@ impl<'a> Description<'a> {
     /// the shard every group holds there.
     pub fn replica_buffer(&self, u: usize, j: usize) -> f64 {
         self.units[u].params as f64
-            * self.schedule.precision.grads.bytes()
+            * self.routine.precision.grads.bytes()
             * self.plan.gpus[j].state_fraction
     }
 
     /// See [`Routine::ddp_buckets`].
     pub fn ddp_buckets(&self, u: usize) -> Vec<f64> {
-        self.schedule.ddp_buckets(u)
+        self.routine.ddp_buckets(u)
     }
 
     /// Constant GPU memory of `rank`, bytes ([`Routine::base_device_bytes`]).
     pub fn base_device_bytes(&self, rank: usize) -> i64 {
-        self.schedule.base_device_bytes(self.local_params(rank))
+        self.routine.base_device_bytes(self.local_params(rank))
     }
 
     /// Host memory that never changes on node `n` (an offloaded optimizer's
     /// state of the node's ranks), bytes.
     pub fn base_host_bytes(&self, n: usize) -> i64 {
-        let per_param = self.schedule.host_state_bytes_per_param();
+        let per_param = self.routine.host_state_bytes_per_param();
         let c = &self.costs.workload.cluster;
         round(
             c.node_ranks(n)
@@ -973,13 +973,13 @@ impl<'a> Description<'a> {
     /// and an offloaded optimizer's copies, read from the cost model once.
     fn rank_costs(&self, rank: usize) -> RankCosts {
         let local = self.local_params(rank);
-        let schedule = &self.schedule;
+        let routine = &self.routine;
         let mut rc = RankCosts {
-            optimizer: dur(schedule.optimizer_ms(rank, local)),
+            optimizer: dur(routine.optimizer_ms(rank, local)),
             ..RankCosts::default()
         };
         if self.strategy.offload == Offload::Optimizer {
-            rc.params_up = dur(schedule.params_up_ms(rank, local));
+            rc.params_up = dur(routine.params_up_ms(rank, local));
             rc.grads_down = (0..self.units.len())
                 .map(|u| {
                     dur(self

@@ -9,6 +9,8 @@
 //!   reduction (DDP's all-reduce, ZeRO / FSDP's reduce-scatter per shard
 //!   group, HSDP's all-reduce across the shard groups) and parameter
 //!   all-gathers, for every layout;
+//! * [`model_parallel`]: one emitter of a block's model-parallel
+//!   communication inside its group (TP / SP today);
 //! * [`data_parallel`]: the walk of a one-stage layout's phases (layered,
 //!   no-sync or sync accumulation, uneven per-GPU batches and state
 //!   fractions, offload);
@@ -18,6 +20,7 @@
 pub mod collectives;
 pub mod data_parallel;
 pub mod dp_group;
+pub mod model_parallel;
 pub mod pipeline;
 pub mod sink;
 

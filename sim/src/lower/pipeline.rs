@@ -632,10 +632,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             let m = mems(rank, &x.mc[i]);
             done.push(self.compute(rank, time(&x.mc[i]), d, label, &m));
         }
-        if x.ranks.len() > 1 && comm > SimTime::ZERO {
-            let id = self
-                .g
-                .collective(&x.ranks, Stream::Compute, comm, &[], comm_label, &[]);
+        if let Some(id) = super::model_parallel::exposed(self.g, &x.ranks, comm, comm_label) {
             for &r in &x.ranks {
                 self.last_compute[r as usize] = Some(id);
             }

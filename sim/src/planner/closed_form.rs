@@ -11,7 +11,7 @@
 //! choosing local batch `b` in `n` micro-batches (sizes `m`, `q`) is the
 //! longer of its compute and of the host copies it issues (two streams in
 //! parallel): layered accumulation sums both over the rank's micro-batches,
-//! micro-batch-major schedules take one micro-batch per pass. Each phase
+//! micro-batch-major orders take one micro-batch per pass. Each phase
 //! takes the longer of its compute and the communication that runs under
 //! it: the previous phase's gradient reduction and the next phase's
 //! prefetched all-gather (they share the communication stream). The first
@@ -217,8 +217,8 @@ impl Clone for CommCache {
 #[derive(Debug, Clone)]
 pub struct ClosedForm<'a> {
     costs: &'a CostModel,
-    schedule: Routine<'a>,
-    /// Micro-batch passes of micro-batch-major schedules (every rank runs
+    routine: Routine<'a>,
+    /// Micro-batch passes of micro-batch-major orders (every rank runs
     /// exactly this many); `None` for layered accumulation.
     passes: Option<u32>,
     layers: u32,
@@ -385,8 +385,8 @@ pub struct ClassTimes {
 }
 
 /// The (template, communication) pairs of every pass of `phases`.
-fn tally_for(schedule: &Routine<'_>, phases: &[Phase]) -> Tally {
-    let layers = schedule.layers();
+fn tally_for(routine: &Routine<'_>, phases: &[Phase]) -> Tally {
+    let layers = routine.layers();
     let mut tally = Tally::default();
     let np = phases.len();
     let per_pass = 2 * layers as usize + 3;
@@ -401,7 +401,7 @@ fn tally_for(schedule: &Routine<'_>, phases: &[Phase]) -> Tally {
             .get(p + 1)
             .filter(|q| q.gather)
             .map(|q| class(q.unit, layers));
-        let t = template_of(ph, schedule);
+        let t = template_of(ph, routine);
         let v = &mut passes[k];
         match v
             .iter_mut()
@@ -437,9 +437,9 @@ fn tally_for(schedule: &Routine<'_>, phases: &[Phase]) -> Tally {
     tally
 }
 
-fn template_of(ph: &Phase, schedule: &Routine<'_>) -> usize {
+fn template_of(ph: &Phase, routine: &Routine<'_>) -> usize {
     let u = ph.unit as usize;
-    let pol = policy_index(schedule.units[u].recompute);
+    let pol = policy_index(routine.units[u].recompute);
     match ph.kind {
         PhaseKind::Forward if u == 0 => EF,
         PhaseKind::Forward => BF + pol,
@@ -459,19 +459,19 @@ impl<'a> ClosedForm<'a> {
         strategy: Strategy,
         passes: u32,
     ) -> Result<ClosedForm<'a>, PlanError> {
-        let schedule = Routine::new(costs, strategy);
+        let routine = Routine::new(costs, strategy);
         let w = &costs.workload;
         let layers = w.model.layers;
         let mb = strategy.accumulation.is_microbatch_major();
         let passes = mb.then_some(passes.max(1));
-        let state_gib = schedule.gpu_state_bytes_per_param() * w.model.total_params() as f64 / GIB;
+        let state_gib = routine.gpu_state_bytes_per_param() * w.model.total_params() as f64 / GIB;
         let big_b = w.global_batch;
-        let phases = schedule.phases(passes.unwrap_or(1));
-        let tally = tally_for(&schedule, &phases);
+        let phases = routine.phases(passes.unwrap_or(1));
+        let tally = tally_for(&routine, &phases);
         // Representative phases of each template.
         let mut rep: [Option<Phase>; TEMPLATES] = [None; TEMPLATES];
         for ph in phases.iter() {
-            let t = template_of(ph, &schedule);
+            let t = template_of(ph, &routine);
             rep[t].get_or_insert(*ph);
         }
         let mut types = Vec::with_capacity(costs.types.len());
@@ -500,11 +500,11 @@ impl<'a> ClosedForm<'a> {
             let fits = |g: f64| g <= usable;
             let mut m = 1u32;
             while m <= big_b.min(crate::limits::MAX_MICROBATCH) {
-                let mc = schedule.micro(rank, m)?;
+                let mc = routine.micro(rank, m)?;
                 let mut row = [(0.0, 0.0); TEMPLATES];
                 for (i, r) in rep.iter().enumerate() {
                     let Some(ph) = r else { continue };
-                    let st = schedule.step(&mc, ph, 0, true);
+                    let st = routine.step(&mc, ph, 0, true);
                     let compute: f64 = st.works().map(|w| w.dur.as_ms()).sum();
                     let copy = st.h2d.map_or(0.0, |c| c.dur.as_ms())
                         + st.d2h.map_or(0.0, |c| c.dur.as_ms());
@@ -517,7 +517,7 @@ impl<'a> ClosedForm<'a> {
                     .fold(f64::INFINITY, f64::min);
                 let block = if block.is_finite() { block } else { 0.0 };
                 let walk =
-                    |sizes: &[u32]| rank_peak(&schedule, rank, sizes, sizes.len() as u32, 0.0);
+                    |sizes: &[u32]| rank_peak(&routine, rank, sizes, sizes.len() as u32, 0.0);
                 let gib = |bytes: i64| bytes as f64 / GIB;
                 let two = walk(&[m, m])?;
                 let m1 = gib(walk(&[m])?.device_bytes);
@@ -531,12 +531,12 @@ impl<'a> ClosedForm<'a> {
                 let a = &mc.act;
                 let kept_step = [Recompute::Full, Recompute::Selective, Recompute::None]
                     .into_iter()
-                    .filter(|&r| schedule.units.iter().any(|u| u.recompute == r))
+                    .filter(|&r| routine.units.iter().any(|u| u.recompute == r))
                     .map(|r| a.kept(r))
                     .fold(a.checkpoint, f64::max)
                     / GIB;
                 let kept_total = (a.checkpoint
-                    + schedule
+                    + routine
                         .units
                         .iter()
                         .skip(1)
@@ -570,15 +570,15 @@ impl<'a> ClosedForm<'a> {
         let mut ddp_reduce_bytes: [Vec<f64>; 3] = Default::default();
         if strategy.sharding == Sharding::NoShard {
             let l = layers as usize;
-            ddp_reduce_bytes[0] = schedule.ddp_buckets(0);
-            ddp_reduce_bytes[2] = schedule.ddp_buckets(l + 1);
+            ddp_reduce_bytes[0] = routine.ddp_buckets(0);
+            ddp_reduce_bytes[2] = routine.ddp_buckets(l + 1);
             for u in 1..=l {
-                ddp_reduce_bytes[1].extend(schedule.ddp_buckets(u));
+                ddp_reduce_bytes[1].extend(routine.ddp_buckets(u));
             }
         }
         Ok(ClosedForm {
             costs,
-            schedule,
+            routine,
             passes,
             layers,
             state_gib,
@@ -603,29 +603,29 @@ impl<'a> ClosedForm<'a> {
         if c.passes.is_some() {
             let p = passes.max(1);
             c.passes = Some(p);
-            let phases = c.schedule.phases(p);
-            c.tally = tally_for(&c.schedule, &phases);
+            let phases = c.routine.phases(p);
+            c.tally = tally_for(&c.routine, &phases);
         }
         c
     }
 
     /// Non-state GiB of a GPU of type `t` with no samples.
     pub fn empty_nonstate_gib(&self, t: usize) -> f64 {
-        rank_peak(&self.schedule, self.types[t].rank, &[], 1, 0.0)
+        rank_peak(&self.routine, self.types[t].rank, &[], 1, 0.0)
             .map(|p| p.device_bytes as f64 / GIB)
             .unwrap_or(f64::INFINITY)
     }
 
     /// The strategy.
     pub fn strategy(&self) -> Strategy {
-        self.schedule.strategy
+        self.routine.strategy
     }
 
     /// The state fraction every GPU must hold when the sharding fixes it
     /// (hybrid: `1 / shard_group`; no sharding: the whole state); `None`
     /// when the state is water-filled over the GPUs (full, grad-op).
     pub fn required_share(&self) -> Option<f64> {
-        let s = self.schedule.strategy;
+        let s = self.routine.strategy;
         match s.sharding.state_split() {
             StateSplit::Uneven => None,
             StateSplit::EvenPerGroup => Some(1.0 / s.shard_group.max(1) as f64),
@@ -664,7 +664,7 @@ impl<'a> ClosedForm<'a> {
         let tt = &self.types[t];
         let row = tt.mem.get(m as usize)?;
         let mut g = if n <= 1 { row[0] } else { row[1] };
-        let s = &self.schedule.strategy;
+        let s = &self.routine.strategy;
         let layered = !s.accumulation.is_microbatch_major();
         let (c, d, kept_step, kept_total) = tt.backlog[m as usize];
         if n > 2 && layered && s.offloads_activations(n) && d > c && d > 0.0 {
@@ -689,7 +689,7 @@ impl<'a> ClosedForm<'a> {
         let Some(&(h2, per)) = tt.host.get(m as usize) else {
             return 0.0;
         };
-        let s = &self.schedule.strategy;
+        let s = &self.routine.strategy;
         if !s.offloads_activations(n) {
             return 0.0;
         }
@@ -751,7 +751,7 @@ impl<'a> ClosedForm<'a> {
         let (mi, qi) = (m as usize, q as usize);
         let mut phase_ms = [[0.0; TEMPLATES]; 2];
         if self.passes.is_some() {
-            let offload = self.schedule.strategy.offloads_activations(n);
+            let offload = self.routine.strategy.offloads_activations(n);
             let one = |x: (f64, f64)| if offload { x.0.max(x.1) } else { x.0 };
             let [full, short] = &mut phase_ms;
             for (i, (a, b)) in full.iter_mut().zip(short.iter_mut()).enumerate() {
@@ -759,7 +759,7 @@ impl<'a> ClosedForm<'a> {
                 *b = if qi > 0 { one(tt.tmpl[qi][i]) } else { 0.0 };
             }
         } else {
-            let offload = self.schedule.strategy.offloads_activations(n);
+            let offload = self.routine.strategy.offloads_activations(n);
             let (hi, lo) = (rem as f64, (n - rem) as f64);
             for (i, v) in phase_ms[0].iter_mut().enumerate() {
                 let (cm, dm) = tt.tmpl[mi][i];
@@ -781,7 +781,7 @@ impl<'a> ClosedForm<'a> {
 
     fn cap_empty(&self, t: usize) -> f64 {
         let tt = &self.types[t];
-        let g = rank_peak(&self.schedule, tt.rank, &[], 1, 0.0)
+        let g = rank_peak(&self.routine, tt.rank, &[], 1, 0.0)
             .map(|p| p.device_bytes as f64 / GIB)
             .unwrap_or(f64::INFINITY);
         if self.state_gib > 0.0 {
@@ -800,10 +800,10 @@ impl<'a> ClosedForm<'a> {
     /// shard and replica group ([`DistinctGroups`]), the slowest of each;
     /// a replica all-reduce times the replica groups sharing its NIC.
     fn price_comm(&self, level: f64) -> CommTimes {
-        let s = self.schedule.strategy;
+        let s = self.routine.strategy;
         let ranks = self.costs.ranks();
-        let pb = self.schedule.precision.comm.bytes();
-        let rb = self.schedule.precision.grads.bytes();
+        let pb = self.routine.precision.comm.bytes();
+        let rb = self.routine.precision.grads.bytes();
         let mut c = CommTimes {
             ag: [0.0; 3],
             reduce: [0.0; 3],
@@ -846,7 +846,7 @@ impl<'a> ClosedForm<'a> {
     /// that unit's backward and reduction, and before the copy of the
     /// updated parameters back, as the lowering orders them).
     pub fn optimizer_ms(&self, t: usize, level: f64) -> f64 {
-        let s = self.schedule.strategy;
+        let s = self.routine.strategy;
         let total = self.costs.workload.model.total_params() as f64;
         let share = match s.sharding {
             Sharding::NoShard => 1.0,
@@ -854,14 +854,13 @@ impl<'a> ClosedForm<'a> {
         };
         let local = share * total;
         let rank = self.types[t].rank;
-        let step = self.schedule.optimizer_ms(rank, local);
+        let step = self.routine.optimizer_ms(rank, local);
         match s.offload {
             Offload::Optimizer => {
                 // fp32 gradients, as `Description::offload_grad_bytes`.
                 let last = self.tally.last_reduce.unwrap_or(0);
                 let grads = self.unit_params[last] as f64 * 4.0 * share;
-                step + self.costs.host_copy_ms(rank, grads)
-                    + self.schedule.params_up_ms(rank, local)
+                step + self.costs.host_copy_ms(rank, grads) + self.routine.params_up_ms(rank, local)
             }
             _ => step,
         }
@@ -990,10 +989,10 @@ impl<'a> ClosedForm<'a> {
         let t = self.class_times(choice)?;
         let caps: Vec<f64> = t.class_of.iter().map(|&k| t.caps[k]).collect();
         let ranks = self.costs.ranks();
-        let fractions = match self.schedule.strategy.sharding {
+        let fractions = match self.routine.strategy.sharding {
             Sharding::Full | Sharding::GradOp => super::water::water_fill_at(&caps, t.level),
             _ => vec![
-                if self.schedule.strategy.sharding == Sharding::NoShard {
+                if self.routine.strategy.sharding == Sharding::NoShard {
                     1.0 / ranks as f64
                 } else {
                     t.level
@@ -1017,7 +1016,7 @@ impl<'a> ClosedForm<'a> {
     /// by class ([`ClosedForm::class_times`], the native planner's
     /// refinement).
     pub fn price_classes(&self, classes: &[(usize, RankCost, usize)]) -> Option<(f64, Vec<f64>)> {
-        let s = self.schedule.strategy;
+        let s = self.routine.strategy;
         let level = match s.sharding.state_split() {
             StateSplit::Uneven => {
                 let caps: Vec<f64> = classes.iter().map(|c| c.1.cap).collect();

@@ -20,17 +20,17 @@ use crate::strategy::{Accumulation, StrategySpec};
 /// need at that count, on the GPU or (offloaded activations) on the host.
 fn too_many_microbatches(
     problem: &Problem<'_>,
-    schedule: &Routine<'_>,
+    routine: &Routine<'_>,
     i: usize,
     b: u32,
     r: f64,
 ) -> PlanError {
     let costs = problem.costs;
     let n = crate::limits::MAX_MICROBATCHES;
-    let local = super::standard::local_params(schedule, r);
+    let local = super::standard::local_params(routine, r);
     let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[i].node];
     let gib = |x: i64| x as f64 / crate::units::GIB;
-    let floor = crate::bounds::host_floor(schedule, i, &sizes(b, n), local).map_or(0.0, gib);
+    let floor = crate::bounds::host_floor(routine, i, &sizes(b, n), local).map_or(0.0, gib);
     let (what, short) = if floor > node.host_mem_gib {
         (
             format!(
@@ -40,7 +40,7 @@ fn too_many_microbatches(
             floor - node.host_mem_gib,
         )
     } else {
-        let dev = crate::bounds::rank_peak(schedule, i, &sizes(b, n), n, local)
+        let dev = crate::bounds::rank_peak(routine, i, &sizes(b, n), n, local)
             .map_or(f64::INFINITY, |p| gib(p.device_bytes));
         let usable = costs.usable_gib(i);
         (
@@ -52,7 +52,7 @@ fn too_many_microbatches(
         message: format!(
             "GPU {i} ({}) cannot fit its {b} samples under {} in up to {n} micro-batches (the simulator's limit): at {n}, {what}",
             costs.gpu(i).name,
-            schedule.strategy.label()
+            routine.strategy.label()
         ),
         shortfall_gib: short,
         rank: Some(i),
@@ -85,7 +85,7 @@ pub fn layered_plan(
 ) -> Result<Planned, PlanError> {
     let g = problem.costs.ranks();
     let (strategy, notes) = problem.resolve(&StrategySpec::default(), &FsdpGa.fixed_axes())?;
-    let schedule = Routine::new(problem.costs, strategy);
+    let routine = Routine::new(problem.costs, strategy);
     let fr = fractions.unwrap_or_else(|| super::standard::even_fractions(&strategy, g));
     let mut pairs = Vec::with_capacity(g);
     let mut oom = Vec::new();
@@ -106,7 +106,7 @@ pub fn layered_plan(
         // its count. Counts sharing a largest micro-batch need no less
         // memory than the first of them, so only the first count of each
         // micro-batch size is tried after it.
-        let alone = |m: u32| fits(&schedule, i, &[m], 1, fr[i]);
+        let alone = |m: u32| fits(&routine, i, &[m], 1, fr[i]);
         let (mut lo, mut hi) = (0u32, b);
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
@@ -119,9 +119,9 @@ pub fn layered_plan(
         let mut n = if lo == 0 { b + 1 } else { b.div_ceil(lo) };
         while n <= b {
             if n > crate::limits::MAX_MICROBATCHES {
-                return Err(too_many_microbatches(problem, &schedule, i, b, fr[i]));
+                return Err(too_many_microbatches(problem, &routine, i, b, fr[i]));
             }
-            if fits(&schedule, i, &sizes(b, n), n, fr[i])? {
+            if fits(&routine, i, &sizes(b, n), n, fr[i])? {
                 break;
             }
             let m = b.div_ceil(n);

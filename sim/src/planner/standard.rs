@@ -22,35 +22,35 @@ pub fn even_fractions(strategy: &Strategy, ranks: usize) -> Vec<f64> {
 }
 
 /// Parameters whose state a GPU holding `fraction` of it keeps under
-/// `schedule` (all of them without sharding).
-pub fn local_params(schedule: &Routine<'_>, fraction: f64) -> f64 {
-    let total = schedule.costs.workload.model.total_params() as f64;
-    match schedule.strategy.sharding {
+/// `routine` (all of them without sharding).
+pub fn local_params(routine: &Routine<'_>, fraction: f64) -> f64 {
+    let total = routine.costs.workload.model.total_params() as f64;
+    match routine.strategy.sharding {
         Sharding::NoShard => total,
         _ => fraction * total,
     }
 }
 
-/// Whether `rank` fits running `sizes` under `schedule` holding
+/// Whether `rank` fits running `sizes` under `routine` holding
 /// `fraction` of the state, by the fast model's per-GPU bound (and its
 /// node's host memory for the offload it uses by itself), in an iteration
 /// of `passes` micro-batch passes.
 pub fn fits(
-    schedule: &Routine<'_>,
+    routine: &Routine<'_>,
     rank: usize,
     sizes: &[u32],
     passes: u32,
     fraction: f64,
 ) -> Result<bool, PlanError> {
-    let costs = schedule.costs;
-    let local = local_params(schedule, fraction);
+    let costs = routine.costs;
+    let local = local_params(routine, fraction);
     let node = &costs.workload.cluster.nodes[costs.workload.cluster.gpus[rank].node];
     // Offloaded activations the host cannot hold fail without a walk.
-    let host_floor = crate::bounds::host_floor(schedule, rank, sizes, local)?;
+    let host_floor = crate::bounds::host_floor(routine, rank, sizes, local)?;
     if host_floor as f64 / GIB > node.host_mem_gib {
         return Ok(false);
     }
-    let p = rank_peak(schedule, rank, sizes, passes, local)?;
+    let p = rank_peak(routine, rank, sizes, passes, local)?;
     Ok(p.device_bytes as f64 / GIB <= costs.usable_gib(rank)
         && p.host_bytes as f64 / GIB <= node.host_mem_gib)
 }
@@ -60,18 +60,18 @@ pub fn sizes(b: u32, n: u32) -> Vec<u32> {
     RankPlan::new(b, n, 0.0).microbatch_sizes()
 }
 
-/// Largest micro-batch size that fits on `rank` under `schedule` while it
+/// Largest micro-batch size that fits on `rank` under `routine` while it
 /// holds state fraction `r` in `n` micro-batches (0 when not even one
 /// sample fits). Capped at `limit`.
 pub fn max_microbatch(
-    schedule: &Routine<'_>,
+    routine: &Routine<'_>,
     rank: usize,
     r: f64,
     n: u32,
     limit: u32,
 ) -> Result<u32, PlanError> {
     let mut lo = 0u32;
-    while lo < limit && fits(schedule, rank, &vec![lo + 1; n.max(1) as usize], n, r)? {
+    while lo < limit && fits(routine, rank, &vec![lo + 1; n.max(1) as usize], n, r)? {
         lo += 1;
     }
     Ok(lo)
@@ -195,7 +195,7 @@ pub fn standard_plan(
                 fallback: ai > 0,
                 strategy,
                 notes,
-                schedule: Routine::new(costs, strategy),
+                routine: Routine::new(costs, strategy),
                 fractions: even_fractions(&strategy, g),
                 seen: Vec::new(),
             }));
@@ -209,7 +209,7 @@ pub fn standard_plan(
         |n: u32, last: &mut Option<Candidate>| -> Result<Option<(Candidate, bool)>, PlanError> {
             for opt in options.iter_mut() {
                 let o = opt.as_mut().map_err(|e| e.clone())?;
-                // One pass: no-sync and sync are the same schedule.
+                // One pass: no-sync and sync are the same routine.
                 if n == 1 && o.fallback && !per_rank_micro {
                     continue;
                 }
@@ -238,14 +238,14 @@ pub fn standard_plan(
     Ok(nothing_fits(costs, name, batch, n_limit, last))
 }
 
-/// A strategy the standard rule tries, resolved once with its schedule,
+/// A strategy the standard rule tries, resolved once with its routine,
 /// even shards and fit memo (ranks of one type with one batch fit alike).
 struct Tried<'c> {
     /// The fallback accumulation (sync after no-sync).
     fallback: bool,
     strategy: Strategy,
     notes: Vec<String>,
-    schedule: Routine<'c>,
+    routine: Routine<'c>,
     fractions: Vec<f64>,
     seen: Vec<FitMemo>,
 }
@@ -278,7 +278,7 @@ impl Tried<'_> {
                 let (mut lo, mut hi) = (1u32, n.min(b));
                 while lo < hi {
                     let mid = (lo + hi) / 2;
-                    if fits_cached(&self.schedule, r, t, (b, mid, n), fr[r], &mut self.seen)? {
+                    if fits_cached(&self.routine, r, t, (b, mid, n), fr[r], &mut self.seen)? {
                         hi = mid;
                     } else {
                         lo = mid + 1;
@@ -288,7 +288,7 @@ impl Tried<'_> {
             } else {
                 n.min(b)
             };
-            if b > 0 && !fits_cached(&self.schedule, r, t, (b, nr, n), fr[r], &mut self.seen)? {
+            if b > 0 && !fits_cached(&self.routine, r, t, (b, nr, n), fr[r], &mut self.seen)? {
                 ok = false;
             }
             pairs.push((b, nr));
@@ -349,11 +349,11 @@ fn nothing_fits(
     (strategy, pairs, fr, ns): Candidate,
 ) -> Planned {
     let mut notes = ns;
-    let schedule = Routine::new(costs, strategy);
+    let routine = Routine::new(costs, strategy);
     let worst = (0..costs.ranks())
         .find(|&r| {
             batch[r] > 0
-                && !fits(&schedule, r, &sizes(pairs[r].0, pairs[r].1), n_limit, fr[r])
+                && !fits(&routine, r, &sizes(pairs[r].0, pairs[r].1), n_limit, fr[r])
                     .unwrap_or(false)
         })
         .unwrap_or(0);
@@ -375,7 +375,7 @@ type FitMemo = (usize, u32, u32, u32, bool);
 /// [`fits`] of `b` samples in `n` micro-batches over `passes` passes on a
 /// GPU of type `t`, memoised in `seen`.
 fn fits_cached(
-    schedule: &Routine<'_>,
+    routine: &Routine<'_>,
     rank: usize,
     t: usize,
     (b, n, passes): (u32, u32, u32),
@@ -388,7 +388,7 @@ fn fits_cached(
     {
         return Ok(x.4);
     }
-    let ok = fits(schedule, rank, &sizes(b, n), passes, r)?;
+    let ok = fits(routine, rank, &sizes(b, n), passes, r)?;
     seen.push((t, b, n, passes, ok));
     Ok(ok)
 }

@@ -462,7 +462,7 @@ fn run_dp(case: &DpCase) -> Option<DpOutcome> {
     let s = simulate(&costs, &plan, &SimOptions::default()).unwrap();
     let f = sim::fast::evaluate(&costs, &plan, &SimOptions::default()).unwrap();
     let total_params = costs.workload.model.total_params() as f64;
-    let schedule = sim::data_parallel::Routine::new(&costs, strategy);
+    let routine = sim::data_parallel::Routine::new(&costs, strategy);
     let mut rank_peaks: Vec<((usize, u32, u32), f64)> = Vec::new();
     let mem = (0..ranks)
         .map(|r| {
@@ -480,7 +480,7 @@ fn run_dp(case: &DpCase) -> Option<DpOutcome> {
                     None => {
                         let sizes = plan.gpus[r].microbatch_sizes();
                         let p =
-                            sim::bounds::rank_peak(&schedule, r, &sizes, 1, share * total_params)
+                            sim::bounds::rank_peak(&routine, r, &sizes, 1, share * total_params)
                                 .unwrap();
                         let gib = p.device_bytes as f64 / GIB;
                         rank_peaks.push(((t, b, n), gib));

@@ -1207,12 +1207,12 @@ fn one_gpu_offloaded_optimizer_waits_for_its_gradients() {
         };
         let p = under(&plan(&[4], &[1], None), s);
         let r = check(&c, &p, &SimOptions::default());
-        let schedule = sim::data_parallel::Routine::new(&c, s);
+        let routine = sim::data_parallel::Routine::new(&c, s);
         let total = c.workload.model.total_params() as f64;
         let g = &r.gpus[0];
         let compute = g.forward_ms + g.backward_ms + g.recompute_ms;
         let last_copy = c.host_copy_ms(0, c.unit_params()[0] as f64 * 4.0);
-        let host = schedule.optimizer_ms(0, total) + schedule.params_up_ms(0, total);
+        let host = routine.optimizer_ms(0, total) + routine.params_up_ms(0, total);
         assert!(
             r.iteration_ms >= compute + last_copy + host - 1e-6,
             "{sharding:?}: iteration {:.1} ms, compute {compute:.1}, last gradient copy {last_copy:.1}, host step and copy back {host:.1}",

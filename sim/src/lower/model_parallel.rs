@@ -1,0 +1,22 @@
+//! One emitter of a block's model-parallel communication inside its group
+//! of GPUs (tensor and sequence parallelism today; the all-to-all dispatch
+//! and combine of expert parallelism and the exchanges of context
+//! parallelism are the next to enter here): what the compute does not hide
+//! of it, priced per slice in the cost table
+//! ([`crate::tensor::TensorParallel::exposed_ms`], the overlap a
+//! framework's `tp_comm_overlap` buys included), as one op of the whole
+//! group on the compute streams, which each member's next compute follows.
+//! The data-parallel group's collectives are [`super::dp_group`]'s.
+
+use super::sink::Sink;
+use crate::engine::{OpId, OpLabel, Stream};
+use crate::units::SimTime;
+
+/// The exposed model-parallel communication `comm` of the group `ranks`
+/// after their compute (a block's, the embedding's or the head's), as one
+/// op on their compute streams labelled `label`; `None` for a group of one
+/// GPU or nothing exposed.
+pub fn exposed<S: Sink>(g: &mut S, ranks: &[u32], comm: SimTime, label: OpLabel) -> Option<OpId> {
+    (ranks.len() > 1 && comm > SimTime::ZERO)
+        .then(|| g.collective(ranks, Stream::Compute, comm, &[], label, &[]))
+}
