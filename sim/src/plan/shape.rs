@@ -221,6 +221,22 @@ impl Shape3d {
         Ok(())
     }
 
+    /// Whether Megatron-Core builds this shape's blocks on a model of
+    /// `layers` blocks: without a first / last stage size or the embedding
+    /// and the loss in the split, an even split over the stages and each
+    /// stage's chunks (Megatron asserts it; [`Shape3d::split`] also takes
+    /// the near-equal splits a user asks `simulate` for); with them, the
+    /// split they make. The one decision the `megatron` planner's
+    /// candidates and a shape's own check share.
+    pub fn megatron_splits(&self, layers: u32) -> bool {
+        let (p, v) = (self.pp.max(1), self.virtual_stages.max(1));
+        let pinned = self.first_stage_layers.is_some()
+            || self.last_stage_layers.is_some()
+            || self.embedding_loss_in_split;
+        let even = layers.is_multiple_of(p) && (layers / p).is_multiple_of(v);
+        (pinned || even) && self.split(layers, p, v).is_ok()
+    }
+
     /// The blocks of each model chunk of each of the `p` stages (`v` chunks
     /// per stage) of a model of `layers` blocks, as Megatron-Core's
     /// `get_num_layers_to_build` splits them: with a first / last stage

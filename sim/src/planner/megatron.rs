@@ -106,14 +106,7 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
         if !node.is_multiple_of(t) || !n.is_multiple_of(t) {
             continue;
         }
-        // A pinned split decides which depths divide (the shape's own
-        // check); otherwise Megatron's even split.
-        let split = pins.first_stage_layers.is_some()
-            || pins.last_stage_layers.is_some()
-            || pins.embedding_loss_in_split == Some(true);
-        for p in (1..=(n / t).min(layers))
-            .filter(|&p| (n / t).is_multiple_of(p) && (split || layers.is_multiple_of(p)))
-        {
+        for p in (1..=(n / t).min(layers)).filter(|&p| (n / t).is_multiple_of(p)) {
             let d = (n / (t * p)) as u64;
             for &b in &sizes {
                 if !batch.is_multiple_of(d * b as u64) {
@@ -141,11 +134,21 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                 } else {
                     &RankOrder::ALL[..1]
                 };
+                // The blocks split as Megatron-Core builds them (the
+                // shape's own decision).
+                if !base.megatron_splits(layers as u32) {
+                    continue;
+                }
                 let mut scheds = vec![(plain, 1)];
                 if p > 1 {
                     for &v in &chunks {
+                        let chunked = Shape3d {
+                            schedule: PipeSchedule::Interleaved,
+                            virtual_stages: v,
+                            ..base
+                        };
                         if v > 1
-                            && (split || (layers / p).is_multiple_of(v as usize))
+                            && chunked.megatron_splits(layers as u32)
                             && m.is_multiple_of(p as u32)
                         {
                             scheds.push((PipeSchedule::Interleaved, v));
