@@ -388,11 +388,17 @@ struct Walk<'a, S: Sink> {
     reduced: Vec<Vec<bool>>,
     /// Per (rank, unit), the op that completed the unit's gradient in the
     /// last micro-batch (stages with buckets only).
-    grad_ops: std::collections::HashMap<(u32, u32), OpId>,
+    grad_ops: rustc_hash::FxHashMap<(u32, u32), OpId>,
     /// Per unit: its last micro-batch's gradient is complete.
     grad_done: Vec<bool>,
     /// Per rank, its latest bucket reduction (what its optimizer waits for).
     last_reduce: Vec<Option<OpId>>,
+    /// Point-to-point transfers priced so far, by (from, to, bytes' bits):
+    /// every micro-batch sends the same slices between the same GPUs, so
+    /// each pair and size is priced once ([`CostModel::p2p`] is a pure
+    /// function of them; pricing it per transfer was about a twentieth of
+    /// a 4,096-GPU pipeline's simulation).
+    p2p: rustc_hash::FxHashMap<(u32, u32, u64), Priced>,
     g: &'a mut S,
 }
 
@@ -414,7 +420,7 @@ struct PerUnit {
     last_reduce: Vec<Option<OpId>>,
     /// Collective durations (ms) and link shares, by kind, ranks and
     /// piece bytes.
-    priced: std::collections::HashMap<(CollectiveKind, Vec<usize>, u64), Priced>,
+    priced: rustc_hash::FxHashMap<(CollectiveKind, Vec<usize>, u64), Priced>,
 }
 
 /// A collective's duration (ms) and the link shares it declares.
@@ -463,9 +469,10 @@ impl<'a, S: Sink> Walk<'a, S> {
             extra: Vec::new(),
             buckets: vec![Vec::new(); p],
             reduced: vec![Vec::new(); p],
-            grad_ops: std::collections::HashMap::new(),
+            grad_ops: rustc_hash::FxHashMap::default(),
             grad_done: vec![false; w.model.layers as usize + 2],
             last_reduce: vec![None; costs.ranks()],
+            p2p: rustc_hash::FxHashMap::default(),
             g,
         }
     }
@@ -886,13 +893,17 @@ impl<'a, S: Sink> Walk<'a, S> {
         mem: (i64, i64),
     ) -> OpId {
         let (from, to) = ends;
-        let (ms, shares) = self.costs.p2p(from as usize, to as usize, bytes);
+        let costs = self.costs;
+        let (ms, shares) = self
+            .p2p
+            .entry((from, to, bytes.to_bits()))
+            .or_insert_with(|| costs.p2p(from as usize, to as usize, bytes));
         let mems = [MemChange::end(from, -mem.0), MemChange::end(to, mem.1)];
         let id = self
             .g
-            .op(from, Stream::Comm, dur(ms), &[after], label, &mems);
+            .op(from, Stream::Comm, dur(*ms), &[after], label, &mems);
         if self.contention && !shares.is_empty() {
-            self.g.shares(id, &shares);
+            self.g.shares(id, shares);
         }
         id
     }
@@ -1264,7 +1275,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             group_of,
             gathers: Vec::new(),
             last_reduce: vec![None; ranks],
-            priced: std::collections::HashMap::new(),
+            priced: rustc_hash::FxHashMap::default(),
         });
         for n in first {
             self.unit_gather(n);
