@@ -2,8 +2,7 @@
 //! may change while they run, the load of every link, the collectives
 //! running on every rank, and the rescheduling of ends when a pace changes.
 
-use super::graph::{slot_rank, Graph, NONE};
-use super::ops::OpId;
+use super::graph::{slot_rank, ShareIndex, NONE};
 use super::queue::EventQueue;
 
 /// A running op whose pace may change (it has link shares, or it is a
@@ -210,8 +209,8 @@ impl Dynamic {
 
     /// Brings every touched op's progress up to `now`, recomputes its
     /// slowdown and reschedules its end in `queue` when it changed (the
-    /// links of an op are `graph`'s shares).
-    pub(super) fn repace(&mut self, now: u64, graph: &Graph, queue: &mut EventQueue) {
+    /// links of an op are its `shares`).
+    pub(super) fn repace(&mut self, now: u64, shares: &ShareIndex<'_>, queue: &mut EventQueue) {
         let touched = std::mem::take(&mut self.touched);
         for &slot in &touched {
             self.mark[slot as usize] = false;
@@ -221,7 +220,7 @@ impl Dynamic {
             if run.stale_max {
                 run.link_max = 0.0;
                 run.at_max = 0;
-                for &(r, _) in graph.op_shares(OpId(run.op)) {
+                for &(r, _) in shares.of(run.op) {
                     let l = self.load[r as usize];
                     if l > run.link_max {
                         run.link_max = l;

@@ -2,7 +2,7 @@
 //! ready, ending them in `(time, seq)` order, reporting them to the
 //! observer, and explaining a deadlock.
 
-use super::graph::{slot_rank, slot_stream, Graph, NONE};
+use super::graph::{slot_rank, slot_stream, Graph, ShareIndex, NONE};
 use super::observe::{Observer, OpRecord, RunStats};
 use super::ops::{MemAt, OpId, Stream, NO_INDEX};
 use super::pace::Dynamic;
@@ -54,7 +54,8 @@ pub fn run(graph: &Graph, observer: &mut dyn Observer) -> Result<RunStats, SimEr
     let parts = Participants::build(n, slots, &graph.issues);
     count_issues(&parts, &mut pending, slots)?;
 
-    let mut state = RunState::new(graph, observer, &parts, &succ, pending, slots);
+    let shares = graph.share_index();
+    let mut state = RunState::new(graph, observer, &parts, &succ, pending, slots, &shares);
     state.start_streams();
     let (finished, events) = state.drain();
 
@@ -190,6 +191,8 @@ struct RunState<'g, 'o> {
     parts: &'g Participants,
     /// Per op: the ops waiting for its completion.
     succ: &'g Csr,
+    /// Per op: its link shares.
+    shares: &'g ShareIndex<'g>,
     /// Per op: dependencies and streams it still waits for.
     pending: Vec<u32>,
     /// Start time of the op running on each slot (its first participant's).
@@ -199,7 +202,8 @@ struct RunState<'g, 'o> {
 
 impl<'g, 'o> RunState<'g, 'o> {
     /// Nothing started yet: `pending` holds every op's dependencies and
-    /// streams, `slots` is the number of stream slots.
+    /// streams, `slots` is the number of stream slots, `shares` the ops'
+    /// link shares.
     fn new(
         graph: &'g Graph,
         observer: &'o mut dyn Observer,
@@ -207,6 +211,7 @@ impl<'g, 'o> RunState<'g, 'o> {
         succ: &'g Csr,
         pending: Vec<u32>,
         slots: usize,
+        shares: &'g ShareIndex<'g>,
     ) -> RunState<'g, 'o> {
         let resources = graph
             .shares
@@ -221,6 +226,7 @@ impl<'g, 'o> RunState<'g, 'o> {
             makespan: 0,
             parts,
             succ,
+            shares,
             pending,
             start_ns: vec![0; slots],
             dynamic: Dynamic::new(graph.interference, slots, resources, graph.ranks as usize),
@@ -323,7 +329,7 @@ impl RunState<'_, '_> {
             self.observer
                 .on_mem(m.pool, SimTime(now), m.delta_bytes, m.kind, OpId(op));
         }
-        let shares = g.op_shares(OpId(op));
+        let shares = self.shares.of(op);
         let comm = self.counts_as_comm(op, first);
         let interferes = self.interferes(op);
         if first == NONE || (shares.is_empty() && !interferes) {
@@ -337,7 +343,7 @@ impl RunState<'_, '_> {
         if comm && self.dynamic.interference > 0.0 {
             self.dynamic.comm_started(p);
         }
-        self.dynamic.repace(now, g, &mut self.queue);
+        self.dynamic.repace(now, self.shares, &mut self.queue);
     }
 
     /// Handles a popped end of `op` (key seq `seq`) at `now`: false for a
@@ -347,7 +353,7 @@ impl RunState<'_, '_> {
         let g = self.graph;
         let (p, _) = self.parts.get(op as usize);
         let first = p.first().copied().unwrap_or(NONE);
-        let shares = g.op_shares(OpId(op));
+        let shares = self.shares.of(op);
         let dynamic = first != NONE && (!shares.is_empty() || self.interferes(op));
         if dynamic && !self.dynamic.end(op, seq, first, shares) {
             return false;
@@ -356,7 +362,7 @@ impl RunState<'_, '_> {
         if self.counts_as_comm(op, first) && self.dynamic.interference > 0.0 {
             self.dynamic.comm_ended(p);
         }
-        self.dynamic.repace(now, g, &mut self.queue);
+        self.dynamic.repace(now, self.shares, &mut self.queue);
         self.makespan = self.makespan.max(now);
         let start = if first != NONE {
             self.start_ns[first as usize]

@@ -15,7 +15,6 @@ use crate::comm::{CollectiveKind, GroupSource};
 use crate::cost::CostModel;
 use crate::engine::{MemChange, OpId, OpLabel, Stream};
 use crate::units::SimTime;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 /// A priced collective: duration (ms), link busy times (resource, ms) and
@@ -45,7 +44,7 @@ pub struct Collectives<'c> {
     /// Declare link loads (the engine shares links between overlapping
     /// transfers).
     contention: bool,
-    priced: HashMap<(CollectiveKind, Vec<usize>, u64), Priced>,
+    priced: rustc_hash::FxHashMap<(CollectiveKind, Vec<usize>, u64), Priced>,
     /// Link busy times of the collectives priced since the last op emitted.
     pending: Vec<(u32, f64)>,
     pending_source: Option<GroupSource>,
@@ -62,7 +61,7 @@ impl<'c> Collectives<'c> {
             costs,
             simulated: simulated.map_or_else(|| vec![true; costs.ranks()], <[bool]>::to_vec),
             contention,
-            priced: HashMap::new(),
+            priced: rustc_hash::FxHashMap::default(),
             pending: Vec::new(),
             pending_source: None,
             records: Vec::new(),

@@ -467,13 +467,22 @@ struct Walk<'a, S: Sink> {
     reduced: Vec<Vec<bool>>,
     /// Per (rank, unit), the op that completed the unit's gradient in the
     /// last micro-batch (stages with buckets only).
-    grad_ops: std::collections::HashMap<(u32, u32), OpId>,
+    grad_ops: rustc_hash::FxHashMap<(u32, u32), OpId>,
     /// Per unit: its last micro-batch's gradient is complete.
     grad_done: Vec<bool>,
     /// Per rank, its latest bucket reduction (what its optimizer waits for).
     last_reduce: Vec<Option<OpId>>,
+    /// Point-to-point transfers priced so far, by (from, to, bytes' bits):
+    /// every micro-batch sends the same slices between the same GPUs, so
+    /// each pair and size is priced once ([`CostModel::p2p`] is a pure
+    /// function of them; pricing it per transfer was about a twentieth of
+    /// a 4,096-GPU pipeline's simulation).
+    p2p: rustc_hash::FxHashMap<(u32, u32, u64), Priced>,
     g: &'a mut S,
 }
+
+/// A transfer's duration (ms) and the link shares it declares.
+type Priced = (f64, Vec<(u32, f32)>);
 
 /// FSDP / HSDP per unit inside a one-stage plan, in progress
 /// ([`crate::pipeline::reshard`]).
@@ -537,9 +546,10 @@ impl<'a, S: Sink> Walk<'a, S> {
             extra: Vec::new(),
             buckets: vec![Vec::new(); p],
             reduced: vec![Vec::new(); p],
-            grad_ops: std::collections::HashMap::new(),
+            grad_ops: rustc_hash::FxHashMap::default(),
             grad_done: vec![false; w.model.layers as usize + 2],
             last_reduce: vec![None; costs.ranks()],
+            p2p: rustc_hash::FxHashMap::default(),
             g,
         }
     }
@@ -957,13 +967,17 @@ impl<'a, S: Sink> Walk<'a, S> {
         mem: (i64, i64),
     ) -> OpId {
         let (from, to) = ends;
-        let (ms, shares) = self.costs.p2p(from as usize, to as usize, bytes);
+        let costs = self.costs;
+        let (ms, shares) = self
+            .p2p
+            .entry((from, to, bytes.to_bits()))
+            .or_insert_with(|| costs.p2p(from as usize, to as usize, bytes));
         let mems = [MemChange::end(from, -mem.0), MemChange::end(to, mem.1)];
         let id = self
             .g
-            .op(from, Stream::Comm, dur(ms), &[after], label, &mems);
+            .op(from, Stream::Comm, dur(*ms), &[after], label, &mems);
         if self.contention && !shares.is_empty() {
-            self.g.shares(id, &shares);
+            self.g.shares(id, shares);
         }
         id
     }

@@ -152,15 +152,15 @@ pub fn stage_cost(
     debug_assert_eq!(rows.attention(), strategy.attention);
     let t = (tp.degree as usize).clamp(1, ranks.len().max(1));
     // TP groups of one shape and slice are priced once.
-    let mut tp_seen: std::collections::HashMap<_, super::costs::TpTimes> =
-        std::collections::HashMap::new();
+    let mut tp_seen: rustc_hash::FxHashMap<_, super::costs::TpTimes> =
+        rustc_hash::FxHashMap::default();
     let mut time: Option<GroupCost> = None;
     let mut largest = 0u32;
     let mut replicas: Vec<(u32, GroupCost)> = Vec::new();
     // Replicas of one shape (GPU types, node pattern, links) and slice
     // cost the same: priced once.
-    let mut priced: std::collections::HashMap<(u32, super::costs::GroupShape<'_>), GroupCost> =
-        std::collections::HashMap::new();
+    let mut priced: rustc_hash::FxHashMap<(u32, super::costs::GroupShape<'_>), GroupCost> =
+        rustc_hash::FxHashMap::default();
     for (j, group) in ranks.chunks(t).enumerate() {
         let n = slices.get(j).copied().unwrap_or(1);
         let key = (n, super::costs::group_shape(costs, group));
@@ -211,10 +211,7 @@ fn replica_cost<'c>(
     n: u32,
     tp: &TensorParallel,
     every_full: Option<f64>,
-    tp_seen: &mut std::collections::HashMap<
-        (u32, super::costs::GroupShape<'c>),
-        super::costs::TpTimes,
-    >,
+    tp_seen: &mut rustc_hash::FxHashMap<(u32, super::costs::GroupShape<'c>), super::costs::TpTimes>,
 ) -> Result<GroupCost, PlanError> {
     let ck = strategy.checkpointing;
     // Fraction of blocks recomputed in full (every:K: 1/K), selective.
@@ -585,7 +582,7 @@ pub fn staged(
         let senders = p2p_senders(costs, ga, gb);
         // Pairs alike in hardware and place ([`pair_key`]) take the same
         // time: priced once (a stage of thousands of replicas has a few).
-        let mut priced: std::collections::HashMap<PairKey<'_>, f64> = Default::default();
+        let mut priced: rustc_hash::FxHashMap<PairKey<'_>, f64> = Default::default();
         (0..reps)
             .map(|j| {
                 let (x, y) = (
@@ -690,11 +687,11 @@ fn p2p_senders(
     costs: &CostModel,
     from: &[usize],
     to: &[usize],
-) -> std::collections::HashMap<usize, usize> {
+) -> rustc_hash::FxHashMap<usize, usize> {
     let c = &costs.workload.cluster;
     let node = |r: usize| c.gpus[r].node;
     let peer = |i: usize| to[(i * to.len() / from.len().max(1)).min(to.len() - 1)];
-    let mut out = std::collections::HashMap::new();
+    let mut out = rustc_hash::FxHashMap::default();
     for (i, &r) in from.iter().enumerate() {
         if node(peer(i)) != node(r) {
             *out.entry(node(r)).or_insert(0) += 1;
@@ -709,7 +706,7 @@ fn p2p_senders(
 /// NICs, rounded up; 1 when `x` and `y` share a node.
 fn p2p_sharing(
     costs: &CostModel,
-    senders: &std::collections::HashMap<usize, usize>,
+    senders: &rustc_hash::FxHashMap<usize, usize>,
     x: usize,
     y: usize,
 ) -> f64 {

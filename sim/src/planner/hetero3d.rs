@@ -358,6 +358,26 @@ fn strategies(problem: &Problem<'_>) -> Result<Vec<Strategy>, PlanError> {
     Ok(out)
 }
 
+/// `strategies` in runs of consecutive ones equal but for their sharding
+/// (which the stage costs of [`search_layout`] do not depend on).
+fn by_costs(strategies: Vec<Strategy>) -> Vec<Vec<Strategy>> {
+    let mut out: Vec<Vec<Strategy>> = Vec::new();
+    for s in strategies {
+        match out.last_mut() {
+            Some(run)
+                if Strategy {
+                    sharding: s.sharding,
+                    ..run[0]
+                } == s =>
+            {
+                run.push(s)
+            }
+            _ => out.push(vec![s]),
+        }
+    }
+    out
+}
+
 /// One searched candidate.
 #[derive(Debug, Clone)]
 struct Candidate {
@@ -387,31 +407,78 @@ fn tensors(l: &Layout) -> Vec<TensorParallel> {
         .collect()
 }
 
-/// Every micro-batch count of layout `l` under `strategy`: the best
-/// partition's candidate, and the closest miss when none fits.
+/// Every micro-batch count of layout `l` under each of `strategies`
+/// (which differ in their sharding only: the stage costs and slices of a
+/// micro-batch count do not depend on it, so they are priced once for
+/// all, [`crate::pipeline::estimate::staged`] reading only the
+/// checkpointing and the attention): per strategy, the best partition's
+/// candidates and the closest miss when none fits.
 fn search_layout(
     costs: &CostModel,
-    strategy: &Strategy,
+    strategies: &[Strategy],
     schedule: PipeSchedule,
     rows: &mut Rows<'_>,
     l: &Layout,
-) -> Result<Searched, PlanError> {
-    let w = &costs.workload;
-    let (n, layers, batch) = (costs.ranks(), w.model.layers as usize, w.global_batch);
-    let p = l.groups.len();
+) -> Result<Vec<Searched>, PlanError> {
+    let batch = costs.workload.global_batch;
     let tps = tensors(l);
     let dmax = l.widest_dp();
-    let mut out = Searched::default();
+    let mut out: Vec<Searched> = strategies.iter().map(|_| Searched::default()).collect();
     for m in micro_counts(batch) {
         if batch / m < dmax || m > crate::limits::MAX_MICROBATCHES {
             continue;
         }
-        out.tried += 1;
+        out.iter_mut().for_each(|o| o.tried += 1);
         let largest = batch.div_ceil(m);
         let Some((slices, shares)) = replica_slices_of(rows, l, &tps, largest, batch / m)? else {
             continue;
         };
-        let st = staged(costs, strategy, rows, &l.groups, &tps, &slices)?;
+        let st = staged(costs, &strategies[0], rows, &l.groups, &tps, &slices)?;
+        for (strategy, o) in strategies.iter().zip(&mut out) {
+            let at = Searching {
+                costs,
+                strategy,
+                schedule,
+                l,
+                tps: &tps,
+                m,
+                st: &st,
+            };
+            at.partition(shares.clone(), o);
+        }
+    }
+    Ok(out)
+}
+
+/// One layout, micro-batch count and strategy of the search, its stage
+/// costs priced ([`search_layout`]).
+struct Searching<'a> {
+    costs: &'a CostModel,
+    strategy: &'a Strategy,
+    schedule: PipeSchedule,
+    l: &'a Layout,
+    tps: &'a [TensorParallel],
+    m: u32,
+    st: &'a crate::pipeline::estimate::Staged,
+}
+
+impl Searching<'_> {
+    /// The exact partition of the blocks within every stage's memory and
+    /// its candidate (stage replicas' `shares`), added to `out`; else the
+    /// closest miss, kept in `out` when closer than its last.
+    fn partition(&self, shares: Vec<Vec<u32>>, out: &mut Searched) {
+        let (costs, strategy, schedule, l, tps, m, st) = (
+            self.costs,
+            self.strategy,
+            self.schedule,
+            self.l,
+            self.tps,
+            self.m,
+            self.st,
+        );
+        let w = &costs.workload;
+        let (n, layers, batch) = (costs.ranks(), w.model.layers as usize, w.global_batch);
+        let p = l.groups.len();
         let over = |s: usize, k: usize| -> Over {
             let at = place(schedule, p, s, m, 1);
             let d = l.groups[s].len() / l.tps[s] as usize;
@@ -438,7 +505,7 @@ fn search_layout(
                     out.closest = Some(closest(costs, strategy, l, &c.counts, m, &over));
                 }
             }
-            continue;
+            return;
         };
         let mut pipe = Pipeline::new(
             schedule,
@@ -459,14 +526,14 @@ fn search_layout(
         );
         pipe.sequence_parallel = pipe.has_tp();
         if !crate::iteration::pipeline_fits_simulator(costs, strategy, &pipe) {
-            continue;
+            return;
         }
         let est = estimate_ms(
             costs,
             strategy,
             &l.groups,
-            &tps,
-            &st,
+            tps,
+            st,
             &part.counts,
             m,
             Run::plain(schedule, 1),
@@ -474,14 +541,13 @@ fn search_layout(
         let plan = Plan::pipelined("hetero-3d", *strategy, pipe, n, batch);
         // (A pinned hybrid sharding's shard group must fit the layout.)
         if strategy.sharding == Sharding::Hybrid && plan.validate(n, batch, "hetero-3d").is_err() {
-            continue;
+            return;
         }
         out.fit.push(Candidate {
             estimate_ms: est,
             plan,
         });
     }
-    Ok(out)
 }
 
 /// Per stage, its replicas' samples of the largest micro-batch, and its
@@ -779,29 +845,37 @@ impl Planner for Hetero3d {
         let mut notes = pipeline_shardings(problem, &[]).1;
         let mut cands: Vec<Candidate> = Vec::new();
         let mut miss: Option<(f64, String, usize)> = None;
-        for strategy in strategies(problem)? {
-            stats.strategies += 1;
-            // Layouts in parallel, each thread its own cost rows; merged in
-            // order (deterministic).
-            let parts: Vec<Result<Searched, PlanError>> = all
+        for group in by_costs(strategies(problem)?) {
+            stats.strategies += group.len() as u64;
+            // Layouts in parallel, each thread its own cost rows, every
+            // strategy of the group searched on one pricing of the
+            // stages; merged in the order of the strategies, then the
+            // layouts (deterministic, as one strategy at a time was).
+            let parts: Vec<Result<Vec<Searched>, PlanError>> = all
                 .par_iter()
                 .map_init(
-                    || Rows::new(costs, &strategy),
-                    |rows, l| search_layout(costs, &strategy, searched, rows, l),
+                    || Rows::new(costs, &group[0]),
+                    |rows, l| search_layout(costs, &group, searched, rows, l),
                 )
                 .collect();
-            for part in parts {
-                let part = part?;
-                stats.subproblems += part.tried;
-                stats.candidates += part.tried;
-                stats.feasible += part.fit.len() as u64;
-                stats.infeasible += part.tried - part.fit.len() as u64;
-                if let Some(c) = part.closest {
-                    if miss.as_ref().is_none_or(|b| c.0 < b.0) {
-                        miss = Some(c);
+            let mut parts: Vec<std::vec::IntoIter<Searched>> = parts
+                .into_iter()
+                .map(|p| p.map(Vec::into_iter))
+                .collect::<Result<_, _>>()?;
+            for _ in &group {
+                for part in &mut parts {
+                    let part = part.next().expect("one search per strategy");
+                    stats.subproblems += part.tried;
+                    stats.candidates += part.tried;
+                    stats.feasible += part.fit.len() as u64;
+                    stats.infeasible += part.tried - part.fit.len() as u64;
+                    if let Some(c) = part.closest {
+                        if miss.as_ref().is_none_or(|b| c.0 < b.0) {
+                            miss = Some(c);
+                        }
                     }
+                    cands.extend(part.fit);
                 }
-                cands.extend(part.fit);
             }
         }
         if cands.is_empty() {

@@ -54,7 +54,7 @@ pub(crate) struct Breakdown<'g> {
     end_ns: Vec<u64>,
     pub(crate) ranks: Vec<RankTimes>,
     /// Actual duration of every collective op (ns), by op.
-    pub(crate) collective_ns: std::collections::HashMap<u32, u64>,
+    pub(crate) collective_ns: rustc_hash::FxHashMap<u32, u64>,
     /// The folded blocks of a reduced run ([`crate::fold::Unfold::blocks`])
     /// and, per block and rank, when the rank's first op of the block
     /// starts (ns; `None`: the rank has none): the window `[start, start +
@@ -69,7 +69,7 @@ impl<'g> Breakdown<'g> {
             start_ns: vec![0; graph.len()],
             end_ns: vec![0; graph.len()],
             ranks: vec![RankTimes::default(); ranks],
-            collective_ns: std::collections::HashMap::new(),
+            collective_ns: rustc_hash::FxHashMap::default(),
             blocks: Vec::new(),
         }
     }
