@@ -271,3 +271,207 @@ impl DpGroup<'_> {
 fn dur(ms: f64) -> SimTime {
     crate::data_parallel::dur(ms)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Category, Graph, MemKind};
+
+    /// An engine graph that remembers each op's stream.
+    struct Rec {
+        g: Graph,
+        streams: Vec<Stream>,
+    }
+
+    impl Sink for Rec {
+        fn label(&mut self, category: Category, name: &str) -> OpLabel {
+            self.g.label(category, name)
+        }
+        fn op(
+            &mut self,
+            rank: u32,
+            stream: Stream,
+            dur: SimTime,
+            deps: &[OpId],
+            label: OpLabel,
+            mems: &[MemChange],
+        ) -> OpId {
+            self.streams.push(stream);
+            self.g.add_op(rank, stream, dur, deps, label, mems)
+        }
+        fn collective(
+            &mut self,
+            ranks: &[u32],
+            stream: Stream,
+            dur: SimTime,
+            deps: &[OpId],
+            label: OpLabel,
+            mems: &[MemChange],
+        ) -> OpId {
+            self.streams.push(stream);
+            self.g.add_collective(ranks, stream, dur, deps, label, mems)
+        }
+    }
+
+    /// The analytic cost model of llama-tiny on `gpus`.
+    fn costs(gpus: &str) -> crate::cost::CostModel {
+        let w = crate::cost::Workload {
+            cluster: crate::cluster::Cluster::from_gpu_list(
+                gpus,
+                "--gpus",
+                crate::gpu::GpuCatalog::builtin(),
+            )
+            .unwrap(),
+            model: crate::model::ModelCatalog::builtin()
+                .get("llama-tiny")
+                .unwrap()
+                .clone(),
+            seq_len: 256,
+            dtype: crate::precision::NumFormat::Bf16,
+            global_batch: 8,
+        };
+        crate::cost::CostModel::build(
+            w,
+            &crate::profile::ProfileSet::new(),
+            &*crate::perfmodel::builtin(),
+            crate::cost::CostOptions::default(),
+        )
+        .unwrap()
+    }
+
+    /// The collectives one reduction of 8 MB per GPU emits over the group
+    /// `ranks` (shard width `h`) under `sharding`: (kind, group size,
+    /// stream, dependencies) per op, and what each position then waits on.
+    fn reduce(
+        sharding: Sharding,
+        ranks: &[usize],
+        h: usize,
+        with_mems: bool,
+    ) -> (Vec<(CollectiveKind, u32, Stream, usize)>, Reduced) {
+        let c8 = costs("a100-80gb,a100-80gb,a100-80gb,a100-80gb");
+        let mut c = Collectives::new(&c8, None, true);
+        let mut g = Rec {
+            g: Graph::with_capacity(16, 16),
+            streams: Vec::new(),
+        };
+        let before: Vec<OpId> = ranks
+            .iter()
+            .map(|&r| {
+                let l = g.label(Category::Backward, "bwd");
+                g.op(r as u32, Stream::Compute, dur(1.0), &[], l, &[])
+            })
+            .collect();
+        let (rs, ar) = (
+            g.label(Category::ReduceScatter, "rs"),
+            g.label(Category::AllReduce, "ar"),
+        );
+        let bytes = 8e6;
+        let grp = DpGroup {
+            ranks,
+            shard_width: h,
+            sharding,
+        };
+        let pieces = |_k: usize| (bytes, vec![bytes / h as f64; h]);
+        let replica = |_q: usize| bytes / h as f64;
+        let deps = |rs: &[usize]| {
+            rs.iter()
+                .map(|r| before[ranks.iter().position(|x| x == r).unwrap()])
+                .collect()
+        };
+        let mut mems = |part: &[usize]| {
+            part.iter()
+                .filter(|_| with_mems)
+                .map(|&r| MemChange::end(r as u32, -1).of(MemKind::Grads))
+                .collect()
+        };
+        let done = grp.reduce(
+            &mut c,
+            &mut g,
+            Reduction {
+                unit: 1,
+                buckets: &[bytes],
+                pieces: &pieces,
+                replica_bytes: &replica,
+                deps: &deps,
+                mems: &mut mems,
+                stream: Stream::Comm,
+                labels: (rs, ar),
+            },
+        );
+        let ops = c
+            .records
+            .iter()
+            .map(|r| {
+                let stream = g.streams[r.op.0 as usize];
+                (r.kind, r.group_size, stream, g.g.op_deps(r.op).count())
+            })
+            .collect();
+        (ops, done)
+    }
+
+    #[test]
+    fn each_sharding_emits_its_collectives_over_its_groups() {
+        let all = [0, 1, 2, 3];
+        // DDP: one all-reduce over every GPU, after each one's gradient.
+        let (ops, done) = reduce(Sharding::NoShard, &all, 1, false);
+        assert_eq!(ops, vec![(CollectiveKind::AllReduce, 4, Stream::Comm, 4)]);
+        assert!(done.shard.iter().all(Option::is_some));
+        // FSDP: one reduce-scatter over the whole group.
+        let (ops, _) = reduce(Sharding::Full, &all, 4, true);
+        assert_eq!(
+            ops,
+            vec![(CollectiveKind::ReduceScatter, 4, Stream::Comm, 4)]
+        );
+        // HSDP 2 x 2: a reduce-scatter per shard group, then an all-reduce
+        // per position across the groups after both reduce-scatters.
+        let (ops, done) = reduce(Sharding::Hybrid, &all, 2, true);
+        assert_eq!(
+            ops,
+            vec![
+                (CollectiveKind::ReduceScatter, 2, Stream::Comm, 2),
+                (CollectiveKind::ReduceScatter, 2, Stream::Comm, 2),
+                (CollectiveKind::AllReduce, 2, Stream::Reduce, 2),
+                (CollectiveKind::AllReduce, 2, Stream::Reduce, 2),
+            ]
+        );
+        // Positions 0 and 2 (the same shard) share their all-reduce.
+        assert_eq!(done.replica[0], done.replica[2]);
+        assert_ne!(done.replica[0], done.replica[1]);
+        assert_eq!(done.done(1, &[]), vec![done.replica[1].unwrap()]);
+    }
+
+    #[test]
+    fn a_group_of_one_gpu_reduces_nothing() {
+        // Without buffers to free, nothing is emitted and the gradient is
+        // ready after its own backward.
+        let (ops, done) = reduce(Sharding::Full, &[2], 1, false);
+        assert!(ops.is_empty());
+        assert_eq!(done.done(0, &[OpId(7)]), vec![OpId(7)]);
+        let (ops, _) = reduce(Sharding::NoShard, &[2], 1, false);
+        assert!(ops.is_empty());
+        // With buffers to free, a zero-time op carries them.
+        let (ops, done) = reduce(Sharding::Full, &[2], 1, true);
+        assert_eq!(
+            ops,
+            vec![(CollectiveKind::ReduceScatter, 1, Stream::Comm, 1)]
+        );
+        assert!(done.shard[0].is_some());
+        // HSDP with shard groups of one GPU: the all-reduce across them
+        // waits on the backwards themselves.
+        let (ops, _) = reduce(Sharding::Hybrid, &[0, 1, 2, 3], 1, false);
+        assert_eq!(ops, vec![(CollectiveKind::AllReduce, 4, Stream::Reduce, 4)]);
+    }
+
+    #[test]
+    fn replica_groups_take_one_position_of_every_shard_group() {
+        let ranks = [4, 5, 6, 7, 8, 9];
+        let grp = DpGroup {
+            ranks: &ranks,
+            shard_width: 3,
+            sharding: Sharding::Hybrid,
+        };
+        let shards: Vec<&[usize]> = grp.shard_groups().collect();
+        assert_eq!(shards, vec![&[4, 5, 6][..], &[7, 8, 9][..]]);
+        assert_eq!(grp.replica_group(1), vec![5, 8]);
+    }
+}
