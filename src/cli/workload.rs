@@ -476,6 +476,14 @@ pub struct ShapeArgs {
     /// VP 8, two per model chunk, the first and last chunk one: on or off.
     #[arg(long, help_heading = SHAPE, num_args = 0..=1, default_missing_value = "on")]
     pub embedding_loss_in_split: Option<String>,
+    /// Every model chunk's layers, in Megatron's
+    /// `--pipeline-model-parallel-layout` syntax: chunks in virtual-stage
+    /// order separated by `|`, `E` the embedding, `t` a transformer block,
+    /// `L` the loss, `t*N` and `(...)*N` repeats, commas cosmetic; PP x VP
+    /// chunks set VP (e.g. DeepSeek-V3's 61 blocks on PP 4 x VP 4:
+    /// `Et*3|(t*4|)*14,t*2L`).
+    #[arg(long, help_heading = SHAPE)]
+    pub pipeline_layout: Option<String>,
 }
 
 impl ShapeArgs {
@@ -483,7 +491,10 @@ impl ShapeArgs {
     /// name the flag).
     pub fn pins(&self) -> Result<sim::plan::shape::ShapePins> {
         let num = |x: Option<u32>| x.map(|x| x.to_string());
-        let flags: [(&str, &str, Option<String>); 14] = [
+        // (Commas in a layout are cosmetic, as Megatron reads it; the pin
+        // parser splits pairs at them.)
+        let layout = self.pipeline_layout.as_ref().map(|l| l.replace(',', ""));
+        let flags: [(&str, &str, Option<String>); 15] = [
             ("--tp", "tp", num(self.tp)),
             ("--pp", "pp", num(self.pp)),
             ("--pp-schedule", "schedule", self.pp_schedule.clone()),
@@ -538,6 +549,7 @@ impl ShapeArgs {
                 "embedding_loss_in_split",
                 self.embedding_loss_in_split.clone(),
             ),
+            ("--pipeline-layout", "pipeline_layout", layout),
         ];
         let mut pins = sim::plan::shape::ShapePins::default();
         for (flag, name, value) in flags {

@@ -263,6 +263,36 @@ fn three_d_shapes_simulate_and_plans_round_trip() {
     assert_eq!(again["iteration_ms"], planned["simulated"]["iteration_ms"]);
 }
 
+/// `--pipeline-layout` (Megatron's `--pipeline-model-parallel-layout`)
+/// places every chunk: 4 chunks on PP 2 are VP 2 under the interleaved
+/// schedule, stage 0 holding chunks 0 and 2 (3 + 4 blocks), stage 1 the
+/// rest; commas are cosmetic.
+#[test]
+fn a_pipeline_layout_places_the_chunks() {
+    let o = run(&hgx(
+        "simulate",
+        &[
+            "--pp",
+            "2",
+            "--pipeline-layout",
+            "Et*3|t*13,|t*4|t*12L",
+            "--format",
+            "json",
+        ],
+    ));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let r: Value = serde_json::from_str(&o.stdout).unwrap();
+    let p = &r["pipeline"];
+    assert_eq!(p["schedule"], "interleaved");
+    let blocks: Vec<i64> = p["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["last_block"].as_i64().unwrap() - s["first_block"].as_i64().unwrap() + 1)
+        .collect();
+    assert_eq!(blocks, [7, 25]);
+}
+
 /// Bad 3D shapes exit 2 before simulating, naming the flag or field.
 #[test]
 fn bad_three_d_shapes_name_the_flag() {
@@ -326,6 +356,18 @@ fn bad_three_d_shapes_name_the_flag() {
         (
             &["--pp", "2", "--rank-order", "dp-tp-pp"][..],
             "--rank-order",
+        ),
+        (
+            &["--pp", "2", "--pipeline-layout", "Et|tL"][..],
+            "the model has 32",
+        ),
+        (
+            &["--pp", "2", "--pipeline-layout", "Et*16|t*16Q"][..],
+            "`Q` at character 11",
+        ),
+        (
+            &["--pp", "4", "--pipeline-layout", "Et*16|t*16L"][..],
+            "PP 4 x VP 1 makes 4",
         ),
     ] {
         let o = run(&hgx("simulate", extra));

@@ -86,7 +86,7 @@ fn run_one(
     check_prices(spec, w, &costs)?;
     let popts = PlannerOptions {
         model_key: Some(w.model.clone()),
-        shape: w.shape,
+        shape: w.shape.clone(),
         ..PlannerOptions::default()
     };
     let comm_profile = w

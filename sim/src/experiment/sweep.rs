@@ -634,7 +634,7 @@ fn cases_of(w: &Sweep) -> Result<Vec<CaseOf>, SpecError> {
             for &dtype in &dtypes {
                 for &batch in &batches {
                     for &strategy in &strategies {
-                        for &shape in &shapes {
+                        for shape in &shapes {
                             for &mem_policy in &policies {
                                 out.push(CaseOf {
                                     model: m.clone(),
@@ -643,7 +643,7 @@ fn cases_of(w: &Sweep) -> Result<Vec<CaseOf>, SpecError> {
                                     dtype,
                                     strategy,
                                     mem_policy,
-                                    shape,
+                                    shape: shape.clone(),
                                 });
                             }
                         }
@@ -679,7 +679,7 @@ fn push_cases(v: &Variant, cases: &[CaseOf], out: &mut Vec<Workload>) -> Result<
             add_gpu: v.add_gpu.clone(),
             strategy: c.strategy,
             mem_policy: c.mem_policy,
-            shape: c.shape,
+            shape: c.shape.clone(),
             comm_algo: v.comm_algo,
             comm_profile: v.comm_profile,
         });

@@ -21,6 +21,7 @@
 
 pub mod file;
 pub mod pipeline;
+pub mod pipeline_layout;
 pub mod rank;
 pub mod shape;
 

@@ -11,6 +11,7 @@
 //! the data-parallel groups cross the nodes instead ([`RankOrder`]).
 
 use super::pipeline::{DpOverlap, PipeSchedule, Pipeline, Stage};
+use super::pipeline_layout::PipelineLayout;
 use crate::error::PlanError;
 use crate::strategy::Sharding;
 
@@ -100,7 +101,7 @@ impl std::fmt::Display for RankOrder {
 pub const ORIGIN: &str = "the 3D shape";
 
 /// A homogeneous 3D shape (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shape3d {
     /// GPUs per TP group (`--tp`).
     pub tp: u32,
@@ -139,6 +140,10 @@ pub struct Shape3d {
     /// over the `PP x VP` model chunks, the first chunk building one block
     /// fewer beside the embedding, the last one fewer beside the head.
     pub embedding_loss_in_split: bool,
+    /// Blocks of every model chunk as Megatron's
+    /// `--pipeline-model-parallel-layout` places them
+    /// ([`PipelineLayout`]); `None`: the split the other fields make.
+    pub pipeline_layout: Option<PipelineLayout>,
 }
 
 impl Default for Shape3d {
@@ -158,6 +163,7 @@ impl Default for Shape3d {
             first_stage_layers: None,
             last_stage_layers: None,
             embedding_loss_in_split: false,
+            pipeline_layout: None,
         }
     }
 }
@@ -232,7 +238,8 @@ impl Shape3d {
         let (p, v) = (self.pp.max(1), self.virtual_stages.max(1));
         let pinned = self.first_stage_layers.is_some()
             || self.last_stage_layers.is_some()
-            || self.embedding_loss_in_split;
+            || self.embedding_loss_in_split
+            || self.pipeline_layout.is_some();
         let even = layers.is_multiple_of(p) && (layers / p).is_multiple_of(v);
         (pinned || even) && self.split(layers, p, v).is_ok()
     }
@@ -250,6 +257,17 @@ impl Shape3d {
     fn split(&self, layers: u32, p: u32, v: u32) -> Result<Vec<Vec<u32>>, PlanError> {
         let bad = |field: &str, msg: String| Err(PlanError::invalid(ORIGIN, field, msg));
         let uneven = self.first_stage_layers.is_some() || self.last_stage_layers.is_some();
+        if let Some(layout) = &self.pipeline_layout {
+            if uneven || self.embedding_loss_in_split {
+                return bad(
+                    "--pipeline-layout",
+                    "cannot be combined with --first-stage-layers, --last-stage-layers or --embedding-loss-in-split: the layout places every layer (Megatron asserts it)".into(),
+                );
+            }
+            return layout
+                .split(layers, p, v)
+                .or_else(|msg| bad("--pipeline-layout", msg));
+        }
         let per_stage: Vec<u32> = if uneven {
             if self.embedding_loss_in_split {
                 return bad(
@@ -457,7 +475,7 @@ impl Shape3d {
 /// match the parts they take ([`crate::planner::Planner::shape_pins`]); a
 /// data-parallel planner takes only the trivial pins (`tp=1`, `pp=1`) its
 /// plans already have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ShapePins {
     /// GPUs per TP group.
     pub tp: Option<u32>,
@@ -488,6 +506,8 @@ pub struct ShapePins {
     /// The embedding and the loss counted as layers of the split
     /// ([`Shape3d::embedding_loss_in_split`]).
     pub embedding_loss_in_split: Option<bool>,
+    /// Blocks of every model chunk ([`Shape3d::pipeline_layout`]).
+    pub pipeline_layout: Option<PipelineLayout>,
 }
 
 /// A pin's on / off value (`true`, `on`, `yes`; `false`, `off`, `no`).
@@ -502,7 +522,7 @@ fn on_off(value: &str) -> Option<bool> {
 impl ShapePins {
     /// The pin names [`ShapePins::parse`] takes (the flags without their
     /// dashes; `schedule` is `--pp-schedule`).
-    pub const AXES: [&'static str; 14] = [
+    pub const AXES: [&'static str; 15] = [
         "tp",
         "pp",
         "schedule",
@@ -517,6 +537,7 @@ impl ShapePins {
         "first_stage_layers",
         "last_stage_layers",
         "embedding_loss_in_split",
+        "pipeline_layout",
     ];
 
     /// The shape these pins ask for, every part not pinned at its default
@@ -525,11 +546,21 @@ impl ShapePins {
     /// resolution of the shape flags (`simulate`, `validate`).
     pub fn shape(&self) -> Shape3d {
         let d = Shape3d::default();
-        let schedule = self.schedule.unwrap_or(d.schedule);
-        let chunks = if schedule == PipeSchedule::Interleaved {
-            2
-        } else {
-            d.virtual_stages
+        // A layout of PP x VP chunks sets VP, and VP > 1 the interleaved
+        // schedule (as Megatron derives them from the layout).
+        let pp = self.pp.unwrap_or(d.pp);
+        let laid = self
+            .pipeline_layout
+            .as_ref()
+            .and_then(|l| l.virtual_stages(pp));
+        let schedule = self.schedule.unwrap_or(match laid {
+            Some(v) if v > 1 => PipeSchedule::Interleaved,
+            _ => d.schedule,
+        });
+        let chunks = match laid {
+            Some(v) => v,
+            None if schedule == PipeSchedule::Interleaved => 2,
+            None => d.virtual_stages,
         };
         Shape3d {
             tp: self.tp.unwrap_or(d.tp),
@@ -548,6 +579,7 @@ impl ShapePins {
             embedding_loss_in_split: self
                 .embedding_loss_in_split
                 .unwrap_or(d.embedding_loss_in_split),
+            pipeline_layout: self.pipeline_layout.clone(),
         }
     }
 
@@ -574,6 +606,7 @@ impl ShapePins {
             || self.first_stage_layers.is_some()
             || self.last_stage_layers.is_some()
             || self.embedding_loss_in_split == Some(true)
+            || self.pipeline_layout.is_some()
     }
 
     /// The names ([`ShapePins::AXES`]) of the parts pinned, in order.
@@ -593,6 +626,7 @@ impl ShapePins {
             self.first_stage_layers.is_some(),
             self.last_stage_layers.is_some(),
             self.embedding_loss_in_split.is_some(),
+            self.pipeline_layout.is_some(),
         ];
         ShapePins::AXES
             .iter()
@@ -621,6 +655,10 @@ impl ShapePins {
             embedding_loss_in_split: other
                 .embedding_loss_in_split
                 .or(self.embedding_loss_in_split),
+            pipeline_layout: other
+                .pipeline_layout
+                .clone()
+                .or_else(|| self.pipeline_layout.clone()),
         }
     }
 
@@ -657,6 +695,7 @@ impl ShapePins {
             && self
                 .embedding_loss_in_split
                 .is_none_or(|x| x == s.embedding_loss_in_split)
+            && self.pipeline_layout == s.pipeline_layout
     }
 
     /// Pins written as `name=value` pairs separated by spaces or commas
@@ -721,6 +760,11 @@ impl ShapePins {
                 }
                 "embedding_loss_in_split" => {
                     pins.embedding_loss_in_split = Some(flag("embedding_loss_in_split")?)
+                }
+                "pipeline_layout" => {
+                    let layout = PipelineLayout::parse(value)
+                        .map_err(|e| bad(format!("pipeline_layout: {e} (in `{value}`)")))?;
+                    pins.pipeline_layout = Some(layout)
                 }
                 "rank_order" => {
                     pins.rank_order = Some(RankOrder::parse(value).ok_or_else(|| {
@@ -791,6 +835,10 @@ impl ShapePins {
             "embedding_loss_in_split",
             self.embedding_loss_in_split.map(|x| x.to_string()),
         );
+        put(
+            "pipeline_layout",
+            self.pipeline_layout.as_ref().map(PipelineLayout::text),
+        );
         out.join(" ")
     }
 }
@@ -829,7 +877,7 @@ mod tests {
         let mega = base.pipeline(16, 8, 16).unwrap();
         let alt = Shape3d {
             rank_order: RankOrder::TpPpDp,
-            ..base
+            ..base.clone()
         }
         .pipeline(16, 8, 16)
         .unwrap();
@@ -844,7 +892,7 @@ mod tests {
         // One replica: both orders are the same layout (Megatron's named).
         let one = Shape3d {
             rank_order: RankOrder::TpPpDp,
-            ..base
+            ..base.clone()
         }
         .pipeline(8, 8, 16)
         .unwrap();
@@ -945,9 +993,9 @@ mod tests {
         assert!(p.matches(&s));
         assert!(!p.matches(&Shape3d {
             rank_order: RankOrder::TpDpPp,
-            ..s
+            ..s.clone()
         }));
-        assert!(!p.matches(&Shape3d { tp: 4, ..s }));
+        assert!(!p.matches(&Shape3d { tp: 4, ..s.clone() }));
         assert!(ShapePins::default().matches(&s) && ShapePins::default().text().is_empty());
         assert!(p.needs_model_parallel());
         assert_eq!(p.pinned(), ShapePins::AXES[..9]);
@@ -980,6 +1028,74 @@ mod tests {
         }
     }
 
+    /// Megatron's `--pipeline-model-parallel-layout`: DeepSeek-V3's 61
+    /// blocks on PP 4 x VP 4 (no even split exists), the layout's chunk
+    /// count setting VP and the interleaved schedule; a layout that does
+    /// not place every block on PP x VP chunks is refused naming the flag.
+    #[test]
+    fn a_pipeline_layout_places_every_chunk() {
+        let pins = ShapePins::parse(
+            "tp=1 pp=4 pipeline_layout=Et*3|(t*4|)*14t*2L",
+            "t.toml",
+            "shapes[0]",
+        )
+        .unwrap();
+        let shape = pins.shape();
+        assert_eq!(shape.virtual_stages, 4);
+        assert_eq!(shape.schedule, PipeSchedule::Interleaved);
+        assert!(shape.megatron_splits(61));
+        let pipe = shape.pipeline(8, 61, 64).unwrap();
+        assert_eq!(pipe.stages[0].chunks, [3, 4, 4, 4]);
+        assert_eq!(pipe.stages[3].chunks, [4, 4, 4, 2]);
+        let blocks: Vec<u32> = pipe.stages.iter().map(|s| s.blocks).collect();
+        assert_eq!(blocks, [15, 16, 16, 14]);
+        // Chunk x on stage x % 4: chunk 15 (the last) ends at block 61.
+        assert_eq!(pipe.virtual_first_block(15), 60);
+        // The pins read back as written (commas and groups normalised).
+        assert_eq!(ShapePins::parse(&pins.text(), "t", "f").unwrap(), pins);
+        // On PP 2 the 16 chunks are VP 8; a model of another size, or a
+        // layout beside a stage size, is refused naming the flag.
+        let two = ShapePins {
+            pp: Some(2),
+            ..pins.clone()
+        }
+        .shape();
+        assert_eq!(two.virtual_stages, 8);
+        for (shape, layers, want) in [
+            (shape.clone(), 60, "the model has 60"),
+            (
+                Shape3d {
+                    first_stage_layers: Some(3),
+                    ..shape.clone()
+                },
+                61,
+                "cannot be combined",
+            ),
+            (
+                Shape3d {
+                    pp: 8,
+                    ..shape.clone()
+                },
+                61,
+                "PP 8 x VP 4 makes 32",
+            ),
+        ] {
+            let err = shape.pipeline(8, layers, 64).unwrap_err().to_string();
+            assert!(
+                err.contains("--pipeline-layout") && err.contains(want),
+                "{err}"
+            );
+            assert!(!shape.megatron_splits(layers));
+        }
+        let err = ShapePins::parse("pipeline_layout=Et|tX", "t.toml", "shapes[0]")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("shapes[0]") && err.contains("`X` at character 5"),
+            "{err}"
+        );
+    }
+
     /// Megatron-Core's uneven splits (`get_num_layers_to_build`): Llama 3.1
     /// 405B's 126 blocks on PP 8 x VP 8 with the embedding and the loss
     /// counted as layers are two blocks per chunk, one in the first and the
@@ -998,7 +1114,7 @@ mod tests {
         assert!(err.contains("--virtual-stages"), "{err}");
         let pipe = Shape3d {
             embedding_loss_in_split: true,
-            ..base
+            ..base.clone()
         }
         .pipeline(8, 126, 64)
         .unwrap();
@@ -1022,7 +1138,7 @@ mod tests {
         assert_eq!(blocks, [7, 6, 6, 6, 7]);
         let odd = Shape3d {
             first_stage_layers: Some(8),
-            ..ends
+            ..ends.clone()
         };
         let err = odd.pipeline(5, 32, 10).unwrap_err().to_string();
         assert!(
@@ -1031,13 +1147,13 @@ mod tests {
         );
         let both = Shape3d {
             embedding_loss_in_split: true,
-            ..ends
+            ..ends.clone()
         };
         assert!(both.pipeline(5, 32, 10).is_err());
         // A pipeline file with per-chunk counts is checked.
         let mut bad = Shape3d {
             embedding_loss_in_split: true,
-            ..base
+            ..base.clone()
         }
         .pipeline(8, 126, 64)
         .unwrap();

@@ -126,6 +126,7 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                     first_stage_layers: pins.first_stage_layers,
                     last_stage_layers: pins.last_stage_layers,
                     embedding_loss_in_split: pins.embedding_loss_in_split.unwrap_or(false),
+                    pipeline_layout: pins.pipeline_layout.clone(),
                     ..Shape3d::default()
                 };
                 // The orders differ only with several stages and replicas.
@@ -134,23 +135,30 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                 } else {
                     &RankOrder::ALL[..1]
                 };
-                // The blocks split as Megatron-Core builds them (the
-                // shape's own decision).
-                if !base.megatron_splits(layers as u32) {
-                    continue;
+                // The schedules whose blocks split as Megatron-Core builds
+                // them (the shape's own decision; a pinned layout sets its
+                // chunks per stage).
+                let mut vs = chunks.clone();
+                let laid = pins
+                    .pipeline_layout
+                    .as_ref()
+                    .and_then(|l| l.virtual_stages(p as u32));
+                vs.extend(laid.filter(|v| !chunks.contains(v)));
+                let splits = |schedule, virtual_stages| {
+                    Shape3d {
+                        schedule,
+                        virtual_stages,
+                        ..base.clone()
+                    }
+                    .megatron_splits(layers as u32)
+                };
+                let mut scheds = Vec::new();
+                if splits(plain, 1) {
+                    scheds.push((plain, 1));
                 }
-                let mut scheds = vec![(plain, 1)];
-                if p > 1 {
-                    for &v in &chunks {
-                        let chunked = Shape3d {
-                            schedule: PipeSchedule::Interleaved,
-                            virtual_stages: v,
-                            ..base
-                        };
-                        if v > 1
-                            && chunked.megatron_splits(layers as u32)
-                            && m.is_multiple_of(p as u32)
-                        {
+                if p > 1 && m.is_multiple_of(p as u32) {
+                    for &v in &vs {
+                        if v > 1 && splits(PipeSchedule::Interleaved, v) {
                             scheds.push((PipeSchedule::Interleaved, v));
                         }
                     }
@@ -167,13 +175,13 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                                 virtual_stages: v,
                                 sequence_parallel: sp,
                                 rank_order,
-                                ..base
+                                ..base.clone()
                             };
                             // (A pinned order of a shape where both are one
                             // layout: the layout.)
                             let pinned = Shape3d {
                                 rank_order: pins.rank_order.unwrap_or(rank_order),
-                                ..shape
+                                ..shape.clone()
                             };
                             if pins.matches(if orders.len() == 1 { &pinned } else { &shape }) {
                                 out.push(shape);
@@ -319,7 +327,7 @@ fn estimate_shape(
             continue;
         }
         part.fit.push(Candidate {
-            shape: *shape,
+            shape: shape.clone(),
             plan,
             estimate_ms: e.iteration_ms,
         });
@@ -413,6 +421,22 @@ impl Planner for Megatron {
         let n = problem.costs.ranks();
         let (cands, mut stats, shortfall) = search(problem)?;
         let pins = &problem.options.shape;
+        if let Some(layout) = pins
+            .pipeline_layout
+            .as_ref()
+            .filter(|_| stats.candidates == 0)
+        {
+            // A layout that cannot fit says why first.
+            let layers = problem.costs.workload.model.layers;
+            let placed: u32 = layout.chunks.iter().sum();
+            if placed != layers {
+                return Err(PlanError::invalid(
+                    crate::plan::shape::ORIGIN,
+                    "--pipeline-layout",
+                    format!("the layout places {placed} transformer blocks `t` but the model has {layers}: expected every block placed once"),
+                ));
+            }
+        }
         if stats.candidates == 0 && !pins.is_empty() {
             return Err(PlanError::Infeasible {
                 message: format!(

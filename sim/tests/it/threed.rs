@@ -22,7 +22,7 @@ fn hgx(nodes: usize, model: &str, seq: u32, batch: u32) -> CostModel {
 
 /// The plan of a hand-picked shape under the megatron planner's strategy
 /// conventions (distributed optimizer, `ckpt` recompute).
-fn manual(c: &CostModel, shape: Shape3d, ckpt: Checkpointing) -> Plan {
+fn manual(c: &CostModel, shape: &Shape3d, ckpt: Checkpointing) -> Plan {
     let spec = StrategySpec {
         sharding: Some(Sharding::GradOp),
         checkpointing: Some(ckpt),
@@ -117,7 +117,7 @@ fn megatron_beats_hand_picked_shapes_and_its_estimate_holds() {
             Checkpointing::Full,
         ),
     ] {
-        let r = simulate(&c, &manual(&c, shape, ck), &SimOptions::default()).unwrap();
+        let r = simulate(&c, &manual(&c, &shape, ck), &SimOptions::default()).unwrap();
         if r.oom_gpus.is_empty() {
             fit += 1;
             assert!(
@@ -226,7 +226,7 @@ fn merging_identical_replicas_changes_nothing_in_3d() {
             if acc == Accumulation::Sync && !one {
                 continue;
             }
-            let mut plan = manual(&c, shape, ck);
+            let mut plan = manual(&c, &shape, ck);
             plan.strategy.sharding = sharding;
             plan.strategy.accumulation = acc;
             plan.strategy.shard_group = if sharding == Sharding::Hybrid {
@@ -633,7 +633,7 @@ fn nodes_of(nodes: usize, nics: u32, gbit: f64, model: &str, seq: u32, batch: u3
 /// The plan of `shape` under `sharding` (none: replicas; grad-op: the
 /// distributed optimizer) and `ckpt`, as `simulate --tp ...` builds it.
 fn shaped(c: &CostModel, shape: Shape3d, sharding: Sharding, ckpt: Checkpointing) -> Plan {
-    let mut strategy = manual(c, shape, ckpt).strategy;
+    let mut strategy = manual(c, &shape, ckpt).strategy;
     strategy.sharding = sharding;
     let (n, b) = (c.ranks(), c.workload.global_batch);
     let pipe = shape.pipeline(n, c.workload.model.layers, b).unwrap();
@@ -673,7 +673,7 @@ fn megatron_overlap_knobs_hide_the_data_parallel_sync() {
         let shape = Shape3d {
             overlap_grad_reduce: grad,
             overlap_param_gather: param,
-            ..base
+            ..base.clone()
         };
         let plan = shaped(&c, shape, Sharding::GradOp, Checkpointing::Full);
         let r = simulate(&c, &plan, &SimOptions::default()).unwrap();
