@@ -764,22 +764,28 @@ pub fn place(schedule: PipeSchedule, p: usize, s: usize, m: u32, v: u32) -> Plac
 /// data-parallel overlap knobs (what [`estimate_ms`] needs beyond the
 /// stages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Run {
+pub struct Run<'a> {
     /// The schedule.
     pub schedule: PipeSchedule,
     /// Model chunks per GPU.
     pub v: u32,
     /// Megatron's DDP overlap knobs.
     pub overlap: DpOverlap,
+    /// Per stage, the blocks of each of its chunks where they differ
+    /// ([`crate::plan::pipeline::Stage::chunks`]; empty: the stage's
+    /// blocks split evenly over its `v` chunks).
+    pub chunk_blocks: &'a [Vec<u32>],
 }
 
-impl Run {
-    /// `schedule` with `v` chunks per GPU and no data-parallel overlap.
-    pub fn plain(schedule: PipeSchedule, v: u32) -> Run {
+impl Run<'_> {
+    /// `schedule` with `v` even chunks per GPU and no data-parallel
+    /// overlap.
+    pub fn plain(schedule: PipeSchedule, v: u32) -> Run<'static> {
         Run {
             schedule,
             v,
             overlap: DpOverlap::default(),
+            chunk_blocks: &[],
         }
     }
 }
@@ -797,7 +803,7 @@ pub fn estimate_ms(
     st: &Staged,
     counts: &[u32],
     m: u32,
-    run: Run,
+    run: Run<'_>,
 ) -> f64 {
     if crate::plan::pipeline::reshards_after_forward(strategy.sharding, groups.len()) {
         let (g, tp) = (&groups[0], &tps[0]);
@@ -817,7 +823,7 @@ fn pipelined_ms(
     st: &Staged,
     counts: &[u32],
     m: u32,
-    run: Run,
+    run: Run<'_>,
 ) -> f64 {
     let (schedule, v) = (run.schedule, run.v);
     let p = groups.len();
@@ -855,6 +861,7 @@ fn pipelined_ms(
         p,
         v,
         counts,
+        per_chunk: run.chunk_blocks,
         split,
     };
     let start = if matches!(strategy.sharding, Sharding::Full | Sharding::Hybrid) {
@@ -897,7 +904,7 @@ struct Paced {
 impl Paced {
     /// The stages of `st` holding `counts` blocks, `m` micro-batches run
     /// as `run` says.
-    fn of(st: &Staged, counts: &[u32], m: u32, run: Run) -> Paced {
+    fn of(st: &Staged, counts: &[u32], m: u32, run: Run<'_>) -> Paced {
         let p = counts.len();
         let at: Vec<Place> = (0..p)
             .map(|s| place(run.schedule, p, s, m, run.v))
@@ -1075,6 +1082,8 @@ struct Chunks<'a> {
     p: usize,
     v: u32,
     counts: &'a [u32],
+    /// Per stage, blocks per chunk where they differ ([`Run::chunk_blocks`]).
+    per_chunk: &'a [Vec<u32>],
     split: bool,
 }
 
@@ -1091,7 +1100,12 @@ type ChunkUnit = (u32, f64, f64, f64);
 /// weight-gradient parts, which complete the blocks' gradients.
 fn chunk_units(g: &GroupCost, ch: Chunks<'_>, s: usize, c: usize) -> (Vec<ChunkUnit>, f64) {
     let v = ch.v.max(1) as usize;
-    let k = ch.counts[s] / v as u32;
+    let k = ch
+        .per_chunk
+        .get(s)
+        .and_then(|blocks| blocks.get(c))
+        .copied()
+        .unwrap_or(ch.counts[s] / v as u32);
     let last = s + 1 == ch.p && c + 1 == v;
     let first = s == 0 && c == 0;
     let w = if ch.split { g.block_w_ms } else { 0.0 };
@@ -1579,6 +1593,7 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
         }
     }
     let counts: Vec<u32> = pipe.stages.iter().map(|s| s.blocks).collect();
+    let chunk_blocks: Vec<Vec<u32>> = pipe.stages.iter().map(|s| s.chunks.clone()).collect();
     let m = pipe.microbatches;
     let p = pipe.depth();
     let peak_bytes = (0..p)
@@ -1609,6 +1624,7 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
                 schedule: pipe.schedule,
                 v: pipe.chunks(),
                 overlap: pipe.dp_overlap(),
+                chunk_blocks: &chunk_blocks,
             },
         ),
         peak_bytes,
