@@ -415,7 +415,9 @@ fn unit_buffer_bytes(
 ) -> f64 {
     let (pb, rb) = (precision.params.bytes(), precision.grads.bytes());
     let unit = g.unit_params.iter().copied().fold(0.0, f64::max);
-    let cast = if strategy.sharding.shards_params() && pb != rb {
+    // (The formats, not their sizes, decide: fp16 parameters with bf16
+    // reductions cast too, as the data-parallel steps count it.)
+    let cast = if strategy.sharding.shards_params() && precision.casts_grads() {
         pb * unit
     } else {
         0.0
