@@ -230,7 +230,7 @@ impl Shape3d {
     /// Whether Megatron-Core builds this shape's blocks on a model of
     /// `layers` blocks: without a first / last stage size or the embedding
     /// and the loss in the split, an even split over the stages and each
-    /// stage's chunks (Megatron asserts it; [`Shape3d::split`] also takes
+    /// stage's chunks (Megatron asserts it; the split a shape's plan makes also takes
     /// the near-equal splits a user asks `simulate` for); with them, the
     /// split they make. The one decision the `megatron` planner's
     /// candidates and a shape's own check share.
@@ -269,53 +269,7 @@ impl Shape3d {
                 .or_else(|msg| bad("--pipeline-layout", msg));
         }
         let per_stage: Vec<u32> = if uneven {
-            if self.embedding_loss_in_split {
-                return bad(
-                    "--embedding-loss-in-split",
-                    "cannot be combined with --first-stage-layers / --last-stage-layers (Megatron asserts it)".into(),
-                );
-            }
-            let ends = [self.first_stage_layers, self.last_stage_layers];
-            let given: u32 = ends.iter().flatten().sum();
-            let named = ends.iter().flatten().count() as u32;
-            if p == 1 && named == 2 {
-                return bad(
-                    "--last-stage-layers",
-                    format!("{p} stage(s) cannot have both a first and a last stage size"),
-                );
-            }
-            let (rest, left) = (layers as i64 - given as i64, p - named);
-            let middle = match (rest, left) {
-                (r, _) if r < 0 => {
-                    return bad(
-                        "--first-stage-layers",
-                        format!("the first and last stages take {given} blocks but the model has {layers}"),
-                    )
-                }
-                (0, 0) => 0,
-                (r, 0) => {
-                    return bad(
-                        "--first-stage-layers",
-                        format!("the first and last stages take {given} of the model's {layers} blocks and no stage is left for the other {r}"),
-                    )
-                }
-                (r, l) if r % l as i64 != 0 => {
-                    return bad(
-                        "--first-stage-layers",
-                        format!("the {r} blocks left after the first and last stages do not split evenly over the {l} middle stages (Megatron asserts it)"),
-                    )
-                }
-                (r, l) => (r / l as i64) as u32,
-            };
-            (0..p)
-                .map(
-                    |s| match (s, self.first_stage_layers, self.last_stage_layers) {
-                        (0, Some(first), _) => first,
-                        (s, _, Some(last)) if s + 1 == p => last,
-                        _ => middle,
-                    },
-                )
-                .collect()
+            self.end_stage_sizes(layers, p)?
         } else if self.embedding_loss_in_split {
             let total = layers + 2;
             if !total.is_multiple_of(p * v) {
@@ -355,6 +309,60 @@ impl Shape3d {
             );
         }
         Ok(out)
+    }
+
+    /// Blocks per stage under a first / last stage size (Megatron's
+    /// `--decoder-first/last-pipeline-num-layers`): the given ends, the
+    /// rest split evenly over the middle stages; errors name the flag.
+    fn end_stage_sizes(&self, layers: u32, p: u32) -> Result<Vec<u32>, PlanError> {
+        let bad = |field: &str, msg: String| Err(PlanError::invalid(ORIGIN, field, msg));
+        if self.embedding_loss_in_split {
+            return bad(
+                "--embedding-loss-in-split",
+                "cannot be combined with --first-stage-layers / --last-stage-layers (Megatron asserts it)".into(),
+            );
+        }
+        let ends = [self.first_stage_layers, self.last_stage_layers];
+        let given: u32 = ends.iter().flatten().sum();
+        let named = ends.iter().flatten().count() as u32;
+        if p == 1 && named == 2 {
+            return bad(
+                "--last-stage-layers",
+                format!("{p} stage(s) cannot have both a first and a last stage size"),
+            );
+        }
+        let (rest, left) = (layers as i64 - given as i64, p - named);
+        let middle = match (rest, left) {
+            (r, _) if r < 0 => {
+                return bad(
+                    "--first-stage-layers",
+                    format!("the first and last stages take {given} blocks but the model has {layers}"),
+                )
+            }
+            (0, 0) => 0,
+            (r, 0) => {
+                return bad(
+                    "--first-stage-layers",
+                    format!("the first and last stages take {given} of the model's {layers} blocks and no stage is left for the other {r}"),
+                )
+            }
+            (r, l) if r % l as i64 != 0 => {
+                return bad(
+                    "--first-stage-layers",
+                    format!("the {r} blocks left after the first and last stages do not split evenly over the {l} middle stages (Megatron asserts it)"),
+                )
+            }
+            (r, l) => (r / l as i64) as u32,
+        };
+        Ok((0..p)
+            .map(
+                |s| match (s, self.first_stage_layers, self.last_stage_layers) {
+                    (0, Some(first), _) => first,
+                    (s, _, Some(last)) if s + 1 == p => last,
+                    _ => middle,
+                },
+            )
+            .collect())
     }
 
     /// The `p` stages of `chunks` (blocks per model chunk, per stage), each

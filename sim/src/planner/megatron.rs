@@ -135,34 +135,7 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                 } else {
                     &RankOrder::ALL[..1]
                 };
-                // The schedules whose blocks split as Megatron-Core builds
-                // them (the shape's own decision; a pinned layout sets its
-                // chunks per stage).
-                let mut vs = chunks.clone();
-                let laid = pins
-                    .pipeline_layout
-                    .as_ref()
-                    .and_then(|l| l.virtual_stages(p as u32));
-                vs.extend(laid.filter(|v| !chunks.contains(v)));
-                let splits = |schedule, virtual_stages| {
-                    Shape3d {
-                        schedule,
-                        virtual_stages,
-                        ..base.clone()
-                    }
-                    .megatron_splits(layers as u32)
-                };
-                let mut scheds = Vec::new();
-                if splits(plain, 1) {
-                    scheds.push((plain, 1));
-                }
-                if p > 1 && m.is_multiple_of(p as u32) {
-                    for &v in &vs {
-                        if v > 1 && splits(PipeSchedule::Interleaved, v) {
-                            scheds.push((PipeSchedule::Interleaved, v));
-                        }
-                    }
-                }
+                let scheds = schedules(&base, pins, (layers as u32, m), &chunks, plain);
                 for (schedule, v) in scheds {
                     for sp in [false, true] {
                         // (TP communication overlap needs SP.)
@@ -189,6 +162,48 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                         }
                     }
                 }
+            }
+        }
+    }
+    out
+}
+
+/// The schedules (and chunks per GPU) tried on `base` with `m`
+/// micro-batches on a model of `layers` blocks: `plain` and the
+/// interleaved one at each of `chunks` (and a pinned layout's), those whose
+/// blocks split as Megatron-Core builds them (the shape's own decision,
+/// [`Shape3d::megatron_splits`]) and, interleaved, whose micro-batches come
+/// in groups of the stages.
+fn schedules(
+    base: &Shape3d,
+    pins: &ShapePins,
+    (layers, m): (u32, u32),
+    chunks: &[u32],
+    plain: PipeSchedule,
+) -> Vec<(PipeSchedule, u32)> {
+    let p = base.pp;
+    let mut vs = chunks.to_vec();
+    let laid = pins
+        .pipeline_layout
+        .as_ref()
+        .and_then(|l| l.virtual_stages(p));
+    vs.extend(laid.filter(|v| !chunks.contains(v)));
+    let splits = |schedule, virtual_stages| {
+        Shape3d {
+            schedule,
+            virtual_stages,
+            ..base.clone()
+        }
+        .megatron_splits(layers)
+    };
+    let mut out = Vec::new();
+    if splits(plain, 1) {
+        out.push((plain, 1));
+    }
+    if p > 1 && m.is_multiple_of(p) {
+        for &v in &vs {
+            if v > 1 && splits(PipeSchedule::Interleaved, v) {
+                out.push((PipeSchedule::Interleaved, v));
             }
         }
     }
