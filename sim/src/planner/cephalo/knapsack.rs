@@ -3,6 +3,7 @@
 //! knapsack ("largest state the chosen micro-batches leave room for"), and
 //! the largest state any plan leaves room for.
 
+use super::bottleneck::pick;
 use super::tables::{Choice, Priced, Search, OPT_TOL};
 use crate::planner::water::FILL_TOL;
 
@@ -92,8 +93,9 @@ impl Search<'_, '_> {
     /// Max-plus knapsack over the ranks: the largest state sum that options
     /// of weights `w` ([`Search::state_weights`]) leave room for with all
     /// the global batch placed; with `keep`, also every rank's batch per
-    /// cell (for [`Search::backtrack`]).
-    fn most_state(&self, w: &[Vec<(f64, usize)>], keep: bool) -> (f64, Vec<Vec<u32>>) {
+    /// cell of its window (the first cell, then the batches; for
+    /// [`Search::backtrack`]).
+    fn most_state(&self, w: &[Vec<(f64, usize)>], keep: bool) -> (f64, Vec<(usize, Vec<u32>)>) {
         let nb = self.big_b + 1;
         let g = self.rank_type.len();
         let allowed: Vec<Vec<usize>> = w
@@ -109,12 +111,23 @@ impl Search<'_, '_> {
         }
         let mut dp = vec![f64::NEG_INFINITY; nb];
         dp[0] = 0.0;
+        // The next rank's cells, and the window of the cells it last held
+        // (only those are reset: the others are negative infinity).
+        let mut nd = vec![f64::NEG_INFINITY; nb];
+        let (mut dp_win, mut nd_win) = ((0usize, 0usize), (0usize, 0usize));
         let mut reach = 0usize;
         let mut args = Vec::new();
+        // A rank's batches while it is walked, as wide as a cell so that
+        // the compare-and-select runs in vector lanes.
+        let mut arg = Vec::<u64>::new();
         for (i, &t) in self.rank_type.iter().enumerate() {
             let floor = self.big_b.saturating_sub(after[i + 1]);
-            let mut nd = vec![f64::NEG_INFINITY; nb];
-            let mut arg = vec![u32::MAX; if keep { nb } else { 0 }];
+            let hi_all = (reach + top(t)).min(nb - 1);
+            nd[nd_win.0..=nd_win.1].fill(f64::NEG_INFINITY);
+            if keep {
+                arg.clear();
+                arg.resize(hi_all.saturating_sub(floor) + 1, u32::MAX as u64);
+            }
             for &b in &allowed[t] {
                 let wb = w[t][b].0;
                 let hi = (reach + b).min(nb - 1);
@@ -122,26 +135,30 @@ impl Search<'_, '_> {
                 if lo > hi {
                     continue;
                 }
-                let src = &dp[lo - b..=hi - b];
+                let (src, dst) = (&dp[lo - b..=hi - b], &mut nd[lo..=hi]);
                 if keep {
-                    for (y, &x) in (lo..=hi).zip(src) {
+                    // The first largest sum wins (batches ascending).
+                    let bb = b as u64;
+                    let ar = &mut arg[lo - floor..=hi - floor];
+                    for ((d, &x), a) in dst.iter_mut().zip(src).zip(ar.iter_mut()) {
                         let v = x + wb;
-                        if v > nd[y] {
-                            nd[y] = v;
-                            arg[y] = b as u32;
-                        }
+                        let keep = pick(v > *d);
+                        *d = f64::from_bits((d.to_bits() & !keep) | (v.to_bits() & keep));
+                        *a = (*a & !keep) | (bb & keep);
                     }
                 } else {
-                    for (d, &x) in nd[lo..=hi].iter_mut().zip(src) {
+                    for (d, &x) in dst.iter_mut().zip(src) {
                         let v = x + wb;
                         *d = if v > *d { v } else { *d };
                     }
                 }
             }
-            reach = (reach + top(t)).min(nb - 1);
-            dp = nd;
+            reach = hi_all;
+            std::mem::swap(&mut dp, &mut nd);
+            nd_win = dp_win;
+            dp_win = (floor.min(hi_all), hi_all);
             if keep {
-                args.push(arg);
+                args.push((floor, arg.iter().map(|&b| b as u32).collect()));
             }
         }
         (dp[self.big_b], args)
@@ -149,12 +166,13 @@ impl Search<'_, '_> {
 
     /// The choice [`Search::most_state`] found: every rank's batch, walked
     /// back from the global batch through `args`, with its option in `w`.
-    fn backtrack(&self, args: &[Vec<u32>], w: &[Vec<(f64, usize)>]) -> Choice {
+    fn backtrack(&self, args: &[(usize, Vec<u32>)], w: &[Vec<(f64, usize)>]) -> Choice {
         let g = self.rank_type.len();
         let mut choice = vec![(0u32, 0u32); g];
         let mut y = self.big_b;
         for i in (0..g).rev() {
-            let b = args[i][y] as usize;
+            let (floor, arg) = &args[i];
+            let b = arg[y - floor] as usize;
             let t = self.rank_type[i];
             let o = &self.types[t].by_b[b][w[t][b].1];
             choice[i] = (o.batch, o.microbatches);

@@ -45,7 +45,8 @@
 //!    interval; its plan's exact cost is an upper bound; intervals split at
 //!    that plan's level and are pruned when the bound cannot win;
 //! 4. the tie among plans with the optimal bottleneck is broken by the least
-//!    total rank time (a min-plus pass); variants of the optimum (fewest
+//!    total rank time (a min-plus pass over the cells a Lagrangian bound
+//!    leaves, which keeps its ties); variants of the optimum (fewest
 //!    micro-batches, most memory headroom) and the least-total-time plans
 //!    under slightly relaxed bottlenecks ([`RELAXED_SLACK`]) are kept as
 //!    near-optimal candidates;
@@ -126,15 +127,20 @@ impl Cephalo {
 
 /// Most GPUs the planner searches: what plans within 10 s on this
 /// project's 2-core machine whatever the batch. Its sub-problems walk every
-/// GPU over every batch unit (at least 4 units per GPU, [`batch_unit`]), a
-/// search solves hundreds of them, and the exact tie-break pass
-/// (`Search::min_sum`) cannot skip cells, so time grows with the square of
-/// the GPU count. Measured (whole process, five models from BERT-Large to
-/// LLaMA-2-13B at 1 to 64 samples per GPU on the 5-type mixed cluster
-/// replicated): at most about 6 s at 1,024 GPUs (median of five runs of the
-/// slowest case, BERT-Large at 4 samples per GPU); 2,048 GPUs took up to 23 s and
-/// 4,096 up to 160 s (BERT-Large at 4 samples per GPU), so they are
-/// refused rather than promised.
+/// GPU over every batch unit (at least 4 units per GPU, [`batch_unit`]), and
+/// a search solves hundreds of them. The subset-sum checks take a GPU
+/// type's GPUs at once, and the exact tie-break pass (`Search::min_sum`)
+/// walks only the cells a Lagrangian bound cannot rule out, but where many
+/// batches cost the same (the multiplier near zero) nearly every cell ties
+/// with the optimum and is walked: the plan among tied ones is the one the
+/// rank order picks, so time still grows with about the square of the GPU
+/// count. Measured on the 5-type mixed cluster replicated (whole process,
+/// `cephalo plan --planner cephalo --cluster C --model bert-large --seq-len
+/// 512 --global-batch 4xGPUs`; benchmark `planner_native_gpus`; load
+/// average about 4 from other work on the 2 cores): 1,024 GPUs in at most
+/// about 8 s (BERT-Large at 16 per GPU 7.9 s, at 4 per GPU 5.6 s; LLaMA-2-7B
+/// 2.0 s), 1,536 took 13 s and 2,048 24 s (BERT-Large at 4 per GPU), so
+/// they are refused rather than promised.
 pub const MAX_GPUS: usize = 1024;
 
 impl Planner for Cephalo {
@@ -187,8 +193,8 @@ fn within_gpu_limit(costs: &crate::cost::CostModel) -> Result<(), PlanError> {
             "nodes",
             format!(
                 "the cephalo planner searches clusters of up to {MAX_GPUS} GPUs, this one has {}: \
-                 its search grows with the square of the GPU count (1,024 GPUs plan in at most about 6 s, \
-                 2,048 in up to 25 s, 4,096 in up to 3 min); plan it with a baseline \
+                 its search grows with about the square of the GPU count (1,024 GPUs plan in up to about 8 s, \
+                 2,048 in up to 24 s, 4,096 in up to 3 min); plan it with a baseline \
                  (planner fsdp, hsdp, speed-proportional, ...), or plan a sub-cluster of identical \
                  nodes and replicate the plan",
                 costs.ranks()

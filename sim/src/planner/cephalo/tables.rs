@@ -70,6 +70,15 @@ impl<'c, 'a> Search<'c, 'a> {
         }
     }
 
+    /// Ranks of every GPU type, by type.
+    pub(super) fn type_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0usize; self.types.len()];
+        for &t in &self.rank_type {
+            counts[t] += 1;
+        }
+        counts
+    }
+
     /// Every option's rank time at water level `level`.
     pub(super) fn price(&self, level: f64) -> Priced {
         let c = self.cf.comm(level);
