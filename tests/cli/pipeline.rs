@@ -284,13 +284,16 @@ fn a_pipeline_layout_places_the_chunks() {
     let r: Value = serde_json::from_str(&o.stdout).unwrap();
     let p = &r["pipeline"];
     assert_eq!(p["schedule"], "interleaved");
-    let blocks: Vec<i64> = p["stages"]
-        .as_array()
-        .unwrap()
+    let stages = p["stages"].as_array().unwrap();
+    let blocks: Vec<i64> = stages
         .iter()
-        .map(|s| s["last_block"].as_i64().unwrap() - s["first_block"].as_i64().unwrap() + 1)
+        .map(|s| s["blocks"].as_i64().unwrap())
         .collect();
     assert_eq!(blocks, [7, 25]);
+    // Stage 0 holds chunks 0 (blocks 1-3) and 2 (17-20), stage 1 chunks 1
+    // (4-16) and 3 (21-32).
+    assert_eq!(stages[0]["chunks"], serde_json::json!([[1, 3], [17, 20]]));
+    assert_eq!(stages[1]["chunks"], serde_json::json!([[4, 16], [21, 32]]));
 }
 
 /// Bad 3D shapes exit 2 before simulating, naming the flag or field.

@@ -128,11 +128,25 @@ impl PipelineReport {
             idle += g.iter().map(|x| x.idle_ms).sum::<f64>();
             held += g.len();
             let names: Vec<String> = g.iter().map(|x| x.gpu.clone()).collect();
-            let first = pipe.first_block(s);
+            // Its chunks: virtual stages s, s + p, s + 2p, ...
+            let p = pipe.depth();
+            let chunks: Vec<[u32; 2]> = (s..pipe.virtual_depth())
+                .step_by(p)
+                .map(|x| {
+                    let first = pipe.virtual_first_block(x);
+                    [first, first + pipe.virtual_blocks(x) - 1]
+                })
+                .collect();
+            let (first, last) = match (chunks.first(), chunks.last()) {
+                (Some(a), Some(b)) => (a[0], b[1]),
+                _ => (pipe.first_block(s), pipe.first_block(s) + st.blocks - 1),
+            };
             stages.push(StageReport {
                 stage: s,
                 first_block: first,
-                last_block: first + st.blocks - 1,
+                last_block: last,
+                blocks: st.blocks,
+                chunks: if chunks.len() > 1 { chunks } else { Vec::new() },
                 ranks: st.gpus.iter().map(|&r| r as usize).collect(),
                 tp: st.tp,
                 tp_comm_ms: (st.tp > 1).then(|| {

@@ -243,7 +243,8 @@ pub struct Timing {
 ///                overlap_grad_reduce, overlap_param_gather (each when on),
 ///                grad_sync ("after backward"|"buckets"|"per unit"|"data-parallel schedule"),
 ///                rank_order (when "tp-pp-dp"),
-///                stages: [{stage, first_block, last_block, ranks, tp (when > 1),
+///                stages: [{stage, first_block, last_block, blocks, chunks ([first,
+///                          last] per model chunk, when more than one), ranks, tp (when > 1),
 ///                          tp_comm_ms (with TP), gpus, compute_ms, exposed_comm_ms,
 ///                          idle_ms, peak_mem_gib, usable_gib,
 ///                          shares (per replica, when split unevenly)}]}
@@ -402,11 +403,18 @@ fn is_one(x: &u32) -> bool {
 pub struct StageReport {
     /// Stage index.
     pub stage: usize,
-    /// First and last block (1-based); the first stage also runs the
+    /// First block (1-based) it runs; the first stage also runs the
     /// embedding, the last the head.
     pub first_block: u32,
-    /// Last block (1-based).
+    /// Last block (1-based) it runs (with several model chunks, the blocks
+    /// between belong to other stages' chunks too: see `chunks`).
     pub last_block: u32,
+    /// Blocks it holds.
+    pub blocks: u32,
+    /// Its model chunks' first and last blocks, in order (absent for one
+    /// chunk: the blocks `first_block` to `last_block`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chunks: Vec<[u32; 2]>,
     /// Its ranks (TP groups of `tp` consecutive ones, then its
     /// data-parallel replicas).
     pub ranks: Vec<usize>,

@@ -444,10 +444,18 @@ impl PipelineReport {
         header.extend(["idle ms", "peak GiB", "usable GiB"]);
         let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
         for st in &self.stages {
-            let mut blocks = if st.first_block == st.last_block {
-                st.first_block.to_string()
+            let range = |a: u32, b: u32| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}-{b}")
+                }
+            };
+            let mut blocks = if st.chunks.is_empty() {
+                range(st.first_block, st.last_block)
             } else {
-                format!("{}-{}", st.first_block, st.last_block)
+                let all: Vec<String> = st.chunks.iter().map(|c| range(c[0], c[1])).collect();
+                all.join(",")
             };
             if st.stage == 0 {
                 blocks = format!("emb+{blocks}");
