@@ -529,28 +529,7 @@ mod tests {
 
     /// The analytic cost model of llama-tiny at 256 tokens on `gpus`.
     fn tiny_costs(gpus: &str) -> CostModel {
-        let w = crate::cost::Workload {
-            cluster: crate::cluster::Cluster::from_gpu_list(
-                gpus,
-                "--gpus",
-                crate::gpu::GpuCatalog::builtin(),
-            )
-            .unwrap(),
-            model: crate::model::ModelCatalog::builtin()
-                .get("llama-tiny")
-                .unwrap()
-                .clone(),
-            seq_len: 256,
-            dtype: crate::precision::NumFormat::Fp16,
-            global_batch: 64,
-        };
-        CostModel::build(
-            w,
-            &crate::profile::ProfileSet::new(),
-            &*crate::perfmodel::builtin(),
-            crate::cost::CostOptions::default(),
-        )
-        .unwrap()
+        crate::cost::tiny_costs(gpus, crate::precision::NumFormat::Fp16, 64)
     }
 
     /// The shortcuts of [`rank_peak`] for long micro-batch-major iterations

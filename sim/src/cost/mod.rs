@@ -635,6 +635,35 @@ impl CostModel {
     }
 }
 
+/// The analytic cost model of llama-tiny at 256 tokens on `gpus` (a GPU
+/// list, e.g. `"l4,a10g"`), in `dtype` at global batch `batch`: what the
+/// unit tests of the modules above the cost model build on.
+#[cfg(test)]
+pub(crate) fn tiny_costs(gpus: &str, dtype: crate::precision::NumFormat, batch: u32) -> CostModel {
+    let w = Workload {
+        cluster: crate::cluster::Cluster::from_gpu_list(
+            gpus,
+            "--gpus",
+            crate::gpu::GpuCatalog::builtin(),
+        )
+        .unwrap(),
+        model: crate::model::ModelCatalog::builtin()
+            .get("llama-tiny")
+            .unwrap()
+            .clone(),
+        seq_len: 256,
+        dtype,
+        global_batch: batch,
+    };
+    CostModel::build(
+        w,
+        &crate::profile::ProfileSet::new(),
+        &*crate::perfmodel::builtin(),
+        CostOptions::default(),
+    )
+    .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -90,44 +90,15 @@ impl<'c> Collectives<'c> {
         bytes: f64,
         pieces: impl FnOnce() -> Vec<f64>,
     ) -> f64 {
-        let key = (kind, ranks.to_vec(), bytes.to_bits());
-        if !self.priced.contains_key(&key) {
-            let priced = self.price_now(kind, ranks, bytes, pieces);
-            self.priced.insert(key.clone(), priced);
-        }
-        let (ms, busy, source) = &self.priced[&key];
+        let (costs, simulated, contention) = (self.costs, &self.simulated, self.contention);
+        let (ms, busy, source) = self
+            .priced
+            .entry((kind, ranks.to_vec(), bytes.to_bits()))
+            .or_insert_with(|| price(costs, simulated, contention, (kind, ranks, bytes), pieces));
         self.pending.extend(busy.iter().copied());
         // The next collective op recorded is this one's.
         self.pending_source = *source;
         *ms
-    }
-
-    fn price_now(
-        &self,
-        kind: CollectiveKind,
-        ranks: &[usize],
-        bytes: f64,
-        pieces: impl FnOnce() -> Vec<f64>,
-    ) -> Priced {
-        if ranks.len() < 2 || bytes <= 0.0 {
-            return (0.0, Rc::from(Vec::new()), None);
-        }
-        let costs = self.costs;
-        let pieces = pieces();
-        let ms = costs.group_collective_ms(kind, ranks, &pieces);
-        let source = costs.comm_source(kind, ranks, &pieces);
-        let busy: Rc<[(u32, f64)]> = if self.contention && ms > 0.0 {
-            costs
-                .group_collective_shares(kind, ranks, &pieces, ms)
-                .into_iter()
-                // Only links of emitted ranks' nodes can be shared.
-                .filter(|&(r, _)| self.simulated[costs.links.owner_rank(r)])
-                .map(|(r, f)| (r, f as f64 * ms))
-                .collect()
-        } else {
-            Rc::from(Vec::new())
-        };
-        (ms, busy, source)
     }
 
     /// The pending link busy times as shares of an op lasting `dur`.
@@ -205,4 +176,35 @@ pub fn buffer_bytes(kind: CollectiveKind, pieces: &[f64]) -> f64 {
         })
         .collect();
     kind.buffer_bytes(&ranks)
+}
+
+/// A `kind` collective over `ranks` (the whole group) of `bytes` split in
+/// `pieces`, priced on `costs`: its duration (ms), the links it keeps busy
+/// (those of `simulated` nodes, when `contention`) and its time's source.
+/// A group of one GPU, or nothing to move, takes no time.
+fn price(
+    costs: &CostModel,
+    simulated: &[bool],
+    contention: bool,
+    (kind, ranks, bytes): (CollectiveKind, &[usize], f64),
+    pieces: impl FnOnce() -> Vec<f64>,
+) -> Priced {
+    if ranks.len() < 2 || bytes <= 0.0 {
+        return (0.0, Rc::from(Vec::new()), None);
+    }
+    let pieces = pieces();
+    let ms = costs.group_collective_ms(kind, ranks, &pieces);
+    let source = costs.comm_source(kind, ranks, &pieces);
+    let busy: Rc<[(u32, f64)]> = if contention && ms > 0.0 {
+        costs
+            .group_collective_shares(kind, ranks, &pieces, ms)
+            .into_iter()
+            // Only links of emitted ranks' nodes can be shared.
+            .filter(|&(r, _)| simulated[costs.links.owner_rank(r)])
+            .map(|(r, f)| (r, f as f64 * ms))
+            .collect()
+    } else {
+        Rc::from(Vec::new())
+    };
+    (ms, busy, source)
 }

@@ -576,10 +576,10 @@ fn reduce<S: Sink>(
         }
         mems
     };
-    let (label, stream) = if d.strategy.sharding == Sharding::NoShard {
-        (b.lb.ar_buckets, Stream::Comm)
+    let label = if d.strategy.sharding == Sharding::NoShard {
+        b.lb.ar_buckets
     } else {
-        (b.lb.rs, Stream::Comm)
+        b.lb.rs
     };
     let done = grp.reduce(
         &mut b.c,
@@ -591,7 +591,7 @@ fn reduce<S: Sink>(
             replica_bytes: &replica_bytes,
             deps: &deps,
             mems: &mut mems,
-            stream,
+            stream: Stream::Comm,
             labels: (
                 at(label, ph.unit, pass),
                 at(b.lb.ar_replicas, ph.unit, pass),
@@ -601,7 +601,7 @@ fn reduce<S: Sink>(
     for r in freed {
         st[r].grad_live[u] = false;
     }
-    b.block(&all, |pos| done.replica[pos].or(done.shard[pos]));
+    b.block(&all, |pos| done.last(pos));
     let mut final_op: Vec<Option<OpId>> = vec![None; d.ranks()];
     for (r, f) in final_op.iter_mut().enumerate() {
         if let Some(op) = done.shard[r] {
@@ -610,7 +610,7 @@ fn reduce<S: Sink>(
         if let Some(op) = done.replica[r] {
             st[r].last_replica = Some(op);
         }
-        *f = done.replica[r].or(done.shard[r]);
+        *f = done.last(r);
     }
     if d.strategy.offload == Offload::Optimizer && ph.reduce {
         copy_grads_down(b, p, phase_end, st, &final_op);

@@ -81,10 +81,16 @@ pub struct Reduced {
 }
 
 impl Reduced {
+    /// The last reduction GPU at `pos` joined (HSDP's all-reduce after its
+    /// reduce-scatter), if any.
+    pub fn last(&self, pos: usize) -> Option<OpId> {
+        self.replica[pos].or(self.shard[pos])
+    }
+
     /// What GPU at `pos` has its reduced gradient after: its last
     /// reduction, else (nothing to reduce) `otherwise`.
     pub fn done(&self, pos: usize, otherwise: &[OpId]) -> Vec<OpId> {
-        match self.replica[pos].or(self.shard[pos]) {
+        match self.last(pos) {
             Some(op) => vec![op],
             None => otherwise.to_vec(),
         }
@@ -313,32 +319,6 @@ mod tests {
         }
     }
 
-    /// The analytic cost model of llama-tiny on `gpus`.
-    fn costs(gpus: &str) -> crate::cost::CostModel {
-        let w = crate::cost::Workload {
-            cluster: crate::cluster::Cluster::from_gpu_list(
-                gpus,
-                "--gpus",
-                crate::gpu::GpuCatalog::builtin(),
-            )
-            .unwrap(),
-            model: crate::model::ModelCatalog::builtin()
-                .get("llama-tiny")
-                .unwrap()
-                .clone(),
-            seq_len: 256,
-            dtype: crate::precision::NumFormat::Bf16,
-            global_batch: 8,
-        };
-        crate::cost::CostModel::build(
-            w,
-            &crate::profile::ProfileSet::new(),
-            &*crate::perfmodel::builtin(),
-            crate::cost::CostOptions::default(),
-        )
-        .unwrap()
-    }
-
     /// The collectives one reduction of 8 MB per GPU emits over the group
     /// `ranks` (shard width `h`) under `sharding`: (kind, group size,
     /// stream, dependencies) per op, and what each position then waits on.
@@ -348,7 +328,11 @@ mod tests {
         h: usize,
         with_mems: bool,
     ) -> (Vec<(CollectiveKind, u32, Stream, usize)>, Reduced) {
-        let c8 = costs("a100-80gb,a100-80gb,a100-80gb,a100-80gb");
+        let c8 = crate::cost::tiny_costs(
+            "a100-80gb,a100-80gb,a100-80gb,a100-80gb",
+            crate::precision::NumFormat::Bf16,
+            8,
+        );
         let mut c = Collectives::new(&c8, None, true);
         let mut g = Rec {
             g: Graph::with_capacity(16, 16),

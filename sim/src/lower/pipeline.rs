@@ -1455,7 +1455,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             );
             let pu = self.per_unit.as_mut().expect("per unit");
             for (pos, &r) in group.iter().enumerate() {
-                if let Some(op) = done.replica[pos].or(done.shard[pos]) {
+                if let Some(op) = done.last(pos) {
                     pu.last_reduce[r] = Some(op);
                 }
             }
