@@ -158,7 +158,7 @@ pub fn job_from_plan(plan: &Plan, model: &BlockConfig, s: &RunSettings) -> Resul
     let data_parallel = plan
         .pipeline
         .as_ref()
-        .is_some_and(|p| p.runs_data_parallel(n));
+        .is_some_and(|p| p.runs_data_parallel(n, &plan.strategy));
     let pipeline = plan.pipeline.clone().filter(|_| !data_parallel);
     let even = sim::planner::standard::even_fractions(&plan.strategy, n);
     let mut ranks = Vec::with_capacity(n);

@@ -75,7 +75,7 @@ impl Default for SimOptions {
 pub fn node_classes(costs: &CostModel, plan: &Plan, opts: &SimOptions) -> NodeClasses {
     if opts.merge_identical_nodes && !opts.trace {
         match &plan.pipeline {
-            Some(pipe) if !pipe.runs_data_parallel(costs.ranks()) => {
+            Some(pipe) if !pipe.runs_data_parallel(costs.ranks(), &plan.strategy) => {
                 NodeClasses::of_pipeline(costs, pipe)
             }
             _ => NodeClasses::of(costs, plan),
@@ -140,7 +140,7 @@ pub fn pipeline_fits_simulator(
     strategy: &crate::strategy::Strategy,
     pipe: &Pipeline,
 ) -> bool {
-    if pipe.runs_data_parallel(costs.ranks()) {
+    if pipe.runs_data_parallel(costs.ranks(), strategy) {
         return true;
     }
     let classes = NodeClasses::of_pipeline(costs, pipe);
@@ -242,7 +242,7 @@ impl<'a> Iteration<'a> {
     ) -> Result<Iteration<'a>, PlanError> {
         if let Some(pipe) = &plan.pipeline {
             validate_pipeline(costs, plan, pipe)?;
-            if !pipe.runs_data_parallel(costs.ranks()) {
+            if !pipe.runs_data_parallel(costs.ranks(), &plan.strategy) {
                 let classes = node_classes(costs, plan, opts);
                 check_pipeline(plan, pipe, &classes)?;
                 return Ok(Iteration::Pipeline {

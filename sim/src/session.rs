@@ -181,7 +181,7 @@ pub fn user_plan(
         }
         PlanInput::Shape { shape, layers } => {
             let pipe = shape.pipeline(workload.gpus.len(), layers, workload.global_batch)?;
-            if let Some(lists) = one_stage_lists(shape, &pipe, workload) {
+            if let Some(lists) = one_stage_lists(shape, &pipe, spec, workload) {
                 // One stage over every GPU without TP is the data-parallel
                 // plan: one spec of pins, one plan, whichever flags spelled
                 // it (`--tp 1 --pp 1 --microbatch-size b` = `--batch` /
@@ -252,15 +252,27 @@ pub fn user_plan(
 fn one_stage_lists(
     shape: &crate::plan::shape::Shape3d,
     pipe: &crate::plan::pipeline::Pipeline,
+    spec: &StrategySpec,
     workload: &PlanWorkload,
 ) -> Option<(Vec<u32>, Vec<u32>)> {
+    use crate::strategy::{Sharding, Stack};
     let n = workload.gpus.len();
+    // Megatron-Core's DDP (`--stack megatron`, replicas or the distributed
+    // optimizer) reduces after the backward unless `--overlap-grad-reduce`:
+    // the one-stage layout, not PyTorch DDP's overlapped buckets
+    // (`Pipeline::runs_data_parallel`).
+    let megatron_ddp = spec.stack == Some(Stack::Megatron)
+        && matches!(
+            spec.sharding.unwrap_or(Sharding::NoShard),
+            Sharding::NoShard | Sharding::GradOp
+        );
     let plain = shape.tp == 1
         && shape.pp == 1
         && !shape.overlap_grad_reduce
         && !shape.overlap_param_gather
         && !shape.tp_comm_overlap
-        && pipe.runs_data_parallel(n);
+        && !megatron_ddp
+        && pipe.data_parallel_shape(n);
     plain.then(|| {
         let m = pipe.microbatches;
         (vec![shape.microbatch_size * m; n], vec![m; n])

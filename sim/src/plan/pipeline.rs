@@ -210,6 +210,17 @@ pub fn shard_width(strategy: &Strategy, d: usize, t: u32) -> usize {
     }
 }
 
+/// Whether a stage's data-parallel group reduces through Megatron-Core's
+/// DDP: the `megatron` stack with replicas or the distributed optimizer
+/// (`none`, `grad-op`), whose gradient reduction runs after the backward
+/// unless `--overlap-grad-reduce` (default off, `distributed_data_parallel_config.py`;
+/// REAL-SYSTEMS-2 section 2.2). PyTorch's DDP and FSDP (the `pytorch`
+/// stack, and FSDP / HSDP on any stack) overlap it with the backward.
+pub fn megatron_ddp(strategy: &Strategy) -> bool {
+    strategy.stack == crate::stack::Stack::Megatron
+        && matches!(strategy.sharding, Sharding::NoShard | Sharding::GradOp)
+}
+
 /// Whether `sharding` inside the stages of a `depth`-stage pipeline
 /// reshards each unit after its forward
 /// ([`Pipeline::reshards_after_forward`]): FSDP / HSDP (`full`, `hybrid`)
@@ -378,8 +389,19 @@ impl Pipeline {
     /// stage, any schedule with one micro-batch). Such a plan lowers as
     /// the data-parallel plan of its per-GPU entries
     /// ([`crate::iteration::Iteration`]): one description of the iteration,
-    /// whatever flags built it.
-    pub fn runs_data_parallel(&self, ranks: usize) -> bool {
+    /// whatever flags built it. Not under Megatron-Core's DDP
+    /// ([`megatron_ddp`]): its gradient reduction follows
+    /// [`Pipeline::overlap_grad_reduce`] (off by default: one reduction
+    /// after the backward), which the pipeline lowering models, where the
+    /// data-parallel one overlaps PyTorch DDP's buckets with the backward.
+    pub fn runs_data_parallel(&self, ranks: usize, strategy: &Strategy) -> bool {
+        self.data_parallel_shape(ranks) && !megatron_ddp(strategy)
+    }
+
+    /// The shape part of [`Pipeline::runs_data_parallel`]: one stage of
+    /// every GPU in rank order, one model chunk, no TP, even replicas,
+    /// each micro-batch's forward then its backward.
+    pub fn data_parallel_shape(&self, ranks: usize) -> bool {
         let one_by_one = self.microbatches <= 1
             || matches!(self.schedule, PipeSchedule::OneFOneB | PipeSchedule::ZbH1);
         self.depth() == 1
@@ -913,7 +935,7 @@ impl Pipeline {
         strategy: &Strategy,
         origin: &str,
     ) -> Result<(), PlanError> {
-        if self.runs_data_parallel(ranks) {
+        if self.runs_data_parallel(ranks, strategy) {
             return Ok(());
         }
         let bad = |field: String, msg: String| Err(PlanError::invalid(origin, field, msg));

@@ -107,15 +107,15 @@ impl PipelineReport {
     /// The stages of `pipe` from the per-GPU reports of its run.
     fn of(
         pipe: &crate::plan::pipeline::Pipeline,
-        sharding: crate::strategy::Sharding,
+        strategy: &crate::strategy::Strategy,
         gpus: &[GpuReport],
         iteration_ms: f64,
         tp_comm_ms: &[f64],
     ) -> PipelineReport {
         use crate::pipeline::buckets::{grad_sync, GradSync};
-        let grad_sync = match grad_sync(sharding, pipe.dp_overlap()) {
+        let grad_sync = match grad_sync(strategy.sharding, pipe.dp_overlap()) {
             // (Lowered as the data-parallel plan of its entries.)
-            _ if pipe.runs_data_parallel(gpus.len()) => "data-parallel schedule",
+            _ if pipe.runs_data_parallel(gpus.len(), strategy) => "data-parallel schedule",
             GradSync::AfterBackward => "after backward",
             GradSync::Buckets => "buckets",
             GradSync::PerUnit => "per unit",
@@ -273,7 +273,7 @@ pub(crate) fn assemble(
             .iter()
             .map(|r| r.tp_comm as f64 / 1e6)
             .collect();
-        PipelineReport::of(p, plan.strategy.sharding, &gpus, iteration_ms, &tp)
+        PipelineReport::of(p, &plan.strategy, &gpus, iteration_ms, &tp)
     });
     let intervals = intervals_of(costs, &gpus, iteration_ms, &rate);
     let comm_sources = comm_sources(a.collectives);

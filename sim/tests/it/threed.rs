@@ -836,3 +836,46 @@ fn rank_order_moves_traffic_between_nvlink_and_the_network() {
         assert_eq!(RankOrder::of(&pipe), Some(want), "{model}");
     }
 }
+
+/// A one-stage layout over every GPU without TP is the data-parallel plan
+/// on PyTorch's stack (DDP's buckets and FSDP's units overlap the
+/// backward), but not under Megatron-Core's DDP: there the gradient
+/// reduction follows `--overlap-grad-reduce`, off by default (one
+/// reduction after the last backward, REAL-SYSTEMS-2 section 2.2), so the
+/// plan lowers as the layout it is and the knob changes it.
+#[test]
+fn one_stage_megatron_ddp_reduces_as_megatron_does() {
+    let c = hgx(2, "llama2-7b", 2048, 64);
+    let opts = SimOptions::default();
+    let shape = Shape3d {
+        microbatch_size: 2,
+        ..Shape3d::default()
+    };
+    let run = |stack: sim::strategy::Stack, overlap: bool| {
+        let mut plan = manual(&c, &shape, Checkpointing::Full);
+        plan.strategy.stack = stack;
+        plan.pipeline.as_mut().unwrap().overlap_grad_reduce = overlap;
+        simulate(&c, &plan, &opts).unwrap()
+    };
+    use sim::strategy::Stack;
+    let torch = run(Stack::PyTorch, false);
+    let after = run(Stack::Megatron, false);
+    let buckets = run(Stack::Megatron, true);
+    let sync = |r: &sim::report::Report| r.pipeline.as_ref().unwrap().grad_sync.clone();
+    assert_eq!(sync(&torch), "data-parallel schedule");
+    assert_eq!(sync(&after), "after backward");
+    assert_eq!(sync(&buckets), "buckets");
+    for r in [&torch, &after, &buckets] {
+        assert!(!r.oom && r.iteration_ms > 0.0, "{:?}", r.oom);
+    }
+    // Reduced after the backward, the distributed optimizer's
+    // reduce-scatter is exposed; its buckets hide part of it.
+    let comm = |r: &sim::report::Report| r.gpus[0].exposed_comm_ms;
+    assert!(
+        comm(&after) > comm(&buckets),
+        "{} vs {}",
+        comm(&after),
+        comm(&buckets)
+    );
+    assert!(after.iteration_ms > buckets.iteration_ms);
+}
