@@ -263,6 +263,56 @@ pub struct SearchStats {
     pub proven_optimal: bool,
 }
 
+impl SearchStats {
+    /// One line of these counts for planner `name` after `elapsed_s`
+    /// seconds that cannot contradict itself: a planner that follows a
+    /// rule says so; a search gives only the counts it kept (strategies,
+    /// candidate evaluations, plans checked against memory and how many fit,
+    /// sub-problems, plans evaluated fast and simulated).
+    pub fn line(&self, name: &str, elapsed_s: f64) -> String {
+        let s = self;
+        let ms = elapsed_s * 1e3;
+        if s.candidates == 0 && s.simulated == 0 && s.fast_evaluated == 0 {
+            return format!("planner {name}: follows its framework's rule (no search), {ms:.3} ms");
+        }
+        let mut parts = Vec::new();
+        if s.strategies > 0 {
+            parts.push(format!("{} strategies", s.strategies));
+        }
+        let rate = if elapsed_s > 0.0 {
+            format!(" ({:.3e}/s)", s.candidates as f64 / elapsed_s)
+        } else {
+            String::new()
+        };
+        parts.push(format!("{} candidate evaluations{rate}", s.candidates));
+        let checked = s.feasible + s.infeasible;
+        if checked > 0 {
+            parts.push(format!(
+                "{} of {checked} plans checked against memory fit",
+                s.feasible
+            ));
+        }
+        for (n, what) in [
+            (s.subproblems, "sub-problems"),
+            (s.fast_evaluated, "fast-evaluated"),
+            (s.simulated, "simulated"),
+        ] {
+            if n > 0 {
+                parts.push(format!("{n} {what}"));
+            }
+        }
+        format!(
+            "planner {name}: {}, {ms:.3} ms{}",
+            parts.join(", "),
+            if s.proven_optimal {
+                ", proven optimal"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
 /// Extra output of the compat planner (the reference optimizer's figures).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompatDetails {
@@ -394,5 +444,36 @@ impl From<&SearchStats> for SearchSummary {
             strategies: s.strategies,
             proven_optimal: s.proven_optimal,
         }
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn search_lines_do_not_contradict_themselves() {
+        let rule = SearchStats::default();
+        assert_eq!(
+            rule.line("fsdp", 0.0001),
+            "planner fsdp: follows its framework's rule (no search), 0.100 ms"
+        );
+        let s = SearchStats {
+            candidates: 312_240,
+            feasible: 61,
+            infeasible: 0,
+            simulated: 9,
+            ..SearchStats::default()
+        };
+        let l = s.line("cephalo", 1.0);
+        assert!(
+            !l.contains("0 strategies") && !l.contains("0 do not"),
+            "{l}"
+        );
+        assert!(
+            l.contains("312240 candidate evaluations")
+                && l.contains("61 of 61 plans checked against memory fit")
+                && l.contains("9 simulated"),
+            "{l}"
+        );
     }
 }
