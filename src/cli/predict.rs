@@ -25,10 +25,10 @@
 use crate::load;
 use anyhow::Result;
 use clap::{Args as ClapArgs, ValueEnum};
-use serde::Serialize;
 use sim::error::SpecError;
-use sim::perfmodel::{BlockImpl, Predictor};
+use sim::perfmodel::BlockImpl;
 use sim::precision::NumFormat;
+use sim::prediction::{breakdown_text, label, BlockQuery, Row};
 use sim::profile::ProfileSet;
 use sim::strategy::{Attention, Stack};
 use std::path::PathBuf;
@@ -96,80 +96,6 @@ pub struct Args {
     pub format: Format,
 }
 
-/// A pass's time by part, ms (the model's).
-#[derive(Debug, Clone, Copy)]
-pub struct Parts {
-    /// The linear layers' GEMMs.
-    pub gemm_ms: f64,
-    /// The attention core.
-    pub attention_ms: f64,
-    /// Element-wise ops.
-    pub elementwise_ms: f64,
-    /// Per-parameter passes.
-    pub weight_ms: f64,
-    /// Kernel launch floors.
-    pub fixed_ms: f64,
-}
-
-impl From<sim::perfmodel::PassTime> for Parts {
-    fn from(p: sim::perfmodel::PassTime) -> Parts {
-        Parts {
-            gemm_ms: round4(p.gemm_ms),
-            attention_ms: round4(p.attention_ms),
-            elementwise_ms: round4(p.elementwise_ms),
-            weight_ms: round4(p.weight_ms),
-            fixed_ms: round4(p.fixed_ms),
-        }
-    }
-}
-
-/// One output row.
-#[derive(Debug, Clone, Serialize)]
-pub struct Row {
-    /// Micro-batch size.
-    pub batch: u32,
-    /// Forward ms of one block.
-    pub fwd_ms: f64,
-    /// Backward ms of one block.
-    pub bwd_ms: f64,
-    /// Non-state memory of one step, GiB.
-    pub act_mem_gib: f64,
-    /// Where the times came from.
-    pub time_source: String,
-    /// Where the memory came from.
-    pub mem_source: String,
-    /// The model's forward by part.
-    #[serde(skip)]
-    pub fwd_parts: Parts,
-    /// The model's backward by part.
-    #[serde(skip)]
-    pub bwd_parts: Parts,
-    /// The model's forward GEMMs, ms.
-    pub fwd_gemm_ms: f64,
-    /// The model's forward attention core, ms.
-    pub fwd_attention_ms: f64,
-    /// The model's forward element-wise ops, ms.
-    pub fwd_elementwise_ms: f64,
-    /// The model's forward per-parameter passes, ms.
-    pub fwd_weight_ms: f64,
-    /// The model's forward launch floors, ms.
-    pub fwd_fixed_ms: f64,
-    /// The model's backward GEMMs, ms.
-    pub bwd_gemm_ms: f64,
-    /// The model's backward attention core, ms.
-    pub bwd_attention_ms: f64,
-    /// The model's backward element-wise ops, ms.
-    pub bwd_elementwise_ms: f64,
-    /// The model's backward per-parameter passes, ms.
-    pub bwd_weight_ms: f64,
-    /// The model's backward launch floors, ms.
-    pub bwd_fixed_ms: f64,
-}
-
-fn round4(x: f64) -> f64 {
-    (x * 1e4).round() / 1e4
-}
-
 /// Parses `1,2,4` into batch sizes (each >= 1).
 pub fn parse_batches(s: &str) -> Result<Vec<u32>, SpecError> {
     sim::lists::counts(s, "--batch-sizes", 1)
@@ -212,7 +138,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let block = profiles.block(&gpu.name, &model.name, seq, dtype);
     let memory = profiles.memory(None, &model.name, dtype);
-    let ctx = Ctx {
+    let query = BlockQuery {
         predictor: &predictor,
         gpu,
         model,
@@ -223,8 +149,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let rows = batches
         .iter()
-        .map(|&m| row(m, &ctx, block, memory))
-        .collect::<Result<Vec<Row>>>()?;
+        .map(|&m| query.row(m, block, memory))
+        .collect::<Result<Vec<Row>, _>>()?;
     match a.format {
         Format::Json => out!(
             "{}",
@@ -238,7 +164,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 gpu.name,
                 seq,
                 dtype,
-                what(imp, &tp)
+                label(imp, &tp)
             );
             outln!("time source: {}", rows[0].time_source);
             outln!("memory source: {}", rows[0].mem_source);
@@ -259,130 +185,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 );
             }
             if a.breakdown {
-                print_breakdown(&rows)?;
+                out!("{}", breakdown_text(&rows));
             }
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// What every row of a `predict` run shares.
-struct Ctx<'a> {
-    predictor: &'a dyn Predictor,
-    gpu: &'a sim::gpu::GpuSpec,
-    model: &'a sim::model::ModelSpec,
-    seq: u32,
-    dtype: NumFormat,
-    imp: BlockImpl,
-    tp: sim::tensor::TensorParallel,
-}
-
-impl Ctx<'_> {
-    /// The model's prediction at micro-batch `m` for `imp` on `tp`.
-    fn predict(
-        &self,
-        m: u32,
-        imp: BlockImpl,
-        tp: &sim::tensor::TensorParallel,
-    ) -> Result<sim::perfmodel::BlockPrediction> {
-        Ok(self
-            .predictor
-            .block_prediction_tp(self.gpu, self.model, self.seq, self.dtype, m, imp, tp)
-            .map_err(|why| SpecError::invalid("--dtype", "dtype", why))?)
-    }
-}
-
-/// The row of micro-batch `m`: the profile `block` where one exists
-/// (scaled by the model's ratio to another implementation or a TP rank),
-/// else the model; memory from the profile `memory` or the model.
-fn row(
-    m: u32,
-    ctx: &Ctx<'_>,
-    block: Option<&sim::profile::BlockProfile>,
-    memory: Option<&sim::profile::MemoryProfile>,
-) -> Result<Row> {
-    let (imp, tp) = (ctx.imp, &ctx.tp);
-    let analytic = format!("analytic ({})", ctx.predictor.name());
-    let p = ctx.predict(m, imp, tp)?;
-    let (fwd, bwd, ts) = match block {
-        Some(b) => {
-            let measured = BlockImpl::pytorch(b.attention);
-            let (fwd, bwd) = (b.curve.fwd_ms(m), b.curve.bwd_ms(m));
-            if measured == imp && !tp.is_on() {
-                (fwd, bwd, b.curve.source.to_string())
-            } else {
-                let base = ctx.predict(m, measured, &sim::tensor::TensorParallel::NONE)?;
-                (
-                    fwd * p.fwd_ms / base.fwd_ms,
-                    bwd * p.bwd_ms / base.bwd_ms,
-                    format!(
-                        "{}, scaled to {} by the model's ratio",
-                        b.curve.source,
-                        what(imp, tp)
-                    ),
-                )
-            }
-        }
-        None => (p.fwd_ms, p.bwd_ms, analytic.clone()),
-    };
-    let (mem, ms) = match memory {
-        Some(p) => (p.act_gib(m), p.source.to_string()),
-        None => (
-            ctx.predictor.act_mem_gib(ctx.model, ctx.seq, ctx.dtype, m),
-            analytic,
-        ),
-    };
-    let (f, b): (Parts, Parts) = (p.fwd_parts.into(), p.bwd_parts.into());
-    Ok(Row {
-        batch: m,
-        fwd_ms: round4(fwd),
-        bwd_ms: round4(bwd),
-        act_mem_gib: round4(mem),
-        time_source: ts,
-        mem_source: ms,
-        fwd_parts: f,
-        bwd_parts: b,
-        fwd_gemm_ms: f.gemm_ms,
-        fwd_attention_ms: f.attention_ms,
-        fwd_elementwise_ms: f.elementwise_ms,
-        fwd_weight_ms: f.weight_ms,
-        fwd_fixed_ms: f.fixed_ms,
-        bwd_gemm_ms: b.gemm_ms,
-        bwd_attention_ms: b.attention_ms,
-        bwd_elementwise_ms: b.elementwise_ms,
-        bwd_weight_ms: b.weight_ms,
-        bwd_fixed_ms: b.fixed_ms,
-    })
-}
-
-/// The model's parts of every row, forward then backward.
-fn print_breakdown(rows: &[Row]) -> Result<()> {
-    outln!("\nthe model's passes by part, ms (GEMMs, attention core, element-wise, per-parameter, launch floors):");
-    outln!(
-        "{:>6} {:>4} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "batch",
-        "pass",
-        "gemm",
-        "attention",
-        "elemwise",
-        "weights",
-        "launches"
-    );
-    for r in rows {
-        for (pass, p) in [("fwd", &r.fwd_parts), ("bwd", &r.bwd_parts)] {
-            outln!(
-                "{:>6} {:>4} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3}",
-                r.batch,
-                pass,
-                p.gemm_ms,
-                p.attention_ms,
-                p.elementwise_ms,
-                p.weight_ms,
-                p.fixed_ms
-            );
-        }
-    }
-    Ok(())
 }
 
 /// The implementation the flags name.
@@ -424,18 +231,4 @@ fn block_impl(a: &Args) -> Result<BlockImpl, SpecError> {
         compile: a.compile,
         attention,
     })
-}
-
-/// `megatron flash, TP 8 with SP (one rank)`.
-fn what(imp: BlockImpl, tp: &sim::tensor::TensorParallel) -> String {
-    if tp.is_on() {
-        format!(
-            "{}, TP {}{} (one rank)",
-            imp.label(),
-            tp.degree,
-            if tp.sequence_parallel { " with SP" } else { "" }
-        )
-    } else {
-        imp.label()
-    }
 }
