@@ -27,8 +27,11 @@ use crate::cli::workload::{StrategyArgs, WorkloadArgs};
 use crate::error::UserError;
 use anyhow::Result;
 use clap::{Args as ClapArgs, Subcommand};
-use serde::Serialize;
 use sim::planner;
+use sim::whatif_answer::{
+    CheapestAnswer, FitAnswer, MemoryAnswers, MinGpusAnswer, OfferMinsAnswer, TrainCostAnswer,
+    FORMAT,
+};
 use std::process::ExitCode;
 
 /// Flags of `cephalo whatif`.
@@ -122,19 +125,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
 }
 
-/// `whatif train-cost`'s answer.
-#[derive(Debug, Serialize)]
-struct TrainCostOut {
-    format: &'static str,
-    question: &'static str,
-    model: String,
-    gpus: String,
-    planner: String,
-    strategy: String,
-    #[serde(flatten)]
-    cost: sim::whatif::TrainCost,
-}
-
 fn train_cost(t: TrainCostArgs) -> Result<ExitCode> {
     let a = &t.query;
     let opts = a.flags.options(&a.workload.model)?;
@@ -160,8 +150,8 @@ fn train_cost(t: TrainCostArgs) -> Result<ExitCode> {
     let cluster = &res.costs.workload.cluster;
     let cost = sim::whatif::train_cost(&run.report, cluster, t.tokens)
         .map_err(|e| UserError(e.to_string()))?;
-    let out = TrainCostOut {
-        format: "cephalo-whatif/1",
+    let out = TrainCostAnswer {
+        format: FORMAT,
         question: "train-cost",
         model: res.costs.workload.model.name.clone(),
         gpus: sim::lists::name_runs(&cluster.gpu_names()),
@@ -172,42 +162,9 @@ fn train_cost(t: TrainCostArgs) -> Result<ExitCode> {
     match a.format {
         Format::Json => out!("{}", serde_json::to_string_pretty(&out)? + "\n"),
         Format::Csv => out!("{}", crate::cli::format::csv_of(&[&out.cost])?),
-        Format::Table => {
-            let c = &out.cost;
-            outln!(
-                "{} on [{}] with {} ({})",
-                out.model,
-                out.gpus,
-                out.planner,
-                out.strategy
-            );
-            outln!("{:<22} {:>16.4e}", "tokens", c.tokens);
-            outln!("{:<22} {:>16.0}", "tokens/s", c.tokens_per_s);
-            outln!("{:<22} {:>16.2}", "days", c.days);
-            outln!("{:<22} {:>16.0}", "GPU-hours", c.gpu_hours);
-            outln!("{:<22} {:>16.2}", "cluster USD/hour", c.price_per_hour_usd);
-            outln!("{:<22} {:>16.0}", "USD", c.usd);
-            outln!("(simulated throughput, no restarts, evaluation or data loading)");
-        }
+        Format::Table => out!("{}", out.table()),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `whatif min-gpus`'s answer.
-#[derive(Debug, Serialize)]
-struct MinGpusOut {
-    format: &'static str,
-    question: &'static str,
-    model: String,
-    gpu: String,
-    gpus_per_node: u32,
-    max_gpus: u32,
-    /// The smallest count that fits and trains (null: none up to the max).
-    min_gpus: Option<u32>,
-    /// Simulated tokens/s of Cephalo's plan on that count.
-    tokens_per_s: Option<f64>,
-    /// Every count tried, in order.
-    tried: Vec<sim::whatif::Tried>,
 }
 
 fn min_gpus(m: MinGpusArgs) -> Result<ExitCode> {
@@ -252,8 +209,8 @@ fn min_gpus(m: MinGpusArgs) -> Result<ExitCode> {
         Ok(tps.is_some())
     })?;
     bar.finish_and_clear();
-    let out = MinGpusOut {
-        format: "cephalo-whatif/1",
+    let out = MinGpusAnswer {
+        format: FORMAT,
         question: "min-gpus",
         model: a.workload.model.clone(),
         gpu,
@@ -266,44 +223,9 @@ fn min_gpus(m: MinGpusArgs) -> Result<ExitCode> {
     match a.format {
         Format::Json => out!("{}", serde_json::to_string_pretty(&out)? + "\n"),
         Format::Csv => out!("{}", crate::cli::format::csv_of(&out.tried)?),
-        Format::Table => {
-            match (out.min_gpus, out.tokens_per_s) {
-                (Some(n), tps) => outln!(
-                    "{}: {n} x {} ({} per node) is the fewest that fits and trains (Cephalo's plan: {} tokens/s)",
-                    out.model,
-                    out.gpu,
-                    out.gpus_per_node,
-                    tps.map_or("-".into(), |t| format!("{t:.0}"))
-                ),
-                (None, _) => outln!(
-                    "{}: no count of {} up to {} fits and trains",
-                    out.model,
-                    out.gpu,
-                    out.max_gpus
-                ),
-            }
-            let tried: Vec<String> = out
-                .tried
-                .iter()
-                .map(|t| format!("{} {}", t.gpus, if t.fits { "fits" } else { "no" }))
-                .collect();
-            outln!("tried: {}", tried.join(", "));
-        }
+        Format::Table => out!("{}", out.table()),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `whatif fit`'s answer.
-#[derive(Debug, Serialize)]
-struct FitOut {
-    format: &'static str,
-    question: &'static str,
-    model: String,
-    gpus: String,
-    planner: String,
-    fits_as_asked: bool,
-    #[serde(flatten)]
-    fit: sim::whatif::Fit,
 }
 
 fn fit(f: FitArgs) -> Result<ExitCode> {
@@ -352,8 +274,8 @@ fn fit(f: FitArgs) -> Result<ExitCode> {
             r.flags = format!("--nodes {}", n + r.added_nodes);
         }
     }
-    let out = FitOut {
-        format: "cephalo-whatif/1",
+    let out = FitAnswer {
+        format: FORMAT,
         question: "fit",
         model: workload.model.name.clone(),
         gpus: sim::lists::name_runs(&workload.cluster.gpu_names()),
@@ -364,97 +286,9 @@ fn fit(f: FitArgs) -> Result<ExitCode> {
     match a.format {
         Format::Json => out!("{}", serde_json::to_string_pretty(&out)? + "\n"),
         Format::Csv => out!("{}", crate::cli::format::csv_of(&out.fit.rows)?),
-        Format::Table => print_fit(&out)?,
+        Format::Table => out!("{}", out.table()),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `whatif fit` as a table: the verdict, the cheapest change, one row per
-/// change, then why each that does not fit falls short.
-fn print_fit(out: &FitOut) -> Result<()> {
-    let rows = &out.fit.rows;
-    let opt = |x: Option<f64>, p: usize| x.map_or("-".to_string(), |v| format!("{v:.p$}"));
-    outln!(
-        "{} on [{}] with --planner {}: {}",
-        out.model,
-        out.gpus,
-        out.planner,
-        if out.fits_as_asked {
-            "fits as asked; other changes that fit are listed for comparison"
-        } else {
-            "does not fit as asked"
-        }
-    );
-    match out.fit.cheapest {
-        Some(0) => outln!(
-            "as asked is the cheapest of what was tried ({})",
-            out.fit.judged_by
-        ),
-        Some(i) => {
-            let r = &rows[i];
-            outln!(
-                "{}: {} ({}): {} tokens/s on {} GPUs{} (judged by {})",
-                if out.fits_as_asked {
-                    "cheaper than as asked"
-                } else {
-                    "cheapest change that fits"
-                },
-                r.change,
-                if r.flags.is_empty() {
-                    "no flag"
-                } else {
-                    &r.flags
-                },
-                opt(r.tokens_per_s, 0),
-                r.gpus,
-                r.usd_per_mtokens.map_or(String::new(), |u| format!(
-                    ", {u:.2} USD per million tokens"
-                )),
-                out.fit.judged_by
-            )
-        }
-        None => outln!("no change tried fits"),
-    }
-    let w = rows
-        .iter()
-        .map(|r| r.change.len())
-        .max()
-        .unwrap_or(6)
-        .max(6);
-    outln!(
-        "{:<w$} {:>5} {:>4} {:>10} {:>9} {:>6} {:>8} {:>9}  {:<14} {}",
-        "change",
-        "gpus",
-        "fits",
-        "tokens/s",
-        "tok/s/GPU",
-        "MFU%",
-        "peak%use",
-        "USD/Mtok",
-        "planner",
-        "flags"
-    );
-    for r in rows {
-        outln!(
-            "{:<w$} {:>5} {:>4} {:>10} {:>9} {:>6} {:>8} {:>9}  {:<14} {}",
-            r.change,
-            r.gpus,
-            if r.fits { "yes" } else { "no" },
-            opt(r.tokens_per_s.filter(|_| r.fits), 0),
-            opt(r.tokens_per_s_per_gpu.filter(|_| r.fits), 1),
-            opt(r.mfu.filter(|_| r.fits).map(|m| m * 100.0), 1),
-            opt(r.peak_usable_pct, 1),
-            opt(r.usd_per_mtokens, 2),
-            r.planner.as_deref().unwrap_or("-"),
-            r.flags
-        );
-    }
-    for r in rows.iter().filter(|r| !r.fits) {
-        if let Some(why) = &r.why {
-            outln!("  {}: {why}", r.change);
-        }
-    }
-    Ok(())
 }
 
 /// Flags of `whatif memory`: the model and strategy, no cluster.
@@ -498,17 +332,6 @@ pub struct MemoryArgs {
     /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
-}
-
-/// `whatif memory`'s answer.
-#[derive(Debug, Serialize)]
-struct MemoryOut {
-    format: &'static str,
-    question: &'static str,
-    model: String,
-    seq_len: u32,
-    dtype: String,
-    rows: Vec<sim::whatif::MemoryAnswer>,
 }
 
 fn memory(m: MemoryArgs) -> Result<ExitCode> {
@@ -571,8 +394,8 @@ fn memory(m: MemoryArgs) -> Result<ExitCode> {
         )?);
     }
     bar.finish_and_clear();
-    let out = MemoryOut {
-        format: "cephalo-whatif/1",
+    let out = MemoryAnswers {
+        format: FORMAT,
         question: "memory",
         model: m.model.clone(),
         seq_len: seq,
@@ -582,83 +405,9 @@ fn memory(m: MemoryArgs) -> Result<ExitCode> {
     match m.format {
         Format::Json => out!("{}", serde_json::to_string_pretty(&out)? + "\n"),
         Format::Csv => out!("{}", memory_csv(&out)?),
-        Format::Table => print_memory(&out)?,
+        Format::Table => out!("{}", out.table()),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `whatif memory` as a table: the state, then per micro-batch size what
-/// the peak holds and which GPUs hold it.
-fn print_memory(out: &MemoryOut) -> Result<()> {
-    let Some(first) = out.rows.first() else {
-        return Ok(());
-    };
-    outln!(
-        "{}: {:.3e} parameters, seq {}, {}; {} over {} GPUs, {} micro-batch(es) per iteration",
-        out.model,
-        first.params as f64,
-        out.seq_len,
-        out.dtype,
-        first.strategy,
-        first.gpus,
-        first.microbatches
-    );
-    outln!(
-        "training state: {:.1} B/param, {:.2} GiB in all",
-        first.state_bytes_per_param,
-        first.state_total_gib
-    );
-    outln!(
-        "{:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "micro",
-        "state",
-        "params",
-        "grads",
-        "activ.",
-        "framewk",
-        "peak",
-        "reserved"
-    );
-    for r in &out.rows {
-        let b = &r.per_gpu;
-        outln!(
-            "{:>5} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
-            r.micro_batch_size,
-            b.state_gib,
-            b.unsharded_params_gib,
-            b.gradients_gib,
-            b.activations_gib,
-            b.overhead_gib,
-            b.peak_gib,
-            b.reserved_gib
-        );
-    }
-    outln!();
-    // Which GPUs hold it: headroom per micro-batch size (negative: short).
-    let mut head = format!("{:<16} {:>8}", "gpu", "usable");
-    for r in &out.rows {
-        head.push_str(&format!(" {:>9}", format!("micro={}", r.micro_batch_size)));
-    }
-    outln!("{head}");
-    for (i, f) in first.fits.iter().enumerate() {
-        let mut line = format!("{:<16} {:>8.2}", f.gpu, f.usable_gib);
-        for r in &out.rows {
-            let g = &r.fits[i];
-            line.push_str(&match &g.note {
-                Some(_) => format!(" {:>9}", "-"),
-                None => format!(" {:>+9.2}", g.headroom_gib),
-            });
-        }
-        if let Some(n) = &f.note {
-            line.push_str(&format!("  {n}"));
-        }
-        outln!("{line}");
-    }
-    outln!("(GiB per GPU at its simulated peak: state = its shard of parameters, gradients and optimizer moments;");
-    outln!(" params / grads = unsharded buffers alive at the peak; framewk = CUDA context, NCCL and workspaces;");
-    outln!(" reserved = what the caching allocator holds (torchtitan's `memory`), without the CUDA context;");
-    outln!(" the GPU table: usable memory less the peak, negative = short by that much)");
-    Ok(())
 }
 
 /// Flags of `whatif cheapest`: the workload without a cluster (the pool
@@ -677,18 +426,6 @@ pub struct CheapestArgs {
     /// Planner (default `best`: the fastest plan of every family).
     #[arg(long, default_value = BEST)]
     pub planner: String,
-}
-
-/// `whatif cheapest`'s answer.
-#[derive(Debug, Serialize)]
-struct CheapestOut {
-    format: &'static str,
-    question: &'static str,
-    model: String,
-    pool: String,
-    planner: String,
-    #[serde(flatten)]
-    rental: sim::whatif::Rental,
 }
 
 /// A rental pool read and checked, `--network-gbit-s` applied; the
@@ -763,53 +500,17 @@ fn min_gpus_pool(a: &Query, path: &std::path::Path) -> Result<ExitCode> {
         target_tokens_per_s: f64::MIN_POSITIVE,
     })?;
     bar.finish_and_clear();
-    #[derive(Serialize)]
-    struct Out<'a> {
-        format: &'static str,
-        question: &'static str,
-        model: &'a str,
-        pool: String,
-        offers: &'a [sim::whatif::OfferMin],
-    }
-    let out = Out {
-        format: "cephalo-whatif/1",
+    let out = OfferMinsAnswer {
+        format: FORMAT,
         question: "min-gpus",
-        model: &workload.model.name,
+        model: workload.model.name.clone(),
         pool: pool.name.clone().unwrap_or(origin),
-        offers: &offers,
+        offers,
     };
     match a.format {
         Format::Json => out!("{}", serde_json::to_string_pretty(&out)? + "\n"),
-        Format::Csv => out!("{}", crate::cli::format::csv_of(&offers)?),
-        Format::Table => {
-            outln!(
-                "{}: the fewest servers of each offer that fit and train (Cephalo's planner)",
-                out.model
-            );
-            outln!(
-                "{:<16} {:>9} {:>9} {:>9} {:>11} {:>10}",
-                "gpu",
-                "per node",
-                "nodes",
-                "gpus",
-                "tokens/s",
-                "USD/hour"
-            );
-            for o in &offers {
-                let f =
-                    |x: Option<f64>, d: usize| x.map_or("-".to_string(), |v| format!("{v:.d$}"));
-                outln!(
-                    "{:<16} {:>9} {:>9} {:>9} {:>11} {:>10}",
-                    o.gpu,
-                    o.gpus_per_node,
-                    o.min_nodes
-                        .map_or(format!("none of {}", o.max_nodes), |k| k.to_string()),
-                    o.min_gpus.map_or("-".into(), |g| g.to_string()),
-                    f(o.tokens_per_s, 0),
-                    f(o.usd_per_hour, 2)
-                );
-            }
-        }
+        Format::Csv => out!("{}", crate::cli::format::csv_of(&out.offers)?),
+        Format::Table => out!("{}", out.table()),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -837,8 +538,8 @@ fn cheapest(c: CheapestArgs) -> Result<ExitCode> {
         target_tokens_per_s: c.target_tokens_per_s,
     })?;
     bar.finish_and_clear();
-    let out = CheapestOut {
-        format: "cephalo-whatif/1",
+    let out = CheapestAnswer {
+        format: FORMAT,
         question: "cheapest",
         model: workload.model.name.clone(),
         pool: pool.name.clone().unwrap_or(origin),
@@ -848,65 +549,9 @@ fn cheapest(c: CheapestArgs) -> Result<ExitCode> {
     match a.format {
         Format::Json => out!("{}", serde_json::to_string_pretty(&out)? + "\n"),
         Format::Csv => out!("{}", crate::cli::format::csv_of(&out.rental.tried)?),
-        Format::Table => print_cheapest(&out)?,
+        Format::Table => out!("{}", out.table()),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `whatif cheapest` as a table: the answer, then every selection tried,
-/// cheapest per hour first.
-fn print_cheapest(out: &CheapestOut) -> Result<()> {
-    let r = &out.rental;
-    match r.cheapest.map(|i| &r.tried[i]) {
-        Some(b) => outln!(
-            "{}: rent {} ({} GPUs) for {:.2} USD/hour: {:.0} tokens/s, {:.3} USD per million tokens (target {:.0} tokens/s; {})",
-            out.model,
-            b.cluster,
-            b.gpus,
-            b.usd_per_hour,
-            b.tokens_per_s.unwrap_or(f64::NAN),
-            b.usd_per_mtokens.unwrap_or(f64::NAN),
-            r.target_tokens_per_s,
-            b.planner.as_deref().unwrap_or("-")
-        ),
-        None => outln!(
-            "{}: nothing in the pool reaches {:.0} tokens/s (every selection tried is listed)",
-            out.model,
-            r.target_tokens_per_s
-        ),
-    }
-    let mut order: Vec<&sim::whatif::RentRow> = r.tried.iter().collect();
-    order.sort_by(|a, b| a.usd_per_hour.total_cmp(&b.usd_per_hour));
-    let w = order
-        .iter()
-        .map(|x| x.cluster.len())
-        .max()
-        .unwrap_or(7)
-        .max(7);
-    outln!(
-        "{:<w$} {:>5} {:>10} {:>11} {:>9} {:>8}  {}",
-        "servers",
-        "gpus",
-        "USD/hour",
-        "tokens/s",
-        "USD/Mtok",
-        "reaches",
-        "planner"
-    );
-    for x in order {
-        outln!(
-            "{:<w$} {:>5} {:>10.2} {:>11} {:>9} {:>8}  {}",
-            x.cluster,
-            x.gpus,
-            x.usd_per_hour,
-            x.tokens_per_s
-                .map_or("no fit".into(), |t| format!("{t:.0}")),
-            x.usd_per_mtokens.map_or("-".into(), |u| format!("{u:.3}")),
-            if x.reaches { "yes" } else { "no" },
-            x.planner.as_deref().unwrap_or("-")
-        );
-    }
-    Ok(())
 }
 
 /// The workload `whatif memory` simulates: the model on `n` GPUs of the
@@ -938,6 +583,6 @@ fn memory_workload(m: &MemoryArgs, n: u32, global: u32) -> crate::cli::workload:
 }
 
 /// `whatif memory`'s CSV: one row per micro-batch size and GPU type.
-fn memory_csv(out: &MemoryOut) -> Result<String> {
+fn memory_csv(out: &MemoryAnswers) -> Result<String> {
     crate::cli::format::csv_of(&sim::whatif::memory_csv_rows(&out.rows))
 }
