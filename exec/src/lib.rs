@@ -43,6 +43,7 @@ pub mod layout;
 pub mod report;
 pub mod shard;
 pub mod sim_glue;
+pub mod validate_output;
 pub mod validation;
 
 #[cfg(feature = "torch")]

@@ -279,7 +279,7 @@ impl FitAnswer {
             .max(6);
         let _ = writeln!(
             s,
-            "{:<w$} {:>5} {:>4} {:>10} {:>9} {:>6} {:>8} {:>9}  {:<14} {}",
+            "{:<w$} {:>5} {:>4} {:>10} {:>9} {:>6} {:>8} {:>9}  {:<14} flags",
             "change",
             "gpus",
             "fits",
@@ -289,7 +289,6 @@ impl FitAnswer {
             "peak%use",
             "USD/Mtok",
             "planner",
-            "flags"
         );
         for r in rows {
             let _ = writeln!(
@@ -432,8 +431,8 @@ s,
             .max(7);
         let _ = writeln!(
             s,
-            "{:<w$} {:>5} {:>10} {:>11} {:>9} {:>8}  {}",
-            "servers", "gpus", "USD/hour", "tokens/s", "USD/Mtok", "reaches", "planner"
+            "{:<w$} {:>5} {:>10} {:>11} {:>9} {:>8}  planner",
+            "servers", "gpus", "USD/hour", "tokens/s", "USD/Mtok", "reaches"
         );
         for x in order {
             let _ = writeln!(
