@@ -119,6 +119,55 @@ impl Sharding {
         !matches!(self, Sharding::NoShard)
     }
 
+    /// Whether every GPU keeps whole, replicated gradients that it
+    /// all-reduces in buckets (DDP), rather than reducing each unit's
+    /// gradient into its shard and freeing it.
+    pub fn keeps_full_grads(self) -> bool {
+        match self {
+            Sharding::NoShard => true,
+            Sharding::Full | Sharding::GradOp | Sharding::Hybrid => false,
+        }
+    }
+
+    /// The collective that reduces gradients inside a shard group: an
+    /// all-reduce of replicated gradients, a reduce-scatter into shards.
+    pub fn reduce_kind(self) -> crate::comm::CollectiveKind {
+        if self.keeps_full_grads() {
+            crate::comm::CollectiveKind::AllReduce
+        } else {
+            crate::comm::CollectiveKind::ReduceScatter
+        }
+    }
+
+    /// Whether the shard groups are replicas of each other, each shard
+    /// all-reduced across them after its reduce-scatter (HSDP).
+    pub fn reduces_across_groups(self) -> bool {
+        match self {
+            Sharding::Hybrid => true,
+            Sharding::Full | Sharding::GradOp | Sharding::NoShard => false,
+        }
+    }
+
+    /// Whether a unit's parameters are gathered for its use and freed
+    /// after it (FSDP's reshard; per use at one stage, once per step inside
+    /// pipeline stages).
+    pub fn reshards_per_unit(self) -> bool {
+        match self {
+            Sharding::Full | Sharding::Hybrid => true,
+            Sharding::GradOp | Sharding::NoShard => false,
+        }
+    }
+
+    /// Inside pipeline and TP stages: whether the optimizer updates a shard
+    /// that is then all-gathered into the whole parameters after the step
+    /// (Megatron's distributed optimizer, `grad-op`).
+    pub fn gathers_after_step(self) -> bool {
+        match self {
+            Sharding::GradOp => true,
+            Sharding::Full | Sharding::Hybrid | Sharding::NoShard => false,
+        }
+    }
+
     /// How it splits the training state over the GPUs (what planners may
     /// choose for each GPU's state fraction).
     pub fn state_split(self) -> StateSplit {
@@ -1120,6 +1169,35 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    /// What each sharding does to the collectives holds together, so a
+    /// new value cannot say two contradicting things: replicated gradients
+    /// are all-reduced, sharded ones reduce-scattered; FSDP's per-unit
+    /// reshard and the distributed optimizer's after-step gather both need
+    /// sharded parameters and exclude each other; only a resharding
+    /// sharding is replicated across groups.
+    #[test]
+    fn sharding_behaviours_agree() {
+        use crate::comm::CollectiveKind;
+        for s in Sharding::ALL {
+            let n = s.name();
+            assert_eq!(
+                s.keeps_full_grads(),
+                s.reduce_kind() == CollectiveKind::AllReduce,
+                "{n}"
+            );
+            assert!(!s.reshards_per_unit() || s.shards_params(), "{n}");
+            assert!(!s.gathers_after_step() || s.shards_params(), "{n}");
+            assert!(!(s.reshards_per_unit() && s.gathers_after_step()), "{n}");
+            assert!(!s.reduces_across_groups() || s.reshards_per_unit(), "{n}");
+            assert_eq!(
+                s.keeps_full_grads(),
+                s.state_split() == StateSplit::Replicated,
+                "{n}"
+            );
+        }
+        assert!(Sharding::GradOp.gathers_after_step() && Sharding::Hybrid.reduces_across_groups());
     }
 
     #[test]

@@ -582,7 +582,7 @@ impl<'a> Routine<'a> {
         let total = self.costs.workload.model.total_params() as f64;
         let mut b = self.costs.overhead_gib() * GIB + self.costs.activations.fixed_bytes;
         b += self.gpu_state_bytes_per_param() * local_params;
-        if s.sharding == Sharding::NoShard {
+        if s.sharding.keeps_full_grads() {
             b += self.precision.grads.bytes() * total;
         }
         round(b)
@@ -616,10 +616,7 @@ impl<'a> Routine<'a> {
 
     /// Collective kind that reduces gradients inside the shard group.
     pub fn reduce_kind(&self) -> CollectiveKind {
-        match self.strategy.sharding {
-            Sharding::NoShard => CollectiveKind::AllReduce,
-            _ => CollectiveKind::ReduceScatter,
-        }
+        self.strategy.sharding.reduce_kind()
     }
 
     /// Sizes (bytes) of the DDP buckets that become ready with unit `u`'s

@@ -43,7 +43,7 @@ use super::dp_group::{DpGroup, Gathering, Reduction};
 use super::sink::{at, Lowered, LoweredParts, Sink};
 use crate::data_parallel::{Description, Mem, OpKind, PhaseKind, Step};
 use crate::engine::{Category, Graph, MemAt, MemChange, MemKind, OpId, OpLabel, Stream, NO_INDEX};
-use crate::strategy::{Offload, Sharding};
+use crate::strategy::Offload;
 use crate::symmetry::NodeClasses;
 use crate::units::SimTime;
 use std::rc::Rc;
@@ -538,7 +538,7 @@ fn reduce<S: Sink>(
     let gb = d.units[u].grad_bytes;
     let all = Rc::clone(&b.all);
     let grp = b.group(&all);
-    let buckets = if d.strategy.sharding == Sharding::NoShard {
+    let buckets = if d.strategy.sharding.keeps_full_grads() {
         d.ddp_buckets(u)
     } else {
         Vec::new()
@@ -555,7 +555,7 @@ fn reduce<S: Sink>(
     };
     let mut freed: Vec<usize> = Vec::new();
     let mut mems = |part: &[usize]| {
-        if d.strategy.sharding == Sharding::NoShard {
+        if d.strategy.sharding.keeps_full_grads() {
             return Vec::new();
         }
         let mut mems = Vec::with_capacity(3 * part.len());
@@ -576,7 +576,7 @@ fn reduce<S: Sink>(
         }
         mems
     };
-    let label = if d.strategy.sharding == Sharding::NoShard {
+    let label = if d.strategy.sharding.keeps_full_grads() {
         b.lb.ar_buckets
     } else {
         b.lb.rs

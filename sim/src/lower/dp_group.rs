@@ -146,7 +146,7 @@ impl DpGroup<'_> {
             shard: vec![None; n],
             replica: vec![None; n],
         };
-        if self.sharding == Sharding::NoShard {
+        if self.sharding.keeps_full_grads() {
             let part = c.emitted(self.ranks);
             if n < 2 || part.is_empty() || r.buckets.is_empty() {
                 return out;
@@ -205,7 +205,7 @@ impl DpGroup<'_> {
             out.shard[k * h..k * h + sub.len()].fill(Some(op));
             scattered.push(op);
         }
-        if self.sharding != Sharding::Hybrid || n <= h {
+        if !self.sharding.reduces_across_groups() || n <= h {
             return out;
         }
         for q in 0..h {

@@ -62,7 +62,7 @@ use crate::pipeline::schedule::{topological, Action};
 use crate::plan::pipeline::{overlaps, Pipeline};
 use crate::plan::Plan;
 use crate::precision::Precision;
-use crate::strategy::{Recompute, Sharding};
+use crate::strategy::Recompute;
 use crate::symmetry::NodeClasses;
 use crate::units::SimTime;
 
@@ -134,7 +134,7 @@ pub fn ops_estimate(
         };
         let units = blocks + 2;
         // HSDP: per TP rank an all-reduce per place in the shard group.
-        let all_reduces = if strategy.sharding == crate::strategy::Sharding::Hybrid {
+        let all_reduces = if strategy.sharding.reduces_across_groups() {
             (t * h) as u64
         } else {
             0
@@ -212,7 +212,7 @@ impl Labels {
     /// unit and micro-batch when `at_unit` gives them.
     fn stage(&self, grp: &DpGroup<'_>, at_unit: Option<(u32, u32)>) -> (OpLabel, OpLabel) {
         let l = |l: OpLabel| at_unit.map_or(l, |(u, k)| at(l, u, k));
-        let first = if grp.sharding == Sharding::NoShard {
+        let first = if grp.sharding.keeps_full_grads() {
             self.all_reduce
         } else {
             self.reduce_scatter
@@ -334,9 +334,9 @@ pub fn lower_into<S: Sink>(
         return Ok(walk.finish());
     }
     walk.plan_buckets();
-    if matches!(plan.strategy.sharding, Sharding::Full | Sharding::Hybrid) {
+    if plan.strategy.sharding.reshards_per_unit() {
         walk.gather_params();
-    } else if plan.strategy.sharding == Sharding::GradOp && pipe.overlap_param_gather {
+    } else if plan.strategy.sharding.gathers_after_step() && pipe.overlap_param_gather {
         walk.gather_buckets();
     }
     // Every virtual stage's forwards and backwards, each on every replica
@@ -1031,7 +1031,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             let done: Vec<Vec<OpId>> = (0..d).map(|pos| reduced.done(pos, &[])).collect();
             let steps = self.optimizer_steps(&group, &done);
             // (FSDP inside a stage gathers at the next step's start.)
-            if strategy.sharding == Sharding::GradOp && d > 1 {
+            if strategy.sharding.gathers_after_step() && d > 1 {
                 let bytes = self.precision.comm.bytes() * params;
                 let label = self.lb.all_gather;
                 let grp = self.dp_group(s, &group);
@@ -1176,7 +1176,7 @@ impl<'a, S: Sink> Walk<'a, S> {
                 .map(|&r| self.last_reduce[r].into_iter().collect())
                 .collect();
             let steps = self.optimizer_steps(&group, &deps);
-            if strategy.sharding != Sharding::GradOp || pipe.overlap_param_gather {
+            if !strategy.sharding.gathers_after_step() || pipe.overlap_param_gather {
                 continue;
             }
             for b in (0..self.buckets[s].len()).rev() {

@@ -67,10 +67,12 @@ pub enum GradSync {
 /// the distributed optimizer in Megatron's buckets when
 /// `overlap.grad_reduce`, else once after the last backward.
 pub fn grad_sync(sharding: Sharding, overlap: DpOverlap) -> GradSync {
-    match sharding {
-        Sharding::Full | Sharding::Hybrid => GradSync::PerUnit,
-        Sharding::NoShard | Sharding::GradOp if overlap.grad_reduce => GradSync::Buckets,
-        Sharding::NoShard | Sharding::GradOp => GradSync::AfterBackward,
+    if sharding.reshards_per_unit() {
+        GradSync::PerUnit
+    } else if overlap.grad_reduce {
+        GradSync::Buckets
+    } else {
+        GradSync::AfterBackward
     }
 }
 

@@ -866,9 +866,9 @@ fn pipelined_ms(
         per_chunk: run.chunk_blocks,
         split,
     };
-    let start = if matches!(strategy.sharding, Sharding::Full | Sharding::Hybrid) {
+    let start = if strategy.sharding.reshards_per_unit() {
         fsdp_start_ms(costs, strategy, groups, tps, st, counts, &pc.at, &pc.f)
-    } else if strategy.sharding == Sharding::GradOp && run.overlap.param_gather {
+    } else if strategy.sharding.gathers_after_step() && run.overlap.param_gather {
         bucket_start_ms(costs, strategy, groups, tps, st, chunks, run.overlap, &pc.f)
     } else {
         0.0
@@ -1061,7 +1061,7 @@ fn per_unit_ms(
         + pass(true, true);
     // HSDP: the last unit's shard all-reduced across the shard groups.
     let reps: Vec<usize> = all.iter().step_by(h.max(1)).copied().collect();
-    let ar = if strategy.sharding == Sharding::Hybrid && reps.len() > 1 {
+    let ar = if strategy.sharding.reduces_across_groups() && reps.len() > 1 {
         costs.group_collective_ms(
             CollectiveKind::AllReduce,
             &reps,
@@ -1300,7 +1300,7 @@ fn bucket_sync_ms(
         for (at, prm) in ready {
             end = end.max(at) + dur(prm);
         }
-        let gather = if strategy.sharding == Sharding::GradOp && !overlap.param_gather {
+        let gather = if strategy.sharding.gathers_after_step() && !overlap.param_gather {
             let share = nic_sharing(costs, stage, &g, t as u32, &others);
             let pb = strategy.precision(costs.workload.dtype).comm.bytes();
             items

@@ -226,7 +226,7 @@ pub fn megatron_ddp(strategy: &Strategy) -> bool {
 /// ([`Pipeline::reshards_after_forward`]): FSDP / HSDP (`full`, `hybrid`)
 /// at one stage only.
 pub fn reshards_after_forward(sharding: Sharding, depth: usize) -> bool {
-    depth == 1 && matches!(sharding, Sharding::Full | Sharding::Hybrid)
+    depth == 1 && sharding.reshards_per_unit()
 }
 
 fn is_one(x: &u32) -> bool {
@@ -849,7 +849,7 @@ pub fn overlap_conflict(
             format!("needs {ogr} (Megatron asserts it: the parameter all-gathers follow the gradient buckets)"),
         ));
     }
-    if dp.param_gather && sharding != Sharding::GradOp {
+    if dp.param_gather && !sharding.gathers_after_step() {
         return Some((
             3,
             format!(
@@ -858,7 +858,7 @@ pub fn overlap_conflict(
             ),
         ));
     }
-    if dp.grad_reduce && matches!(sharding, Sharding::Full | Sharding::Hybrid) {
+    if dp.grad_reduce && sharding.reshards_per_unit() {
         return Some((
             2,
             format!(
