@@ -142,26 +142,7 @@ impl ValidateOutput {
             c.measured_iteration_ms,
             pct(Some(c.iteration_error_rel))
         );
-        for r in &c.ranks {
-            for (name, p, prec) in [
-                ("compute ms", &r.compute_ms, 1),
-                ("  passes ms", &r.passes_ms, 1),
-                ("  optimizer ms", &r.optimizer_ms, 1),
-                ("communication ms", &r.comm_ms, 1),
-                ("idle / wait ms", &r.idle_ms, 1),
-                ("copy ms", &r.copy_ms, 1),
-                ("peak memory GiB", &r.peak_mem_gib, 2),
-            ] {
-                let _ = writeln!(
-                    s,
-                    "{:<26} {:>12} {:>12} {:>8}",
-                    format!("rank {} {name}", r.rank),
-                    num(p.predicted, prec),
-                    num(p.measured, prec),
-                    pct(p.error_rel)
-                );
-            }
-        }
+        s.push_str(&rank_table(&c.ranks));
         s.push_str(&group_table(&c.groups));
         let each: Vec<String> = o
             .measured_iteration_ms_each
@@ -225,6 +206,33 @@ fn group_table(groups: &[crate::sim_glue::GroupComparison]) -> String {
                 format!("s{} r{} {name}", g.stage, g.replica),
                 num(p.predicted, 1),
                 num(p.measured, 1),
+                pct(p.error_rel)
+            );
+        }
+    }
+    s
+}
+
+/// Predicted against measured, rank by rank.
+fn rank_table(ranks: &[crate::sim_glue::RankComparison]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for r in ranks {
+        for (name, p, prec) in [
+            ("compute ms", &r.compute_ms, 1),
+            ("  passes ms", &r.passes_ms, 1),
+            ("  optimizer ms", &r.optimizer_ms, 1),
+            ("communication ms", &r.comm_ms, 1),
+            ("idle / wait ms", &r.idle_ms, 1),
+            ("copy ms", &r.copy_ms, 1),
+            ("peak memory GiB", &r.peak_mem_gib, 2),
+        ] {
+            let _ = writeln!(
+                s,
+                "{:<26} {:>12} {:>12} {:>8}",
+                format!("rank {} {name}", r.rank),
+                num(p.predicted, prec),
+                num(p.measured, prec),
                 pct(p.error_rel)
             );
         }

@@ -336,34 +336,7 @@ impl PlanOutput {
         if let Some(iv) = &o.simulated.intervals {
             let _ = writeln!(s, "{}", iv.summary());
         }
-        if !o.considered.is_empty() {
-            let _ = writeln!(s, "best plan per strategy considered (fastest first):");
-            for c in &o.considered {
-                let t = match (c.iteration_ms, c.oom) {
-                    (Some(ms), false) => format!(
-                        "{ms:>10.1} ms{}",
-                        if c.simulated { "" } else { " (fast model)" }
-                    ),
-                    (Some(_), true) => format!("{:>13}", "OOM"),
-                    (None, _) => match c.closed_form_ms {
-                        Some(ms) => format!("{ms:>10.1} ms (closed form)"),
-                        None => format!("{:>13}", "no plan"),
-                    },
-                };
-                let plan = if c.batch_sizes.is_empty() {
-                    c.note.clone().unwrap_or_default()
-                } else if c.batch_sizes.len() <= 8 {
-                    format!("{:?} / {:?}", c.batch_sizes, c.microbatches)
-                } else {
-                    format!(
-                        "{} / {}",
-                        crate::lists::runs(&c.batch_sizes),
-                        crate::lists::runs(&c.microbatches)
-                    )
-                };
-                let _ = writeln!(s, "  {t}  {:<60} {plan}", c.label);
-            }
-        }
+        s.push_str(&considered_text(&o.considered));
         s.push_str(&crate::report::sources_text(&o.sources));
         s.push_str(&crate::report::comm_sources_text(&o.comm_sources));
         s
@@ -407,4 +380,41 @@ impl FamilyOut {
             })
             .collect()
     }
+}
+
+/// The native planner's best plan per strategy, one line each (nothing
+/// when it considered none).
+fn considered_text(considered: &[ConsideredOut]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    if considered.is_empty() {
+        return s;
+    }
+    let _ = writeln!(s, "best plan per strategy considered (fastest first):");
+    for c in considered {
+        let t = match (c.iteration_ms, c.oom) {
+            (Some(ms), false) => format!(
+                "{ms:>10.1} ms{}",
+                if c.simulated { "" } else { " (fast model)" }
+            ),
+            (Some(_), true) => format!("{:>13}", "OOM"),
+            (None, _) => match c.closed_form_ms {
+                Some(ms) => format!("{ms:>10.1} ms (closed form)"),
+                None => format!("{:>13}", "no plan"),
+            },
+        };
+        let plan = if c.batch_sizes.is_empty() {
+            c.note.clone().unwrap_or_default()
+        } else if c.batch_sizes.len() <= 8 {
+            format!("{:?} / {:?}", c.batch_sizes, c.microbatches)
+        } else {
+            format!(
+                "{} / {}",
+                crate::lists::runs(&c.batch_sizes),
+                crate::lists::runs(&c.microbatches)
+            )
+        };
+        let _ = writeln!(s, "  {t}  {:<60} {plan}", c.label);
+    }
+    s
 }
