@@ -40,7 +40,7 @@ pub(super) fn pick(yes: bool) -> u64 {
 /// grow with its batch), `m` ranks take every sum in `m a..=m z`, a shift
 /// and a spread of `log2(m (z - a))` shifted ORs; otherwise the ranks are
 /// added one by one.
-fn sum_copies(cur: &[u64], allowed: &[usize], m: usize) -> Vec<u64> {
+pub(super) fn sum_copies(cur: &[u64], allowed: &[usize], m: usize) -> Vec<u64> {
     let n = cur.len();
     if m == 0 {
         return cur.to_vec();
@@ -124,11 +124,15 @@ impl Prune {
     /// reverse order (pop the next): most total from the smallest slack of
     /// [`PRUNE_SLACKS`] over the best Lagrangian bound to the largest.
     fn slacks(
-        s: &Search<'_, '_>,
+        rank_type: &[usize],
+        big_b: usize,
         best: &[Vec<(f64, usize)>],
         allowed: &[Vec<usize>],
     ) -> Vec<Prune> {
-        let counts = s.type_counts();
+        let mut counts = vec![0usize; allowed.len()];
+        for &t in rank_type {
+            counts[t] += 1;
+        }
         if (0..allowed.len()).any(|t| counts[t] > 0 && allowed[t].is_empty()) {
             return Vec::new();
         }
@@ -156,22 +160,22 @@ impl Prune {
             let took: usize = (0..allowed.len())
                 .map(|t| counts[t] * least(t, mid).1)
                 .sum();
-            if took < s.big_b {
+            if took < big_b {
                 lo = mid;
             } else {
                 hi = mid;
             }
         }
         let lam = 0.5 * (lo + hi);
-        let g = s.rank_type.len();
+        let g = rank_type.len();
         let mut rest = vec![0.0; g];
         for i in (0..g.saturating_sub(1)).rev() {
-            rest[i] = rest[i + 1] + least(s.rank_type[i + 1], lam).0;
+            rest[i] = rest[i + 1] + least(rank_type[i + 1], lam).0;
         }
-        let big_b = s.big_b as f64;
+        let big_b = big_b as f64;
         let dual = rest
             .first()
-            .map_or(0.0, |&r| r + least(s.rank_type[0], lam).0)
+            .map_or(0.0, |&r| r + least(rank_type[0], lam).0)
             + lam * big_b;
         if !dual.is_finite() {
             return Vec::new();
@@ -272,152 +276,24 @@ impl Search<'_, '_> {
     }
 
     /// Min-plus pass: the plan of least total rank time among plans whose
-    /// every rank is within `tau` (`None` when there is none).
+    /// every rank is within `tau` (`None` when there is none), by
+    /// [`least_total`].
     pub(super) fn min_sum(&mut self, best: &[Vec<(f64, usize)>], tau: f64) -> Option<Choice> {
         self.stats.subproblems += 1;
         let allowed: Vec<Vec<usize>> = best
             .iter()
             .map(|bt| (0..bt.len()).filter(|&b| bt[b].0 <= tau).collect())
             .collect();
-        let top = |t: usize| allowed[t].last().map_or(0, |&b| b);
-        // Each rank's choice is kept for the cells it can reach: as u16 when
-        // every batch fits (a quarter of the memory of u32 at thousands of
-        // GPUs), else u32.
-        if (0..allowed.len()).all(|t| top(t) < u16::MAX as usize) {
-            self.min_sum_with::<u16>(best, &allowed)
-        } else {
-            self.min_sum_with::<u32>(best, &allowed)
-        }
-    }
-
-    /// [`Search::min_sum`] with choices stored as `A`: passes of the
-    /// dynamic programme that drop the cells a [`Prune`] bound rules out,
-    /// with bounds from tight to none, until one's result proves it is the
-    /// full programme's.
-    fn min_sum_with<A: Copy + TryFrom<usize> + Into<u64>>(
-        &self,
-        best: &[Vec<(f64, usize)>],
-        allowed: &[Vec<usize>],
-    ) -> Option<Choice> {
-        let g = self.rank_type.len();
-        let mut tries = Prune::slacks(self, best, allowed);
-        let (total, args) = loop {
-            let bound = tries.pop();
-            let (total, args) = self.min_sum_pass::<A>(best, allowed, bound.as_ref())?;
-            match bound {
-                None => break (total, args),
-                Some(p) if total <= p.most => break (total, args),
-                // A plan of this total exists, so the least is no more:
-                // one more pass under it is exact.
-                Some(p) if total.is_finite() => tries.push(p.under(total)),
-                Some(_) => {}
-            }
-        };
-        if !total.is_finite() {
-            return None;
-        }
-        let mut choice = vec![(0u32, 0u32); g];
-        let mut y = self.big_b;
-        for i in (0..g).rev() {
-            let (first, arg) = &args[i];
-            let b = arg[y - first].into() as usize;
-            let t = self.rank_type[i];
-            let o = &self.types[t].by_b[b][best[t][b].1];
-            choice[i] = (o.batch, o.microbatches);
-            y -= b;
-        }
+        let batches = least_total(&self.rank_type, self.big_b, best, &allowed)?;
+        let choice = batches
+            .iter()
+            .zip(&self.rank_type)
+            .map(|(&b, &t)| {
+                let o = &self.types[t].by_b[b][best[t][b].1];
+                (o.batch, o.microbatches)
+            })
+            .collect();
         Some(choice)
-    }
-
-    /// One pass of the min-plus programme over the ranks in order, each
-    /// rank's cells kept as a window of consecutive sums, trimmed at both
-    /// ends of the cells `bound` rules out (`None`: only the sums that
-    /// cannot reach the global batch). Returns the least total at the
-    /// global batch (infinite: none within the bound) and per rank its
-    /// first cell and the batch chosen at each cell; `None` when a batch
-    /// does not fit `A`.
-    fn min_sum_pass<A: Copy + TryFrom<usize> + Into<u64>>(
-        &self,
-        best: &[Vec<(f64, usize)>],
-        allowed: &[Vec<usize>],
-        bound: Option<&Prune>,
-    ) -> Option<(f64, Windows<A>)> {
-        let nb = self.big_b + 1;
-        let g = self.rank_type.len();
-        let top = |t: usize| allowed[t].last().map_or(0, |&b| b);
-        // Samples the ranks after rank i can still take: a partial sum below
-        // B minus that can never reach B, so it is not computed (as in the
-        // knapsack's pass).
-        let mut after = vec![0usize; g + 1];
-        for i in (0..g).rev() {
-            after[i] = after[i + 1] + top(self.rank_type[i]);
-        }
-        let mut dp = vec![f64::INFINITY; nb];
-        dp[0] = 0.0;
-        let mut nd = vec![f64::INFINITY; nb];
-        // The cells of the last rank that may be finite: `lo..=hi`.
-        let (mut lo, mut hi) = (0usize, 0usize);
-        let mut args: Vec<(usize, Vec<A>)> = Vec::with_capacity(g);
-        // A rank's batches while it is walked, as wide as a cell so that the
-        // compare-and-select below runs in vector lanes.
-        let mut arg = Vec::<u64>::new();
-        for (i, &t) in self.rank_type.iter().enumerate() {
-            let (Some(&first), Some(&last)) = (allowed[t].first(), allowed[t].last()) else {
-                return Some((f64::INFINITY, args));
-            };
-            let nlo = self.big_b.saturating_sub(after[i + 1]).max(lo + first);
-            let nhi = (hi + last).min(nb - 1);
-            if nlo > nhi {
-                return Some((f64::INFINITY, args));
-            }
-            nd[nlo..=nhi].fill(f64::INFINITY);
-            arg.clear();
-            arg.resize(nhi - nlo + 1, 0);
-            for &b in &allowed[t] {
-                let wb = best[t][b].0;
-                let (l, h) = (nlo.max(lo + b), nhi.min(hi + b));
-                if l > h {
-                    continue;
-                }
-                A::try_from(b).ok()?;
-                let bb = b as u64;
-                let (src, dst) = (&dp[l - b..=h - b], &mut nd[l..=h]);
-                let ar = &mut arg[l - nlo..=h - nlo];
-                // The first smallest sum wins (batches ascending), as a
-                // branch would keep it.
-                for ((d, &x), a) in dst.iter_mut().zip(src).zip(ar.iter_mut()) {
-                    let v = x + wb;
-                    let keep = pick(v < *d);
-                    *d = f64::from_bits((d.to_bits() & !keep) | (v.to_bits() & keep));
-                    *a = (*a & !keep) | (bb & keep);
-                }
-            }
-            let out =
-                |y: usize| !nd[y].is_finite() || bound.is_some_and(|p| p.rules_out(i, y, nd[y]));
-            let (mut l, mut h) = (nlo, nhi);
-            while l <= h && out(l) {
-                l += 1;
-            }
-            while h > l && out(h) {
-                h -= 1;
-            }
-            if l > h {
-                return Some((f64::INFINITY, args));
-            }
-            let kept = arg[l - nlo..=h - nlo]
-                .iter()
-                .map(|&b| A::try_from(b as usize).ok())
-                .collect::<Option<Vec<A>>>()?;
-            args.push((l, kept));
-            std::mem::swap(&mut dp, &mut nd);
-            (lo, hi) = (l, h);
-        }
-        let total = if (lo..=hi).contains(&self.big_b) {
-            dp[self.big_b]
-        } else {
-            f64::INFINITY
-        };
-        Some((total, args))
     }
 
     /// Near-optimal plans: the least total rank time under slightly relaxed
@@ -430,4 +306,188 @@ impl Search<'_, '_> {
             .filter_map(|d| self.min_sum(&best, tau * (1.0 + d)))
             .collect()
     }
+}
+
+/// The plan of least total rank time whose every rank takes one of the
+/// batches `allowed` for its type (`best[t][b].0`: the rank time of batch
+/// unit `b` on type `t`, ms) with the batches adding up to `big_b` units,
+/// as every rank's batch (`None`: no such plan). Where the tie policy of
+/// [`super::ties`] applies (every type's Lagrangian-optimal batches cost
+/// the same), its canonical plan, found per type in time linear in the
+/// ranks; otherwise [`exact_least_total`].
+pub(super) fn least_total(
+    rank_type: &[usize],
+    big_b: usize,
+    best: &[Vec<(f64, usize)>],
+    allowed: &[Vec<usize>],
+) -> Option<Vec<usize>> {
+    let tries = Prune::slacks(rank_type, big_b, best, allowed);
+    if let Some(p) = tries.first() {
+        if let Some(plan) = super::ties::flat_plan(rank_type, big_b, best, allowed, p.lam) {
+            return Some(plan);
+        }
+    }
+    exact_with(rank_type, big_b, best, allowed, tries)
+}
+
+/// [`least_total`] by the exact dynamic programme over the ranks in order
+/// (no tie policy: the first smallest floating-point sum in rank order
+/// wins); what the tie policy is checked against.
+#[cfg(test)]
+pub(super) fn exact_least_total(
+    rank_type: &[usize],
+    big_b: usize,
+    best: &[Vec<(f64, usize)>],
+    allowed: &[Vec<usize>],
+) -> Option<Vec<usize>> {
+    let tries = Prune::slacks(rank_type, big_b, best, allowed);
+    exact_with(rank_type, big_b, best, allowed, tries)
+}
+
+/// [`exact_least_total`] under the bounds `tries` (popped from the back).
+fn exact_with(
+    rank_type: &[usize],
+    big_b: usize,
+    best: &[Vec<(f64, usize)>],
+    allowed: &[Vec<usize>],
+    tries: Vec<Prune>,
+) -> Option<Vec<usize>> {
+    let top = |t: usize| allowed[t].last().map_or(0, |&b| b);
+    // Each rank's choice is kept for the cells it can reach: as u16 when
+    // every batch fits (a quarter of the memory of u32 at thousands of
+    // GPUs), else u32.
+    if (0..allowed.len()).all(|t| top(t) < u16::MAX as usize) {
+        min_sum_with::<u16>(rank_type, big_b, best, allowed, tries)
+    } else {
+        min_sum_with::<u32>(rank_type, big_b, best, allowed, tries)
+    }
+}
+
+/// [`exact_least_total`] with choices stored as `A`: passes of the
+/// dynamic programme that drop the cells a [`Prune`] bound rules out,
+/// with bounds from tight to none, until one's result proves it is the
+/// full programme's.
+fn min_sum_with<A: Copy + TryFrom<usize> + Into<u64>>(
+    rank_type: &[usize],
+    big_b: usize,
+    best: &[Vec<(f64, usize)>],
+    allowed: &[Vec<usize>],
+    mut tries: Vec<Prune>,
+) -> Option<Vec<usize>> {
+    let g = rank_type.len();
+    let (total, args) = loop {
+        let bound = tries.pop();
+        let (total, args) = min_sum_pass::<A>(rank_type, big_b, best, allowed, bound.as_ref())?;
+        match bound {
+            None => break (total, args),
+            Some(p) if total <= p.most => break (total, args),
+            // A plan of this total exists, so the least is no more:
+            // one more pass under it is exact.
+            Some(p) if total.is_finite() => tries.push(p.under(total)),
+            Some(_) => {}
+        }
+    };
+    if !total.is_finite() {
+        return None;
+    }
+    let mut batches = vec![0usize; g];
+    let mut y = big_b;
+    for i in (0..g).rev() {
+        let (first, arg) = &args[i];
+        let b = arg[y - first].into() as usize;
+        batches[i] = b;
+        y -= b;
+    }
+    Some(batches)
+}
+
+/// One pass of the min-plus programme over the ranks in order, each
+/// rank's cells kept as a window of consecutive sums, trimmed at both
+/// ends of the cells `bound` rules out (`None`: only the sums that
+/// cannot reach the global batch). Returns the least total at the
+/// global batch (infinite: none within the bound) and per rank its
+/// first cell and the batch chosen at each cell; `None` when a batch
+/// does not fit `A`.
+fn min_sum_pass<A: Copy + TryFrom<usize> + Into<u64>>(
+    rank_type: &[usize],
+    big_b: usize,
+    best: &[Vec<(f64, usize)>],
+    allowed: &[Vec<usize>],
+    bound: Option<&Prune>,
+) -> Option<(f64, Windows<A>)> {
+    let nb = big_b + 1;
+    let g = rank_type.len();
+    let top = |t: usize| allowed[t].last().map_or(0, |&b| b);
+    // Samples the ranks after rank i can still take: a partial sum below
+    // B minus that can never reach B, so it is not computed (as in the
+    // knapsack's pass).
+    let mut after = vec![0usize; g + 1];
+    for i in (0..g).rev() {
+        after[i] = after[i + 1] + top(rank_type[i]);
+    }
+    let mut dp = vec![f64::INFINITY; nb];
+    dp[0] = 0.0;
+    let mut nd = vec![f64::INFINITY; nb];
+    // The cells of the last rank that may be finite: `lo..=hi`.
+    let (mut lo, mut hi) = (0usize, 0usize);
+    let mut args: Vec<(usize, Vec<A>)> = Vec::with_capacity(g);
+    // A rank's batches while it is walked, as wide as a cell so that the
+    // compare-and-select below runs in vector lanes.
+    let mut arg = Vec::<u64>::new();
+    for (i, &t) in rank_type.iter().enumerate() {
+        let (Some(&first), Some(&last)) = (allowed[t].first(), allowed[t].last()) else {
+            return Some((f64::INFINITY, args));
+        };
+        let nlo = big_b.saturating_sub(after[i + 1]).max(lo + first);
+        let nhi = (hi + last).min(nb - 1);
+        if nlo > nhi {
+            return Some((f64::INFINITY, args));
+        }
+        nd[nlo..=nhi].fill(f64::INFINITY);
+        arg.clear();
+        arg.resize(nhi - nlo + 1, 0);
+        for &b in &allowed[t] {
+            let wb = best[t][b].0;
+            let (l, h) = (nlo.max(lo + b), nhi.min(hi + b));
+            if l > h {
+                continue;
+            }
+            A::try_from(b).ok()?;
+            let bb = b as u64;
+            let (src, dst) = (&dp[l - b..=h - b], &mut nd[l..=h]);
+            let ar = &mut arg[l - nlo..=h - nlo];
+            // The first smallest sum wins (batches ascending), as a
+            // branch would keep it.
+            for ((d, &x), a) in dst.iter_mut().zip(src).zip(ar.iter_mut()) {
+                let v = x + wb;
+                let keep = pick(v < *d);
+                *d = f64::from_bits((d.to_bits() & !keep) | (v.to_bits() & keep));
+                *a = (*a & !keep) | (bb & keep);
+            }
+        }
+        let out = |y: usize| !nd[y].is_finite() || bound.is_some_and(|p| p.rules_out(i, y, nd[y]));
+        let (mut l, mut h) = (nlo, nhi);
+        while l <= h && out(l) {
+            l += 1;
+        }
+        while h > l && out(h) {
+            h -= 1;
+        }
+        if l > h {
+            return Some((f64::INFINITY, args));
+        }
+        let kept = arg[l - nlo..=h - nlo]
+            .iter()
+            .map(|&b| A::try_from(b as usize).ok())
+            .collect::<Option<Vec<A>>>()?;
+        args.push((l, kept));
+        std::mem::swap(&mut dp, &mut nd);
+        (lo, hi) = (l, h);
+    }
+    let total = if (lo..=hi).contains(&big_b) {
+        dp[big_b]
+    } else {
+        f64::INFINITY
+    };
+    Some((total, args))
 }

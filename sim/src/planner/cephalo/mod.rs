@@ -46,10 +46,12 @@
 //!    that plan's level and are pruned when the bound cannot win;
 //! 4. the tie among plans with the optimal bottleneck is broken by the least
 //!    total rank time (a min-plus pass over the cells a Lagrangian bound
-//!    leaves, which keeps its ties); variants of the optimum (fewest
-//!    micro-batches, most memory headroom) and the least-total-time plans
-//!    under slightly relaxed bottlenecks ([`RELAXED_SLACK`]) are kept as
-//!    near-optimal candidates;
+//!    leaves, which keeps its ties; where every GPU type's
+//!    Lagrangian-optimal batches cost exactly the same, the tie policy of
+//!    `ties` picks the same plan from subset sums instead, [`TIE_TOL`]);
+//!    variants of the optimum (fewest micro-batches, most memory headroom)
+//!    and the least-total-time plans under slightly relaxed bottlenecks
+//!    ([`RELAXED_SLACK`]) are kept as near-optimal candidates;
 //! 5. the candidates: per strategy, its closed-form optimum and
 //!    near-optimal variants, plus the baselines' and the compat planner's
 //!    plans whose strategy lies in the space, as seeds (those that can
@@ -73,9 +75,9 @@
 //! Layout: the planner's [`Planner::plan`] (here) runs the steps in order
 //! on a `candidates::Run`, the state they pass on. Steps 1-4 are `search`
 //! (`options`: step 1; `tables`: the option tables on the batch grid of
-//! `grid`; `bottleneck`: steps 2 and 4; `knapsack`: step 3; `refine` and
-//! `classes`: the completion of grid plans to the sample; `infeasible`: why
-//! nothing fits), run per strategy of `space`; step 5 is `candidates` and
+//! `grid`; `bottleneck`: steps 2 and 4, `ties` the tie policy of step 4;
+//! `knapsack`: step 3; `refine` and `classes`: the completion of grid
+//! plans to the sample; `infeasible`: why nothing fits), run per strategy of `space`; step 5 is `candidates` and
 //! `seeds`, step 6 `rank`, step 7 `confirm`, and `outcome` the answer.
 
 mod bottleneck;
@@ -93,12 +95,14 @@ mod search;
 mod seeds;
 mod space;
 mod tables;
+mod ties;
 
 pub use candidates::{plan_of, CLOSED_FORM_MARGIN};
 pub use grid::{batch_unit, EXACT_BATCH, MIN_UNITS_PER_GPU, SEARCH_CELLS};
 pub use search::{search, search_in_units, Found, LEVEL_GAP, MAX_INTERVALS, RELAXED_SLACK};
 pub use space::{pass_ladder, strategy_space, PASS_LADDER};
 pub use tables::{Choice, OPT_TOL};
+pub use ties::TIE_TOL;
 
 use super::{Planned, Planner, Problem};
 use crate::error::PlanError;
