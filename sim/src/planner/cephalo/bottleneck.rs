@@ -25,6 +25,23 @@ fn shl_or(dst: &mut [u64], src: &[u64], s: usize) {
     }
 }
 
+/// `d |= d << s` in place (as [`shl_or`] from a copy of `d`): the words
+/// are walked from the top, so every word read is still the original.
+fn shl_or_self(d: &mut [u64], s: usize) {
+    let (ws, bs) = (s / 64, s % 64);
+    let n = d.len();
+    if ws >= n {
+        return;
+    }
+    for i in (ws..n).rev() {
+        let mut v = d[i - ws] << bs;
+        if bs > 0 && i > ws {
+            v |= d[i - ws - 1] >> (64 - bs);
+        }
+        d[i] |= v;
+    }
+}
+
 /// All ones when `yes`, else zero: a mask that selects without a branch,
 /// so the dynamic programmes' compare-and-select loops run in vector
 /// lanes (a branch there is mispredicted on about every other cell).
@@ -56,8 +73,7 @@ pub(super) fn sum_copies(cur: &[u64], allowed: &[usize], m: usize) -> Vec<u64> {
         let mut covered = 1usize;
         while covered < width {
             let s = covered.min(width - covered);
-            let src = d.clone();
-            shl_or(&mut d, &src, s);
+            shl_or_self(&mut d, s);
             covered += s;
         }
         return d;
@@ -490,4 +506,25 @@ fn min_sum_pass<A: Copy + TryFrom<usize> + Into<u64>>(
         f64::INFINITY
     };
     Some((total, args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The in-place shift-or is the shift-or from a copy, at every shift
+    /// within and past the words.
+    #[test]
+    fn shift_or_in_place_matches_the_copy() {
+        let d0: Vec<u64> = (0..5u64)
+            .map(|i| 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i + 1))
+            .collect();
+        for s in 0..340 {
+            let mut a = d0.clone();
+            shl_or(&mut a, &d0, s);
+            let mut b = d0.clone();
+            shl_or_self(&mut b, s);
+            assert_eq!(a, b, "shift {s}");
+        }
+    }
 }
