@@ -77,8 +77,9 @@
 //! (`options`: step 1; `tables`: the option tables on the batch grid of
 //! `grid`; `bottleneck`: steps 2 and 4, `ties` the tie policy of step 4;
 //! `knapsack`: step 3; `refine` and `classes`: the completion of grid
-//! plans to the sample; `infeasible`: why nothing fits), run per strategy of `space`; step 5 is `candidates` and
-//! `seeds`, step 6 `rank`, step 7 `confirm`, and `outcome` the answer.
+//! plans to the sample; `infeasible`: why nothing fits), run per strategy
+//! of `space`; step 5 is `candidates` and `seeds`, step 6 `rank`, step 7
+//! `confirm`, and `outcome` the answer.
 
 mod bottleneck;
 mod candidates;
@@ -129,23 +130,28 @@ impl Cephalo {
     }
 }
 
-/// Most GPUs the planner searches: what plans within 10 s on this
+/// Most GPUs the planner searches: what plans within about 10 s on this
 /// project's 2-core machine whatever the batch. Its sub-problems walk every
 /// GPU over every batch unit (at least 4 units per GPU, [`batch_unit`]), and
 /// a search solves hundreds of them. The subset-sum checks take a GPU
-/// type's GPUs at once, and the exact tie-break pass (`Search::min_sum`)
-/// walks only the cells a Lagrangian bound cannot rule out, but where many
-/// batches cost the same (the multiplier near zero) nearly every cell ties
-/// with the optimum and is walked: the plan among tied ones is the one the
-/// rank order picks, so time still grows with about the square of the GPU
-/// count. Measured on the 5-type mixed cluster replicated (whole process,
-/// `cephalo plan --planner cephalo --cluster C --model bert-large --seq-len
-/// 512 --global-batch 4xGPUs`; benchmark `planner_native_gpus`; load
-/// average about 4 from other work on the 2 cores): 1,024 GPUs in at most
-/// about 8 s (BERT-Large at 16 per GPU 7.9 s, at 4 per GPU 5.6 s; LLaMA-2-7B
-/// 2.0 s), 1,536 took 13 s and 2,048 24 s (BERT-Large at 4 per GPU), so
-/// they are refused rather than promised.
-pub const MAX_GPUS: usize = 1024;
+/// type's GPUs at once; the exact tie-break pass (`Search::min_sum`) walks
+/// only the cells a Lagrangian bound cannot rule out, and where many
+/// batches cost exactly the same (the multiplier near zero), which made
+/// nearly every cell tie with the optimum, the tie policy of `ties` takes
+/// the plan from word-parallel subset sums instead ([`TIE_TOL`]). What is
+/// left still grows faster than the GPU count: tied batches whose times
+/// rise with the multiplier's slope keep the exact pass wide, and at 16
+/// samples per GPU the branch and bound on the water level can run to
+/// [`MAX_INTERVALS`], pricing every option per interval. Measured on the
+/// 5-type mixed cluster replicated (whole process, `cephalo plan --planner
+/// cephalo --cluster C --model M --seq-len S --global-batch PxGPUs`, load
+/// average about 3.5 from other work on the 2 cores): 1,536 GPUs in at
+/// most about 10 s (BERT-Large at 16 per GPU 10.2 s, at 4 per GPU 4.1 s,
+/// 3.1x faster than before the tie policy; LLaMA-2-7B at 16 per GPU 2.7
+/// s); 2,048 took up to 15 s (BERT-Large at 16 per GPU; at 4 per GPU 6.0
+/// s, 22 s before) and 4,096 up to 29 s, so they are refused rather than
+/// promised.
+pub const MAX_GPUS: usize = 1536;
 
 impl Planner for Cephalo {
     fn name(&self) -> &'static str {
@@ -197,8 +203,8 @@ fn within_gpu_limit(costs: &crate::cost::CostModel) -> Result<(), PlanError> {
             "nodes",
             format!(
                 "the cephalo planner searches clusters of up to {MAX_GPUS} GPUs, this one has {}: \
-                 its search grows with about the square of the GPU count (1,024 GPUs plan in up to about 8 s, \
-                 2,048 in up to 24 s, 4,096 in up to 3 min); plan it with a baseline \
+                 its search grows faster than the GPU count (1,536 GPUs plan in up to about 10 s, \
+                 2,048 in up to 15 s, 4,096 in up to 30 s); plan it with a baseline \
                  (planner fsdp, hsdp, speed-proportional, ...), or plan a sub-cluster of identical \
                  nodes and replicate the plan",
                 costs.ranks()
