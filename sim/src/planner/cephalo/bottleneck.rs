@@ -3,91 +3,14 @@
 //! and the min-plus pass that breaks its ties by the least total rank time,
 //! also under slightly relaxed bottlenecks.
 
+use super::bitset::sum_copies;
 use super::tables::{Choice, Search};
-
-/// `dst |= src << s` on bitsets of `u64` words (bit `k` of the set is bit
-/// `k % 64` of word `k / 64`).
-fn shl_or(dst: &mut [u64], src: &[u64], s: usize) {
-    let (ws, bs) = (s / 64, s % 64);
-    let n = dst.len();
-    if ws >= n {
-        return;
-    }
-    if bs == 0 {
-        for i in ws..n {
-            dst[i] |= src[i - ws];
-        }
-    } else {
-        dst[ws] |= src[0] << bs;
-        for i in ws + 1..n {
-            dst[i] |= (src[i - ws] << bs) | (src[i - ws - 1] >> (64 - bs));
-        }
-    }
-}
-
-/// `d |= d << s` in place (as [`shl_or`] from a copy of `d`): the words
-/// are walked from the top, so every word read is still the original.
-fn shl_or_self(d: &mut [u64], s: usize) {
-    let (ws, bs) = (s / 64, s % 64);
-    let n = d.len();
-    if ws >= n {
-        return;
-    }
-    for i in (ws..n).rev() {
-        let mut v = d[i - ws] << bs;
-        if bs > 0 && i > ws {
-            v |= d[i - ws - 1] >> (64 - bs);
-        }
-        d[i] |= v;
-    }
-}
 
 /// All ones when `yes`, else zero: a mask that selects without a branch,
 /// so the dynamic programmes' compare-and-select loops run in vector
 /// lanes (a branch there is mispredicted on about every other cell).
 pub(super) fn pick(yes: bool) -> u64 {
     (yes as u64).wrapping_neg()
-}
-
-/// The sums of `m` batches, each one of `allowed` (ascending), added to
-/// each of the sums in `cur` (bits, as [`shl_or`]): the subset-sum step of
-/// `m` ranks of one type at once. A sum of sets does not depend on the order
-/// of the ranks, so grouping a type's ranks changes no bit. When `allowed`
-/// is a run of consecutive batches `a..=z` (the usual case: a type's costs
-/// grow with its batch), `m` ranks take every sum in `m a..=m z`, a shift
-/// and a spread of `log2(m (z - a))` shifted ORs; otherwise the ranks are
-/// added one by one.
-pub(super) fn sum_copies(cur: &[u64], allowed: &[usize], m: usize) -> Vec<u64> {
-    let n = cur.len();
-    if m == 0 {
-        return cur.to_vec();
-    }
-    let (Some(&a), Some(&z)) = (allowed.first(), allowed.last()) else {
-        return vec![0u64; n];
-    };
-    if z - a + 1 == allowed.len() {
-        let mut d = vec![0u64; n];
-        shl_or(&mut d, cur, m.saturating_mul(a));
-        // `d` holds the shifts 0..covered of the spread, up to 0..=m (z - a).
-        let width = m.saturating_mul(z - a).min(n * 64) + 1;
-        let mut covered = 1usize;
-        while covered < width {
-            let s = covered.min(width - covered);
-            shl_or_self(&mut d, s);
-            covered += s;
-        }
-        return d;
-    }
-    let mut cur = cur.to_vec();
-    let mut nxt = vec![0u64; n];
-    for _ in 0..m {
-        nxt.iter_mut().for_each(|w| *w = 0);
-        for &b in allowed {
-            shl_or(&mut nxt, &cur, b);
-        }
-        std::mem::swap(&mut cur, &mut nxt);
-    }
-    cur
 }
 
 /// Per rank of a min-plus pass: the first cell of its window and the batch
@@ -510,21 +433,108 @@ fn min_sum_pass<A: Copy + TryFrom<usize> + Into<u64>>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::ties::TIE_TOL;
     use super::*;
 
-    /// The in-place shift-or is the shift-or from a copy, at every shift
-    /// within and past the words.
-    #[test]
-    fn shift_or_in_place_matches_the_copy() {
-        let d0: Vec<u64> = (0..5u64)
-            .map(|i| 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i + 1))
-            .collect();
-        for s in 0..340 {
-            let mut a = d0.clone();
-            shl_or(&mut a, &d0, s);
-            let mut b = d0.clone();
-            shl_or_self(&mut b, s);
-            assert_eq!(a, b, "shift {s}");
+    /// A small seeded generator (xorshift64*), so the property test needs
+    /// no dependency and repeats exactly.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
         }
+
+        /// Uniform in `0..n`.
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// A random instance: rank types, per type the rank time of every
+    /// batch unit (flat up to a knee, then rising or flat, with steps),
+    /// the allowed batches (consecutive or with holes) and a global batch.
+    type Instance = (Vec<usize>, Vec<Vec<(f64, usize)>>, Vec<Vec<usize>>, usize);
+
+    fn instance(r: &mut Rng) -> Instance {
+        let nt = 1 + r.below(4);
+        let g = 1 + r.below(12);
+        let rank_type: Vec<usize> = (0..g).map(|_| r.below(nt)).collect();
+        let mut best = Vec::new();
+        let mut allowed = Vec::new();
+        for _ in 0..nt {
+            let len = 1 + r.below(10);
+            // Levels shared across types now and then (ties between types).
+            let base = 100.0 + 0.25 * r.below(4) as f64;
+            let knee = r.below(len + 1);
+            let mut w = base;
+            let mut costs = Vec::new();
+            for b in 0..len {
+                if b > knee {
+                    w += [0.0, 0.5, 1.0 / 3.0, 2.0][r.below(4)];
+                }
+                costs.push((w, 0usize));
+            }
+            let holes = r.below(4) == 0;
+            let a: Vec<usize> = (0..len).filter(|_| !holes || r.below(3) > 0).collect();
+            best.push(costs);
+            allowed.push(a);
+        }
+        let most: usize = rank_type
+            .iter()
+            .map(|&t| allowed[t].last().copied().unwrap_or(0))
+            .sum();
+        let big_b = r.below(most + 2);
+        (rank_type, best, allowed, big_b)
+    }
+
+    /// The total rank time of `plan`, summed in rank order (ms).
+    fn total(plan: &[usize], rank_type: &[usize], best: &[Vec<(f64, usize)>]) -> f64 {
+        plan.iter()
+            .zip(rank_type)
+            .map(|(&b, &t)| best[t][b].0)
+            .sum()
+    }
+
+    /// The grouped pass (the tie policy where it applies) against the
+    /// exact pass over the ranks one by one, on seeded random small
+    /// clusters: the same feasibility, plans that place the global batch
+    /// within the allowed batches, the same least total within the
+    /// policy's tolerance, and where the policy applied the very plan the
+    /// exact pass picks.
+    #[test]
+    fn grouped_pass_matches_the_exact_pass() {
+        let mut r = Rng(0x5eed_cafe_f00d_1234);
+        let mut applied = 0;
+        for _ in 0..4000 {
+            let (rank_type, best, allowed, big_b) = instance(&mut r);
+            let exact = exact_least_total(&rank_type, big_b, &best, &allowed);
+            let grouped = least_total(&rank_type, big_b, &best, &allowed);
+            assert_eq!(exact.is_some(), grouped.is_some(), "{rank_type:?} {big_b}");
+            let (Some(e), Some(p)) = (exact, grouped) else {
+                continue;
+            };
+            assert_eq!(p.iter().sum::<usize>(), big_b);
+            for (&b, &t) in p.iter().zip(&rank_type) {
+                assert!(allowed[t].contains(&b));
+            }
+            let (te, tp) = (total(&e, &rank_type, &best), total(&p, &rank_type, &best));
+            let tol = TIE_TOL * rank_type.len() as f64 * te.abs().max(1.0);
+            assert!((tp - te).abs() <= tol, "{tp} vs {te}");
+            let tried = (0..allowed.len()).all(|t| !allowed[t].is_empty());
+            if tried
+                && super::super::ties::flat_plan(&rank_type, big_b, &best, &allowed, 0.0).is_some()
+            {
+                applied += 1;
+                assert_eq!(p, e, "{rank_type:?} {big_b} {allowed:?}");
+            }
+        }
+        assert!(
+            applied > 200,
+            "the policy applied to only {applied} instances"
+        );
     }
 }

@@ -75,12 +75,13 @@
 //! Layout: the planner's [`Planner::plan`] (here) runs the steps in order
 //! on a `candidates::Run`, the state they pass on. Steps 1-4 are `search`
 //! (`options`: step 1; `tables`: the option tables on the batch grid of
-//! `grid`; `bottleneck`: steps 2 and 4, `ties` the tie policy of step 4;
-//! `knapsack`: step 3; `refine` and `classes`: the completion of grid
-//! plans to the sample; `infeasible`: why nothing fits), run per strategy
-//! of `space`; step 5 is `candidates` and `seeds`, step 6 `rank`, step 7
-//! `confirm`, and `outcome` the answer.
+//! `grid`; `bottleneck`: steps 2 and 4 (`bitset`: its subset sums), `ties`
+//! the tie policy of step 4; `knapsack`: step 3; `refine` and `classes`:
+//! the completion of grid plans to the sample; `infeasible`: why nothing
+//! fits), run per strategy of `space`; step 5 is `candidates` and `seeds`,
+//! step 6 `rank`, step 7 `confirm`, and `outcome` the answer.
 
+mod bitset;
 mod bottleneck;
 mod candidates;
 mod classes;

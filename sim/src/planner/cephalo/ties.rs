@@ -27,7 +27,7 @@
 //! of consecutive batches by run). Otherwise (tied batches of different
 //! rank times: a slope equal to the multiplier) the exact programme runs.
 
-use super::bottleneck::sum_copies;
+use super::bitset::sum_copies;
 
 /// Relative tolerance (on a type's rank times and `lam x b`) within which
 /// a batch counts as Lagrangian-optimal for [`flat_plan`]: 1e-12, as the
@@ -151,108 +151,7 @@ fn flat_set(costs: &[(f64, usize)], allowed: &[usize], lam: f64) -> Option<Vec<u
 
 #[cfg(test)]
 mod tests {
-    use super::super::bottleneck::{exact_least_total, least_total};
     use super::*;
-
-    /// A small seeded generator (xorshift64*), so the property test needs
-    /// no dependency and repeats exactly.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-
-        /// Uniform in `0..n`.
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
-
-    /// A random instance: rank types, per type the rank time of every
-    /// batch unit (flat up to a knee, then rising or flat, with steps),
-    /// the allowed batches (consecutive or with holes) and a global batch.
-    type Instance = (Vec<usize>, Vec<Vec<(f64, usize)>>, Vec<Vec<usize>>, usize);
-
-    fn instance(r: &mut Rng) -> Instance {
-        let nt = 1 + r.below(4);
-        let g = 1 + r.below(12);
-        let rank_type: Vec<usize> = (0..g).map(|_| r.below(nt)).collect();
-        let mut best = Vec::new();
-        let mut allowed = Vec::new();
-        for _ in 0..nt {
-            let len = 1 + r.below(10);
-            // Levels shared across types now and then (ties between types).
-            let base = 100.0 + 0.25 * r.below(4) as f64;
-            let knee = r.below(len + 1);
-            let mut w = base;
-            let mut costs = Vec::new();
-            for b in 0..len {
-                if b > knee {
-                    w += [0.0, 0.5, 1.0 / 3.0, 2.0][r.below(4)];
-                }
-                costs.push((w, 0usize));
-            }
-            let holes = r.below(4) == 0;
-            let a: Vec<usize> = (0..len).filter(|_| !holes || r.below(3) > 0).collect();
-            best.push(costs);
-            allowed.push(a);
-        }
-        let most: usize = rank_type
-            .iter()
-            .map(|&t| allowed[t].last().copied().unwrap_or(0))
-            .sum();
-        let big_b = r.below(most + 2);
-        (rank_type, best, allowed, big_b)
-    }
-
-    /// The total rank time of `plan`, summed in rank order (ms).
-    fn total(plan: &[usize], rank_type: &[usize], best: &[Vec<(f64, usize)>]) -> f64 {
-        plan.iter()
-            .zip(rank_type)
-            .map(|(&b, &t)| best[t][b].0)
-            .sum()
-    }
-
-    /// The grouped pass (the tie policy where it applies) against the
-    /// exact pass over the ranks one by one, on seeded random small
-    /// clusters: the same feasibility, plans that place the global batch
-    /// within the allowed batches, the same least total within the
-    /// policy's tolerance, and where the policy applied the very plan the
-    /// exact pass picks.
-    #[test]
-    fn grouped_pass_matches_the_exact_pass() {
-        let mut r = Rng(0x5eed_cafe_f00d_1234);
-        let mut applied = 0;
-        for _ in 0..4000 {
-            let (rank_type, best, allowed, big_b) = instance(&mut r);
-            let exact = exact_least_total(&rank_type, big_b, &best, &allowed);
-            let grouped = least_total(&rank_type, big_b, &best, &allowed);
-            assert_eq!(exact.is_some(), grouped.is_some(), "{rank_type:?} {big_b}");
-            let (Some(e), Some(p)) = (exact, grouped) else {
-                continue;
-            };
-            assert_eq!(p.iter().sum::<usize>(), big_b);
-            for (&b, &t) in p.iter().zip(&rank_type) {
-                assert!(allowed[t].contains(&b));
-            }
-            let (te, tp) = (total(&e, &rank_type, &best), total(&p, &rank_type, &best));
-            let tol = TIE_TOL * rank_type.len() as f64 * te.abs().max(1.0);
-            assert!((tp - te).abs() <= tol, "{tp} vs {te}");
-            let tried = (0..allowed.len()).all(|t| !allowed[t].is_empty());
-            if tried && flat_plan(&rank_type, big_b, &best, &allowed, 0.0).is_some() {
-                applied += 1;
-                assert_eq!(p, e, "{rank_type:?} {big_b} {allowed:?}");
-            }
-        }
-        assert!(
-            applied > 200,
-            "the policy applied to only {applied} instances"
-        );
-    }
 
     /// Two types of flat costs: ranks of one type get non-increasing
     /// batches in rank order, the plan depends only on the type sequence.
