@@ -100,7 +100,7 @@ impl Classes {
         &self,
         changes: &[(usize, ClassKey)],
         cf: &ClosedForm<'_>,
-        cache: &std::cell::RefCell<std::collections::HashMap<ClassKey, Option<RankCost>>>,
+        cache: &std::cell::RefCell<rustc_hash::FxHashMap<ClassKey, Option<RankCost>>>,
     ) -> Option<ClassScore> {
         let mut counts: std::collections::BTreeMap<ClassKey, usize> =
             self.members.iter().map(|(k, m)| (*k, m.len())).collect();

@@ -46,10 +46,12 @@
 //!    that plan's level and are pruned when the bound cannot win;
 //! 4. the tie among plans with the optimal bottleneck is broken by the least
 //!    total rank time (a min-plus pass over the cells a Lagrangian bound
-//!    leaves, which keeps its ties); variants of the optimum (fewest
-//!    micro-batches, most memory headroom) and the least-total-time plans
-//!    under slightly relaxed bottlenecks ([`RELAXED_SLACK`]) are kept as
-//!    near-optimal candidates;
+//!    leaves, which keeps its ties; where every GPU type's
+//!    Lagrangian-optimal batches cost exactly the same, the tie policy of
+//!    `ties` picks the same plan from subset sums instead, [`TIE_TOL`]);
+//!    variants of the optimum (fewest micro-batches, most memory headroom)
+//!    and the least-total-time plans under slightly relaxed bottlenecks
+//!    ([`RELAXED_SLACK`]) are kept as near-optimal candidates;
 //! 5. the candidates: per strategy, its closed-form optimum and
 //!    near-optimal variants, plus the baselines' and the compat planner's
 //!    plans whose strategy lies in the space, as seeds (those that can
@@ -73,11 +75,13 @@
 //! Layout: the planner's [`Planner::plan`] (here) runs the steps in order
 //! on a `candidates::Run`, the state they pass on. Steps 1-4 are `search`
 //! (`options`: step 1; `tables`: the option tables on the batch grid of
-//! `grid`; `bottleneck`: steps 2 and 4; `knapsack`: step 3; `refine` and
-//! `classes`: the completion of grid plans to the sample; `infeasible`: why
-//! nothing fits), run per strategy of `space`; step 5 is `candidates` and
-//! `seeds`, step 6 `rank`, step 7 `confirm`, and `outcome` the answer.
+//! `grid`; `bottleneck`: steps 2 and 4 (`bitset`: its subset sums), `ties`
+//! the tie policy of step 4; `knapsack`: step 3; `refine` and `classes`:
+//! the completion of grid plans to the sample; `infeasible`: why nothing
+//! fits), run per strategy of `space`; step 5 is `candidates` and `seeds`,
+//! step 6 `rank`, step 7 `confirm`, and `outcome` the answer.
 
+mod bitset;
 mod bottleneck;
 mod candidates;
 mod classes;
@@ -93,12 +97,14 @@ mod search;
 mod seeds;
 mod space;
 mod tables;
+mod ties;
 
 pub use candidates::{plan_of, CLOSED_FORM_MARGIN};
 pub use grid::{batch_unit, EXACT_BATCH, MIN_UNITS_PER_GPU, SEARCH_CELLS};
 pub use search::{search, search_in_units, Found, LEVEL_GAP, MAX_INTERVALS, RELAXED_SLACK};
 pub use space::{pass_ladder, strategy_space, PASS_LADDER};
 pub use tables::{Choice, OPT_TOL};
+pub use ties::TIE_TOL;
 
 use super::{Planned, Planner, Problem};
 use crate::error::PlanError;
@@ -125,23 +131,28 @@ impl Cephalo {
     }
 }
 
-/// Most GPUs the planner searches: what plans within 10 s on this
+/// Most GPUs the planner searches: what plans within about 10 s on this
 /// project's 2-core machine whatever the batch. Its sub-problems walk every
 /// GPU over every batch unit (at least 4 units per GPU, [`batch_unit`]), and
 /// a search solves hundreds of them. The subset-sum checks take a GPU
-/// type's GPUs at once, and the exact tie-break pass (`Search::min_sum`)
-/// walks only the cells a Lagrangian bound cannot rule out, but where many
-/// batches cost the same (the multiplier near zero) nearly every cell ties
-/// with the optimum and is walked: the plan among tied ones is the one the
-/// rank order picks, so time still grows with about the square of the GPU
-/// count. Measured on the 5-type mixed cluster replicated (whole process,
-/// `cephalo plan --planner cephalo --cluster C --model bert-large --seq-len
-/// 512 --global-batch 4xGPUs`; benchmark `planner_native_gpus`; load
-/// average about 4 from other work on the 2 cores): 1,024 GPUs in at most
-/// about 8 s (BERT-Large at 16 per GPU 7.9 s, at 4 per GPU 5.6 s; LLaMA-2-7B
-/// 2.0 s), 1,536 took 13 s and 2,048 24 s (BERT-Large at 4 per GPU), so
-/// they are refused rather than promised.
-pub const MAX_GPUS: usize = 1024;
+/// type's GPUs at once; the exact tie-break pass (`Search::min_sum`) walks
+/// only the cells a Lagrangian bound cannot rule out, and where many
+/// batches cost exactly the same (the multiplier near zero), which made
+/// nearly every cell tie with the optimum, the tie policy of `ties` takes
+/// the plan from word-parallel subset sums instead ([`TIE_TOL`]). What is
+/// left still grows faster than the GPU count: tied batches whose times
+/// rise with the multiplier's slope keep the exact pass wide, and at 16
+/// samples per GPU the branch and bound on the water level can run to
+/// [`MAX_INTERVALS`], pricing every option per interval. Measured on the
+/// 5-type mixed cluster replicated (whole process, `cephalo plan --planner
+/// cephalo --cluster C --model M --seq-len S --global-batch PxGPUs`, load
+/// average about 3.5 from other work on the 2 cores): 1,536 GPUs in at
+/// most about 10 s (BERT-Large at 16 per GPU 10.2 s, at 4 per GPU 4.1 s,
+/// 3.1x faster than before the tie policy; LLaMA-2-7B at 16 per GPU 2.7
+/// s); 2,048 took up to 15 s (BERT-Large at 16 per GPU; at 4 per GPU 6.0
+/// s, 22 s before) and 4,096 up to 29 s, so they are refused rather than
+/// promised.
+pub const MAX_GPUS: usize = 1536;
 
 impl Planner for Cephalo {
     fn name(&self) -> &'static str {
@@ -193,8 +204,8 @@ fn within_gpu_limit(costs: &crate::cost::CostModel) -> Result<(), PlanError> {
             "nodes",
             format!(
                 "the cephalo planner searches clusters of up to {MAX_GPUS} GPUs, this one has {}: \
-                 its search grows with about the square of the GPU count (1,024 GPUs plan in up to about 8 s, \
-                 2,048 in up to 24 s, 4,096 in up to 3 min); plan it with a baseline \
+                 its search grows faster than the GPU count (1,536 GPUs plan in up to about 10 s, \
+                 2,048 in up to 15 s, 4,096 in up to 30 s); plan it with a baseline \
                  (planner fsdp, hsdp, speed-proportional, ...), or plan a sub-cluster of identical \
                  nodes and replicate the plan",
                 costs.ranks()

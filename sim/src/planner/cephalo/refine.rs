@@ -6,8 +6,8 @@ use super::classes::{better, ClassKey, ClassScore, Classes, Score};
 use super::tables::{Choice, Search};
 use crate::planner::closed_form::RankCost;
 use crate::planner::water::FILL_TOL;
+use rustc_hash::FxHashMap as HashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 /// Most moves [`refine`] makes: a guard against cycling, far above what
 /// it needs (each halving of the step ends after a few moves per GPU).
@@ -24,7 +24,7 @@ const MAX_REFINE_MOVES: usize = 4096;
 pub(super) fn refine(s: &Search<'_, '_>, start: &Choice) -> Option<Choice> {
     let refiner = Refiner {
         s,
-        cache: RefCell::new(HashMap::new()),
+        cache: RefCell::new(HashMap::default()),
     };
     let mut cur = Classes::of(s, start);
     refiner.complete(&mut cur)?;
