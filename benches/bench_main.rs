@@ -627,7 +627,7 @@ mod planner {
 
     /// `planner_native_gpus`: the whole native planner on 1,024 GPUs (the
     /// 64-GPU mixed cluster 16 times; half its stated GPU limit,
-    /// `cephalo::MAX_GPUS`, 1,536, which `cephalo plan` is timed at),
+    /// `cephalo::MAX_GPUS`, 2,048, which `cephalo plan` is timed at),
     /// LLaMA-2-7B at 2,048 tokens and BERT-Large at 512, 4 and 16
     /// samples per GPU (identical nodes merged in the fast model and the
     /// simulator, identical GPUs priced once per class in the search's

@@ -459,15 +459,15 @@ fn large_clusters_read_as_groups_with_their_sources() {
 
 #[test]
 fn the_native_planner_refuses_more_gpus_than_its_stated_limit() {
-    // The stated limit (planner::cephalo::MAX_GPUS, 1,536, what plans in
+    // The stated limit (planner::cephalo::MAX_GPUS, 2,048, what plans in
     // about 10 s): above it the planner says so before any search and names the
     // alternatives.
     let toml: String = std::iter::once("[network]\nbw_gbit_s = 100\n".to_string())
-        .chain((0..193).map(|n| {
+        .chain((0..257).map(|n| {
             format!("[[nodes]]\nname = \"n{n}\"\ngpus = [ {{ type = \"l4\", count = 8 }} ]\n")
         }))
         .collect();
-    let path = write(tmp("cli-plan-cluster-1544.toml"), &toml);
+    let path = write(tmp("cli-plan-cluster-2056.toml"), &toml);
     let o = run(&[
         "plan",
         "--cluster",
@@ -475,14 +475,14 @@ fn the_native_planner_refuses_more_gpus_than_its_stated_limit() {
         "--model",
         "gpt-1.3b",
         "--global-batch",
-        "3088",
+        "4112",
         "--planner",
         "cephalo",
     ]);
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(
-        o.stderr.contains("up to 1536 GPUs")
-            && o.stderr.contains("1544")
+        o.stderr.contains("up to 2048 GPUs")
+            && o.stderr.contains("2056")
             && o.stderr.contains("planner fsdp"),
         "{}",
         o.stderr
@@ -496,7 +496,7 @@ fn the_native_planner_refuses_more_gpus_than_its_stated_limit() {
         "--model",
         "gpt-1.3b",
         "--global-batch",
-        "3088",
+        "4112",
         "--planner",
         "fsdp",
     ]);
@@ -510,7 +510,7 @@ fn the_native_planner_refuses_more_gpus_than_its_stated_limit() {
         "--model",
         "gpt-1.3b",
         "--global-batch",
-        "3088",
+        "4112",
         "--format",
         "json",
     ]);
@@ -518,7 +518,7 @@ fn the_native_planner_refuses_more_gpus_than_its_stated_limit() {
     assert!(
         o.stderr
             .contains("family data-parallel: no plan that fits (cephalo: ")
-            && o.stderr.contains("up to 1536 GPUs"),
+            && o.stderr.contains("up to 2048 GPUs"),
         "{}",
         o.stderr
     );

@@ -145,14 +145,16 @@ impl Cephalo {
 /// samples per GPU the branch and bound on the water level can run to
 /// [`MAX_INTERVALS`], pricing every option per interval. Measured on the
 /// 5-type mixed cluster replicated (whole process, `cephalo plan --planner
-/// cephalo --cluster C --model M --seq-len S --global-batch PxGPUs`, load
-/// average about 3.5 from other work on the 2 cores): 1,536 GPUs in at
-/// most about 10 s (BERT-Large at 16 per GPU 10.2 s, at 4 per GPU 4.1 s,
-/// 3.1x faster than before the tie policy; LLaMA-2-7B at 16 per GPU 2.7
-/// s); 2,048 took up to 15 s (BERT-Large at 16 per GPU; at 4 per GPU 6.0
-/// s, 22 s before) and 4,096 up to 29 s, so they are refused rather than
-/// promised.
-pub const MAX_GPUS: usize = 1536;
+/// cephalo --cluster C --model M --seq-len S --global-batch PxGPUs`). On
+/// the quiet machine (load average about 1.5, nothing else building):
+/// 2,048 GPUs in at most about 7 s (BERT-Large at 16 per GPU 7.2 s, at 4
+/// per GPU 3.4 s; LLaMA-2-7B at 16 per GPU 1.8 s), 1,536 in 5.2 s and
+/// 1,024 in 3.4 s (BERT-Large at 16 per GPU); 4,096 took 13.6 s, so it is
+/// refused rather than promised. With the 2 cores shared (load about 3.5)
+/// the same runs take about twice as long: 2,048 up to 15 s, 4,096 up to
+/// 29 s (BERT-Large at 4 per GPU at 2,048: 6.0 s, 22 s before the tie
+/// policy).
+pub const MAX_GPUS: usize = 2048;
 
 impl Planner for Cephalo {
     fn name(&self) -> &'static str {
@@ -204,8 +206,8 @@ fn within_gpu_limit(costs: &crate::cost::CostModel) -> Result<(), PlanError> {
             "nodes",
             format!(
                 "the cephalo planner searches clusters of up to {MAX_GPUS} GPUs, this one has {}: \
-                 its search grows faster than the GPU count (1,536 GPUs plan in up to about 10 s, \
-                 2,048 in up to 15 s, 4,096 in up to 30 s); plan it with a baseline \
+                 its search grows faster than the GPU count (2,048 GPUs plan in up to about 7 s on a \
+                 quiet 2-core machine, 4,096 in up to 14 s); plan it with a baseline \
                  (planner fsdp, hsdp, speed-proportional, ...), or plan a sub-cluster of identical \
                  nodes and replicate the plan",
                 costs.ranks()
