@@ -30,7 +30,7 @@
 use super::bitset::sum_copies;
 
 /// Relative tolerance (on a type's rank times and `lam x b`) within which
-/// a batch counts as Lagrangian-optimal for [`flat_plan`]: 1e-12, as the
+/// a batch counts as Lagrangian-optimal for `flat_plan`: 1e-12, as the
 /// rounding allowance of the exact pass's bound.
 pub const TIE_TOL: f64 = 1e-12;
 
