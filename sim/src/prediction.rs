@@ -126,10 +126,9 @@ impl BlockQuery<'_> {
         block: Option<&crate::profile::BlockProfile>,
         memory: Option<&crate::profile::MemoryProfile>,
     ) -> Result<Row, SpecError> {
-        let ctx = self;
-        let (imp, tp) = (ctx.imp, &ctx.tp);
-        let analytic = format!("analytic ({})", ctx.predictor.name());
-        let p = ctx.predict(m, imp, tp)?;
+        let (imp, tp) = (self.imp, &self.tp);
+        let analytic = format!("analytic ({})", self.predictor.name());
+        let p = self.predict(m, imp, tp)?;
         let (fwd, bwd, ts) = match block {
             Some(b) => {
                 let measured = BlockImpl::pytorch(b.attention);
@@ -137,7 +136,7 @@ impl BlockQuery<'_> {
                 if measured == imp && !tp.is_on() {
                     (fwd, bwd, b.curve.source.to_string())
                 } else {
-                    let base = ctx.predict(m, measured, &crate::tensor::TensorParallel::NONE)?;
+                    let base = self.predict(m, measured, &crate::tensor::TensorParallel::NONE)?;
                     (
                         fwd * p.fwd_ms / base.fwd_ms,
                         bwd * p.bwd_ms / base.bwd_ms,
@@ -154,7 +153,8 @@ impl BlockQuery<'_> {
         let (mem, ms) = match memory {
             Some(p) => (p.act_gib(m), p.source.to_string()),
             None => (
-                ctx.predictor.act_mem_gib(ctx.model, ctx.seq, ctx.dtype, m),
+                self.predictor
+                    .act_mem_gib(self.model, self.seq, self.dtype, m),
                 analytic,
             ),
         };

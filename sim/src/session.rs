@@ -255,17 +255,16 @@ fn one_stage_lists(
     spec: &StrategySpec,
     workload: &PlanWorkload,
 ) -> Option<(Vec<u32>, Vec<u32>)> {
-    use crate::strategy::{Sharding, Stack};
     let n = workload.gpus.len();
     // Megatron-Core's DDP (`--stack megatron`, replicas or the distributed
-    // optimizer) reduces after the backward unless `--overlap-grad-reduce`:
-    // the one-stage layout, not PyTorch DDP's overlapped buckets
+    // optimizer; a shape's sharding defaults to replicas, as below)
+    // reduces after the backward unless `--overlap-grad-reduce`: the
+    // one-stage layout, not PyTorch DDP's overlapped buckets
     // (`Pipeline::runs_data_parallel`).
-    let megatron_ddp = spec.stack == Some(Stack::Megatron)
-        && matches!(
-            spec.sharding.unwrap_or(Sharding::NoShard),
-            Sharding::NoShard | Sharding::GradOp
-        );
+    let sharding = spec.sharding.unwrap_or(crate::strategy::Sharding::NoShard);
+    let megatron_ddp = spec
+        .stack
+        .is_some_and(|stack| crate::plan::pipeline::megatron_ddp(stack, sharding));
     let plain = shape.tp == 1
         && shape.pp == 1
         && !shape.overlap_grad_reduce

@@ -210,15 +210,16 @@ pub fn shard_width(strategy: &Strategy, d: usize, t: u32) -> usize {
     }
 }
 
-/// Whether a stage's data-parallel group reduces through Megatron-Core's
-/// DDP: the `megatron` stack with replicas or the distributed optimizer
-/// (`none`, `grad-op`), whose gradient reduction runs after the backward
-/// unless `--overlap-grad-reduce` (default off, `distributed_data_parallel_config.py`;
-/// REAL-SYSTEMS-2 section 2.2). PyTorch's DDP and FSDP (the `pytorch`
-/// stack, and FSDP / HSDP on any stack) overlap it with the backward.
-pub fn megatron_ddp(strategy: &Strategy) -> bool {
-    strategy.stack == crate::stack::Stack::Megatron
-        && matches!(strategy.sharding, Sharding::NoShard | Sharding::GradOp)
+/// Whether a stage's data-parallel group on `stack` under `sharding`
+/// reduces through Megatron-Core's DDP: the `megatron` stack with replicas
+/// or the distributed optimizer (any sharding that does not reshard per
+/// unit: `none`, `grad-op`), whose gradient reduction runs after the
+/// backward unless `--overlap-grad-reduce` (default off,
+/// `distributed_data_parallel_config.py`; REAL-SYSTEMS-2 section 2.2).
+/// PyTorch's DDP and FSDP (the `pytorch` stack, and FSDP / HSDP on any
+/// stack) overlap it with the backward.
+pub fn megatron_ddp(stack: crate::stack::Stack, sharding: Sharding) -> bool {
+    stack == crate::stack::Stack::Megatron && !sharding.reshards_per_unit()
 }
 
 /// Whether `sharding` inside the stages of a `depth`-stage pipeline
@@ -395,7 +396,7 @@ impl Pipeline {
     /// after the backward), which the pipeline lowering models, where the
     /// data-parallel one overlaps PyTorch DDP's buckets with the backward.
     pub fn runs_data_parallel(&self, ranks: usize, strategy: &Strategy) -> bool {
-        self.data_parallel_shape(ranks) && !megatron_ddp(strategy)
+        self.data_parallel_shape(ranks) && !megatron_ddp(strategy.stack, strategy.sharding)
     }
 
     /// The shape part of [`Pipeline::runs_data_parallel`]: one stage of
