@@ -61,6 +61,32 @@ pub struct ModelRow {
     pub params: u64,
     /// Parameters, billions (3 decimals).
     pub params_billions: f64,
+    /// Parameters one token meets (all of them for a dense model).
+    pub active_params: u64,
+    /// Active parameters, billions (3 decimals).
+    pub active_params_billions: f64,
+    /// Per-head width.
+    pub head_dim: u32,
+    /// `standard` or `mla` (multi-head latent attention).
+    pub attention: String,
+    /// The mixture-of-experts MLP, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub experts: Option<crate::experts::Moe>,
+    /// Blocks with experts.
+    pub moe_blocks: u32,
+    /// Keys per query in the windowed blocks, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<u32>,
+    /// Parameters of the multi-token-prediction depths (beyond `params`).
+    pub mtp_params: u64,
+    /// Forward FLOPs per token at `seq_len`, by part.
+    pub flops_per_token_fwd: crate::model::TokenFlops,
+    /// Training FLOPs per token at `seq_len` (forward and backward, 3x the
+    /// forward; no recomputation), GFLOP.
+    pub train_gflops_per_token: f64,
+    /// Why the simulator does not price this model yet, if it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_simulated: Option<String>,
 }
 
 /// One planner of the registry, as `cephalo list planners` prints it.
@@ -160,15 +186,43 @@ pub fn model_rows(catalog: &crate::model::ModelCatalog) -> Vec<ModelRow> {
             vocab: m.vocab,
             seq_len: m.tokens_per_sample(m.seq_len),
             params: m.total_params(),
-            params_billions: (m.total_params() as f64 / 1e9 * 1000.0).round() / 1000.0,
+            params_billions: billions(m.total_params()),
+            active_params: m.active_params(),
+            active_params_billions: billions(m.active_params()),
+            head_dim: m.head_dim(),
+            attention: if m.mla.is_some() { "mla" } else { "standard" }.to_string(),
+            experts: m.moe.clone(),
+            moe_blocks: m.moe_blocks(),
+            sliding_window: m.sliding_window,
+            mtp_params: m.mtp_params(),
+            flops_per_token_fwd: m.flops_per_token_fwd(m.seq_len),
+            train_gflops_per_token: (3.0 * m.flops_per_token_fwd(m.seq_len).total() / 1e6).round()
+                / 1e3,
+            not_simulated: m.check_simulated(m.seq_len).err(),
         })
         .collect()
+}
+
+/// `n` in billions, 3 decimals.
+fn billions(n: u64) -> f64 {
+    (n as f64 / 1e9 * 1000.0).round() / 1000.0
+}
+
+/// The experts column: `8 top-2`, `256+1 top-8` (routed + shared), `-`.
+fn experts_cell(r: &ModelRow) -> String {
+    match &r.experts {
+        None => "-".into(),
+        Some(m) if m.shared_experts > 0 => {
+            format!("{}+{} top-{}", m.experts, m.shared_experts, m.top_k)
+        }
+        Some(m) => format!("{} top-{}", m.experts, m.top_k),
+    }
 }
 
 /// The text table of model rows.
 pub fn model_table(rows: &[ModelRow]) -> String {
     let mut s = format!(
-        "{:<22} {:<8} {:>6} {:>6} {:>5} {:>4} {:>6} {:>7} {:>6} {:>15}  {}\n",
+        "{:<22} {:<8} {:>6} {:>6} {:>5} {:>4} {:>6} {:>7} {:>6} {:>15} {:>15} {:>12}  {}\n",
         "model",
         "family",
         "layers",
@@ -179,11 +233,13 @@ pub fn model_table(rows: &[ModelRow]) -> String {
         "vocab",
         "seq",
         "parameters",
+        "active",
+        "experts",
         "aliases"
     );
     for r in rows {
         s += &format!(
-            "{:<22} {:<8} {:>6} {:>6} {:>5} {:>4} {:>6} {:>7} {:>6} {:>15}  {}\n",
+            "{:<22} {:<8} {:>6} {:>6} {:>5} {:>4} {:>6} {:>7} {:>6} {:>15} {:>15} {:>12}  {}\n",
             r.name,
             r.family,
             r.layers,
@@ -194,6 +250,8 @@ pub fn model_table(rows: &[ModelRow]) -> String {
             r.vocab,
             r.seq_len,
             thousands(r.params),
+            thousands(r.active_params),
+            experts_cell(r),
             r.aliases
         );
     }

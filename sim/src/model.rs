@@ -21,7 +21,9 @@
 //! aliases unique (see `NameIndex` in [`crate::gpu`]).
 
 use crate::error::SpecError;
+use crate::experts::{LayerSet, Moe};
 use crate::gpu::NameIndex;
+use crate::mla::Mla;
 use crate::precision::NumFormat;
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
@@ -130,6 +132,42 @@ pub struct ModelSpec {
     /// ([`ModelSpec::as_own_build`]). Never read from or written to a file.
     #[serde(skip)]
     pub own_build: bool,
+    /// Per-head width `d` where the model sets it apart from `hidden /
+    /// heads` (Qwen3, GPT-OSS, Llama 4); `None`: `hidden / heads`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_head_dim: Option<u32>,
+    /// Multi-head latent attention (DeepSeek-V2/V3) in place of the
+    /// q, k, v, o projections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla: Option<Mla>,
+    /// The mixture-of-experts MLP of the blocks it names; the other
+    /// blocks run the dense MLP of width `ffn`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<Moe>,
+    /// Sliding-window attention: keys per query at most this many tokens
+    /// (Mistral-7B-v0.1 every block; GPT-OSS every other block, see
+    /// `sliding_layers`); `None`: full attention.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<u32>,
+    /// The blocks that attend within `sliding_window`.
+    #[serde(default = "all_layers", skip_serializing_if = "is_all_layers")]
+    pub sliding_layers: LayerSet,
+    /// Multi-token-prediction depths (DeepSeek-V3: 1): each one more block,
+    /// an `2h -> h` projection and norms, sharing the embedding and head.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mtp_layers: u32,
+}
+
+fn all_layers() -> LayerSet {
+    LayerSet::All
+}
+
+fn is_all_layers(s: &LayerSet) -> bool {
+    *s == LayerSet::All
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// On-disk form of one model (`[[model]]` table), before defaults; also
@@ -154,6 +192,87 @@ pub(crate) struct RawModel {
     #[serde(default)]
     pub(crate) tied_embeddings: bool,
     pub(crate) max_positions: Option<u32>,
+    /// Per-head width where it is not `hidden / heads`.
+    #[serde(default)]
+    pub(crate) head_dim: Option<u32>,
+    /// `mla` for multi-head latent attention (with the five widths
+    /// below); absent or `standard` otherwise.
+    #[serde(default)]
+    pub(crate) attention: Option<String>,
+    #[serde(default)]
+    pub(crate) q_lora_rank: Option<u32>,
+    #[serde(default)]
+    pub(crate) kv_lora_rank: Option<u32>,
+    #[serde(default)]
+    pub(crate) qk_head_dim: Option<u32>,
+    #[serde(default)]
+    pub(crate) qk_rope_head_dim: Option<u32>,
+    #[serde(default)]
+    pub(crate) v_head_dim: Option<u32>,
+    /// Routed experts (absent: a dense model).
+    #[serde(default)]
+    pub(crate) experts: Option<u32>,
+    #[serde(default)]
+    pub(crate) top_k: Option<u32>,
+    #[serde(default)]
+    pub(crate) expert_ffn: Option<u32>,
+    #[serde(default)]
+    pub(crate) shared_experts: Option<u32>,
+    #[serde(default)]
+    pub(crate) shared_expert_ffn: Option<u32>,
+    #[serde(default)]
+    pub(crate) moe_layers: Option<String>,
+    #[serde(default)]
+    pub(crate) capacity_factor: Option<f64>,
+    #[serde(default)]
+    pub(crate) sliding_window: Option<u32>,
+    #[serde(default)]
+    pub(crate) sliding_layers: Option<String>,
+    #[serde(default)]
+    pub(crate) mtp_layers: Option<u32>,
+}
+
+/// Forward FLOPs of one token through a model, by part, summed over its
+/// blocks (FLOPs; backward is twice each).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TokenFlops {
+    /// q, k, v and output projections (or the latent ones).
+    pub attention_proj: f64,
+    /// Scores and weighted values.
+    pub attention_core: f64,
+    /// Dense MLPs (of the blocks without experts).
+    pub dense_mlp: f64,
+    /// Routers' logits.
+    pub router: f64,
+    /// The `k` routed experts a token visits.
+    pub routed_experts: f64,
+    /// Shared experts.
+    pub shared_experts: f64,
+    /// LM head (or the model's head).
+    pub head: f64,
+}
+
+impl TokenFlops {
+    /// Every part summed.
+    pub fn total(&self) -> f64 {
+        self.attention_proj
+            + self.attention_core
+            + self.dense_mlp
+            + self.router
+            + self.routed_experts
+            + self.shared_experts
+            + self.head
+    }
+}
+
+/// The fields of a model beyond the dense block, resolved.
+struct Extensions {
+    head_dim: Option<u32>,
+    mla: Option<Mla>,
+    moe: Option<Moe>,
+    sliding_window: Option<u32>,
+    sliding_layers: LayerSet,
+    mtp_layers: u32,
 }
 
 /// On-disk form of the catalog: `[[model]]` tables.
@@ -165,6 +284,44 @@ struct ModelFile {
 }
 
 impl RawModel {
+    /// A model of `family` named `name` with every field unset (zero
+    /// sizes, which [`RawModel::into_spec`] refuses until they are set).
+    pub(crate) fn blank(name: &str, family: Family) -> RawModel {
+        RawModel {
+            name: name.to_string(),
+            aliases: Vec::new(),
+            family,
+            layers: 0,
+            hidden: 0,
+            heads: 0,
+            kv_heads: None,
+            ffn: None,
+            vocab: 0,
+            seq_len: 0,
+            image_size: None,
+            patch_size: None,
+            tied_embeddings: false,
+            max_positions: None,
+            head_dim: None,
+            attention: None,
+            q_lora_rank: None,
+            kv_lora_rank: None,
+            qk_head_dim: None,
+            qk_rope_head_dim: None,
+            v_head_dim: None,
+            experts: None,
+            top_k: None,
+            expert_ffn: None,
+            shared_experts: None,
+            shared_expert_ffn: None,
+            moe_layers: None,
+            capacity_factor: None,
+            sliding_window: None,
+            sliding_layers: None,
+            mtp_layers: None,
+        }
+    }
+
     /// Validates the fields and fills the defaults. Errors name
     /// `origin: field.<name>`.
     pub(crate) fn into_spec(self, origin: &str, field: &str) -> Result<ModelSpec, SpecError> {
@@ -184,7 +341,12 @@ impl RawModel {
             ));
         }
         let kv_heads = self.check_shape(&bad)?;
-        let ffn = self.resolve_ffn(&bad)?;
+        let ext = self.resolve_extensions(&bad)?;
+        let ffn = match (&ext.moe, self.ffn) {
+            // An MoE model without dense blocks needs no dense width.
+            (Some(m), None) if m.layers == LayerSet::All => m.expert_ffn,
+            _ => self.resolve_ffn(&bad)?,
+        };
         let (image_size, patch_size) = self.resolve_image(&bad)?;
         if self.family == Family::Vit && self.tied_embeddings {
             return Err(bad(
@@ -218,7 +380,186 @@ impl RawModel {
             tied_embeddings: self.tied_embeddings,
             max_positions,
             own_build: false,
+            set_head_dim: ext.head_dim,
+            mla: ext.mla,
+            moe: ext.moe,
+            sliding_window: ext.sliding_window,
+            sliding_layers: ext.sliding_layers,
+            mtp_layers: ext.mtp_layers,
         })
+    }
+
+    /// The fields beyond the dense block (head width, latent attention,
+    /// experts, sliding window, multi-token prediction), checked: each
+    /// applies to the rotary SwiGLU families only, and a field of a part
+    /// the entry does not declare is refused rather than ignored.
+    fn resolve_extensions(
+        &self,
+        bad: &impl Fn(&str, String) -> SpecError,
+    ) -> Result<Extensions, SpecError> {
+        let given = [
+            ("head_dim", self.head_dim.is_some()),
+            ("attention", self.attention.is_some()),
+            ("experts", self.experts.is_some()),
+            ("sliding_window", self.sliding_window.is_some()),
+            ("mtp_layers", self.mtp_layers.is_some_and(|n| n > 0)),
+        ];
+        if !self.family.is_llama_like() {
+            if let Some((f, _)) = given.iter().find(|x| x.1) {
+                return Err(bad(
+                    f,
+                    format!(
+                        "applies to the rotary SwiGLU families (llama, mistral), not `{}`",
+                        self.family
+                    ),
+                ));
+            }
+        }
+        if self.head_dim == Some(0) {
+            return Err(bad("head_dim", "expected a positive integer, got 0".into()));
+        }
+        let mla = self.resolve_mla(bad)?;
+        let moe = self.resolve_moe(bad)?;
+        let sliding_layers = match &self.sliding_layers {
+            None => LayerSet::All,
+            Some(_) if self.sliding_window.is_none() => {
+                return Err(bad(
+                    "sliding_layers",
+                    "names the blocks of a sliding_window, which is not given".into(),
+                ))
+            }
+            Some(t) => LayerSet::parse(t).map_err(|e| bad("sliding_layers", e))?,
+        };
+        match self.sliding_window {
+            Some(0) => return Err(bad("sliding_window", "expected a positive window".into())),
+            Some(_) if sliding_layers.count(self.layers) == 0 => {
+                return Err(bad(
+                    "sliding_layers",
+                    format!("selects none of the {} blocks", self.layers),
+                ))
+            }
+            _ => {}
+        }
+        let mtp_layers = self.mtp_layers.unwrap_or(0);
+        if mtp_layers > self.layers {
+            return Err(bad(
+                "mtp_layers",
+                format!(
+                    "expected at most the model's {} blocks of prediction depths, got {mtp_layers}",
+                    self.layers
+                ),
+            ));
+        }
+        Ok(Extensions {
+            head_dim: self.head_dim,
+            mla,
+            moe,
+            sliding_window: self.sliding_window,
+            sliding_layers,
+            mtp_layers,
+        })
+    }
+
+    /// Multi-head latent attention when `attention = "mla"` (its widths
+    /// required), none when absent or `standard` (its widths refused).
+    fn resolve_mla(
+        &self,
+        bad: &impl Fn(&str, String) -> SpecError,
+    ) -> Result<Option<Mla>, SpecError> {
+        let widths = [
+            ("q_lora_rank", self.q_lora_rank),
+            ("kv_lora_rank", self.kv_lora_rank),
+            ("qk_head_dim", self.qk_head_dim),
+            ("qk_rope_head_dim", self.qk_rope_head_dim),
+            ("v_head_dim", self.v_head_dim),
+        ];
+        match self.attention.as_deref() {
+            None | Some("standard") => {
+                if let Some((f, _)) = widths.iter().find(|x| x.1.is_some()) {
+                    return Err(bad(f, "applies to attention = \"mla\" only".into()));
+                }
+                Ok(None)
+            }
+            Some("mla") => {
+                if self.head_dim.is_some() {
+                    return Err(bad(
+                        "head_dim",
+                        "latent attention sets its widths with qk_head_dim, qk_rope_head_dim and v_head_dim".into(),
+                    ));
+                }
+                let need = |f: &str, v: Option<u32>| {
+                    v.ok_or_else(|| bad(f, "required with attention = \"mla\"".into()))
+                };
+                let m = Mla {
+                    q_lora_rank: self.q_lora_rank,
+                    kv_lora_rank: need("kv_lora_rank", self.kv_lora_rank)?,
+                    qk_head_dim: need("qk_head_dim", self.qk_head_dim)?,
+                    qk_rope_head_dim: need("qk_rope_head_dim", self.qk_rope_head_dim)?,
+                    v_head_dim: need("v_head_dim", self.v_head_dim)?,
+                };
+                m.check(bad)?;
+                Ok(Some(m))
+            }
+            Some(other) => Err(bad(
+                "attention",
+                format!("expected `standard` or `mla`, got `{other}`"),
+            )),
+        }
+    }
+
+    /// The mixture-of-experts MLP when `experts` is given (`top_k` and
+    /// `expert_ffn` required), none otherwise (its other fields refused).
+    fn resolve_moe(
+        &self,
+        bad: &impl Fn(&str, String) -> SpecError,
+    ) -> Result<Option<Moe>, SpecError> {
+        let Some(experts) = self.experts else {
+            let rest = [
+                ("top_k", self.top_k.is_some()),
+                ("expert_ffn", self.expert_ffn.is_some()),
+                ("shared_experts", self.shared_experts.is_some()),
+                ("shared_expert_ffn", self.shared_expert_ffn.is_some()),
+                ("moe_layers", self.moe_layers.is_some()),
+                ("capacity_factor", self.capacity_factor.is_some()),
+            ];
+            if let Some((f, _)) = rest.iter().find(|x| x.1) {
+                return Err(bad(
+                    f,
+                    "applies to a model with experts (give `experts`)".into(),
+                ));
+            }
+            return Ok(None);
+        };
+        let need = |f: &str, v: Option<u32>| {
+            v.ok_or_else(|| bad(f, "required for a model with experts".into()))
+        };
+        let expert_ffn = need("expert_ffn", self.expert_ffn)?;
+        let shared_experts = self.shared_experts.unwrap_or(0);
+        let layers = match &self.moe_layers {
+            None => LayerSet::All,
+            Some(t) => LayerSet::parse(t).map_err(|e| bad("moe_layers", e))?,
+        };
+        let m = Moe {
+            experts,
+            top_k: need("top_k", self.top_k)?,
+            expert_ffn,
+            shared_experts,
+            shared_expert_ffn: match self.shared_expert_ffn {
+                Some(f) if shared_experts == 0 => {
+                    return Err(bad(
+                        "shared_expert_ffn",
+                        format!("the width {f} of shared experts, but shared_experts is 0"),
+                    ))
+                }
+                Some(f) => f,
+                None if shared_experts > 0 => expert_ffn,
+                None => 0,
+            },
+            layers,
+            capacity_factor: self.capacity_factor,
+        };
+        m.check(self.layers, bad)?;
+        Ok(Some(m))
     }
 
     /// Checks the sizes (positive, width a multiple of the heads) and
@@ -236,7 +577,8 @@ impl RawModel {
                 return Err(bad(f, "expected a positive integer, got 0".into()));
             }
         }
-        if !self.hidden.is_multiple_of(self.heads) {
+        let own_width = self.head_dim.is_some() || self.attention.as_deref() == Some("mla");
+        if !own_width && !self.hidden.is_multiple_of(self.heads) {
             return Err(bad(
                 "heads",
                 format!(
@@ -376,9 +718,19 @@ impl ModelSpec {
         }
     }
 
-    /// Width of one attention head (`hidden / heads`).
+    /// Width of one attention head's queries and keys: as the model sets
+    /// it (under latent attention `d_nope + d_rope`), else `hidden / heads`.
     pub fn head_dim(&self) -> u32 {
-        self.hidden / self.heads
+        match &self.mla {
+            Some(m) => m.qk_dim(),
+            None => self.set_head_dim.unwrap_or(self.hidden / self.heads),
+        }
+    }
+
+    /// Width of the query projection and of the attention output:
+    /// `heads * head_dim` (= `hidden` unless the model sets its head width).
+    pub fn q_dim(&self) -> u32 {
+        self.heads * self.head_dim()
     }
 
     /// Width of the key (and of the value) projection: `kv_heads * head_dim`.
@@ -386,29 +738,200 @@ impl ModelSpec {
         self.kv_heads * self.head_dim()
     }
 
-    /// Weights of one block that sit in matmuls (no biases, no norms):
-    /// q,o `h*h`, k,v `h*kv_dim`, MLP `2*h*ffn` (GELU) or `3*h*ffn` (SwiGLU).
-    pub fn block_matmul_params(&self) -> u64 {
-        let (h, kv, f) = (self.hidden as u64, self.kv_dim() as u64, self.ffn as u64);
-        let mlp = if self.family.is_llama_like() {
+    /// Weights of one block's attention that sit in matmuls: q and o
+    /// `h * q_dim` each, k and v `h * kv_dim` each; the latent projections
+    /// under multi-head latent attention ([`Mla::matmul_params`]).
+    pub fn attention_matmul_params(&self) -> u64 {
+        if let Some(m) = &self.mla {
+            return m.matmul_params(self.hidden, self.heads);
+        }
+        let (h, q, kv) = (
+            self.hidden as u64,
+            self.q_dim() as u64,
+            self.kv_dim() as u64,
+        );
+        2 * h * q + 2 * h * kv
+    }
+
+    /// Weights of the dense MLP: `2*h*ffn` (GELU) or `3*h*ffn` (SwiGLU).
+    pub fn dense_mlp_params(&self) -> u64 {
+        let (h, f) = (self.hidden as u64, self.ffn as u64);
+        if self.family.is_llama_like() {
             3 * h * f
         } else {
             2 * h * f
-        };
-        2 * h * h + 2 * h * kv + mlp
+        }
     }
 
-    /// Parameters of one block. GPT/BERT/ViT: attention with biases
+    /// Weights of one dense block that sit in matmuls (no biases, no norms):
+    /// [`ModelSpec::attention_matmul_params`] plus
+    /// [`ModelSpec::dense_mlp_params`].
+    pub fn block_matmul_params(&self) -> u64 {
+        self.attention_matmul_params() + self.dense_mlp_params()
+    }
+
+    /// Parameters of one dense block. GPT/BERT/ViT: attention with biases
     /// (`4h^2 + 4h` when kv_heads = heads), MLP `2*h*ffn + ffn + h`, two
-    /// LayerNorms `4h`. LLaMA/Mistral: q,o `h*h`, k,v `h*kv_dim`, SwiGLU
-    /// `3*h*ffn`, two RMSNorms `2h`.
+    /// LayerNorms `4h`. LLaMA/Mistral: q,o `h*q_dim`, k,v `h*kv_dim`, SwiGLU
+    /// `3*h*ffn`, two RMSNorms `2h` (and the latent RMSNorms of multi-head
+    /// latent attention).
     pub fn params_per_block(&self) -> u64 {
         let (h, kv, f) = (self.hidden as u64, self.kv_dim() as u64, self.ffn as u64);
         if self.family.is_llama_like() {
-            self.block_matmul_params() + 2 * h
+            self.block_matmul_params() + 2 * h + self.attention_norm_params()
         } else {
             let biases = (h + 2 * kv) + h + f + h;
             self.block_matmul_params() + biases + 4 * h
+        }
+    }
+
+    /// Norm weights inside the attention (the latent RMSNorms of
+    /// multi-head latent attention; zero otherwise).
+    fn attention_norm_params(&self) -> u64 {
+        self.mla.as_ref().map_or(0, |m| {
+            m.params(self.hidden, self.heads) - m.matmul_params(self.hidden, self.heads)
+        })
+    }
+
+    /// Parameters of one mixture-of-experts block: attention, norms, and
+    /// the MoE MLP in place of the dense one; a dense model's block
+    /// otherwise.
+    pub fn moe_block_params(&self) -> u64 {
+        match &self.moe {
+            Some(m) => {
+                self.params_per_block() - self.dense_mlp_params() + m.mlp_params(self.hidden)
+            }
+            None => self.params_per_block(),
+        }
+    }
+
+    /// Blocks with experts (0 for a dense model).
+    pub fn moe_blocks(&self) -> u32 {
+        self.moe.as_ref().map_or(0, |m| m.layers.count(self.layers))
+    }
+
+    /// Parameters of every block: dense blocks at
+    /// [`ModelSpec::params_per_block`], expert blocks at
+    /// [`ModelSpec::moe_block_params`].
+    pub fn blocks_params(&self) -> u64 {
+        let moe = self.moe_blocks() as u64;
+        (self.layers as u64 - moe) * self.params_per_block() + moe * self.moe_block_params()
+    }
+
+    /// The parameters one token meets: every block's attention and norms,
+    /// the dense MLPs, and in expert blocks `k` routed experts, the shared
+    /// ones and the router; plus the embedding and head. Equal to
+    /// [`ModelSpec::total_params`] for a dense model.
+    pub fn active_params(&self) -> u64 {
+        let idle = self.moe.as_ref().map_or(0, |m| {
+            (m.experts - m.top_k) as u64 * m.expert_params(self.hidden)
+        });
+        self.total_params() - self.moe_blocks() as u64 * idle
+    }
+
+    /// Parameters of the multi-token-prediction depths, beyond
+    /// [`ModelSpec::total_params`]: per depth one block (an expert block
+    /// when the model's last block has experts), the `2h -> h` projection
+    /// and three RMSNorms (DeepSeek-V3's `enorm`, `hnorm` and the shared
+    /// head's norm); embedding and head are shared.
+    pub fn mtp_params(&self) -> u64 {
+        let h = self.hidden as u64;
+        let last_has_experts = self
+            .moe
+            .as_ref()
+            .is_some_and(|m| m.layers.contains(self.layers - 1));
+        let block = if last_has_experts {
+            self.moe_block_params()
+        } else {
+            self.params_per_block()
+        };
+        self.mtp_layers as u64 * (block + 2 * h * h + 3 * h)
+    }
+
+    /// Whether the block model prices this model as it is: dense blocks,
+    /// standard attention with `heads * head_dim = hidden`, no sliding
+    /// window shorter than `seq_len`, no prediction depths. `Err` names
+    /// what it does not price yet.
+    pub fn check_simulated(&self, seq_len: u32) -> Result<(), String> {
+        let mut gaps = Vec::new();
+        if let Some(m) = &self.moe {
+            gaps.push(format!(
+                "mixture-of-experts blocks ({} experts, top-{}, in {} of {} blocks)",
+                m.experts,
+                m.top_k,
+                self.moe_blocks(),
+                self.layers
+            ));
+        }
+        if self.mla.is_some() {
+            gaps.push("multi-head latent attention".to_string());
+        } else if self.q_dim() != self.hidden {
+            gaps.push(format!(
+                "attention {} wide (heads x head_dim) on a {}-wide model",
+                self.q_dim(),
+                self.hidden
+            ));
+        }
+        if let Some(w) = self.sliding_window.filter(|&w| w < seq_len) {
+            gaps.push(format!(
+                "a {w}-token sliding window shorter than the {seq_len}-token sequence"
+            ));
+        }
+        if self.mtp_layers > 0 {
+            gaps.push(format!(
+                "multi-token prediction ({} depth{})",
+                self.mtp_layers,
+                if self.mtp_layers == 1 { "" } else { "s" }
+            ));
+        }
+        if gaps.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}: the simulator does not price {} yet; `cephalo list models` reports its total and active parameters and FLOPs per token",
+                self.name,
+                gaps.join(", ")
+            ))
+        }
+    }
+
+    /// Forward FLOPs per token at `seq_len` tokens per sample, summed over
+    /// the blocks, part by part ([`TokenFlops`]). The attention core counts
+    /// every key a query may see, without the causal mask (the convention
+    /// of `6N + 12 L h s`, PaLM appendix B), capped by a sliding window.
+    pub fn flops_per_token_fwd(&self, seq_len: u32) -> TokenFlops {
+        let s = self.tokens_per_sample(seq_len) as f64;
+        let layers = self.layers as f64;
+        let moe = self.moe_blocks() as f64;
+        let windowed = match self.sliding_window {
+            Some(w) => self.sliding_layers.count(self.layers) as f64 * (w as f64).min(s),
+            None => 0.0,
+        };
+        let full = match self.sliding_window {
+            Some(_) => (self.layers - self.sliding_layers.count(self.layers)) as f64 * s,
+            None => layers * s,
+        };
+        let per_pair = match &self.mla {
+            Some(m) => m.core_flops_per_pair(self.heads),
+            None => 4.0 * self.q_dim() as f64,
+        };
+        let (router, routed, shared) = match &self.moe {
+            Some(m) => (
+                2.0 * moe * m.router_params(self.hidden) as f64,
+                2.0 * moe * (m.top_k as u64 * m.expert_params(self.hidden)) as f64,
+                2.0 * moe * m.shared_params(self.hidden) as f64,
+            ),
+            None => (0.0, 0.0, 0.0),
+        };
+        let head = self.head_flops_fwd(seq_len) / s.max(1.0);
+        TokenFlops {
+            attention_proj: 2.0 * layers * self.attention_matmul_params() as f64,
+            attention_core: per_pair * (full + windowed),
+            dense_mlp: 2.0 * (layers - moe) * self.dense_mlp_params() as f64,
+            router,
+            routed_experts: routed,
+            shared_experts: shared,
+            head,
         }
     }
 
@@ -448,9 +971,11 @@ impl ModelSpec {
         }
     }
 
-    /// All trainable parameters: embedding + `layers` blocks + head.
+    /// All trainable parameters: embedding + `layers` blocks (every expert
+    /// counted) + head; the multi-token-prediction depths are
+    /// [`ModelSpec::mtp_params`].
     pub fn total_params(&self) -> u64 {
-        self.embedding_params() + self.layers as u64 * self.params_per_block() + self.head_params()
+        self.embedding_params() + self.blocks_params() + self.head_params()
     }
 
     /// Tokens one sample carries: ViT `(image/patch)^2 + 1` (class token)

@@ -27,7 +27,9 @@ pub struct Workload {
 impl Workload {
     /// Checks the numbers of the workload and the memory options before
     /// anything is built for them: lengths and sizes, the simulator's
-    /// limits, the dtype on every GPU type, the memory knobs.
+    /// limits, a model whose blocks the simulator prices
+    /// ([`ModelSpec::check_simulated`]), the dtype on every GPU type, the
+    /// memory knobs.
     pub fn check(&self, options: &CostOptions) -> Result<(), SpecError> {
         if self.seq_len == 0 {
             return Err(SpecError::invalid(
@@ -44,6 +46,9 @@ impl Workload {
             ));
         }
         crate::limits::check_workload(self.cluster.len(), self.global_batch, self.seq_len)?;
+        self.model
+            .check_simulated(self.seq_len)
+            .map_err(|e| SpecError::invalid(crate::error::WORKLOAD, "model", e))?;
         // Where the dtype meets the cluster's GPUs: each type once, in rank order.
         let mut seen: Vec<&str> = Vec::new();
         for g in &self.cluster.gpus {

@@ -1,0 +1,404 @@
+//! Mixture-of-experts MLPs: which blocks route their tokens to experts, how
+//! many experts there are, how many each token visits, and the parameters
+//! and FLOPs per token that follow (REAL-SYSTEMS-3 §1.1-1.2).
+//!
+//! An MoE block replaces the dense MLP by a router (`h x E` logits, one
+//! GEMM), `E` routed experts of which each token visits `k`, and `E_s`
+//! shared experts every token visits. Every expert here is a SwiGLU FFN
+//! (`h -> 2 f_e -> h`, `3 h f_e` weights), as in every model the catalog
+//! names (Mixtral, Qwen-MoE, DeepSeek-V2/V3, Llama 4, GPT-OSS, OLMoE):
+//!
+//! ```text
+//! P_expert = 3 h f_e     P_router = h E     P_shared = E_s 3 h f_s
+//! P_moe    = E P_expert + P_shared + P_router            (what the block holds)
+//! P_active = k P_expert + P_shared + P_router            (what a token meets)
+//! forward GEMM FLOPs per token = 2 P_active
+//! ```
+//!
+//! Biases inside experts or on the router (GPT-OSS has both) are not
+//! counted: under 0.01% of any catalogued model.
+
+use serde::{Deserialize, Serialize};
+
+/// A set of a model's blocks, as catalogs name it: `all`, `every:K`
+/// (blocks K, 2K, 3K, ... counting from 1: Llama 4's
+/// `interleave_moe_layer_step`, Qwen-MoE's `decoder_sparse_step`) or
+/// `after:K` (all but the first K: DeepSeek's `first_k_dense_replace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum LayerSet {
+    /// Every block.
+    All,
+    /// Every K-th block, counting from 1 (K >= 1).
+    Every(u32),
+    /// Every block after the first K.
+    After(u32),
+    /// Every block but every K-th (counting from 1): the complement of
+    /// `every:K` (Llama 4's chunked-attention blocks, GPT-OSS's
+    /// sliding-window blocks).
+    AllButEvery(u32),
+}
+
+impl LayerSet {
+    /// What the catalog and the errors call the accepted forms.
+    pub const FORMS: &'static str = "`all`, `every:K` (blocks K, 2K, ... from 1), `all-but-every:K` (the others) or `after:K` (all but the first K)";
+
+    /// Parses `all`, `every:K` or `after:K`.
+    pub fn parse(text: &str) -> Result<LayerSet, String> {
+        let t = text.trim();
+        if t == "all" {
+            return Ok(LayerSet::All);
+        }
+        let number = |s: &str| -> Result<u32, String> {
+            s.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("expected {}, got `{text}`", LayerSet::FORMS))
+        };
+        if let Some(k) = t.strip_prefix("all-but-every:") {
+            let k = number(k)?;
+            if k < 2 {
+                return Err(format!("all-but-every:K needs K >= 2, got `{text}`"));
+            }
+            return Ok(LayerSet::AllButEvery(k));
+        }
+        if let Some(k) = t.strip_prefix("every:") {
+            let k = number(k)?;
+            if k == 0 {
+                return Err(format!("every:K needs K >= 1, got `{text}`"));
+            }
+            return Ok(if k == 1 {
+                LayerSet::All
+            } else {
+                LayerSet::Every(k)
+            });
+        }
+        if let Some(k) = t.strip_prefix("after:") {
+            let k = number(k)?;
+            return Ok(if k == 0 {
+                LayerSet::All
+            } else {
+                LayerSet::After(k)
+            });
+        }
+        Err(format!("expected {}, got `{text}`", LayerSet::FORMS))
+    }
+
+    /// The catalog form (`all`, `every:2`, `after:3`).
+    pub fn name(&self) -> String {
+        match self {
+            LayerSet::All => "all".into(),
+            LayerSet::Every(k) => format!("every:{k}"),
+            LayerSet::After(k) => format!("after:{k}"),
+            LayerSet::AllButEvery(k) => format!("all-but-every:{k}"),
+        }
+    }
+
+    /// Whether block `index` (0-based) is in the set.
+    pub fn contains(&self, index: u32) -> bool {
+        match *self {
+            LayerSet::All => true,
+            LayerSet::Every(k) => (index + 1).is_multiple_of(k),
+            LayerSet::After(k) => index >= k,
+            LayerSet::AllButEvery(k) => !(index + 1).is_multiple_of(k),
+        }
+    }
+
+    /// How many of `layers` blocks are in the set.
+    pub fn count(&self, layers: u32) -> u32 {
+        match *self {
+            LayerSet::All => layers,
+            LayerSet::Every(k) => layers / k,
+            LayerSet::After(k) => layers.saturating_sub(k),
+            LayerSet::AllButEvery(k) => layers - layers / k,
+        }
+    }
+
+    /// The set whose membership of blocks `0..layers` is `member`, when
+    /// it has one of the forms; `None` otherwise (or when it is empty).
+    pub fn of_members(member: &[bool]) -> Option<LayerSet> {
+        let n = member.len() as u32;
+        let mut candidates = vec![LayerSet::All];
+        for k in 1..=n {
+            candidates.push(LayerSet::After(k));
+        }
+        for k in 2..=n.max(2) {
+            candidates.push(LayerSet::Every(k));
+            candidates.push(LayerSet::AllButEvery(k));
+        }
+        candidates
+            .into_iter()
+            .find(|s| s.count(n) > 0 && (0..n).all(|i| s.contains(i) == member[i as usize]))
+    }
+}
+
+impl TryFrom<String> for LayerSet {
+    type Error = String;
+    fn try_from(s: String) -> Result<LayerSet, String> {
+        LayerSet::parse(&s)
+    }
+}
+
+impl From<LayerSet> for String {
+    fn from(s: LayerSet) -> String {
+        s.name()
+    }
+}
+
+/// The mixture-of-experts MLP of a model's MoE blocks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Moe {
+    /// Routed experts `E`.
+    pub experts: u32,
+    /// Experts each token is routed to, `k`.
+    pub top_k: u32,
+    /// Inner width of one routed expert's SwiGLU, `f_e`.
+    pub expert_ffn: u32,
+    /// Shared experts every token goes through, `E_s` (0: none).
+    pub shared_experts: u32,
+    /// Inner width of one shared expert, `f_s` (DeepSeek: `f_e`; Qwen2-MoE
+    /// gives its own).
+    pub shared_expert_ffn: u32,
+    /// Which blocks are MoE blocks (the others run the dense MLP of width
+    /// `ffn`).
+    pub layers: LayerSet,
+    /// Expert capacity factor (tokens over `CF x k T / E` per expert are
+    /// dropped); `None` = dropless, the default of Megatron-Core and
+    /// torchtitan.
+    pub capacity_factor: Option<f64>,
+}
+
+impl Moe {
+    /// Weights of one routed expert: `3 h f_e`.
+    pub fn expert_params(&self, hidden: u32) -> u64 {
+        3 * hidden as u64 * self.expert_ffn as u64
+    }
+
+    /// Weights of the shared experts: `E_s 3 h f_s`.
+    pub fn shared_params(&self, hidden: u32) -> u64 {
+        self.shared_experts as u64 * 3 * hidden as u64 * self.shared_expert_ffn as u64
+    }
+
+    /// Weights of the router: `h E`.
+    pub fn router_params(&self, hidden: u32) -> u64 {
+        hidden as u64 * self.experts as u64
+    }
+
+    /// Every weight of one MoE MLP: routed, shared and router.
+    pub fn mlp_params(&self, hidden: u32) -> u64 {
+        self.experts as u64 * self.expert_params(hidden)
+            + self.shared_params(hidden)
+            + self.router_params(hidden)
+    }
+
+    /// The weights one token meets in one MoE MLP: `k` routed experts, the
+    /// shared ones and the router.
+    pub fn active_mlp_params(&self, hidden: u32) -> u64 {
+        self.top_k as u64 * self.expert_params(hidden)
+            + self.shared_params(hidden)
+            + self.router_params(hidden)
+    }
+
+    /// Checks the numbers against each other and the model's depth;
+    /// `bad(field, message)` makes the error.
+    pub fn check<E>(&self, layers: u32, bad: &impl Fn(&str, String) -> E) -> Result<(), E> {
+        for (f, v) in [
+            ("experts", self.experts),
+            ("top_k", self.top_k),
+            ("expert_ffn", self.expert_ffn),
+        ] {
+            if v == 0 {
+                return Err(bad(f, "expected a positive integer, got 0".into()));
+            }
+        }
+        if self.experts > MAX_EXPERTS {
+            return Err(bad(
+                "experts",
+                format!(
+                    "expected at most {MAX_EXPERTS} experts (the largest released model has 384), got {}",
+                    self.experts
+                ),
+            ));
+        }
+        if self.top_k > self.experts {
+            return Err(bad(
+                "top_k",
+                format!(
+                    "a token cannot visit {} of {} experts",
+                    self.top_k, self.experts
+                ),
+            ));
+        }
+        if self.shared_experts > 0 && self.shared_expert_ffn == 0 {
+            return Err(bad(
+                "shared_expert_ffn",
+                "expected a positive width for the shared experts".into(),
+            ));
+        }
+        if self.layers.count(layers) == 0 {
+            return Err(bad(
+                "moe_layers",
+                format!(
+                    "`{}` selects none of the {layers} blocks",
+                    self.layers.name()
+                ),
+            ));
+        }
+        if let Some(cf) = self.capacity_factor {
+            if !(cf.is_finite() && (MIN_CAPACITY_FACTOR..=self.experts as f64).contains(&cf)) {
+                return Err(bad(
+                    "capacity_factor",
+                    format!(
+                        "expected a factor in [{MIN_CAPACITY_FACTOR}, {}] (above E every token fits anyway), got {cf}",
+                        self.experts
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The most routed experts a model may declare: 4x the largest released
+/// model's count (Kimi K2: 384), so a typo is refused, not priced.
+pub const MAX_EXPERTS: u32 = 1536;
+
+/// The smallest capacity factor accepted: below 0.1 nine tokens in ten are
+/// dropped, which no training recipe runs (Switch Transformer used 1.0-2.0).
+pub const MIN_CAPACITY_FACTOR: f64 = 0.1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_sets_parse_print_and_count() {
+        for (text, set, count_of_61) in [
+            ("all", LayerSet::All, 61),
+            ("every:1", LayerSet::All, 61),
+            ("every:2", LayerSet::Every(2), 30),
+            ("after:3", LayerSet::After(3), 58),
+            ("after:0", LayerSet::All, 61),
+            ("all-but-every:4", LayerSet::AllButEvery(4), 46),
+        ] {
+            let s = LayerSet::parse(text).unwrap();
+            assert_eq!(s, set, "{text}");
+            assert_eq!(s.count(61), count_of_61, "{text}");
+            assert_eq!(LayerSet::parse(&s.name()).unwrap(), s);
+            assert_eq!(
+                (0..61).filter(|&i| s.contains(i)).count() as u32,
+                count_of_61
+            );
+        }
+        // Llama 4's interleave step 2: the second, fourth, ... blocks.
+        assert!(!LayerSet::Every(2).contains(0) && LayerSet::Every(2).contains(1));
+        let gpt_oss: Vec<bool> = (0..36).map(|i| i % 2 == 0).collect();
+        assert_eq!(
+            LayerSet::of_members(&gpt_oss),
+            Some(LayerSet::AllButEvery(2))
+        );
+        let odd: Vec<bool> = (0..10).map(|i| i == 3).collect();
+        assert_eq!(LayerSet::of_members(&odd), None);
+        for bad in [
+            "",
+            "every:0",
+            "every:x",
+            "some",
+            "after:-1",
+            "all-but-every:1",
+        ] {
+            assert!(LayerSet::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn active_params_count_k_experts_the_shared_ones_and_the_router() {
+        // DeepSeek-V3's MLP: 256 experts of 2048, top-8, one shared.
+        let m = Moe {
+            experts: 256,
+            top_k: 8,
+            expert_ffn: 2048,
+            shared_experts: 1,
+            shared_expert_ffn: 2048,
+            layers: LayerSet::After(3),
+            capacity_factor: None,
+        };
+        let h = 7168u64;
+        assert_eq!(m.mlp_params(7168), 257 * 3 * h * 2048 + h * 256);
+        assert_eq!(m.active_mlp_params(7168), 9 * 3 * h * 2048 + h * 256);
+        // (8 + 1) x 2048 = 18,432, the dense MLP width: equal GEMM FLOPs.
+        assert_eq!(
+            m.active_mlp_params(7168) - m.router_params(7168),
+            3 * h * 18432
+        );
+    }
+
+    #[test]
+    fn impossible_experts_are_refused_naming_the_field() {
+        let ok = Moe {
+            experts: 8,
+            top_k: 2,
+            expert_ffn: 14336,
+            shared_experts: 0,
+            shared_expert_ffn: 0,
+            layers: LayerSet::All,
+            capacity_factor: Some(1.25),
+        };
+        let bad = |f: &str, m: String| format!("{f}: {m}");
+        assert!(ok.check(32, &bad).is_ok());
+        for (m, field) in [
+            (
+                Moe {
+                    top_k: 9,
+                    ..ok.clone()
+                },
+                "top_k",
+            ),
+            (
+                Moe {
+                    experts: 0,
+                    ..ok.clone()
+                },
+                "experts",
+            ),
+            (
+                Moe {
+                    experts: 100_000,
+                    top_k: 2,
+                    ..ok.clone()
+                },
+                "experts",
+            ),
+            (
+                Moe {
+                    capacity_factor: Some(f64::NAN),
+                    ..ok.clone()
+                },
+                "capacity_factor",
+            ),
+            (
+                Moe {
+                    capacity_factor: Some(0.0),
+                    ..ok.clone()
+                },
+                "capacity_factor",
+            ),
+            (
+                Moe {
+                    layers: LayerSet::After(32),
+                    ..ok.clone()
+                },
+                "moe_layers",
+            ),
+            (
+                Moe {
+                    shared_experts: 1,
+                    ..ok.clone()
+                },
+                "shared_expert_ffn",
+            ),
+        ] {
+            let e = m.check(32, &bad).unwrap_err();
+            assert!(e.starts_with(field), "{e}");
+        }
+    }
+}
