@@ -59,6 +59,26 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> ExecError {
 /// [`BlockKind::of`]); [`model_for_trainer`] gives the catalog entry
 /// with the parameter counts of what is built.
 pub fn block_config(spec: &ModelSpec, seq_len: u32) -> Result<BlockConfig, ExecError> {
+    // The trainer builds dense blocks with standard attention only.
+    let unbuilt = [
+        (spec.moe.is_some(), "experts (mixture-of-experts blocks)"),
+        (spec.mla.is_some(), "multi-head latent attention"),
+        (
+            spec.q_dim() != spec.hidden,
+            "a head width apart from hidden / heads",
+        ),
+        (spec.sliding_window.is_some(), "sliding-window attention"),
+        (spec.mtp_layers > 0, "multi-token prediction"),
+    ];
+    if let Some((_, what)) = unbuilt.iter().find(|x| x.0) {
+        return Err(ExecError::InvalidJob {
+            field: "model".into(),
+            message: format!(
+                "{}: the trainer does not build {what}; simulate it instead",
+                spec.name
+            ),
+        });
+    }
     let cfg = BlockConfig {
         family: BlockKind::of(spec.family),
         layers: spec.layers as usize,

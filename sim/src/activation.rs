@@ -78,6 +78,11 @@
 //!   ViT classifier sees one token: `V*(e + 8)`); BERT's MLM transform adds
 //!   `2*e*s*h`.
 //!
+//! With experts in every block, `f` is the width a token runs through
+//! (`k f_e + E_s f_s`: the `k` routed experts' SwiGLU tensors are each
+//! token's `k` copies), and every policy but full recompute also keeps
+//! [`routing_bytes`].
+//!
 //! These analytic sizes are anchored to the measured (or calibrated)
 //! non-state memory of the reference configuration in `crate::cost`.
 
@@ -124,10 +129,11 @@ impl BlockActivations {
         let (h, kv, f, a, v) = (
             model.hidden as f64,
             model.kv_dim() as f64,
-            model.ffn as f64,
+            model.mlp_width_per_token() as f64,
             model.heads as f64,
             model.vocab as f64,
         );
+        let routing = routing_bytes(model, e) * s;
         let flash = attention == Attention::Flash;
         let scores = a * s * s;
         let lse = 4.0 * a * s;
@@ -204,6 +210,11 @@ impl BlockActivations {
             Family::Bert => s * v * (e + 8.0) + 2.0 * e * s * h,
             _ => s * v * (e + 8.0),
         };
+        let (saved_none, saved_selective, saved_attention) = (
+            saved_none + routing,
+            saved_selective + routing,
+            saved_attention + routing,
+        );
         BlockActivations {
             checkpoint: e * s * h,
             saved_none,
@@ -256,12 +267,22 @@ impl BlockActivations {
     }
 }
 
+/// Bytes per token an expert block keeps beyond a dense MLP of the width
+/// a token runs through ([`crate::experts::Moe::routing_bytes_per_token`]);
+/// zero for a dense model.
+pub fn routing_bytes(model: &ModelSpec, e: f64) -> f64 {
+    model
+        .uniform_moe()
+        .map_or(0.0, |m| m.routing_bytes_per_token(model.hidden, e))
+}
+
 /// The share of a block's linear matmul FLOPs (projections and MLP, not
 /// the score matmuls) that torchtitan's op-level selective checkpointing
 /// reruns in the backward: the matmuls in even positions (LLaMA: k, o,
 /// up; GPT: out, fc2).
 pub fn recomputed_matmul_fraction(model: &ModelSpec) -> f64 {
-    let (h, kv, f) = (model.hidden as f64, model.kv_dim() as f64, model.ffn as f64);
+    let (h, kv) = (model.hidden as f64, model.kv_dim() as f64);
+    let f = model.mlp_width_per_token() as f64;
     let (rerun, all) = if model.family.is_llama_like() {
         (
             h * kv + h * h + h * f,

@@ -178,8 +178,22 @@ impl Moe {
         self.shared_experts as u64 * 3 * hidden as u64 * self.shared_expert_ffn as u64
     }
 
-    /// Weights of the router: `h E`.
+    /// Whether routing is the identity: one routed expert, each token's
+    /// only choice, no shared experts, no capacity. A softmax over one
+    /// logit is 1 whatever the router's weights, so such a block is its
+    /// dense twin: no router is counted or run.
+    pub fn is_identity(&self) -> bool {
+        self.experts == 1
+            && self.top_k == 1
+            && self.shared_experts == 0
+            && self.capacity_factor.is_none()
+    }
+
+    /// Weights of the router: `h E` (none for [`Moe::is_identity`]).
     pub fn router_params(&self, hidden: u32) -> u64 {
+        if self.is_identity() {
+            return 0;
+        }
         hidden as u64 * self.experts as u64
     }
 
@@ -196,6 +210,18 @@ impl Moe {
         self.top_k as u64 * self.expert_params(hidden)
             + self.shared_params(hidden)
             + self.router_params(hidden)
+    }
+
+    /// Bytes per token an expert block keeps for its backward beyond a
+    /// dense MLP of the width a token runs through (REAL-SYSTEMS-3 §1.3's
+    /// table, Megatron's alltoall path): the router's logits in the
+    /// compute dtype and its fp32 probabilities (`(e + 4) E`), the `k`
+    /// dispatched copies of the token the experts' first GEMM keeps for
+    /// its weight gradient, and the `k` expert outputs kept before the
+    /// weighted combine for the probabilities' gradient (`2 k h e`), with
+    /// `e` bytes per element.
+    pub fn routing_bytes_per_token(&self, hidden: u32, e: f64) -> f64 {
+        (e + 4.0) * self.experts as f64 + 2.0 * self.top_k as f64 * hidden as f64 * e
     }
 
     /// Checks the numbers against each other and the model's depth;

@@ -345,6 +345,15 @@ impl RawModel {
         let ffn = match (&ext.moe, self.ffn) {
             // An MoE model without dense blocks needs no dense width.
             (Some(m), None) if m.layers == LayerSet::All => m.expert_ffn,
+            (Some(m), Some(f)) if m.layers == LayerSet::All => {
+                return Err(bad(
+                    "ffn",
+                    format!(
+                        "{f} is the width of dense blocks, and every block has experts (moe_layers = all, expert_ffn {}); omit it",
+                        m.expert_ffn
+                    ),
+                ))
+            }
             _ => self.resolve_ffn(&bad)?,
         };
         let (image_size, patch_size) = self.resolve_image(&bad)?;
@@ -763,11 +772,61 @@ impl ModelSpec {
         }
     }
 
-    /// Weights of one dense block that sit in matmuls (no biases, no norms):
-    /// [`ModelSpec::attention_matmul_params`] plus
-    /// [`ModelSpec::dense_mlp_params`].
+    /// The experts of the block the simulator prices: `Some` when every
+    /// block has experts (the blocks are then all alike), `None` for a
+    /// dense model, for one whose routing is the identity
+    /// ([`Moe::is_identity`]: priced as its dense twin with `ffn` the
+    /// expert width), or one that mixes dense and expert blocks (which
+    /// [`ModelSpec::check_simulated`] refuses).
+    pub fn uniform_moe(&self) -> Option<&Moe> {
+        self.moe
+            .as_ref()
+            .filter(|m| m.layers == LayerSet::All && !m.is_identity())
+    }
+
+    /// Weights of one block that sit in the split matmuls (no biases, no
+    /// norms, no router): [`ModelSpec::attention_matmul_params`] plus the
+    /// dense MLP, or every routed and shared expert when every block has
+    /// experts ([`ModelSpec::uniform_moe`]). Tensor parallelism splits
+    /// these; the rest of the block is replicated.
     pub fn block_matmul_params(&self) -> u64 {
-        self.attention_matmul_params() + self.dense_mlp_params()
+        let mlp = match self.uniform_moe() {
+            Some(m) => m.mlp_params(self.hidden) - m.router_params(self.hidden),
+            None => self.dense_mlp_params(),
+        };
+        self.attention_matmul_params() + mlp
+    }
+
+    /// The matmul weights one token meets in one block: attention, and the
+    /// dense MLP or (every block with experts) the router, `k` routed and
+    /// the shared experts. FLOPs per token are twice this (plus the
+    /// attention core).
+    pub fn block_active_matmul_params(&self) -> u64 {
+        let mlp = match self.uniform_moe() {
+            Some(m) => m.active_mlp_params(self.hidden),
+            None => self.dense_mlp_params(),
+        };
+        self.attention_matmul_params() + mlp
+    }
+
+    /// The MLP width one token runs through in one block (the SwiGLU /
+    /// GELU element-wise ops' width per token): `ffn`, or `k f_e + E_s f_s`
+    /// when every block has experts.
+    pub fn mlp_width_per_token(&self) -> u32 {
+        match self.uniform_moe() {
+            Some(m) => m.top_k * m.expert_ffn + m.shared_experts * m.shared_expert_ffn,
+            None => self.ffn,
+        }
+    }
+
+    /// Parameters of one block as the simulator prices it: the expert
+    /// block when every block has experts, the dense block otherwise
+    /// ([`ModelSpec::dense_block_params`]).
+    pub fn params_per_block(&self) -> u64 {
+        match self.uniform_moe() {
+            Some(_) => self.moe_block_params(),
+            None => self.dense_block_params(),
+        }
     }
 
     /// Parameters of one dense block. GPT/BERT/ViT: attention with biases
@@ -775,13 +834,14 @@ impl ModelSpec {
     /// LayerNorms `4h`. LLaMA/Mistral: q,o `h*q_dim`, k,v `h*kv_dim`, SwiGLU
     /// `3*h*ffn`, two RMSNorms `2h` (and the latent RMSNorms of multi-head
     /// latent attention).
-    pub fn params_per_block(&self) -> u64 {
+    pub fn dense_block_params(&self) -> u64 {
         let (h, kv, f) = (self.hidden as u64, self.kv_dim() as u64, self.ffn as u64);
+        let matmul = self.attention_matmul_params() + self.dense_mlp_params();
         if self.family.is_llama_like() {
-            self.block_matmul_params() + 2 * h + self.attention_norm_params()
+            matmul + 2 * h + self.attention_norm_params()
         } else {
             let biases = (h + 2 * kv) + h + f + h;
-            self.block_matmul_params() + biases + 4 * h
+            matmul + biases + 4 * h
         }
     }
 
@@ -799,9 +859,9 @@ impl ModelSpec {
     pub fn moe_block_params(&self) -> u64 {
         match &self.moe {
             Some(m) => {
-                self.params_per_block() - self.dense_mlp_params() + m.mlp_params(self.hidden)
+                self.dense_block_params() - self.dense_mlp_params() + m.mlp_params(self.hidden)
             }
-            None => self.params_per_block(),
+            None => self.dense_block_params(),
         }
     }
 
@@ -815,7 +875,7 @@ impl ModelSpec {
     /// [`ModelSpec::moe_block_params`].
     pub fn blocks_params(&self) -> u64 {
         let moe = self.moe_blocks() as u64;
-        (self.layers as u64 - moe) * self.params_per_block() + moe * self.moe_block_params()
+        (self.layers as u64 - moe) * self.dense_block_params() + moe * self.moe_block_params()
     }
 
     /// The parameters one token meets: every block's attention and norms,
@@ -843,20 +903,21 @@ impl ModelSpec {
         let block = if last_has_experts {
             self.moe_block_params()
         } else {
-            self.params_per_block()
+            self.dense_block_params()
         };
         self.mtp_layers as u64 * (block + 2 * h * h + 3 * h)
     }
 
-    /// Whether the block model prices this model as it is: dense blocks,
-    /// standard attention with `heads * head_dim = hidden`, no sliding
+    /// Whether the block model prices this model as it is: alike blocks
+    /// (all dense, or all with experts, computed without expert
+    /// parallelism), standard attention with `heads * head_dim = hidden`, no sliding
     /// window shorter than `seq_len`, no prediction depths. `Err` names
     /// what it does not price yet.
     pub fn check_simulated(&self, seq_len: u32) -> Result<(), String> {
         let mut gaps = Vec::new();
-        if let Some(m) = &self.moe {
+        if let Some(m) = self.moe.as_ref().filter(|m| m.layers != LayerSet::All) {
             gaps.push(format!(
-                "mixture-of-experts blocks ({} experts, top-{}, in {} of {} blocks)",
+                "dense and mixture-of-experts blocks mixed ({} experts, top-{}, in {} of {} blocks)",
                 m.experts,
                 m.top_k,
                 self.moe_blocks(),
@@ -988,14 +1049,15 @@ impl ModelSpec {
     }
 
     /// FLOPs of one block forward for ONE sample of `seq_len` tokens:
-    /// `2 * block_matmul_params * s` (projections and MLP, with the k,v
-    /// projections at their grouped-query width) plus `4 * s^2 * h` for the
+    /// `2 * block_active_matmul_params * s` (projections and MLP, with the
+    /// k,v projections at their grouped-query width; with experts the
+    /// router, `k` routed and the shared experts) plus `4 * s^2 * q_dim` for the
     /// attention scores `QK^T` and the weighted values `AV` over all heads
     /// (grouped-query attention shares K/V but not these FLOPs).
     pub fn block_flops_fwd(&self, seq_len: u32) -> f64 {
         let s = self.tokens_per_sample(seq_len) as f64;
-        let h = self.hidden as f64;
-        2.0 * self.block_matmul_params() as f64 * s + 4.0 * s * s * h
+        let q = self.q_dim() as f64;
+        2.0 * self.block_active_matmul_params() as f64 * s + 4.0 * s * s * q
     }
 
     /// FLOPs of one block backward for one sample: 2x forward (gradients
@@ -1073,7 +1135,7 @@ impl ModelSpec {
         let (h, kv, f, a) = (
             self.hidden as f64,
             self.kv_dim() as f64,
-            self.ffn as f64,
+            self.mlp_width_per_token() as f64,
             self.heads as f64,
         );
         let scores = a * t * t;
@@ -1138,7 +1200,11 @@ impl ModelSpec {
     pub fn block_pointwise_io_bytes_fwd(&self, seq_len: u32, dtype: NumFormat) -> f64 {
         let e = dtype.bytes();
         let t = self.tokens_per_sample(seq_len) as f64;
-        let (h, kv, f) = (self.hidden as f64, self.kv_dim() as f64, self.ffn as f64);
+        let (h, kv, f) = (
+            self.hidden as f64,
+            self.kv_dim() as f64,
+            self.mlp_width_per_token() as f64,
+        );
         if self.family.is_llama_like() {
             let mut elems = 2.0 * t * h; // RMSNorm 1
             elems += 2.0 * t * (h + kv); // rotary on q, k
@@ -1188,13 +1254,16 @@ impl ModelSpec {
         let (h, kv, f, a) = (
             self.hidden as f64,
             self.kv_dim() as f64,
-            self.ffn as f64,
+            self.mlp_width_per_token() as f64,
             self.heads as f64,
         );
         let scores = a * s * s;
         if self.family.is_llama_like() {
             let cast = if e < 4.0 { e } else { 0.0 };
-            e * s * (8.0 * h + 4.0 * f) + scores * (4.0 + cast)
+            let routing = self
+                .uniform_moe()
+                .map_or(0.0, |m| m.routing_bytes_per_token(self.hidden, e));
+            e * s * (8.0 * h + 4.0 * f) + scores * (4.0 + cast) + routing * s
         } else if self.family.has_dropout() {
             e * (s * (6.0 * h + 2.0 * kv + 2.0 * f) + 2.0 * scores) + (2.0 * s * h + scores)
         } else {

@@ -115,12 +115,19 @@ impl Linear {
     /// Every layer, in [`GemmShares`] order.
     pub const ALL: [Linear; 4] = [Linear::Qkv, Linear::Proj, Linear::Fc1, Linear::Fc2];
 
-    /// Parameters of the layer's weight in `model` (unsplit).
+    /// Parameters of the layer's weight in `model` (unsplit); with experts,
+    /// the weights one token meets (`k` routed experts and the shared
+    /// ones), which is what the layer's GEMM time scales with.
     pub fn params(self, model: &ModelSpec) -> f64 {
-        let (h, kv, f) = (model.hidden as f64, model.kv_dim() as f64, model.ffn as f64);
+        let (h, q, kv) = (
+            model.hidden as f64,
+            model.q_dim() as f64,
+            model.kv_dim() as f64,
+        );
+        let f = model.mlp_width_per_token() as f64;
         match self {
-            Linear::Qkv => h * (h + 2.0 * kv),
-            Linear::Proj => h * h,
+            Linear::Qkv => h * (q + 2.0 * kv),
+            Linear::Proj => q * h,
             Linear::Fc1 if model.family.is_llama_like() => 2.0 * h * f,
             Linear::Fc1 => h * f,
             Linear::Fc2 => f * h,
@@ -271,7 +278,7 @@ impl TensorParallel {
         for (what, n) in [
             ("attention heads", model.heads),
             ("key/value heads", model.kv_heads),
-            ("MLP width", model.ffn),
+            ("MLP width", mlp_split_width(model)),
         ] {
             if n % degree != 0 {
                 return bad(format!(
@@ -568,9 +575,28 @@ pub fn degrees(model: &ModelSpec) -> Vec<u32> {
         .filter(|&t| {
             model.heads.is_multiple_of(t)
                 && model.kv_heads.is_multiple_of(t)
-                && model.ffn.is_multiple_of(t)
+                && mlp_split_width(model).is_multiple_of(t)
         })
         .collect()
+}
+
+/// The MLP width tensor parallelism splits: `ffn`, or with experts in
+/// every block the greatest common divisor of the expert width and the
+/// shared experts' (expert-tensor parallelism = TP splits each).
+fn mlp_split_width(model: &ModelSpec) -> u32 {
+    match model.uniform_moe() {
+        Some(m) if m.shared_experts > 0 => gcd(m.expert_ffn, m.shared_expert_ffn),
+        Some(m) => m.expert_ffn,
+        None => model.ffn,
+    }
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// The share of a block's backward compute in each of its two GEMM
@@ -581,9 +607,9 @@ pub fn degrees(model: &ModelSpec) -> Vec<u32> {
 /// weight-gradient part zero-bubble schedules split off.
 pub fn weight_grad_share(model: &ModelSpec, seq_len: u32) -> f64 {
     let s = model.tokens_per_sample(seq_len) as f64;
-    let linear = 2.0 * model.block_matmul_params() as f64 * s;
+    let linear = 2.0 * model.block_active_matmul_params() as f64 * s;
     let score =
-        4.0 * s * s * model.hidden as f64 * if model.family.is_causal() { 0.5 } else { 1.0 };
+        4.0 * s * s * model.q_dim() as f64 * if model.family.is_causal() { 0.5 } else { 1.0 };
     linear / (2.0 * linear + 2.0 * score)
 }
 

@@ -9,7 +9,9 @@
 //!
 //! Symbols (per rank): `T = m x s` tokens of the micro-batch, `h` width,
 //! `kv` key/value width, `f` MLP width, `a` heads, `d = h / a` head
-//! dimension, `t` TP degree, `e` bytes of the compute dtype. Megatron's
+//! dimension, `q = a x d` query width (`h` unless the model sets `d`),
+//! `t` TP degree, `e` bytes of the compute dtype; with experts in every
+//! block `f` is the width a token runs through, `k f_e + E_s f_s`. Megatron's
 //! split ([`crate::tensor`]): QKV and fc1 column-parallel (`N / t`), the
 //! out-projection and fc2 row-parallel (`K / t`), heads `a / t`; norms,
 //! residual adds and the hidden dropouts replicated on every rank, or run
@@ -54,8 +56,8 @@
 //! | residual add (x2) | `3he` / `3he` (the backward sums the two gradients) | `3he` / `3he` |
 //! | GeLU | `2fe` / `3fe` | `2fe` / `3fe` (bias-GeLU) |
 //! | SwiGLU `silu(g) * u` | `5fe` / `8fe` | `3fe` / `5fe` |
-//! | RoPE on q, k | `10e(h + kv)` / `8e(h + kv)` (`q*cos + rotate_half(q)*sin`) | `2e(h + kv)` / `2e(h + kv)` |
-//! | GQA `repeat_kv` (eager, and PyTorch SDPA) | `2e(h + kv)` / `2e(h + kv)` | TE attends grouped heads directly |
+//! | RoPE on q, k | `10e(q + kv)` / `8e(q + kv)` (`q*cos + rotate_half(q)*sin`) | `2e(q + kv)` / `2e(q + kv)` |
+//! | GQA `repeat_kv` (eager, and PyTorch SDPA) | `2e(q + kv)` / `2e(q + kv)` | TE attends grouped heads directly |
 //!
 //! Column-split ops (GeLU, SwiGLU, RoPE, `repeat_kv`) run on `1/t` of
 //! their width; the others are replicated (or `1/t` of the tokens with
@@ -314,6 +316,9 @@ enum Split {
     Replicated,
     /// On a column-split width (heads, MLP columns): `1/t` always.
     Columns,
+    /// On every token of the micro-batch at full width on every TP rank
+    /// (the expert dispatch, after the tokens are gathered over TP).
+    AllTokens,
 }
 
 /// One element-wise op of a block: bytes per token each pass, where its
@@ -342,14 +347,22 @@ const fn op(fwd: f64, bwd: f64, split: Split, kf: f64, kb: f64) -> ElemOp {
 /// `repeat_kv` where the implementation materialises it.
 fn elementwise_ops(model: &ModelSpec, fused: bool, e: f64, eager_attention: bool) -> Vec<ElemOp> {
     use Split::*;
-    let (h, kv, f) = (model.hidden as f64, model.kv_dim() as f64, model.ffn as f64);
+    let (h, q, kv) = (
+        model.hidden as f64,
+        model.q_dim() as f64,
+        model.kv_dim() as f64,
+    );
+    let f = model.mlp_width_per_token() as f64;
     let mut v = Vec::new();
+    if let Some(m) = model.uniform_moe() {
+        v.extend(dispatch_ops(m, h, fused, e));
+    }
     if model.family.is_llama_like() {
         if fused {
             v.extend([op(2.0 * h * e + 4.0, 3.0 * h * e + 4.0, Replicated, 1.0, 2.0); 2]);
             v.push(op(
-                2.0 * e * (h + kv),
-                2.0 * e * (h + kv),
+                2.0 * e * (q + kv),
+                2.0 * e * (q + kv),
                 Columns,
                 2.0,
                 2.0,
@@ -365,8 +378,8 @@ fn elementwise_ops(model: &ModelSpec, fused: bool, e: f64, eager_attention: bool
             };
             v.extend([op(norm, 2.0 * norm, Replicated, 6.0, 8.0); 2]);
             v.push(op(
-                10.0 * e * (h + kv),
-                8.0 * e * (h + kv),
+                10.0 * e * (q + kv),
+                8.0 * e * (q + kv),
                 Columns,
                 10.0,
                 8.0,
@@ -376,8 +389,8 @@ fn elementwise_ops(model: &ModelSpec, fused: bool, e: f64, eager_attention: bool
         let repeat = model.kv_heads < model.heads && (eager_attention || !fused);
         if repeat {
             v.push(op(
-                2.0 * e * (h + kv),
-                2.0 * e * (h + kv),
+                2.0 * e * (q + kv),
+                2.0 * e * (q + kv),
                 Columns,
                 2.0,
                 2.0,
@@ -410,6 +423,32 @@ fn elementwise_ops(model: &ModelSpec, fused: bool, e: f64, eager_attention: bool
         }
     }
     v
+}
+
+/// The element-wise work of routing with experts in every block, per
+/// token (counted from the code paths, REAL-SYSTEMS-3 §1.4-1.5): the
+/// router's softmax and top-k over `E` scores in fp32 (read the logits,
+/// write and re-read the fp32 probabilities; the backward the same); the
+/// permutation of the `k` copies of each token to its experts and the
+/// unpermutation back (read `h`, write `k h`; read `k h`, write `h`), and,
+/// unfused, the probability weighting of the `k` outputs as its own pass
+/// (read and write `k h`) and Hugging Face's per-expert gather, scale and
+/// scatter kernels (4 per expert each pass); fused (Megatron's permute
+/// fusion, torchtitan's combine) two kernels. Every TP rank permutes the
+/// whole micro-batch (the dispatcher gathers it over TP).
+fn dispatch_ops(m: &crate::experts::Moe, h: f64, fused: bool, e: f64) -> [ElemOp; 2] {
+    let (experts, k) = (m.experts as f64, m.top_k as f64);
+    let router = experts * (e + 8.0);
+    let mut permute = 2.0 * (1.0 + k) * h * e;
+    let mut kernels = 2.0;
+    if !fused {
+        permute += 2.0 * k * h * e;
+        kernels = 4.0 * experts;
+    }
+    [
+        op(router, router, Split::Replicated, 3.0, 3.0),
+        op(permute, permute, Split::AllTokens, kernels, kernels),
+    ]
 }
 
 /// Bytes per score element of the eager score chain's element-wise
@@ -481,28 +520,87 @@ impl ChainPasses {
     }
 }
 
-/// The forward GEMMs of a block's linear layers on one rank: `(N, K)` per
-/// layer at `M = tokens`, fused as the stack runs them.
-fn linear_layers(model: &ModelSpec, t: f64, fused_qkv: bool) -> Vec<(f64, f64)> {
-    let (h, kv, f) = (model.hidden as f64, model.kv_dim() as f64, model.ffn as f64);
+/// One linear layer's forward GEMM on one rank: `count` copies of
+/// `(rows x tokens, n, k)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct LinearGemm {
+    /// Rows per copy, as a share of the micro-batch's tokens (1 for a
+    /// dense layer, `k / E` for each of `E` experts).
+    rows: f64,
+    n: f64,
+    k: f64,
+    count: f64,
+}
+
+const fn dense(n: f64, k: f64) -> LinearGemm {
+    LinearGemm {
+        rows: 1.0,
+        n,
+        k,
+        count: 1.0,
+    }
+}
+
+/// The forward GEMMs of a block's linear layers on one rank (`M =
+/// tokens`, fused as the stack runs them). With experts in every block
+/// (expert-tensor parallelism = TP, no expert parallelism): the router
+/// `(E, h)` on every token the rank holds (`1/t` of them with sequence
+/// parallelism, Megatron's router runs before the dispatcher gathers),
+/// then each of the `E` experts' SwiGLU on `k T / E` tokens (uniform
+/// routing: the grouped GEMM of Megatron's `--moe-grouped-gemm` and
+/// torchtitan's `_grouped_mm`, or Hugging Face's loop over experts: the
+/// same shapes), columns split over `t`; shared experts as one dense
+/// SwiGLU of width `E_s f_s`.
+fn linear_layers(model: &ModelSpec, t: f64, fused_qkv: bool, sp: bool) -> Vec<LinearGemm> {
+    let (h, q, kv, f) = (
+        model.hidden as f64,
+        model.q_dim() as f64,
+        model.kv_dim() as f64,
+        model.ffn as f64,
+    );
     let mut v = Vec::new();
     if model.family.is_llama_like() {
         if fused_qkv {
-            v.push(((h + 2.0 * kv) / t, h));
-            v.push((2.0 * f / t, h));
+            v.push(dense((q + 2.0 * kv) / t, h));
         } else {
-            v.extend([(h / t, h), (kv / t, h), (kv / t, h)]);
-            v.extend([(f / t, h), (f / t, h)]);
+            v.extend([dense(q / t, h), dense(kv / t, h), dense(kv / t, h)]);
         }
-        v.push((h, h / t));
-        v.push((h, f / t));
+        v.push(dense(h, q / t));
+        match model.uniform_moe() {
+            None => mlp(&mut v, h, f, t, fused_qkv, 1.0, 1.0),
+            Some(m) => {
+                let rows = if sp { 1.0 / t } else { 1.0 };
+                v.push(LinearGemm {
+                    rows,
+                    ..dense(m.experts as f64, h)
+                });
+                let (e, k) = (m.experts as f64, m.top_k as f64);
+                mlp(&mut v, h, m.expert_ffn as f64, t, fused_qkv, k / e, e);
+                if m.shared_experts > 0 {
+                    let fs = (m.shared_experts * m.shared_expert_ffn) as f64;
+                    mlp(&mut v, h, fs, t, fused_qkv, 1.0, 1.0);
+                }
+            }
+        }
     } else {
-        v.push(((h + 2.0 * kv) / t, h));
-        v.push((h, h / t));
-        v.push((f / t, h));
-        v.push((h, f / t));
+        v.push(dense((h + 2.0 * kv) / t, h));
+        v.push(dense(h, h / t));
+        v.push(dense(f / t, h));
+        v.push(dense(h, f / t));
     }
     v
+}
+
+/// A SwiGLU MLP of width `f` run as `count` copies on `rows` of the
+/// tokens: gate and up (fused into one GEMM, or two), then down.
+fn mlp(v: &mut Vec<LinearGemm>, h: f64, f: f64, t: f64, fused: bool, rows: f64, count: f64) {
+    let at = |n: f64, k: f64| LinearGemm { rows, n, k, count };
+    if fused {
+        v.push(at(2.0 * f / t, h));
+    } else {
+        v.extend([at(f / t, h), at(f / t, h)]);
+    }
+    v.push(at(h, f / t));
 }
 
 impl BlockWork {
@@ -535,10 +633,11 @@ impl BlockWork {
         };
         let mut fwd = PassWork::default();
         let mut bwd = PassWork::default();
-        for (n, k) in linear_layers(model, t, megatron) {
-            fwd.gemms.push(gemm(tokens, n, k, 1.0, e));
-            bwd.gemms.push(gemm(tokens, k, n, 1.0, e));
-            bwd.gemms.push(gemm(k, n, tokens, 1.0, wgrad_out));
+        for l in linear_layers(model, t, megatron, sp) {
+            let rows = tokens * l.rows;
+            fwd.gemms.push(gemm(rows, l.n, l.k, l.count, e));
+            bwd.gemms.push(gemm(rows, l.k, l.n, l.count, e));
+            bwd.gemms.push(gemm(l.k, l.n, rows, l.count, wgrad_out));
         }
         // Attention core.
         let d = model.head_dim() as f64;
@@ -549,7 +648,7 @@ impl BlockWork {
         let share = |o: &ElemOp| match o.split {
             Split::Columns => 1.0 / t,
             Split::Replicated if sp => 1.0 / t,
-            Split::Replicated => 1.0,
+            Split::Replicated | Split::AllTokens => 1.0,
         };
         for o in elementwise_ops(model, fused, e, eager) {
             elem.elem_bytes += o.fwd * tokens * share(&o);

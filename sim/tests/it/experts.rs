@@ -120,24 +120,98 @@ fn flops_per_token_follow_the_active_weights_and_the_attention() {
     );
 }
 
+/// Llama-3-8B's shape with its MLP as one expert each token always picks.
+fn one_expert_twin(dense: &ModelSpec) -> ModelSpec {
+    let text = format!(
+        "[[model]]\nname = \"{}\"\nfamily = \"llama\"\nlayers = {}\nhidden = {}\nheads = {}\nkv_heads = {}\nvocab = {}\nseq_len = 8192\nexperts = 1\ntop_k = 1\nexpert_ffn = {}\n",
+        dense.name, dense.layers, dense.hidden, dense.heads, dense.kv_heads, dense.vocab, dense.ffn
+    );
+    let cat = ModelCatalog::from_toml(&text, "one.toml").unwrap();
+    cat.lookup(&dense.name, "t").unwrap().clone()
+}
+
 #[test]
 fn a_one_expert_model_counts_as_its_dense_twin() {
     let dense = model("llama3-8b");
-    let text = format!(
-        "[[model]]\nname = \"one\"\nfamily = \"llama\"\nlayers = {}\nhidden = {}\nheads = {}\nkv_heads = {}\nvocab = {}\nseq_len = 8192\nexperts = 1\ntop_k = 1\nexpert_ffn = {}\n",
-        dense.layers, dense.hidden, dense.heads, dense.kv_heads, dense.vocab, dense.ffn
-    );
-    let cat = ModelCatalog::from_toml(&text, "one.toml").unwrap();
-    let one = cat.lookup("one", "t").unwrap();
-    let router = dense.layers as u64 * dense.hidden as u64;
-    assert_eq!(one.total_params(), dense.total_params() + router);
+    let one = one_expert_twin(dense);
+    assert_eq!(one.total_params(), dense.total_params());
     assert_eq!(one.active_params(), one.total_params());
+    assert_eq!(one.params_per_block(), dense.params_per_block());
     let (a, b) = (
         one.flops_per_token_fwd(8192),
         dense.flops_per_token_fwd(8192),
     );
     assert_eq!(a.routed_experts, b.dense_mlp);
-    assert_eq!(a.total() - a.router, b.total());
+    assert_eq!((a.router, a.total()), (0.0, b.total()));
+    // Two experts of half the width, both visited: the same FLOPs through
+    // the experts, plus a router.
+    let mut two = one.clone();
+    let m = two.moe.as_mut().unwrap();
+    (m.experts, m.top_k, m.expert_ffn) = (2, 2, dense.ffn / 2);
+    let t = two.flops_per_token_fwd(8192);
+    assert_eq!(t.routed_experts, b.dense_mlp);
+    assert_eq!(t.router, 32.0 * 2.0 * 4096.0 * 2.0);
+}
+
+/// Simulates `model` on 8 H100 (one NVSwitch node) with FSDP, 4,096
+/// tokens per sample, two micro-batches of one sample per GPU, on the
+/// calibrated performance model; the report as JSON.
+fn simulate_fsdp(model: &ModelSpec) -> serde_json::Value {
+    let cluster = Cluster::from_toml(
+        "[[nodes]]\nintra_link = \"nvswitch\"\ngpus = [ { type = \"h100\", count = 8 } ]\n",
+        "test.toml",
+        GpuCatalog::builtin(),
+    )
+    .unwrap();
+    let w = Workload {
+        cluster,
+        model: model.clone(),
+        seq_len: 4096,
+        dtype: NumFormat::Bf16,
+        global_batch: 16,
+    };
+    let costs = sim::cost::CostModel::build(
+        w,
+        &sim::profile::ProfileSet::new(),
+        &sim::perfmodel::Calibrated::builtin(),
+        CostOptions::default(),
+    )
+    .unwrap();
+    let strategy = sim::strategy::Strategy {
+        sharding: sim::strategy::Sharding::Full,
+        ..sim::strategy::Strategy::cephalo(8, sim::strategy::Attention::Flash)
+    };
+    let plan = sim::plan::Plan::from_lists(&[2; 8], &[2; 8], None, "t")
+        .unwrap()
+        .with_strategy(strategy);
+    let r = sim::simulate::simulate(&costs, &plan, &sim::iteration::SimOptions::default()).unwrap();
+    serde_json::from_str(&r.to_json()).unwrap()
+}
+
+#[test]
+fn a_one_expert_model_simulates_as_its_dense_twin_and_experts_cost_what_they_should() {
+    let dense = model("llama3-8b");
+    let (a, b) = (simulate_fsdp(dense), simulate_fsdp(&one_expert_twin(dense)));
+    assert_eq!(a, b, "identical reports, field by field");
+    // Four experts of the dense width, top-2: each token runs twice the
+    // dense MLP, and every block holds four times its weights.
+    let mut moe = one_expert_twin(dense);
+    let m = moe.moe.as_mut().unwrap();
+    (m.experts, m.top_k) = (4, 2);
+    let r = simulate_fsdp(&moe);
+    let ms = |v: &serde_json::Value| v["iteration_ms"].as_f64().unwrap();
+    let flop = |v: &serde_json::Value| v["model_tflop"].as_f64().unwrap();
+    // The model FLOPs grow by one more expert and the router per token and
+    // block, forward and backward (3 x 2 x weights x tokens).
+    let tokens = 16.0 * 4096.0;
+    let extra = 6.0 * (3.0 * 4096.0 * 14336.0 + 4096.0 * 4.0) * 32.0 * tokens / 1e12;
+    assert!(
+        (flop(&r) - flop(&a) - extra).abs() < 1e-6 * flop(&r),
+        "{} vs {} + {extra}",
+        flop(&r),
+        flop(&a)
+    );
+    assert!(ms(&r) > ms(&a) * 1.4, "{} vs {}", ms(&r), ms(&a));
 }
 
 #[test]
@@ -306,8 +380,9 @@ fn the_simulator_refuses_what_it_does_not_price_naming_it() {
     let gpus = GpuCatalog::builtin();
     let cluster = Cluster::from_gpu_list("h100,h100", "--gpus", gpus).unwrap();
     for (name, what) in [
-        ("mixtral-8x7b", "mixture-of-experts"),
+        ("deepseek-v3", "dense and mixture-of-experts blocks mixed"),
         ("deepseek-v3", "latent attention"),
+        ("llama4-maverick", "blocks mixed"),
         ("qwen3-30b-a3b", "attention 4096 wide"),
     ] {
         let w = Workload {
