@@ -78,6 +78,10 @@
 //!   ViT classifier sees one token: `V*(e + 8)`); BERT's MLM transform adds
 //!   `2*e*s*h`.
 //!
+//! For LLaMA-style models whose heads are not `h / a` wide (Qwen3), the
+//! query-shaped tensors (q, the attention output, their gradients) are `q =
+//! a d` wide, the norm-shaped ones `h`.
+//!
 //! With experts in every block, `f` is the width a token runs through
 //! (`k f_e + E_s f_s`: the `k` routed experts' SwiGLU tensors are each
 //! token's `k` copies), and every policy but full recompute also keeps
@@ -134,6 +138,9 @@ impl BlockActivations {
             model.vocab as f64,
         );
         let routing = routing_bytes(model, e) * s;
+        // Query / attention-output width (`h` unless the model sets its
+        // head width).
+        let q = model.q_dim() as f64;
         let flash = attention == Attention::Flash;
         let scores = a * s * s;
         let lse = 4.0 * a * s;
@@ -144,10 +151,10 @@ impl BlockActivations {
         let saved_none = if llama && fused {
             // Norm inputs and rstd, the GEMM inputs (norm outputs, attention
             // output, SwiGLU output), q and k, v unexpanded, gate and up.
-            let base = e * s * (6.0 * h + 2.0 * kv + 3.0 * f) + 8.0 * s;
+            let base = e * s * (4.0 * h + 2.0 * q + 2.0 * kv + 3.0 * f) + 8.0 * s;
             base + if flash { lse } else { e * scores }
         } else if llama {
-            let base = e * s * (8.0 * h + 4.0 * f) + 8.0 * s * h;
+            let base = e * s * (4.0 * h + 4.0 * q + 4.0 * f) + 8.0 * s * h;
             if flash {
                 base + lse
             } else {
@@ -173,7 +180,7 @@ impl BlockActivations {
         };
         // Op-level SAC keeps every second matmul output (see the module docs).
         let saved_selective = if llama {
-            e * s * (4.0 * h + kv + f)
+            e * s * (2.0 * h + 2.0 * q + kv + f)
         } else {
             e * s * (3.0 * h + 2.0 * kv + f)
         } + if flash { lse } else { 0.0 };
@@ -194,13 +201,13 @@ impl BlockActivations {
             saved_none - softmax_copies * e * scores - if masks { scores } else { 0.0 }
         };
         let attn_grad = if flash {
-            e * s * (h + 2.0 * kv) + 4.0 * s * h
+            e * s * (q + 2.0 * kv) + 4.0 * s * q
         } else {
             2.0 * e_soft * scores
         };
         let grad_work = attn_grad.max(2.0 * e * s * f);
         let attn_live = if flash {
-            e * s * (h + 2.0 * kv)
+            e * s * (q + 2.0 * kv)
         } else {
             scores * (e + e_soft)
         };
@@ -281,12 +288,16 @@ pub fn routing_bytes(model: &ModelSpec, e: f64) -> f64 {
 /// reruns in the backward: the matmuls in even positions (LLaMA: k, o,
 /// up; GPT: out, fc2).
 pub fn recomputed_matmul_fraction(model: &ModelSpec) -> f64 {
-    let (h, kv) = (model.hidden as f64, model.kv_dim() as f64);
+    let (h, kv, q) = (
+        model.hidden as f64,
+        model.kv_dim() as f64,
+        model.q_dim() as f64,
+    );
     let f = model.mlp_width_per_token() as f64;
     let (rerun, all) = if model.family.is_llama_like() {
         (
-            h * kv + h * h + h * f,
-            2.0 * h * h + 2.0 * h * kv + 3.0 * h * f,
+            h * kv + h * q + h * f,
+            2.0 * h * q + 2.0 * h * kv + 3.0 * h * f,
         )
     } else {
         (h * h + h * f, 2.0 * h * h + 2.0 * h * kv + 2.0 * h * f)

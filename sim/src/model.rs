@@ -910,7 +910,7 @@ impl ModelSpec {
 
     /// Whether the block model prices this model as it is: alike blocks
     /// (all dense, or all with experts, computed without expert
-    /// parallelism), standard attention with `heads * head_dim = hidden`, no sliding
+    /// parallelism), standard attention (of any head width), no sliding
     /// window shorter than `seq_len`, no prediction depths. `Err` names
     /// what it does not price yet.
     pub fn check_simulated(&self, seq_len: u32) -> Result<(), String> {
@@ -926,12 +926,6 @@ impl ModelSpec {
         }
         if self.mla.is_some() {
             gaps.push("multi-head latent attention".to_string());
-        } else if self.q_dim() != self.hidden {
-            gaps.push(format!(
-                "attention {} wide (heads x head_dim) on a {}-wide model",
-                self.q_dim(),
-                self.hidden
-            ));
         }
         if let Some(w) = self.sliding_window.filter(|&w| w < seq_len) {
             gaps.push(format!(
@@ -1140,19 +1134,20 @@ impl ModelSpec {
         );
         let scores = a * t * t;
         if self.family.is_llama_like() {
+            let q = self.q_dim() as f64;
             let mut elems = 0.0;
             elems += 2.0 * t * h; // RMSNorm 1
-            elems += t * h + t * (h + 2.0 * kv); // qkv projections
-            elems += 2.0 * t * (h + kv); // rotary on q, k
+            elems += t * h + t * (q + 2.0 * kv); // qkv projections
+            elems += 2.0 * t * (q + kv); // rotary on q, k
             let k_width = if self.kv_heads < self.heads {
-                elems += 2.0 * t * kv + 2.0 * t * h; // repeat_kv of k and v
-                h
+                elems += 2.0 * t * kv + 2.0 * t * q; // repeat_kv of k and v
+                q
             } else {
                 kv
             };
-            elems += t * h + t * k_width; // QK^T reads
-            elems += t * k_width + t * h; // AV reads v, writes context
-            elems += 2.0 * t * h; // o projection
+            elems += t * q + t * k_width; // QK^T reads
+            elems += t * k_width + t * q; // AV reads v, writes context
+            elems += t * q + t * h; // o projection
             elems += 3.0 * t * h; // residual add
             elems += 2.0 * t * h; // RMSNorm 2
             elems += 2.0 * t * h + 2.0 * t * f; // gate and up projections
@@ -1206,10 +1201,11 @@ impl ModelSpec {
             self.mlp_width_per_token() as f64,
         );
         if self.family.is_llama_like() {
+            let q = self.q_dim() as f64;
             let mut elems = 2.0 * t * h; // RMSNorm 1
-            elems += 2.0 * t * (h + kv); // rotary on q, k
+            elems += 2.0 * t * (q + kv); // rotary on q, k
             if self.kv_heads < self.heads {
-                elems += 2.0 * t * kv + 2.0 * t * h; // repeat_kv of k and v
+                elems += 2.0 * t * kv + 2.0 * t * q; // repeat_kv of k and v
             }
             elems += 3.0 * t * h; // residual add
             elems += 2.0 * t * h; // RMSNorm 2
@@ -1263,7 +1259,8 @@ impl ModelSpec {
             let routing = self
                 .uniform_moe()
                 .map_or(0.0, |m| m.routing_bytes_per_token(self.hidden, e));
-            e * s * (8.0 * h + 4.0 * f) + scores * (4.0 + cast) + routing * s
+            let q = self.q_dim() as f64;
+            e * s * (4.0 * h + 4.0 * q + 4.0 * f) + scores * (4.0 + cast) + routing * s
         } else if self.family.has_dropout() {
             e * (s * (6.0 * h + 2.0 * kv + 2.0 * f) + 2.0 * scores) + (2.0 * s * h + scores)
         } else {

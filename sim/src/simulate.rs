@@ -65,7 +65,7 @@ pub fn recompute_flops(costs: &CostModel, plan: &Plan) -> f64 {
             Recompute::None => 0.0,
             Recompute::Full => w.model.block_flops_fwd(w.seq_len),
             Recompute::Selective => {
-                let score = 4.0 * seq * seq * w.model.hidden as f64;
+                let score = 4.0 * seq * seq * w.model.q_dim() as f64;
                 let linear = w.model.block_flops_fwd(w.seq_len) - score;
                 let eager_score = match s.attention {
                     Attention::Eager => score,

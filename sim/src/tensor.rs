@@ -179,7 +179,7 @@ pub fn gemm_shares(model: &ModelSpec, seq_len: u32) -> GemmShares {
     let gemm = Linear::ALL.map(|l| 2.0 * l.params(model) * s);
     let linear: f64 = gemm.iter().sum();
     let score =
-        4.0 * s * s * model.hidden as f64 * if model.family.is_causal() { 0.5 } else { 1.0 };
+        4.0 * s * s * model.q_dim() as f64 * if model.family.is_causal() { 0.5 } else { 1.0 };
     GemmShares {
         fwd: gemm.map(|g| g / (linear + score)),
         bwd: gemm.map(|g| g / (2.0 * linear + 2.0 * score)),

@@ -30,6 +30,12 @@ pub struct ActivationModel {
     /// parallelism ([`crate::tensor::replicated_activations`]), per fusion
     /// (`fused` as an index), bytes per sample.
     pub replicated: [BlockActivations; 2],
+    /// Of each kept size, the bytes per sample every TP rank keeps whole,
+    /// with or without sequence parallelism: the routing of experts in
+    /// every block ([`crate::activation::routing_bytes`]: the dispatcher
+    /// gathers the tokens over TP, and every rank runs its slice of every
+    /// expert on all `k` copies). Zero for a dense model.
+    pub whole_per_sample: f64,
     /// The kernel the non-state memory curve was measured with.
     pub measured_attention: Attention,
     /// Unit buffers inside the measured curve (`B_ref`), bytes.
@@ -53,6 +59,7 @@ impl ActivationModel {
             per_sample,
             // Set by `activation_memory` once the model is known.
             replicated: [per_sample[0]; 2],
+            whole_per_sample: 0.0,
             measured_attention,
             buffers_ref_bytes,
             fixed_bytes: 0.0,
@@ -108,6 +115,7 @@ impl ActivationModel {
             per_sample,
             // Set by `activation_memory` once the model is known.
             replicated: [per_sample[0]; 2],
+            whole_per_sample: 0.0,
             measured_attention,
             buffers_ref_bytes,
             fixed_bytes: fixed,
@@ -146,7 +154,15 @@ impl ActivationModel {
     ) -> BlockActivations {
         let k = m as f64 * self.scale_at(m);
         let full = self.micro(m, attention, fused);
-        tp.activations(&full, &scaled(&self.replicated[usize::from(fused)], k))
+        let mut a = tp.activations(&full, &scaled(&self.replicated[usize::from(fused)], k));
+        if tp.is_on() {
+            // What the split divided by `t`, kept whole.
+            let whole = self.whole_per_sample * k * (1.0 - 1.0 / tp.degree as f64);
+            a.saved_none += whole;
+            a.saved_selective += whole;
+            a.saved_attention += whole;
+        }
+        a
     }
 }
 
@@ -365,6 +381,8 @@ pub(crate) fn activation_memory(
     };
     activations.replicated =
         [false, true].map(|fused| crate::tensor::replicated_activations(model, seq, dtype, fused));
+    activations.whole_per_sample = crate::activation::routing_bytes(model, dtype.bytes())
+        * model.tokens_per_sample(seq) as f64;
     Ok((act, activations))
 }
 

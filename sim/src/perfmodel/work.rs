@@ -793,6 +793,35 @@ mod tests {
         }
     }
 
+    /// With experts in every block (and heads wider than the model, as
+    /// Qwen3's), the linear GEMMs' FLOPs are twice the weights a token
+    /// meets per token, split over TP with SP (the router runs on the
+    /// rank's `1/t` of the tokens); each expert's GEMM sees `k T / E` rows.
+    #[test]
+    fn expert_gemms_are_the_active_weights() {
+        for name in ["mixtral-8x7b", "qwen3-30b-a3b", "olmoe-1b-7b"] {
+            let m = model(name);
+            let moe = m.uniform_moe().unwrap().clone();
+            for imp in BlockImpl::ALL {
+                for t in [1u32, 2] {
+                    let tp = TensorParallel::new(t, true);
+                    let w = BlockWork::new(&m, 4096, NumFormat::Bf16, 2, &tp, imp);
+                    let linear = 2.0 * 2.0 * m.block_active_matmul_params() as f64 * 4096.0;
+                    let got: f64 = w.fwd.gemms.iter().map(Gemm::flops).sum();
+                    assert!((got * t as f64 / linear - 1.0).abs() < 1e-12, "{name} {imp:?} t={t}");
+                    let rows = 2.0 * 4096.0 * moe.top_k as f64 / moe.experts as f64;
+                    let experts: Vec<&Gemm> = w
+                        .fwd
+                        .gemms
+                        .iter()
+                        .filter(|g| g.count == moe.experts as f64)
+                        .collect();
+                    assert!(!experts.is_empty() && experts.iter().all(|g| g.m == rows));
+                }
+            }
+        }
+    }
+
     #[test]
     fn tensor_parallel_splits_the_work() {
         let m = model("gpt-2.7b");

@@ -383,7 +383,7 @@ fn the_simulator_refuses_what_it_does_not_price_naming_it() {
         ("deepseek-v3", "dense and mixture-of-experts blocks mixed"),
         ("deepseek-v3", "latent attention"),
         ("llama4-maverick", "blocks mixed"),
-        ("qwen3-30b-a3b", "attention 4096 wide"),
+        ("gpt-oss-120b", "128-token sliding window"),
     ] {
         let w = Workload {
             cluster: cluster.clone(),
