@@ -41,6 +41,20 @@ fn dtype_key(d: NumFormat) -> &'static str {
 }
 
 impl Target for DeepSpeed {
+    fn experts(&self, m: &crate::experts::Moe, model: &str) -> String {
+        format!(
+            "{model}'s experts are built in code, not in the JSON: `deepspeed.moe.layer.MoE(hidden_size, expert=<SwiGLU of width {}>, num_experts={}, ep_size=1, k={}, drop_tokens=False)`{}: dropless (no capacity factor), every rank holding a slice of every expert as the simulation runs them (no expert parallelism)",
+            m.expert_ffn,
+            m.experts,
+            m.top_k,
+            if m.shared_experts > 0 {
+                format!(" plus {} shared expert(s) as a dense MLP beside it", m.shared_experts)
+            } else {
+                String::new()
+            }
+        )
+    }
+
     fn name(&self) -> &'static str {
         "deepspeed"
     }

@@ -84,6 +84,9 @@ pub fn export(
         ));
     }
     let mut notes = lost(plan);
+    if let Some(m) = w.model.uniform_moe() {
+        notes.push(target.experts(m, &w.model.name));
+    }
     let (mut strategy, mut snotes) = target.strategy(&plan.strategy);
     if strategy.sharding != Sharding::Hybrid {
         // Without hybrid sharding the shard group is every GPU.
@@ -141,6 +144,7 @@ pub fn export(
         planned_strategy: plan.strategy,
         approximation,
         notes,
+        experts: w.model.uniform_moe().is_some(),
         planned,
         approximated,
         slowdown,

@@ -28,6 +28,9 @@ pub trait Target: Sync {
     fn pipeline(&self, _p: &mut Pipeline) -> Vec<String> {
         Vec::new()
     }
+    /// How it builds the experts of `m` (model `model`) without expert
+    /// parallelism, as the simulation runs them: one note.
+    fn experts(&self, m: &crate::experts::Moe, model: &str) -> String;
     /// The config text of `e.shape`, with `e`'s notes and figures as
     /// comments (or, for JSON, a `_cephalo` object).
     fn render(&self, e: &Exported) -> String;
@@ -155,6 +158,10 @@ pub struct Exported {
     /// What of the plan the framework cannot express, and what the
     /// approximation loses, one sentence each.
     pub notes: Vec<String>,
+    /// Whether the model has experts in every block (the config states
+    /// their parallelism).
+    #[serde(skip)]
+    pub experts: bool,
     /// The plan's simulated figures.
     pub planned: Figures,
     /// The approximation's simulated figures (`None`: it could not be

@@ -36,6 +36,15 @@ pub fn model_flavor(model: &str) -> Option<(&'static str, String)> {
     Some((name, format!("{}B", size)))
 }
 
+/// `, 2 shared` when the model has shared experts.
+fn shared_words(m: &crate::experts::Moe) -> String {
+    if m.shared_experts > 0 {
+        format!(", {} shared", m.shared_experts)
+    } else {
+        String::new()
+    }
+}
+
 /// torchtitan's name for a pipeline schedule (PyTorch's
 /// `torch.distributed.pipelining` schedule classes without `Schedule`).
 pub fn schedule_name(s: PipeSchedule) -> &'static str {
@@ -55,6 +64,18 @@ fn dtype_name(d: NumFormat) -> &'static str {
 }
 
 impl Target for Torchtitan {
+    fn experts(&self, m: &crate::experts::Moe, model: &str) -> String {
+        format!(
+            "{model}'s {} experts (top-{}{}) run as torchtitan's MoE (`GroupedExperts` with `TokenChoiceTopKRouter`, the deepseek_v3 / qwen3 / llama4 model families): register its args with num_experts = {}, top_k = {}, the expert width {}; expert_parallel_degree = 1 is written: dropless (no capacity factor), every rank holding a slice of every expert as the simulation runs them (no expert parallelism)",
+            m.experts,
+            m.top_k,
+            shared_words(m),
+            m.experts,
+            m.top_k,
+            m.expert_ffn
+        )
+    }
+
     fn name(&self) -> &'static str {
         "torchtitan"
     }
@@ -200,6 +221,9 @@ fn parallelism(o: &mut String, e: &Exported) -> bool {
         })
     );
     let _ = writeln!(o, "tensor_parallel_degree = {}", sh.tp);
+    if e.experts {
+        let _ = writeln!(o, "expert_parallel_degree = 1");
+    }
     let overlap = e
         .approximation
         .pipeline

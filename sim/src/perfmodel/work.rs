@@ -808,7 +808,10 @@ mod tests {
                     let w = BlockWork::new(&m, 4096, NumFormat::Bf16, 2, &tp, imp);
                     let linear = 2.0 * 2.0 * m.block_active_matmul_params() as f64 * 4096.0;
                     let got: f64 = w.fwd.gemms.iter().map(Gemm::flops).sum();
-                    assert!((got * t as f64 / linear - 1.0).abs() < 1e-12, "{name} {imp:?} t={t}");
+                    assert!(
+                        (got * t as f64 / linear - 1.0).abs() < 1e-12,
+                        "{name} {imp:?} t={t}"
+                    );
                     let rows = 2.0 * 4096.0 * moe.top_k as f64 / moe.experts as f64;
                     let experts: Vec<&Gemm> = w
                         .fwd
