@@ -133,7 +133,7 @@ impl BlockActivations {
         let (h, kv, f, a, v) = (
             model.hidden as f64,
             model.kv_dim() as f64,
-            model.mlp_width_per_token() as f64,
+            model.mlp_width_per_token(),
             model.heads as f64,
             model.vocab as f64,
         );
@@ -293,7 +293,7 @@ pub fn recomputed_matmul_fraction(model: &ModelSpec) -> f64 {
         model.kv_dim() as f64,
         model.q_dim() as f64,
     );
-    let f = model.mlp_width_per_token() as f64;
+    let f = model.mlp_width_per_token();
     let (rerun, all) = if model.family.is_llama_like() {
         (
             h * kv + h * q + h * f,

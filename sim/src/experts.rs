@@ -178,6 +178,15 @@ impl Moe {
         self.shared_experts as u64 * 3 * hidden as u64 * self.shared_expert_ffn as u64
     }
 
+    /// Token copies each expert computes, per routed copy: 1 dropless
+    /// (balanced routing), the capacity factor when one is set (every
+    /// expert padded to `CF k T / E` rows: DeepSpeed-MoE always pads,
+    /// Megatron with `--moe-pad-expert-input-to-capacity`; the model's
+    /// useful FLOPs stay `k T`).
+    pub fn padding(&self) -> f64 {
+        self.capacity_factor.unwrap_or(1.0)
+    }
+
     /// Whether routing is the identity: one routed expert, each token's
     /// only choice, no shared experts, no capacity. A softmax over one
     /// logit is 1 whatever the router's weights, so such a block is its
@@ -221,7 +230,8 @@ impl Moe {
     /// weighted combine for the probabilities' gradient (`2 k h e`), with
     /// `e` bytes per element.
     pub fn routing_bytes_per_token(&self, hidden: u32, e: f64) -> f64 {
-        (e + 4.0) * self.experts as f64 + 2.0 * self.top_k as f64 * hidden as f64 * e
+        (e + 4.0) * self.experts as f64
+            + 2.0 * self.top_k as f64 * self.padding() * hidden as f64 * e
     }
 
     /// Checks the numbers against each other and the model's depth;

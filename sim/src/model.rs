@@ -811,11 +811,15 @@ impl ModelSpec {
 
     /// The MLP width one token runs through in one block (the SwiGLU /
     /// GELU element-wise ops' width per token): `ffn`, or `k f_e + E_s f_s`
-    /// when every block has experts.
-    pub fn mlp_width_per_token(&self) -> u32 {
+    /// when every block has experts (the routed part times the capacity
+    /// padding, [`Moe::padding`]).
+    pub fn mlp_width_per_token(&self) -> f64 {
         match self.uniform_moe() {
-            Some(m) => m.top_k * m.expert_ffn + m.shared_experts * m.shared_expert_ffn,
-            None => self.ffn,
+            Some(m) => {
+                (m.top_k * m.expert_ffn) as f64 * m.padding()
+                    + (m.shared_experts * m.shared_expert_ffn) as f64
+            }
+            None => self.ffn as f64,
         }
     }
 
@@ -1129,7 +1133,7 @@ impl ModelSpec {
         let (h, kv, f, a) = (
             self.hidden as f64,
             self.kv_dim() as f64,
-            self.mlp_width_per_token() as f64,
+            self.mlp_width_per_token(),
             self.heads as f64,
         );
         let scores = a * t * t;
@@ -1198,7 +1202,7 @@ impl ModelSpec {
         let (h, kv, f) = (
             self.hidden as f64,
             self.kv_dim() as f64,
-            self.mlp_width_per_token() as f64,
+            self.mlp_width_per_token(),
         );
         if self.family.is_llama_like() {
             let q = self.q_dim() as f64;
@@ -1250,7 +1254,7 @@ impl ModelSpec {
         let (h, kv, f, a) = (
             self.hidden as f64,
             self.kv_dim() as f64,
-            self.mlp_width_per_token() as f64,
+            self.mlp_width_per_token(),
             self.heads as f64,
         );
         let scores = a * s * s;

@@ -124,7 +124,7 @@ impl Linear {
             model.q_dim() as f64,
             model.kv_dim() as f64,
         );
-        let f = model.mlp_width_per_token() as f64;
+        let f = model.mlp_width_per_token();
         match self {
             Linear::Qkv => h * (q + 2.0 * kv),
             Linear::Proj => q * h,

@@ -138,7 +138,7 @@ impl MemFeat {
             block_params: model.params_per_block() as f64,
             edge_params: (model.embedding_params() + model.head_params()) as f64,
             elem_hidden: s * model.hidden as f64,
-            elem_ffn: s * model.mlp_width_per_token() as f64,
+            elem_ffn: s * model.mlp_width_per_token(),
             elem_scores: model.heads as f64 * s * s,
             elem_logits: logits_per_sample,
             act_bytes: dtype.bytes(),

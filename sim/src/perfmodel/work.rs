@@ -352,7 +352,7 @@ fn elementwise_ops(model: &ModelSpec, fused: bool, e: f64, eager_attention: bool
         model.q_dim() as f64,
         model.kv_dim() as f64,
     );
-    let f = model.mlp_width_per_token() as f64;
+    let f = model.mlp_width_per_token();
     let mut v = Vec::new();
     if let Some(m) = model.uniform_moe() {
         v.extend(dispatch_ops(m, h, fused, e));
@@ -437,7 +437,7 @@ fn elementwise_ops(model: &ModelSpec, fused: bool, e: f64, eager_attention: bool
 /// fusion, torchtitan's combine) two kernels. Every TP rank permutes the
 /// whole micro-batch (the dispatcher gathers it over TP).
 fn dispatch_ops(m: &crate::experts::Moe, h: f64, fused: bool, e: f64) -> [ElemOp; 2] {
-    let (experts, k) = (m.experts as f64, m.top_k as f64);
+    let (experts, k) = (m.experts as f64, m.top_k as f64 * m.padding());
     let router = experts * (e + 8.0);
     let mut permute = 2.0 * (1.0 + k) * h * e;
     let mut kernels = 2.0;
@@ -549,8 +549,9 @@ const fn dense(n: f64, k: f64) -> LinearGemm {
 /// then each of the `E` experts' SwiGLU on `k T / E` tokens (uniform
 /// routing: the grouped GEMM of Megatron's `--moe-grouped-gemm` and
 /// torchtitan's `_grouped_mm`, or Hugging Face's loop over experts: the
-/// same shapes), columns split over `t`; shared experts as one dense
-/// SwiGLU of width `E_s f_s`.
+/// same shapes; padded to capacity when the model sets a capacity
+/// factor, [`crate::experts::Moe::padding`]), columns split over `t`;
+/// shared experts as one dense SwiGLU of width `E_s f_s`.
 fn linear_layers(model: &ModelSpec, t: f64, fused_qkv: bool, sp: bool) -> Vec<LinearGemm> {
     let (h, q, kv, f) = (
         model.hidden as f64,
@@ -574,7 +575,7 @@ fn linear_layers(model: &ModelSpec, t: f64, fused_qkv: bool, sp: bool) -> Vec<Li
                     rows,
                     ..dense(m.experts as f64, h)
                 });
-                let (e, k) = (m.experts as f64, m.top_k as f64);
+                let (e, k) = (m.experts as f64, m.top_k as f64 * m.padding());
                 mlp(&mut v, h, m.expert_ffn as f64, t, fused_qkv, k / e, e);
                 if m.shared_experts > 0 {
                     let fs = (m.shared_experts * m.shared_expert_ffn) as f64;

@@ -89,7 +89,7 @@ impl Rates {
                 0.0
             }
         };
-        let hw_flops = model_flops + recompute_flops;
+        let hw_flops = model_flops + recompute_flops + padding_flops(w);
         Rates {
             samples_per_s,
             tokens_per_s: samples_per_s * w.model.tokens_per_sample(w.seq_len) as f64,
@@ -549,4 +549,16 @@ fn kind_summaries(collectives: &[CollectiveStat]) -> Vec<KindSummary> {
         }
     }
     summary
+}
+
+/// FLOPs per iteration the experts spend on capacity padding (rows beyond
+/// the routed copies, forward and backward: `(CF - 1)` times the routed
+/// experts' `6 k P_expert` per token and block); zero when dropless.
+fn padding_flops(w: &crate::cost::Workload) -> f64 {
+    let m = &w.model;
+    m.uniform_moe().map_or(0.0, |moe| {
+        let tokens = w.global_batch as f64 * m.tokens_per_sample(w.seq_len) as f64;
+        let routed = 6.0 * moe.top_k as f64 * moe.expert_params(m.hidden) as f64;
+        (moe.padding() - 1.0) * routed * m.layers as f64 * tokens
+    })
 }

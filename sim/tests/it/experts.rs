@@ -405,3 +405,18 @@ fn the_simulator_refuses_what_it_does_not_price_naming_it() {
         .unwrap_err()
         .contains("sliding window"));
 }
+
+#[test]
+fn a_capacity_factor_pads_every_expert_and_costs_hardware_flops_not_model_flops() {
+    let dropless = model("olmoe-1b-7b").clone();
+    let mut padded = dropless.clone();
+    padded.moe.as_mut().unwrap().capacity_factor = Some(1.25);
+    let (a, b) = (simulate_fsdp(&dropless), simulate_fsdp(&padded));
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+    assert_eq!(f(&a, "model_tflop"), f(&b, "model_tflop"));
+    let tokens = 16.0 * 4096.0;
+    let extra = 0.25 * 6.0 * 8.0 * 3.0 * 2048.0 * 1024.0 * 16.0 * tokens / 1e12;
+    let got = f(&b, "hardware_tflop") - f(&a, "hardware_tflop");
+    assert!((got - extra).abs() < 1e-6 * extra, "{got} vs {extra}");
+    assert!(f(&b, "iteration_ms") > f(&a, "iteration_ms"));
+}
