@@ -126,6 +126,9 @@ impl BlockQuery<'_> {
         block: Option<&crate::profile::BlockProfile>,
         memory: Option<&crate::profile::MemoryProfile>,
     ) -> Result<Row, SpecError> {
+        self.model
+            .check_simulated(self.seq)
+            .map_err(|why| SpecError::invalid("--model", "model", why))?;
         let (imp, tp) = (self.imp, &self.tp);
         let analytic = format!("analytic ({})", self.predictor.name());
         let p = self.predict(m, imp, tp)?;
