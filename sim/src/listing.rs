@@ -69,23 +69,43 @@ pub struct ModelRow {
     pub head_dim: u32,
     /// `standard` or `mla` (multi-head latent attention).
     pub attention: String,
-    /// The mixture-of-experts MLP, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub experts: Option<crate::experts::Moe>,
+    /// Routed experts (0: a dense model).
+    pub experts: u32,
+    /// Experts each token visits (0: a dense model).
+    pub top_k: u32,
+    /// Shared experts.
+    pub shared_experts: u32,
+    /// One routed expert's SwiGLU width (0: a dense model).
+    pub expert_ffn: u32,
+    /// Which blocks have experts (`all`, `every:K`, `after:K`, ...; empty
+    /// for a dense model).
+    pub moe_layers: String,
     /// Blocks with experts.
     pub moe_blocks: u32,
-    /// Keys per query in the windowed blocks, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Expert capacity factor (empty: dropless).
+    pub capacity_factor: Option<f64>,
+    /// Keys per query in the windowed blocks (empty: full attention).
     pub sliding_window: Option<u32>,
     /// Parameters of the multi-token-prediction depths (beyond `params`).
     pub mtp_params: u64,
-    /// Forward FLOPs per token at `seq_len`, by part.
-    pub flops_per_token_fwd: crate::model::TokenFlops,
-    /// Training FLOPs per token at `seq_len` (forward and backward, 3x the
-    /// forward; no recomputation), GFLOP.
-    pub train_gflops_per_token: f64,
+    /// Forward GFLOP per token at `seq_len`: q, k, v and output projections.
+    pub fwd_gflop_attention_proj: f64,
+    /// Forward GFLOP per token: attention scores and weighted values.
+    pub fwd_gflop_attention_core: f64,
+    /// Forward GFLOP per token: dense MLPs.
+    pub fwd_gflop_dense_mlp: f64,
+    /// Forward GFLOP per token: routers.
+    pub fwd_gflop_router: f64,
+    /// Forward GFLOP per token: the `k` routed experts.
+    pub fwd_gflop_routed_experts: f64,
+    /// Forward GFLOP per token: shared experts.
+    pub fwd_gflop_shared_experts: f64,
+    /// Forward GFLOP per token: the head.
+    pub fwd_gflop_head: f64,
+    /// Training GFLOP per token at `seq_len` (forward and backward, 3x the
+    /// forward; no recomputation).
+    pub train_gflop_per_token: f64,
     /// Why the simulator does not price this model yet, if it does not.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub not_simulated: Option<String>,
 }
 
@@ -174,7 +194,8 @@ pub fn model_rows(catalog: &crate::model::ModelCatalog) -> Vec<ModelRow> {
     catalog
         .all()
         .iter()
-        .map(|m| ModelRow {
+        .map(|m| (m, m.flops_per_token_fwd(m.seq_len)))
+        .map(|(m, f)| ModelRow {
             name: m.name.clone(),
             aliases: m.aliases.join(" "),
             family: m.family.as_str().to_string(),
@@ -191,16 +212,31 @@ pub fn model_rows(catalog: &crate::model::ModelCatalog) -> Vec<ModelRow> {
             active_params_billions: billions(m.active_params()),
             head_dim: m.head_dim(),
             attention: if m.mla.is_some() { "mla" } else { "standard" }.to_string(),
-            experts: m.moe.clone(),
+            experts: m.moe.as_ref().map_or(0, |x| x.experts),
+            top_k: m.moe.as_ref().map_or(0, |x| x.top_k),
+            shared_experts: m.moe.as_ref().map_or(0, |x| x.shared_experts),
+            expert_ffn: m.moe.as_ref().map_or(0, |x| x.expert_ffn),
+            moe_layers: m.moe.as_ref().map_or(String::new(), |x| x.layers.name()),
             moe_blocks: m.moe_blocks(),
+            capacity_factor: m.moe.as_ref().and_then(|x| x.capacity_factor),
             sliding_window: m.sliding_window,
             mtp_params: m.mtp_params(),
-            flops_per_token_fwd: m.flops_per_token_fwd(m.seq_len),
-            train_gflops_per_token: (3.0 * m.flops_per_token_fwd(m.seq_len).total() / 1e6).round()
-                / 1e3,
+            fwd_gflop_attention_proj: gflop(f.attention_proj),
+            fwd_gflop_attention_core: gflop(f.attention_core),
+            fwd_gflop_dense_mlp: gflop(f.dense_mlp),
+            fwd_gflop_router: gflop(f.router),
+            fwd_gflop_routed_experts: gflop(f.routed_experts),
+            fwd_gflop_shared_experts: gflop(f.shared_experts),
+            fwd_gflop_head: gflop(f.head),
+            train_gflop_per_token: gflop(3.0 * f.total()),
             not_simulated: m.check_simulated(m.seq_len).err(),
         })
         .collect()
+}
+
+/// FLOPs in GFLOP, 3 decimals.
+fn gflop(flops: f64) -> f64 {
+    (flops / 1e6).round() / 1e3
 }
 
 /// `n` in billions, 3 decimals.
@@ -210,12 +246,10 @@ fn billions(n: u64) -> f64 {
 
 /// The experts column: `8 top-2`, `256+1 top-8` (routed + shared), `-`.
 fn experts_cell(r: &ModelRow) -> String {
-    match &r.experts {
-        None => "-".into(),
-        Some(m) if m.shared_experts > 0 => {
-            format!("{}+{} top-{}", m.experts, m.shared_experts, m.top_k)
-        }
-        Some(m) => format!("{} top-{}", m.experts, m.top_k),
+    match (r.experts, r.shared_experts) {
+        (0, _) => "-".into(),
+        (e, 0) => format!("{e} top-{}", r.top_k),
+        (e, s) => format!("{e}+{s} top-{}", r.top_k),
     }
 }
 

@@ -31,6 +31,29 @@ fn list_names_every_catalog_entry_with_its_numbers() {
     assert_eq!(public["seq_len"], 4096);
     assert_eq!(public["params"], 6_738_415_616u64);
     assert_eq!(find("deepspeedllamav2_7b")["vocab"], 49152);
+    // A mixture of experts: total and active counts, FLOPs by part, and
+    // why the simulator does not price the ones it does not.
+    let mixtral = find("mixtral-8x7b");
+    assert_eq!(
+        (mixtral["experts"].as_u64(), mixtral["top_k"].as_u64()),
+        (Some(8), Some(2))
+    );
+    assert!(mixtral["active_params"].as_u64() < mixtral["params"].as_u64());
+    assert!(mixtral["fwd_gflop_routed_experts"].as_f64().unwrap() > 20.0);
+    assert!(mixtral["not_simulated"].is_null());
+    let v3 = find("deepseek-v3");
+    assert!(v3["not_simulated"]
+        .as_str()
+        .unwrap()
+        .contains("latent attention"));
+    // Every row in CSV, with the same columns.
+    let o = run(&["list", "models", "--format", "csv"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let widths: Vec<usize> = o.stdout.lines().map(|l| csv_fields(l)).collect();
+    assert!(
+        widths.len() > 30 && widths.iter().all(|&w| w == widths[0]),
+        "{widths:?}"
+    );
     let o = run(&["list", "gpus", "--format", "csv"]);
     assert!(
         o.stdout.starts_with("name,aliases,arch,mem_gib"),
@@ -43,6 +66,20 @@ fn list_names_every_catalog_entry_with_its_numbers() {
     }
     let o = run(&["list", "strategies"]);
     assert!(o.stdout.contains("--sharding") && o.stdout.contains("hybrid"));
+}
+
+/// Fields of one CSV line (commas outside double quotes, plus one).
+fn csv_fields(line: &str) -> usize {
+    let mut quoted = false;
+    1 + line
+        .chars()
+        .filter(|&c| {
+            if c == '"' {
+                quoted = !quoted;
+            }
+            c == ',' && !quoted
+        })
+        .count()
 }
 
 #[test]
