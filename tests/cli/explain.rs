@@ -49,7 +49,7 @@ fn list_names_every_catalog_entry_with_its_numbers() {
     // Every row in CSV, with the same columns.
     let o = run(&["list", "models", "--format", "csv"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let widths: Vec<usize> = o.stdout.lines().map(|l| csv_fields(l)).collect();
+    let widths: Vec<usize> = o.stdout.lines().map(csv_fields).collect();
     assert!(
         widths.len() > 30 && widths.iter().all(|&w| w == widths[0]),
         "{widths:?}"
