@@ -561,14 +561,17 @@ fn linear_layers(model: &ModelSpec, t: f64, fused_qkv: bool, sp: bool) -> Vec<Li
     );
     let mut v = Vec::new();
     if model.family.is_llama_like() {
+        // In the order the pricing sums them (the calibration's): the
+        // input projections (attention, then the MLPs'), then the output
+        // projections (attention, then the MLPs').
         if fused_qkv {
             v.push(dense((q + 2.0 * kv) / t, h));
         } else {
             v.extend([dense(q / t, h), dense(kv / t, h), dense(kv / t, h)]);
         }
-        v.push(dense(h, q / t));
+        let mut outs = vec![dense(h, q / t)];
         match model.uniform_moe() {
-            None => mlp(&mut v, h, f, t, fused_qkv, 1.0, 1.0),
+            None => mlp(&mut v, &mut outs, h, f, t, fused_qkv, (1.0, 1.0)),
             Some(m) => {
                 let rows = if sp { 1.0 / t } else { 1.0 };
                 v.push(LinearGemm {
@@ -576,13 +579,22 @@ fn linear_layers(model: &ModelSpec, t: f64, fused_qkv: bool, sp: bool) -> Vec<Li
                     ..dense(m.experts as f64, h)
                 });
                 let (e, k) = (m.experts as f64, m.top_k as f64 * m.padding());
-                mlp(&mut v, h, m.expert_ffn as f64, t, fused_qkv, k / e, e);
+                mlp(
+                    &mut v,
+                    &mut outs,
+                    h,
+                    m.expert_ffn as f64,
+                    t,
+                    fused_qkv,
+                    (k / e, e),
+                );
                 if m.shared_experts > 0 {
                     let fs = (m.shared_experts * m.shared_expert_ffn) as f64;
-                    mlp(&mut v, h, fs, t, fused_qkv, 1.0, 1.0);
+                    mlp(&mut v, &mut outs, h, fs, t, fused_qkv, (1.0, 1.0));
                 }
             }
         }
+        v.extend(outs);
     } else {
         v.push(dense((h + 2.0 * kv) / t, h));
         v.push(dense(h, h / t));
@@ -593,15 +605,25 @@ fn linear_layers(model: &ModelSpec, t: f64, fused_qkv: bool, sp: bool) -> Vec<Li
 }
 
 /// A SwiGLU MLP of width `f` run as `count` copies on `rows` of the
-/// tokens: gate and up (fused into one GEMM, or two), then down.
-fn mlp(v: &mut Vec<LinearGemm>, h: f64, f: f64, t: f64, fused: bool, rows: f64, count: f64) {
+/// tokens (`copies = (rows, count)`): gate and up (fused into one GEMM, or
+/// two) into `ins`, down into `outs`.
+fn mlp(
+    ins: &mut Vec<LinearGemm>,
+    outs: &mut Vec<LinearGemm>,
+    h: f64,
+    f: f64,
+    t: f64,
+    fused: bool,
+    copies: (f64, f64),
+) {
+    let (rows, count) = copies;
     let at = |n: f64, k: f64| LinearGemm { rows, n, k, count };
     if fused {
-        v.push(at(2.0 * f / t, h));
+        ins.push(at(2.0 * f / t, h));
     } else {
-        v.extend([at(f / t, h), at(f / t, h)]);
+        ins.extend([at(f / t, h), at(f / t, h)]);
     }
-    v.push(at(h, f / t));
+    outs.push(at(h, f / t));
 }
 
 impl BlockWork {
