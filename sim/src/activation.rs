@@ -85,7 +85,7 @@
 //! With experts in every block, `f` is the width a token runs through
 //! (`k f_e + E_s f_s`: the `k` routed experts' SwiGLU tensors are each
 //! token's `k` copies), and every policy but full recompute also keeps
-//! [`routing_bytes`].
+//! [`ModelSpec::routing_bytes_per_token`].
 //!
 //! These analytic sizes are anchored to the measured (or calibrated)
 //! non-state memory of the reference configuration in `crate::cost`.
@@ -137,7 +137,7 @@ impl BlockActivations {
             model.heads as f64,
             model.vocab as f64,
         );
-        let routing = routing_bytes(model, e) * s;
+        let routing = model.routing_bytes_per_token(e) * s;
         // Query / attention-output width (`h` unless the model sets its
         // head width).
         let q = model.q_dim() as f64;
@@ -272,15 +272,6 @@ impl BlockActivations {
         let block = (l + 1.0) * c + self.saved_none + self.grad_work;
         head.max(block)
     }
-}
-
-/// Bytes per token an expert block keeps beyond a dense MLP of the width
-/// a token runs through ([`crate::experts::Moe::routing_bytes_per_token`]);
-/// zero for a dense model.
-pub fn routing_bytes(model: &ModelSpec, e: f64) -> f64 {
-    model
-        .uniform_moe()
-        .map_or(0.0, |m| m.routing_bytes_per_token(model.hidden, e))
 }
 
 /// The share of a block's linear matmul FLOPs (projections and MLP, not

@@ -18,6 +18,7 @@
 //! Biases inside experts or on the router (GPT-OSS has both) are not
 //! counted: under 0.01% of any catalogued model.
 
+use crate::limits::MAX_EXPERTS;
 use serde::{Deserialize, Serialize};
 
 /// A set of a model's blocks, as catalogs name it: `all`, `every:K`
@@ -280,11 +281,15 @@ impl Moe {
             ));
         }
         if let Some(cf) = self.capacity_factor {
-            if !(cf.is_finite() && (MIN_CAPACITY_FACTOR..=self.experts as f64).contains(&cf)) {
+            let range = &crate::physical::CAPACITY_FACTOR;
+            if !range.contains(cf) {
+                return Err(bad("capacity_factor", range.expected(cf)));
+            }
+            if cf > self.experts as f64 {
                 return Err(bad(
                     "capacity_factor",
                     format!(
-                        "expected a factor in [{MIN_CAPACITY_FACTOR}, {}] (above E every token fits anyway), got {cf}",
+                        "a factor of {} (the expert count) already takes every token, got {cf}",
                         self.experts
                     ),
                 ));
@@ -293,14 +298,6 @@ impl Moe {
         Ok(())
     }
 }
-
-/// The most routed experts a model may declare: 4x the largest released
-/// model's count (Kimi K2: 384), so a typo is refused, not priced.
-pub const MAX_EXPERTS: u32 = 1536;
-
-/// The smallest capacity factor accepted: below 0.1 nine tokens in ten are
-/// dropped, which no training recipe runs (Switch Transformer used 1.0-2.0).
-pub const MIN_CAPACITY_FACTOR: f64 = 0.1;
 
 #[cfg(test)]
 mod tests {

@@ -21,6 +21,10 @@ pub const MAX_GPUS: usize = 1 << 17;
 /// announced NVLink domain (Rubin Ultra NVL576); DGX/HGX nodes hold 8.
 pub const MAX_GPUS_PER_NODE: usize = 576;
 
+/// Most routed experts a model may declare: 1,536, 4x the largest released
+/// model's count (Kimi K2: 384), so a typo is refused, not priced.
+pub const MAX_EXPERTS: u32 = 1536;
+
 /// Largest global batch, samples per iteration: 2^24 (16.8M). With 4,096
 /// tokens per sample that is 69 billion tokens per step, 20x the largest
 /// published LLM batches (Llama 3 405B: 16M tokens, DeepSeek-V3: 15,360

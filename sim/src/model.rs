@@ -875,7 +875,7 @@ impl ModelSpec {
     }
 
     /// Parameters of every block: dense blocks at
-    /// [`ModelSpec::params_per_block`], expert blocks at
+    /// [`ModelSpec::dense_block_params`], expert blocks at
     /// [`ModelSpec::moe_block_params`].
     pub fn blocks_params(&self) -> u64 {
         let moe = self.moe_blocks() as u64;
@@ -962,12 +962,13 @@ impl ModelSpec {
         let s = self.tokens_per_sample(seq_len) as f64;
         let layers = self.layers as f64;
         let moe = self.moe_blocks() as f64;
-        let windowed = match self.sliding_window {
-            Some(w) => self.sliding_layers.count(self.layers) as f64 * (w as f64).min(s),
-            None => 0.0,
-        };
-        let full = match self.sliding_window {
-            Some(_) => (self.layers - self.sliding_layers.count(self.layers)) as f64 * s,
+        // Keys per query summed over the blocks: the windowed blocks see
+        // at most the window, the others the whole sample.
+        let keys = match self.sliding_window {
+            Some(w) => {
+                let windowed = self.sliding_layers.count(self.layers);
+                windowed as f64 * (w as f64).min(s) + (self.layers - windowed) as f64 * s
+            }
             None => layers * s,
         };
         let per_pair = match &self.mla {
@@ -985,7 +986,7 @@ impl ModelSpec {
         let head = self.head_flops_fwd(seq_len) / s.max(1.0);
         TokenFlops {
             attention_proj: 2.0 * layers * self.attention_matmul_params() as f64,
-            attention_core: per_pair * (full + windowed),
+            attention_core: per_pair * keys,
             dense_mlp: 2.0 * (layers - moe) * self.dense_mlp_params() as f64,
             router,
             routed_experts: routed,
@@ -1054,8 +1055,24 @@ impl ModelSpec {
     /// (grouped-query attention shares K/V but not these FLOPs).
     pub fn block_flops_fwd(&self, seq_len: u32) -> f64 {
         let s = self.tokens_per_sample(seq_len) as f64;
-        let q = self.q_dim() as f64;
-        2.0 * self.block_active_matmul_params() as f64 * s + 4.0 * s * s * q
+        2.0 * self.block_active_matmul_params() as f64 * s + self.score_flops_fwd(seq_len)
+    }
+
+    /// FLOPs of one block's attention scores `QK^T` and weighted values
+    /// `AV` for ONE sample of `seq_len` tokens, over all heads, without
+    /// the causal mask: `4 * s^2 * q_dim` (a causal kernel skips half).
+    pub fn score_flops_fwd(&self, seq_len: u32) -> f64 {
+        let s = self.tokens_per_sample(seq_len) as f64;
+        4.0 * s * s * self.q_dim() as f64
+    }
+
+    /// Bytes per token one block keeps for its backward beyond a dense MLP
+    /// of the width a token runs through: the routing of experts in every
+    /// block ([`Moe::routing_bytes_per_token`], `e` bytes per element);
+    /// zero otherwise.
+    pub fn routing_bytes_per_token(&self, e: f64) -> f64 {
+        self.uniform_moe()
+            .map_or(0.0, |m| m.routing_bytes_per_token(self.hidden, e))
     }
 
     /// FLOPs of one block backward for one sample: 2x forward (gradients
@@ -1260,11 +1277,10 @@ impl ModelSpec {
         let scores = a * s * s;
         if self.family.is_llama_like() {
             let cast = if e < 4.0 { e } else { 0.0 };
-            let routing = self
-                .uniform_moe()
-                .map_or(0.0, |m| m.routing_bytes_per_token(self.hidden, e));
             let q = self.q_dim() as f64;
-            e * s * (4.0 * h + 4.0 * q + 4.0 * f) + scores * (4.0 + cast) + routing * s
+            e * s * (4.0 * h + 4.0 * q + 4.0 * f)
+                + scores * (4.0 + cast)
+                + self.routing_bytes_per_token(e) * s
         } else if self.family.has_dropout() {
             e * (s * (6.0 * h + 2.0 * kv + 2.0 * f) + 2.0 * scores) + (2.0 * s * h + scores)
         } else {

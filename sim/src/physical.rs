@@ -30,6 +30,16 @@ impl Range {
         v.is_finite() && (v > self.lo || (self.lo_inclusive && v == self.lo)) && v <= self.hi
     }
 
+    /// What an error says of `v` outside the range: the range, why, and
+    /// `v`.
+    pub fn expected(&self, v: f64) -> String {
+        format!(
+            "expected a value in {} ({}), got {v}",
+            self.describe(),
+            self.why
+        )
+    }
+
     /// The range as printed: `(0, 1e7] ms`.
     pub fn describe(&self) -> String {
         format!(
@@ -145,6 +155,19 @@ pub const LATENCY_US: Range = Range {
     why: "a hop between GPUs takes under a second",
 };
 
+/// An expert capacity factor (tokens an expert takes, per routed copy it
+/// would get under balanced routing): 0.1 (nine copies in ten dropped,
+/// which no recipe runs; Switch Transformer used 1.0-2.0, GShard 2.0) to
+/// [`crate::limits::MAX_EXPERTS`] (a factor of `E` already takes every
+/// token; [`crate::experts::Moe::check`] holds it to the model's `E`).
+pub const CAPACITY_FACTOR: Range = Range {
+    lo: 0.1,
+    lo_inclusive: true,
+    hi: crate::limits::MAX_EXPERTS as f64,
+    unit: "(factor)",
+    why: "below 0.1 nearly every token is dropped; a factor of E takes every token",
+};
+
 /// Bus bandwidth a measured collective may imply, GB/s (nccl-tests'
 /// busbw): at most 10^4, above any fabric (see [`LINK_GBPS`]).
 pub const BUS_GBPS_MAX: f64 = 1e4;
@@ -194,15 +217,7 @@ pub fn check(origin: &str, field: &str, v: f64, range: &Range) -> Result<f64, Sp
     if range.contains(v) {
         Ok(v)
     } else {
-        Err(SpecError::invalid(
-            origin,
-            field,
-            format!(
-                "expected a value in {} ({}), got {v}",
-                range.describe(),
-                range.why
-            ),
-        ))
+        Err(SpecError::invalid(origin, field, range.expected(v)))
     }
 }
 

@@ -58,14 +58,13 @@ fn graph_of(
 pub fn recompute_flops(costs: &CostModel, plan: &Plan) -> f64 {
     let w = &costs.workload;
     let s = plan.strategy;
-    let seq = w.model.tokens_per_sample(w.seq_len) as f64;
     let causal = w.model.family.is_causal();
     let per_sample: f64 = (1..=w.model.layers)
         .map(|b| match s.checkpointing.block(b) {
             Recompute::None => 0.0,
             Recompute::Full => w.model.block_flops_fwd(w.seq_len),
             Recompute::Selective => {
-                let score = 4.0 * seq * seq * w.model.q_dim() as f64;
+                let score = w.model.score_flops_fwd(w.seq_len);
                 let linear = w.model.block_flops_fwd(w.seq_len) - score;
                 let eager_score = match s.attention {
                     Attention::Eager => score,

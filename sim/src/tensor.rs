@@ -178,8 +178,7 @@ pub fn gemm_shares(model: &ModelSpec, seq_len: u32) -> GemmShares {
     let s = model.tokens_per_sample(seq_len) as f64;
     let gemm = Linear::ALL.map(|l| 2.0 * l.params(model) * s);
     let linear: f64 = gemm.iter().sum();
-    let score =
-        4.0 * s * s * model.q_dim() as f64 * if model.family.is_causal() { 0.5 } else { 1.0 };
+    let score = model.score_flops_fwd(seq_len) * if model.family.is_causal() { 0.5 } else { 1.0 };
     GemmShares {
         fwd: gemm.map(|g| g / (linear + score)),
         bwd: gemm.map(|g| g / (2.0 * linear + 2.0 * score)),
@@ -275,11 +274,7 @@ impl TensorParallel {
                 model.name
             ));
         }
-        for (what, n) in [
-            ("attention heads", model.heads),
-            ("key/value heads", model.kv_heads),
-            ("MLP width", mlp_split_width(model)),
-        ] {
+        for (what, n) in split_widths(model) {
             if n % degree != 0 {
                 return bad(format!(
                     "TP degree {degree} does not divide the {what} of {} ({n}): every rank needs an equal share (Megatron asserts it); use one of {}",
@@ -571,32 +566,31 @@ pub fn degrees(model: &ModelSpec) -> Vec<u32> {
         // Tensor parallelism is modelled for language models only.
         return vec![1];
     }
+    let widths = split_widths(model);
     (1..=MAX_TP)
-        .filter(|&t| {
-            model.heads.is_multiple_of(t)
-                && model.kv_heads.is_multiple_of(t)
-                && mlp_split_width(model).is_multiple_of(t)
-        })
+        .filter(|&t| widths.iter().all(|(_, n)| n.is_multiple_of(t)))
         .collect()
 }
 
-/// The MLP width tensor parallelism splits: `ffn`, or with experts in
-/// every block the greatest common divisor of the expert width and the
-/// shared experts' (expert-tensor parallelism = TP splits each).
-fn mlp_split_width(model: &ModelSpec) -> u32 {
+/// What tensor parallelism splits, each of which every TP degree must
+/// divide: the query and key/value heads, and the MLP width, or with
+/// experts in every block each expert's width and the shared experts'
+/// (expert-tensor parallelism = TP splits each).
+fn split_widths(model: &ModelSpec) -> Vec<(&'static str, u32)> {
+    let mut v = vec![
+        ("attention heads", model.heads),
+        ("key/value heads", model.kv_heads),
+    ];
     match model.uniform_moe() {
-        Some(m) if m.shared_experts > 0 => gcd(m.expert_ffn, m.shared_expert_ffn),
-        Some(m) => m.expert_ffn,
-        None => model.ffn,
+        Some(m) => {
+            v.push(("expert width", m.expert_ffn));
+            if m.shared_experts > 0 {
+                v.push(("shared expert width", m.shared_expert_ffn));
+            }
+        }
+        None => v.push(("MLP width", model.ffn)),
     }
-}
-
-fn gcd(a: u32, b: u32) -> u32 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
+    v
 }
 
 /// The share of a block's backward compute in each of its two GEMM
@@ -608,8 +602,7 @@ fn gcd(a: u32, b: u32) -> u32 {
 pub fn weight_grad_share(model: &ModelSpec, seq_len: u32) -> f64 {
     let s = model.tokens_per_sample(seq_len) as f64;
     let linear = 2.0 * model.block_active_matmul_params() as f64 * s;
-    let score =
-        4.0 * s * s * model.q_dim() as f64 * if model.family.is_causal() { 0.5 } else { 1.0 };
+    let score = model.score_flops_fwd(seq_len) * if model.family.is_causal() { 0.5 } else { 1.0 };
     linear / (2.0 * linear + 2.0 * score)
 }
 

@@ -32,7 +32,7 @@ pub struct ActivationModel {
     pub replicated: [BlockActivations; 2],
     /// Of each kept size, the bytes per sample every TP rank keeps whole,
     /// with or without sequence parallelism: the routing of experts in
-    /// every block ([`crate::activation::routing_bytes`]: the dispatcher
+    /// every block ([`crate::model::ModelSpec::routing_bytes_per_token`]: the dispatcher
     /// gathers the tokens over TP, and every rank runs its slice of every
     /// expert on all `k` copies). Zero for a dense model.
     pub whole_per_sample: f64,
@@ -381,8 +381,8 @@ pub(crate) fn activation_memory(
     };
     activations.replicated =
         [false, true].map(|fused| crate::tensor::replicated_activations(model, seq, dtype, fused));
-    activations.whole_per_sample = crate::activation::routing_bytes(model, dtype.bytes())
-        * model.tokens_per_sample(seq) as f64;
+    activations.whole_per_sample =
+        model.routing_bytes_per_token(dtype.bytes()) * model.tokens_per_sample(seq) as f64;
     Ok((act, activations))
 }
 

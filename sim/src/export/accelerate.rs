@@ -32,7 +32,7 @@ pub fn sharding_strategy(s: Sharding) -> Option<&'static str> {
 impl Target for Accelerate {
     fn experts(&self, m: &crate::experts::Moe, model: &str) -> String {
         format!(
-            "{model}'s {} experts (top-{}) run as its Hugging Face model class builds them (a loop over the experts in each block): dropless (no capacity factor), every rank holding a slice of every expert as the simulation runs them (no expert parallelism)",
+            "{model}'s {} experts (top-{}) run as its Hugging Face model class builds them (a loop over the experts in each block)",
             m.experts, m.top_k
         )
     }

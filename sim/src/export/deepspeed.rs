@@ -43,10 +43,14 @@ fn dtype_key(d: NumFormat) -> &'static str {
 impl Target for DeepSpeed {
     fn experts(&self, m: &crate::experts::Moe, model: &str) -> String {
         format!(
-            "{model}'s experts are built in code, not in the JSON: `deepspeed.moe.layer.MoE(hidden_size, expert=<SwiGLU of width {}>, num_experts={}, ep_size=1, k={}, drop_tokens=False)`{}: dropless (no capacity factor), every rank holding a slice of every expert as the simulation runs them (no expert parallelism)",
+            "{model}'s experts are built in code, not in the JSON: `deepspeed.moe.layer.MoE(hidden_size, expert=<SwiGLU of width {}>, num_experts={}, ep_size=1, k={}, {})`{}",
             m.expert_ffn,
             m.experts,
             m.top_k,
+            match m.capacity_factor {
+                Some(cf) => format!("capacity_factor={cf}, drop_tokens=True"),
+                None => "drop_tokens=False".to_string(),
+            },
             if m.shared_experts > 0 {
                 format!(" plus {} shared expert(s) as a dense MLP beside it", m.shared_experts)
             } else {

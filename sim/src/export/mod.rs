@@ -85,7 +85,14 @@ pub fn export(
     }
     let mut notes = lost(plan);
     if let Some(m) = w.model.uniform_moe() {
-        notes.push(target.experts(m, &w.model.name));
+        let capacity = match m.capacity_factor {
+            Some(cf) => format!("capacity factor {cf}, every expert padded to it"),
+            None => "dropless (no capacity factor)".to_string(),
+        };
+        notes.push(format!(
+            "{}: {capacity}, every rank holding a slice of every expert as the simulation runs them (no expert parallelism)",
+            target.experts(m, &w.model.name)
+        ));
     }
     let (mut strategy, mut snotes) = target.strategy(&plan.strategy);
     if strategy.sharding != Sharding::Hybrid {

@@ -28,8 +28,9 @@ pub trait Target: Sync {
     fn pipeline(&self, _p: &mut Pipeline) -> Vec<String> {
         Vec::new()
     }
-    /// How it builds the experts of `m` (model `model`) without expert
-    /// parallelism, as the simulation runs them: one note.
+    /// How it builds the experts of `m` (model `model`): the start of a
+    /// note that [`super::export`] ends with what the simulation assumed
+    /// (capacity, no expert parallelism).
     fn experts(&self, m: &crate::experts::Moe, model: &str) -> String;
     /// The config text of `e.shape`, with `e`'s notes and figures as
     /// comments (or, for JSON, a `_cephalo` object).

@@ -66,7 +66,7 @@ fn dtype_name(d: NumFormat) -> &'static str {
 impl Target for Torchtitan {
     fn experts(&self, m: &crate::experts::Moe, model: &str) -> String {
         format!(
-            "{model}'s {} experts (top-{}{}) run as torchtitan's MoE (`GroupedExperts` with `TokenChoiceTopKRouter`, the deepseek_v3 / qwen3 / llama4 model families): register its args with num_experts = {}, top_k = {}, the expert width {}; expert_parallel_degree = 1 is written: dropless (no capacity factor), every rank holding a slice of every expert as the simulation runs them (no expert parallelism)",
+            "{model}'s {} experts (top-{}{}) run as torchtitan's MoE (`GroupedExperts` with `TokenChoiceTopKRouter`, the deepseek_v3 / qwen3 / llama4 model families): register its args with num_experts = {}, top_k = {}, the expert width {}; expert_parallel_degree = 1 is written",
             m.experts,
             m.top_k,
             shared_words(m),
