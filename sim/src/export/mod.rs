@@ -84,16 +84,7 @@ pub fn export(
         ));
     }
     let mut notes = lost(plan);
-    if let Some(m) = w.model.uniform_moe() {
-        let capacity = match m.capacity_factor {
-            Some(cf) => format!("capacity factor {cf}, every expert padded to it"),
-            None => "dropless (no capacity factor)".to_string(),
-        };
-        notes.push(format!(
-            "{}: {capacity}, every rank holding a slice of every expert as the simulation runs them (no expert parallelism)",
-            target.experts(m, &w.model.name)
-        ));
-    }
+    notes.extend(experts_note(target, &w.model));
     let (mut strategy, mut snotes) = target.strategy(&plan.strategy);
     if strategy.sharding != Sharding::Hybrid {
         // Without hybrid sharding the shard group is every GPU.
@@ -159,6 +150,21 @@ pub fn export(
     };
     e.config = target.render(&e);
     Ok(e)
+}
+
+/// How `target` builds the model's experts, ended with what the
+/// simulation assumed (capacity, no expert parallelism); `None` without
+/// experts in every block.
+fn experts_note(target: &dyn Target, model: &crate::model::ModelSpec) -> Option<String> {
+    let m = model.uniform_moe()?;
+    let capacity = match m.capacity_factor {
+        Some(cf) => format!("capacity factor {cf}, every expert padded to it"),
+        None => "dropless (no capacity factor)".to_string(),
+    };
+    Some(format!(
+        "{}: {capacity}, every rank holding a slice of every expert as the simulation runs them (no expert parallelism)",
+        target.experts(m, &model.name)
+    ))
 }
 
 /// How an accumulation style reads in a note.
