@@ -98,6 +98,7 @@ pub fn validate_pipeline(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Res
         &plan.strategy,
         "plan",
     )?;
+    crate::expert_parallel::check(pipe, &w.model, &plan.strategy, "plan")?;
     check_tensor_groups(costs, pipe)
 }
 

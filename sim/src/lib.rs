@@ -22,6 +22,7 @@ pub mod data_parallel;
 pub mod engine;
 pub mod error;
 pub mod experiment;
+pub mod expert_parallel;
 pub mod experts;
 pub mod export;
 pub mod fast;

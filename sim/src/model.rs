@@ -784,6 +784,14 @@ impl ModelSpec {
             .filter(|m| m.layers == LayerSet::All && !m.is_identity())
     }
 
+    /// Weights of one block's routed experts, when every block has experts
+    /// ([`ModelSpec::uniform_moe`]): `E 3 h f_e` (0 otherwise). What expert
+    /// parallelism splits.
+    pub fn routed_expert_params(&self) -> u64 {
+        self.uniform_moe()
+            .map_or(0, |m| m.experts as u64 * m.expert_params(self.hidden))
+    }
+
     /// Weights of one block that sit in the split matmuls (no biases, no
     /// norms, no router): [`ModelSpec::attention_matmul_params`] plus the
     /// dense MLP, or every routed and shared expert when every block has

@@ -73,6 +73,13 @@ pub struct TensorParallel {
     /// TP communication overlapped with the GEMMs of both passes
     /// (Megatron's `--tp-comm-overlap`, torchtitan's async TP).
     pub comm_overlap: bool,
+    /// Expert parallelism `e` (1: none): each MoE block's routed experts
+    /// split over `e` data-parallel replicas (Megatron-Core's
+    /// `--expert-model-parallel-size`, torchtitan's
+    /// `expert_parallel_degree`), tokens dispatched to them by all-to-all
+    /// ([`crate::expert_parallel`]); each expert split over the TP group
+    /// (expert-tensor parallelism = TP, Megatron's default).
+    pub experts: u32,
 }
 
 /// Which pass a TP collective belongs to.
@@ -234,6 +241,7 @@ impl TensorParallel {
         degree: 1,
         sequence_parallel: false,
         comm_overlap: false,
+        experts: 1,
     };
 
     /// `degree` ranks, with or without SP, Megatron's default overlap.
@@ -242,12 +250,28 @@ impl TensorParallel {
             degree: degree.max(1),
             sequence_parallel: sequence_parallel && degree > 1,
             comm_overlap: false,
+            experts: 1,
+        }
+    }
+
+    /// The same split with the routed experts over `e` replicas (expert
+    /// parallelism).
+    pub fn with_experts(self, e: u32) -> TensorParallel {
+        TensorParallel {
+            experts: e.max(1),
+            ..self
         }
     }
 
     /// Whether blocks are split (`t > 1`).
     pub fn is_on(&self) -> bool {
         self.degree > 1
+    }
+
+    /// Whether a block communicates inside its model-parallel groups: TP
+    /// (`t > 1`) or expert parallelism (`e > 1`).
+    pub fn communicates(&self) -> bool {
+        self.degree > 1 || self.experts > 1
     }
 
     /// Checks the degree against `model` (Megatron's asserts): 1..=[`MAX_TP`],
@@ -292,8 +316,9 @@ impl TensorParallel {
     pub fn block_params(&self, model: &ModelSpec) -> f64 {
         let t = self.degree as f64;
         let (h, kv, f) = (model.hidden as f64, model.kv_dim() as f64, model.ffn as f64);
-        let matmul = model.block_matmul_params() as f64;
-        let rest = model.params_per_block() as f64 - matmul;
+        let routed = model.routed_expert_params() as f64;
+        let matmul = model.block_matmul_params() as f64 - routed;
+        let rest = model.params_per_block() as f64 - matmul - routed;
         // GPT / BERT biases: QKV (h + 2kv) and fc1 (f) column-parallel,
         // out-projection and fc2 (h each) replicated, as are the norms.
         let column_biases = if model.family.is_llama_like() {
@@ -301,7 +326,15 @@ impl TensorParallel {
         } else {
             h + 2.0 * kv + f
         };
-        (matmul + column_biases) / t + (rest - column_biases)
+        (matmul + column_biases) / t + (rest - column_biases) + self.expert_block_params(model)
+    }
+
+    /// Parameters one rank holds of one block's routed experts: `E / e`
+    /// experts, each split over `t` (0 for a model without experts in
+    /// every block). What the expert-data-parallel group reduces
+    /// ([`crate::expert_parallel`]).
+    pub fn expert_block_params(&self, model: &ModelSpec) -> f64 {
+        model.routed_expert_params() as f64 / (self.degree.max(1) * self.experts.max(1)) as f64
     }
 
     /// Parameters one rank holds of the embedding: the word table over `t`

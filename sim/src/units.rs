@@ -45,6 +45,13 @@ impl std::ops::Add for SimTime {
     }
 }
 
+impl std::ops::AddAssign for SimTime {
+    /// Saturates as [`SimTime`]'s `+` does.
+    fn add_assign(&mut self, rhs: SimTime) {
+        *self = *self + rhs;
+    }
+}
+
 impl std::ops::Sub for SimTime {
     type Output = SimTime;
     fn sub(self, rhs: SimTime) -> SimTime {

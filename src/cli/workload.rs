@@ -484,6 +484,14 @@ pub struct ShapeArgs {
     /// `Et*3|(t*4|)*14,t*2L`).
     #[arg(long, help_heading = SHAPE)]
     pub pipeline_layout: Option<String>,
+    /// Expert-parallel degree for a mixture-of-experts model (Megatron's
+    /// `--expert-model-parallel-size`, torchtitan's
+    /// `expert_parallel_degree`): each block's routed experts split over
+    /// this many data-parallel replicas, tokens dispatched by all-to-all;
+    /// must divide the experts and DP. Each expert stays split over its TP
+    /// group (expert-TP = TP).
+    #[arg(long, help_heading = SHAPE)]
+    pub ep: Option<u32>,
 }
 
 impl ShapeArgs {
@@ -494,7 +502,7 @@ impl ShapeArgs {
         // (Commas in a layout are cosmetic, as Megatron reads it; the pin
         // parser splits pairs at them.)
         let layout = self.pipeline_layout.as_ref().map(|l| l.replace(',', ""));
-        let flags: [(&str, &str, Option<String>); 15] = [
+        let flags: [(&str, &str, Option<String>); 16] = [
             ("--tp", "tp", num(self.tp)),
             ("--pp", "pp", num(self.pp)),
             ("--pp-schedule", "schedule", self.pp_schedule.clone()),
@@ -550,6 +558,7 @@ impl ShapeArgs {
                 self.embedding_loss_in_split.clone(),
             ),
             ("--pipeline-layout", "pipeline_layout", layout),
+            ("--ep", "ep", num(self.ep)),
         ];
         let mut pins = sim::plan::shape::ShapePins::default();
         for (flag, name, value) in flags {

@@ -76,12 +76,11 @@ use crate::units::SimTime;
 /// `reduce_dtype` it accumulates; FSDP / HSDP at one stage only the state
 /// over `d` (its units come and go, [`crate::pipeline::reshard`]).
 pub fn base_device_bytes(costs: &CostModel, plan: &Plan, pipe: &Pipeline, s: usize) -> i64 {
-    let params = pipe.rank_params(s, &costs.workload.model);
+    let held = pipe.rank_held(s, &costs.workload.model, &plan.strategy);
     round(crate::pipeline::state_bytes(
         costs,
         &plan.strategy,
-        params,
-        pipe.stages[s].shard_width(&plan.strategy),
+        held,
         pipe.reshards_after_forward(&plan.strategy),
     ))
 }
@@ -172,6 +171,8 @@ struct Labels {
     param_gather: OpLabel,
     tp_fwd: OpLabel,
     tp_bwd: OpLabel,
+    ep_fwd: OpLabel,
+    ep_bwd: OpLabel,
     wgrad: OpLabel,
     unit_gather: OpLabel,
     unit_reduce: OpLabel,
@@ -198,6 +199,8 @@ impl Labels {
             param_gather: g.label(Category::AllGather, "stage_param_gather"),
             tp_fwd: g.label(Category::AllReduce, "tp_forward"),
             tp_bwd: g.label(Category::AllReduce, "tp_backward"),
+            ep_fwd: g.label(Category::AllToAll, "ep_dispatch_combine"),
+            ep_bwd: g.label(Category::AllToAll, "ep_dispatch_combine_backward"),
             wgrad: g.label(Category::Backward, "bwd_weight"),
             unit_gather: g.label(Category::AllGather, "all_gather"),
             unit_reduce: g.label(Category::ReduceScatter, "reduce_scatter"),
@@ -622,17 +625,17 @@ impl<'a, S: Sink> Walk<'a, S> {
 
     /// One step of a slice on its TP group: per TP rank `i` a compute op
     /// of `time(i)` after `deps[i]` (only when `first`) with `mems(i)`,
-    /// then the group's exposed TP communication `comm` on the compute
-    /// streams (a collective of the group, absent when zero or `t = 1`).
-    /// Per rank the op the next step follows.
+    /// then each of the group's exposed model-parallel communications
+    /// `comms` (TP, then EP's exchanges) on the compute streams (a
+    /// collective of the group each, absent when zero or for one GPU). Per
+    /// rank the op the next step follows.
     #[allow(clippy::too_many_arguments)]
     fn step(
         &mut self,
         x: &Slice,
         deps: &[Vec<OpId>],
         label: OpLabel,
-        comm: SimTime,
-        comm_label: OpLabel,
+        comms: &[(SimTime, OpLabel)],
         time: impl Fn(&Micro) -> SimTime,
         mems: impl Fn(u32, &Micro) -> [MemChange; 2],
     ) -> Vec<OpId> {
@@ -642,11 +645,22 @@ impl<'a, S: Sink> Walk<'a, S> {
             let m = mems(rank, &x.mc[i]);
             done.push(self.compute(rank, time(&x.mc[i]), d, label, &m));
         }
-        if let Some(id) = super::model_parallel::exposed(self.g, &x.ranks, comm, comm_label) {
-            for &r in &x.ranks {
-                self.last_compute[r as usize] = Some(id);
+        for &(comm, comm_label) in comms {
+            let id = if x.ranks.len() > 1 {
+                super::model_parallel::exposed(self.g, &x.ranks, comm, comm_label)
+            } else {
+                // (EP exchanges of a replica of one GPU: an op of its own.)
+                (comm > SimTime::ZERO).then(|| {
+                    let r = x.ranks[0];
+                    self.g.op(r, Stream::Compute, comm, &done, comm_label, &[])
+                })
+            };
+            if let Some(id) = id {
+                for &r in &x.ranks {
+                    self.last_compute[r as usize] = Some(id);
+                }
+                done.iter_mut().for_each(|d| *d = id);
             }
-            done.iter_mut().for_each(|d| *d = id);
         }
         done
     }
@@ -748,8 +762,7 @@ impl<'a, S: Sink> Walk<'a, S> {
                 x,
                 &ps.deps,
                 label,
-                x.tp.embed_fwd,
-                self.lb.tp_fwd,
+                &[(x.tp.embed_fwd, self.lb.tp_fwd)],
                 |m| m.f_emb,
                 |r, m| [MemChange::end(r, round(m.act.checkpoint)), none],
             );
@@ -760,8 +773,7 @@ impl<'a, S: Sink> Walk<'a, S> {
                 x,
                 &ps.deps,
                 label,
-                x.tp.head_fwd,
-                self.lb.tp_fwd,
+                &[(x.tp.head_fwd, self.lb.tp_fwd)],
                 |m| m.f_head,
                 |r, m| [MemChange::start(r, round(m.act.head_work)), none],
             );
@@ -780,8 +792,11 @@ impl<'a, S: Sink> Walk<'a, S> {
                 [MemChange::start(r, wf), MemChange::end(r, extra + c - wf)]
             };
             let label = at(self.lb.fwd, u, k);
-            let comm = x.tp.block_fwd;
-            self.step(x, &ps.deps, label, comm, self.lb.tp_fwd, |m| m.f_blk, mems);
+            let comms = [
+                (x.tp.block_fwd, self.lb.tp_fwd),
+                (x.tp.ep_fwd, self.lb.ep_fwd),
+            ];
+            self.step(x, &ps.deps, label, &comms, |m| m.f_blk, mems);
             ps.deps = vec![Vec::new(); t];
         }
     }
@@ -804,8 +819,7 @@ impl<'a, S: Sink> Walk<'a, S> {
                 x,
                 &ps.deps,
                 label,
-                x.tp.head_bwd,
-                self.lb.tp_bwd,
+                &[(x.tp.head_bwd, self.lb.tp_bwd)],
                 |m| m.b_head,
                 |r, m| [MemChange::end(r, -round(m.act.head_work)), none],
             );
@@ -819,8 +833,7 @@ impl<'a, S: Sink> Walk<'a, S> {
                 x,
                 &ps.deps,
                 label,
-                x.tp.embed_bwd,
-                self.lb.tp_bwd,
+                &[(x.tp.embed_bwd, self.lb.tp_bwd)],
                 |m| m.b_emb,
                 |r, m| [MemChange::end(r, -round(m.act.checkpoint)), none],
             );
@@ -831,16 +844,20 @@ impl<'a, S: Sink> Walk<'a, S> {
         let pol = self.plan.strategy.checkpointing.block(b);
         if pol != Recompute::None {
             let label = at(self.lb.recompute, b, k);
-            let comm = if pol == Recompute::Full {
-                x.tp.block_fwd
+            // (A full recompute reruns the forward's exchanges.)
+            let comms = if pol == Recompute::Full {
+                [
+                    (x.tp.block_fwd, self.lb.tp_fwd),
+                    (x.tp.ep_fwd, self.lb.ep_fwd),
+                ]
             } else {
-                SimTime::ZERO
+                [(SimTime::ZERO, self.lb.tp_fwd); 2]
             };
             let time = move |m: &Micro| match pol {
                 Recompute::Full => m.re_full,
                 _ => m.re_sel,
             };
-            self.step(x, &ps.deps, label, comm, self.lb.tp_fwd, time, |r, m| {
+            self.step(x, &ps.deps, label, &comms, time, |r, m| {
                 [MemChange::start(r, round(m.act.regenerated(pol))), none]
             });
             ps.deps = vec![Vec::new(); t];
@@ -875,8 +892,10 @@ impl<'a, S: Sink> Walk<'a, S> {
             x,
             &ps.deps,
             label,
-            x.tp.block_bwd,
-            self.lb.tp_bwd,
+            &[
+                (x.tp.block_bwd, self.lb.tp_bwd),
+                (x.tp.ep_bwd, self.lb.ep_bwd),
+            ],
             time,
             mems,
         );
@@ -907,15 +926,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         let label = at(self.lb.wgrad, b, x.k);
         let ws = self.w_share;
         let time = move |m: &Micro| dur(m.b_blk.as_ms() * ws);
-        self.step(
-            x,
-            &ps.deps,
-            label,
-            SimTime::ZERO,
-            self.lb.tp_bwd,
-            time,
-            mems,
-        );
+        self.step(x, &ps.deps, label, &[], time, mems);
     }
 
     /// After `done` (per TP rank), slice `x`'s transfers of `flow` to every
@@ -1012,9 +1023,13 @@ impl<'a, S: Sink> Walk<'a, S> {
         let pipe = self.pipe;
         let strategy = self.plan.strategy;
         let st = &pipe.stages[s];
-        let params = pipe.rank_params(s, &self.costs.workload.model);
+        let held = pipe.rank_held(s, &self.costs.workload.model, &strategy);
+        // With expert parallelism the routed experts' gradients reduce
+        // over their expert-data-parallel groups, the rest over all
+        // replicas ([`crate::expert_parallel`]).
+        let (params, experts) = (held.params - held.experts, held.experts);
         let (d, t) = (st.dp(), st.tp.max(1) as usize);
-        let reduce_bytes = self.precision.grads.bytes() * params;
+        let e = pipe.expert_parallel.max(1);
         for i in 0..t {
             let group = st.dp_group(i);
             let last = &self.last_compute;
@@ -1024,11 +1039,32 @@ impl<'a, S: Sink> Walk<'a, S> {
                 &mut self.c,
                 self.g,
                 &grp,
-                (s, reduce_bytes),
+                (s, self.precision.grads.bytes() * params),
                 &after,
                 self.lb.stage(&grp, None),
             );
-            let done: Vec<Vec<OpId>> = (0..d).map(|pos| reduced.done(pos, &[])).collect();
+            let mut done: Vec<Vec<OpId>> = (0..d).map(|pos| reduced.done(pos, &[])).collect();
+            let edp = if experts > 0.0 {
+                crate::expert_parallel::edp_groups(st, e, i)
+            } else {
+                Vec::new()
+            };
+            for members in &edp {
+                let last = &self.last_compute;
+                let after = |ranks: &[usize]| ranks.iter().filter_map(|&r| last[r]).collect();
+                let egrp = DpGroup {
+                    ranks: members,
+                    shard_width: held.expert_width,
+                    sharding: strategy.sharding,
+                };
+                let bytes = self.precision.grads.bytes() * experts;
+                let labels = self.lb.stage(&egrp, None);
+                let r = stage_reduce(&mut self.c, self.g, &egrp, (s, bytes), &after, labels);
+                for (k, &rank) in members.iter().enumerate() {
+                    let pos = group.iter().position(|&x| x == rank).unwrap_or(0);
+                    done[pos].extend(r.done(k, &[]));
+                }
+            }
             let steps = self.optimizer_steps(&group, &done);
             // (FSDP inside a stage gathers at the next step's start.)
             if strategy.sharding.gathers_after_step() && d > 1 {
@@ -1036,6 +1072,18 @@ impl<'a, S: Sink> Walk<'a, S> {
                 let label = self.lb.all_gather;
                 let grp = self.dp_group(s, &group);
                 stage_gather(&mut self.c, self.g, &grp, (s, bytes), &steps, label);
+                // (An expert-data-parallel group none of whose GPUs is
+                // simulated takes a twin's timeline: nothing to emit.)
+                let simulated = |m: &[usize]| m.iter().any(|&r| self.simulated[r]);
+                for members in edp.iter().filter(|m| m.len() > 1 && simulated(m)) {
+                    let egrp = DpGroup {
+                        ranks: members,
+                        shard_width: members.len(),
+                        sharding: strategy.sharding,
+                    };
+                    let bytes = self.precision.comm.bytes() * experts;
+                    stage_gather(&mut self.c, self.g, &egrp, (s, bytes), &steps, label);
+                }
             }
         }
     }

@@ -543,7 +543,7 @@ const fn dense(n: f64, k: f64) -> LinearGemm {
 
 /// The forward GEMMs of a block's linear layers on one rank (`M =
 /// tokens`, fused as the stack runs them). With experts in every block
-/// (expert-tensor parallelism = TP, no expert parallelism): the router
+/// (expert-tensor parallelism = TP): the router
 /// `(E, h)` on every token the rank holds (`1/t` of them with sequence
 /// parallelism, Megatron's router runs before the dispatcher gathers),
 /// then each of the `E` experts' SwiGLU on `k T / E` tokens (uniform
@@ -551,8 +551,14 @@ const fn dense(n: f64, k: f64) -> LinearGemm {
 /// torchtitan's `_grouped_mm`, or Hugging Face's loop over experts: the
 /// same shapes; padded to capacity when the model sets a capacity
 /// factor, [`crate::experts::Moe::padding`]), columns split over `t`;
-/// shared experts as one dense SwiGLU of width `E_s f_s`.
-fn linear_layers(model: &ModelSpec, t: f64, fused_qkv: bool, sp: bool) -> Vec<LinearGemm> {
+/// shared experts as one dense SwiGLU of width `E_s f_s`. With expert
+/// parallelism `e` ([`crate::expert_parallel`]) a rank runs `E / e`
+/// experts on `k T e / E` tokens each: the copies its EP group sends them.
+fn linear_layers(model: &ModelSpec, tp: &TensorParallel, fused_qkv: bool) -> Vec<LinearGemm> {
+    let t = tp.degree.max(1) as f64;
+    let sp = tp.sequence_parallel && tp.degree > 1;
+    // Expert parallelism: `E / e` local experts, each on `e` replicas' copies.
+    let ep = tp.experts.max(1) as f64;
     let (h, q, kv, f) = (
         model.hidden as f64,
         model.q_dim() as f64,
@@ -586,7 +592,7 @@ fn linear_layers(model: &ModelSpec, t: f64, fused_qkv: bool, sp: bool) -> Vec<Li
                     m.expert_ffn as f64,
                     t,
                     fused_qkv,
-                    (k / e, e),
+                    (k * ep / e, e / ep),
                 );
                 if m.shared_experts > 0 {
                     let fs = (m.shared_experts * m.shared_expert_ffn) as f64;
@@ -656,7 +662,7 @@ impl BlockWork {
         };
         let mut fwd = PassWork::default();
         let mut bwd = PassWork::default();
-        for l in linear_layers(model, t, megatron, sp) {
+        for l in linear_layers(model, tp, megatron) {
             let rows = tokens * l.rows;
             fwd.gemms.push(gemm(rows, l.n, l.k, l.count, e));
             bwd.gemms.push(gemm(rows, l.k, l.n, l.count, e));

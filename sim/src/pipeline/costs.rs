@@ -106,6 +106,12 @@ pub struct TpTimes {
     pub head_fwd: SimTime,
     /// The head's backward.
     pub head_bwd: SimTime,
+    /// A MoE block's forward expert-parallel exchanges (dispatch and
+    /// combine, expert-TP's gather and reduce-scatter) and the wait for
+    /// the EP group's slowest replica ([`crate::expert_parallel`]).
+    pub ep_fwd: SimTime,
+    /// The same in a MoE block's backward.
+    pub ep_bwd: SimTime,
 }
 
 /// What the collectives of a group of GPUs cost depends on, as a key: per
@@ -136,37 +142,81 @@ pub fn group_shape<'c>(costs: &'c CostModel, ranks: &[usize]) -> GroupShape<'c> 
 
 /// The [`TpTimes`] of the TP group `group` (ranks) under `tp` on a slice
 /// of `n` samples whose block forward and backward take `fwd_ms` /
-/// `bwd_ms` on the group's slowest GPU.
+/// `bwd_ms` on the group's slowest GPU; with expert parallelism its first
+/// rank's EP group `ep_group` ([`crate::expert_parallel::ep_group`]), whose
+/// exchanges each MoE block adds on the critical path.
 pub fn tp_times(
     costs: &CostModel,
     tp: &TensorParallel,
-    group: &[usize],
+    (group, ep_group): (&[usize], &[usize]),
     n: u32,
     fwd_ms: f64,
     bwd_ms: f64,
 ) -> TpTimes {
-    if !tp.is_on() || n == 0 {
+    if !tp.communicates() || n == 0 {
         return TpTimes::default();
     }
     let w = &costs.workload;
     let tokens = n as f64 * w.model.tokens_per_sample(w.seq_len) as f64;
-    let shares = crate::tensor::gemm_shares(&w.model, w.seq_len);
-    let pieces = |b: f64| vec![b; group.len()];
-    let price = |k, b: f64| costs.group_collective_ms(k, group, &pieces(b));
-    let time = |cs: &[crate::tensor::TpCollective], pass, ms| {
-        dur(tp.exposed_ms(cs, pass, ms, &shares, price))
-    };
-    let block = tp.block_collectives(&w.model, tokens, w.dtype);
-    let embed = tp.embedding_collectives(&w.model, tokens, w.dtype);
-    let head = tp.head_collectives(&w.model, tokens, w.dtype);
-    TpTimes {
-        block_fwd: time(&block, Pass::Forward, fwd_ms),
-        block_bwd: time(&block, Pass::Backward, bwd_ms),
-        embed_fwd: time(&embed, Pass::Forward, 0.0),
-        embed_bwd: time(&embed, Pass::Backward, 0.0),
-        head_fwd: time(&head, Pass::Forward, 0.0),
-        head_bwd: time(&head, Pass::Backward, 0.0),
+    let mut out = TpTimes::default();
+    if tp.is_on() {
+        let shares = crate::tensor::gemm_shares(&w.model, w.seq_len);
+        let pieces = |b: f64| vec![b; group.len()];
+        let price = |k, b: f64| costs.group_collective_ms(k, group, &pieces(b));
+        let time = |cs: &[crate::tensor::TpCollective], pass, ms| {
+            dur(tp.exposed_ms(cs, pass, ms, &shares, price))
+        };
+        let block = tp.block_collectives(&w.model, tokens, w.dtype);
+        let embed = tp.embedding_collectives(&w.model, tokens, w.dtype);
+        let head = tp.head_collectives(&w.model, tokens, w.dtype);
+        out = TpTimes {
+            block_fwd: time(&block, Pass::Forward, fwd_ms),
+            block_bwd: time(&block, Pass::Backward, bwd_ms),
+            embed_fwd: time(&embed, Pass::Forward, 0.0),
+            embed_bwd: time(&embed, Pass::Backward, 0.0),
+            head_fwd: time(&head, Pass::Forward, 0.0),
+            head_bwd: time(&head, Pass::Backward, 0.0),
+            ..TpTimes::default()
+        };
     }
+    let ep = crate::expert_parallel::block_collectives(tp, &w.model, tokens, w.dtype);
+    if !ep.is_empty() {
+        use crate::expert_parallel::{pass_ms, Over};
+        let price = |k, b: f64, over| {
+            let ranks = match over {
+                Over::Experts => ep_group,
+                Over::Tensor => group,
+            };
+            costs.group_collective_ms(k, ranks, &vec![b; ranks.len()])
+        };
+        out.ep_fwd = dur(pass_ms(&ep, Pass::Forward, price));
+        out.ep_bwd = dur(pass_ms(&ep, Pass::Backward, price));
+    }
+    out
+}
+
+/// The slowest block forward and backward, ms, of the replicas of stage
+/// `st` in the EP group `ep_group` (their slices `slices`), under `tp`.
+fn ep_pace(
+    rows: &mut Rows<'_>,
+    st: &crate::plan::pipeline::Stage,
+    slices: &[(u32, u32)],
+    ep_group: &[usize],
+    tp: &TensorParallel,
+) -> Result<(f64, f64), PlanError> {
+    let (mut f, mut b) = (0.0f64, 0.0f64);
+    for (j, &(lo, hi)) in slices.iter().enumerate() {
+        let group = st.group(j);
+        if !ep_group.iter().any(|&r| group.contains(&(r as u32))) {
+            continue;
+        }
+        for &rank in group {
+            let row = rows.add(rank as usize, hi - lo, tp)?;
+            f = f.max(row.f_blk.as_ms());
+            b = b.max(row.b_blk.as_ms());
+        }
+    }
+    Ok((f, b))
 }
 
 /// What one iteration of a pipeline plan costs, tabulated before its
@@ -228,9 +278,22 @@ impl<'a> PipeCosts<'a> {
                         b = b.max(row.b_blk.as_ms());
                     }
                     let n = hi - lo;
-                    let times = *by_shape
-                        .entry((s, n, group_shape(costs, &group)))
-                        .or_insert_with(|| tp_times(costs, &tp, &group, n, f, b));
+                    let e = tp.experts;
+                    let ep_group = crate::expert_parallel::ep_group(st, e, j, 0);
+                    let mut shape = group_shape(costs, &group);
+                    if e > 1 {
+                        shape.extend(group_shape(costs, &ep_group));
+                    }
+                    let mut times = *by_shape
+                        .entry((s, n, shape))
+                        .or_insert_with(|| tp_times(costs, &tp, (&group, &ep_group), n, f, b));
+                    if e > 1 {
+                        // The EP group's replicas meet at every exchange:
+                        // each MoE block waits for the group's slowest.
+                        let (sf, sb) = ep_pace(&mut rows, st, &slices[&(s, size)], &ep_group, &tp)?;
+                        times.ep_fwd += dur((sf - f).max(0.0));
+                        times.ep_bwd += dur((sb - b).max(0.0));
+                    }
                     tp_map.insert((s, j, n), times);
                     // With model chunks the last stage feeds the first
                     // stage's next chunk.
@@ -253,8 +316,9 @@ impl<'a> PipeCosts<'a> {
         }
         let mut optimizer = vec![SimTime::ZERO; costs.ranks()];
         for (s, st) in pipe.stages.iter().enumerate() {
-            let params = pipe.rank_params(s, &costs.workload.model);
-            let local = params / st.shard_width(&plan.strategy) as f64;
+            let local = pipe
+                .rank_held(s, &costs.workload.model, &plan.strategy)
+                .state_params();
             for &r in &st.gpus {
                 optimizer[r as usize] = dur(costs.optimizer_ms(r as usize, local));
             }

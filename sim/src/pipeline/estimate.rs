@@ -161,9 +161,20 @@ pub fn stage_cost(
     // cost the same: priced once.
     let mut priced: rustc_hash::FxHashMap<(u32, super::costs::GroupShape<'_>), GroupCost> =
         rustc_hash::FxHashMap::default();
+    let d = ranks.len() / t;
+    let e = (tp.experts.max(1) as usize).min(d.max(1));
     for (j, group) in ranks.chunks(t).enumerate() {
         let n = slices.get(j).copied().unwrap_or(1);
-        let key = (n, super::costs::group_shape(costs, group));
+        // With EP, the replica's first rank's EP group (its exchanges).
+        let ep_group: Vec<usize> = if e > 1 {
+            let first = j / e * e;
+            (first..(first + e).min(d)).map(|r| ranks[r * t]).collect()
+        } else {
+            Vec::new()
+        };
+        let mut shape = super::costs::group_shape(costs, group);
+        shape.extend(super::costs::group_shape(costs, &ep_group));
+        let key = (n, shape);
         let g = match priced.get(&key) {
             Some(&g) => g,
             None => {
@@ -171,7 +182,7 @@ pub fn stage_cost(
                     costs,
                     strategy,
                     rows,
-                    group,
+                    (group, &ep_group),
                     n,
                     tp,
                     every_full,
@@ -201,13 +212,14 @@ pub fn stage_cost(
 
 /// The costs of one replica: the TP group `group` computing `n` samples
 /// of a micro-batch, paced by its slowest GPU, with its exposed TP
-/// communication (priced once per group shape and slice in `tp_seen`).
+/// communication and its EP exchanges over `ep_group` (empty without EP;
+/// priced once per group shape and slice in `tp_seen`).
 #[allow(clippy::too_many_arguments)]
 fn replica_cost<'c>(
     costs: &'c CostModel,
     strategy: &Strategy,
     rows: &mut Rows<'_>,
-    group: &[usize],
+    (group, ep_group): (&[usize], &[usize]),
     n: u32,
     tp: &TensorParallel,
     every_full: Option<f64>,
@@ -284,15 +296,21 @@ fn replica_cost<'c>(
     let mut g = out.ok_or_else(|| {
         PlanError::invalid("plan", "pipeline.stages[].gpus", "a stage needs a GPU")
     })?;
-    if tp.is_on() {
+    if tp.communicates() {
         // The group's exposed communication (a full recompute reruns the
         // forward's).
-        let c = *tp_seen
-            .entry((n, super::costs::group_shape(costs, group)))
-            .or_insert_with(|| super::costs::tp_times(costs, tp, group, n, g.block_fwd_ms, bwd_ms));
+        let mut shape = super::costs::group_shape(costs, group);
+        shape.extend(super::costs::group_shape(costs, ep_group));
+        let c = *tp_seen.entry((n, shape)).or_insert_with(|| {
+            super::costs::tp_times(costs, tp, (group, ep_group), n, g.block_fwd_ms, bwd_ms)
+        });
         let ms = |x: crate::units::SimTime| x.as_ms();
         g.block_ms += ms(c.block_fwd) * (1.0 + full) + ms(c.block_bwd);
         g.block_fwd_ms += ms(c.block_fwd);
+        if tp.experts > 1 {
+            g.block_ms += ms(c.ep_fwd) * (1.0 + full) + ms(c.ep_bwd);
+            g.block_fwd_ms += ms(c.ep_fwd);
+        }
         g.embed_fwd_ms += ms(c.embed_fwd);
         g.embed_ms += ms(c.embed_fwd) + ms(c.embed_bwd);
         g.head_fwd_ms += ms(c.head_fwd);
@@ -350,14 +368,14 @@ pub fn stage_fwd_ms(g: &GroupCost, blocks: u32, at: Place) -> f64 {
 }
 
 /// Estimated peak GPU memory of a stage GPU, bytes: constant memory for
-/// `params` parameters in a group of `d`, plus activations (module docs).
+/// the parameters it holds (`held`, their state split as it says), plus
+/// activations (module docs).
 pub fn stage_peak_bytes(
     costs: &CostModel,
     strategy: &Strategy,
     g: &GroupCost,
     blocks: u32,
-    params: f64,
-    d: usize,
+    held: crate::plan::pipeline::RankParams,
     at: Place,
 ) -> f64 {
     // The head keeps its logits (and their gradient buffer) from its
@@ -366,7 +384,7 @@ pub fn stage_peak_bytes(
     // Interleaved: the head's chunk runs each micro-batch's forward and
     // backward back to back (one set of logits at a time).
     let heads = if at.chunked { 1.0 } else { at.in_flight };
-    let mut held = at.in_flight * blocks as f64 * g.held_bytes + heads * head;
+    let mut in_flight = at.in_flight * blocks as f64 * g.held_bytes + heads * head;
     if at.zero_bubble {
         // Zero-bubble: the deferred weight-gradient parts, and in the
         // running backward the blocks whose input-gradient part is done
@@ -376,23 +394,31 @@ pub fn stage_peak_bytes(
         let extra = (g.w_held_bytes - g.held_bytes).max(0.0);
         let pending = if extra > 0.0 {
             let swap = (at.pending_w_max - at.pending_w).max(0.0);
-            held -= swap * blocks as f64 * g.held_bytes;
+            in_flight -= swap * blocks as f64 * g.held_bytes;
             at.pending_w_max
         } else {
             at.pending_w
         };
-        held += blocks as f64 * (pending * g.w_held_bytes + extra);
+        in_flight += blocks as f64 * (pending * g.w_held_bytes + extra);
     }
     let work = g.block_work_bytes;
     let one_stage = at.first && at.last;
     let reshards = one_stage && crate::plan::pipeline::reshards_after_forward(strategy.sharding, 1);
     let units = if one_stage {
         let precision = strategy.precision(costs.workload.dtype);
-        unit_buffer_bytes(strategy, &precision, g, at.microbatches, params, reshards)
+        unit_buffer_bytes(
+            strategy,
+            &precision,
+            g,
+            at.microbatches,
+            held.params,
+            reshards,
+        )
     } else {
         0.0
     };
-    super::state_bytes(costs, strategy, params, d, reshards) + held + g.input_bytes + work + units
+    let state = super::state_bytes(costs, strategy, held, reshards);
+    state + in_flight + g.input_bytes + work + units
 }
 
 /// The unit buffers a one-stage plan holds beyond its constant memory at
@@ -475,8 +501,8 @@ impl Staged {
             .collect()
     }
 
-    /// How far stage `s` holding `blocks` blocks (`params` parameters per
-    /// GPU, state split over `d`) at `at` runs over memory, bytes: the
+    /// How far stage `s` holding `blocks` blocks (`held` per GPU, its
+    /// state split as it says) at `at` runs over memory, bytes: the
     /// largest of its replicas' estimated peak less that replica's usable
     /// memory (at most zero: it fits), with that replica's peak and usable
     /// bytes.
@@ -487,14 +513,13 @@ impl Staged {
         strategy: &Strategy,
         s: usize,
         blocks: u32,
-        params: f64,
-        d: usize,
+        held: crate::plan::pipeline::RankParams,
         at: Place,
     ) -> Over {
         let mut worst: Option<Over> = None;
         let mut highest = 0.0f64;
         for g in &self.replicas[s] {
-            let peak = stage_peak_bytes(costs, strategy, g, blocks, params, d, at);
+            let peak = stage_peak_bytes(costs, strategy, g, blocks, held, at);
             highest = highest.max(peak);
             let o = Over {
                 over_bytes: peak - g.usable_bytes,
@@ -734,6 +759,25 @@ pub fn params(costs: &CostModel, k: u32, at: Place, tp: &TensorParallel) -> f64 
         + if at.last { tp.head_params(m) } else { 0.0 }
 }
 
+/// What one GPU of a stage of `k` blocks at place `at` holds under `tp`
+/// with its dense state split over `width` ranks
+/// ([`crate::plan::pipeline::RankParams`]; with expert parallelism the routed
+/// experts' over the expert-data-parallel group's width).
+pub fn held(
+    costs: &CostModel,
+    k: u32,
+    at: Place,
+    tp: &TensorParallel,
+    width: usize,
+) -> crate::plan::pipeline::RankParams {
+    let mut h = crate::plan::pipeline::RankParams::dense(params(costs, k, at, tp), width);
+    if tp.experts > 1 {
+        h.experts = k as f64 * tp.expert_block_params(&costs.workload.model);
+        h.expert_width = crate::plan::pipeline::expert_width(width, tp.experts);
+    }
+    h
+}
+
 /// Stage `s` of `p` under `schedule` with `m` micro-batches.
 pub fn place(schedule: PipeSchedule, p: usize, s: usize, m: u32, v: u32) -> Place {
     Place {
@@ -883,7 +927,20 @@ fn pipelined_ms(
         let bucketed = bucket_sync_ms(costs, strategy, run.overlap, groups, tps, st, chunks, s);
         let (sync, opt) = bucketed.unwrap_or_else(|| {
             let others = st.others(s);
-            stage_sync_ms(costs, strategy, (&groups[s], &others), tps[s].degree, prm)
+            let experts = if tps[s].experts > 1 {
+                counts[s] as f64 * tps[s].expert_block_params(&costs.workload.model)
+            } else {
+                0.0
+            };
+            let ep = (experts, tps[s].experts);
+            stage_sync_ms(
+                costs,
+                strategy,
+                (&groups[s], &others),
+                tps[s].degree,
+                prm,
+                ep,
+            )
         });
         // Under zero-bubble the input-gradient chain moves on without the
         // weight-gradient parts, which each stage still runs before its
@@ -1071,7 +1128,7 @@ fn per_unit_ms(
         0.0
     };
     let params = l as f64 * g.unit_params[1] + g.unit_params[0] + g.unit_params[2];
-    let (_, opt) = stage_sync_ms(costs, strategy, (stage, &[]), t as u32, params);
+    let (_, opt) = stage_sync_ms(costs, strategy, (stage, &[]), t as u32, params, (0.0, 1));
     ag[0] + steady + rs[0] + ar + opt
 }
 
@@ -1439,7 +1496,9 @@ fn stage_sync_ms(
     (stage, others): (&[usize], &[usize]),
     t: u32,
     prm: f64,
+    (experts, e): (f64, u32),
 ) -> (f64, f64) {
+    let prm = prm - experts;
     let tu = t.max(1) as usize;
     let precision = strategy.precision(costs.workload.dtype);
     let (pb, rb) = (precision.comm.bytes(), precision.grads.bytes());
@@ -1452,7 +1511,8 @@ fn stage_sync_ms(
         }
         let d = g.len();
         let h = crate::plan::pipeline::shard_width(strategy, d, t);
-        let local = prm / h as f64;
+        let he = crate::plan::pipeline::expert_width(h, e);
+        let local = prm / h as f64 + experts / he as f64;
         opt = g
             .iter()
             .map(|&r| costs.optimizer_ms(r, local))
@@ -1460,6 +1520,33 @@ fn stage_sync_ms(
         if d < 2 {
             continue;
         }
+        // With EP, the experts' gradients over an expert-data-parallel
+        // group (replicas strided by `e`) after the dense ones.
+        let edp: Vec<usize> = g.iter().step_by(e.max(1) as usize).copied().collect();
+        let expert_ms = if experts > 0.0 && edp.len() > 1 {
+            let n = edp.len();
+            match strategy.sharding {
+                Sharding::NoShard => costs.group_collective_ms(
+                    CollectiveKind::AllReduce,
+                    &edp,
+                    &vec![experts * rb; n],
+                ),
+                _ => {
+                    let piece = experts / n as f64;
+                    costs.group_collective_ms(
+                        CollectiveKind::ReduceScatter,
+                        &edp,
+                        &vec![piece * rb; n],
+                    ) + costs.group_collective_ms(
+                        CollectiveKind::AllGather,
+                        &edp,
+                        &vec![piece * pb; n],
+                    )
+                }
+            }
+        } else {
+            0.0
+        };
         let ms = match strategy.sharding {
             // HSDP: reduce-scatter in a shard group, all-reduce of the shard
             // across the groups (each group's GPUs at once).
@@ -1511,7 +1598,10 @@ fn stage_sync_ms(
                 }
             }
         };
-        sync = sync.max(ms * nic_sharing(costs, stage, &g, t, others));
+        // (The expert groups of every TP rank and EP position reduce at
+        // once: `t e` of them share a node's NICs.)
+        let expert_ms = expert_ms * nic_sharing(costs, stage, &edp, t * e.max(1), others);
+        sync = sync.max(ms * nic_sharing(costs, stage, &g, t, others) + expert_ms);
     }
     (sync, opt)
 }
@@ -1606,8 +1696,7 @@ pub fn estimate(costs: &CostModel, plan: &Plan, pipe: &Pipeline) -> Result<Estim
                 &plan.strategy,
                 s,
                 counts[s],
-                params(costs, counts[s], at, &tps[s]),
-                pipe.stages[s].shard_width(&plan.strategy),
+                pipe.rank_held(s, &costs.workload.model, &plan.strategy),
                 at,
             )
             .stage_peak_bytes

@@ -123,35 +123,44 @@ pub fn tp_links(from_t: u32, to_t: u32, sequence_parallel: bool) -> Vec<TpLink> 
     v
 }
 
-/// Constant GPU memory of a GPU holding `params` parameters (its share,
-/// under TP) of a stage with `d` data-parallel replicas, bytes (see
-/// [`crate::lower::pipeline::base_device_bytes`]): what the lowering holds constant and the
-/// planners' estimate counts. Framework overhead and the fixed workspace,
-/// then the training state: replicas (`none`) the whole mixed-precision
-/// state and a gradient buffer in `reduce_dtype`; sharded, the state over
-/// the `d` GPUs, plus, unless FSDP reshards per unit (`reshards`, one
-/// stage: [`crate::plan::pipeline::reshards_after_forward`], the gathered
-/// units and gradients then come and go with the ops), the full
-/// parameters in `param_dtype` compute reads and the full gradient in
-/// `reduce_dtype` it accumulates (ZeRO-1's, and FSDP2's with a pipeline,
-/// whose unsharded gradients accumulate in `reduce_dtype`, REAL-SYSTEMS
-/// section 2.7).
+/// Constant GPU memory of a GPU holding `held.params` parameters (its
+/// share, under TP and EP) of a stage whose state is split as `held` says,
+/// bytes (see [`crate::lower::pipeline::base_device_bytes`]): what the
+/// lowering holds constant and the planners' estimate counts. Framework
+/// overhead and the fixed workspace, then the training state: replicas
+/// (`none`) the whole mixed-precision state and a gradient buffer in
+/// `reduce_dtype`; sharded, the state over the `d` GPUs (the routed
+/// experts' over the expert-data-parallel group), plus, unless FSDP
+/// reshards per unit (`reshards`, one stage:
+/// [`crate::plan::pipeline::reshards_after_forward`], the gathered units
+/// and gradients then come and go with the ops), the full parameters in
+/// `param_dtype` compute reads and the full gradient in `reduce_dtype` it
+/// accumulates (ZeRO-1's, and FSDP2's with a pipeline, whose unsharded
+/// gradients accumulate in `reduce_dtype`, REAL-SYSTEMS section 2.7).
 pub fn state_bytes(
     costs: &CostModel,
     strategy: &Strategy,
-    params: f64,
-    d: usize,
+    held: crate::plan::pipeline::RankParams,
     reshards: bool,
 ) -> f64 {
     let st = strategy;
     let p = st.precision(costs.workload.dtype);
     let state = p.gpu_state_bytes_per_param(st.offloads_optimizer());
-    let d = d.max(1) as f64;
+    let (params, experts) = (held.params - held.experts, held.experts);
+    let d = held.width.max(1) as f64;
+    let de = held.expert_width.max(1) as f64;
     let mut b = costs.overhead_gib() * GIB + costs.activations.fixed_bytes;
     b += match st.sharding {
         Sharding::NoShard => (state + p.grads.bytes()) * params,
         _ if reshards => state * params / d,
         _ => state * params / d + (p.params.bytes() + p.grads.bytes()) * params,
     };
+    if experts > 0.0 {
+        b += match st.sharding {
+            Sharding::NoShard => (state + p.grads.bytes()) * experts,
+            _ if reshards => state * experts / de,
+            _ => state * experts / de + (p.params.bytes() + p.grads.bytes()) * experts,
+        };
+    }
     b
 }

@@ -210,6 +210,50 @@ pub fn shard_width(strategy: &Strategy, d: usize, t: u32) -> usize {
     }
 }
 
+/// The parameters one GPU of a stage holds and how its training state is
+/// split: the dense part over the stage's shard width, the routed experts
+/// (expert parallelism) over the expert-data-parallel group's
+/// ([`crate::expert_parallel`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankParams {
+    /// Parameters the GPU holds (its TP and EP share), dense and experts.
+    pub params: f64,
+    /// Data-parallel ranks the dense state is split over.
+    pub width: usize,
+    /// The part of `params` that is routed experts (0 without experts).
+    pub experts: f64,
+    /// Ranks the experts' state is split over (the expert-data-parallel
+    /// group's share of the sharding, at least 1).
+    pub expert_width: usize,
+}
+
+impl RankParams {
+    /// `params` dense parameters whose state is split over `width` ranks.
+    pub fn dense(params: f64, width: usize) -> RankParams {
+        RankParams {
+            params,
+            width,
+            experts: 0.0,
+            expert_width: 1,
+        }
+    }
+
+    /// Parameters whose optimizer state the GPU keeps: the dense part over
+    /// its width, the experts over theirs.
+    pub fn state_params(&self) -> f64 {
+        (self.params - self.experts) / self.width.max(1) as f64
+            + self.experts / self.expert_width.max(1) as f64
+    }
+}
+
+/// Ranks the routed experts' training state is split over, for a dense
+/// shard width `width` and expert parallelism `e`: the expert-data-parallel
+/// group's share, `width / e` (at least 1: replicas, `none`, keep it
+/// whole; [`crate::expert_parallel`]).
+pub fn expert_width(width: usize, e: u32) -> usize {
+    (width / e.max(1) as usize).max(1)
+}
+
 /// Whether a stage's data-parallel group on `stack` under `sharding`
 /// reduces through Megatron-Core's DDP: the `megatron` stack with replicas
 /// or the distributed optimizer (any sharding that does not reshard per
@@ -334,6 +378,12 @@ pub struct Pipeline {
     /// [`Pipeline::overlap_grad_reduce`]); off: after the optimizer step.
     #[serde(default, skip_serializing_if = "is_false")]
     pub overlap_param_gather: bool,
+    /// Expert parallelism `e` (1: none): every stage's routed experts split
+    /// over `e` consecutive replicas, tokens dispatched by all-to-all, the
+    /// expert gradients reduced over the `d / e` replicas holding the same
+    /// experts ([`crate::expert_parallel`]).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub expert_parallel: u32,
 }
 
 /// How a pipeline's data-parallel groups overlap their communication with
@@ -363,6 +413,7 @@ impl Pipeline {
             virtual_stages: 1,
             overlap_grad_reduce: false,
             overlap_param_gather: false,
+            expert_parallel: 1,
         }
     }
 
@@ -380,6 +431,7 @@ impl Pipeline {
             degree: self.stages[s].tp.max(1),
             sequence_parallel: self.sequence_parallel && self.stages[s].tp > 1,
             comm_overlap: self.tp_comm_overlap,
+            experts: self.expert_parallel.max(1),
         }
     }
 
@@ -407,6 +459,7 @@ impl Pipeline {
             || matches!(self.schedule, PipeSchedule::OneFOneB | PipeSchedule::ZbH1);
         self.depth() == 1
             && self.chunks() == 1
+            && self.expert_parallel <= 1
             && self.stages[0].tp <= 1
             && !self.stages[0].uneven()
             && self.stages[0].gpus.len() == ranks
@@ -504,7 +557,7 @@ impl Pipeline {
     /// vocabulary-parallel embedding and head).
     pub fn rank_params(&self, s: usize, model: &crate::model::ModelSpec) -> f64 {
         let tp = self.tensor(s);
-        if !tp.is_on() {
+        if !tp.is_on() && tp.experts <= 1 {
             return self.stage_params(s, model) as f64;
         }
         let mut p = self.stages[s].blocks as f64 * tp.block_params(model);
@@ -515,6 +568,28 @@ impl Pipeline {
             p += tp.head_params(model);
         }
         p
+    }
+
+    /// What one GPU of stage `s` holds under `strategy` and how its state
+    /// is split ([`RankParams`]): [`Pipeline::rank_params`]
+    /// over the stage's shard width, and with expert parallelism its
+    /// routed experts over the expert-data-parallel group's width
+    /// ([`crate::expert_parallel::expert_width`]).
+    pub fn rank_held(
+        &self,
+        s: usize,
+        model: &crate::model::ModelSpec,
+        strategy: &Strategy,
+    ) -> RankParams {
+        let st = &self.stages[s];
+        let width = st.shard_width(strategy);
+        let mut held = RankParams::dense(self.rank_params(s, model), width);
+        if self.expert_parallel > 1 {
+            let tp = self.tensor(s);
+            held.experts = st.blocks as f64 * tp.expert_block_params(model);
+            held.expert_width = expert_width(width, self.expert_parallel);
+        }
+        held
     }
 
     /// The per-GPU plan entries this pipeline implies for a cluster of
@@ -570,6 +645,10 @@ impl Pipeline {
             " uneven dp"
         } else {
             ""
+        };
+        let uneven = match self.expert_parallel {
+            0 | 1 => uneven.to_string(),
+            e => format!(" ep{e}{uneven}"),
         };
         if !self.has_tp() {
             let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");

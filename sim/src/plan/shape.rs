@@ -144,6 +144,9 @@ pub struct Shape3d {
     /// `--pipeline-model-parallel-layout` places them
     /// ([`PipelineLayout`]); `None`: the split the other fields make.
     pub pipeline_layout: Option<PipelineLayout>,
+    /// Expert parallelism (`--ep`, [`Pipeline::expert_parallel`]): the
+    /// routed experts over this many replicas of every stage.
+    pub expert_parallel: u32,
 }
 
 impl Default for Shape3d {
@@ -164,6 +167,7 @@ impl Default for Shape3d {
             last_stage_layers: None,
             embedding_loss_in_split: false,
             pipeline_layout: None,
+            expert_parallel: 1,
         }
     }
 }
@@ -473,6 +477,14 @@ impl Shape3d {
         pipe.tp_across_nodes = self.tp_across_nodes;
         pipe.overlap_grad_reduce = self.overlap_grad_reduce;
         pipe.overlap_param_gather = self.overlap_param_gather;
+        let e = self.expert_parallel;
+        if e == 0 || d % e as usize != 0 {
+            return bad(
+                "--ep",
+                format!("expected an expert-parallel degree dividing the {d} data-parallel replicas (EP groups are runs of replicas), got {e}"),
+            );
+        }
+        pipe.expert_parallel = e;
         Ok(pipe)
     }
 }
@@ -516,6 +528,8 @@ pub struct ShapePins {
     pub embedding_loss_in_split: Option<bool>,
     /// Blocks of every model chunk ([`Shape3d::pipeline_layout`]).
     pub pipeline_layout: Option<PipelineLayout>,
+    /// Expert parallelism ([`Shape3d::expert_parallel`]).
+    pub ep: Option<u32>,
 }
 
 /// A pin's on / off value (`true`, `on`, `yes`; `false`, `off`, `no`).
@@ -530,7 +544,7 @@ fn on_off(value: &str) -> Option<bool> {
 impl ShapePins {
     /// The pin names [`ShapePins::parse`] takes (the flags without their
     /// dashes; `schedule` is `--pp-schedule`).
-    pub const AXES: [&'static str; 15] = [
+    pub const AXES: [&'static str; 16] = [
         "tp",
         "pp",
         "schedule",
@@ -546,6 +560,7 @@ impl ShapePins {
         "last_stage_layers",
         "embedding_loss_in_split",
         "pipeline_layout",
+        "ep",
     ];
 
     /// The shape these pins ask for, every part not pinned at its default
@@ -588,6 +603,7 @@ impl ShapePins {
                 .embedding_loss_in_split
                 .unwrap_or(d.embedding_loss_in_split),
             pipeline_layout: self.pipeline_layout.clone(),
+            expert_parallel: self.ep.unwrap_or(d.expert_parallel),
         }
     }
 
@@ -615,6 +631,7 @@ impl ShapePins {
             || self.last_stage_layers.is_some()
             || self.embedding_loss_in_split == Some(true)
             || self.pipeline_layout.is_some()
+            || self.ep.is_some_and(|e| e > 1)
     }
 
     /// The names ([`ShapePins::AXES`]) of the parts pinned, in order.
@@ -635,6 +652,7 @@ impl ShapePins {
             self.last_stage_layers.is_some(),
             self.embedding_loss_in_split.is_some(),
             self.pipeline_layout.is_some(),
+            self.ep.is_some(),
         ];
         ShapePins::AXES
             .iter()
@@ -667,6 +685,7 @@ impl ShapePins {
                 .pipeline_layout
                 .clone()
                 .or_else(|| self.pipeline_layout.clone()),
+            ep: other.ep.or(self.ep),
         }
     }
 
@@ -704,6 +723,7 @@ impl ShapePins {
                 .embedding_loss_in_split
                 .is_none_or(|x| x == s.embedding_loss_in_split)
             && self.pipeline_layout == s.pipeline_layout
+            && self.ep.is_none_or(|x| x == s.expert_parallel)
     }
 
     /// Pins written as `name=value` pairs separated by spaces or commas
@@ -769,6 +789,7 @@ impl ShapePins {
                 "embedding_loss_in_split" => {
                     pins.embedding_loss_in_split = Some(flag("embedding_loss_in_split")?)
                 }
+                "ep" | "expert_parallel" => pins.ep = Some(count("an expert-parallel degree")?),
                 "pipeline_layout" => {
                     let layout = PipelineLayout::parse(value)
                         .map_err(|e| bad(format!("pipeline_layout: {e} (in `{value}`)")))?;
@@ -847,6 +868,7 @@ impl ShapePins {
             "pipeline_layout",
             self.pipeline_layout.as_ref().map(PipelineLayout::text),
         );
+        put("ep", self.ep.map(|x| x.to_string()));
         out.join(" ")
     }
 }

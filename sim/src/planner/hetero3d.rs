@@ -72,7 +72,7 @@ use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::pipeline::costs::Rows;
 use crate::pipeline::estimate::{
-    estimate_ms, even_slices, params, place, replica_slices, stage_ms, staged, Over, Run,
+    estimate_ms, even_slices, held, place, replica_slices, stage_ms, staged, Over, Run,
 };
 use crate::pipeline::partition::min_max;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
@@ -403,6 +403,7 @@ fn tensors(l: &Layout) -> Vec<TensorParallel> {
             degree: t,
             sequence_parallel: t > 1,
             comm_overlap: false,
+            experts: 1,
         })
         .collect()
 }
@@ -483,8 +484,8 @@ impl Searching<'_> {
             let at = place(schedule, p, s, m, 1);
             let d = l.groups[s].len() / l.tps[s] as usize;
             let d = crate::plan::pipeline::shard_width(strategy, d, l.tps[s]);
-            let prm = params(costs, k as u32, at, &tps[s]);
-            st.over_bytes(costs, strategy, s, k as u32, prm, d, at)
+            let held = held(costs, k as u32, at, &tps[s], d);
+            st.over_bytes(costs, strategy, s, k as u32, held, at)
         };
         let most = layers - (p - 1);
         let table: Vec<Vec<Option<f64>>> = (0..p)

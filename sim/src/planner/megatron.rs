@@ -136,10 +136,15 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                     &RankOrder::ALL[..1]
                 };
                 let scheds = schedules(&base, pins, (layers as u32, m), &chunks, plain);
+                let eps = expert_degrees(costs, pins, d as usize);
                 for (schedule, v) in scheds {
-                    for sp in [false, true] {
-                        // (TP communication overlap needs SP.)
-                        if sp && t == 1 || !sp && base.tp_comm_overlap {
+                    for (sp, &e) in [false, true]
+                        .into_iter()
+                        .flat_map(|sp| eps.iter().map(move |e| (sp, e)))
+                    {
+                        // (TP communication overlap needs SP, and so does
+                        // EP beside TP.)
+                        if sp && t == 1 || !sp && base.tp_comm_overlap || !sp && t > 1 && e > 1 {
                             continue;
                         }
                         for &rank_order in orders {
@@ -148,6 +153,7 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                                 virtual_stages: v,
                                 sequence_parallel: sp,
                                 rank_order,
+                                expert_parallel: e,
                                 ..base.clone()
                             };
                             // (A pinned order of a shape where both are one
@@ -166,6 +172,25 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
         }
     }
     out
+}
+
+/// The expert-parallel degrees tried on a shape of `d` replicas: a pinned
+/// one, else for a model with experts in every block every degree dividing
+/// both its experts and `d` (Megatron-Core's EP inside the data-parallel
+/// dimension), unless the pinned bucketed reductions rule EP out
+/// ([`crate::expert_parallel::check`]); 1 for a dense model.
+fn expert_degrees(costs: &CostModel, pins: &ShapePins, d: usize) -> Vec<u32> {
+    if let Some(e) = pins.ep {
+        return vec![e];
+    }
+    let bucketed =
+        pins.overlap_grad_reduce == Some(true) || pins.overlap_param_gather == Some(true);
+    match costs.workload.model.uniform_moe() {
+        Some(m) if !bucketed => (1..=m.experts.min(d as u32))
+            .filter(|&e| m.experts.is_multiple_of(e) && d.is_multiple_of(e as usize))
+            .collect(),
+        _ => vec![1],
+    }
 }
 
 /// The schedules (and chunks per GPU) tried on `base` with `m`
@@ -308,7 +333,9 @@ fn estimate_shape(
     };
     for strategy in strategies {
         // (Pinned overlap knobs keep the shardings they run with.)
-        if shape.check_sharding(strategy.sharding).is_err() {
+        if shape.check_sharding(strategy.sharding).is_err()
+            || crate::expert_parallel::check(&pipe, &w.model, strategy, "megatron").is_err()
+        {
             continue;
         }
         part.tried += 1;
@@ -318,8 +345,7 @@ fn estimate_shape(
                 crate::pipeline::state_bytes(
                     costs,
                     strategy,
-                    pipe.rank_params(s, &w.model),
-                    pipe.stages[s].shard_width(strategy),
+                    pipe.rank_held(s, &w.model, strategy),
                     pipe.reshards_after_forward(strategy),
                 )
             })
@@ -364,6 +390,9 @@ pub fn describe(c: &Candidate, ranks: usize) -> String {
         pipe.microbatches,
         s.schedule
     );
+    if s.expert_parallel > 1 {
+        v.push_str(&format!(", EP {}", s.expert_parallel));
+    }
     if s.virtual_stages > 1 {
         v.push_str(&format!(" with {} chunks per GPU", s.virtual_stages));
     }

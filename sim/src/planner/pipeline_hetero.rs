@@ -35,7 +35,7 @@ use crate::cost::CostModel;
 use crate::error::PlanError;
 use crate::pipeline::costs::Rows;
 use crate::pipeline::estimate::{
-    estimate_ms, even_slices, params, place, stage_ms, staged, Over, Run, Staged,
+    estimate_ms, even_slices, held, place, stage_ms, staged, Over, Run, Staged,
 };
 use crate::pipeline::partition::min_max;
 use crate::plan::pipeline::{PipeSchedule, Pipeline, Stage};
@@ -398,8 +398,13 @@ impl HeteroPipeline {
                     &strategy,
                     s,
                     k as u32,
-                    params(costs, k as u32, at, &TensorParallel::NONE),
-                    crate::plan::pipeline::shard_width(&strategy, g[s].len(), 1),
+                    held(
+                        costs,
+                        k as u32,
+                        at,
+                        &TensorParallel::NONE,
+                        crate::plan::pipeline::shard_width(&strategy, g[s].len(), 1),
+                    ),
                     at,
                 )
             };
@@ -452,9 +457,9 @@ fn periods(
             let gc = &st.costs[s];
             (1..=most as u32)
                 .map(|k| {
-                    let prm = params(costs, k, at, &TensorParallel::NONE);
                     let d = crate::plan::pipeline::shard_width(strategy, g[s].len(), 1);
-                    let over = st.over_bytes(costs, strategy, s, k, prm, d, at).over_bytes;
+                    let h = held(costs, k, at, &TensorParallel::NONE, d);
+                    let over = st.over_bytes(costs, strategy, s, k, h, at).over_bytes;
                     (over <= 0.0).then(|| stage_ms(gc, k, at).max(st.comm_ms[s]))
                 })
                 .collect()

@@ -175,6 +175,7 @@ fn cross_section_plan(split: bool) -> (CostModel, sim::plan::Plan) {
         degree: 2,
         sequence_parallel: true,
         comm_overlap: false,
+        experts: 1,
     };
     let strategy = crate::pipeline::pipe_strategy(
         c.ranks(),

@@ -1003,6 +1003,7 @@ impl PipeCase {
             overlap_param_gather: self.overlap && self.sharding == Sharding::GradOp,
             tp_across_nodes: true,
             virtual_stages: v,
+            expert_parallel: 1,
             stages,
         };
         let ranks = costs.ranks();

@@ -1,0 +1,287 @@
+//! Expert parallelism (EP) as Megatron-Core runs it
+//! (`megatron/core/parallel_state.py`, `transformer/moe/token_dispatcher.py`;
+//! REAL-SYSTEMS-3 sections 1.4 and 1.7), on a stage of `d` data-parallel
+//! replicas of TP degree `t`:
+//!
+//! * **Groups.** The routed experts of every MoE block are split over `e`
+//!   consecutive replicas (EP inside the data-parallel dimension, after TP:
+//!   Megatron's `tp-cp-ep-dp-pp` order), each holding `E / e` experts,
+//!   each expert split over its TP group (expert-tensor parallelism = TP,
+//!   Megatron's default). TP rank `i` of replica `j` exchanges tokens with
+//!   TP rank `i` of the other replicas of its block of `e`
+//!   ([`ep_group`]); the expert gradients are reduced over the `d / e`
+//!   replicas holding the same experts (the expert-data-parallel group,
+//!   strided by `e`: [`edp_groups`]), the dense ones over all `d`.
+//! * **Token dispatch** (the `alltoall` dispatcher): per MoE block and
+//!   micro-batch, the forward permutes each token's `k` copies by
+//!   destination, sends them by all-to-all over the EP group (with the
+//!   routing probabilities, `k` fp32 values per token), gathers the
+//!   received copies over the expert-TP group (all-gather), runs the local
+//!   experts, reduce-scatters over expert-TP, and combines by the reverse
+//!   all-to-all; the backward runs the transposes (two all-to-alls, an
+//!   all-gather and a reduce-scatter). Each rank sends `k T_r` copies of
+//!   `h` elements, `T_r` its tokens (`T / t` with sequence parallelism,
+//!   which Megatron asserts with EP and TP): [`block_collectives`]. Every
+//!   exchange is on the critical path (Megatron's default: no
+//!   `--overlap-moe-expert-parallel-comm`, no shared-expert overlap).
+//! * **Routing is balanced**: every rank receives `k T_r` copies (the
+//!   expected load under uniform routing; an imbalanced router makes the
+//!   busiest rank set the pace, not modelled here), and the replicas of an
+//!   EP group wait for the slowest at every exchange.
+//! * **Compute**: each rank runs `E / e` expert GEMMs of `k T e / E` rows
+//!   (`T` its replica's tokens): the same FLOPs as without EP, in fewer,
+//!   taller GEMMs ([`crate::perfmodel::work`]).
+//! * **Memory**: `E / e` experts per rank, their state sharded over the
+//!   expert-data-parallel group's share of the sharding width
+//!   ([`crate::plan::pipeline::expert_width`]).
+//!
+//! Supported: the data-parallel reductions after the last backward
+//! (replicas or the distributed optimizer, `none` / `grad-op`, no
+//! `--overlap-grad-reduce`), the rest refused by [`check`].
+
+use crate::comm::CollectiveKind;
+use crate::error::PlanError;
+use crate::model::ModelSpec;
+use crate::plan::pipeline::{Pipeline, Stage};
+use crate::precision::NumFormat;
+use crate::strategy::{Sharding, Strategy};
+use crate::tensor::{Pass, TensorParallel};
+
+/// Which group an EP collective runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Over {
+    /// The EP group ([`ep_group`]): the all-to-alls.
+    Experts,
+    /// The expert-TP group (the replica's TP group): the gather of the
+    /// received copies and its reduce-scatter.
+    Tensor,
+}
+
+/// One EP collective of a MoE block on a micro-batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpCollective {
+    /// Its pass.
+    pub pass: Pass,
+    /// Its kind.
+    pub kind: CollectiveKind,
+    /// Each rank's piece, bytes (an all-to-all's send buffer, an
+    /// all-gather's contribution).
+    pub piece_bytes: f64,
+    /// The group it runs over.
+    pub over: Over,
+}
+
+/// The EP group of TP rank `i` of replica `j` of `st` under EP degree `e`:
+/// TP rank `i` of replicas `e floor(j / e) .. + e`, in order.
+pub fn ep_group(st: &Stage, e: u32, j: usize, i: usize) -> Vec<usize> {
+    let e = e.max(1) as usize;
+    let first = j / e * e;
+    (first..(first + e).min(st.dp()))
+        .map(|r| st.group(r)[i] as usize)
+        .collect()
+}
+
+/// The expert-data-parallel groups of TP rank `i` of `st` under EP degree
+/// `e`: per position `q` in an EP group, TP rank `i` of replicas `q, q + e,
+/// q + 2e, ...` (what reduces the gradients of the same experts).
+pub fn edp_groups(st: &Stage, e: u32, i: usize) -> Vec<Vec<usize>> {
+    let e = e.max(1) as usize;
+    (0..e.min(st.dp()))
+        .map(|q| {
+            (q..st.dp())
+                .step_by(e)
+                .map(|r| st.group(r)[i] as usize)
+                .collect()
+        })
+        .collect()
+}
+
+/// The EP collectives of one MoE block on a replica's micro-batch slice of
+/// `tokens` tokens in `dtype` (module docs); empty without EP or without
+/// experts in every block. Forward: dispatch all-to-all (the copies and
+/// their fp32 probabilities), with expert-TP the gather and the
+/// reduce-scatter of the received copies, combine all-to-all; backward:
+/// their transposes.
+pub fn block_collectives(
+    tp: &TensorParallel,
+    model: &ModelSpec,
+    tokens: f64,
+    dtype: NumFormat,
+) -> Vec<EpCollective> {
+    let Some(moe) = model.uniform_moe().filter(|_| tp.experts > 1) else {
+        return Vec::new();
+    };
+    let t = tp.degree.max(1) as f64;
+    let own = if tp.sequence_parallel {
+        tokens / t
+    } else {
+        tokens
+    };
+    let copies = moe.top_k as f64 * moe.padding() * own;
+    let h = model.hidden as f64 * dtype.bytes();
+    let c = |pass, kind, piece_bytes, over| EpCollective {
+        pass,
+        kind,
+        piece_bytes,
+        over,
+    };
+    use CollectiveKind::*;
+    let mut v = Vec::new();
+    for pass in [Pass::Forward, Pass::Backward] {
+        v.push(c(pass, AllToAll, copies * (h + 4.0), Over::Experts));
+        if tp.degree > 1 {
+            let (first, second) = match pass {
+                Pass::Forward => (AllGather, ReduceScatter),
+                Pass::Backward => (ReduceScatter, AllGather),
+            };
+            v.push(c(pass, first, copies * h, Over::Tensor));
+            v.push(c(pass, second, copies * h, Over::Tensor));
+        }
+        v.push(c(pass, AllToAll, copies * h, Over::Experts));
+    }
+    v
+}
+
+/// Time of `collectives` in `pass`, ms, each priced by `price` (kind,
+/// piece bytes, group) and all on the critical path.
+pub fn pass_ms(
+    collectives: &[EpCollective],
+    pass: Pass,
+    mut price: impl FnMut(CollectiveKind, f64, Over) -> f64,
+) -> f64 {
+    collectives
+        .iter()
+        .filter(|c| c.pass == pass)
+        .map(|c| price(c.kind, c.piece_bytes, c.over))
+        .sum()
+}
+
+/// Checks a pipeline's expert parallelism against the model and the
+/// strategy (origin `origin`, field `pipeline.expert_parallel`): `e` at
+/// least 1; above 1 only for a model with experts in every block, `e`
+/// dividing the experts and every stage's replicas, sequence parallelism
+/// wherever TP splits a stage (Megatron asserts it), and the reductions
+/// the module supports.
+pub fn check(
+    pipe: &Pipeline,
+    model: &ModelSpec,
+    strategy: &Strategy,
+    origin: &str,
+) -> Result<(), PlanError> {
+    let e = pipe.expert_parallel;
+    let bad = |msg: String| Err(PlanError::invalid(origin, "pipeline.expert_parallel", msg));
+    if e == 0 {
+        return bad("expected an expert-parallel degree of at least 1, got 0".into());
+    }
+    if e == 1 {
+        return Ok(());
+    }
+    let Some(moe) = model.uniform_moe() else {
+        return bad(format!(
+            "{} has no experts in every block: expert parallelism (EP {e}) needs a mixture-of-experts model whose every block has experts; use --ep 1",
+            model.name
+        ));
+    };
+    if moe.experts % e != 0 {
+        return bad(format!(
+            "EP {e} does not divide the {} experts of {}: every rank holds an equal number of experts",
+            moe.experts, model.name
+        ));
+    }
+    for (s, st) in pipe.stages.iter().enumerate() {
+        if st.dp() % e as usize != 0 {
+            return bad(format!(
+                "EP {e} does not divide the {} data-parallel replicas of stage {s}: the EP groups are runs of {e} replicas",
+                st.dp()
+            ));
+        }
+        if st.tp > 1 && !pipe.sequence_parallel {
+            return bad(format!(
+                "stage {s} has TP {} without sequence parallelism: Megatron-Core requires sequence parallelism with expert and tensor parallelism together (add --sequence-parallel)",
+                st.tp
+            ));
+        }
+    }
+    match strategy.sharding {
+        Sharding::NoShard | Sharding::GradOp => {}
+        other => {
+            return bad(format!(
+                "EP {e} with sharding `{}`: expert parallelism is modelled with replicas (`none`) or the distributed optimizer (`grad-op`); FSDP's per-unit gathers of expert shards are not",
+                other.name()
+            ))
+        }
+    }
+    if pipe.overlap_grad_reduce || pipe.overlap_param_gather {
+        return bad(format!(
+            "EP {e} with --overlap-grad-reduce / --overlap-param-gather: the bucketed reductions of expert gradients over the expert-data-parallel group are not modelled; leave them off"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::pipeline::expert_width;
+
+    fn stage(replicas: usize, t: u32) -> Stage {
+        let mut st = Stage::new(1, (0..replicas as u32 * t).collect());
+        st.tp = t;
+        st
+    }
+
+    #[test]
+    fn groups_are_megatrons_ep_inside_dp_after_tp() {
+        // 8 replicas of TP 2 (ranks 0..16), EP 4: TP rank 1 of replica 5
+        // trades with TP rank 1 of replicas 4..8; its experts' gradients
+        // reduce with replica 1 (5 mod 4).
+        let st = stage(8, 2);
+        assert_eq!(ep_group(&st, 4, 5, 1), vec![9, 11, 13, 15]);
+        let edp = edp_groups(&st, 4, 1);
+        assert_eq!(edp.len(), 4);
+        assert_eq!(edp[1], vec![3, 11]);
+        // Every rank of the TP index sits in exactly one EP and one EDP group.
+        let mut all: Vec<usize> = edp.concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..8).map(|j| 2 * j + 1).collect::<Vec<_>>());
+        assert_eq!(expert_width(8, 4), 2);
+        assert_eq!(expert_width(1, 4), 1);
+    }
+
+    #[test]
+    fn dispatch_volumes_are_k_copies_of_each_rank_tokens() {
+        let m = crate::model::ModelCatalog::builtin()
+            .lookup("mixtral-8x7b", "test")
+            .unwrap();
+        let moe = m.uniform_moe().unwrap().clone();
+        let tokens = 2.0 * 4096.0;
+        let h2 = m.hidden as f64 * 2.0;
+        // EP 8, TP 2 with SP: each rank sends k T / t copies.
+        let tp = TensorParallel::new(2, true).with_experts(8);
+        let v = block_collectives(&tp, m, tokens, NumFormat::Bf16);
+        let copies = moe.top_k as f64 * tokens / 2.0;
+        let a2a: Vec<f64> = v
+            .iter()
+            .filter(|c| c.kind == CollectiveKind::AllToAll)
+            .map(|c| c.piece_bytes)
+            .collect();
+        assert_eq!(a2a.len(), 4, "dispatch and combine, each way");
+        assert_eq!(a2a[0], copies * (h2 + 4.0));
+        assert_eq!(a2a[1], copies * h2);
+        let etp = v.iter().filter(|c| c.over == Over::Tensor).count();
+        assert_eq!(etp, 4, "gather and reduce-scatter over expert-TP, each way");
+        // Without EP, or on a dense model: nothing.
+        assert!(
+            block_collectives(&TensorParallel::new(2, true), m, tokens, NumFormat::Bf16).is_empty()
+        );
+        let dense = crate::model::ModelCatalog::builtin()
+            .lookup("llama3-8b", "test")
+            .unwrap();
+        assert!(block_collectives(&tp, dense, tokens, NumFormat::Bf16).is_empty());
+        // TP 1: the all-to-alls only, on every token of the replica.
+        let ep = TensorParallel::NONE.with_experts(8);
+        let v = block_collectives(&ep, m, tokens, NumFormat::Bf16);
+        assert_eq!(v.len(), 4);
+        assert_eq!(v[1].piece_bytes, moe.top_k as f64 * tokens * h2);
+    }
+}
