@@ -110,7 +110,7 @@ impl PipelineReport {
         strategy: &crate::strategy::Strategy,
         gpus: &[GpuReport],
         iteration_ms: f64,
-        tp_comm_ms: &[f64],
+        (tp_comm_ms, ep_comm_ms): (&[f64], &[f64]),
     ) -> PipelineReport {
         use crate::pipeline::buckets::{grad_sync, GradSync};
         let grad_sync = match grad_sync(strategy.sharding, pipe.dp_overlap()) {
@@ -155,6 +155,12 @@ impl PipelineReport {
                         .map(|&r| tp_comm_ms.get(r as usize).copied().unwrap_or(0.0))
                         .fold(0.0, f64::max)
                 }),
+                ep_comm_ms: (pipe.expert_parallel > 1).then(|| {
+                    st.gpus
+                        .iter()
+                        .map(|&r| ep_comm_ms.get(r as usize).copied().unwrap_or(0.0))
+                        .fold(0.0, f64::max)
+                }),
                 gpus: crate::lists::name_runs(&names),
                 compute_ms: max(|x| x.compute_ms),
                 exposed_comm_ms: max(|x| x.exposed_comm_ms),
@@ -190,6 +196,7 @@ impl PipelineReport {
             rank_order: crate::plan::shape::RankOrder::of(pipe)
                 .filter(|&o| o != crate::plan::shape::RankOrder::default())
                 .map(|o| o.name().to_string()),
+            expert_parallel: pipe.expert_parallel.max(1),
             stages,
         }
     }
@@ -268,12 +275,11 @@ pub(crate) fn assemble(
     let collectives = collective_stats(a, breakdown);
     let collective_summary = kind_summaries(&collectives);
     let pipeline = plan.pipeline.as_ref().map(|p| {
-        let tp: Vec<f64> = breakdown
-            .ranks
-            .iter()
-            .map(|r| r.tp_comm as f64 / 1e6)
-            .collect();
-        PipelineReport::of(p, &plan.strategy, &gpus, iteration_ms, &tp)
+        let ms = |f: fn(&super::breakdown::RankTimes) -> u64| -> Vec<f64> {
+            breakdown.ranks.iter().map(|r| f(r) as f64 / 1e6).collect()
+        };
+        let (tp, ep) = (ms(|r| r.tp_comm), ms(|r| r.ep_comm));
+        PipelineReport::of(p, &plan.strategy, &gpus, iteration_ms, (&tp, &ep))
     });
     let intervals = intervals_of(costs, &gpus, iteration_ms, &rate);
     let comm_sources = comm_sources(a.collectives);

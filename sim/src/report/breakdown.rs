@@ -23,6 +23,9 @@ pub(crate) struct RankTimes {
     /// Blocking collectives on the compute stream (TP communication):
     /// exposed communication, also counted here.
     pub(crate) tp_comm: u64,
+    /// Expert parallelism's exchanges on the compute stream (all-to-all
+    /// ops): exposed communication, also counted here (not in `tp_comm`).
+    pub(crate) ep_comm: u64,
     pub(crate) finish: u64,
     prev_compute_end: u64,
     /// Pass of the previous compute op (`None`: none yet), and of the
@@ -200,7 +203,11 @@ impl Breakdown<'_> {
             // A collective the compute stream waits in (TP's per-layer
             // collectives): exposed communication, not compute.
             r.exposed_comm += d.saturating_mul(w);
-            r.tp_comm += d.saturating_mul(w);
+            if rec.label.category == Category::AllToAll {
+                r.ep_comm += d.saturating_mul(w);
+            } else {
+                r.tp_comm += d.saturating_mul(w);
+            }
             r.prev_compute_end = e;
             return;
         }

@@ -242,10 +242,11 @@ pub struct Timing {
 ///                before its split), bubble_pct, sequence_parallel, tp_comm_overlap,
 ///                overlap_grad_reduce, overlap_param_gather (each when on),
 ///                grad_sync ("after backward"|"buckets"|"per unit"|"data-parallel schedule"),
-///                rank_order (when "tp-pp-dp"),
+///                rank_order (when "tp-pp-dp"), expert_parallel (when > 1),
 ///                stages: [{stage, first_block, last_block, blocks, chunks ([first,
 ///                          last] per model chunk, when more than one), ranks, tp (when > 1),
-///                          tp_comm_ms (with TP), gpus, compute_ms, exposed_comm_ms,
+///                          tp_comm_ms (with TP), ep_comm_ms (with EP), gpus,
+///                          compute_ms, exposed_comm_ms,
 ///                          idle_ms, peak_mem_gib, usable_gib,
 ///                          shares (per replica, when split unevenly)}]}
 ///                                                   -- pipeline and 3D plans only
@@ -390,6 +391,10 @@ pub struct PipelineReport {
     /// (`tp-pp-dp`); absent for the default and for layouts of no order.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rank_order: Option<String>,
+    /// Expert parallelism (absent when 1): each MoE block's routed experts
+    /// over this many replicas, tokens exchanged by all-to-all.
+    #[serde(skip_serializing_if = "is_one")]
+    pub expert_parallel: u32,
     /// Per stage, in order.
     pub stages: Vec<StageReport>,
 }
@@ -426,6 +431,12 @@ pub struct StageReport {
     /// (absent without TP).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tp_comm_ms: Option<f64>,
+    /// Its replicas' largest expert-parallel exchanges on the critical
+    /// path (dispatch and combine all-to-alls, expert-TP's gather and
+    /// reduce-scatter, the wait for the EP group's slowest replica), ms
+    /// (absent without expert parallelism).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ep_comm_ms: Option<f64>,
     /// Its GPUs, grouped (`2x l4`).
     pub gpus: String,
     /// Largest compute time of its GPUs, ms.

@@ -415,6 +415,13 @@ impl PipelineReport {
                 }
             );
         }
+        if self.expert_parallel > 1 {
+            let _ = writeln!(
+                s,
+                "expert parallelism: EP {}: each MoE block's routed experts over runs of {} replicas (expert-TP = TP), tokens dispatched and combined by all-to-all on the critical path, expert gradients reduced over the replicas holding the same experts; ep comm: those exchanges (part of exp.comm)",
+                self.expert_parallel, self.expert_parallel
+            );
+        }
         let knob = |on: bool| if on { "on" } else { "off" };
         let sync = match self.grad_sync.as_str() {
             "buckets" => "in buckets during the last backward",
@@ -440,6 +447,10 @@ impl PipelineReport {
         header.extend(["compute ms", "exp.comm ms"]);
         if tp {
             header.push("tp comm ms");
+        }
+        let ep = self.expert_parallel > 1;
+        if ep {
+            header.push("ep comm ms");
         }
         header.extend(["idle ms", "peak GiB", "usable GiB"]);
         let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
@@ -473,6 +484,9 @@ impl PipelineReport {
             row.push(format!("{:.1}", st.exposed_comm_ms));
             if tp {
                 row.push(format!("{:.1}", st.tp_comm_ms.unwrap_or(0.0)));
+            }
+            if ep {
+                row.push(format!("{:.1}", st.ep_comm_ms.unwrap_or(0.0)));
             }
             row.extend([
                 format!("{:.1}", st.idle_ms),

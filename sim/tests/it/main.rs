@@ -1,6 +1,7 @@
 //! Integration tests of the `sim` crate (one binary).
 
 mod common;
+mod expert_parallel;
 mod experts;
 mod fold;
 mod hetero3d;
