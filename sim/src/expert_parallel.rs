@@ -182,14 +182,14 @@ pub fn check(
             model.name
         ));
     };
-    if moe.experts % e != 0 {
+    if !moe.experts.is_multiple_of(e) {
         return bad(format!(
             "EP {e} does not divide the {} experts of {}: every rank holds an equal number of experts",
             moe.experts, model.name
         ));
     }
     for (s, st) in pipe.stages.iter().enumerate() {
-        if st.dp() % e as usize != 0 {
+        if !st.dp().is_multiple_of(e as usize) {
             return bad(format!(
                 "EP {e} does not divide the {} data-parallel replicas of stage {s}: the EP groups are runs of {e} replicas",
                 st.dp()

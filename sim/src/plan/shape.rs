@@ -478,7 +478,7 @@ impl Shape3d {
         pipe.overlap_grad_reduce = self.overlap_grad_reduce;
         pipe.overlap_param_gather = self.overlap_param_gather;
         let e = self.expert_parallel;
-        if e == 0 || d % e as usize != 0 {
+        if e == 0 || !d.is_multiple_of(e as usize) {
             return bad(
                 "--ep",
                 format!("expected an expert-parallel degree dividing the {d} data-parallel replicas (EP groups are runs of replicas), got {e}"),
