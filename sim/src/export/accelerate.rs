@@ -30,7 +30,7 @@ pub fn sharding_strategy(s: Sharding) -> Option<&'static str> {
 }
 
 impl Target for Accelerate {
-    fn experts(&self, m: &crate::experts::Moe, model: &str) -> String {
+    fn experts(&self, m: &crate::experts::Moe, model: &str, _ep: u32) -> String {
         format!(
             "{model}'s {} experts (top-{}) run as its Hugging Face model class builds them (a loop over the experts in each block)",
             m.experts, m.top_k

@@ -41,9 +41,9 @@ fn dtype_key(d: NumFormat) -> &'static str {
 }
 
 impl Target for DeepSpeed {
-    fn experts(&self, m: &crate::experts::Moe, model: &str) -> String {
+    fn experts(&self, m: &crate::experts::Moe, model: &str, ep: u32) -> String {
         format!(
-            "{model}'s experts are built in code, not in the JSON: `deepspeed.moe.layer.MoE(hidden_size, expert=<SwiGLU of width {}>, num_experts={}, ep_size=1, k={}, {})`{}",
+            "{model}'s experts are built in code, not in the JSON: `deepspeed.moe.layer.MoE(hidden_size, expert=<SwiGLU of width {}>, num_experts={}, ep_size={ep}, k={}, {})`{}",
             m.expert_ffn,
             m.experts,
             m.top_k,

@@ -84,7 +84,11 @@ pub fn export(
         ));
     }
     let mut notes = lost(plan);
-    notes.extend(experts_note(target, &w.model));
+    let ep = plan
+        .pipeline
+        .as_ref()
+        .map_or(1, |p| p.expert_parallel.max(1));
+    notes.extend(experts_note(target, &w.model, ep));
     let (mut strategy, mut snotes) = target.strategy(&plan.strategy);
     if strategy.sharding != Sharding::Hybrid {
         // Without hybrid sharding the shard group is every GPU.
@@ -153,17 +157,24 @@ pub fn export(
 }
 
 /// How `target` builds the model's experts, ended with what the
-/// simulation assumed (capacity, no expert parallelism); `None` without
+/// simulation assumed (capacity, expert parallelism); `None` without
 /// experts in every block.
-fn experts_note(target: &dyn Target, model: &crate::model::ModelSpec) -> Option<String> {
+fn experts_note(target: &dyn Target, model: &crate::model::ModelSpec, ep: u32) -> Option<String> {
     let m = model.uniform_moe()?;
+    let split = match ep {
+        0 | 1 => "every rank holding a slice of every expert as the simulation runs them (no expert parallelism)".to_string(),
+        e => format!(
+            "the experts split over EP {e} (each rank {} of them, tokens dispatched and combined by all-to-all), as the simulation runs them",
+            m.experts / e
+        ),
+    };
     let capacity = match m.capacity_factor {
         Some(cf) => format!("capacity factor {cf}, every expert padded to it"),
         None => "dropless (no capacity factor)".to_string(),
     };
     Some(format!(
-        "{}: {capacity}, every rank holding a slice of every expert as the simulation runs them (no expert parallelism)",
-        target.experts(m, &model.name)
+        "{}: {capacity}, {split}",
+        target.experts(m, &model.name, ep)
     ))
 }
 
@@ -354,6 +365,7 @@ fn approximate_data_parallel(
         global_batch: global,
         global_batch_exact: global == big_b,
         seq_len: w.seq_len,
+        ep: 1,
     };
     (approx, shape, notes)
 }
@@ -477,6 +489,7 @@ fn approximate_pipeline(
         global_batch: global,
         global_batch_exact: global == w.global_batch,
         seq_len: w.seq_len,
+        ep: p.expert_parallel.max(1),
     };
     (approx, shape, notes)
 }

@@ -28,10 +28,11 @@ pub trait Target: Sync {
     fn pipeline(&self, _p: &mut Pipeline) -> Vec<String> {
         Vec::new()
     }
-    /// How it builds the experts of `m` (model `model`): the start of a
-    /// note that [`super::export`] ends with what the simulation assumed
-    /// (capacity, no expert parallelism).
-    fn experts(&self, m: &crate::experts::Moe, model: &str) -> String;
+    /// How it builds the experts of `m` (model `model`) over `ep`
+    /// expert-parallel ranks: the start of a note that [`super::export`]
+    /// ends with what the simulation assumed (capacity, expert
+    /// parallelism).
+    fn experts(&self, m: &crate::experts::Moe, model: &str, ep: u32) -> String;
     /// The config text of `e.shape`, with `e`'s notes and figures as
     /// comments (or, for JSON, a `_cephalo` object).
     fn render(&self, e: &Exported) -> String;
@@ -65,6 +66,8 @@ pub struct Shape {
     pub global_batch_exact: bool,
     /// Tokens per sample.
     pub seq_len: u32,
+    /// Expert-parallel degree (1: none).
+    pub ep: u32,
 }
 
 impl Shape {

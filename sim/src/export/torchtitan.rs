@@ -64,9 +64,9 @@ fn dtype_name(d: NumFormat) -> &'static str {
 }
 
 impl Target for Torchtitan {
-    fn experts(&self, m: &crate::experts::Moe, model: &str) -> String {
+    fn experts(&self, m: &crate::experts::Moe, model: &str, ep: u32) -> String {
         format!(
-            "{model}'s {} experts (top-{}{}) run as torchtitan's MoE (`GroupedExperts` with `TokenChoiceTopKRouter`, the deepseek_v3 / qwen3 / llama4 model families): register its args with num_experts = {}, top_k = {}, the expert width {}; expert_parallel_degree = 1 is written",
+            "{model}'s {} experts (top-{}{}) run as torchtitan's MoE (`GroupedExperts` with `TokenChoiceTopKRouter`, the deepseek_v3 / qwen3 / llama4 model families): register its args with num_experts = {}, top_k = {}, the expert width {}; expert_parallel_degree = {ep} is written",
             m.experts,
             m.top_k,
             shared_words(m),
@@ -222,7 +222,7 @@ fn parallelism(o: &mut String, e: &Exported) -> bool {
     );
     let _ = writeln!(o, "tensor_parallel_degree = {}", sh.tp);
     if e.experts {
-        let _ = writeln!(o, "expert_parallel_degree = 1");
+        let _ = writeln!(o, "expert_parallel_degree = {}", sh.ep);
     }
     let overlap = e
         .approximation
