@@ -156,6 +156,28 @@ pub fn pass_ms(
         .sum()
 }
 
+/// Whether `model` takes expert parallelism `e`: 1 always; above 1 a model
+/// with experts in every block whose expert count `e` divides (the message
+/// says why not).
+pub fn check_degree(model: &ModelSpec, e: u32) -> Result<(), String> {
+    if e <= 1 {
+        return Ok(());
+    }
+    let Some(moe) = model.uniform_moe() else {
+        return Err(format!(
+            "{} has no experts in every block: expert parallelism (EP {e}) needs a mixture-of-experts model whose every block has experts; use --ep 1",
+            model.name
+        ));
+    };
+    if !moe.experts.is_multiple_of(e) {
+        return Err(format!(
+            "EP {e} does not divide the {} experts of {}: every rank holds an equal number of experts",
+            moe.experts, model.name
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a pipeline's expert parallelism against the model and the
 /// strategy (origin `origin`, field `pipeline.expert_parallel`): `e` at
 /// least 1; above 1 only for a model with experts in every block, `e`
@@ -176,17 +198,8 @@ pub fn check(
     if e == 1 {
         return Ok(());
     }
-    let Some(moe) = model.uniform_moe() else {
-        return bad(format!(
-            "{} has no experts in every block: expert parallelism (EP {e}) needs a mixture-of-experts model whose every block has experts; use --ep 1",
-            model.name
-        ));
-    };
-    if !moe.experts.is_multiple_of(e) {
-        return bad(format!(
-            "EP {e} does not divide the {} experts of {}: every rank holds an equal number of experts",
-            moe.experts, model.name
-        ));
+    if let Err(msg) = check_degree(model, e) {
+        return bad(msg);
     }
     for (s, st) in pipe.stages.iter().enumerate() {
         if !st.dp().is_multiple_of(e as usize) {

@@ -273,6 +273,10 @@ pub fn search(problem: &Problem<'_>) -> Result<(Vec<Candidate>, SearchStats, f64
         .map(|r| costs.usable_gib(r))
         .fold(f64::INFINITY, f64::min)
         * GIB;
+    if let Some(e) = problem.options.shape.ep {
+        crate::expert_parallel::check_degree(&costs.workload.model, e)
+            .map_err(|msg| PlanError::invalid("the 3D shape flags", "--ep", msg))?;
+    }
     let all = shapes(costs, &problem.options.shape);
     let mut by_d: std::collections::BTreeMap<usize, Vec<Strategy>> = Default::default();
     for shape in &all {
@@ -484,7 +488,7 @@ impl Planner for Megatron {
         if stats.candidates == 0 && !pins.is_empty() {
             return Err(PlanError::Infeasible {
                 message: format!(
-                    "no Megatron shape of the {n} GPUs matches the pinned {}: TP must divide the smallest node and the model's heads (it allows {}), PP the TP groups and the {} blocks, DP x micro-batch size the global batch {}, interleaving's chunks the blocks per stage",
+                    "no Megatron shape of the {n} GPUs matches the pinned {}: TP must divide the smallest node and the model's heads (it allows {}), PP the TP groups and the {} blocks, DP x micro-batch size the global batch {}, interleaving's chunks the blocks per stage, EP the replicas",
                     pins.text(),
                     crate::tensor::degrees(&problem.costs.workload.model)
                         .iter()
