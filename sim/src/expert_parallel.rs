@@ -7,16 +7,22 @@
 //!   consecutive replicas (EP inside the data-parallel dimension, after TP:
 //!   Megatron's `tp-cp-ep-dp-pp` order), each holding `E / e` experts,
 //!   each expert split over its TP group (expert-tensor parallelism = TP,
-//!   Megatron's default). TP rank `i` of replica `j` exchanges tokens with
-//!   TP rank `i` of the other replicas of its block of `e`
-//!   ([`ep_group`]); the expert gradients are reduced over the `d / e`
-//!   replicas holding the same experts (the expert-data-parallel group,
-//!   strided by `e`: [`edp_groups`]), the dense ones over all `d`.
+//!   Megatron's default), or whole on each GPU (expert-TP 1,
+//!   `--expert-tensor-parallel-size 1`, Megatron's advice for fine-grained
+//!   experts: the EP groups then take TP ranks too, MoE Parallel Folding).
+//!   The expert grid orders a stage's GPUs expert-TP fastest, then EP,
+//!   then expert data parallelism ([`ep_indices`]): under expert-TP = TP,
+//!   TP rank `i` of replica `j` exchanges tokens with TP rank `i` of the
+//!   other replicas of its block of `e`; the expert gradients are reduced
+//!   over the GPUs holding the same expert slice (the expert-data-parallel
+//!   group, strided by `t_e e`: [`edp_indices`]), the dense ones over all
+//!   `d` replicas.
 //! * **Token dispatch** (the `alltoall` dispatcher): per MoE block and
 //!   micro-batch, the forward permutes each token's `k` copies by
 //!   destination, sends them by all-to-all over the EP group (with the
 //!   routing probabilities, `k` fp32 values per token), gathers the
-//!   received copies over the expert-TP group (all-gather), runs the local
+//!   received copies over the expert-TP group (all-gather, none with whole
+//!   experts), runs the local
 //!   experts, reduce-scatters over expert-TP, and combines by the reverse
 //!   all-to-all; the backward runs the transposes (two all-to-alls, an
 //!   all-gather and a reduce-scatter). Each rank sends `k T_r` copies of
@@ -28,11 +34,12 @@
 //!   expected load under uniform routing; an imbalanced router makes the
 //!   busiest rank set the pace, not modelled here), and the replicas of an
 //!   EP group wait for the slowest at every exchange.
-//! * **Compute**: each rank runs `E / e` expert GEMMs of `k T e / E` rows
-//!   (`T` its replica's tokens): the same FLOPs as without EP, in fewer,
-//!   taller GEMMs ([`crate::perfmodel::work`]).
-//! * **Memory**: `E / e` experts per rank, their state sharded over the
-//!   expert-data-parallel group's share of the sharding width
+//! * **Compute**: each rank runs `E / e` expert GEMMs of `k T e t_e / (E
+//!   t)` rows (`T` its replica's tokens), `1 / t_e` of each expert's
+//!   columns: the same FLOPs as without EP, in fewer, taller GEMMs
+//!   ([`crate::perfmodel::work`]).
+//! * **Memory**: `E / e` experts per rank (each over `t_e`), their state
+//!   sharded over the expert-data-parallel group
 //!   ([`crate::plan::pipeline::expert_width`]).
 //!
 //! Supported: the data-parallel reductions after the last backward
@@ -71,28 +78,44 @@ pub struct EpCollective {
     pub over: Over,
 }
 
-/// The EP group of TP rank `i` of replica `j` of `st` under EP degree `e`:
-/// TP rank `i` of replicas `e floor(j / e) .. + e`, in order.
-pub fn ep_group(st: &Stage, e: u32, j: usize, i: usize) -> Vec<usize> {
-    let e = e.max(1) as usize;
-    let first = j / e * e;
-    (first..(first + e).min(st.dp()))
-        .map(|r| st.group(r)[i] as usize)
+/// Megatron-Core's expert grid over a stage of `n` GPUs (stage index `q`,
+/// TP fastest, then the replicas): expert-TP fastest (`q mod t_e`), then
+/// EP (`(q / t_e) mod e`), then expert data parallelism (`q / (t_e e)`)
+/// (`parallel_state.py`'s `tp-ep-dp` expert order).
+///
+/// The stage indices of `q`'s EP group: its expert-TP and
+/// expert-data-parallel positions, every EP position, in order.
+pub fn ep_indices(n: usize, te: u32, e: u32, q: usize) -> Vec<usize> {
+    let (te, e) = (te.max(1) as usize, e.max(1) as usize);
+    let base = q / (te * e) * te * e + q % te;
+    (0..e).map(|x| base + x * te).filter(|&i| i < n).collect()
+}
+
+/// The stage indices of every expert-data-parallel group of a stage of `n`
+/// GPUs: per expert-TP and EP position, the GPUs holding the same expert
+/// slice (strided by `t_e e`), which reduce its gradients.
+pub fn edp_indices(n: usize, te: u32, e: u32) -> Vec<Vec<usize>> {
+    let (te, e) = (te.max(1) as usize, e.max(1) as usize);
+    let stride = te * e;
+    (0..stride.min(n))
+        .map(|x| (x..n).step_by(stride).collect())
         .collect()
 }
 
-/// The expert-data-parallel groups of TP rank `i` of `st` under EP degree
-/// `e`: per position `q` in an EP group, TP rank `i` of replicas `q, q + e,
-/// q + 2e, ...` (what reduces the gradients of the same experts).
-pub fn edp_groups(st: &Stage, e: u32, i: usize) -> Vec<Vec<usize>> {
-    let e = e.max(1) as usize;
-    (0..e.min(st.dp()))
-        .map(|q| {
-            (q..st.dp())
-                .step_by(e)
-                .map(|r| st.group(r)[i] as usize)
-                .collect()
-        })
+/// The EP group of TP rank `i` of replica `j` of `st` under `tp` (ranks).
+pub fn ep_group(st: &Stage, tp: &TensorParallel, j: usize, i: usize) -> Vec<usize> {
+    let t = st.tp.max(1) as usize;
+    ep_indices(st.gpus.len(), tp.expert_tensor, tp.experts, j * t + i)
+        .into_iter()
+        .map(|q| st.gpus[q] as usize)
+        .collect()
+}
+
+/// The expert-data-parallel groups of `st` under `tp` (ranks).
+pub fn edp_groups(st: &Stage, tp: &TensorParallel) -> Vec<Vec<usize>> {
+    edp_indices(st.gpus.len(), tp.expert_tensor, tp.experts)
+        .into_iter()
+        .map(|g| g.into_iter().map(|q| st.gpus[q] as usize).collect())
         .collect()
 }
 
@@ -117,6 +140,7 @@ pub fn block_collectives(
     } else {
         tokens
     };
+    let te = tp.expert_tensor.clamp(1, tp.degree.max(1));
     let copies = moe.top_k as f64 * moe.padding() * own;
     let h = model.hidden as f64 * dtype.bytes();
     let c = |pass, kind, piece_bytes, over| EpCollective {
@@ -129,7 +153,7 @@ pub fn block_collectives(
     let mut v = Vec::new();
     for pass in [Pass::Forward, Pass::Backward] {
         v.push(c(pass, AllToAll, copies * (h + 4.0), Over::Experts));
-        if tp.degree > 1 {
+        if te > 1 {
             let (first, second) = match pass {
                 Pass::Forward => (AllGather, ReduceScatter),
                 Pass::Backward => (ReduceScatter, AllGather),
@@ -196,16 +220,36 @@ pub fn check(
         return bad("expected an expert-parallel degree of at least 1, got 0".into());
     }
     if e == 1 {
-        return Ok(());
+        return match pipe.expert_tensor_parallel {
+            Some(te) if pipe.stages.iter().any(|st| st.tp != te) => Err(PlanError::invalid(
+                origin,
+                "pipeline.expert_tensor_parallel",
+                format!("expert-TP {te} without expert parallelism: every GPU would hold whole experts its TP group splits; set an EP degree (--ep) or leave expert-TP at the TP degree"),
+            )),
+            _ => Ok(()),
+        };
     }
     if let Err(msg) = check_degree(model, e) {
         return bad(msg);
     }
     for (s, st) in pipe.stages.iter().enumerate() {
-        if !st.dp().is_multiple_of(e as usize) {
+        let te = pipe.expert_tensor_parallel.unwrap_or(st.tp);
+        if te != 1 && te != st.tp {
+            return Err(PlanError::invalid(
+                origin,
+                "pipeline.expert_tensor_parallel",
+                format!(
+                    "expected expert-TP 1 (whole experts) or stage {s}'s TP degree {}, got {te}",
+                    st.tp
+                ),
+            ));
+        }
+        let n = st.gpus.len();
+        if !n.is_multiple_of((te * e) as usize) {
             return bad(format!(
-                "EP {e} does not divide the {} data-parallel replicas of stage {s}: the EP groups are runs of {e} replicas",
-                st.dp()
+                "EP {e} x expert-TP {te} does not divide the {n} GPUs of stage {s} ({} replicas of TP {}): the EP groups are runs of {e} expert-TP groups",
+                st.dp(),
+                st.tp
             ));
         }
         if st.tp > 1 && !pipe.sequence_parallel {
@@ -249,16 +293,25 @@ mod tests {
         // trades with TP rank 1 of replicas 4..8; its experts' gradients
         // reduce with replica 1 (5 mod 4).
         let st = stage(8, 2);
-        assert_eq!(ep_group(&st, 4, 5, 1), vec![9, 11, 13, 15]);
-        let edp = edp_groups(&st, 4, 1);
-        assert_eq!(edp.len(), 4);
-        assert_eq!(edp[1], vec![3, 11]);
-        // Every rank of the TP index sits in exactly one EP and one EDP group.
+        let tp = TensorParallel::new(2, true).with_experts(4);
+        assert_eq!(ep_group(&st, &tp, 5, 1), vec![9, 11, 13, 15]);
+        let edp = edp_groups(&st, &tp);
+        assert_eq!(edp.len(), 8, "one per TP rank and EP position");
+        assert_eq!(edp[3], vec![3, 11], "TP rank 1, EP position 1");
+        // Every rank sits in exactly one EDP group.
         let mut all: Vec<usize> = edp.concat();
         all.sort_unstable();
-        assert_eq!(all, (0..8).map(|j| 2 * j + 1).collect::<Vec<_>>());
-        assert_eq!(expert_width(8, 4), 2);
-        assert_eq!(expert_width(1, 4), 1);
+        assert_eq!(all, (0..16).collect::<Vec<_>>());
+        // Whole experts (expert-TP 1): EP 4 over consecutive GPUs, TP
+        // ranks included; the EDP groups strided by 4.
+        let whole = tp.with_expert_tensor(1);
+        assert_eq!(ep_group(&st, &whole, 5, 1), vec![8, 9, 10, 11]);
+        let edp = edp_groups(&st, &whole);
+        assert_eq!(edp.len(), 4);
+        assert_eq!(edp[1], vec![1, 5, 9, 13]);
+        assert_eq!(expert_width(Sharding::GradOp, 8, 4, 1), 2);
+        assert_eq!(expert_width(Sharding::GradOp, 8, 4, 2), 4);
+        assert_eq!(expert_width(Sharding::NoShard, 1, 4, 2), 1);
     }
 
     #[test]

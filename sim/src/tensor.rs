@@ -77,9 +77,13 @@ pub struct TensorParallel {
     /// split over `e` data-parallel replicas (Megatron-Core's
     /// `--expert-model-parallel-size`, torchtitan's
     /// `expert_parallel_degree`), tokens dispatched to them by all-to-all
-    /// ([`crate::expert_parallel`]); each expert split over the TP group
-    /// (expert-tensor parallelism = TP, Megatron's default).
+    /// ([`crate::expert_parallel`]).
     pub experts: u32,
+    /// GPUs each routed expert is split over (expert-tensor parallelism,
+    /// Megatron-Core's `--expert-tensor-parallel-size`): the TP degree
+    /// (Megatron's default) or 1 (whole experts, Megatron's advice for
+    /// fine-grained experts: the EP group then runs over TP ranks too).
+    pub expert_tensor: u32,
 }
 
 /// Which pass a TP collective belongs to.
@@ -242,6 +246,7 @@ impl TensorParallel {
         sequence_parallel: false,
         comm_overlap: false,
         experts: 1,
+        expert_tensor: 1,
     };
 
     /// `degree` ranks, with or without SP, Megatron's default overlap.
@@ -251,6 +256,7 @@ impl TensorParallel {
             sequence_parallel: sequence_parallel && degree > 1,
             comm_overlap: false,
             experts: 1,
+            expert_tensor: degree.max(1),
         }
     }
 
@@ -261,6 +267,22 @@ impl TensorParallel {
             experts: e.max(1),
             ..self
         }
+    }
+
+    /// The same split with each routed expert over `te` GPUs (expert-TP:
+    /// the TP degree or 1).
+    pub fn with_expert_tensor(self, te: u32) -> TensorParallel {
+        TensorParallel {
+            expert_tensor: te.max(1),
+            ..self
+        }
+    }
+
+    /// How many GPUs of a TP group share one expert-TP group's tokens the
+    /// other way: `t / t_e` (1 under expert-TP = TP; `t` with whole
+    /// experts, each TP rank then dispatching its own sequence shard).
+    pub fn expert_fold(&self) -> u32 {
+        (self.degree.max(1) / self.expert_tensor.max(1)).max(1)
     }
 
     /// Whether blocks are split (`t > 1`).
@@ -330,11 +352,12 @@ impl TensorParallel {
     }
 
     /// Parameters one rank holds of one block's routed experts: `E / e`
-    /// experts, each split over `t` (0 for a model without experts in
+    /// experts, each split over `t_e` (0 for a model without experts in
     /// every block). What the expert-data-parallel group reduces
     /// ([`crate::expert_parallel`]).
     pub fn expert_block_params(&self, model: &ModelSpec) -> f64 {
-        model.routed_expert_params() as f64 / (self.degree.max(1) * self.experts.max(1)) as f64
+        model.routed_expert_params() as f64
+            / (self.expert_tensor.max(1) * self.experts.max(1)) as f64
     }
 
     /// Parameters one rank holds of the embedding: the word table over `t`

@@ -488,10 +488,15 @@ pub struct ShapeArgs {
     /// `--expert-model-parallel-size`, torchtitan's
     /// `expert_parallel_degree`): each block's routed experts split over
     /// this many data-parallel replicas, tokens dispatched by all-to-all;
-    /// must divide the experts and DP. Each expert stays split over its TP
-    /// group (expert-TP = TP).
+    /// must divide the experts, and EP x expert-TP the GPUs of a stage.
     #[arg(long, help_heading = SHAPE)]
     pub ep: Option<u32>,
+    /// Expert-tensor-parallel degree (Megatron's
+    /// `--expert-tensor-parallel-size`): the TP degree (default: each
+    /// expert split over its TP group) or 1 (whole experts, the EP groups
+    /// taking TP ranks too: Megatron's advice for fine-grained experts).
+    #[arg(long, help_heading = SHAPE)]
+    pub etp: Option<u32>,
 }
 
 impl ShapeArgs {
@@ -502,7 +507,7 @@ impl ShapeArgs {
         // (Commas in a layout are cosmetic, as Megatron reads it; the pin
         // parser splits pairs at them.)
         let layout = self.pipeline_layout.as_ref().map(|l| l.replace(',', ""));
-        let flags: [(&str, &str, Option<String>); 16] = [
+        let flags: [(&str, &str, Option<String>); 17] = [
             ("--tp", "tp", num(self.tp)),
             ("--pp", "pp", num(self.pp)),
             ("--pp-schedule", "schedule", self.pp_schedule.clone()),
@@ -559,6 +564,7 @@ impl ShapeArgs {
             ),
             ("--pipeline-layout", "pipeline_layout", layout),
             ("--ep", "ep", num(self.ep)),
+            ("--etp", "etp", num(self.etp)),
         ];
         let mut pins = sim::plan::shape::ShapePins::default();
         for (flag, name, value) in flags {

@@ -156,8 +156,15 @@ impl ActivationModel {
         let full = self.micro(m, attention, fused);
         let mut a = tp.activations(&full, &scaled(&self.replicated[usize::from(fused)], k));
         if tp.is_on() {
-            // What the split divided by `t`, kept whole.
-            let whole = self.whole_per_sample * k * (1.0 - 1.0 / tp.degree as f64);
+            // What the split divided by `t`, kept whole on each expert-TP
+            // group (whole experts: each rank its own sequence shard's).
+            let t = tp.degree as f64;
+            let kept = if tp.expert_tensor >= tp.degree {
+                1.0 - 1.0 / t
+            } else {
+                (tp.expert_tensor.max(1) as f64 - 1.0) / t
+            };
+            let whole = self.whole_per_sample * k * kept;
             a.saved_none += whole;
             a.saved_selective += whole;
             a.saved_attention += whole;

@@ -366,6 +366,7 @@ fn approximate_data_parallel(
         global_batch_exact: global == big_b,
         seq_len: w.seq_len,
         ep: 1,
+        etp: 1,
     };
     (approx, shape, notes)
 }
@@ -490,6 +491,7 @@ fn approximate_pipeline(
         global_batch_exact: global == w.global_batch,
         seq_len: w.seq_len,
         ep: p.expert_parallel.max(1),
+        etp: p.expert_tensor_parallel.unwrap_or(tp).max(1),
     };
     (approx, shape, notes)
 }

@@ -68,6 +68,8 @@ pub struct Shape {
     pub seq_len: u32,
     /// Expert-parallel degree (1: none).
     pub ep: u32,
+    /// GPUs each expert is split over (expert-TP: the TP degree or 1).
+    pub etp: u32,
 }
 
 impl Shape {

@@ -223,6 +223,9 @@ fn parallelism(o: &mut String, e: &Exported) -> bool {
     let _ = writeln!(o, "tensor_parallel_degree = {}", sh.tp);
     if e.experts {
         let _ = writeln!(o, "expert_parallel_degree = {}", sh.ep);
+        if sh.ep > 1 {
+            let _ = writeln!(o, "expert_tensor_parallel_degree = {}", sh.etp);
+        }
     }
     let overlap = e
         .approximation

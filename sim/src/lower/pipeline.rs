@@ -1029,7 +1029,42 @@ impl<'a, S: Sink> Walk<'a, S> {
         // replicas ([`crate::expert_parallel`]).
         let (params, experts) = (held.params - held.experts, held.experts);
         let (d, t) = (st.dp(), st.tp.max(1) as usize);
-        let e = pipe.expert_parallel.max(1);
+        let edp = if experts > 0.0 {
+            crate::expert_parallel::edp_groups(st, &pipe.tensor(s))
+        } else {
+            Vec::new()
+        };
+        // (An expert-data-parallel group none of whose GPUs is simulated
+        // takes a twin's timeline: nothing to emit.)
+        let edp: Vec<Vec<usize>> = edp
+            .into_iter()
+            .filter(|m| m.iter().any(|&r| self.simulated[r]))
+            .collect();
+        // The experts' reductions, each GPU's last one by rank.
+        let mut expert_done: Vec<Vec<OpId>> = vec![
+            Vec::new();
+            if edp.is_empty() {
+                0
+            } else {
+                self.costs.ranks()
+            }
+        ];
+        for members in &edp {
+            let last = &self.last_compute;
+            let after = |ranks: &[usize]| ranks.iter().filter_map(|&r| last[r]).collect();
+            let egrp = DpGroup {
+                ranks: members,
+                shard_width: held.expert_width,
+                sharding: strategy.sharding,
+            };
+            let bytes = self.precision.grads.bytes() * experts;
+            let labels = self.lb.stage(&egrp, None);
+            let r = stage_reduce(&mut self.c, self.g, &egrp, (s, bytes), &after, labels);
+            for (k, &rank) in members.iter().enumerate() {
+                expert_done[rank].extend(r.done(k, &[]));
+            }
+        }
+        let mut all_steps = Vec::new();
         for i in 0..t {
             let group = st.dp_group(i);
             let last = &self.last_compute;
@@ -1044,25 +1079,9 @@ impl<'a, S: Sink> Walk<'a, S> {
                 self.lb.stage(&grp, None),
             );
             let mut done: Vec<Vec<OpId>> = (0..d).map(|pos| reduced.done(pos, &[])).collect();
-            let edp = if experts > 0.0 {
-                crate::expert_parallel::edp_groups(st, e, i)
-            } else {
-                Vec::new()
-            };
-            for members in &edp {
-                let last = &self.last_compute;
-                let after = |ranks: &[usize]| ranks.iter().filter_map(|&r| last[r]).collect();
-                let egrp = DpGroup {
-                    ranks: members,
-                    shard_width: held.expert_width,
-                    sharding: strategy.sharding,
-                };
-                let bytes = self.precision.grads.bytes() * experts;
-                let labels = self.lb.stage(&egrp, None);
-                let r = stage_reduce(&mut self.c, self.g, &egrp, (s, bytes), &after, labels);
-                for (k, &rank) in members.iter().enumerate() {
-                    let pos = group.iter().position(|&x| x == rank).unwrap_or(0);
-                    done[pos].extend(r.done(k, &[]));
+            if !expert_done.is_empty() {
+                for (pos, &rank) in group.iter().enumerate() {
+                    done[pos].extend(expert_done[rank].iter().copied());
                 }
             }
             let steps = self.optimizer_steps(&group, &done);
@@ -1072,18 +1091,20 @@ impl<'a, S: Sink> Walk<'a, S> {
                 let label = self.lb.all_gather;
                 let grp = self.dp_group(s, &group);
                 stage_gather(&mut self.c, self.g, &grp, (s, bytes), &steps, label);
-                // (An expert-data-parallel group none of whose GPUs is
-                // simulated takes a twin's timeline: nothing to emit.)
-                let simulated = |m: &[usize]| m.iter().any(|&r| self.simulated[r]);
-                for members in edp.iter().filter(|m| m.len() > 1 && simulated(m)) {
-                    let egrp = DpGroup {
-                        ranks: members,
-                        shard_width: members.len(),
-                        sharding: strategy.sharding,
-                    };
-                    let bytes = self.precision.comm.bytes() * experts;
-                    stage_gather(&mut self.c, self.g, &egrp, (s, bytes), &steps, label);
-                }
+            }
+            all_steps.extend(steps);
+        }
+        if strategy.sharding.gathers_after_step() {
+            // The updated expert shards, after the stage's steps.
+            for members in edp.iter().filter(|m| m.len() > 1) {
+                let egrp = DpGroup {
+                    ranks: members,
+                    shard_width: members.len(),
+                    sharding: strategy.sharding,
+                };
+                let bytes = self.precision.comm.bytes() * experts;
+                let label = self.lb.all_gather;
+                stage_gather(&mut self.c, self.g, &egrp, (s, bytes), &all_steps, label);
             }
         }
     }

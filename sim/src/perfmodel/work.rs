@@ -345,7 +345,12 @@ const fn op(fwd: f64, bwd: f64, split: Split, kf: f64, kb: f64) -> ElemOp {
 /// The element-wise ops of one block (module docs' table) for `model`,
 /// fused or not, with `e` bytes per element; `eager_attention` adds GQA's
 /// `repeat_kv` where the implementation materialises it.
-fn elementwise_ops(model: &ModelSpec, fused: bool, e: f64, eager_attention: bool) -> Vec<ElemOp> {
+fn elementwise_ops(
+    model: &ModelSpec,
+    fused: bool,
+    e: f64,
+    (eager_attention, whole_experts): (bool, bool),
+) -> Vec<ElemOp> {
     use Split::*;
     let (h, q, kv) = (
         model.hidden as f64,
@@ -355,7 +360,7 @@ fn elementwise_ops(model: &ModelSpec, fused: bool, e: f64, eager_attention: bool
     let f = model.mlp_width_per_token();
     let mut v = Vec::new();
     if let Some(m) = model.uniform_moe() {
-        v.extend(dispatch_ops(m, h, fused, e));
+        v.extend(dispatch_ops(m, h, fused, e, whole_experts));
     }
     if model.family.is_llama_like() {
         if fused {
@@ -436,7 +441,13 @@ fn elementwise_ops(model: &ModelSpec, fused: bool, e: f64, eager_attention: bool
 /// scatter kernels (4 per expert each pass); fused (Megatron's permute
 /// fusion, torchtitan's combine) two kernels. Every TP rank permutes the
 /// whole micro-batch (the dispatcher gathers it over TP).
-fn dispatch_ops(m: &crate::experts::Moe, h: f64, fused: bool, e: f64) -> [ElemOp; 2] {
+fn dispatch_ops(
+    m: &crate::experts::Moe,
+    h: f64,
+    fused: bool,
+    e: f64,
+    whole_experts: bool,
+) -> [ElemOp; 2] {
     let (experts, k) = (m.experts as f64, m.top_k as f64 * m.padding());
     let router = experts * (e + 8.0);
     let mut permute = 2.0 * (1.0 + k) * h * e;
@@ -447,7 +458,19 @@ fn dispatch_ops(m: &crate::experts::Moe, h: f64, fused: bool, e: f64) -> [ElemOp
     }
     [
         op(router, router, Split::Replicated, 3.0, 3.0),
-        op(permute, permute, Split::AllTokens, kernels, kernels),
+        // (Whole experts, expert-TP 1: each TP rank permutes its own
+        // sequence shard.)
+        op(
+            permute,
+            permute,
+            if whole_experts {
+                Split::Replicated
+            } else {
+                Split::AllTokens
+            },
+            kernels,
+            kernels,
+        ),
     ]
 }
 
@@ -557,8 +580,11 @@ const fn dense(n: f64, k: f64) -> LinearGemm {
 fn linear_layers(model: &ModelSpec, tp: &TensorParallel, fused_qkv: bool) -> Vec<LinearGemm> {
     let t = tp.degree.max(1) as f64;
     let sp = tp.sequence_parallel && tp.degree > 1;
-    // Expert parallelism: `E / e` local experts, each on `e` replicas' copies.
+    // Expert parallelism: `E / e` local experts, each on the copies of its
+    // EP group's `e` ranks; split over `t_e` GPUs (expert-TP): each expert
+    // GPU sees `t_e / t` of a replica's tokens per EP rank.
     let ep = tp.experts.max(1) as f64;
+    let te = tp.expert_tensor.clamp(1, tp.degree.max(1)) as f64;
     let (h, q, kv, f) = (
         model.hidden as f64,
         model.q_dim() as f64,
@@ -590,9 +616,9 @@ fn linear_layers(model: &ModelSpec, tp: &TensorParallel, fused_qkv: bool) -> Vec
                     &mut outs,
                     h,
                     m.expert_ffn as f64,
-                    t,
+                    te,
                     fused_qkv,
-                    (k * ep / e, e / ep),
+                    (k * ep / e * (te / t), e / ep),
                 );
                 if m.shared_experts > 0 {
                     let fs = (m.shared_experts * m.shared_expert_ffn) as f64;
@@ -679,7 +705,8 @@ impl BlockWork {
             Split::Replicated if sp => 1.0 / t,
             Split::Replicated | Split::AllTokens => 1.0,
         };
-        for o in elementwise_ops(model, fused, e, eager) {
+        let whole = tp.expert_tensor < tp.degree;
+        for o in elementwise_ops(model, fused, e, (eager, whole)) {
             elem.elem_bytes += o.fwd * tokens * share(&o);
             bwd.elem_bytes += o.bwd * tokens * share(&o);
             elem.kernels += o.kernels_fwd;
@@ -688,7 +715,7 @@ impl BlockWork {
         if fused {
             (elem.elem_floor_bytes, bwd.elem_floor_bytes) = (elem.elem_bytes, bwd.elem_bytes);
         } else {
-            for o in elementwise_ops(model, true, e, eager) {
+            for o in elementwise_ops(model, true, e, (eager, whole)) {
                 elem.elem_floor_bytes += o.fwd * tokens * share(&o);
                 bwd.elem_floor_bytes += o.bwd * tokens * share(&o);
             }
@@ -849,6 +876,41 @@ mod tests {
                         .filter(|g| g.count == moe.experts as f64)
                         .collect();
                     assert!(!experts.is_empty() && experts.iter().all(|g| g.m == rows));
+                }
+            }
+        }
+    }
+
+    /// Expert parallelism keeps every rank's expert FLOPs and changes the
+    /// GEMMs' shapes only: `E / e` experts of `k T e t_e / (E t)` rows and
+    /// `f_e / t_e` columns (expert-TP = TP, or whole experts).
+    #[test]
+    fn expert_parallel_gemms_are_fewer_and_taller() {
+        let m = model("qwen3-30b-a3b");
+        let moe = m.uniform_moe().unwrap().clone();
+        let imp = BlockImpl::ALL[0];
+        let tokens = 2.0 * 4096.0;
+        for t in [1u32, 2] {
+            let base = TensorParallel::new(t, true);
+            let flops = |tp: &TensorParallel| {
+                let w = BlockWork::new(&m, 4096, NumFormat::Bf16, 2, tp, imp);
+                let f: f64 = w.fwd.gemms.iter().map(Gemm::flops).sum();
+                (w, f)
+            };
+            let (_, f1) = flops(&base);
+            for e in [2u32, 8] {
+                for te in [t, 1] {
+                    let tp = base.with_experts(e).with_expert_tensor(te);
+                    let (w, f) = flops(&tp);
+                    assert!((f / f1 - 1.0).abs() < 1e-12, "t={t} e={e} te={te}");
+                    let local = (moe.experts / e) as f64;
+                    let g: Vec<&Gemm> = w.fwd.gemms.iter().filter(|g| g.count == local).collect();
+                    let rows = moe.top_k as f64 * tokens * e as f64 * te as f64
+                        / (moe.experts as f64 * t as f64);
+                    assert!(!g.is_empty(), "t={t} e={e} te={te}");
+                    assert!(g.iter().all(|g| g.m == rows), "t={t} e={e} te={te}");
+                    let width = moe.expert_ffn as f64 / te as f64;
+                    assert!(g.iter().any(|g| g.n == width || g.n == 2.0 * width));
                 }
             }
         }

@@ -279,7 +279,7 @@ impl<'a> PipeCosts<'a> {
                     }
                     let n = hi - lo;
                     let e = tp.experts;
-                    let ep_group = crate::expert_parallel::ep_group(st, e, j, 0);
+                    let ep_group = crate::expert_parallel::ep_group(st, &tp, j, 0);
                     let mut shape = group_shape(costs, &group);
                     if e > 1 {
                         shape.extend(group_shape(costs, &ep_group));

@@ -161,14 +161,14 @@ pub fn stage_cost(
     // cost the same: priced once.
     let mut priced: rustc_hash::FxHashMap<(u32, super::costs::GroupShape<'_>), GroupCost> =
         rustc_hash::FxHashMap::default();
-    let d = ranks.len() / t;
-    let e = (tp.experts.max(1) as usize).min(d.max(1));
     for (j, group) in ranks.chunks(t).enumerate() {
         let n = slices.get(j).copied().unwrap_or(1);
         // With EP, the replica's first rank's EP group (its exchanges).
-        let ep_group: Vec<usize> = if e > 1 {
-            let first = j / e * e;
-            (first..(first + e).min(d)).map(|r| ranks[r * t]).collect()
+        let ep_group: Vec<usize> = if tp.experts > 1 {
+            crate::expert_parallel::ep_indices(ranks.len(), tp.expert_tensor, tp.experts, j * t)
+                .into_iter()
+                .map(|q| ranks[q])
+                .collect()
         } else {
             Vec::new()
         };
@@ -768,12 +768,13 @@ pub fn held(
     k: u32,
     at: Place,
     tp: &TensorParallel,
-    width: usize,
+    (sharding, width): (Sharding, usize),
 ) -> crate::plan::pipeline::RankParams {
     let mut h = crate::plan::pipeline::RankParams::dense(params(costs, k, at, tp), width);
     if tp.experts > 1 {
         h.experts = k as f64 * tp.expert_block_params(&costs.workload.model);
-        h.expert_width = crate::plan::pipeline::expert_width(width, tp.experts);
+        h.expert_width =
+            crate::plan::pipeline::expert_width(sharding, width, tp.experts, tp.expert_fold());
     }
     h
 }
@@ -932,7 +933,7 @@ fn pipelined_ms(
             } else {
                 0.0
             };
-            let ep = (experts, tps[s].experts);
+            let ep = (experts, &tps[s]);
             stage_sync_ms(
                 costs,
                 strategy,
@@ -1128,7 +1129,15 @@ fn per_unit_ms(
         0.0
     };
     let params = l as f64 * g.unit_params[1] + g.unit_params[0] + g.unit_params[2];
-    let (_, opt) = stage_sync_ms(costs, strategy, (stage, &[]), t as u32, params, (0.0, 1));
+    let none = TensorParallel::NONE;
+    let (_, opt) = stage_sync_ms(
+        costs,
+        strategy,
+        (stage, &[]),
+        t as u32,
+        params,
+        (0.0, &none),
+    );
     ag[0] + steady + rs[0] + ar + opt
 }
 
@@ -1496,9 +1505,39 @@ fn stage_sync_ms(
     (stage, others): (&[usize], &[usize]),
     t: u32,
     prm: f64,
-    (experts, e): (f64, u32),
+    (experts, etp): (f64, &TensorParallel),
 ) -> (f64, f64) {
     let prm = prm - experts;
+    let e = etp.experts.max(1);
+    // With EP, the experts' gradients over an expert-data-parallel group
+    // (the GPUs holding the same expert slice) after the dense ones; every
+    // such group of the stage at once, `t_e e` of them through a node.
+    let edp: Vec<usize> = crate::expert_parallel::edp_indices(stage.len(), etp.expert_tensor, e)
+        .first()
+        .map(|g| g.iter().map(|&q| stage[q]).collect())
+        .unwrap_or_default();
+    let expert_ms = if experts > 0.0 && edp.len() > 1 {
+        let n = edp.len();
+        let precision = strategy.precision(costs.workload.dtype);
+        let (pb, rb) = (precision.comm.bytes(), precision.grads.bytes());
+        let ms = match strategy.sharding {
+            Sharding::NoShard => {
+                costs.group_collective_ms(CollectiveKind::AllReduce, &edp, &vec![experts * rb; n])
+            }
+            _ => {
+                let piece = experts / n as f64;
+                costs.group_collective_ms(CollectiveKind::ReduceScatter, &edp, &vec![piece * rb; n])
+                    + costs.group_collective_ms(
+                        CollectiveKind::AllGather,
+                        &edp,
+                        &vec![piece * pb; n],
+                    )
+            }
+        };
+        ms * nic_sharing(costs, stage, &edp, etp.expert_tensor * e, others)
+    } else {
+        0.0
+    };
     let tu = t.max(1) as usize;
     let precision = strategy.precision(costs.workload.dtype);
     let (pb, rb) = (precision.comm.bytes(), precision.grads.bytes());
@@ -1511,42 +1550,16 @@ fn stage_sync_ms(
         }
         let d = g.len();
         let h = crate::plan::pipeline::shard_width(strategy, d, t);
-        let he = crate::plan::pipeline::expert_width(h, e);
+        let he = crate::plan::pipeline::expert_width(strategy.sharding, h, e, etp.expert_fold());
         let local = prm / h as f64 + experts / he as f64;
         opt = g
             .iter()
             .map(|&r| costs.optimizer_ms(r, local))
             .fold(opt, f64::max);
         if d < 2 {
+            sync = sync.max(expert_ms);
             continue;
         }
-        // With EP, the experts' gradients over an expert-data-parallel
-        // group (replicas strided by `e`) after the dense ones.
-        let edp: Vec<usize> = g.iter().step_by(e.max(1) as usize).copied().collect();
-        let expert_ms = if experts > 0.0 && edp.len() > 1 {
-            let n = edp.len();
-            match strategy.sharding {
-                Sharding::NoShard => costs.group_collective_ms(
-                    CollectiveKind::AllReduce,
-                    &edp,
-                    &vec![experts * rb; n],
-                ),
-                _ => {
-                    let piece = experts / n as f64;
-                    costs.group_collective_ms(
-                        CollectiveKind::ReduceScatter,
-                        &edp,
-                        &vec![piece * rb; n],
-                    ) + costs.group_collective_ms(
-                        CollectiveKind::AllGather,
-                        &edp,
-                        &vec![piece * pb; n],
-                    )
-                }
-            }
-        } else {
-            0.0
-        };
         let ms = match strategy.sharding {
             // HSDP: reduce-scatter in a shard group, all-reduce of the shard
             // across the groups (each group's GPUs at once).
@@ -1598,9 +1611,6 @@ fn stage_sync_ms(
                 }
             }
         };
-        // (The expert groups of every TP rank and EP position reduce at
-        // once: `t e` of them share a node's NICs.)
-        let expert_ms = expert_ms * nic_sharing(costs, stage, &edp, t * e.max(1), others);
         sync = sync.max(ms * nic_sharing(costs, stage, &g, t, others) + expert_ms);
     }
     (sync, opt)

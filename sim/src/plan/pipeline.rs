@@ -246,12 +246,16 @@ impl RankParams {
     }
 }
 
-/// Ranks the routed experts' training state is split over, for a dense
-/// shard width `width` and expert parallelism `e`: the expert-data-parallel
-/// group's share, `width / e` (at least 1: replicas, `none`, keep it
-/// whole; [`crate::expert_parallel`]).
-pub fn expert_width(width: usize, e: u32) -> usize {
-    (width / e.max(1) as usize).max(1)
+/// Ranks the routed experts' training state is split over under
+/// `sharding`, for a dense shard width `width` (replicas of a stage),
+/// expert parallelism `e` and `fold = t / t_e` GPUs of a TP group per
+/// expert-TP group: the expert-data-parallel group, `width fold / e` (1
+/// for replicas, `none`, which keep it whole; [`crate::expert_parallel`]).
+pub fn expert_width(sharding: Sharding, width: usize, e: u32, fold: u32) -> usize {
+    if sharding == Sharding::NoShard {
+        return 1;
+    }
+    (width * fold.max(1) as usize / e.max(1) as usize).max(1)
 }
 
 /// Whether a stage's data-parallel group on `stack` under `sharding`
@@ -384,6 +388,11 @@ pub struct Pipeline {
     /// experts ([`crate::expert_parallel`]).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub expert_parallel: u32,
+    /// GPUs each routed expert is split over (expert-TP, Megatron-Core's
+    /// `--expert-tensor-parallel-size`): 1 (whole experts; the EP groups
+    /// then run over TP ranks too) or, absent, each stage's TP degree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_tensor_parallel: Option<u32>,
 }
 
 /// How a pipeline's data-parallel groups overlap their communication with
@@ -414,6 +423,7 @@ impl Pipeline {
             overlap_grad_reduce: false,
             overlap_param_gather: false,
             expert_parallel: 1,
+            expert_tensor_parallel: None,
         }
     }
 
@@ -432,6 +442,10 @@ impl Pipeline {
             sequence_parallel: self.sequence_parallel && self.stages[s].tp > 1,
             comm_overlap: self.tp_comm_overlap,
             experts: self.expert_parallel.max(1),
+            expert_tensor: self
+                .expert_tensor_parallel
+                .unwrap_or(self.stages[s].tp)
+                .max(1),
         }
     }
 
@@ -587,7 +601,12 @@ impl Pipeline {
         if self.expert_parallel > 1 {
             let tp = self.tensor(s);
             held.experts = st.blocks as f64 * tp.expert_block_params(model);
-            held.expert_width = expert_width(width, self.expert_parallel);
+            held.expert_width = expert_width(
+                strategy.sharding,
+                width,
+                self.expert_parallel,
+                tp.expert_fold(),
+            );
         }
         held
     }
@@ -646,9 +665,10 @@ impl Pipeline {
         } else {
             ""
         };
-        let uneven = match self.expert_parallel {
-            0 | 1 => uneven.to_string(),
-            e => format!(" ep{e}{uneven}"),
+        let uneven = match (self.expert_parallel, self.expert_tensor_parallel) {
+            (0 | 1, _) => uneven.to_string(),
+            (e, Some(te)) => format!(" ep{e} etp{te}{uneven}"),
+            (e, None) => format!(" ep{e}{uneven}"),
         };
         if !self.has_tp() {
             let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");

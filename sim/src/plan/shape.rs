@@ -147,6 +147,9 @@ pub struct Shape3d {
     /// Expert parallelism (`--ep`, [`Pipeline::expert_parallel`]): the
     /// routed experts over this many replicas of every stage.
     pub expert_parallel: u32,
+    /// GPUs each expert is split over (`--etp`,
+    /// [`Pipeline::expert_tensor_parallel`]): `None` = the TP degree.
+    pub expert_tensor_parallel: Option<u32>,
 }
 
 impl Default for Shape3d {
@@ -168,6 +171,7 @@ impl Default for Shape3d {
             embedding_loss_in_split: false,
             pipeline_layout: None,
             expert_parallel: 1,
+            expert_tensor_parallel: None,
         }
     }
 }
@@ -478,13 +482,21 @@ impl Shape3d {
         pipe.overlap_grad_reduce = self.overlap_grad_reduce;
         pipe.overlap_param_gather = self.overlap_param_gather;
         let e = self.expert_parallel;
-        if e == 0 || !d.is_multiple_of(e as usize) {
+        let te = self.expert_tensor_parallel.unwrap_or(t as u32);
+        if te != 1 && te != t as u32 {
+            return bad(
+                "--etp",
+                format!("expected expert-TP 1 (whole experts) or the TP degree {t}, got {te}"),
+            );
+        }
+        if e == 0 || !(d * t).is_multiple_of((e * te) as usize) {
             return bad(
                 "--ep",
-                format!("expected an expert-parallel degree dividing the {d} data-parallel replicas (EP groups are runs of replicas), got {e}"),
+                format!("expected an expert-parallel degree whose product with expert-TP {te} divides the {} GPUs of a stage (DP {d} x TP {t}; EP groups are runs of expert-TP groups), got {e}", d * t),
             );
         }
         pipe.expert_parallel = e;
+        pipe.expert_tensor_parallel = self.expert_tensor_parallel.filter(|&x| x != t as u32);
         Ok(pipe)
     }
 }
@@ -530,6 +542,8 @@ pub struct ShapePins {
     pub pipeline_layout: Option<PipelineLayout>,
     /// Expert parallelism ([`Shape3d::expert_parallel`]).
     pub ep: Option<u32>,
+    /// Expert-TP ([`Shape3d::expert_tensor_parallel`]).
+    pub etp: Option<u32>,
 }
 
 /// A pin's on / off value (`true`, `on`, `yes`; `false`, `off`, `no`).
@@ -544,7 +558,7 @@ fn on_off(value: &str) -> Option<bool> {
 impl ShapePins {
     /// The pin names [`ShapePins::parse`] takes (the flags without their
     /// dashes; `schedule` is `--pp-schedule`).
-    pub const AXES: [&'static str; 16] = [
+    pub const AXES: [&'static str; 17] = [
         "tp",
         "pp",
         "schedule",
@@ -561,6 +575,7 @@ impl ShapePins {
         "embedding_loss_in_split",
         "pipeline_layout",
         "ep",
+        "etp",
     ];
 
     /// The shape these pins ask for, every part not pinned at its default
@@ -604,6 +619,7 @@ impl ShapePins {
                 .unwrap_or(d.embedding_loss_in_split),
             pipeline_layout: self.pipeline_layout.clone(),
             expert_parallel: self.ep.unwrap_or(d.expert_parallel),
+            expert_tensor_parallel: self.etp,
         }
     }
 
@@ -632,6 +648,7 @@ impl ShapePins {
             || self.embedding_loss_in_split == Some(true)
             || self.pipeline_layout.is_some()
             || self.ep.is_some_and(|e| e > 1)
+            || self.etp.is_some()
     }
 
     /// The names ([`ShapePins::AXES`]) of the parts pinned, in order.
@@ -653,6 +670,7 @@ impl ShapePins {
             self.embedding_loss_in_split.is_some(),
             self.pipeline_layout.is_some(),
             self.ep.is_some(),
+            self.etp.is_some(),
         ];
         ShapePins::AXES
             .iter()
@@ -686,6 +704,7 @@ impl ShapePins {
                 .clone()
                 .or_else(|| self.pipeline_layout.clone()),
             ep: other.ep.or(self.ep),
+            etp: other.etp.or(self.etp),
         }
     }
 
@@ -724,6 +743,9 @@ impl ShapePins {
                 .is_none_or(|x| x == s.embedding_loss_in_split)
             && self.pipeline_layout == s.pipeline_layout
             && self.ep.is_none_or(|x| x == s.expert_parallel)
+            && self
+                .etp
+                .is_none_or(|x| x == s.expert_tensor_parallel.unwrap_or(s.tp))
     }
 
     /// Pins written as `name=value` pairs separated by spaces or commas
@@ -790,6 +812,9 @@ impl ShapePins {
                     pins.embedding_loss_in_split = Some(flag("embedding_loss_in_split")?)
                 }
                 "ep" | "expert_parallel" => pins.ep = Some(count("an expert-parallel degree")?),
+                "etp" | "expert_tensor_parallel" => {
+                    pins.etp = Some(count("an expert-tensor-parallel degree")?)
+                }
                 "pipeline_layout" => {
                     let layout = PipelineLayout::parse(value)
                         .map_err(|e| bad(format!("pipeline_layout: {e} (in `{value}`)")))?;
@@ -869,6 +894,7 @@ impl ShapePins {
             self.pipeline_layout.as_ref().map(PipelineLayout::text),
         );
         put("ep", self.ep.map(|x| x.to_string()));
+        put("etp", self.etp.map(|x| x.to_string()));
         out.join(" ")
     }
 }

@@ -404,6 +404,7 @@ fn tensors(l: &Layout) -> Vec<TensorParallel> {
             sequence_parallel: t > 1,
             comm_overlap: false,
             experts: 1,
+            expert_tensor: t,
         })
         .collect()
 }
@@ -484,7 +485,7 @@ impl Searching<'_> {
             let at = place(schedule, p, s, m, 1);
             let d = l.groups[s].len() / l.tps[s] as usize;
             let d = crate::plan::pipeline::shard_width(strategy, d, l.tps[s]);
-            let held = held(costs, k as u32, at, &tps[s], d);
+            let held = held(costs, k as u32, at, &tps[s], (strategy.sharding, d));
             st.over_bytes(costs, strategy, s, k as u32, held, at)
         };
         let most = layers - (p - 1);

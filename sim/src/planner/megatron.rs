@@ -136,15 +136,31 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                     &RankOrder::ALL[..1]
                 };
                 let scheds = schedules(&base, pins, (layers as u32, m), &chunks, plain);
-                let eps = expert_degrees(costs, pins, d as usize);
+                // EP may take TP ranks too under whole experts: up to DP x TP.
+                let eps = expert_degrees(costs, pins, d as usize * t);
+                // Expert-TP: the TP degree, or whole experts (with EP).
+                let etps: Vec<Option<u32>> = match pins.etp {
+                    Some(x) => vec![Some(x)],
+                    None if t > 1 && eps.iter().any(|&e| e > 1) => vec![None, Some(1)],
+                    None => vec![None],
+                };
+                let axes: Vec<(bool, u32, Option<u32>)> = [false, true]
+                    .into_iter()
+                    .flat_map(|sp| eps.iter().map(move |&e| (sp, e)))
+                    .flat_map(|(sp, e)| etps.iter().map(move |&te| (sp, e, te)))
+                    .collect();
                 for (schedule, v) in scheds {
-                    for (sp, &e) in [false, true]
-                        .into_iter()
-                        .flat_map(|sp| eps.iter().map(move |e| (sp, e)))
-                    {
+                    for &(sp, e, te) in &axes {
                         // (TP communication overlap needs SP, and so does
-                        // EP beside TP.)
+                        // EP beside TP; whole experts only with EP, EP x
+                        // expert-TP dividing the stage's GPUs.)
                         if sp && t == 1 || !sp && base.tp_comm_overlap || !sp && t > 1 && e > 1 {
+                            continue;
+                        }
+                        let ete = te.unwrap_or(t as u32);
+                        if te.is_some() && e == 1 && ete != t as u32
+                            || !(d as usize * t).is_multiple_of((e * ete) as usize)
+                        {
                             continue;
                         }
                         for &rank_order in orders {
@@ -154,6 +170,7 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                                 sequence_parallel: sp,
                                 rank_order,
                                 expert_parallel: e,
+                                expert_tensor_parallel: te,
                                 ..base.clone()
                             };
                             // (A pinned order of a shape where both are one
@@ -174,10 +191,11 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
     out
 }
 
-/// The expert-parallel degrees tried on a shape of `d` replicas: a pinned
-/// one, else for a model with experts in every block every degree dividing
-/// both its experts and `d` (Megatron-Core's EP inside the data-parallel
-/// dimension), unless the pinned bucketed reductions rule EP out
+/// The expert-parallel degrees tried on a shape of `d` GPUs per stage (DP
+/// x TP): a pinned one, else for a model with experts in every block every
+/// degree dividing both its experts and `d` (Megatron-Core's EP inside the
+/// data-parallel dimension, or over TP ranks too with whole experts; the
+/// caller keeps those EP x expert-TP divides), unless the pinned bucketed reductions rule EP out
 /// ([`crate::expert_parallel::check`]); 1 for a dense model.
 fn expert_degrees(costs: &CostModel, pins: &ShapePins, d: usize) -> Vec<u32> {
     if let Some(e) = pins.ep {
@@ -396,6 +414,9 @@ pub fn describe(c: &Candidate, ranks: usize) -> String {
     );
     if s.expert_parallel > 1 {
         v.push_str(&format!(", EP {}", s.expert_parallel));
+        if let Some(te) = s.expert_tensor_parallel.filter(|&x| x != s.tp) {
+            v.push_str(&format!(" (expert-TP {te})"));
+        }
     }
     if s.virtual_stages > 1 {
         v.push_str(&format!(" with {} chunks per GPU", s.virtual_stages));

@@ -403,7 +403,10 @@ impl HeteroPipeline {
                         k as u32,
                         at,
                         &TensorParallel::NONE,
-                        crate::plan::pipeline::shard_width(&strategy, g[s].len(), 1),
+                        (
+                            strategy.sharding,
+                            crate::plan::pipeline::shard_width(&strategy, g[s].len(), 1),
+                        ),
                     ),
                     at,
                 )
@@ -458,7 +461,7 @@ fn periods(
             (1..=most as u32)
                 .map(|k| {
                     let d = crate::plan::pipeline::shard_width(strategy, g[s].len(), 1);
-                    let h = held(costs, k, at, &TensorParallel::NONE, d);
+                    let h = held(costs, k, at, &TensorParallel::NONE, (strategy.sharding, d));
                     let over = st.over_bytes(costs, strategy, s, k, h, at).over_bytes;
                     (over <= 0.0).then(|| stage_ms(gc, k, at).max(st.comm_ms[s]))
                 })

@@ -197,6 +197,9 @@ impl PipelineReport {
                 .filter(|&o| o != crate::plan::shape::RankOrder::default())
                 .map(|o| o.name().to_string()),
             expert_parallel: pipe.expert_parallel.max(1),
+            expert_tensor_parallel: pipe
+                .expert_tensor_parallel
+                .filter(|&te| pipe.stages.iter().any(|st| st.tp != te)),
             stages,
         }
     }

@@ -243,6 +243,7 @@ pub struct Timing {
 ///                overlap_grad_reduce, overlap_param_gather (each when on),
 ///                grad_sync ("after backward"|"buckets"|"per unit"|"data-parallel schedule"),
 ///                rank_order (when "tp-pp-dp"), expert_parallel (when > 1),
+///                expert_tensor_parallel (when not the TP degree),
 ///                stages: [{stage, first_block, last_block, blocks, chunks ([first,
 ///                          last] per model chunk, when more than one), ranks, tp (when > 1),
 ///                          tp_comm_ms (with TP), ep_comm_ms (with EP), gpus,
@@ -395,6 +396,10 @@ pub struct PipelineReport {
     /// over this many replicas, tokens exchanged by all-to-all.
     #[serde(skip_serializing_if = "is_one")]
     pub expert_parallel: u32,
+    /// GPUs each expert is split over when not the TP degree (1: whole
+    /// experts); absent: expert-TP = TP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expert_tensor_parallel: Option<u32>,
     /// Per stage, in order.
     pub stages: Vec<StageReport>,
 }

@@ -418,8 +418,22 @@ impl PipelineReport {
         if self.expert_parallel > 1 {
             let _ = writeln!(
                 s,
-                "expert parallelism: EP {}: each MoE block's routed experts over runs of {} replicas (expert-TP = TP), tokens dispatched and combined by all-to-all on the critical path, expert gradients reduced over the replicas holding the same experts; ep comm: those exchanges (part of exp.comm)",
-                self.expert_parallel, self.expert_parallel
+                "expert parallelism: EP {}: each MoE block's routed experts over {}, tokens dispatched and combined by all-to-all on the critical path, expert gradients reduced over the GPUs holding the same experts; ep comm: those exchanges (part of exp.comm)",
+                self.expert_parallel,
+                match self.expert_tensor_parallel {
+                    Some(1) => format!(
+                        "runs of {} GPUs, each holding whole experts (expert-TP 1)",
+                        self.expert_parallel
+                    ),
+                    Some(te) => format!(
+                        "runs of {} expert-TP groups of {te}",
+                        self.expert_parallel
+                    ),
+                    None => format!(
+                        "runs of {} replicas, each expert split over its TP group (expert-TP = TP)",
+                        self.expert_parallel
+                    ),
+                }
             );
         }
         let knob = |on: bool| if on { "on" } else { "off" };

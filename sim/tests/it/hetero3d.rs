@@ -176,6 +176,7 @@ fn cross_section_plan(split: bool) -> (CostModel, sim::plan::Plan) {
         sequence_parallel: true,
         comm_overlap: false,
         experts: 1,
+        expert_tensor: 2,
     };
     let strategy = crate::pipeline::pipe_strategy(
         c.ranks(),

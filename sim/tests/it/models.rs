@@ -1004,6 +1004,7 @@ impl PipeCase {
             tp_across_nodes: true,
             virtual_stages: v,
             expert_parallel: 1,
+            expert_tensor_parallel: None,
             stages,
         };
         let ranks = costs.ranks();

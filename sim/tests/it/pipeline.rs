@@ -98,6 +98,7 @@ fn even_pipe(p: usize, layers: u32, m: u32, schedule: PipeSchedule) -> Pipeline 
         tp_across_nodes: false,
         virtual_stages: 1,
         expert_parallel: 1,
+        expert_tensor_parallel: None,
         stages: (0..p)
             .map(|s| Stage::new(q + u32::from((s as u32) < r), vec![s as u32]))
             .collect(),
@@ -277,6 +278,7 @@ fn two_stage_dp(m: u32, sch: PipeSchedule) -> Pipeline {
         tp_across_nodes: false,
         virtual_stages: 1,
         expert_parallel: 1,
+        expert_tensor_parallel: None,
         stages: vec![Stage::new(14, vec![0, 1]), Stage::new(10, vec![2, 3])],
     }
 }
@@ -339,6 +341,7 @@ fn uneven_groups_reshard_between_stages() {
         tp_across_nodes: false,
         virtual_stages: 1,
         expert_parallel: 1,
+        expert_tensor_parallel: None,
         stages: vec![Stage::new(12, vec![0, 1]), Stage::new(12, vec![2])],
     };
     let plan = pipe_plan(&c, pipe, Sharding::NoShard, Checkpointing::Full);
@@ -389,6 +392,7 @@ fn the_cost_table_holds_a_row_per_gpu_type_and_slice() {
         tp_across_nodes: false,
         virtual_stages: 1,
         expert_parallel: 1,
+        expert_tensor_parallel: None,
         stages: vec![Stage::new(12, vec![0, 1]), Stage::new(12, vec![2])],
     };
     let plan = pipe_plan(&c, pipe.clone(), Sharding::GradOp, Checkpointing::Full);
@@ -496,6 +500,7 @@ fn bad_pipelines_name_the_field() {
         tp_across_nodes: false,
         virtual_stages: 1,
         expert_parallel: 1,
+        expert_tensor_parallel: None,
         stages,
     };
     // More stages than blocks.
