@@ -38,6 +38,10 @@
 //!   proportion to their speed (the stage's `shares`: samples per ms of
 //!   each replica's slowest GPU at the even slice, apportioned by largest
 //!   remainder; [`crate::plan::pipeline::apportion`]).
+//! * **Expert parallelism** (a model with experts in every block): every
+//!   degree dividing its experts and every stage's replicas, expert-TP =
+//!   each stage's TP ([`crate::expert_parallel`]); FSDP inside the stages
+//!   is not tried with it.
 //! * **Micro-batches**: sizes 1, 2, 3, 4, 6, 8, ... samples (as
 //!   `pipeline-hetero`), each split over a stage's replicas (near-equally
 //!   in same-type stages, by speed in mixed ones), at least one sample
@@ -54,7 +58,8 @@
 //!
 //! Pins ([`crate::plan::shape::ShapePins`]): a pinned TP degree keeps the
 //! layouts whose every stage has it, a pinned depth those of that many
-//! stages, a pinned schedule runs every candidate under it (no other
+//! stages, a pinned EP degree those whose every stage's replicas it
+//! divides, a pinned schedule runs every candidate under it (no other
 //! schedule tried).
 //!
 //! Ranking: the pipeline closed form ([`crate::pipeline::estimate`],
@@ -171,6 +176,9 @@ pub struct Layout {
     /// Replicas split each micro-batch by their speed (stages that mix
     /// GPU types); otherwise equally.
     pub by_speed: bool,
+    /// Expert parallelism over every stage's replicas (1: none; expert-TP
+    /// = each stage's TP, [`crate::expert_parallel`]).
+    pub ep: u32,
 }
 
 impl Layout {
@@ -216,6 +224,7 @@ pub fn layouts(costs: &CostModel) -> Vec<Layout> {
             tps: vec![1; g.len()],
             groups: g,
             by_speed: false,
+            ep: 1,
         };
         if seen.insert(l.clone()) {
             out.push(l);
@@ -304,6 +313,7 @@ fn cross_section(types: &[GpuType], keep: &[usize], t: u32, p: usize) -> Option<
         tps: vec![t; p],
         groups,
         by_speed: true,
+        ep: 1,
     })
 }
 
@@ -320,6 +330,7 @@ fn layout(
         groups: Vec::new(),
         tps: Vec::new(),
         by_speed: false,
+        ep: 1,
     };
     for &i in order {
         let t = tps[i] as usize;
@@ -403,7 +414,7 @@ fn tensors(l: &Layout) -> Vec<TensorParallel> {
             degree: t,
             sequence_parallel: t > 1,
             comm_overlap: false,
-            experts: 1,
+            experts: l.ep,
             expert_tensor: t,
         })
         .collect()
@@ -527,7 +538,10 @@ impl Searching<'_> {
                 .collect(),
         );
         pipe.sequence_parallel = pipe.has_tp();
-        if !crate::iteration::pipeline_fits_simulator(costs, strategy, &pipe) {
+        pipe.expert_parallel = l.ep;
+        if !crate::iteration::pipeline_fits_simulator(costs, strategy, &pipe)
+            || crate::expert_parallel::check(&pipe, &w.model, strategy, "hetero-3d").is_err()
+        {
             return;
         }
         let est = estimate_ms(
@@ -704,14 +718,14 @@ fn confirm(
     cands: &[Candidate],
     stats: &mut SearchStats,
     notes: &mut Vec<String>,
-) -> Result<Plan, PlanError> {
+) -> Result<(f64, Plan), PlanError> {
     let top = &cands[..cands.len().min(CONFIRM)];
     let Some((i, t)) = fastest_fitting(judge, top.iter().map(|c| &c.plan), stats)? else {
         notes.push(format!(
             "hetero-3d: the closed form's {} best layouts all run out of memory in the simulator; returning the best of them",
             top.len()
         ));
-        return Ok(cands[0].plan.clone());
+        return Ok((f64::INFINITY, cands[0].plan.clone()));
     };
     let mut win = (t, top[i].plan.clone());
     // A variant replaces the winner only when strictly faster.
@@ -730,12 +744,15 @@ fn confirm(
     // With the distributed optimizer, FSDP inside the stages instead
     // (torchtitan's composition: the same memory, the parameter gathers
     // moved from the step's tail to its start).
-    if fsdp && win.1.strategy.sharding == Sharding::GradOp {
+    // (Not under expert parallelism: FSDP's per-unit expert shards are
+    // not modelled.)
+    let ep = win.1.pipeline.as_ref().map_or(1, |x| x.expert_parallel);
+    if fsdp && win.1.strategy.sharding == Sharding::GradOp && ep <= 1 {
         let mut p = win.1.clone();
         p.strategy.sharding = Sharding::Full;
         better(&mut win, vec![p], stats)?;
     }
-    Ok(win.1)
+    Ok(win)
 }
 
 /// One line for notes: `7 stages [2x (128 h100-sxm, TP 2, 13 blocks);
@@ -757,11 +774,15 @@ pub fn describe(costs: &CostModel, plan: &Plan) -> String {
         })
         .collect();
     format!(
-        "{} stages [{}], {} micro-batches, {}, recompute {}{}",
+        "{} stages [{}], {} micro-batches, {}{}, recompute {}{}",
         pipe.depth(),
         crate::lists::run_cells(&stages).join("; "),
         pipe.microbatches,
         pipe.schedule,
+        match pipe.expert_parallel {
+            0 | 1 => String::new(),
+            e => format!(", EP {e}"),
+        },
         plan.strategy.checkpointing.name(),
         match plan.strategy.sharding {
             Sharding::GradOp => ", distributed optimizer",
@@ -774,17 +795,22 @@ pub fn describe(costs: &CostModel, plan: &Plan) -> String {
 /// The layouts of the search with the pinned TP degree on every stage and
 /// the pinned stage count; an infeasible error when none has them.
 fn pinned_layouts(costs: &CostModel, pins: &ShapePins) -> Result<Vec<Layout>, PlanError> {
+    if let Some(e) = pins.ep {
+        crate::expert_parallel::check_degree(&costs.workload.model, e)
+            .map_err(|msg| PlanError::invalid("the 3D shape flags", "--ep", msg))?;
+    }
     let all: Vec<Layout> = layouts(costs)
         .into_iter()
         .filter(|l| {
             pins.tp.is_none_or(|t| l.tps.iter().all(|&x| x == t))
                 && pins.pp.is_none_or(|p| l.groups.len() == p as usize)
         })
+        .flat_map(|l| with_experts(costs, pins, l))
         .collect();
     if all.is_empty() {
         return Err(PlanError::Infeasible {
             message: format!(
-                "no hetero-3d layout of the {} GPUs has the pinned {}: every stage's TP degree must divide its GPU type's nodes and the model's heads, and the stages must number at most the blocks",
+                "no hetero-3d layout of the {} GPUs has the pinned {}: every stage's TP degree must divide its GPU type's nodes and the model's heads, and the stages must number at most the blocks (and an EP degree divide every stage's replicas)",
                 costs.ranks(),
                 pins.text()
             ),
@@ -793,6 +819,31 @@ fn pinned_layouts(costs: &CostModel, pins: &ShapePins) -> Result<Vec<Layout>, Pl
         });
     }
     Ok(all)
+}
+
+/// Layout `l` under every expert-parallel degree of the search: a pinned
+/// one, else for a model with experts in every block each degree dividing
+/// its experts and every stage's replicas (1 for a dense model); only
+/// those every stage's replicas divide.
+fn with_experts(costs: &CostModel, pins: &ShapePins, l: Layout) -> Vec<Layout> {
+    let dp: Vec<u32> = l
+        .groups
+        .iter()
+        .zip(&l.tps)
+        .map(|(g, &t)| (g.len() / t.max(1) as usize) as u32)
+        .collect();
+    let degrees: Vec<u32> = match (pins.ep, costs.workload.model.uniform_moe()) {
+        (Some(e), _) => vec![e],
+        (None, Some(m)) => (1..=m.experts)
+            .filter(|&e| m.experts.is_multiple_of(e))
+            .collect(),
+        (None, None) => vec![1],
+    };
+    degrees
+        .into_iter()
+        .filter(|&e| dp.iter().all(|d| d.is_multiple_of(e)))
+        .map(|e| Layout { ep: e, ..l.clone() })
+        .collect()
 }
 
 /// A pinned schedule: every candidate under it (ranked by the estimate of
@@ -826,9 +877,10 @@ impl Planner for Hetero3d {
     }
 
     fn shape_pins(&self) -> &'static [&'static str] {
-        // Every stage's TP degree, the stage count and the schedule; its
-        // micro-batches split by speed and its SP follows TP.
-        &["tp", "pp", "schedule"]
+        // Every stage's TP degree, the stage count, the schedule and the
+        // expert parallelism; its micro-batches split by speed, its SP
+        // follows TP and its expert-TP is TP.
+        &["tp", "pp", "schedule", "ep"]
     }
 
     fn plan(&self, problem: &Problem<'_>) -> Result<Planned, PlanError> {
@@ -908,7 +960,23 @@ impl Planner for Hetero3d {
                 // FSDP inside the stages is tried unless the user pinned a sharding.
                 let fsdp = problem.strategy.sharding.is_none();
                 let others = pins.schedule.is_none();
-                confirm(judge, fsdp, others, &cands, &mut stats, &mut notes)?
+                // With and without expert parallelism confirmed apart: FSDP
+                // inside the stages is tried on the best without it.
+                let (with_ep, without): (Vec<Candidate>, Vec<Candidate>) =
+                    cands.into_iter().partition(|c| {
+                        c.plan
+                            .pipeline
+                            .as_ref()
+                            .is_some_and(|p| p.expert_parallel > 1)
+                    });
+                let mut best: Option<(f64, Plan)> = None;
+                for part in [without, with_ep].iter().filter(|p| !p.is_empty()) {
+                    let won = confirm(judge, fsdp, others, part, &mut stats, &mut notes)?;
+                    if best.as_ref().is_none_or(|b| won.0 < b.0) {
+                        best = Some(won);
+                    }
+                }
+                best.expect("a candidate").1
             }
             None => cands[0].plan.clone(),
         };

@@ -316,3 +316,48 @@ fn megatron_searches_expert_parallelism() {
         "searched {t:.1} ms (EP {e}) vs EP 1 {t1:.1} ms"
     );
 }
+
+/// `hetero-3d` searches EP too: pinned, its plan has that degree and
+/// simulates; unpinned, it is no slower than the best without EP.
+#[test]
+fn hetero_3d_searches_expert_parallelism() {
+    use sim::planner::{Planner, PlannerOptions, Problem, SimJudge};
+    let toml = "name = \"mixed\"\n[network]\nnics = 8\nnic_gbit_s = 400\n\
+        [[nodes]]\ncount = 2\nintra_link = \"nvswitch\"\ngpus = [ { type = \"h100\", count = 8 } ]\n\
+        [[nodes]]\ncount = 2\nintra_link = \"nvswitch\"\ngpus = [ { type = \"a100-80gb\", count = 8 } ]\n";
+    let c = calibrated_bf16(toml, "olmoe-1b-7b", 4096, 128);
+    let empty = sim::profile::ProfileSet::new();
+    let judge = SimJudge::new(&c);
+    let run = |ep: Option<u32>| {
+        let options = PlannerOptions {
+            shape: sim::plan::shape::ShapePins {
+                ep,
+                ..Default::default()
+            },
+            ..PlannerOptions::default()
+        };
+        let problem = Problem {
+            costs: &c,
+            profiles: &empty,
+            options: &options,
+            strategy: &StrategySpec::NONE,
+            judge: Some(&judge),
+        };
+        let planned = sim::planner::hetero3d::Hetero3d.plan(&problem).unwrap();
+        let r = simulate(&c, &planned.plan, &SimOptions::default()).unwrap();
+        assert!(r.oom_gpus.is_empty());
+        (
+            planned.plan.pipeline.unwrap().expert_parallel,
+            r.iteration_ms,
+        )
+    };
+    let (e2, _) = run(Some(2));
+    assert_eq!(e2, 2);
+    let (e1, t1) = run(Some(1));
+    assert_eq!(e1, 1);
+    let (e, t) = run(None);
+    assert!(
+        t <= t1 * 1.0001,
+        "searched {t:.1} ms (EP {e}) vs EP 1 {t1:.1} ms"
+    );
+}
