@@ -1029,41 +1029,7 @@ impl<'a, S: Sink> Walk<'a, S> {
         // replicas ([`crate::expert_parallel`]).
         let (params, experts) = (held.params - held.experts, held.experts);
         let (d, t) = (st.dp(), st.tp.max(1) as usize);
-        let edp = if experts > 0.0 {
-            crate::expert_parallel::edp_groups(st, &pipe.tensor(s))
-        } else {
-            Vec::new()
-        };
-        // (An expert-data-parallel group none of whose GPUs is simulated
-        // takes a twin's timeline: nothing to emit.)
-        let edp: Vec<Vec<usize>> = edp
-            .into_iter()
-            .filter(|m| m.iter().any(|&r| self.simulated[r]))
-            .collect();
-        // The experts' reductions, each GPU's last one by rank.
-        let mut expert_done: Vec<Vec<OpId>> = vec![
-            Vec::new();
-            if edp.is_empty() {
-                0
-            } else {
-                self.costs.ranks()
-            }
-        ];
-        for members in &edp {
-            let last = &self.last_compute;
-            let after = |ranks: &[usize]| ranks.iter().filter_map(|&r| last[r]).collect();
-            let egrp = DpGroup {
-                ranks: members,
-                shard_width: held.expert_width,
-                sharding: strategy.sharding,
-            };
-            let bytes = self.precision.grads.bytes() * experts;
-            let labels = self.lb.stage(&egrp, None);
-            let r = stage_reduce(&mut self.c, self.g, &egrp, (s, bytes), &after, labels);
-            for (k, &rank) in members.iter().enumerate() {
-                expert_done[rank].extend(r.done(k, &[]));
-            }
-        }
+        let (edp, expert_done) = self.expert_reductions(s, held);
         let mut all_steps = Vec::new();
         for i in 0..t {
             let group = st.dp_group(i);
@@ -1107,6 +1073,44 @@ impl<'a, S: Sink> Walk<'a, S> {
                 stage_gather(&mut self.c, self.g, &egrp, (s, bytes), &all_steps, label);
             }
         }
+    }
+
+    /// Stage `s`'s expert-data-parallel groups with a simulated member
+    /// (none without expert parallelism) and their gradient reductions of
+    /// the `held.experts` parameters each GPU holds, after each GPU's last
+    /// compute; per rank its reductions' last ops (empty without groups).
+    fn expert_reductions(
+        &mut self,
+        s: usize,
+        held: crate::plan::pipeline::RankParams,
+    ) -> (Vec<Vec<usize>>, Vec<Vec<OpId>>) {
+        if held.experts <= 0.0 {
+            return (Vec::new(), Vec::new());
+        }
+        let st = &self.pipe.stages[s];
+        // (A group none of whose GPUs is simulated takes a twin's
+        // timeline: nothing to emit.)
+        let edp: Vec<Vec<usize>> = crate::expert_parallel::edp_groups(st, &self.pipe.tensor(s))
+            .into_iter()
+            .filter(|m| m.iter().any(|&r| self.simulated[r]))
+            .collect();
+        let mut done: Vec<Vec<OpId>> = vec![Vec::new(); self.costs.ranks()];
+        for members in &edp {
+            let last = &self.last_compute;
+            let after = |ranks: &[usize]| ranks.iter().filter_map(|&r| last[r]).collect();
+            let egrp = DpGroup {
+                ranks: members,
+                shard_width: held.expert_width,
+                sharding: self.plan.strategy.sharding,
+            };
+            let bytes = self.precision.grads.bytes() * held.experts;
+            let labels = self.lb.stage(&egrp, None);
+            let r = stage_reduce(&mut self.c, self.g, &egrp, (s, bytes), &after, labels);
+            for (k, &rank) in members.iter().enumerate() {
+                done[rank].extend(r.done(k, &[]));
+            }
+        }
+        (edp, done)
     }
 
     /// Stage `s`'s data-parallel group `ranks` (one TP rank's replicas).

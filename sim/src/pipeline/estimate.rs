@@ -304,19 +304,26 @@ fn replica_cost<'c>(
         let c = *tp_seen.entry((n, shape)).or_insert_with(|| {
             super::costs::tp_times(costs, tp, (group, ep_group), n, g.block_fwd_ms, bwd_ms)
         });
-        let ms = |x: crate::units::SimTime| x.as_ms();
-        g.block_ms += ms(c.block_fwd) * (1.0 + full) + ms(c.block_bwd);
-        g.block_fwd_ms += ms(c.block_fwd);
-        if tp.experts > 1 {
-            g.block_ms += ms(c.ep_fwd) * (1.0 + full) + ms(c.ep_bwd);
-            g.block_fwd_ms += ms(c.ep_fwd);
-        }
-        g.embed_fwd_ms += ms(c.embed_fwd);
-        g.embed_ms += ms(c.embed_fwd) + ms(c.embed_bwd);
-        g.head_fwd_ms += ms(c.head_fwd);
-        g.head_ms += ms(c.head_fwd) + ms(c.head_bwd);
+        g.add_comm(&c, full);
     }
     Ok(g)
+}
+
+impl GroupCost {
+    /// Adds a replica's exposed model-parallel communication `c` (TP's and
+    /// EP's), the forward's rerun by the fraction `full` of blocks
+    /// recomputed in full.
+    fn add_comm(&mut self, c: &super::costs::TpTimes, full: f64) {
+        let ms = |x: crate::units::SimTime| x.as_ms();
+        self.block_ms += ms(c.block_fwd) * (1.0 + full) + ms(c.block_bwd);
+        self.block_fwd_ms += ms(c.block_fwd);
+        self.block_ms += ms(c.ep_fwd) * (1.0 + full) + ms(c.ep_bwd);
+        self.block_fwd_ms += ms(c.ep_fwd);
+        self.embed_fwd_ms += ms(c.embed_fwd);
+        self.embed_ms += ms(c.embed_fwd) + ms(c.embed_bwd);
+        self.head_fwd_ms += ms(c.head_fwd);
+        self.head_ms += ms(c.head_fwd) + ms(c.head_bwd);
+    }
 }
 
 /// Parameters one GPU holds of each FSDP unit under `tp`: the embedding,
@@ -1508,36 +1515,8 @@ fn stage_sync_ms(
     (experts, etp): (f64, &TensorParallel),
 ) -> (f64, f64) {
     let prm = prm - experts;
+    let expert_ms = expert_sync_ms(costs, strategy, (stage, others), experts, etp);
     let e = etp.experts.max(1);
-    // With EP, the experts' gradients over an expert-data-parallel group
-    // (the GPUs holding the same expert slice) after the dense ones; every
-    // such group of the stage at once, `t_e e` of them through a node.
-    let edp: Vec<usize> = crate::expert_parallel::edp_indices(stage.len(), etp.expert_tensor, e)
-        .first()
-        .map(|g| g.iter().map(|&q| stage[q]).collect())
-        .unwrap_or_default();
-    let expert_ms = if experts > 0.0 && edp.len() > 1 {
-        let n = edp.len();
-        let precision = strategy.precision(costs.workload.dtype);
-        let (pb, rb) = (precision.comm.bytes(), precision.grads.bytes());
-        let ms = match strategy.sharding {
-            Sharding::NoShard => {
-                costs.group_collective_ms(CollectiveKind::AllReduce, &edp, &vec![experts * rb; n])
-            }
-            _ => {
-                let piece = experts / n as f64;
-                costs.group_collective_ms(CollectiveKind::ReduceScatter, &edp, &vec![piece * rb; n])
-                    + costs.group_collective_ms(
-                        CollectiveKind::AllGather,
-                        &edp,
-                        &vec![piece * pb; n],
-                    )
-            }
-        };
-        ms * nic_sharing(costs, stage, &edp, etp.expert_tensor * e, others)
-    } else {
-        0.0
-    };
     let tu = t.max(1) as usize;
     let precision = strategy.precision(costs.workload.dtype);
     let (pb, rb) = (precision.comm.bytes(), precision.grads.bytes());
@@ -1614,6 +1593,50 @@ fn stage_sync_ms(
         sync = sync.max(ms * nic_sharing(costs, stage, &g, t, others) + expert_ms);
     }
     (sync, opt)
+}
+
+/// The expert gradients' synchronisation of a stage whose GPUs `stage`
+/// each hold `experts` routed-expert parameters under `etp`, ms: over an
+/// expert-data-parallel group (the GPUs holding the same expert slice) after
+/// the dense ones, every such group of the stage at once (`t_e e` of them
+/// through a node's NICs, [`nic_sharing`]); 0 without expert parallelism.
+fn expert_sync_ms(
+    costs: &CostModel,
+    strategy: &Strategy,
+    (stage, others): (&[usize], &[usize]),
+    experts: f64,
+    etp: &TensorParallel,
+) -> f64 {
+    let e = etp.experts.max(1);
+    // With EP, the experts' gradients over an expert-data-parallel group
+    // (the GPUs holding the same expert slice) after the dense ones; every
+    // such group of the stage at once, `t_e e` of them through a node.
+    let edp: Vec<usize> = crate::expert_parallel::edp_indices(stage.len(), etp.expert_tensor, e)
+        .first()
+        .map(|g| g.iter().map(|&q| stage[q]).collect())
+        .unwrap_or_default();
+    if experts > 0.0 && edp.len() > 1 {
+        let n = edp.len();
+        let precision = strategy.precision(costs.workload.dtype);
+        let (pb, rb) = (precision.comm.bytes(), precision.grads.bytes());
+        let ms = match strategy.sharding {
+            Sharding::NoShard => {
+                costs.group_collective_ms(CollectiveKind::AllReduce, &edp, &vec![experts * rb; n])
+            }
+            _ => {
+                let piece = experts / n as f64;
+                costs.group_collective_ms(CollectiveKind::ReduceScatter, &edp, &vec![piece * rb; n])
+                    + costs.group_collective_ms(
+                        CollectiveKind::AllGather,
+                        &edp,
+                        &vec![piece * pb; n],
+                    )
+            }
+        };
+        ms * nic_sharing(costs, stage, &edp, etp.expert_tensor * e, others)
+    } else {
+        0.0
+    }
 }
 
 /// How many of a stage's `t` data-parallel groups (one per TP rank, all

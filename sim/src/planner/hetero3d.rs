@@ -755,6 +755,33 @@ fn confirm(
     Ok(win)
 }
 
+/// [`confirm`] of the candidates with and without expert parallelism
+/// apart (FSDP inside the stages is tried on the best without it), the
+/// faster of the two (`cands` sorted by estimate).
+fn confirm_apart(
+    judge: &dyn Judge,
+    (fsdp, schedules): (bool, bool),
+    cands: Vec<Candidate>,
+    stats: &mut SearchStats,
+    notes: &mut Vec<String>,
+) -> Result<Plan, PlanError> {
+    let (with_ep, without): (Vec<Candidate>, Vec<Candidate>) = cands.into_iter().partition(|c| {
+        c.plan
+            .pipeline
+            .as_ref()
+            .is_some_and(|p| p.expert_parallel > 1)
+    });
+    let mut best: Option<(f64, Plan)> = None;
+    for part in [without, with_ep].iter().filter(|p| !p.is_empty()) {
+        let won = confirm(judge, fsdp, schedules, part, stats, notes)?;
+        if best.as_ref().is_none_or(|b| won.0 < b.0) {
+            best = Some(won);
+        }
+    }
+    best.map(|b| b.1)
+        .ok_or_else(|| PlanError::invalid("plan", "hetero-3d", "no candidate to confirm"))
+}
+
 /// One line for notes: `7 stages [2x (128 h100-sxm, TP 2, 13 blocks);
 /// ...], 32 micro-batches, 1f1b, recompute none`.
 pub fn describe(costs: &CostModel, plan: &Plan) -> String {
@@ -960,23 +987,7 @@ impl Planner for Hetero3d {
                 // FSDP inside the stages is tried unless the user pinned a sharding.
                 let fsdp = problem.strategy.sharding.is_none();
                 let others = pins.schedule.is_none();
-                // With and without expert parallelism confirmed apart: FSDP
-                // inside the stages is tried on the best without it.
-                let (with_ep, without): (Vec<Candidate>, Vec<Candidate>) =
-                    cands.into_iter().partition(|c| {
-                        c.plan
-                            .pipeline
-                            .as_ref()
-                            .is_some_and(|p| p.expert_parallel > 1)
-                    });
-                let mut best: Option<(f64, Plan)> = None;
-                for part in [without, with_ep].iter().filter(|p| !p.is_empty()) {
-                    let won = confirm(judge, fsdp, others, part, &mut stats, &mut notes)?;
-                    if best.as_ref().is_none_or(|b| won.0 < b.0) {
-                        best = Some(won);
-                    }
-                }
-                best.expect("a candidate").1
+                confirm_apart(judge, (fsdp, others), cands, &mut stats, &mut notes)?
             }
             None => cands[0].plan.clone(),
         };

@@ -136,33 +136,9 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                     &RankOrder::ALL[..1]
                 };
                 let scheds = schedules(&base, pins, (layers as u32, m), &chunks, plain);
-                // EP may take TP ranks too under whole experts: up to DP x TP.
-                let eps = expert_degrees(costs, pins, d as usize * t);
-                // Expert-TP: the TP degree, or whole experts (with EP).
-                let etps: Vec<Option<u32>> = match pins.etp {
-                    Some(x) => vec![Some(x)],
-                    None if t > 1 && eps.iter().any(|&e| e > 1) => vec![None, Some(1)],
-                    None => vec![None],
-                };
-                let axes: Vec<(bool, u32, Option<u32>)> = [false, true]
-                    .into_iter()
-                    .flat_map(|sp| eps.iter().map(move |&e| (sp, e)))
-                    .flat_map(|(sp, e)| etps.iter().map(move |&te| (sp, e, te)))
-                    .collect();
+                let axes = block_axes(costs, pins, (t, d as usize), base.tp_comm_overlap);
                 for (schedule, v) in scheds {
                     for &(sp, e, te) in &axes {
-                        // (TP communication overlap needs SP, and so does
-                        // EP beside TP; whole experts only with EP, EP x
-                        // expert-TP dividing the stage's GPUs.)
-                        if sp && t == 1 || !sp && base.tp_comm_overlap || !sp && t > 1 && e > 1 {
-                            continue;
-                        }
-                        let ete = te.unwrap_or(t as u32);
-                        if te.is_some() && e == 1 && ete != t as u32
-                            || !(d as usize * t).is_multiple_of((e * ete) as usize)
-                        {
-                            continue;
-                        }
                         for &rank_order in orders {
                             let shape = Shape3d {
                                 schedule,
@@ -184,6 +160,43 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                             }
                         }
                     }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The per-block axes tried on a shape of TP `t` and DP `d`: sequence
+/// parallelism, the expert-parallel degree and expert-TP (`None`: the TP
+/// degree), those Megatron runs: SP needs TP, TP communication overlap
+/// (`tco`) and EP beside TP need SP, whole experts need EP, and EP x
+/// expert-TP divides the stage's GPUs.
+fn block_axes(
+    costs: &CostModel,
+    pins: &ShapePins,
+    (t, d): (usize, usize),
+    tco: bool,
+) -> Vec<(bool, u32, Option<u32>)> {
+    // EP may take TP ranks too under whole experts: up to DP x TP.
+    let eps = expert_degrees(costs, pins, d * t);
+    let etps: Vec<Option<u32>> = match pins.etp {
+        Some(x) => vec![Some(x)],
+        None if t > 1 && eps.iter().any(|&e| e > 1) => vec![None, Some(1)],
+        None => vec![None],
+    };
+    let mut out = Vec::new();
+    for sp in [false, true] {
+        for &e in &eps {
+            for &te in &etps {
+                let ete = te.unwrap_or(t as u32);
+                let skip = sp && t == 1
+                    || !sp && tco
+                    || !sp && t > 1 && e > 1
+                    || te.is_some() && e == 1 && ete != t as u32
+                    || !(d * t).is_multiple_of((e * ete) as usize);
+                if !skip {
+                    out.push((sp, e, te));
                 }
             }
         }

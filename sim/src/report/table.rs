@@ -386,6 +386,74 @@ impl Report {
 }
 
 impl PipelineReport {
+    /// One row of the stage table (`tp`, `ep`: whether it has those
+    /// columns).
+    fn stage_row(&self, st: &super::schema::StageReport, tp: bool, ep: bool) -> Vec<String> {
+        let range = |a: u32, b: u32| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        };
+        let mut blocks = if st.chunks.is_empty() {
+            range(st.first_block, st.last_block)
+        } else {
+            let all: Vec<String> = st.chunks.iter().map(|c| range(c[0], c[1])).collect();
+            all.join(",")
+        };
+        if st.stage == 0 {
+            blocks = format!("emb+{blocks}");
+        }
+        if st.stage + 1 == self.stages.len() {
+            blocks.push_str("+head");
+        }
+        let ranks = crate::lists::rank_ranges(&st.ranks, 4);
+        let mut row = vec![st.stage.to_string(), blocks, st.gpus.clone(), ranks];
+        if tp {
+            row.push(st.tp.to_string());
+            row.push((st.ranks.len() / st.tp.max(1) as usize).to_string());
+        }
+        row.push(format!("{:.1}", st.compute_ms));
+        row.push(format!("{:.1}", st.exposed_comm_ms));
+        if tp {
+            row.push(format!("{:.1}", st.tp_comm_ms.unwrap_or(0.0)));
+        }
+        if ep {
+            row.push(format!("{:.1}", st.ep_comm_ms.unwrap_or(0.0)));
+        }
+        row.extend([
+            format!("{:.1}", st.idle_ms),
+            format!("{:.2}", st.peak_mem_gib),
+            format!("{:.2}", st.usable_gib),
+        ]);
+        row
+    }
+
+    /// The expert-parallel line of the stage table (`None` without EP).
+    fn expert_line(&self) -> Option<String> {
+        (self.expert_parallel > 1).then(|| {
+            format!(
+                "expert parallelism: EP {}: each MoE block's routed experts over {}, tokens dispatched and combined by all-to-all on the critical path, expert gradients reduced over the GPUs holding the same experts; ep comm: those exchanges (part of exp.comm)",
+                self.expert_parallel,
+                match self.expert_tensor_parallel {
+                    Some(1) => format!(
+                        "runs of {} GPUs, each holding whole experts (expert-TP 1)",
+                        self.expert_parallel
+                    ),
+                    Some(te) => format!(
+                        "runs of {} expert-TP groups of {te}",
+                        self.expert_parallel
+                    ),
+                    None => format!(
+                        "runs of {} replicas, each expert split over its TP group (expert-TP = TP)",
+                        self.expert_parallel
+                    ),
+                }
+            )
+        })
+    }
+
     /// Appends the stage lines of a report table to `s`.
     pub fn write_table(&self, s: &mut String) {
         let tp = self.stages.iter().any(|st| st.tp > 1);
@@ -415,26 +483,8 @@ impl PipelineReport {
                 }
             );
         }
-        if self.expert_parallel > 1 {
-            let _ = writeln!(
-                s,
-                "expert parallelism: EP {}: each MoE block's routed experts over {}, tokens dispatched and combined by all-to-all on the critical path, expert gradients reduced over the GPUs holding the same experts; ep comm: those exchanges (part of exp.comm)",
-                self.expert_parallel,
-                match self.expert_tensor_parallel {
-                    Some(1) => format!(
-                        "runs of {} GPUs, each holding whole experts (expert-TP 1)",
-                        self.expert_parallel
-                    ),
-                    Some(te) => format!(
-                        "runs of {} expert-TP groups of {te}",
-                        self.expert_parallel
-                    ),
-                    None => format!(
-                        "runs of {} replicas, each expert split over its TP group (expert-TP = TP)",
-                        self.expert_parallel
-                    ),
-                }
-            );
+        if let Some(line) = self.expert_line() {
+            let _ = writeln!(s, "{line}");
         }
         let knob = |on: bool| if on { "on" } else { "off" };
         let sync = match self.grad_sync.as_str() {
@@ -468,47 +518,7 @@ impl PipelineReport {
         }
         header.extend(["idle ms", "peak GiB", "usable GiB"]);
         let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
-        for st in &self.stages {
-            let range = |a: u32, b: u32| {
-                if a == b {
-                    a.to_string()
-                } else {
-                    format!("{a}-{b}")
-                }
-            };
-            let mut blocks = if st.chunks.is_empty() {
-                range(st.first_block, st.last_block)
-            } else {
-                let all: Vec<String> = st.chunks.iter().map(|c| range(c[0], c[1])).collect();
-                all.join(",")
-            };
-            if st.stage == 0 {
-                blocks = format!("emb+{blocks}");
-            }
-            if st.stage + 1 == self.stages.len() {
-                blocks.push_str("+head");
-            }
-            let ranks = crate::lists::rank_ranges(&st.ranks, 4);
-            let mut row = vec![st.stage.to_string(), blocks, st.gpus.clone(), ranks];
-            if tp {
-                row.push(st.tp.to_string());
-                row.push((st.ranks.len() / st.tp.max(1) as usize).to_string());
-            }
-            row.push(format!("{:.1}", st.compute_ms));
-            row.push(format!("{:.1}", st.exposed_comm_ms));
-            if tp {
-                row.push(format!("{:.1}", st.tp_comm_ms.unwrap_or(0.0)));
-            }
-            if ep {
-                row.push(format!("{:.1}", st.ep_comm_ms.unwrap_or(0.0)));
-            }
-            row.extend([
-                format!("{:.1}", st.idle_ms),
-                format!("{:.2}", st.peak_mem_gib),
-                format!("{:.2}", st.usable_gib),
-            ]);
-            rows.push(row);
-        }
+        rows.extend(self.stages.iter().map(|st| self.stage_row(st, tp, ep)));
         write_aligned(s, &rows, |c| (1..=3).contains(&c));
     }
 }
