@@ -588,7 +588,7 @@ impl Pipeline {
     /// is split ([`RankParams`]): [`Pipeline::rank_params`]
     /// over the stage's shard width, and with expert parallelism its
     /// routed experts over the expert-data-parallel group's width
-    /// ([`crate::expert_parallel::expert_width`]).
+    /// ([`expert_width`]).
     pub fn rank_held(
         &self,
         s: usize,
