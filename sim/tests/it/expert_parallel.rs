@@ -361,3 +361,41 @@ fn hetero_3d_searches_expert_parallelism() {
         "searched {t:.1} ms (EP {e}) vs EP 1 {t1:.1} ms"
     );
 }
+
+/// Mixtral-8x7B, EP 8, TP 1 x PP 4 x DP 16 on 64 GPUs, the distributed
+/// optimizer: what a stage-0 GPU holds against a hand count from the
+/// released shapes (h 4096, KV 1024, FFN 14336, 8 experts, vocabulary
+/// 32000): per block the attention (`2 h^2 + 2 h kv`), two RMSNorms, the
+/// router (`h E`) and one of the 8 experts (`3 h f`); the embedding on the
+/// first stage; the experts' state over the 2 GPUs holding the same
+/// expert (16 replicas / EP 8), the rest over the 16 replicas.
+#[test]
+fn mixtral_ep8_memory_is_the_hand_count() {
+    let c = hgx_h100(8, "mixtral-8x7b", 512);
+    let plan = plan_of(&c, &shape(1, 4, 8), Sharding::GradOp, Checkpointing::None);
+    let pipe = plan.pipeline.as_ref().unwrap();
+    let held = pipe.rank_held(0, &c.workload.model, &plan.strategy);
+    let (h, kv, f, e, vocab) = (4096.0, 1024.0, 14336.0, 8.0, 32000.0);
+    let dense_block = 2.0 * h * h + 2.0 * h * kv + 2.0 * h + h * e;
+    let expert = 3.0 * h * f;
+    let blocks = 8.0;
+    let want_experts = blocks * expert; // 8 experts over EP 8: one each
+    let want = blocks * dense_block + want_experts + h * vocab;
+    assert_eq!(held.experts, want_experts);
+    assert_eq!(held.params, want);
+    assert_eq!(held.expert_width, 2);
+    assert_eq!(held.width, 16);
+    let state = (want - want_experts) / 16.0 + want_experts / 2.0;
+    assert!((held.state_params() - state).abs() < 1.0);
+    // 1.876B held in bf16 with fp32 gradients (6 B), 0.734B of sharded
+    // fp32 state (master, gradient, two moments: 16 B): 23.0 GB, what the
+    // lowering holds constant beside the fixed overhead.
+    let p = plan.strategy.precision(c.workload.dtype);
+    assert_eq!((p.params.bytes(), p.grads.bytes()), (2.0, 4.0));
+    assert_eq!(p.gpu_state_bytes_per_param(false), 16.0);
+    let bytes = want * 6.0 + state * 16.0;
+    assert!((bytes / 1e9 - 23.00).abs() < 0.01, "{bytes}");
+    let fixed = c.overhead_gib() * sim::units::GIB + c.activations.fixed_bytes;
+    let lowered = sim::pipeline::state_bytes(&c, &plan.strategy, held, false) - fixed;
+    assert!((lowered - bytes).abs() < 1e3, "{lowered} vs {bytes}");
+}
