@@ -180,6 +180,18 @@ pub fn pass_ms(
         .sum()
 }
 
+/// The expert-parallel degrees `model` takes, ascending: every divisor of
+/// its expert count with experts in every block ([`check_degree`]), `[1]`
+/// for a dense model (as [`crate::tensor::degrees`] for TP).
+pub fn degrees(model: &ModelSpec) -> Vec<u32> {
+    match model.uniform_moe() {
+        Some(m) => (1..=m.experts)
+            .filter(|&e| m.experts.is_multiple_of(e))
+            .collect(),
+        None => vec![1],
+    }
+}
+
 /// Whether `model` takes expert parallelism `e`: 1 always; above 1 a model
 /// with experts in every block whose expert count `e` divides (the message
 /// says why not).

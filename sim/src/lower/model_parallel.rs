@@ -14,9 +14,16 @@ use crate::units::SimTime;
 
 /// The exposed model-parallel communication `comm` of the group `ranks`
 /// after their compute (a block's, the embedding's or the head's), as one
-/// op on their compute streams labelled `label`; `None` for a group of one
-/// GPU or nothing exposed.
+/// op on their compute streams labelled `label` (a local op for a group of
+/// one GPU: a replica of one GPU still trades tokens with its EP group);
+/// `None` when nothing is exposed.
 pub fn exposed<S: Sink>(g: &mut S, ranks: &[u32], comm: SimTime, label: OpLabel) -> Option<OpId> {
-    (ranks.len() > 1 && comm > SimTime::ZERO)
-        .then(|| g.collective(ranks, Stream::Compute, comm, &[], label, &[]))
+    if comm <= SimTime::ZERO {
+        return None;
+    }
+    Some(match ranks {
+        [] => return None,
+        &[r] => g.op(r, Stream::Compute, comm, &[], label, &[]),
+        _ => g.collective(ranks, Stream::Compute, comm, &[], label, &[]),
+    })
 }

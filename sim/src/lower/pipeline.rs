@@ -646,16 +646,7 @@ impl<'a, S: Sink> Walk<'a, S> {
             done.push(self.compute(rank, time(&x.mc[i]), d, label, &m));
         }
         for &(comm, comm_label) in comms {
-            let id = if x.ranks.len() > 1 {
-                super::model_parallel::exposed(self.g, &x.ranks, comm, comm_label)
-            } else {
-                // (EP exchanges of a replica of one GPU: an op of its own.)
-                (comm > SimTime::ZERO).then(|| {
-                    let r = x.ranks[0];
-                    self.g.op(r, Stream::Compute, comm, &done, comm_label, &[])
-                })
-            };
-            if let Some(id) = id {
+            if let Some(id) = super::model_parallel::exposed(self.g, &x.ranks, comm, comm_label) {
                 for &r in &x.ranks {
                     self.last_compute[r as usize] = Some(id);
                 }

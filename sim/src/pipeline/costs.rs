@@ -279,11 +279,13 @@ impl<'a> PipeCosts<'a> {
                     }
                     let n = hi - lo;
                     let e = tp.experts;
-                    let ep_group = crate::expert_parallel::ep_group(st, &tp, j, 0);
+                    let ep_group = if e > 1 {
+                        crate::expert_parallel::ep_group(st, &tp, j, 0)
+                    } else {
+                        Vec::new()
+                    };
                     let mut shape = group_shape(costs, &group);
-                    if e > 1 {
-                        shape.extend(group_shape(costs, &ep_group));
-                    }
+                    shape.extend(group_shape(costs, &ep_group));
                     let mut times = *by_shape
                         .entry((s, n, shape))
                         .or_insert_with(|| tp_times(costs, &tp, (&group, &ep_group), n, f, b));

@@ -775,15 +775,10 @@ pub fn held(
     k: u32,
     at: Place,
     tp: &TensorParallel,
-    (sharding, width): (Sharding, usize),
+    width: (Sharding, usize),
 ) -> crate::plan::pipeline::RankParams {
-    let mut h = crate::plan::pipeline::RankParams::dense(params(costs, k, at, tp), width);
-    if tp.experts > 1 {
-        h.experts = k as f64 * tp.expert_block_params(&costs.workload.model);
-        h.expert_width =
-            crate::plan::pipeline::expert_width(sharding, width, tp.experts, tp.expert_fold());
-    }
-    h
+    let m = &costs.workload.model;
+    crate::plan::pipeline::RankParams::of(params(costs, k, at, tp), width, k, tp, m)
 }
 
 /// Stage `s` of `p` under `schedule` with `m` micro-batches.

@@ -238,6 +238,25 @@ impl RankParams {
         }
     }
 
+    /// What a GPU of `blocks` blocks under `tp` holds: `params` parameters
+    /// (its TP and EP share), the dense state split over `width` ranks
+    /// under `sharding`, and with expert parallelism its routed experts'
+    /// over the expert-data-parallel group ([`expert_width`]).
+    pub fn of(
+        params: f64,
+        (sharding, width): (Sharding, usize),
+        blocks: u32,
+        tp: &crate::tensor::TensorParallel,
+        model: &crate::model::ModelSpec,
+    ) -> RankParams {
+        let mut held = RankParams::dense(params, width);
+        if tp.experts > 1 {
+            held.experts = blocks as f64 * tp.expert_block_params(model);
+            held.expert_width = expert_width(sharding, width, tp.experts, tp.expert_fold());
+        }
+        held
+    }
+
     /// Parameters whose optimizer state the GPU keeps: the dense part over
     /// its width, the experts over theirs.
     pub fn state_params(&self) -> f64 {
@@ -596,19 +615,14 @@ impl Pipeline {
         strategy: &Strategy,
     ) -> RankParams {
         let st = &self.stages[s];
-        let width = st.shard_width(strategy);
-        let mut held = RankParams::dense(self.rank_params(s, model), width);
-        if self.expert_parallel > 1 {
-            let tp = self.tensor(s);
-            held.experts = st.blocks as f64 * tp.expert_block_params(model);
-            held.expert_width = expert_width(
-                strategy.sharding,
-                width,
-                self.expert_parallel,
-                tp.expert_fold(),
-            );
-        }
-        held
+        let width = (strategy.sharding, st.shard_width(strategy));
+        RankParams::of(
+            self.rank_params(s, model),
+            width,
+            st.blocks,
+            &self.tensor(s),
+            model,
+        )
     }
 
     /// The per-GPU plan entries this pipeline implies for a cluster of

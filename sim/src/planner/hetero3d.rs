@@ -859,12 +859,9 @@ fn with_experts(costs: &CostModel, pins: &ShapePins, l: Layout) -> Vec<Layout> {
         .zip(&l.tps)
         .map(|(g, &t)| (g.len() / t.max(1) as usize) as u32)
         .collect();
-    let degrees: Vec<u32> = match (pins.ep, costs.workload.model.uniform_moe()) {
-        (Some(e), _) => vec![e],
-        (None, Some(m)) => (1..=m.experts)
-            .filter(|&e| m.experts.is_multiple_of(e))
-            .collect(),
-        (None, None) => vec![1],
+    let degrees = match pins.ep {
+        Some(e) => vec![e],
+        None => crate::expert_parallel::degrees(&costs.workload.model),
     };
     degrees
         .into_iter()

@@ -216,12 +216,13 @@ fn expert_degrees(costs: &CostModel, pins: &ShapePins, d: usize) -> Vec<u32> {
     }
     let bucketed =
         pins.overlap_grad_reduce == Some(true) || pins.overlap_param_gather == Some(true);
-    match costs.workload.model.uniform_moe() {
-        Some(m) if !bucketed => (1..=m.experts.min(d as u32))
-            .filter(|&e| m.experts.is_multiple_of(e) && d.is_multiple_of(e as usize))
-            .collect(),
-        _ => vec![1],
+    if bucketed {
+        return vec![1];
     }
+    crate::expert_parallel::degrees(&costs.workload.model)
+        .into_iter()
+        .filter(|&e| d.is_multiple_of(e as usize))
+        .collect()
 }
 
 /// The schedules (and chunks per GPU) tried on `base` with `m`

@@ -274,92 +274,74 @@ fn expert_parallel_refusals_name_the_field() {
     );
 }
 
-/// The megatron planner searches EP: pinned, it returns that degree; on
-/// Mixtral over 64 H100s it finds an EP plan at least as fast as the best
-/// without EP (EP 1 pinned), and its closed form holds.
-#[test]
-fn megatron_searches_expert_parallelism() {
-    use sim::planner::{Planner, PlannerOptions, Problem, SimJudge};
-    let c = hgx_h100(8, "mixtral-8x7b", 512);
+/// `planner`'s plan on `c` with EP pinned to `ep` (`None`: searched),
+/// simulated: its EP degree and iteration, ms (it must fit).
+fn planned_ep(c: &CostModel, planner: &dyn sim::planner::Planner, ep: Option<u32>) -> (u32, f64) {
+    use sim::planner::{PlannerOptions, Problem, SimJudge};
     let empty = sim::profile::ProfileSet::new();
-    let judge = SimJudge::new(&c);
-    let run = |ep: Option<u32>| {
-        let options = PlannerOptions {
-            shape: sim::plan::shape::ShapePins {
-                ep,
-                ..Default::default()
-            },
-            ..PlannerOptions::default()
-        };
-        let problem = Problem {
-            costs: &c,
-            profiles: &empty,
-            options: &options,
-            strategy: &StrategySpec::NONE,
-            judge: Some(&judge),
-        };
-        let planned = sim::planner::megatron::Megatron.plan(&problem).unwrap();
-        let r = simulate(&c, &planned.plan, &SimOptions::default()).unwrap();
-        assert!(r.oom_gpus.is_empty());
-        (
-            planned.plan.pipeline.unwrap().expert_parallel,
-            r.iteration_ms,
-        )
+    let judge = SimJudge::new(c);
+    let options = PlannerOptions {
+        shape: sim::plan::shape::ShapePins {
+            ep,
+            ..Default::default()
+        },
+        ..PlannerOptions::default()
     };
-    let (e1, t1) = run(Some(1));
-    assert_eq!(e1, 1);
-    let (e8, _) = run(Some(8));
-    assert_eq!(e8, 8);
-    let (e, t) = run(None);
+    let problem = Problem {
+        costs: c,
+        profiles: &empty,
+        options: &options,
+        strategy: &StrategySpec::NONE,
+        judge: Some(&judge),
+    };
+    let planned = planner.plan(&problem).unwrap();
+    let r = simulate(c, &planned.plan, &SimOptions::default()).unwrap();
+    assert!(r.oom_gpus.is_empty(), "{}: out of memory", planner.name());
+    (
+        planned.plan.pipeline.unwrap().expert_parallel,
+        r.iteration_ms,
+    )
+}
+
+/// `planner` honours the EP pins `pinned` (each plan has its degree, EP 1
+/// among them), and its unpinned search is no slower than EP 1 pinned.
+fn searches_ep(c: &CostModel, planner: &dyn sim::planner::Planner, pinned: &[u32]) {
+    let mut t1 = f64::INFINITY;
+    for &e in pinned {
+        let (got, t) = planned_ep(c, planner, Some(e));
+        assert_eq!(got, e, "{}", planner.name());
+        if e == 1 {
+            t1 = t;
+        }
+    }
+    assert!(t1.is_finite(), "EP 1 among the pins");
+    let (e, t) = planned_ep(c, planner, None);
     assert!(
         t <= t1 * 1.0001,
-        "searched {t:.1} ms (EP {e}) vs EP 1 {t1:.1} ms"
+        "{}: searched {t:.1} ms (EP {e}) vs EP 1 {t1:.1} ms",
+        planner.name()
     );
 }
 
-/// `hetero-3d` searches EP too: pinned, its plan has that degree and
-/// simulates; unpinned, it is no slower than the best without EP.
+/// The megatron planner searches EP: pinned, it returns that degree; on
+/// Mixtral over 64 H100s it finds a plan at least as fast as the best
+/// without EP (EP 1 pinned).
+#[test]
+fn megatron_searches_expert_parallelism() {
+    let c = hgx_h100(8, "mixtral-8x7b", 512);
+    searches_ep(&c, &sim::planner::megatron::Megatron, &[1, 8]);
+}
+
+/// `hetero-3d` searches EP too, on H100s and A100s: pinned, its plan has
+/// that degree and simulates; unpinned, it is no slower than the best
+/// without EP.
 #[test]
 fn hetero_3d_searches_expert_parallelism() {
-    use sim::planner::{Planner, PlannerOptions, Problem, SimJudge};
     let toml = "name = \"mixed\"\n[network]\nnics = 8\nnic_gbit_s = 400\n\
         [[nodes]]\ncount = 2\nintra_link = \"nvswitch\"\ngpus = [ { type = \"h100\", count = 8 } ]\n\
         [[nodes]]\ncount = 2\nintra_link = \"nvswitch\"\ngpus = [ { type = \"a100-80gb\", count = 8 } ]\n";
     let c = calibrated_bf16(toml, "olmoe-1b-7b", 4096, 128);
-    let empty = sim::profile::ProfileSet::new();
-    let judge = SimJudge::new(&c);
-    let run = |ep: Option<u32>| {
-        let options = PlannerOptions {
-            shape: sim::plan::shape::ShapePins {
-                ep,
-                ..Default::default()
-            },
-            ..PlannerOptions::default()
-        };
-        let problem = Problem {
-            costs: &c,
-            profiles: &empty,
-            options: &options,
-            strategy: &StrategySpec::NONE,
-            judge: Some(&judge),
-        };
-        let planned = sim::planner::hetero3d::Hetero3d.plan(&problem).unwrap();
-        let r = simulate(&c, &planned.plan, &SimOptions::default()).unwrap();
-        assert!(r.oom_gpus.is_empty());
-        (
-            planned.plan.pipeline.unwrap().expert_parallel,
-            r.iteration_ms,
-        )
-    };
-    let (e2, _) = run(Some(2));
-    assert_eq!(e2, 2);
-    let (e1, t1) = run(Some(1));
-    assert_eq!(e1, 1);
-    let (e, t) = run(None);
-    assert!(
-        t <= t1 * 1.0001,
-        "searched {t:.1} ms (EP {e}) vs EP 1 {t1:.1} ms"
-    );
+    searches_ep(&c, &sim::planner::hetero3d::Hetero3d, &[2, 1]);
 }
 
 /// Mixtral-8x7B, EP 8, TP 1 x PP 4 x DP 16 on 64 GPUs, the distributed
