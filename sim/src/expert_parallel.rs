@@ -141,7 +141,10 @@ pub fn block_collectives(
         tokens
     };
     let te = tp.expert_tensor.clamp(1, tp.degree.max(1));
-    let copies = moe.top_k as f64 * moe.padding() * own;
+    // The busiest rank of the group receives (and returns) `load` times the
+    // mean, and every exchange waits for it.
+    let load = tp.expert_load(model, tokens);
+    let copies = moe.top_k as f64 * load * own;
     let h = model.hidden as f64 * dtype.bytes();
     let c = |pass, kind, piece_bytes, over| EpCollective {
         pass,
@@ -184,12 +187,7 @@ pub fn pass_ms(
 /// its expert count with experts in every block ([`check_degree`]), `[1]`
 /// for a dense model (as [`crate::tensor::degrees`] for TP).
 pub fn degrees(model: &ModelSpec) -> Vec<u32> {
-    match model.uniform_moe() {
-        Some(m) => (1..=m.experts)
-            .filter(|&e| m.experts.is_multiple_of(e))
-            .collect(),
-        None => vec![1],
-    }
+    crate::tensor::expert_degrees(model)
 }
 
 /// Whether `model` takes expert parallelism `e`: 1 always; above 1 a model
@@ -328,9 +326,11 @@ mod tests {
 
     #[test]
     fn dispatch_volumes_are_k_copies_of_each_rank_tokens() {
-        let m = crate::model::ModelCatalog::builtin()
-            .lookup("mixtral-8x7b", "test")
-            .unwrap();
+        let catalog = crate::model::ModelCatalog::builtin();
+        let routed = catalog.lookup("mixtral-8x7b", "test").unwrap();
+        // Balanced to the copy (the statistical excess is checked below).
+        let balanced = routed.clone().with_routing_imbalance(1.0).unwrap();
+        let m = &balanced;
         let moe = m.uniform_moe().unwrap().clone();
         let tokens = 2.0 * 4096.0;
         let h2 = m.hidden as f64 * 2.0;
@@ -346,6 +346,11 @@ mod tests {
         assert_eq!(a2a.len(), 4, "dispatch and combine, each way");
         assert_eq!(a2a[0], copies * (h2 + 4.0));
         assert_eq!(a2a[1], copies * h2);
+        // By default the busiest rank's share: a percent or so more.
+        let load = tp.expert_load(routed, tokens);
+        assert!(load > 1.0 && load < 1.05, "{load}");
+        let busiest = block_collectives(&tp, routed, tokens, NumFormat::Bf16);
+        assert!((busiest[0].piece_bytes / a2a[0] - load).abs() < 1e-12);
         let etp = v.iter().filter(|c| c.over == Over::Tensor).count();
         assert_eq!(etp, 4, "gather and reduce-scatter over expert-TP, each way");
         // Without EP, or on a dense model: nothing.

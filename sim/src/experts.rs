@@ -166,6 +166,13 @@ pub struct Moe {
     /// dropped); `None` = dropless, the default of Megatron-Core and
     /// torchtitan.
     pub capacity_factor: Option<f64>,
+    /// Measured routing imbalance: the routed copies the busiest rank of an
+    /// expert-parallel group receives, over the group's mean (1 = perfectly
+    /// balanced); `None` = the statistical model of
+    /// [`Moe::busiest_rank_load`]. A property of a training run's router,
+    /// as the capacity factor is of its recipe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing_imbalance: Option<f64>,
 }
 
 impl Moe {
@@ -186,6 +193,62 @@ impl Moe {
     /// useful FLOPs stay `k T`).
     pub fn padding(&self) -> f64 {
         self.capacity_factor.unwrap_or(1.0)
+    }
+
+    /// Routed copies the busiest rank of an expert-parallel group of `e`
+    /// ranks computes and receives, per copy of the group's mean, when a
+    /// rank's mean is `mean_copies` (its share of the group's `k T` routed
+    /// copies). The group meets at every dispatch and combine, so this rank
+    /// sets the pace of every MoE block.
+    ///
+    /// - With a capacity factor every expert is padded (or cut) to capacity:
+    ///   [`Moe::padding`], whatever the routing.
+    /// - Without EP (`e = 1`) a rank computes exactly its own tokens' `k T`
+    ///   copies: 1.
+    /// - With a measured [`Moe::routing_imbalance`]: that.
+    /// - Otherwise the stated model, balanced top-k routing (what a
+    ///   load-balancing loss or DeepSeek's bias update aims at): each token
+    ///   picks `k` distinct experts uniformly, so the copies landing on the
+    ///   `e` ranks' expert sets (`E/e` each) are multivariate hypergeometric
+    ///   per token, covariance `k c (diag(p) - p p^T)` with `p = 1/e` and
+    ///   `c = (E-k)/(E-1)`. Summed over the group's tokens the loads are
+    ///   normal with that covariance, which is `sigma^2 (I - J/e)`: the
+    ///   deviations of `e` independent normals of spread
+    ///   `sigma = sqrt(c mean_copies)` from their average. The busiest rank
+    ///   thus sits [`expected_max_of_normals`]`(e)` times `sigma` above the
+    ///   mean: a relative excess of `z_e sqrt(c / mean_copies)`. At the token counts of training (thousands of copies per
+    ///   rank) this is 1-3%: routing that is only statistically unbalanced
+    ///   costs little, and measured runs that lose more (a router that
+    ///   prefers some experts within a batch) are given with the knob.
+    pub fn busiest_rank_load(&self, e: u32, mean_copies: f64) -> f64 {
+        if self.capacity_factor.is_some() {
+            return self.padding();
+        }
+        if e <= 1 {
+            return 1.0;
+        }
+        if let Some(x) = self.routing_imbalance {
+            return x;
+        }
+        if mean_copies <= 0.0 || self.experts <= 1 {
+            return 1.0;
+        }
+        let (experts, k) = (self.experts as f64, self.top_k as f64);
+        let spread = ((experts - k) / (experts - 1.0) / mean_copies).sqrt();
+        1.0 + expected_max_of_normals(e) * spread
+    }
+
+    /// The routing [`Moe::busiest_rank_load`] assumes, in words, for a
+    /// report: the capacity rule, the measured factor, or the statistical
+    /// model.
+    pub fn routing_assumption(&self) -> String {
+        match (self.capacity_factor, self.routing_imbalance) {
+            (Some(cf), _) => format!("every expert padded to capacity factor {cf}"),
+            (None, Some(x)) => format!(
+                "measured imbalance: the busiest EP rank gets {x} x the mean of the routed copies (given)"
+            ),
+            (None, None) => "balanced top-k routing (default): the busiest EP rank's load is the expected maximum of the ranks' random shares".to_string(),
+        }
     }
 
     /// Whether routing is the identity: one routed expert, each token's
@@ -295,8 +358,46 @@ impl Moe {
                 ));
             }
         }
+        if let Some(x) = self.routing_imbalance {
+            let range = &crate::physical::ROUTING_IMBALANCE;
+            if !range.contains(x) {
+                return Err(bad("routing_imbalance", range.expected(x)));
+            }
+        }
         Ok(())
     }
+}
+
+/// Expected maximum of `n` independent standard normal variables (0 for
+/// `n <= 1`): `E[max] = integral of x d(Phi(x)^n)`, summed on a grid of
+/// 1/256 over [-9, 9] with `Phi` accumulated by the trapezoid rule
+/// (exact to 1e-6; 0.5642 for 2, 1.4236 for 8, 2.4655 for 64).
+pub fn expected_max_of_normals(n: u32) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    // (Each thread integrates a group size once: pricing asks per block.)
+    thread_local! {
+        static KNOWN: std::cell::RefCell<rustc_hash::FxHashMap<u32, f64>> =
+            std::cell::RefCell::default();
+    }
+    KNOWN.with(|k| *k.borrow_mut().entry(n).or_insert_with(|| integrate_max(n)))
+}
+
+/// [`expected_max_of_normals`] by quadrature.
+fn integrate_max(n: u32) -> f64 {
+    const STEP: f64 = 1.0 / 256.0;
+    let pdf = |x: f64| (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    let (mut x, mut cdf, mut prev, mut sum) = (-9.0, 0.0f64, 0.0f64, 0.0);
+    while x < 9.0 {
+        let next = x + STEP;
+        cdf += 0.5 * STEP * (pdf(x) + pdf(next));
+        let now = cdf.min(1.0).powi(n as i32);
+        sum += (x + 0.5 * STEP) * (now - prev);
+        prev = now;
+        x = next;
+    }
+    sum
 }
 
 #[cfg(test)]
@@ -354,6 +455,7 @@ mod tests {
             shared_expert_ffn: 2048,
             layers: LayerSet::After(3),
             capacity_factor: None,
+            routing_imbalance: None,
         };
         let h = 7168u64;
         assert_eq!(m.mlp_params(7168), 257 * 3 * h * 2048 + h * 256);
@@ -363,6 +465,91 @@ mod tests {
             m.active_mlp_params(7168) - m.router_params(7168),
             3 * h * 18432
         );
+    }
+
+    /// Known closed forms: `E[max of 2] = 1/sqrt(pi)`, `E[max of 3] =
+    /// 3 / (2 sqrt(pi))`; and the tabulated 1.4236 for 8 (Harter 1961).
+    #[test]
+    fn expected_maxima_of_normals_match_their_closed_forms() {
+        let pi = std::f64::consts::PI;
+        assert_eq!(expected_max_of_normals(1), 0.0);
+        for (n, want) in [(2, 1.0 / pi.sqrt()), (3, 1.5 / pi.sqrt()), (8, 1.4236)] {
+            let got = expected_max_of_normals(n);
+            assert!((got - want).abs() < 1e-4, "n {n}: {got} vs {want}");
+        }
+    }
+
+    /// The statistical model against top-k routing drawn at random: each of
+    /// `T` tokens picks `k` distinct experts uniformly, the busiest of `e`
+    /// ranks (each `E/e` experts) counted, averaged over trials. The model's
+    /// excess over the mean within 15% of the drawn one (normal
+    /// approximation of a sum of thousands of hypergeometric draws; the
+    /// ranks' loads sum to `k T`, which an independent-ranks model would
+    /// miss by 29% at `e = 2`).
+    #[test]
+    fn the_busiest_rank_load_is_what_random_top_k_routing_gives() {
+        let moe = Moe {
+            experts: 16,
+            top_k: 2,
+            expert_ffn: 64,
+            shared_experts: 0,
+            shared_expert_ffn: 0,
+            layers: LayerSet::All,
+            capacity_factor: None,
+            routing_imbalance: None,
+        };
+        // A counter-based generator (splitmix64): reproducible draws.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        for (e, tokens) in [(2u32, 2048u32), (4, 1024), (8, 4096)] {
+            let trials = 400;
+            let mut excess = 0.0;
+            for _ in 0..trials {
+                let mut per_rank = vec![0u32; e as usize];
+                for _ in 0..tokens {
+                    let a = (next() % 16) as u32;
+                    let mut b = (next() % 15) as u32;
+                    if b >= a {
+                        b += 1;
+                    }
+                    for x in [a, b] {
+                        per_rank[(x / (16 / e)) as usize] += 1;
+                    }
+                }
+                let mean = 2.0 * tokens as f64 / e as f64;
+                excess += *per_rank.iter().max().unwrap() as f64 / mean - 1.0;
+            }
+            let drawn = excess / trials as f64;
+            let mean_copies = 2.0 * tokens as f64 / e as f64;
+            let model = moe.busiest_rank_load(e, mean_copies) - 1.0;
+            assert!(
+                (model - drawn).abs() <= 0.15 * drawn,
+                "e {e}, {tokens} tokens: model +{:.2}%, drawn +{:.2}%",
+                100.0 * model,
+                100.0 * drawn
+            );
+        }
+        // Without EP a rank computes its own copies; a measured factor and
+        // a capacity win over the statistics.
+        assert_eq!(moe.busiest_rank_load(1, 4096.0), 1.0);
+        let given = Moe {
+            routing_imbalance: Some(1.3),
+            ..moe.clone()
+        };
+        assert_eq!(given.busiest_rank_load(8, 4096.0), 1.3);
+        assert_eq!(given.busiest_rank_load(1, 4096.0), 1.0);
+        let padded = Moe {
+            capacity_factor: Some(1.25),
+            ..moe.clone()
+        };
+        assert_eq!(padded.busiest_rank_load(8, 4096.0), 1.25);
+        assert_eq!(padded.busiest_rank_load(1, 4096.0), 1.25);
     }
 
     #[test]
@@ -375,6 +562,7 @@ mod tests {
             shared_expert_ffn: 0,
             layers: LayerSet::All,
             capacity_factor: Some(1.25),
+            routing_imbalance: None,
         };
         let bad = |f: &str, m: String| format!("{f}: {m}");
         assert!(ok.check(32, &bad).is_ok());
@@ -414,6 +602,20 @@ mod tests {
                     ..ok.clone()
                 },
                 "capacity_factor",
+            ),
+            (
+                Moe {
+                    routing_imbalance: Some(0.9),
+                    ..ok.clone()
+                },
+                "routing_imbalance",
+            ),
+            (
+                Moe {
+                    routing_imbalance: Some(f64::INFINITY),
+                    ..ok.clone()
+                },
+                "routing_imbalance",
             ),
             (
                 Moe {

@@ -225,6 +225,8 @@ pub(crate) struct RawModel {
     #[serde(default)]
     pub(crate) capacity_factor: Option<f64>,
     #[serde(default)]
+    pub(crate) routing_imbalance: Option<f64>,
+    #[serde(default)]
     pub(crate) sliding_window: Option<u32>,
     #[serde(default)]
     pub(crate) sliding_layers: Option<String>,
@@ -316,6 +318,7 @@ impl RawModel {
             shared_expert_ffn: None,
             moe_layers: None,
             capacity_factor: None,
+            routing_imbalance: None,
             sliding_window: None,
             sliding_layers: None,
             mtp_layers: None,
@@ -530,6 +533,7 @@ impl RawModel {
                 ("shared_expert_ffn", self.shared_expert_ffn.is_some()),
                 ("moe_layers", self.moe_layers.is_some()),
                 ("capacity_factor", self.capacity_factor.is_some()),
+                ("routing_imbalance", self.routing_imbalance.is_some()),
             ];
             if let Some((f, _)) = rest.iter().find(|x| x.1) {
                 return Err(bad(
@@ -566,6 +570,7 @@ impl RawModel {
             },
             layers,
             capacity_factor: self.capacity_factor,
+            routing_imbalance: self.routing_imbalance,
         };
         m.check(self.layers, bad)?;
         Ok(Some(m))
@@ -822,9 +827,17 @@ impl ModelSpec {
     /// when every block has experts (the routed part times the capacity
     /// padding, [`Moe::padding`]).
     pub fn mlp_width_per_token(&self) -> f64 {
+        self.mlp_width_at_load(self.uniform_moe().map_or(1.0, |m| m.padding()))
+    }
+
+    /// [`ModelSpec::mlp_width_per_token`] on a rank whose experts compute
+    /// `load` token copies per routed copy of the mean (the busiest rank of
+    /// an expert-parallel group, [`crate::experts::Moe::busiest_rank_load`]);
+    /// the dense width for a dense model.
+    pub fn mlp_width_at_load(&self, load: f64) -> f64 {
         match self.uniform_moe() {
             Some(m) => {
-                (m.top_k * m.expert_ffn) as f64 * m.padding()
+                (m.top_k * m.expert_ffn) as f64 * load
                     + (m.shared_experts * m.shared_expert_ffn) as f64
             }
             None => self.ffn as f64,
@@ -875,6 +888,30 @@ impl ModelSpec {
             }
             None => self.dense_block_params(),
         }
+    }
+
+    /// This model with a measured routing imbalance
+    /// ([`crate::experts::Moe::routing_imbalance`]); `Err` says why not (a
+    /// dense model, a value out of [`crate::physical::ROUTING_IMBALANCE`],
+    /// or a capacity factor, which pads every expert whatever the routing).
+    pub fn with_routing_imbalance(mut self, x: f64) -> Result<ModelSpec, String> {
+        let name = self.name.clone();
+        let Some(m) = self.moe.as_mut() else {
+            return Err(format!(
+                "{name} is a dense model: it routes no tokens to experts"
+            ));
+        };
+        let range = &crate::physical::ROUTING_IMBALANCE;
+        if !range.contains(x) {
+            return Err(range.expected(x));
+        }
+        if let Some(cf) = m.capacity_factor {
+            return Err(format!(
+                "{name} pads every expert to capacity factor {cf}: its experts compute the capacity whatever the routing"
+            ));
+        }
+        m.routing_imbalance = Some(x);
+        Ok(self)
     }
 
     /// Blocks with experts (0 for a dense model).

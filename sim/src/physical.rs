@@ -168,6 +168,18 @@ pub const CAPACITY_FACTOR: Range = Range {
     why: "below 0.1 nearly every token is dropped; a factor of E takes every token",
 };
 
+/// A measured routing imbalance (the busiest expert-parallel rank's routed
+/// copies over the mean): 1 (perfectly balanced) to 64 (every copy of a
+/// 64-rank group on one rank, the largest group a model of 256 experts
+/// and top-4 could so skew: well past any published run).
+pub const ROUTING_IMBALANCE: Range = Range {
+    lo: 1.0,
+    lo_inclusive: true,
+    hi: 64.0,
+    unit: "(factor)",
+    why: "the busiest rank receives at least the mean and at most every copy",
+};
+
 /// Bus bandwidth a measured collective may imply, GB/s (nccl-tests'
 /// busbw): at most 10^4, above any fabric (see [`LINK_GBPS`]).
 pub const BUS_GBPS_MAX: f64 = 1e4;

@@ -285,6 +285,36 @@ impl TensorParallel {
         (self.degree.max(1) / self.expert_tensor.max(1)).max(1)
     }
 
+    /// Routed copies per routed copy of the mean that one rank computes for
+    /// a replica's micro-batch of `tokens` tokens: the busiest rank of its
+    /// expert-parallel group ([`crate::experts::Moe::busiest_rank_load`] at
+    /// the rank's mean share, `k T t_e / t` copies), which every rank of
+    /// the group waits for; the capacity padding without EP; 1 for a dense
+    /// model.
+    pub fn expert_load(&self, model: &ModelSpec, tokens: f64) -> f64 {
+        model.uniform_moe().map_or(1.0, |m| {
+            let t = self.degree.max(1) as f64;
+            let te = self.expert_tensor.clamp(1, self.degree.max(1)) as f64;
+            m.busiest_rank_load(self.experts.max(1), m.top_k as f64 * tokens * te / t)
+        })
+    }
+
+    /// The expert-TP degree as it prices: `t_e` clamped to 1..=`t`, and
+    /// `t` without expert parallelism (where it is moot).
+    pub fn priced_expert_tensor(&self) -> u32 {
+        if self.experts <= 1 {
+            self.degree.max(1)
+        } else {
+            self.expert_tensor.clamp(1, self.degree.max(1))
+        }
+    }
+
+    /// Whether a rank's block differs from the whole block: split over TP
+    /// (`t > 1`) or its experts over EP (`e > 1`).
+    pub fn splits_block(&self) -> bool {
+        self.degree > 1 || self.experts > 1
+    }
+
     /// Whether blocks are split (`t > 1`).
     pub fn is_on(&self) -> bool {
         self.degree > 1
@@ -626,6 +656,18 @@ pub fn degrees(model: &ModelSpec) -> Vec<u32> {
     (1..=MAX_TP)
         .filter(|&t| widths.iter().all(|(_, n)| n.is_multiple_of(t)))
         .collect()
+}
+
+/// The expert-parallel degrees `model` takes, ascending: every divisor of
+/// its expert count with experts in every block, `[1]` otherwise (a dense
+/// model, or dense and MoE blocks mixed, which EP does not price yet).
+pub fn expert_degrees(model: &ModelSpec) -> Vec<u32> {
+    match model.uniform_moe() {
+        Some(m) => (1..=m.experts)
+            .filter(|&e| m.experts.is_multiple_of(e))
+            .collect(),
+        None => vec![1],
+    }
 }
 
 /// What tensor parallelism splits, each of which every TP degree must

@@ -575,6 +575,7 @@ fn memory_workload(m: &MemoryArgs, n: u32, global: u32) -> crate::cli::workload:
         memory_cluster: None,
         mem_fraction: m.mem_fraction,
         overhead_gib: m.overhead_gib,
+        moe_imbalance: None,
         comm: CommArgs {
             comm_algo: "auto".into(),
             ..Default::default()

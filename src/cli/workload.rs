@@ -263,6 +263,12 @@ pub struct WorkloadArgs {
     /// communicator (two on a multi-GPU job); 2 with --mem-fraction.
     #[arg(long)]
     pub overhead_gib: Option<f64>,
+    /// Measured routing imbalance of a mixture-of-experts run: the routed
+    /// token copies the busiest expert-parallel rank receives over the
+    /// mean (1 = balanced). Default: the expected maximum under balanced
+    /// top-k routing (a percent or two at training token counts).
+    #[arg(long)]
+    pub moe_imbalance: Option<f64>,
     /// Collective flags (algorithm, interference, measured tables).
     #[command(flatten)]
     pub comm: CommArgs,
@@ -393,13 +399,25 @@ impl WorkloadArgs {
         let predictor = load::calibration(self.calibration.as_deref())?;
         let spec = WorkloadSpec {
             cluster,
-            model: load::model(&self.model, "--model")?,
+            model: self.routed(load::model(&self.model, "--model")?)?,
             global_batch: self.global_batch,
             seq_len: self.seq_len,
             dtype,
             options,
         };
         Ok((spec, profiles, predictor))
+    }
+}
+
+impl WorkloadArgs {
+    /// `model` with `--moe-imbalance` applied, when given.
+    fn routed(&self, model: sim::model::ModelSpec) -> Result<sim::model::ModelSpec> {
+        match self.moe_imbalance {
+            None => Ok(model),
+            Some(x) => Ok(model
+                .with_routing_imbalance(x)
+                .map_err(|m| bad("--moe-imbalance", m))?),
+        }
     }
 }
 

@@ -361,6 +361,11 @@ pub struct TpTable {
     pub sequence_parallel: bool,
     /// How the block is implemented.
     pub imp: BlockImpl,
+    /// Expert parallelism (1: none).
+    pub experts: u32,
+    /// Expert-TP degree as it prices
+    /// ([`crate::tensor::TensorParallel::priced_expert_tensor`]).
+    pub expert_tensor: u32,
     /// Per size: (block forward ratio, block backward ratio, op-level
     /// selective fraction, core-attention fraction, head forward ratio,
     /// head backward ratio, embedding forward ratio, embedding backward
@@ -385,8 +390,12 @@ impl TpTable {
 }
 
 /// The [`TpTable`]s of a GPU type: every TP degree the model allows
-/// ([`crate::tensor::degrees`]), with and without SP, both kernels; none
-/// where the predictor cannot run the GPU and dtype.
+/// ([`crate::tensor::degrees`]), with and without SP, times every
+/// expert-parallel degree ([`crate::tensor::expert_degrees`]) with
+/// expert-TP = TP or 1, both kernels; none where the predictor cannot run
+/// the GPU and dtype. Under EP a rank's expert GEMMs are fewer and taller
+/// and carry the busiest rank's routing load, so their ratio to the whole
+/// block is the predictor's, not `1 / t`.
 fn tp_tables(
     pred: &dyn Predictor,
     gpu: &GpuSpec,
@@ -408,9 +417,25 @@ fn tp_tables(
             })
             .collect();
         let Some(whole) = whole else { continue };
-        for t in degrees(model).into_iter().filter(|&t| t > 1) {
-            for sp in [false, true] {
-                let tp = TensorParallel::new(t, sp);
+        let mut splits = Vec::new();
+        for t in degrees(model) {
+            for sp in [false, true].into_iter().filter(|&sp| t > 1 || !sp) {
+                for e in crate::tensor::expert_degrees(model) {
+                    let etps = if e > 1 && t > 1 { vec![t, 1] } else { vec![t] };
+                    for te in etps {
+                        let tp = TensorParallel::new(t, sp)
+                            .with_experts(e)
+                            .with_expert_tensor(te);
+                        if tp.splits_block() {
+                            splits.push(tp);
+                        }
+                    }
+                }
+            }
+        }
+        for tp in splits {
+            {
+                let t = tp.degree;
                 let points: Option<Vec<[f64; 8]>> = TP_TABLE_SIZES
                     .iter()
                     .zip(&whole)
@@ -446,8 +471,10 @@ fn tp_tables(
                 if let Some(points) = points {
                     out.push(TpTable {
                         degree: t,
-                        sequence_parallel: sp,
+                        sequence_parallel: tp.sequence_parallel,
                         imp,
+                        experts: tp.experts,
+                        expert_tensor: tp.priced_expert_tensor(),
                         points,
                     });
                 }

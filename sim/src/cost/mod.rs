@@ -234,7 +234,7 @@ impl CostModel {
         tp: &crate::tensor::TensorParallel,
     ) -> Result<(f64, f64), String> {
         let (f, b) = self.block_ms_with(rank, m, imp)?;
-        if !tp.is_on() {
+        if !tp.splits_block() {
             return Ok((f, b));
         }
         let r = self.tp_table(rank, imp, tp)?.at(m);
@@ -251,7 +251,11 @@ impl CostModel {
         let t = self.gpu_type(rank);
         t.tp.iter()
             .find(|x| {
-                x.degree == tp.degree && x.sequence_parallel == tp.sequence_parallel && x.imp == imp
+                x.degree == tp.degree.max(1)
+                    && x.sequence_parallel == (tp.sequence_parallel && tp.degree > 1)
+                    && x.imp == imp
+                    && x.experts == tp.experts.max(1)
+                    && x.expert_tensor == tp.priced_expert_tensor()
             })
             .ok_or_else(|| {
                 format!(

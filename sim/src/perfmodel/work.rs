@@ -350,6 +350,7 @@ fn elementwise_ops(
     fused: bool,
     e: f64,
     (eager_attention, whole_experts): (bool, bool),
+    load: f64,
 ) -> Vec<ElemOp> {
     use Split::*;
     let (h, q, kv) = (
@@ -357,7 +358,7 @@ fn elementwise_ops(
         model.q_dim() as f64,
         model.kv_dim() as f64,
     );
-    let f = model.mlp_width_per_token();
+    let f = model.mlp_width_at_load(load);
     let mut v = Vec::new();
     if let Some(m) = model.uniform_moe() {
         v.extend(dispatch_ops(m, h, fused, e, whole_experts));
@@ -577,7 +578,12 @@ const fn dense(n: f64, k: f64) -> LinearGemm {
 /// shared experts as one dense SwiGLU of width `E_s f_s`. With expert
 /// parallelism `e` ([`crate::expert_parallel`]) a rank runs `E / e`
 /// experts on `k T e / E` tokens each: the copies its EP group sends them.
-fn linear_layers(model: &ModelSpec, tp: &TensorParallel, fused_qkv: bool) -> Vec<LinearGemm> {
+fn linear_layers(
+    model: &ModelSpec,
+    tp: &TensorParallel,
+    fused_qkv: bool,
+    load: f64,
+) -> Vec<LinearGemm> {
     let t = tp.degree.max(1) as f64;
     let sp = tp.sequence_parallel && tp.degree > 1;
     // Expert parallelism: `E / e` local experts, each on the copies of its
@@ -610,7 +616,7 @@ fn linear_layers(model: &ModelSpec, tp: &TensorParallel, fused_qkv: bool) -> Vec
                     rows,
                     ..dense(m.experts as f64, h)
                 });
-                let (e, k) = (m.experts as f64, m.top_k as f64 * m.padding());
+                let (e, k) = (m.experts as f64, m.top_k as f64 * load);
                 mlp(
                     &mut v,
                     &mut outs,
@@ -688,7 +694,8 @@ impl BlockWork {
         };
         let mut fwd = PassWork::default();
         let mut bwd = PassWork::default();
-        for l in linear_layers(model, tp, megatron) {
+        let load = tp.expert_load(model, tokens);
+        for l in linear_layers(model, tp, megatron, load) {
             let rows = tokens * l.rows;
             fwd.gemms.push(gemm(rows, l.n, l.k, l.count, e));
             bwd.gemms.push(gemm(rows, l.k, l.n, l.count, e));
@@ -706,7 +713,7 @@ impl BlockWork {
             Split::Replicated | Split::AllTokens => 1.0,
         };
         let whole = tp.expert_tensor < tp.degree;
-        for o in elementwise_ops(model, fused, e, (eager, whole)) {
+        for o in elementwise_ops(model, fused, e, (eager, whole), load) {
             elem.elem_bytes += o.fwd * tokens * share(&o);
             bwd.elem_bytes += o.bwd * tokens * share(&o);
             elem.kernels += o.kernels_fwd;
@@ -715,7 +722,7 @@ impl BlockWork {
         if fused {
             (elem.elem_floor_bytes, bwd.elem_floor_bytes) = (elem.elem_bytes, bwd.elem_bytes);
         } else {
-            for o in elementwise_ops(model, true, e, (eager, whole)) {
+            for o in elementwise_ops(model, true, e, (eager, whole), load) {
                 elem.elem_floor_bytes += o.fwd * tokens * share(&o);
                 bwd.elem_floor_bytes += o.bwd * tokens * share(&o);
             }
@@ -886,7 +893,8 @@ mod tests {
     /// `f_e / t_e` columns (expert-TP = TP, or whole experts).
     #[test]
     fn expert_parallel_gemms_are_fewer_and_taller() {
-        let m = model("qwen3-30b-a3b");
+        // Balanced to the copy: the rows are the mean's.
+        let m = model("qwen3-30b-a3b").with_routing_imbalance(1.0).unwrap();
         let moe = m.uniform_moe().unwrap().clone();
         let imp = BlockImpl::ALL[0];
         let tokens = 2.0 * 4096.0;
@@ -911,6 +919,11 @@ mod tests {
                     assert!(g.iter().all(|g| g.m == rows), "t={t} e={e} te={te}");
                     let width = moe.expert_ffn as f64 / te as f64;
                     assert!(g.iter().any(|g| g.n == width || g.n == 2.0 * width));
+                    // Under a measured imbalance the busiest rank's rows.
+                    let skewed = m.clone().with_routing_imbalance(1.25).unwrap();
+                    let w = BlockWork::new(&skewed, 4096, NumFormat::Bf16, 2, &tp, imp);
+                    let g: Vec<&Gemm> = w.fwd.gemms.iter().filter(|g| g.count == local).collect();
+                    assert!(g.iter().all(|g| (g.m - 1.25 * rows).abs() < 1e-6 * rows));
                 }
             }
         }

@@ -200,9 +200,40 @@ impl PipelineReport {
             expert_tensor_parallel: pipe
                 .expert_tensor_parallel
                 .filter(|&te| pipe.stages.iter().any(|st| st.tp != te)),
+            routing: None,
             stages,
         }
     }
+}
+
+/// What an expert-parallel plan assumed of the routing, with the busiest
+/// rank's load at the first stage's micro-batch slice (the largest
+/// replica's); none without EP.
+fn routing(
+    pipe: &crate::plan::pipeline::Pipeline,
+    w: &crate::cost::workload::Workload,
+) -> Option<String> {
+    let moe = w.model.uniform_moe().filter(|_| pipe.expert_parallel > 1)?;
+    let first = pipe.stages.first()?;
+    let tp = pipe.tensor(0);
+    let micro = pipe
+        .micro_sizes(w.global_batch)
+        .into_iter()
+        .max()
+        .unwrap_or(1);
+    let samples = first
+        .slices(micro)
+        .iter()
+        .map(|&(lo, hi)| hi - lo)
+        .max()
+        .unwrap_or(1);
+    let tokens = samples as f64 * w.model.tokens_per_sample(w.seq_len) as f64;
+    Some(format!(
+        "{}; at {:.0} tokens per replica and micro-batch the busiest EP rank computes {:.3} x the mean of the routed copies",
+        moe.routing_assumption(),
+        tokens,
+        tp.expert_load(&w.model, tokens)
+    ))
 }
 
 /// Milliseconds of `ns` nanoseconds.
@@ -282,7 +313,9 @@ pub(crate) fn assemble(
             breakdown.ranks.iter().map(|r| f(r) as f64 / 1e6).collect()
         };
         let (tp, ep) = (ms(|r| r.tp_comm), ms(|r| r.ep_comm));
-        PipelineReport::of(p, &plan.strategy, &gpus, iteration_ms, (&tp, &ep))
+        let mut report = PipelineReport::of(p, &plan.strategy, &gpus, iteration_ms, (&tp, &ep));
+        report.routing = routing(p, w);
+        report
     });
     let intervals = intervals_of(costs, &gpus, iteration_ms, &rate);
     let comm_sources = comm_sources(a.collectives);

@@ -244,6 +244,7 @@ pub struct Timing {
 ///                grad_sync ("after backward"|"buckets"|"per unit"|"data-parallel schedule"),
 ///                rank_order (when "tp-pp-dp"), expert_parallel (when > 1),
 ///                expert_tensor_parallel (when not the TP degree),
+///                routing (with EP: the routing assumed and the busiest rank's load),
 ///                stages: [{stage, first_block, last_block, blocks, chunks ([first,
 ///                          last] per model chunk, when more than one), ranks, tp (when > 1),
 ///                          tp_comm_ms (with TP), ep_comm_ms (with EP), gpus,
@@ -400,6 +401,11 @@ pub struct PipelineReport {
     /// experts); absent: expert-TP = TP.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expert_tensor_parallel: Option<u32>,
+    /// With expert parallelism: the routing assumed (balanced top-k by
+    /// default, a measured imbalance, or capacity padding) and the busiest
+    /// EP rank's load it gives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routing: Option<String>,
     /// Per stage, in order.
     pub stages: Vec<StageReport>,
 }

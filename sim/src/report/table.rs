@@ -450,7 +450,11 @@ impl PipelineReport {
                         self.expert_parallel
                     ),
                 }
-            )
+            ) + &self
+                .routing
+                .as_ref()
+                .map(|r| format!("\nrouting: {r}"))
+                .unwrap_or_default()
         })
     }
 

@@ -381,3 +381,107 @@ fn mixtral_ep8_memory_is_the_hand_count() {
     let lowered = sim::pipeline::state_bytes(&c, &plan.strategy, held, false) - fixed;
     assert!((lowered - bytes).abs() < 1e3, "{lowered} vs {bytes}");
 }
+
+/// OLMoE on 2 HGX H100 nodes with a measured routing imbalance `x`
+/// (`None`: the statistical default).
+fn olmoe_routed(x: Option<f64>) -> CostModel {
+    let toml = "name = \"h100\"\n[network]\nnics = 8\nnic_gbit_s = 400\n".to_string()
+        + &"[[nodes]]\nintra_link = \"nvswitch\"\ngpus = [ { type = \"h100\", count = 8 } ]\n"
+            .repeat(2);
+    let mut w = crate::common::workload(
+        crate::common::cluster_toml(&toml),
+        "olmoe-1b-7b",
+        sim::precision::NumFormat::Bf16,
+        64,
+    );
+    w.seq_len = 4096;
+    if let Some(x) = x {
+        w.model = w.model.with_routing_imbalance(x).unwrap();
+    }
+    CostModel::build(
+        w,
+        &sim::profile::ProfileSet::new(),
+        &sim::perfmodel::Calibrated::builtin(),
+        sim::cost::CostOptions::default(),
+    )
+    .unwrap()
+}
+
+/// A rank's share of an MoE block under EP is the predictor's own price of
+/// that rank's work (fewer, taller expert GEMMs at the busiest rank's
+/// load), not the whole block's: the cost rows carry the EP degree.
+#[test]
+fn expert_parallel_blocks_are_priced_at_the_ranks_own_gemms() {
+    use sim::perfmodel::{BlockImpl, Predictor};
+    let c = olmoe_routed(None);
+    let w = &c.workload;
+    let pred = sim::perfmodel::Calibrated::builtin();
+    let imp = BlockImpl {
+        stack: sim::strategy::Stack::Megatron,
+        compile: false,
+        attention: sim::strategy::Attention::Flash,
+    };
+    let gpu = c.gpu(0).clone();
+    let whole = pred
+        .block_prediction(&gpu, &w.model, w.seq_len, w.dtype, 2, imp)
+        .unwrap();
+    let mut seen = Vec::new();
+    for (t, e, te) in [(1, 8, 1), (2, 4, 2), (2, 8, 1), (1, 1, 1), (2, 1, 2)] {
+        let tp = sim::tensor::TensorParallel::new(t, t > 1)
+            .with_experts(e)
+            .with_expert_tensor(te);
+        let (f, b) = c.block_ms_tp(0, 2, imp, &tp).unwrap();
+        let own = pred
+            .block_prediction_tp(&gpu, &w.model, w.seq_len, w.dtype, 2, imp, &tp)
+            .unwrap();
+        let (wf, wb) = c.block_ms_with(0, 2, imp).unwrap();
+        for (got, want) in [
+            (f, wf * own.fwd_ms / whole.fwd_ms),
+            (b, wb * own.bwd_ms / whole.bwd_ms),
+        ] {
+            assert!(
+                (got - want).abs() <= 1e-9 * want,
+                "TP {t} EP {e} ETP {te}: {got} ms, the predictor's share {want} ms"
+            );
+        }
+        seen.push(f);
+    }
+    // EP 8 on one GPU runs 8 experts on 8x the rows: not the EP 1 block.
+    assert!(seen[0] != seen[3], "EP 8 priced as EP 1: {seen:?}");
+}
+
+/// A measured imbalance `x` makes the busiest rank of every EP group
+/// receive and compute `x` times the mean of the routed copies, and the
+/// group waits for it: the exchanges grow by about `x` (their latency
+/// does not), the expert compute by `x`; without EP it changes nothing.
+#[test]
+fn a_measured_routing_imbalance_paces_expert_parallel_groups() {
+    let (base, skewed) = (olmoe_routed(None), olmoe_routed(Some(1.5)));
+    let run = |c: &CostModel, ep: u32| {
+        let plan = plan_of(c, &shape(1, 2, ep), Sharding::GradOp, Checkpointing::None);
+        simulate(c, &plan, &SimOptions::default()).unwrap()
+    };
+    let (a, b) = (run(&base, 8), run(&skewed, 8));
+    let ep = |r: &sim::report::Report| r.pipeline.as_ref().unwrap().stages[0].ep_comm_ms.unwrap();
+    let ratio = ep(&b) / ep(&a);
+    assert!(
+        (1.35..=1.5).contains(&ratio),
+        "exchanges grew {ratio:.3}x under a 1.5x imbalance"
+    );
+    let compute = |r: &sim::report::Report| r.gpus[0].compute_ms;
+    assert!(
+        compute(&b) > 1.1 * compute(&a),
+        "compute {:.1} -> {:.1} ms under a 1.5x imbalance of OLMoE's experts",
+        compute(&a),
+        compute(&b)
+    );
+    let routing = b.pipeline.as_ref().unwrap().routing.clone().unwrap();
+    assert!(
+        routing.contains("1.5 x") && routing.contains("given"),
+        "{routing}"
+    );
+    let default = a.pipeline.as_ref().unwrap().routing.clone().unwrap();
+    assert!(default.contains("(default)"), "{default}");
+    // EP 1: every rank computes its own tokens' copies.
+    assert_eq!(run(&base, 1).iteration_ms, run(&skewed, 1).iteration_ms);
+}
