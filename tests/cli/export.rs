@@ -1,4 +1,4 @@
-//! `plan --export torchtitan|deepspeed|accelerate --export-out PATH`: the
+//! `plan --export torchtitan|megatron|deepspeed|accelerate --export-out PATH`: the
 //! configs parse in their own formats with the keys the frameworks
 //! document, state the batch identity the frameworks check, and name what
 //! of an uneven Cephalo plan they cannot express, with the approximation
@@ -523,19 +523,14 @@ fn bad_export_requests_exit_2() {
     let p = out.to_str().unwrap();
     let o = run(&[
         &base[..],
-        &[
-            "--planner",
-            "fsdp",
-            "--export",
-            "megatron-lm",
-            "--export-out",
-            p,
-        ],
+        &["--planner", "fsdp", "--export", "nemo", "--export-out", p],
     ]
     .concat());
     assert_eq!(o.code, 2);
     assert!(
-        o.stderr.contains("--export") && o.stderr.contains("torchtitan, deepspeed, accelerate"),
+        o.stderr.contains("--export")
+            && o.stderr
+                .contains("torchtitan, megatron, deepspeed, accelerate"),
         "{}",
         o.stderr
     );
@@ -696,4 +691,303 @@ fn a_layered_plan_names_every_loss_and_the_framework_accumulation() {
         .map(|b| b.as_u64().unwrap())
         .collect();
     assert_eq!(ab, [16, 16, 16, 16]);
+}
+
+/// Megatron-Core 0.16.1's config fields the exported arguments set
+/// (dashes to underscores), read from its wheel (`pip download
+/// megatron-core==0.16.1 --no-deps`): `TransformerConfig`,
+/// `ModelParallelConfig`, `DistributedDataParallelConfig`. Megatron-LM's
+/// `arguments.py` copies every argument named as a field into them.
+const MEGATRON_CORE_FIELDS: &[&str] = &[
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "kv_channels",
+    "num_query_groups",
+    "normalization",
+    "recompute_granularity",
+    "recompute_method",
+    "recompute_num_layers",
+    "attention_backend",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "moe_grouped_gemm",
+    "moe_token_dispatcher_type",
+    "moe_router_load_balancing_type",
+    "moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "sequence_parallel",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+    "bf16",
+    "fp16",
+    "tp_comm_overlap",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "use_distributed_optimizer",
+];
+
+/// Megatron-LM's own training-script arguments the export writes, which
+/// map onto no config field by name (Megatron-LM's `arguments.py` is not
+/// on a package registry, so this list is the export's claim, each with
+/// where it lands): `num_experts` -> `num_moe_experts`, `swiglu` ->
+/// `gated_linear_unit`, `disable_bias_linear` -> `add_bias_linear`,
+/// `group_query_attention` (enables `num_query_groups`), the rest read by
+/// the model builder, the data loader and the schedule.
+const MEGATRON_LM_ARGS: &[&str] = &[
+    "num_experts",
+    "swiglu",
+    "disable_bias_linear",
+    "group_query_attention",
+    "untie_embeddings_and_output_weights",
+    "position_embedding_type",
+    "seq_length",
+    "max_position_embeddings",
+    "tokenizer_type",
+    "vocab_size",
+    "micro_batch_size",
+    "global_batch_size",
+    "num_layers_per_virtual_pipeline_stage",
+    "accumulate_allreduce_grads_in_fp32",
+];
+
+/// The `MEGATRON_ARGS` array of an exported script as bash reads it (the
+/// script sourced, the array printed one word per line), as flag -> value
+/// (empty for a switch); every flag checked against Megatron's names and
+/// every choice against the values Megatron-Core 0.16.1 declares.
+fn megatron_args(path: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    let o = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("set -eu; source \"$1\"; printf '%s\\n' \"${MEGATRON_ARGS[@]}\"")
+        .arg("bash")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let words: Vec<String> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let mut args = std::collections::BTreeMap::new();
+    let mut i = 0;
+    while i < words.len() {
+        let flag = &words[i];
+        assert!(flag.starts_with("--"), "word `{flag}` is not a flag");
+        let name = flag.trim_start_matches("--").replace('-', "_");
+        assert!(
+            MEGATRON_CORE_FIELDS.contains(&name.as_str())
+                || MEGATRON_LM_ARGS.contains(&name.as_str()),
+            "{flag} is neither a Megatron-Core config field nor a known Megatron-LM argument"
+        );
+        let value = match words.get(i + 1) {
+            Some(v) if !v.starts_with("--") => {
+                i += 1;
+                v.clone()
+            }
+            _ => String::new(),
+        };
+        assert!(args.insert(name, value).is_none(), "{flag} twice");
+        i += 1;
+    }
+    for (key, allowed) in [
+        (
+            "attention_backend",
+            &["flash", "fused", "unfused", "local", "auto"][..],
+        ),
+        ("normalization", &["LayerNorm", "RMSNorm"]),
+        ("recompute_granularity", &["full", "selective"]),
+        ("recompute_method", &["uniform", "block"]),
+        (
+            "moe_token_dispatcher_type",
+            &["allgather", "alltoall", "flex"],
+        ),
+        (
+            "moe_router_load_balancing_type",
+            &["aux_loss", "seq_aux_loss", "sinkhorn", "none"],
+        ),
+    ] {
+        if let Some(v) = args.get(key) {
+            assert!(allowed.contains(&v.as_str()), "{key} = {v}");
+        }
+    }
+    args
+}
+
+fn num(args: &std::collections::BTreeMap<String, String>, key: &str) -> u64 {
+    args.get(key)
+        .unwrap_or_else(|| panic!("no --{key}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("--{key} is not a count"))
+}
+
+/// The Megatron-LM export of an expert-parallel plan: only Megatron's
+/// names, the degrees multiplying to the world, the batch identity
+/// Megatron asserts (global a multiple of micro x DP), EP dividing the
+/// experts and the replicas, the model's shapes, and the approximation
+/// simulated beside the plan.
+#[test]
+fn megatron_export_of_an_expert_parallel_plan_states_megatrons_arguments() {
+    let path = tmp("export-megatron-moe.sh");
+    let o = run(&[
+        "plan",
+        "--export",
+        "megatron",
+        "--export-out",
+        path.to_str().unwrap(),
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--gpu",
+        "h100",
+        "--network-gbit-s",
+        "3200",
+        "--model",
+        "olmoe-1b-7b",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "4096",
+        "--dtype",
+        "bf16",
+        "--planner",
+        "megatron",
+        "--ep",
+        "4",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with("#!/usr/bin/env bash\n"), "{text}");
+    assert!(
+        text.contains("# as megatron runs it (simulated): "),
+        "{text}"
+    );
+    let a = megatron_args(&path);
+    let (tp, pp) = (
+        num(&a, "tensor_model_parallel_size"),
+        num(&a, "pipeline_model_parallel_size"),
+    );
+    assert_eq!(16 % (tp * pp), 0, "TP {tp} x PP {pp} on 16 GPUs");
+    let dp = 16 / (tp * pp);
+    assert_eq!(num(&a, "global_batch_size"), 64);
+    assert_eq!(64 % (num(&a, "micro_batch_size") * dp), 0);
+    assert_eq!(num(&a, "expert_model_parallel_size"), 4);
+    assert_eq!(dp % 4, 0, "EP 4 inside DP {dp}");
+    assert_eq!(num(&a, "num_experts"), 64);
+    assert_eq!(num(&a, "moe_router_topk"), 8);
+    assert_eq!(num(&a, "moe_ffn_hidden_size"), 1024);
+    assert_eq!(a["moe_token_dispatcher_type"], "alltoall");
+    assert_eq!(num(&a, "num_layers"), 16);
+    assert_eq!(num(&a, "hidden_size"), 2048);
+    assert_eq!(num(&a, "seq_length"), 4096);
+    assert!(a.contains_key("bf16") && a.contains_key("swiglu"));
+    if tp > 1 {
+        assert!(a.contains_key("sequence_parallel"), "MoE with TP needs SP");
+    }
+}
+
+/// A dense data-parallel plan to Megatron-LM: replicas or the distributed
+/// optimizer, no MoE arguments, full recompute as Megatron spells it, and
+/// the batch identity.
+#[test]
+fn megatron_export_of_a_data_parallel_plan() {
+    for (planner, distributed) in [("ddp", false), ("zero2", true)] {
+        let file = format!("export-megatron-{planner}.sh");
+        let (_, text) = export(
+            "megatron",
+            &file,
+            &[
+                &[
+                    "--planner",
+                    planner,
+                    "--global-batch",
+                    "8",
+                    "--dtype",
+                    "bf16",
+                ][..],
+                FOUR_A100,
+            ]
+            .concat(),
+        );
+        assert!(
+            text.contains("# as megatron runs it (simulated): "),
+            "{text}"
+        );
+        let a = megatron_args(&tmp(&file));
+        assert_eq!(
+            a.contains_key("use_distributed_optimizer"),
+            distributed,
+            "{planner}"
+        );
+        assert!(
+            !a.keys()
+                .any(|k| k.contains("expert") || k.starts_with("moe")),
+            "{a:?}"
+        );
+        assert_eq!(num(&a, "tensor_model_parallel_size"), 1);
+        assert_eq!(num(&a, "pipeline_model_parallel_size"), 1);
+        assert_eq!(8 % (num(&a, "micro_batch_size") * 4), 0);
+        if let Some(g) = a.get("recompute_granularity") {
+            assert!(
+                g == "selective" || a.contains_key("recompute_method"),
+                "{a:?}"
+            );
+        }
+    }
+}
+
+/// A mixed-GPU MoE plan (`hetero-3d`, stages per GPU type) exported to
+/// Megatron-LM: equal stages, expert parallelism carried into them where
+/// the replicas take it, and the config states the degree the simulated
+/// approximation runs.
+#[test]
+fn megatron_export_of_a_mixed_gpu_moe_plan_keeps_expert_parallelism() {
+    let cluster = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("experiments/clusters/h100-a100-64-hgx.toml");
+    let path = tmp("export-megatron-hetero.sh");
+    let o = run(&[
+        "plan",
+        "--export",
+        "megatron",
+        "--export-out",
+        path.to_str().unwrap(),
+        "--cluster",
+        cluster.to_str().unwrap(),
+        "--model",
+        "mixtral-8x7b",
+        "--global-batch",
+        "512",
+        "--seq-len",
+        "4096",
+        "--dtype",
+        "bf16",
+        "--planner",
+        "hetero-3d",
+        "--ep",
+        "8",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("megatron runs equal stages: approximated as"),
+        "{text}"
+    );
+    let a = megatron_args(&path);
+    let ep = num(&a, "expert_model_parallel_size");
+    let note = text
+        .lines()
+        .find(|l| l.contains("approximated as TP"))
+        .unwrap();
+    assert!(note.contains(&format!("x EP {ep},")), "{note}");
+    let dp = 64 / (num(&a, "tensor_model_parallel_size") * num(&a, "pipeline_model_parallel_size"));
+    assert_eq!(dp % ep, 0);
+    assert!(
+        text.contains("# as megatron runs it (simulated): "),
+        "{text}"
+    );
 }

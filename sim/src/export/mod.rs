@@ -14,13 +14,15 @@
 //! with [`crate::simulate::simulate`] and renders the config with the notes
 //! and both predictions as comments.
 //!
-//! One module per framework ([`torchtitan`], [`deepspeed`], [`accelerate`]),
+//! One module per framework ([`torchtitan`], [`megatron`], [`deepspeed`],
+//! [`accelerate`]),
 //! each a [`Target`]; [`TARGETS`] is the registry: a new framework is one
 //! module plus a registry line. No I/O: configs are returned as text.
 //! Units: samples, ms, tokens/s, GiB.
 
 pub mod accelerate;
 pub mod deepspeed;
+pub mod megatron;
 pub mod target;
 pub mod torchtitan;
 
@@ -38,6 +40,7 @@ pub use target::{comment_block, header_lines, quoted, Exported, Figures, Shape, 
 /// Every framework, in the order `--help` lists them.
 pub const TARGETS: &[&dyn Target] = &[
     &torchtitan::Torchtitan,
+    &megatron::Megatron,
     &deepspeed::DeepSpeed,
     &accelerate::Accelerate,
 ];
@@ -140,6 +143,7 @@ pub fn export(
         framework: target.name(),
         planner: plan.planner.clone(),
         model: w.model.name.clone(),
+        model_spec: w.model.clone(),
         dtype: w.dtype.to_string(),
         shape,
         strategy,
@@ -395,19 +399,30 @@ fn even_pipeline(w: &Workload, world: u32, p: &Pipeline, name: &str) -> (Option<
         PipeSchedule::Interleaved => PipeSchedule::OneFOneB,
         s => s,
     };
+    // Expert parallelism carries over where the new replicas take it (and
+    // whole experts only with TP to fold them into).
+    let ep = p.expert_parallel.max(1);
+    let ep = if dp.is_multiple_of(ep) { ep } else { 1 };
     let shape = Shape3d {
         tp,
         pp,
-        sequence_parallel: p.sequence_parallel,
+        sequence_parallel: p.sequence_parallel || (ep > 1 && tp > 1),
         schedule,
         microbatch_size: b,
+        expert_parallel: ep,
+        expert_tensor_parallel: p.expert_tensor_parallel.filter(|_| ep > 1 && tp > 1),
         ..Shape3d::default()
     };
     match shape.pipeline(world as usize, w.model.layers, w.global_batch) {
         Ok(e) => (
             Some(e),
             format!(
-                "{name} runs equal stages: approximated as TP {tp} x PP {pp} x DP {dp}, {b}-sample micro-batches, blocks split evenly, {schedule}"
+                "{name} runs equal stages: approximated as TP {tp} x PP {pp} x DP {dp}{}, {b}-sample micro-batches, blocks split evenly, {schedule}",
+                match (p.expert_parallel.max(1), ep) {
+                    (1, _) => String::new(),
+                    (a, b) if a == b => format!(" x EP {b}"),
+                    (a, _) => format!(" (the plan's EP {a} does not divide the {dp} replicas: no expert parallelism)"),
+                }
             ),
         ),
         Err(e) => (
@@ -454,6 +469,11 @@ fn approximate_pipeline(
         .max(1);
     let dp = (width / tp).max(1);
     let m = pipe.microbatches.max(1);
+    // (What the approximation runs, which the config states.)
+    let (ep, etp) = (
+        pipe.expert_parallel.max(1),
+        pipe.expert_tensor_parallel.unwrap_or(tp).max(1),
+    );
     let approx = Plan::pipelined(
         &format!("{name} (export approximation)"),
         strategy,
@@ -490,8 +510,8 @@ fn approximate_pipeline(
         global_batch: global,
         global_batch_exact: global == w.global_batch,
         seq_len: w.seq_len,
-        ep: p.expert_parallel.max(1),
-        etp: p.expert_tensor_parallel.unwrap_or(tp).max(1),
+        ep,
+        etp,
     };
     (approx, shape, notes)
 }
@@ -516,7 +536,7 @@ mod tests {
             assert!(!n[i + 1..].contains(a), "{a} twice");
             assert_eq!(by_name(&a.to_uppercase()).map(|t| t.name()), Some(*a));
         }
-        assert!(by_name("megatron-lm").is_none());
+        assert!(by_name("nemo").is_none());
     }
 
     #[test]

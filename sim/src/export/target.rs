@@ -150,6 +150,9 @@ pub struct Exported {
     pub planner: String,
     /// The workload's model (catalog name).
     pub model: String,
+    /// Its shapes (what a config that states the network reads).
+    #[serde(skip)]
+    pub model_spec: crate::model::ModelSpec,
     /// The training dtype of the workload (`bf16`, `fp16`, `fp32`).
     pub dtype: String,
     /// The degrees and batch sizes the config states.
