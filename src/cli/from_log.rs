@@ -58,6 +58,11 @@ pub struct Args {
     /// The plan the run used (`cephalo plan --out`).
     #[arg(long, conflicts_with = "planner")]
     pub plan: Option<PathBuf>,
+    /// The run's parallel shape (TP, PP, EP, micro-batch size, ...): pins
+    /// the planner searches within, as `plan`'s (e.g. a Megatron MoE run's
+    /// `--tp 1 --pp 4 --ep 8 --microbatch-size 1`).
+    #[command(flatten)]
+    pub shape: crate::cli::workload::ShapeArgs,
     /// The planner whose plan the run used (default: the log's framework's
     /// rule: `megatron` for Megatron-LM logs, `fsdp` for the others).
     #[arg(long)]
@@ -236,6 +241,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             let pl = sim::planner::registry::by_name(&name, "--planner")?;
             let opts = sim::planner::PlannerOptions {
                 model_key: Some(args.workload.model.clone()),
+                shape: args.shape.pins()?,
                 ..sim::planner::PlannerOptions::default()
             };
             sim::session::plan_and_simulate(costs, &res.profiles, pl.as_ref(), &opts, &spec)?.report
@@ -280,7 +286,26 @@ fn output(
         warmup_skipped: m.warmup_skipped,
         steps_used: m.steps_used,
         planner: report.planner.clone(),
-        plan: report.strategy.label(),
+        plan: match &report.pipeline {
+            // The parallel shape first: what a user matches against the run.
+            Some(p) => format!(
+                "PP {} x TP {}{}, {} micro-batches, {} samples per replica each; {}",
+                p.stages.len(),
+                p.stages.first().map_or(1, |s| s.tp),
+                if p.expert_parallel > 1 {
+                    format!(" x EP {}", p.expert_parallel)
+                } else {
+                    String::new()
+                },
+                p.microbatches,
+                p.stages.first().map_or(p.microbatch_size, |s| {
+                    let dp = (s.ranks.len() as u32 / s.tp.max(1)).max(1);
+                    p.microbatch_size.div_ceil(dp)
+                }),
+                report.strategy.label()
+            ),
+            None => report.strategy.label(),
+        },
         model: w.model.name.clone(),
         gpus: w.cluster.gpu_names(),
         global_batch: w.global_batch,

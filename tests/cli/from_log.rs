@@ -239,3 +239,69 @@ fn hostile_logs_exit_2_naming_the_file_and_line() {
         assert!(!o.stderr.contains("panicked"), "{name}: {}", o.stderr);
     }
 }
+
+/// A Megatron-LM mixture-of-experts run's log (its iteration lines carry
+/// the router's `load_balancing_loss`) against the prediction for the
+/// run's own shape, pinned as `plan`'s flags pin it: EP 4 predicted, and
+/// a different prediction than the same run without expert parallelism.
+#[test]
+fn megatron_moe_log_against_the_prediction_of_its_shape() {
+    let mut log = String::new();
+    for (i, ms) in [(1, 900.0), (2, 520.0), (3, 500.0), (4, 505.0), (5, 499.0)] {
+        log += &format!(" [2026-01-01 00:00:00] iteration        {i}/     100 | consumed samples:         {} | elapsed time per iteration (ms): {ms} | throughput per GPU (TFLOP/s/GPU): 150.0 | learning rate: 1.000000E-04 | global batch size:    64 | lm loss: 7.000000E+00 | load_balancing_loss: 1.012345E+00 | loss scale: 1.0 | grad norm: 1.000 | number of skipped iterations:   0 | number of nan iterations:   0 |\n", i * 64);
+    }
+    let p = write(tmp("fromlog-megatron-moe.log"), &log);
+    let shape = |ep: &str| {
+        json_of(
+            "validate",
+            &[
+                "--from-log",
+                p.as_str(),
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "8",
+                "--gpu",
+                "h100",
+                "--network-gbit-s",
+                "3200",
+                "--model",
+                "olmoe-1b-7b",
+                "--global-batch",
+                "64",
+                "--seq-len",
+                "4096",
+                "--dtype",
+                "bf16",
+                "--tp",
+                "1",
+                "--pp",
+                "2",
+                "--microbatch-size",
+                "1",
+                "--ep",
+                ep,
+            ],
+        )
+    };
+    let v = shape("4");
+    assert_eq!(v["log_format"], "megatron");
+    assert_eq!(
+        v["planner"], "megatron",
+        "Megatron logs default to its planner"
+    );
+    assert_eq!(
+        measured(&v, "iteration_ms"),
+        500.0,
+        "median after 2 warm-up steps"
+    );
+    assert!(close(measured(&v, "tokens_per_s"), 64.0 * 4096.0 / 0.5));
+    let plan = v["plan"].as_str().unwrap();
+    assert!(plan.starts_with("PP 2 x TP 1 x EP 4,"), "{plan}");
+    let one = shape("1");
+    assert!(!one["plan"].as_str().unwrap().contains("EP"), "{one}");
+    assert_ne!(
+        row(&v, "iteration_ms")["predicted"],
+        row(&one, "iteration_ms")["predicted"]
+    );
+}
