@@ -245,7 +245,7 @@ impl Moe {
         match (self.capacity_factor, self.routing_imbalance) {
             (Some(cf), _) => format!("every expert padded to capacity factor {cf}"),
             (None, Some(x)) => format!(
-                "measured imbalance: the busiest EP rank gets {x} x the mean of the routed copies (given)"
+                "measured imbalance: the busiest EP rank gets {x} x the mean of the routed copies (given; its compute and exchanges grow by it, memory keeps the mean share)"
             ),
             (None, None) => "balanced top-k routing (default): the busiest EP rank's load is the expected maximum of the ranks' random shares".to_string(),
         }
