@@ -48,6 +48,7 @@
 
 use crate::comm::CollectiveKind;
 use crate::error::PlanError;
+use crate::experts::Dispatcher;
 use crate::model::ModelSpec;
 use crate::plan::pipeline::{Pipeline, Stage};
 use crate::precision::NumFormat;
@@ -57,7 +58,8 @@ use crate::tensor::{Pass, TensorParallel};
 /// Which group an EP collective runs over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Over {
-    /// The EP group ([`ep_group`]): the all-to-alls.
+    /// The dispatch group ([`dispatch_group`]): the EP group for the
+    /// all-to-alls, expert-TP x EP for the all-gather dispatcher.
     Experts,
     /// The expert-TP group (the replica's TP group): the gather of the
     /// received copies and its reduce-scatter.
@@ -111,6 +113,30 @@ pub fn ep_group(st: &Stage, tp: &TensorParallel, j: usize, i: usize) -> Vec<usiz
         .collect()
 }
 
+/// The stage indices (of a stage of `n` GPUs) of the group stage index `q`
+/// dispatches its tokens over under `tp`: its EP group ([`ep_indices`])
+/// for all-to-all, the run of `t_e e` GPUs its expert-TP x EP group spans
+/// for the all-gather dispatcher (Megatron's `tp_ep_group`).
+pub fn dispatch_indices(n: usize, tp: &TensorParallel, q: usize) -> Vec<usize> {
+    match tp.dispatcher {
+        Dispatcher::AllToAll => ep_indices(n, tp.expert_tensor, tp.experts, q),
+        Dispatcher::AllGather => {
+            let span = (tp.expert_tensor.max(1) * tp.experts.max(1)) as usize;
+            let start = q / span * span;
+            (start..(start + span).min(n)).collect()
+        }
+    }
+}
+
+/// The group replica `j` of `st` dispatches over under `tp`, from its
+/// first TP rank ([`dispatch_indices`]; ranks).
+pub fn dispatch_group(st: &Stage, tp: &TensorParallel, j: usize) -> Vec<usize> {
+    dispatch_indices(st.gpus.len(), tp, j * st.tp.max(1) as usize)
+        .into_iter()
+        .map(|q| st.gpus[q] as usize)
+        .collect()
+}
+
 /// The expert-data-parallel groups of `st` under `tp` (ranks).
 pub fn edp_groups(st: &Stage, tp: &TensorParallel) -> Vec<Vec<usize>> {
     edp_indices(st.gpus.len(), tp.expert_tensor, tp.experts)
@@ -154,6 +180,28 @@ pub fn block_collectives(
     };
     use CollectiveKind::*;
     let mut v = Vec::new();
+    if tp.dispatcher == Dispatcher::AllGather {
+        // Megatron's all-gather dispatcher: every token of the expert-TP x
+        // EP group gathered with its fp32 probabilities and boolean routing
+        // map over the `E` experts, the outputs reduce-scattered back;
+        // the backward transposes both. Volume independent of `k` and of
+        // the routing.
+        let map = moe.experts as f64 * 5.0;
+        for pass in [Pass::Forward, Pass::Backward] {
+            let (first, second) = match pass {
+                Pass::Forward => (AllGather, ReduceScatter),
+                Pass::Backward => (ReduceScatter, AllGather),
+            };
+            let gather = if pass == Pass::Forward {
+                own * (h + map)
+            } else {
+                own * h
+            };
+            v.push(c(pass, first, gather, Over::Experts));
+            v.push(c(pass, second, own * h, Over::Experts));
+        }
+        return v;
+    }
     for pass in [Pass::Forward, Pass::Backward] {
         v.push(c(pass, AllToAll, copies * (h + 4.0), Over::Experts));
         if te > 1 {
@@ -228,6 +276,16 @@ pub fn check(
     let bad = |msg: String| Err(PlanError::invalid(origin, "pipeline.expert_parallel", msg));
     if e == 0 {
         return bad("expected an expert-parallel degree of at least 1, got 0".into());
+    }
+    if e == 1 && !pipe.moe_dispatcher.is_default() {
+        return Err(PlanError::invalid(
+            origin,
+            "pipeline.moe_dispatcher",
+            format!(
+                "the {} dispatcher without expert parallelism: every GPU holds every expert and no token is dispatched; set an EP degree (--ep) or leave the dispatcher out",
+                pipe.moe_dispatcher.name()
+            ),
+        ));
     }
     if e == 1 {
         return match pipe.expert_tensor_parallel {
@@ -322,6 +380,49 @@ mod tests {
         assert_eq!(expert_width(Sharding::GradOp, 8, 4, 1), 2);
         assert_eq!(expert_width(Sharding::GradOp, 8, 4, 2), 4);
         assert_eq!(expert_width(Sharding::NoShard, 1, 4, 2), 1);
+    }
+
+    /// Megatron's all-gather dispatcher: the expert-TP x EP group's tokens
+    /// with probabilities and routing map (5 bytes per expert) gathered,
+    /// the outputs reduce-scattered, the backward transposed; the volume
+    /// does not depend on `k` or the routing; the group is the run of
+    /// `t_e e` GPUs.
+    #[test]
+    fn the_all_gather_dispatcher_gathers_every_token_of_its_group() {
+        use crate::experts::Dispatcher;
+        let m = crate::model::ModelCatalog::builtin()
+            .lookup("mixtral-8x7b", "test")
+            .unwrap();
+        let tokens = 4096.0;
+        let h2 = m.hidden as f64 * 2.0;
+        let tp = TensorParallel::new(2, true)
+            .with_experts(4)
+            .with_dispatcher(Dispatcher::AllGather);
+        let own = tokens / 2.0;
+        let v = block_collectives(&tp, m, tokens, NumFormat::Bf16);
+        let want = [
+            (
+                Pass::Forward,
+                CollectiveKind::AllGather,
+                own * (h2 + 5.0 * 8.0),
+            ),
+            (Pass::Forward, CollectiveKind::ReduceScatter, own * h2),
+            (Pass::Backward, CollectiveKind::ReduceScatter, own * h2),
+            (Pass::Backward, CollectiveKind::AllGather, own * h2),
+        ];
+        assert_eq!(v.len(), 4);
+        for (c, (pass, kind, bytes)) in v.iter().zip(want) {
+            assert_eq!(
+                (c.pass, c.kind, c.piece_bytes, c.over),
+                (pass, kind, bytes, Over::Experts)
+            );
+        }
+        let skewed = m.clone().with_routing_imbalance(2.0).unwrap();
+        assert_eq!(block_collectives(&tp, &skewed, tokens, NumFormat::Bf16), v);
+        // Its group: the 2 x 4 GPUs of a run of 4 TP-2 replicas.
+        assert_eq!(dispatch_indices(16, &tp, 10), (8..16).collect::<Vec<_>>());
+        let a2a = tp.with_dispatcher(Dispatcher::AllToAll);
+        assert_eq!(dispatch_indices(16, &a2a, 10), vec![8, 10, 12, 14]);
     }
 
     #[test]

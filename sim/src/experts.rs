@@ -145,6 +145,70 @@ impl From<LayerSet> for String {
     }
 }
 
+/// How tokens reach their experts under expert parallelism: Megatron-Core's
+/// token dispatchers (`--moe-token-dispatcher-type`, REAL-SYSTEMS-3 §1.4).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(try_from = "String", into = "String")]
+pub enum Dispatcher {
+    /// All-to-all: each rank sends the `k` copies of its tokens to the
+    /// ranks holding their experts and gets the outputs back (torchtitan,
+    /// DeepSpeed-MoE, Megatron's `alltoall`).
+    #[default]
+    AllToAll,
+    /// All-gather: every rank gathers every token of its expert-TP x EP
+    /// group (hidden states, probabilities and routing map), keeps those
+    /// routed to its experts and reduce-scatters the outputs back
+    /// (Megatron's `allgather`, its default): volume independent of `k`.
+    AllGather,
+}
+
+impl Dispatcher {
+    /// Megatron's name: `alltoall` or `allgather`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dispatcher::AllToAll => "alltoall",
+            Dispatcher::AllGather => "allgather",
+        }
+    }
+
+    /// Parses Megatron's name or the collective's (`all-to-all`,
+    /// `all-gather`); `None` otherwise.
+    pub fn parse(s: &str) -> Option<Dispatcher> {
+        match s
+            .trim()
+            .to_ascii_lowercase()
+            .replace(['-', '_'], "")
+            .as_str()
+        {
+            "alltoall" => Some(Dispatcher::AllToAll),
+            "allgather" => Some(Dispatcher::AllGather),
+            _ => None,
+        }
+    }
+
+    /// Whether this is the default ([`Dispatcher::AllToAll`]).
+    pub fn is_default(&self) -> bool {
+        *self == Dispatcher::AllToAll
+    }
+}
+
+impl TryFrom<String> for Dispatcher {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        Dispatcher::parse(&s).ok_or_else(|| {
+            format!("expected a token dispatcher, `alltoall` or `allgather`, got `{s}`")
+        })
+    }
+}
+
+impl From<Dispatcher> for String {
+    fn from(d: Dispatcher) -> String {
+        d.name().to_string()
+    }
+}
+
 /// The mixture-of-experts MLP of a model's MoE blocks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Moe {

@@ -84,6 +84,8 @@ pub struct TensorParallel {
     /// (Megatron's default) or 1 (whole experts, Megatron's advice for
     /// fine-grained experts: the EP group then runs over TP ranks too).
     pub expert_tensor: u32,
+    /// How tokens reach the experts under EP.
+    pub dispatcher: crate::experts::Dispatcher,
 }
 
 /// Which pass a TP collective belongs to.
@@ -247,6 +249,7 @@ impl TensorParallel {
         comm_overlap: false,
         experts: 1,
         expert_tensor: 1,
+        dispatcher: crate::experts::Dispatcher::AllToAll,
     };
 
     /// `degree` ranks, with or without SP, Megatron's default overlap.
@@ -257,6 +260,7 @@ impl TensorParallel {
             comm_overlap: false,
             experts: 1,
             expert_tensor: degree.max(1),
+            dispatcher: crate::experts::Dispatcher::AllToAll,
         }
     }
 
@@ -265,6 +269,14 @@ impl TensorParallel {
     pub fn with_experts(self, e: u32) -> TensorParallel {
         TensorParallel {
             experts: e.max(1),
+            ..self
+        }
+    }
+
+    /// The same split with tokens dispatched by `d`.
+    pub fn with_dispatcher(self, d: crate::experts::Dispatcher) -> TensorParallel {
+        TensorParallel {
+            dispatcher: d,
             ..self
         }
     }

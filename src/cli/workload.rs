@@ -515,6 +515,12 @@ pub struct ShapeArgs {
     /// taking TP ranks too: Megatron's advice for fine-grained experts).
     #[arg(long, help_heading = SHAPE)]
     pub etp: Option<u32>,
+    /// How tokens reach their experts under EP (Megatron's
+    /// `--moe-token-dispatcher-type`): alltoall (default: the `k` copies of
+    /// each token to their experts' ranks) or allgather (every token of the
+    /// expert-TP x EP group gathered, outputs reduce-scattered back).
+    #[arg(long, help_heading = SHAPE)]
+    pub moe_dispatcher: Option<String>,
 }
 
 impl ShapeArgs {
@@ -525,7 +531,7 @@ impl ShapeArgs {
         // (Commas in a layout are cosmetic, as Megatron reads it; the pin
         // parser splits pairs at them.)
         let layout = self.pipeline_layout.as_ref().map(|l| l.replace(',', ""));
-        let flags: [(&str, &str, Option<String>); 17] = [
+        let flags: [(&str, &str, Option<String>); 18] = [
             ("--tp", "tp", num(self.tp)),
             ("--pp", "pp", num(self.pp)),
             ("--pp-schedule", "schedule", self.pp_schedule.clone()),
@@ -583,6 +589,11 @@ impl ShapeArgs {
             ("--pipeline-layout", "pipeline_layout", layout),
             ("--ep", "ep", num(self.ep)),
             ("--etp", "etp", num(self.etp)),
+            (
+                "--moe-dispatcher",
+                "moe_dispatcher",
+                self.moe_dispatcher.clone(),
+            ),
         ];
         let mut pins = sim::plan::shape::ShapePins::default();
         for (flag, name, value) in flags {

@@ -184,3 +184,25 @@ pub fn native_profile(gpu: &str, dtype: &str, act: &str) -> String {
         r#"{{"format": "cephalo-profile/1", "device": "test", "blocks": [{{"gpu": "{gpu}", "model": "gpt-1.3b", "seq_len": 512, "dtype": "{dtype}", "batch_sizes": [1, 2, 3], "fwd_ms": [10.0, 19.0, 28.0], "bwd_ms": [20.0, 38.0, 56.0], "act_mem_gib": {act}}}], "units": [], "collectives": []}}"#
     )
 }
+
+/// OLMoE-1B-7B (64 experts, top-8) at 4,096 tokens, global batch 64, bf16
+/// on 2 HGX-like H100 nodes (3.2 Tbit/s each): the MoE workload of the
+/// export and log tests.
+pub const OLMOE_2X8_H100: &[&str] = &[
+    "--nodes",
+    "2",
+    "--gpus-per-node",
+    "8",
+    "--gpu",
+    "h100",
+    "--network-gbit-s",
+    "3200",
+    "--model",
+    "olmoe-1b-7b",
+    "--global-batch",
+    "64",
+    "--seq-len",
+    "4096",
+    "--dtype",
+    "bf16",
+];

@@ -4,7 +4,7 @@
 //! of an uneven Cephalo plan they cannot express, with the approximation
 //! simulated beside the plan.
 
-use crate::common::{run, tmp, Out};
+use crate::common::{run, tmp, Out, OLMOE_2X8_H100};
 use serde_json::Value;
 
 /// torchtitan's job-config keys per section with their declared types,
@@ -834,32 +834,17 @@ fn num(args: &std::collections::BTreeMap<String, String>, key: &str) -> u64 {
 fn megatron_export_of_an_expert_parallel_plan_states_megatrons_arguments() {
     let path = tmp("export-megatron-moe.sh");
     let o = run(&[
-        "plan",
-        "--export",
-        "megatron",
-        "--export-out",
-        path.to_str().unwrap(),
-        "--nodes",
-        "2",
-        "--gpus-per-node",
-        "8",
-        "--gpu",
-        "h100",
-        "--network-gbit-s",
-        "3200",
-        "--model",
-        "olmoe-1b-7b",
-        "--global-batch",
-        "64",
-        "--seq-len",
-        "4096",
-        "--dtype",
-        "bf16",
-        "--planner",
-        "megatron",
-        "--ep",
-        "4",
-    ]);
+        &[
+            "plan",
+            "--export",
+            "megatron",
+            "--export-out",
+            path.to_str().unwrap(),
+        ][..],
+        OLMOE_2X8_H100,
+        &["--planner", "megatron", "--ep", "4"],
+    ]
+    .concat());
     assert_eq!(o.code, 0, "{}", o.stderr);
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.starts_with("#!/usr/bin/env bash\n"), "{text}");
@@ -990,4 +975,52 @@ fn megatron_export_of_a_mixed_gpu_moe_plan_keeps_expert_parallelism() {
         text.contains("# as megatron runs it (simulated): "),
         "{text}"
     );
+}
+
+/// A pinned all-gather dispatcher: Megatron-LM's export states it (the
+/// approximation runs it), torchtitan's says it runs all-to-all instead;
+/// one the simulator does not model (Megatron's `flex`, DeepEP's) is refused
+/// naming the flag.
+#[test]
+fn the_token_dispatcher_is_exported_where_the_framework_has_it() {
+    let args = |framework: &str, file: &std::path::Path, dispatcher: &str| {
+        run(&[
+            &[
+                "plan",
+                "--export",
+                framework,
+                "--export-out",
+                file.to_str().unwrap(),
+            ][..],
+            OLMOE_2X8_H100,
+            &[
+                "--planner",
+                "megatron",
+                "--ep",
+                "4",
+                "--moe-dispatcher",
+                dispatcher,
+            ],
+        ]
+        .concat())
+    };
+    let path = tmp("export-megatron-allgather.sh");
+    let o = args("megatron", &path, "allgather");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(
+        megatron_args(&path)["moe_token_dispatcher_type"],
+        "allgather"
+    );
+    let toml = tmp("export-torchtitan-allgather.toml");
+    let o = args("torchtitan", &toml, "allgather");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("the plan's allgather dispatcher is exported and simulated as all-to-all"),
+        "{}",
+        o.stderr
+    );
+    let o = args("megatron", &path, "flex");
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--moe-dispatcher"), "{}", o.stderr);
 }

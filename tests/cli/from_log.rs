@@ -4,7 +4,7 @@
 //! hostile logs exit 2 naming the file and line. Works in builds without
 //! the exec feature.
 
-use crate::common::{json_of, run, tmp, write};
+use crate::common::{json_of, run, tmp, write, OLMOE_2X8_H100};
 use serde_json::Value;
 
 const WORKLOAD: &[&str] = &[
@@ -255,33 +255,20 @@ fn megatron_moe_log_against_the_prediction_of_its_shape() {
         json_of(
             "validate",
             &[
-                "--from-log",
-                p.as_str(),
-                "--nodes",
-                "2",
-                "--gpus-per-node",
-                "8",
-                "--gpu",
-                "h100",
-                "--network-gbit-s",
-                "3200",
-                "--model",
-                "olmoe-1b-7b",
-                "--global-batch",
-                "64",
-                "--seq-len",
-                "4096",
-                "--dtype",
-                "bf16",
-                "--tp",
-                "1",
-                "--pp",
-                "2",
-                "--microbatch-size",
-                "1",
-                "--ep",
-                ep,
-            ],
+                &["--from-log", p.as_str()][..],
+                OLMOE_2X8_H100,
+                &[
+                    "--tp",
+                    "1",
+                    "--pp",
+                    "2",
+                    "--microbatch-size",
+                    "1",
+                    "--ep",
+                    ep,
+                ],
+            ]
+            .concat(),
         )
     };
     let v = shape("4");

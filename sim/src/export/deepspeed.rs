@@ -82,6 +82,7 @@ impl Target for DeepSpeed {
 
     fn pipeline(&self, p: &mut Pipeline) -> Vec<String> {
         let mut v = vec!["the pipeline degree is set in code, not in the JSON: `PipelineModule(layers=..., num_stages=N, partition_method=\"uniform\")`; DeepSpeed's pipeline engine takes ZeRO stage 0 or 1".into()];
+        v.extend(super::target::all_to_all_only(p, "DeepSpeed-MoE"));
         if p.schedule != PipeSchedule::OneFOneB || p.virtual_stages != 1 {
             v.push(format!(
                 "DeepSpeed's pipeline engine runs 1F1B only (TrainSchedule): the plan's {} schedule is exported and simulated as 1F1B",

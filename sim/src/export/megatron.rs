@@ -29,7 +29,7 @@ pub struct Megatron;
 impl Target for Megatron {
     fn experts(&self, m: &crate::experts::Moe, model: &str, ep: u32) -> String {
         format!(
-            "{model}'s experts are Megatron-Core's MoE layer (`--num-experts {}`, `--moe-router-topk {}`, `--moe-ffn-hidden-size {}`{}, grouped GEMM, all-to-all dispatcher), `--expert-model-parallel-size {ep}` written",
+            "{model}'s experts are Megatron-Core's MoE layer (`--num-experts {}`, `--moe-router-topk {}`, `--moe-ffn-hidden-size {}`{}, grouped GEMM, the plan's token dispatcher), `--expert-model-parallel-size {ep}` written",
             m.experts,
             m.top_k,
             m.expert_ffn,
@@ -156,7 +156,15 @@ pub fn arguments(e: &Exported) -> Vec<(&'static str, Option<String>)> {
             ));
         }
         a.push(("--moe-grouped-gemm", None));
-        a.push(("--moe-token-dispatcher-type", Some("alltoall".into())));
+        let dispatcher = e
+            .approximation
+            .pipeline
+            .as_ref()
+            .map_or(crate::experts::Dispatcher::AllToAll, |p| p.moe_dispatcher);
+        a.push((
+            "--moe-token-dispatcher-type",
+            Some(dispatcher.name().into()),
+        ));
         a.push(("--moe-router-load-balancing-type", Some("aux_loss".into())));
         if let Some(cf) = m.capacity_factor {
             a.push(("--moe-expert-capacity-factor", Some(cf.to_string())));

@@ -264,3 +264,18 @@ pub fn header_lines(e: &Exported, kind: &str) -> Vec<String> {
     }
     v
 }
+
+/// `p` with its experts dispatched by all-to-all, for a framework (`who`)
+/// that has no other dispatcher, and the note saying so (none when it
+/// already was).
+pub fn all_to_all_only(p: &mut Pipeline, who: &str) -> Vec<String> {
+    use crate::experts::Dispatcher;
+    if p.moe_dispatcher == Dispatcher::AllToAll {
+        return Vec::new();
+    }
+    let was = p.moe_dispatcher.name();
+    p.moe_dispatcher = Dispatcher::AllToAll;
+    vec![format!(
+        "{who} dispatches tokens to experts by all-to-all: the plan's {was} dispatcher is exported and simulated as all-to-all"
+    )]
+}

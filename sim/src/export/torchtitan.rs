@@ -92,6 +92,10 @@ impl Target for Torchtitan {
         true
     }
 
+    fn pipeline(&self, p: &mut crate::plan::pipeline::Pipeline) -> Vec<String> {
+        super::target::all_to_all_only(p, "torchtitan")
+    }
+
     fn strategy(&self, s: &Strategy) -> (Strategy, Vec<String>) {
         let mut t = *s;
         let mut notes = Vec::new();

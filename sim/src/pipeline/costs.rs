@@ -280,7 +280,7 @@ impl<'a> PipeCosts<'a> {
                     let n = hi - lo;
                     let e = tp.experts;
                     let ep_group = if e > 1 {
-                        crate::expert_parallel::ep_group(st, &tp, j, 0)
+                        crate::expert_parallel::dispatch_group(st, &tp, j)
                     } else {
                         Vec::new()
                     };

@@ -163,9 +163,9 @@ pub fn stage_cost(
         rustc_hash::FxHashMap::default();
     for (j, group) in ranks.chunks(t).enumerate() {
         let n = slices.get(j).copied().unwrap_or(1);
-        // With EP, the replica's first rank's EP group (its exchanges).
+        // With EP, the replica's first rank's dispatch group (its exchanges).
         let ep_group: Vec<usize> = if tp.experts > 1 {
-            crate::expert_parallel::ep_indices(ranks.len(), tp.expert_tensor, tp.experts, j * t)
+            crate::expert_parallel::dispatch_indices(ranks.len(), tp, j * t)
                 .into_iter()
                 .map(|q| ranks[q])
                 .collect()

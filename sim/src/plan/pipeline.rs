@@ -412,6 +412,13 @@ pub struct Pipeline {
     /// then run over TP ranks too) or, absent, each stage's TP degree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert_tensor_parallel: Option<u32>,
+    /// How tokens reach their experts under EP (Megatron-Core's
+    /// `--moe-token-dispatcher-type`); absent: all-to-all.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::experts::Dispatcher::is_default"
+    )]
+    pub moe_dispatcher: crate::experts::Dispatcher,
 }
 
 /// How a pipeline's data-parallel groups overlap their communication with
@@ -443,6 +450,7 @@ impl Pipeline {
             overlap_param_gather: false,
             expert_parallel: 1,
             expert_tensor_parallel: None,
+            moe_dispatcher: crate::experts::Dispatcher::AllToAll,
         }
     }
 
@@ -465,6 +473,7 @@ impl Pipeline {
                 .expert_tensor_parallel
                 .unwrap_or(self.stages[s].tp)
                 .max(1),
+            dispatcher: self.moe_dispatcher,
         }
     }
 

@@ -150,6 +150,9 @@ pub struct Shape3d {
     /// GPUs each expert is split over (`--etp`,
     /// [`Pipeline::expert_tensor_parallel`]): `None` = the TP degree.
     pub expert_tensor_parallel: Option<u32>,
+    /// How tokens reach their experts (`--moe-dispatcher`,
+    /// [`Pipeline::moe_dispatcher`]).
+    pub moe_dispatcher: crate::experts::Dispatcher,
 }
 
 impl Default for Shape3d {
@@ -172,6 +175,7 @@ impl Default for Shape3d {
             pipeline_layout: None,
             expert_parallel: 1,
             expert_tensor_parallel: None,
+            moe_dispatcher: crate::experts::Dispatcher::AllToAll,
         }
     }
 }
@@ -497,6 +501,7 @@ impl Shape3d {
         }
         pipe.expert_parallel = e;
         pipe.expert_tensor_parallel = self.expert_tensor_parallel.filter(|&x| x != t as u32);
+        pipe.moe_dispatcher = self.moe_dispatcher;
         Ok(pipe)
     }
 }
@@ -544,6 +549,8 @@ pub struct ShapePins {
     pub ep: Option<u32>,
     /// Expert-TP ([`Shape3d::expert_tensor_parallel`]).
     pub etp: Option<u32>,
+    /// The token dispatcher ([`Shape3d::moe_dispatcher`]).
+    pub moe_dispatcher: Option<crate::experts::Dispatcher>,
 }
 
 /// A pin's on / off value (`true`, `on`, `yes`; `false`, `off`, `no`).
@@ -558,7 +565,7 @@ fn on_off(value: &str) -> Option<bool> {
 impl ShapePins {
     /// The pin names [`ShapePins::parse`] takes (the flags without their
     /// dashes; `schedule` is `--pp-schedule`).
-    pub const AXES: [&'static str; 17] = [
+    pub const AXES: [&'static str; 18] = [
         "tp",
         "pp",
         "schedule",
@@ -576,6 +583,7 @@ impl ShapePins {
         "pipeline_layout",
         "ep",
         "etp",
+        "moe_dispatcher",
     ];
 
     /// The shape these pins ask for, every part not pinned at its default
@@ -620,6 +628,7 @@ impl ShapePins {
             pipeline_layout: self.pipeline_layout.clone(),
             expert_parallel: self.ep.unwrap_or(d.expert_parallel),
             expert_tensor_parallel: self.etp,
+            moe_dispatcher: self.moe_dispatcher.unwrap_or(d.moe_dispatcher),
         }
     }
 
@@ -649,6 +658,7 @@ impl ShapePins {
             || self.pipeline_layout.is_some()
             || self.ep.is_some_and(|e| e > 1)
             || self.etp.is_some()
+            || self.moe_dispatcher.is_some()
     }
 
     /// The names ([`ShapePins::AXES`]) of the parts pinned, in order.
@@ -671,6 +681,7 @@ impl ShapePins {
             self.pipeline_layout.is_some(),
             self.ep.is_some(),
             self.etp.is_some(),
+            self.moe_dispatcher.is_some(),
         ];
         ShapePins::AXES
             .iter()
@@ -705,6 +716,7 @@ impl ShapePins {
                 .or_else(|| self.pipeline_layout.clone()),
             ep: other.ep.or(self.ep),
             etp: other.etp.or(self.etp),
+            moe_dispatcher: other.moe_dispatcher.or(self.moe_dispatcher),
         }
     }
 
@@ -746,6 +758,7 @@ impl ShapePins {
             && self
                 .etp
                 .is_none_or(|x| x == s.expert_tensor_parallel.unwrap_or(s.tp))
+            && self.moe_dispatcher.is_none_or(|x| x == s.moe_dispatcher)
     }
 
     /// Pins written as `name=value` pairs separated by spaces or commas
@@ -814,6 +827,14 @@ impl ShapePins {
                 "ep" | "expert_parallel" => pins.ep = Some(count("an expert-parallel degree")?),
                 "etp" | "expert_tensor_parallel" => {
                     pins.etp = Some(count("an expert-tensor-parallel degree")?)
+                }
+                "moe_dispatcher" => {
+                    pins.moe_dispatcher =
+                        Some(crate::experts::Dispatcher::parse(value).ok_or_else(|| {
+                            bad(format!(
+                                "moe_dispatcher: expected alltoall or allgather, got `{value}`"
+                            ))
+                        })?)
                 }
                 "pipeline_layout" => {
                     let layout = PipelineLayout::parse(value)
@@ -895,6 +916,10 @@ impl ShapePins {
         );
         put("ep", self.ep.map(|x| x.to_string()));
         put("etp", self.etp.map(|x| x.to_string()));
+        put(
+            "moe_dispatcher",
+            self.moe_dispatcher.map(|x| x.name().to_string()),
+        );
         out.join(" ")
     }
 }

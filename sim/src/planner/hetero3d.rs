@@ -416,6 +416,7 @@ fn tensors(l: &Layout) -> Vec<TensorParallel> {
             comm_overlap: false,
             experts: l.ep,
             expert_tensor: t,
+            dispatcher: crate::experts::Dispatcher::AllToAll,
         })
         .collect()
 }

@@ -127,6 +127,7 @@ pub fn shapes(costs: &CostModel, pins: &ShapePins) -> Vec<Shape3d> {
                     last_stage_layers: pins.last_stage_layers,
                     embedding_loss_in_split: pins.embedding_loss_in_split.unwrap_or(false),
                     pipeline_layout: pins.pipeline_layout.clone(),
+                    moe_dispatcher: pins.moe_dispatcher.unwrap_or_default(),
                     ..Shape3d::default()
                 };
                 // The orders differ only with several stages and replicas.
@@ -430,6 +431,9 @@ pub fn describe(c: &Candidate, ranks: usize) -> String {
         v.push_str(&format!(", EP {}", s.expert_parallel));
         if let Some(te) = s.expert_tensor_parallel.filter(|&x| x != s.tp) {
             v.push_str(&format!(" (expert-TP {te})"));
+        }
+        if !s.moe_dispatcher.is_default() {
+            v.push_str(&format!(" ({} dispatcher)", s.moe_dispatcher.name()));
         }
     }
     if s.virtual_stages > 1 {

@@ -200,6 +200,7 @@ impl PipelineReport {
             expert_tensor_parallel: pipe
                 .expert_tensor_parallel
                 .filter(|&te| pipe.stages.iter().any(|st| st.tp != te)),
+            moe_dispatcher: None,
             routing: None,
             stages,
         }
@@ -315,6 +316,8 @@ pub(crate) fn assemble(
         let (tp, ep) = (ms(|r| r.tp_comm), ms(|r| r.ep_comm));
         let mut report = PipelineReport::of(p, &plan.strategy, &gpus, iteration_ms, (&tp, &ep));
         report.routing = routing(p, w);
+        report.moe_dispatcher =
+            (!p.moe_dispatcher.is_default()).then(|| p.moe_dispatcher.name().to_string());
         report
     });
     let intervals = intervals_of(costs, &gpus, iteration_ms, &rate);

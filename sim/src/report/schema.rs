@@ -244,6 +244,7 @@ pub struct Timing {
 ///                grad_sync ("after backward"|"buckets"|"per unit"|"data-parallel schedule"),
 ///                rank_order (when "tp-pp-dp"), expert_parallel (when > 1),
 ///                expert_tensor_parallel (when not the TP degree),
+///                moe_dispatcher (when `allgather`),
 ///                routing (with EP: the routing assumed and the busiest rank's load),
 ///                stages: [{stage, first_block, last_block, blocks, chunks ([first,
 ///                          last] per model chunk, when more than one), ranks, tp (when > 1),
@@ -401,6 +402,9 @@ pub struct PipelineReport {
     /// experts); absent: expert-TP = TP.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expert_tensor_parallel: Option<u32>,
+    /// The token dispatcher when not all-to-all (`allgather`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe_dispatcher: Option<String>,
     /// With expert parallelism: the routing assumed (balanced top-k by
     /// default, a measured imbalance, or capacity padding) and the busiest
     /// EP rank's load it gives.

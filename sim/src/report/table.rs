@@ -434,7 +434,7 @@ impl PipelineReport {
     fn expert_line(&self) -> Option<String> {
         (self.expert_parallel > 1).then(|| {
             format!(
-                "expert parallelism: EP {}: each MoE block's routed experts over {}, tokens dispatched and combined by all-to-all on the critical path, expert gradients reduced over the GPUs holding the same experts; ep comm: those exchanges (part of exp.comm)",
+                "expert parallelism: EP {}: each MoE block's routed experts over {}, tokens {} on the critical path, expert gradients reduced over the GPUs holding the same experts; ep comm: those exchanges (part of exp.comm)",
                 self.expert_parallel,
                 match self.expert_tensor_parallel {
                     Some(1) => format!(
@@ -449,6 +449,10 @@ impl PipelineReport {
                         "runs of {} replicas, each expert split over its TP group (expert-TP = TP)",
                         self.expert_parallel
                     ),
+                },
+                match self.moe_dispatcher.as_deref() {
+                    Some(d) => format!("gathered over expert-TP x EP and the outputs reduce-scattered back ({d} dispatcher)"),
+                    None => "dispatched and combined by all-to-all".to_string(),
                 }
             ) + &self
                 .routing

@@ -177,6 +177,7 @@ fn cross_section_plan(split: bool) -> (CostModel, sim::plan::Plan) {
         comm_overlap: false,
         experts: 1,
         expert_tensor: 2,
+        dispatcher: Default::default(),
     };
     let strategy = crate::pipeline::pipe_strategy(
         c.ranks(),

@@ -1005,6 +1005,7 @@ impl PipeCase {
             virtual_stages: v,
             expert_parallel: 1,
             expert_tensor_parallel: None,
+            moe_dispatcher: Default::default(),
             stages,
         };
         let ranks = costs.ranks();

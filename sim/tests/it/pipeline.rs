@@ -99,6 +99,7 @@ fn even_pipe(p: usize, layers: u32, m: u32, schedule: PipeSchedule) -> Pipeline 
         virtual_stages: 1,
         expert_parallel: 1,
         expert_tensor_parallel: None,
+        moe_dispatcher: Default::default(),
         stages: (0..p)
             .map(|s| Stage::new(q + u32::from((s as u32) < r), vec![s as u32]))
             .collect(),
@@ -279,6 +280,7 @@ fn two_stage_dp(m: u32, sch: PipeSchedule) -> Pipeline {
         virtual_stages: 1,
         expert_parallel: 1,
         expert_tensor_parallel: None,
+        moe_dispatcher: Default::default(),
         stages: vec![Stage::new(14, vec![0, 1]), Stage::new(10, vec![2, 3])],
     }
 }
@@ -342,6 +344,7 @@ fn uneven_groups_reshard_between_stages() {
         virtual_stages: 1,
         expert_parallel: 1,
         expert_tensor_parallel: None,
+        moe_dispatcher: Default::default(),
         stages: vec![Stage::new(12, vec![0, 1]), Stage::new(12, vec![2])],
     };
     let plan = pipe_plan(&c, pipe, Sharding::NoShard, Checkpointing::Full);
@@ -393,6 +396,7 @@ fn the_cost_table_holds_a_row_per_gpu_type_and_slice() {
         virtual_stages: 1,
         expert_parallel: 1,
         expert_tensor_parallel: None,
+        moe_dispatcher: Default::default(),
         stages: vec![Stage::new(12, vec![0, 1]), Stage::new(12, vec![2])],
     };
     let plan = pipe_plan(&c, pipe.clone(), Sharding::GradOp, Checkpointing::Full);
@@ -501,6 +505,7 @@ fn bad_pipelines_name_the_field() {
         virtual_stages: 1,
         expert_parallel: 1,
         expert_tensor_parallel: None,
+        moe_dispatcher: Default::default(),
         stages,
     };
     // More stages than blocks.
