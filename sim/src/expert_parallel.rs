@@ -166,7 +166,7 @@ pub fn block_collectives(
     } else {
         tokens
     };
-    let te = tp.expert_tensor.clamp(1, tp.degree.max(1));
+    let te = tp.priced_expert_tensor();
     // The busiest rank of the group receives (and returns) `load` times the
     // mean, and every exchange waits for it.
     let load = tp.expert_load(model, tokens);
@@ -181,9 +181,10 @@ pub fn block_collectives(
     use CollectiveKind::*;
     let mut v = Vec::new();
     if tp.dispatcher == Dispatcher::AllGather {
-        // Megatron's all-gather dispatcher: every token of the expert-TP x
-        // EP group gathered with its fp32 probabilities and boolean routing
-        // map over the `E` experts, the outputs reduce-scattered back;
+        // Megatron's all-gather dispatcher (REAL-SYSTEMS-3 §1.4's table):
+        // every token of the expert-TP x EP group gathered with its
+        // probabilities and routing map over the `E` experts (fp32 and
+        // bool: 5 bytes per expert), the outputs reduce-scattered back;
         // the backward transposes both. Volume independent of `k` and of
         // the routing.
         let map = moe.experts as f64 * 5.0;
@@ -229,13 +230,6 @@ pub fn pass_ms(
         .filter(|c| c.pass == pass)
         .map(|c| price(c.kind, c.piece_bytes, c.over))
         .sum()
-}
-
-/// The expert-parallel degrees `model` takes, ascending: every divisor of
-/// its expert count with experts in every block ([`check_degree`]), `[1]`
-/// for a dense model (as [`crate::tensor::degrees`] for TP).
-pub fn degrees(model: &ModelSpec) -> Vec<u32> {
-    crate::tensor::expert_degrees(model)
 }
 
 /// Whether `model` takes expert parallelism `e`: 1 always; above 1 a model

@@ -427,6 +427,12 @@ impl Moe {
             if !range.contains(x) {
                 return Err(bad("routing_imbalance", range.expected(x)));
             }
+            if let Some(cf) = self.capacity_factor {
+                return Err(bad(
+                    "routing_imbalance",
+                    format!("every expert is padded to capacity factor {cf}: its experts compute the capacity whatever the routing"),
+                ));
+            }
         }
         Ok(())
     }
@@ -677,6 +683,14 @@ mod tests {
             (
                 Moe {
                     routing_imbalance: Some(f64::INFINITY),
+                    ..ok.clone()
+                },
+                "routing_imbalance",
+            ),
+            (
+                // (`ok` pads to capacity: the routing cannot move it.)
+                Moe {
+                    routing_imbalance: Some(1.3),
                     ..ok.clone()
                 },
                 "routing_imbalance",

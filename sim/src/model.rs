@@ -891,26 +891,19 @@ impl ModelSpec {
     }
 
     /// This model with a measured routing imbalance
-    /// ([`crate::experts::Moe::routing_imbalance`]); `Err` says why not (a
-    /// dense model, a value out of [`crate::physical::ROUTING_IMBALANCE`],
-    /// or a capacity factor, which pads every expert whatever the routing).
+    /// ([`crate::experts::Moe::routing_imbalance`]); `Err` says why not: a
+    /// dense model, or what [`crate::experts::Moe::check`] refuses (a value
+    /// out of [`crate::physical::ROUTING_IMBALANCE`], or beside a capacity
+    /// factor, which pads every expert whatever the routing).
     pub fn with_routing_imbalance(mut self, x: f64) -> Result<ModelSpec, String> {
-        let name = self.name.clone();
+        let (name, layers) = (self.name.clone(), self.layers);
         let Some(m) = self.moe.as_mut() else {
             return Err(format!(
                 "{name} is a dense model: it routes no tokens to experts"
             ));
         };
-        let range = &crate::physical::ROUTING_IMBALANCE;
-        if !range.contains(x) {
-            return Err(range.expected(x));
-        }
-        if let Some(cf) = m.capacity_factor {
-            return Err(format!(
-                "{name} pads every expert to capacity factor {cf}: its experts compute the capacity whatever the routing"
-            ));
-        }
         m.routing_imbalance = Some(x);
+        m.check(layers, &|_, msg: String| format!("{name}: {msg}"))?;
         Ok(self)
     }
 

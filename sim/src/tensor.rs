@@ -306,7 +306,7 @@ impl TensorParallel {
     pub fn expert_load(&self, model: &ModelSpec, tokens: f64) -> f64 {
         model.uniform_moe().map_or(1.0, |m| {
             let t = self.degree.max(1) as f64;
-            let te = self.expert_tensor.clamp(1, self.degree.max(1)) as f64;
+            let te = self.priced_expert_tensor() as f64;
             m.busiest_rank_load(self.experts.max(1), m.top_k as f64 * tokens * te / t)
         })
     }
@@ -321,19 +321,14 @@ impl TensorParallel {
         }
     }
 
-    /// Whether a rank's block differs from the whole block: split over TP
-    /// (`t > 1`) or its experts over EP (`e > 1`).
-    pub fn splits_block(&self) -> bool {
-        self.degree > 1 || self.experts > 1
-    }
-
     /// Whether blocks are split (`t > 1`).
     pub fn is_on(&self) -> bool {
         self.degree > 1
     }
 
-    /// Whether a block communicates inside its model-parallel groups: TP
-    /// (`t > 1`) or expert parallelism (`e > 1`).
+    /// Whether a block is split over model-parallel GPUs: TP (`t > 1`) or
+    /// expert parallelism (`e > 1`). Such a block communicates inside its
+    /// groups, and a rank's share of it is priced by its own cost row.
     pub fn communicates(&self) -> bool {
         self.degree > 1 || self.experts > 1
     }
@@ -672,7 +667,9 @@ pub fn degrees(model: &ModelSpec) -> Vec<u32> {
 
 /// The expert-parallel degrees `model` takes, ascending: every divisor of
 /// its expert count with experts in every block, `[1]` otherwise (a dense
-/// model, or dense and MoE blocks mixed, which EP does not price yet).
+/// model, or dense and MoE blocks mixed, which EP does not price yet; as
+/// [`degrees`] for TP). [`crate::expert_parallel::check_degree`] says why
+/// a degree is not among them.
 pub fn expert_degrees(model: &ModelSpec) -> Vec<u32> {
     match model.uniform_moe() {
         Some(m) => (1..=m.experts)

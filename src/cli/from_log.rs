@@ -288,22 +288,7 @@ fn output(
         planner: report.planner.clone(),
         plan: match &report.pipeline {
             // The parallel shape first: what a user matches against the run.
-            Some(p) => format!(
-                "PP {} x TP {}{}, {} micro-batches, {} samples per replica each; {}",
-                p.stages.len(),
-                p.stages.first().map_or(1, |s| s.tp),
-                if p.expert_parallel > 1 {
-                    format!(" x EP {}", p.expert_parallel)
-                } else {
-                    String::new()
-                },
-                p.microbatches,
-                p.stages.first().map_or(p.microbatch_size, |s| {
-                    let dp = (s.ranks.len() as u32 / s.tp.max(1)).max(1);
-                    p.microbatch_size.div_ceil(dp)
-                }),
-                report.strategy.label()
-            ),
+            Some(p) => format!("{}; {}", p.shape_label(), report.strategy.label()),
             None => report.strategy.label(),
         },
         model: w.model.name.clone(),

@@ -426,7 +426,7 @@ fn tp_tables(
                         let tp = TensorParallel::new(t, sp)
                             .with_experts(e)
                             .with_expert_tensor(te);
-                        if tp.splits_block() {
+                        if tp.communicates() {
                             splits.push(tp);
                         }
                     }
@@ -434,50 +434,48 @@ fn tp_tables(
             }
         }
         for tp in splits {
-            {
-                let t = tp.degree;
-                let points: Option<Vec<[f64; 8]>> = TP_TABLE_SIZES
-                    .iter()
-                    .zip(&whole)
-                    .map(|(&m, (w, wu))| {
-                        let p = pred
-                            .block_prediction_tp(gpu, model, seq, dtype, m, imp, &tp)
-                            .ok()?;
-                        let u = pred
-                            .unit_prediction(gpu, model, seq, dtype, m, imp, &tp)
-                            .ok()?;
-                        let frac = |x: f64| {
-                            if p.fwd_ms > 0.0 {
-                                (x / p.fwd_ms).clamp(0.0, 1.0)
-                            } else {
-                                0.0
-                            }
-                        };
-                        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 1.0 / t as f64 };
-                        (w.fwd_ms > 0.0 && w.bwd_ms > 0.0).then(|| {
-                            [
-                                p.fwd_ms / w.fwd_ms,
-                                p.bwd_ms / w.bwd_ms,
-                                frac(p.selective_recompute_ms),
-                                frac(p.attention_recompute_ms),
-                                ratio(u.head_fwd_ms, wu.head_fwd_ms),
-                                ratio(u.head_bwd_ms, wu.head_bwd_ms),
-                                ratio(u.embed_fwd_ms, wu.embed_fwd_ms),
-                                ratio(u.embed_bwd_ms, wu.embed_bwd_ms),
-                            ]
-                        })
+            let t = tp.degree;
+            let points: Option<Vec<[f64; 8]>> = TP_TABLE_SIZES
+                .iter()
+                .zip(&whole)
+                .map(|(&m, (w, wu))| {
+                    let p = pred
+                        .block_prediction_tp(gpu, model, seq, dtype, m, imp, &tp)
+                        .ok()?;
+                    let u = pred
+                        .unit_prediction(gpu, model, seq, dtype, m, imp, &tp)
+                        .ok()?;
+                    let frac = |x: f64| {
+                        if p.fwd_ms > 0.0 {
+                            (x / p.fwd_ms).clamp(0.0, 1.0)
+                        } else {
+                            0.0
+                        }
+                    };
+                    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 1.0 / t as f64 };
+                    (w.fwd_ms > 0.0 && w.bwd_ms > 0.0).then(|| {
+                        [
+                            p.fwd_ms / w.fwd_ms,
+                            p.bwd_ms / w.bwd_ms,
+                            frac(p.selective_recompute_ms),
+                            frac(p.attention_recompute_ms),
+                            ratio(u.head_fwd_ms, wu.head_fwd_ms),
+                            ratio(u.head_bwd_ms, wu.head_bwd_ms),
+                            ratio(u.embed_fwd_ms, wu.embed_fwd_ms),
+                            ratio(u.embed_bwd_ms, wu.embed_bwd_ms),
+                        ]
                     })
-                    .collect();
-                if let Some(points) = points {
-                    out.push(TpTable {
-                        degree: t,
-                        sequence_parallel: tp.sequence_parallel,
-                        imp,
-                        experts: tp.experts,
-                        expert_tensor: tp.priced_expert_tensor(),
-                        points,
-                    });
-                }
+                })
+                .collect();
+            if let Some(points) = points {
+                out.push(TpTable {
+                    degree: t,
+                    sequence_parallel: tp.sequence_parallel,
+                    imp,
+                    experts: tp.experts,
+                    expert_tensor: tp.priced_expert_tensor(),
+                    points,
+                });
             }
         }
     }

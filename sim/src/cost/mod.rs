@@ -234,7 +234,7 @@ impl CostModel {
         tp: &crate::tensor::TensorParallel,
     ) -> Result<(f64, f64), String> {
         let (f, b) = self.block_ms_with(rank, m, imp)?;
-        if !tp.splits_block() {
+        if !tp.communicates() {
             return Ok((f, b));
         }
         let r = self.tp_table(rank, imp, tp)?.at(m);

@@ -11,7 +11,8 @@
 //! Megatron runs TP, PP (1F1B, interleaved with virtual stages), DP as
 //! replicas (DDP) or with the distributed optimizer (ZeRO-1), sequence
 //! parallelism, expert parallelism (`--expert-model-parallel-size`,
-//! `--expert-tensor-parallel-size`, the all-to-all token dispatcher), its
+//! `--expert-tensor-parallel-size`, the all-to-all or all-gather token
+//! dispatcher), its
 //! fused kernels (Transformer Engine) and one reduction per iteration
 //! after the last micro-batch. Units: samples, tokens.
 
@@ -141,8 +142,6 @@ impl Target for Megatron {
 /// them: network size, MoE, parallelism, batch, precision, recompute.
 pub fn arguments(e: &Exported) -> Vec<(&'static str, Option<String>)> {
     let mut a = Vec::new();
-    // The catalog model is looked up by the workload; the export carries
-    // its shapes.
     let model = &e.model_spec;
     network(&mut a, model, e.shape.seq_len);
     if let Some(m) = model.uniform_moe() {
@@ -245,7 +244,7 @@ fn parallelism(a: &mut Vec<(&'static str, Option<String>)>, e: &Exported) {
             Some(per.max(1).to_string()),
         ));
     }
-    if e.experts {
+    if e.has_experts() {
         a.push(("--expert-model-parallel-size", Some(sh.ep.to_string())));
         if sh.ep > 1 {
             a.push(("--expert-tensor-parallel-size", Some(sh.etp.to_string())));

@@ -150,7 +150,6 @@ pub fn export(
         planned_strategy: plan.strategy,
         approximation,
         notes,
-        experts: w.model.uniform_moe().is_some(),
         planned,
         approximated,
         slowdown,

@@ -167,10 +167,6 @@ pub struct Exported {
     /// What of the plan the framework cannot express, and what the
     /// approximation loses, one sentence each.
     pub notes: Vec<String>,
-    /// Whether the model has experts in every block (the config states
-    /// their parallelism).
-    #[serde(skip)]
-    pub experts: bool,
     /// The plan's simulated figures.
     pub planned: Figures,
     /// The approximation's simulated figures (`None`: it could not be
@@ -184,6 +180,12 @@ pub struct Exported {
 }
 
 impl Exported {
+    /// Whether the model has experts in every block (the config states
+    /// their parallelism).
+    pub fn has_experts(&self) -> bool {
+        self.model_spec.uniform_moe().is_some()
+    }
+
     /// The side-by-side lines every config carries and the CLI prints.
     pub fn comparison_lines(&self) -> Vec<String> {
         let mut v = vec![

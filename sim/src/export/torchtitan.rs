@@ -225,7 +225,7 @@ fn parallelism(o: &mut String, e: &Exported) -> bool {
         })
     );
     let _ = writeln!(o, "tensor_parallel_degree = {}", sh.tp);
-    if e.experts {
+    if e.has_experts() {
         let _ = writeln!(o, "expert_parallel_degree = {}", sh.ep);
         if sh.ep > 1 {
             let _ = writeln!(o, "expert_tensor_parallel_degree = {}", sh.etp);

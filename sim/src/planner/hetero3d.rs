@@ -862,7 +862,7 @@ fn with_experts(costs: &CostModel, pins: &ShapePins, l: Layout) -> Vec<Layout> {
         .collect();
     let degrees = match pins.ep {
         Some(e) => vec![e],
-        None => crate::expert_parallel::degrees(&costs.workload.model),
+        None => crate::tensor::expert_degrees(&costs.workload.model),
     };
     degrees
         .into_iter()

@@ -220,7 +220,7 @@ fn expert_degrees(costs: &CostModel, pins: &ShapePins, d: usize) -> Vec<u32> {
     if bucketed {
         return vec![1];
     }
-    crate::expert_parallel::degrees(&costs.workload.model)
+    crate::tensor::expert_degrees(&costs.workload.model)
         .into_iter()
         .filter(|&e| d.is_multiple_of(e as usize))
         .collect()

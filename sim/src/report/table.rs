@@ -431,6 +431,26 @@ impl PipelineReport {
     }
 
     /// The expert-parallel line of the stage table (`None` without EP).
+    /// The parallel shape in one line, as a run's flags state it: `PP 4 x
+    /// TP 1 x EP 8, 32 micro-batches, 1 samples per replica each` (the
+    /// first stage's TP and replicas).
+    pub fn shape_label(&self) -> String {
+        let first = self.stages.first();
+        let dp = first.map_or(1, |s| (s.ranks.len() as u32 / s.tp.max(1)).max(1));
+        format!(
+            "PP {} x TP {}{}, {} micro-batches, {} samples per replica each",
+            self.stages.len(),
+            first.map_or(1, |s| s.tp),
+            if self.expert_parallel > 1 {
+                format!(" x EP {}", self.expert_parallel)
+            } else {
+                String::new()
+            },
+            self.microbatches,
+            self.microbatch_size.div_ceil(dp)
+        )
+    }
+
     fn expert_line(&self) -> Option<String> {
         (self.expert_parallel > 1).then(|| {
             format!(
